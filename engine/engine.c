@@ -1,0 +1,204 @@
+/* The public engine API (wushkv.h): opens a GGUF model onto a Vulkan device, owns the tokenizer,
+ * the KV cache slots and the forward pass, and turns batches of sequence items into steps. */
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "forward.h"
+#include "gguf.h"
+#include "kv_cache.h"
+#include "model.h"
+#include "tokenizer.h"
+#include "vk_device.h"
+#include "vk_pipelines.h"
+#include "weights.h"
+#include "wushkv/wushkv.h"
+
+struct wk_engine {
+    wk_gguf *gguf;
+    wk_model_desc desc;
+    wk_tokenizer *tok;
+    wk_vk vk;
+    wk_pipelines pipes;
+    wk_weights weights;
+    wk_kv_cache kv;
+    wk_fwd fwd;
+    wk_model_info info;
+    char name[256];
+    bool *slot_used;     /* [max_seqs] */
+    int max_seqs;
+    /* per-step scratch, sized for max_batch_tokens */
+    int32_t *step_tokens;
+    wk_row_info *step_rows;
+    int *step_logit_rows;
+};
+
+struct wk_seq {
+    wk_engine *e;
+    int slot;
+    int len;
+};
+
+void wk_engine_params_default(wk_engine_params *p) {
+    memset(p, 0, sizeof *p);
+    p->device_index = -1;
+}
+
+const wk_model_info *wk_engine_info(const wk_engine *e) { return &e->info; }
+
+void wk_engine_close(wk_engine *e) {
+    if (!e) return;
+    wk_fwd_free(&e->fwd);
+    wk_kv_cache_destroy(&e->vk, &e->kv);
+    wk_weights_free(&e->vk, &e->weights);
+    wk_pipelines_destroy(&e->vk, &e->pipes);
+    wk_vk_destroy(&e->vk);
+    wk_tokenizer_free(e->tok);
+    wk_gguf_close(e->gguf);
+    free(e->slot_used);
+    free(e->step_tokens);
+    free(e->step_rows);
+    free(e->step_logit_rows);
+    free(e);
+}
+
+int wk_engine_open(const wk_engine_params *p, wk_engine **out, char *err, size_t errlen) {
+    *out = NULL;
+    if (!p->model_path) return snprintf(err, errlen, "no model path given"), WK_ERR_INVALID;
+    if (p->max_ctx < 0 || p->max_batch_tokens < 0 || p->max_seqs < 0)
+        return snprintf(err, errlen, "negative context, batch or sequence count"), WK_ERR_INVALID;
+    wk_engine *e = calloc(1, sizeof *e);
+    if (!e) return snprintf(err, errlen, "out of memory"), WK_ERR_NOMEM;
+    int rc = 0;
+    e->gguf = wk_gguf_open(p->model_path, err, errlen);
+    if (!e->gguf) rc = WK_ERR_FORMAT;
+    if (!rc) rc = wk_model_desc_load(e->gguf, &e->desc, err, errlen);
+    if (!rc && !(e->tok = wk_tokenizer_load(e->gguf, err, errlen))) rc = WK_ERR_FORMAT;
+    const wk_hparams *hp = &e->desc.hp;
+    if (!rc && wk_tokenizer_n_vocab(e->tok) < hp->n_vocab) {
+        snprintf(err, errlen, "tokenizer has %d tokens but the embedding has %d rows", wk_tokenizer_n_vocab(e->tok),
+                 hp->n_vocab);
+        rc = WK_ERR_FORMAT;
+    }
+    int max_ctx = p->max_ctx ? p->max_ctx : (hp->n_ctx_train < 4096 ? hp->n_ctx_train : 4096);
+    int max_batch = p->max_batch_tokens ? p->max_batch_tokens : 512;
+    e->max_seqs = p->max_seqs ? p->max_seqs : 1;
+    if (!rc && (max_ctx > 1 << 20 || max_batch > 1 << 16 || e->max_seqs > 4096)) {
+        snprintf(err, errlen, "context %d, batch %d or %d sequences out of range", max_ctx, max_batch, e->max_seqs);
+        rc = WK_ERR_INVALID;
+    }
+    if (!rc) rc = wk_vk_init(&e->vk, p->device_index, p->validation, p->verbose, err, errlen);
+    if (!rc) rc = wk_pipelines_create(&e->vk, &e->pipes, err, errlen);
+    if (!rc) rc = wk_weights_upload(&e->vk, &e->desc, &e->weights, err, errlen);
+    if (!rc) rc = wk_kv_cache_create(&e->vk, &e->kv, hp, e->max_seqs, max_ctx, err, errlen);
+    if (!rc) rc = wk_fwd_init(&e->fwd, &e->vk, &e->pipes, hp, &e->weights, &e->kv, max_batch, max_ctx, false, err, errlen);
+    if (!rc) {
+        e->slot_used = calloc((size_t)e->max_seqs, sizeof *e->slot_used);
+        e->step_tokens = malloc((size_t)max_batch * sizeof *e->step_tokens);
+        e->step_rows = malloc((size_t)max_batch * sizeof *e->step_rows);
+        e->step_logit_rows = malloc((size_t)max_batch * sizeof *e->step_logit_rows);
+        if (!e->slot_used || !e->step_tokens || !e->step_rows || !e->step_logit_rows)
+            rc = WK_ERR_NOMEM, snprintf(err, errlen, "out of memory");
+    }
+    if (rc) {
+        wk_engine_close(e);
+        return rc;
+    }
+    if (!wk_gguf_get_str(e->gguf, "general.name", e->name, sizeof e->name)) {
+        const char *slash = strrchr(p->model_path, '/');
+        snprintf(e->name, sizeof e->name, "%s", slash ? slash + 1 : p->model_path);
+    }
+    wk_model_info *i = &e->info;
+    i->arch = hp->arch_name;
+    i->name = e->name;
+    i->device_name = e->vk.props.deviceName;
+    i->n_vocab = hp->n_vocab;
+    i->n_embd = hp->n_embd;
+    i->n_layer = hp->n_layer;
+    i->n_head = hp->n_head;
+    i->n_head_kv = hp->n_head_kv;
+    i->head_dim = hp->head_dim;
+    i->n_ctx_train = hp->n_ctx_train;
+    i->max_ctx = max_ctx;
+    i->bos = wk_tokenizer_bos(e->tok);
+    i->eos = wk_tokenizer_eos(e->tok);
+    i->eot = wk_tokenizer_eot(e->tok);
+    i->add_bos = wk_tokenizer_add_bos(e->tok);
+    i->weight_bytes = e->weights.bytes;
+    i->kv_bytes_per_token = e->kv.bytes_per_token;
+    if (p->verbose)
+        fprintf(stderr, "wushkv: model %s (%s, %d layers, vocab %d), %.1f MiB weights, KV %.1f KiB/token, ctx %d\n",
+                i->name, i->arch, i->n_layer, i->n_vocab, i->weight_bytes / 1048576.0, i->kv_bytes_per_token / 1024.0,
+                max_ctx);
+    *out = e;
+    return 0;
+}
+
+int wk_tokenize(const wk_engine *e, const char *text, size_t len, bool add_special, bool parse_special, int32_t *out,
+                int max) {
+    if (!text && len) return WK_ERR_INVALID;
+    int n = wk_tokenizer_encode(e->tok, text ? text : "", len, add_special, parse_special, out, max);
+    return n < 0 ? WK_ERR_INVALID : n;
+}
+
+int wk_token_to_piece(const wk_engine *e, int32_t token, bool render_special, char *buf, int cap) {
+    int n = wk_tokenizer_piece(e->tok, token, render_special, buf, cap);
+    return n < 0 ? WK_ERR_INVALID : n;
+}
+
+bool wk_token_is_eog(const wk_engine *e, int32_t token) { return wk_tokenizer_is_eog(e->tok, token); }
+
+int wk_seq_create(wk_engine *e, wk_seq **out) {
+    *out = NULL;
+    for (int s = 0; s < e->max_seqs; s++)
+        if (!e->slot_used[s]) {
+            wk_seq *q = calloc(1, sizeof *q);
+            if (!q) return WK_ERR_NOMEM;
+            q->e = e;
+            q->slot = s;
+            e->slot_used[s] = true;
+            *out = q;
+            return 0;
+        }
+    return WK_ERR_CONTEXT_FULL;
+}
+
+void wk_seq_destroy(wk_seq *s) {
+    if (!s) return;
+    s->e->slot_used[s->slot] = false;
+    free(s);
+}
+
+void wk_seq_reset(wk_seq *s) { s->len = 0; }
+int wk_seq_len(const wk_seq *s) { return s->len; }
+
+int wk_forward(wk_engine *e, const wk_batch_item *items, int n_items, float *logits, char *err, size_t errlen) {
+    if (n_items <= 0) return snprintf(err, errlen, "empty batch"), WK_ERR_INVALID;
+    int T = 0, n_logits = 0;
+    for (int i = 0; i < n_items; i++) {
+        const wk_batch_item *it = &items[i];
+        if (!it->seq || it->seq->e != e || it->n_tokens <= 0 || !it->tokens)
+            return snprintf(err, errlen, "batch item %d is empty or has no sequence", i), WK_ERR_INVALID;
+        for (int j = 0; j < i; j++)
+            if (items[j].seq == it->seq)
+                return snprintf(err, errlen, "a sequence appears twice in one batch"), WK_ERR_INVALID;
+        if (it->seq->len + it->n_tokens > e->fwd.max_ctx)
+            return snprintf(err, errlen, "sequence of %d tokens plus %d new exceeds the context of %d", it->seq->len,
+                            it->n_tokens, e->fwd.max_ctx), WK_ERR_CONTEXT_FULL;
+        if (T + it->n_tokens > e->fwd.max_tokens)
+            return snprintf(err, errlen, "batch of more than %d tokens (raise the batch size or split)",
+                            e->fwd.max_tokens), WK_ERR_INVALID;
+        for (int j = 0; j < it->n_tokens; j++) {
+            e->step_tokens[T] = it->tokens[j];
+            e->step_rows[T] = (wk_row_info){.pos = (uint32_t)(it->seq->len + j),
+                                            .kv_base = (uint32_t)(it->seq->slot * e->fwd.max_ctx)};
+            if (logits && (it->all_logits || j == it->n_tokens - 1)) e->step_logit_rows[n_logits++] = T;
+            T++;
+        }
+    }
+    int rc = wk_fwd_step(&e->fwd, e->step_tokens, e->step_rows, T, e->step_logit_rows, n_logits, logits, NULL, err,
+                         errlen);
+    if (rc) return rc;
+    for (int i = 0; i < n_items; i++) items[i].seq->len += items[i].n_tokens;
+    return n_logits;
+}

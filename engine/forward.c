@@ -1,0 +1,301 @@
+/* The forward pass, one step = one command buffer = one submit (plus one per extra chunk of
+ * logits rows). Per layer it reads like the math:
+ *   norm -> q,k,v -> q/k norm + RoPE + KV store -> attention -> Wo -> residual(+post-norm) + norm
+ *   -> gate,up -> GLU -> down -> residual(+post-norm) + next norm
+ * and ends with the output head over the rows that want logits. */
+#include "forward.h"
+
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "wushkv/wushkv.h"
+
+#define TRY(expr)              \
+    do {                       \
+        int rc_ = (expr);      \
+        if (rc_) return rc_;   \
+    } while (0)
+
+static int make(wk_fwd *f, wk_buf *b, uint64_t bytes, wk_mem_kind kind, VkFormat view, char *err, size_t errlen) {
+    return wk_vk_buffer_create(f->vk, b, bytes, kind, view, err, errlen);
+}
+
+/* cos/sin of pos * freq_scale * base^(-2i/n_rot), in double on the host: GPU sin/cos of large
+ * angles are not trusted, and a table costs one fetch. Table 0 = global layers, 1 = SWA layers. */
+static int build_rope_table(wk_fwd *f, char *err, size_t errlen) {
+    const wk_hparams *hp = f->hp;
+    const int half = hp->n_rot / 2;
+    const size_t n = (size_t)2 * f->max_ctx * half;
+    float *tab = malloc(n * 2 * sizeof *tab);
+    if (!tab) return snprintf(err, errlen, "out of memory"), WK_ERR_NOMEM;
+    for (int which = 0; which < 2; which++) {
+        double base = which == 0 ? hp->rope_base : hp->rope_base_swa;
+        /* Gemma's local layers use scale 1 regardless of the model's rope scaling (as llama.cpp). */
+        double scale = which == 0 ? hp->rope_freq_scale : (hp->arch == WK_ARCH_GEMMA3 ? 1.0 : hp->rope_freq_scale);
+        for (int pos = 0; pos < f->max_ctx; pos++)
+            for (int i = 0; i < half; i++) {
+                double theta = pos * scale * pow(base, -2.0 * i / hp->n_rot);
+                size_t at = (((size_t)which * f->max_ctx + pos) * half + i) * 2;
+                tab[at] = (float)cos(theta);
+                tab[at + 1] = (float)sin(theta);
+            }
+    }
+    int rc = make(f, &f->a.rope, n * 2 * sizeof *tab, WK_MEM_DEVICE, VK_FORMAT_R32G32_SFLOAT, err, errlen);
+    if (!rc) rc = wk_vk_upload(f->vk, &f->a.rope, 0, tab, n * 2 * sizeof *tab, err, errlen);
+    free(tab);
+    return rc;
+}
+
+int wk_fwd_init(wk_fwd *f, wk_vk *vk, wk_pipelines *pipes, const wk_hparams *hp, const wk_weights *w,
+                wk_kv_cache *kv, int max_tokens, int max_ctx, bool debug_layers, char *err, size_t errlen) {
+    memset(f, 0, sizeof *f);
+    f->vk = vk;
+    f->pipes = pipes;
+    f->hp = hp;
+    f->w = w;
+    f->kv = kv;
+    f->max_tokens = max_tokens;
+    f->max_ctx = max_ctx;
+    f->debug_layers = debug_layers;
+    /* Logit rows per submit: bounded by the storage-buffer range (a vocab row is ~1 MiB for Gemma). */
+    uint64_t row_bytes = (uint64_t)hp->n_vocab * 4;
+    uint64_t cap = vk->props.limits.maxStorageBufferRange / row_bytes;
+    if (cap > 64) cap = 64;
+    if (cap < 1) return snprintf(err, errlen, "vocabulary of %d is too large for one logits row", hp->n_vocab), WK_ERR_UNSUPPORTED;
+    f->logit_rows = (int)cap < max_tokens ? (int)cap : max_tokens;
+
+    const uint64_t T = (uint64_t)max_tokens, E = (uint64_t)hp->n_embd, F = (uint64_t)hp->n_ff;
+    const uint64_t QD = (uint64_t)hp->n_head * hp->head_dim, KD = (uint64_t)hp->n_head_kv * hp->head_dim;
+    const VkFormat V4 = VK_FORMAT_R32G32B32A32_SFLOAT, NONE = VK_FORMAT_UNDEFINED;
+    wk_acts *a = &f->a;
+    int rc = 0;
+    if (!rc) rc = make(f, &a->tokens, T * 4, WK_MEM_HOST, NONE, err, errlen);
+    if (!rc) rc = make(f, &a->rows, T * sizeof(wk_row_info), WK_MEM_HOST, NONE, err, errlen);
+    if (!rc) rc = make(f, &a->h, T * E * 4, WK_MEM_DEVICE, NONE, err, errlen);
+    if (!rc) rc = make(f, &a->xn, T * E * 4, WK_MEM_DEVICE, V4, err, errlen);
+    if (!rc) rc = make(f, &a->q, T * QD * 4, WK_MEM_DEVICE, NONE, err, errlen);
+    if (!rc) rc = make(f, &a->k, T * KD * 4, WK_MEM_DEVICE, NONE, err, errlen);
+    if (!rc) rc = make(f, &a->v, T * KD * 4, WK_MEM_DEVICE, NONE, err, errlen);
+    if (!rc) rc = make(f, &a->attn, T * QD * 4, WK_MEM_DEVICE, V4, err, errlen);
+    if (!rc) rc = make(f, &a->o, T * E * 4, WK_MEM_DEVICE, NONE, err, errlen);
+    if (!rc) rc = make(f, &a->gate, T * F * 4, WK_MEM_DEVICE, NONE, err, errlen);
+    if (!rc) rc = make(f, &a->up, T * F * 4, WK_MEM_DEVICE, NONE, err, errlen);
+    if (!rc) rc = make(f, &a->act, T * F * 4, WK_MEM_DEVICE, V4, err, errlen);
+    if (!rc) rc = make(f, &a->ffn, T * E * 4, WK_MEM_DEVICE, NONE, err, errlen);
+    if (!rc) rc = make(f, &a->head_in, (uint64_t)f->logit_rows * E * 4, WK_MEM_DEVICE, V4, err, errlen);
+    if (!rc) rc = make(f, &a->logits, (uint64_t)f->logit_rows * row_bytes, WK_MEM_HOST, NONE, err, errlen);
+    if (!rc && debug_layers) rc = make(f, &a->debug, (uint64_t)hp->n_layer * T * E * 4, WK_MEM_HOST, NONE, err, errlen);
+    if (!rc) rc = build_rope_table(f, err, errlen);
+    if (rc) wk_fwd_free(f);
+    return rc;
+}
+
+void wk_fwd_free(wk_fwd *f) {
+    if (!f->vk) return;
+    wk_buf *all[] = {&f->a.tokens, &f->a.rows, &f->a.h, &f->a.xn, &f->a.q, &f->a.k, &f->a.v, &f->a.attn,
+                     &f->a.o, &f->a.gate, &f->a.up, &f->a.act, &f->a.ffn, &f->a.head_in, &f->a.logits,
+                     &f->a.rope, &f->a.debug};
+    for (size_t i = 0; i < sizeof all / sizeof *all; i++) wk_vk_buffer_destroy(f->vk, all[i]);
+    memset(f, 0, sizeof *f);
+}
+
+/* ---- ops: each records one dispatch ---- */
+
+typedef struct { wk_fwd *f; char *err; size_t errlen; } rec;
+
+static wk_arg S(const wk_buf *b) { return wk_arg_buf(b->buf); }
+static wk_arg TV(const wk_buf *b) { return wk_arg_view(b->view); }
+
+/* Splits a large 1-D grid into 2-D: vocab-sized dispatches exceed the 65535 workgroups per axis. */
+static void grid_1d(uint32_t groups, uint32_t *gx, uint32_t *gy) {
+    *gx = groups < 32768 ? (groups ? groups : 1) : 32768;
+    *gy = (groups + *gx - 1) / *gx;
+}
+
+static int op_matmul(rec *r, const wk_dev_matrix *W, const wk_buf *x, const wk_buf *y, uint32_t T) {
+    wk_fwd *f = r->f;
+    const bool q8 = W->fmt == WK_WFMT_Q8A;
+    wk_arg args[4] = {TV(&W->codes), q8 ? TV(&W->scales) : TV(&f->w->dummy), TV(x), S(y)};
+    wk_pc_matmul pc = {.N = W->rows, .K = W->cols, .T = T};
+    if (T <= 4) {
+        uint32_t gx, gy;
+        grid_1d((W->rows + f->pipes->matvec_rows - 1) / f->pipes->matvec_rows, &gx, &gy);
+        return wk_dispatch(f->vk, f->pipes, q8 ? WK_PIPE_MATVEC_Q8A : WK_PIPE_MATVEC_F16, args, &pc, sizeof pc, gx, gy,
+                           1, r->err, r->errlen);
+    }
+    return wk_dispatch(f->vk, f->pipes, q8 ? WK_PIPE_MATMUL_Q8A : WK_PIPE_MATMUL_F16, args, &pc, sizeof pc,
+                       (W->rows + 31) / 32, (T + 31) / 32, 1, r->err, r->errlen);
+}
+
+static int op_embed(rec *r, uint32_t T) {
+    wk_fwd *f = r->f;
+    const wk_dev_matrix *W = &f->w->tok_embd;
+    const bool q8 = W->fmt == WK_WFMT_Q8A;
+    wk_arg args[4] = {TV(&W->codes), q8 ? TV(&W->scales) : TV(&f->w->dummy), S(&f->a.tokens), S(&f->a.h)};
+    wk_pc_embed pc = {.n_embd = W->cols, .n_tokens = T, .scale = f->hp->embd_scale};
+    uint32_t gx, gy;
+    grid_1d((T * (W->cols / 16) + 63) / 64, &gx, &gy);
+    return wk_dispatch(f->vk, f->pipes, q8 ? WK_PIPE_EMBED_Q8A : WK_PIPE_EMBED_F16, args, &pc, sizeof pc, gx, gy, 1,
+                       r->err, r->errlen);
+}
+
+static int op_rmsnorm(rec *r, const wk_buf *x, const wk_buf *w, const wk_buf *y, uint32_t T) {
+    wk_arg args[3] = {S(x), S(w), S(y)};
+    wk_pc_rmsnorm pc = {.n = (uint32_t)r->f->hp->n_embd, .n_rows = T, .eps = r->f->hp->eps};
+    return wk_dispatch(r->f->vk, r->f->pipes, WK_PIPE_RMSNORM, args, &pc, sizeof pc, T, 1, 1, r->err, r->errlen);
+}
+
+/* h += post ? norm(a)*post : a; xn = norm(h)*next */
+static int op_add_norm(rec *r, const wk_buf *a, const wk_buf *post, const wk_buf *next, uint32_t T) {
+    wk_fwd *f = r->f;
+    const bool has_post = post->buf != VK_NULL_HANDLE;
+    wk_arg args[5] = {S(a), S(&f->a.h), has_post ? S(post) : S(next), S(next), S(&f->a.xn)};
+    wk_pc_add_norm pc = {.n = (uint32_t)f->hp->n_embd, .n_rows = T, .eps = f->hp->eps, .has_post = has_post};
+    return wk_dispatch(f->vk, f->pipes, WK_PIPE_ADD_NORM, args, &pc, sizeof pc, T, 1, 1, r->err, r->errlen);
+}
+
+static int op_qk_norm_rope(rec *r, int il, uint32_t T) {
+    wk_fwd *f = r->f;
+    const wk_hparams *hp = f->hp;
+    const wk_dev_layer *L = &f->w->layers[il];
+    const bool has_norm = hp->qk_norm;
+    wk_arg args[9] = {S(&f->a.q), S(&f->a.k), S(&f->a.v),
+                      has_norm ? S(&L->q_norm) : S(&f->w->output_norm), has_norm ? S(&L->k_norm) : S(&f->w->output_norm),
+                      TV(&f->a.rope), S(&f->a.rows), S(&f->kv->k[il]), S(&f->kv->v[il])};
+    wk_pc_qk_norm_rope pc = {
+        .head_dim = (uint32_t)hp->head_dim, .n_head = (uint32_t)hp->n_head, .n_head_kv = (uint32_t)hp->n_head_kv,
+        .n_rot = (uint32_t)hp->n_rot, .rope_neox = hp->rope_type == WK_ROPE_NEOX, .has_norm = has_norm,
+        .n_tokens = T, .rope_table_offset = hp->is_swa[il] ? (uint32_t)(f->max_ctx * (hp->n_rot / 2)) : 0,
+        .eps = hp->eps, .q_scale = hp->attn_scale};
+    return wk_dispatch(f->vk, f->pipes, WK_PIPE_QK_NORM_ROPE, args, &pc, sizeof pc, T,
+                       (uint32_t)(hp->n_head + hp->n_head_kv), 1, r->err, r->errlen);
+}
+
+static int op_attention(rec *r, int il, uint32_t T) {
+    wk_fwd *f = r->f;
+    const wk_hparams *hp = f->hp;
+    wk_arg args[5] = {S(&f->a.q), S(&f->a.rows), TV(&f->kv->k[il]), TV(&f->kv->v[il]), S(&f->a.attn)};
+    wk_pc_attention pc = {.head_dim = (uint32_t)hp->head_dim, .n_head = (uint32_t)hp->n_head,
+                          .n_head_kv = (uint32_t)hp->n_head_kv,
+                          .window = hp->is_swa[il] ? (uint32_t)hp->sliding_window : 0, .n_tokens = T};
+    return wk_dispatch(f->vk, f->pipes, WK_PIPE_ATTENTION_F16, args, &pc, sizeof pc, T, (uint32_t)hp->n_head, 1,
+                       r->err, r->errlen);
+}
+
+static int op_glu(rec *r, uint32_t T) {
+    wk_fwd *f = r->f;
+    wk_arg args[3] = {S(&f->a.gate), S(&f->a.up), S(&f->a.act)};
+    wk_pc_glu pc = {.n = T * (uint32_t)f->hp->n_ff, .act = f->hp->ffn_act == WK_FFN_GEGLU};
+    uint32_t gx, gy;
+    grid_1d((pc.n + 63) / 64, &gx, &gy);
+    return wk_dispatch(f->vk, f->pipes, WK_PIPE_GLU, args, &pc, sizeof pc, gx, gy, 1, r->err, r->errlen);
+}
+
+/* ---- the step ---- */
+
+static int record_layers(rec *r, uint32_t T) {
+    wk_fwd *f = r->f;
+    wk_vk *vk = f->vk;
+    const wk_hparams *hp = f->hp;
+    const wk_weights *w = f->w;
+    wk_acts *a = &f->a;
+
+    TRY(op_embed(r, T));                                        /* h = embed(tokens) * scale */
+    wk_vk_barrier(vk);
+    TRY(op_rmsnorm(r, &a->h, &w->layers[0].attn_norm, &a->xn, T)); /* xn = norm(h) */
+    wk_vk_barrier(vk);
+    for (int il = 0; il < hp->n_layer; il++) {
+        const wk_dev_layer *L = &w->layers[il];
+        TRY(op_matmul(r, &L->wq, &a->xn, &a->q, T));            /* q, k, v = xn W */
+        TRY(op_matmul(r, &L->wk, &a->xn, &a->k, T));
+        TRY(op_matmul(r, &L->wv, &a->xn, &a->v, T));
+        wk_vk_barrier(vk);
+        TRY(op_qk_norm_rope(r, il, T));                         /* q,k: norm, RoPE; k,v -> cache */
+        wk_vk_barrier(vk);
+        TRY(op_attention(r, il, T));                            /* attn = softmax(q K^T) V */
+        wk_vk_barrier(vk);
+        TRY(op_matmul(r, &L->wo, &a->attn, &a->o, T));          /* o = attn Wo */
+        wk_vk_barrier(vk);
+        TRY(op_add_norm(r, &a->o, &L->post_attn_norm, &L->ffn_norm, T)); /* h += o; xn = norm(h) */
+        wk_vk_barrier(vk);
+        TRY(op_matmul(r, &L->ffn_gate, &a->xn, &a->gate, T));   /* gate, up = xn W */
+        TRY(op_matmul(r, &L->ffn_up, &a->xn, &a->up, T));
+        wk_vk_barrier(vk);
+        TRY(op_glu(r, T));                                      /* act = act(gate) * up */
+        wk_vk_barrier(vk);
+        TRY(op_matmul(r, &L->ffn_down, &a->act, &a->ffn, T));   /* ffn = act Wdown */
+        wk_vk_barrier(vk);
+        const wk_buf *next = il + 1 < hp->n_layer ? &w->layers[il + 1].attn_norm : &w->output_norm;
+        TRY(op_add_norm(r, &a->ffn, &L->post_ffn_norm, next, T)); /* h += ffn; xn = norm(h) */
+        wk_vk_barrier(vk);
+        if (f->debug_layers) {
+            VkDeviceSize bytes = (VkDeviceSize)T * hp->n_embd * 4;
+            VkBufferCopy c = {.srcOffset = 0, .dstOffset = (VkDeviceSize)il * bytes, .size = bytes};
+            vkCmdCopyBuffer(vk->cmd, a->h.buf, a->debug.buf, 1, &c);
+            wk_vk_barrier(vk);
+        }
+    }
+    return 0;
+}
+
+/* Gathers rows of xn into head_in and records logits = head_in Wout. */
+static int record_head(rec *r, const int *rows, int n) {
+    wk_fwd *f = r->f;
+    const VkDeviceSize rb = (VkDeviceSize)f->hp->n_embd * 4;
+    VkBufferCopy regions[64];
+    for (int i = 0; i < n; i++) regions[i] = (VkBufferCopy){.srcOffset = rows[i] * rb, .dstOffset = i * rb, .size = rb};
+    vkCmdCopyBuffer(f->vk->cmd, f->a.xn.buf, f->a.head_in.buf, (uint32_t)n, regions);
+    wk_vk_barrier(f->vk);
+    TRY(op_matmul(r, wk_weights_output(f->w), &f->a.head_in, &f->a.logits, (uint32_t)n));
+    wk_vk_barrier(f->vk);
+    return 0;
+}
+
+static void read_logits(wk_fwd *f, float *out, int n) {
+    const size_t V = (size_t)f->hp->n_vocab;
+    memcpy(out, f->a.logits.map, (size_t)n * V * sizeof(float));
+    if (f->hp->final_softcap > 0) {
+        const float c = f->hp->final_softcap;
+        for (size_t i = 0; i < (size_t)n * V; i++) out[i] = tanhf(out[i] / c) * c;
+    }
+}
+
+int wk_fwd_step(wk_fwd *f, const int32_t *tokens, const wk_row_info *rows, int T, const int *logit_rows,
+                int n_logits, float *out, float *layer_out, char *err, size_t errlen) {
+    if (T < 1 || T > f->max_tokens) {
+        snprintf(err, errlen, "step of %d tokens (1..%d allowed)", T, f->max_tokens);
+        return WK_ERR_INVALID;
+    }
+    for (int i = 0; i < T; i++)
+        if (tokens[i] < 0 || tokens[i] >= f->hp->n_vocab) {
+            snprintf(err, errlen, "token id %d out of range (vocabulary %d)", tokens[i], f->hp->n_vocab);
+            return WK_ERR_INVALID;
+        }
+    memcpy(f->a.tokens.map, tokens, (size_t)T * sizeof *tokens);
+    memcpy(f->a.rows.map, rows, (size_t)T * sizeof *rows);
+    rec r = {f, err, errlen};
+    TRY(wk_vk_begin(f->vk, err, errlen));
+    int rc = record_layers(&r, (uint32_t)T);
+    int first = n_logits < f->logit_rows ? n_logits : f->logit_rows;
+    if (!rc && first > 0) rc = record_head(&r, logit_rows, first);
+    /* The command buffer is always ended and submitted, so a recording error leaves no open state. */
+    int rc2 = wk_vk_submit_wait(f->vk, err, errlen);
+    if (rc) return rc;
+    if (rc2) return rc2;
+    if (first > 0) read_logits(f, out, first);
+    for (int done = first; done < n_logits;) {
+        int n = n_logits - done < f->logit_rows ? n_logits - done : f->logit_rows;
+        TRY(wk_vk_begin(f->vk, err, errlen));
+        rc = record_head(&r, logit_rows + done, n);
+        rc2 = wk_vk_submit_wait(f->vk, err, errlen);
+        if (rc) return rc;
+        if (rc2) return rc2;
+        read_logits(f, out + (size_t)done * f->hp->n_vocab, n);
+        done += n;
+    }
+    if (layer_out && f->debug_layers)
+        memcpy(layer_out, f->a.debug.map, (size_t)f->hp->n_layer * T * f->hp->n_embd * sizeof(float));
+    return 0;
+}

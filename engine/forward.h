@@ -1,0 +1,51 @@
+/* The forward pass: records one step (a batch of tokens from any sequences) as one command
+ * buffer of shader dispatches, submits it once, and reads back the requested logits rows. */
+#ifndef WK_FORWARD_H
+#define WK_FORWARD_H
+
+#include "kv_cache.h"
+#include "shader_params.h"
+#include "vk_pipelines.h"
+#include "weights.h"
+
+typedef struct wk_acts {
+    wk_buf tokens;        /* [T] int32, host-visible */
+    wk_buf rows;          /* [T] wk_row_info, host-visible */
+    wk_buf h;             /* [T][n_embd] residual stream */
+    wk_buf xn;            /* [T][n_embd] normed input of the next matmul; RGBA32F view */
+    wk_buf q, k, v;       /* [T][heads*head_dim] */
+    wk_buf attn;          /* [T][n_head*head_dim] attention output; RGBA32F view */
+    wk_buf o;             /* [T][n_embd] attention projection */
+    wk_buf gate, up;      /* [T][n_ff] */
+    wk_buf act;           /* [T][n_ff] gated activation; RGBA32F view */
+    wk_buf ffn;           /* [T][n_embd] FFN output */
+    wk_buf head_in;       /* [logit_rows][n_embd] rows that want logits; RGBA32F view */
+    wk_buf logits;        /* [logit_rows][n_vocab], host-visible */
+    wk_buf rope;          /* [2 bases][max_ctx][n_rot/2] (cos, sin); RG32F view */
+    wk_buf debug;         /* [n_layer][T][n_embd] residual after each layer, host-visible (tests) */
+} wk_acts;
+
+typedef struct wk_fwd {
+    wk_vk *vk;
+    wk_pipelines *pipes;
+    const wk_hparams *hp;
+    const wk_weights *w;
+    wk_kv_cache *kv;
+    wk_acts a;
+    int max_tokens;       /* tokens per step */
+    int logit_rows;       /* logits rows computed per submit */
+    int max_ctx;
+    bool debug_layers;
+} wk_fwd;
+
+int wk_fwd_init(wk_fwd *f, wk_vk *vk, wk_pipelines *pipes, const wk_hparams *hp, const wk_weights *w,
+                wk_kv_cache *kv, int max_tokens, int max_ctx, bool debug_layers, char *err, size_t errlen);
+void wk_fwd_free(wk_fwd *f);
+
+/* T tokens with their positions and cache rows. Logits of the rows in logit_rows[0..n_logits)
+ * go to out (n_logits x n_vocab). With debug_layers, layer_out (n_layer x T x n_embd) receives
+ * the residual stream after each layer. */
+int wk_fwd_step(wk_fwd *f, const int32_t *tokens, const wk_row_info *rows, int T, const int *logit_rows,
+                int n_logits, float *out, float *layer_out, char *err, size_t errlen);
+
+#endif

@@ -1,0 +1,27 @@
+/* Push-constant blocks of every shader, mirrored field for field by the `PC` blocks in shaders/.
+ * All fields are 32-bit so std430 push-constant layout equals the C layout. */
+#ifndef WK_SHADER_PARAMS_H
+#define WK_SHADER_PARAMS_H
+
+#include <stdint.h>
+
+typedef struct { uint32_t n_embd, n_tokens; float scale; } wk_pc_embed;
+typedef struct { uint32_t n, n_rows; float eps; } wk_pc_rmsnorm;
+/* add_norm: h += has_post ? rmsnorm(a)*w_post : a; y = rmsnorm(h)*w_next */
+typedef struct { uint32_t n, n_rows; float eps; uint32_t has_post; } wk_pc_add_norm;
+/* y[t][n] = sum_k W[n][k] x[t][k]; x rows of K floats, y rows of N floats */
+typedef struct { uint32_t N, K, T; } wk_pc_matmul;
+typedef struct {
+    uint32_t head_dim, n_head, n_head_kv, n_rot;
+    uint32_t rope_neox, has_norm, n_tokens, rope_table_offset; /* rope table offset in (cos,sin) pairs */
+    float eps, q_scale;
+} wk_pc_qk_norm_rope;
+typedef struct { uint32_t head_dim, n_head, n_head_kv, window, n_tokens; } wk_pc_attention;
+typedef struct { uint32_t n, act; } wk_pc_glu; /* act: 0 SiLU (SwiGLU), 1 tanh-GELU (GeGLU) */
+
+_Static_assert(sizeof(wk_pc_qk_norm_rope) <= 128, "push constants must fit 128 bytes");
+
+/* Per token of a step: where it sits. Mirrored by `RowInfo` in the shaders. */
+typedef struct { uint32_t pos, kv_base; } wk_row_info; /* kv_base: first cache row of its sequence */
+
+#endif

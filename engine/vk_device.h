@@ -1,0 +1,69 @@
+/* Vulkan device: instance and physical-device selection, queue, memory, buffers and texel views,
+ * one-shot submissions. Everything above it (pipelines, weights, forward pass) uses these helpers. */
+#ifndef WK_VK_DEVICE_H
+#define WK_VK_DEVICE_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <vulkan/vulkan.h>
+
+typedef struct wk_vk {
+    VkInstance instance;
+    VkDebugUtilsMessengerEXT messenger;
+    VkPhysicalDevice phys;
+    VkDevice dev;
+    VkQueue queue;
+    uint32_t queue_family;
+    VkPhysicalDeviceProperties props;
+    VkPhysicalDeviceMemoryProperties mem_props;
+    uint32_t subgroup_size;
+    bool validation;
+    int validation_messages;      /* warnings and errors the layer reported (tests require 0) */
+    VkCommandPool cmd_pool;
+    VkCommandBuffer cmd;          /* the step command buffer */
+    VkFence fence;
+    uint64_t bytes_allocated;     /* device memory held through wk_vk_buffer_create */
+} wk_vk;
+
+/* A buffer with its own memory, optionally persistently mapped and with one texel view. */
+typedef struct wk_buf {
+    VkBuffer buf;
+    VkDeviceMemory mem;
+    VkDeviceSize size;
+    VkDeviceSize bytes;           /* device memory held (counted in wk_vk.bytes_allocated) */
+    void *map;                    /* non-NULL when host-visible */
+    VkBufferView view;            /* VK_NULL_HANDLE unless a texel format was given */
+} wk_buf;
+
+typedef enum {
+    WK_MEM_DEVICE = 0,   /* device-local; written by upload or shaders */
+    WK_MEM_HOST = 1,     /* host-visible, coherent (uploads of small per-step data, readback) */
+} wk_mem_kind;
+
+/* device_index < 0: discrete > integrated > virtual > cpu, or the WUSHKV_DEVICE env override. */
+int wk_vk_init(wk_vk *vk, int device_index, bool validation, bool verbose, char *err, size_t errlen);
+void wk_vk_destroy(wk_vk *vk);
+
+/* size bytes; texel_format != VK_FORMAT_UNDEFINED adds a uniform texel view over the whole buffer. */
+int wk_vk_buffer_create(wk_vk *vk, wk_buf *b, VkDeviceSize size, wk_mem_kind kind, VkFormat texel_format,
+                        char *err, size_t errlen);
+void wk_vk_buffer_destroy(wk_vk *vk, wk_buf *b);
+/* Copies host data into a buffer at offset (staging through a host buffer when not mappable). */
+int wk_vk_upload(wk_vk *vk, wk_buf *b, VkDeviceSize offset, const void *data, VkDeviceSize size, char *err,
+                 size_t errlen);
+/* A texel view of a sub-range (offset must satisfy minTexelBufferOffsetAlignment). */
+int wk_vk_view_create(wk_vk *vk, const wk_buf *b, VkFormat fmt, VkDeviceSize offset, VkDeviceSize range,
+                      VkBufferView *out, char *err, size_t errlen);
+
+/* Begin / end-submit-wait of the step command buffer. */
+int wk_vk_begin(wk_vk *vk, char *err, size_t errlen);
+int wk_vk_submit_wait(wk_vk *vk, char *err, size_t errlen);
+/* Full compute->compute (and transfer) memory barrier inside the step command buffer. */
+void wk_vk_barrier(wk_vk *vk);
+
+const char *wk_vk_result_name(VkResult r);
+#define WK_VK_CHECK_MSG(r, what, err, errlen) \
+    snprintf(err, errlen, "%s failed: %s", what, wk_vk_result_name(r))
+
+#endif

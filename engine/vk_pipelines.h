@@ -1,0 +1,62 @@
+/* Compute pipelines built from the embedded SPIR-V, and dispatch with cached descriptor sets.
+ * The table in vk_pipelines.c names each shader's bindings and push-constant size. */
+#ifndef WK_VK_PIPELINES_H
+#define WK_VK_PIPELINES_H
+
+#include "vk_device.h"
+
+typedef enum {
+    WK_PIPE_EMBED_Q8A,
+    WK_PIPE_EMBED_F16,
+    WK_PIPE_RMSNORM,
+    WK_PIPE_ADD_NORM,
+    WK_PIPE_MATMUL_Q8A,
+    WK_PIPE_MATMUL_F16,
+    WK_PIPE_MATVEC_Q8A,
+    WK_PIPE_MATVEC_F16,
+    WK_PIPE_QK_NORM_ROPE,
+    WK_PIPE_ATTENTION_F16,
+    WK_PIPE_GLU,
+    WK_PIPE_COUNT
+} wk_pipe_id;
+
+#define WK_MAX_BINDINGS 10
+
+/* One binding argument: a texel view, or a storage-buffer range (range 0 = whole buffer). */
+typedef struct wk_arg {
+    VkBufferView view;
+    VkBuffer buf;
+    VkDeviceSize offset, range;
+} wk_arg;
+
+typedef struct wk_desc_entry {
+    uint64_t hash;
+    int pipe;
+    wk_arg args[WK_MAX_BINDINGS];
+    VkDescriptorSet set;
+} wk_desc_entry;
+
+typedef struct wk_pipelines {
+    VkDescriptorSetLayout dsl[WK_PIPE_COUNT];
+    VkPipelineLayout layout[WK_PIPE_COUNT];
+    VkPipeline pipe[WK_PIPE_COUNT];
+    VkDescriptorPool pool;
+    wk_desc_entry *cache; /* open addressing; sets are created once per distinct binding tuple */
+    uint32_t cache_cap, cache_used;
+    uint32_t matvec_rows;  /* rows per matvec workgroup */
+} wk_pipelines;
+
+int wk_pipelines_create(wk_vk *vk, wk_pipelines *p, char *err, size_t errlen);
+void wk_pipelines_destroy(wk_vk *vk, wk_pipelines *p);
+/* Records bind + push + dispatch into vk->cmd. args has one entry per binding of the pipeline. */
+int wk_dispatch(wk_vk *vk, wk_pipelines *p, wk_pipe_id id, const wk_arg *args, const void *push, uint32_t push_size,
+                uint32_t gx, uint32_t gy, uint32_t gz, char *err, size_t errlen);
+const char *wk_pipe_name(wk_pipe_id id);
+
+static inline wk_arg wk_arg_view(VkBufferView v) { return (wk_arg){.view = v}; }
+static inline wk_arg wk_arg_buf(VkBuffer b) { return (wk_arg){.buf = b}; }
+static inline wk_arg wk_arg_range(VkBuffer b, VkDeviceSize off, VkDeviceSize range) {
+    return (wk_arg){.buf = b, .offset = off, .range = range};
+}
+
+#endif

@@ -1,0 +1,138 @@
+/* Weight upload: converts each GGUF tensor into the device format the shaders read. Quantized
+ * blocks become q8a16 without loss (quant.c proves it per type); F32/BF16 matrices are stored as
+ * f16, the one lossy path, taken only for float models. */
+#include "weights.h"
+
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "quant.h"
+#include "wushkv/wushkv.h"
+
+static int upload_vector(wk_vk *vk, const wk_gguf_tensor *t, wk_buf *b, uint64_t *bytes, char *err, size_t errlen) {
+    uint64_t n = t->ne[0] * t->ne[1] * t->ne[2] * t->ne[3];
+    float *tmp = malloc(n * sizeof *tmp);
+    if (!tmp) return snprintf(err, errlen, "out of memory"), WK_ERR_NOMEM;
+    int rc = 0;
+    if (!wk_dequantize(t->type, t->data, tmp, n)) {
+        snprintf(err, errlen, "tensor '%s' has type %s, which cannot be read", t->name, wk_ggml_type_name(t->type));
+        rc = WK_ERR_UNSUPPORTED;
+    }
+    if (!rc) rc = wk_vk_buffer_create(vk, b, n * sizeof(float), WK_MEM_DEVICE, VK_FORMAT_UNDEFINED, err, errlen);
+    if (!rc) rc = wk_vk_upload(vk, b, 0, tmp, n * sizeof(float), err, errlen);
+    if (!rc) *bytes += b->bytes;
+    free(tmp);
+    return rc;
+}
+
+static int upload_matrix(wk_vk *vk, const wk_gguf_tensor *t, wk_dev_matrix *m, uint64_t *bytes, char *err,
+                         size_t errlen) {
+    memset(m, 0, sizeof *m);
+    m->cols = (uint32_t)t->ne[0];
+    m->rows = (uint32_t)t->ne[1];
+    const size_t n = (size_t)m->cols * m->rows;
+    if (m->cols % 16) {
+        snprintf(err, errlen, "tensor '%s': row length %u is not a multiple of 16", t->name, m->cols);
+        return WK_ERR_UNSUPPORTED;
+    }
+    int rc = 0;
+    if (wk_quant_is_exact_q8a16(t->type)) {
+        m->fmt = WK_WFMT_Q8A;
+        int8_t *codes = malloc(n);
+        float *so = malloc(n / 16 * 2 * sizeof(float));
+        if (!codes || !so) rc = WK_ERR_NOMEM, snprintf(err, errlen, "out of memory converting '%s'", t->name);
+        if (!rc && !wk_quant_to_q8a16(t->type, t->data, n, codes, so))
+            rc = WK_ERR_UNSUPPORTED, snprintf(err, errlen, "tensor '%s': cannot convert %s", t->name, wk_ggml_type_name(t->type));
+        if (!rc) rc = wk_vk_buffer_create(vk, &m->codes, n, WK_MEM_DEVICE, VK_FORMAT_R32G32B32A32_UINT, err, errlen);
+        if (!rc) rc = wk_vk_buffer_create(vk, &m->scales, n / 16 * 8, WK_MEM_DEVICE, VK_FORMAT_R32G32_SFLOAT, err, errlen);
+        if (!rc) rc = wk_vk_upload(vk, &m->codes, 0, codes, n, err, errlen);
+        if (!rc) rc = wk_vk_upload(vk, &m->scales, 0, so, n / 16 * 8, err, errlen);
+        free(codes);
+        free(so);
+    } else {
+        m->fmt = WK_WFMT_F16;
+        uint16_t *h = malloc(n * sizeof *h);
+        float *row = malloc(m->cols * sizeof *row);
+        if (!h || !row) rc = WK_ERR_NOMEM, snprintf(err, errlen, "out of memory converting '%s'", t->name);
+        uint32_t blk_elems = 1, blk_bytes = 0;
+        if (!rc && !wk_ggml_type_layout(t->type, &blk_elems, &blk_bytes))
+            rc = WK_ERR_UNSUPPORTED, snprintf(err, errlen, "tensor '%s': unsupported type", t->name);
+        const size_t row_bytes = (size_t)m->cols / blk_elems * blk_bytes;
+        for (uint32_t r = 0; !rc && r < m->rows; r++) {
+            if (t->type == WK_GGML_F16) {
+                memcpy(h + (size_t)r * m->cols, t->data + r * row_bytes, row_bytes);
+                continue;
+            }
+            if (!wk_dequantize(t->type, t->data + r * row_bytes, row, m->cols)) {
+                rc = WK_ERR_UNSUPPORTED;
+                snprintf(err, errlen, "tensor '%s' has type %s, which cannot be read", t->name, wk_ggml_type_name(t->type));
+                break;
+            }
+            for (uint32_t c = 0; c < m->cols; c++) h[(size_t)r * m->cols + c] = wk_f32_to_f16(row[c]);
+        }
+        if (!rc) rc = wk_vk_buffer_create(vk, &m->codes, n * 2, WK_MEM_DEVICE, VK_FORMAT_R32G32B32A32_UINT, err, errlen);
+        if (!rc) rc = wk_vk_upload(vk, &m->codes, 0, h, n * 2, err, errlen);
+        free(h);
+        free(row);
+    }
+    if (rc) {
+        if (!strstr(err, t->name)) {
+            char inner[WK_ERRMSG_LEN];
+            snprintf(inner, sizeof inner, "%s", err);
+            snprintf(err, errlen, "tensor '%s': %s", t->name, inner);
+        }
+        return rc;
+    }
+    *bytes += m->codes.bytes + m->scales.bytes;
+    return 0;
+}
+
+static void free_matrix(wk_vk *vk, wk_dev_matrix *m) {
+    wk_vk_buffer_destroy(vk, &m->codes);
+    wk_vk_buffer_destroy(vk, &m->scales);
+}
+
+int wk_weights_upload(wk_vk *vk, const wk_model_desc *m, wk_weights *w, char *err, size_t errlen) {
+    memset(w, 0, sizeof *w);
+    w->n_layer = m->hp.n_layer;
+    w->layers = calloc((size_t)w->n_layer, sizeof *w->layers);
+    if (!w->layers) return snprintf(err, errlen, "out of memory"), WK_ERR_NOMEM;
+    int rc = wk_vk_buffer_create(vk, &w->dummy, 64, WK_MEM_DEVICE, VK_FORMAT_R32G32_SFLOAT, err, errlen);
+    if (!rc) rc = upload_matrix(vk, m->tok_embd, &w->tok_embd, &w->bytes, err, errlen);
+    w->tied = m->output == m->tok_embd;
+    if (!rc && !w->tied) rc = upload_matrix(vk, m->output, &w->output, &w->bytes, err, errlen);
+    if (!rc) rc = upload_vector(vk, m->output_norm, &w->output_norm, &w->bytes, err, errlen);
+    for (int il = 0; !rc && il < w->n_layer; il++) {
+        const wk_layer_weights *L = &m->layers[il];
+        wk_dev_layer *D = &w->layers[il];
+        const struct { const wk_gguf_tensor *t; wk_dev_matrix *m; } mats[] = {
+            {L->wq, &D->wq}, {L->wk, &D->wk}, {L->wv, &D->wv}, {L->wo, &D->wo},
+            {L->ffn_gate, &D->ffn_gate}, {L->ffn_up, &D->ffn_up}, {L->ffn_down, &D->ffn_down}};
+        for (size_t i = 0; !rc && i < sizeof mats / sizeof *mats; i++)
+            rc = upload_matrix(vk, mats[i].t, mats[i].m, &w->bytes, err, errlen);
+        const struct { const wk_gguf_tensor *t; wk_buf *b; } vecs[] = {
+            {L->attn_norm, &D->attn_norm}, {L->q_norm, &D->q_norm}, {L->k_norm, &D->k_norm},
+            {L->post_attn_norm, &D->post_attn_norm}, {L->ffn_norm, &D->ffn_norm}, {L->post_ffn_norm, &D->post_ffn_norm}};
+        for (size_t i = 0; !rc && i < sizeof vecs / sizeof *vecs; i++)
+            if (vecs[i].t) rc = upload_vector(vk, vecs[i].t, vecs[i].b, &w->bytes, err, errlen);
+    }
+    if (rc) wk_weights_free(vk, w);
+    return rc;
+}
+
+void wk_weights_free(wk_vk *vk, wk_weights *w) {
+    free_matrix(vk, &w->tok_embd);
+    free_matrix(vk, &w->output);
+    wk_vk_buffer_destroy(vk, &w->output_norm);
+    wk_vk_buffer_destroy(vk, &w->dummy);
+    for (int il = 0; w->layers && il < w->n_layer; il++) {
+        wk_dev_layer *D = &w->layers[il];
+        wk_dev_matrix *mats[] = {&D->wq, &D->wk, &D->wv, &D->wo, &D->ffn_gate, &D->ffn_up, &D->ffn_down};
+        for (size_t i = 0; i < sizeof mats / sizeof *mats; i++) free_matrix(vk, mats[i]);
+        wk_buf *vecs[] = {&D->attn_norm, &D->q_norm, &D->k_norm, &D->post_attn_norm, &D->ffn_norm, &D->post_ffn_norm};
+        for (size_t i = 0; i < sizeof vecs / sizeof *vecs; i++) wk_vk_buffer_destroy(vk, vecs[i]);
+    }
+    free(w->layers);
+    memset(w, 0, sizeof *w);
+}

@@ -1,0 +1,39 @@
+/* Model weights on the device: every matrix in one of two texel formats (q8a16 for quantized
+ * tensors, converted exactly; f16 for float tensors), norm vectors as f32 storage buffers. */
+#ifndef WK_WEIGHTS_H
+#define WK_WEIGHTS_H
+
+#include "model.h"
+#include "vk_device.h"
+
+typedef enum { WK_WFMT_Q8A = 0, WK_WFMT_F16 = 1 } wk_wfmt;
+
+typedef struct wk_dev_matrix {
+    wk_wfmt fmt;
+    uint32_t rows, cols;   /* rows outputs of cols inputs (ggml ne1 x ne0) */
+    wk_buf codes;          /* q8a: int8 codes, RGBA32UI view (16 per texel); f16: halves (8 per texel) */
+    wk_buf scales;         /* q8a: (scale, offset) f32 pairs per 16, RG32F view; f16: unused */
+} wk_dev_matrix;
+
+typedef struct wk_dev_layer {
+    wk_buf attn_norm, q_norm, k_norm, post_attn_norm, ffn_norm, post_ffn_norm; /* f32; absent = dummy */
+    wk_dev_matrix wq, wk, wv, wo, ffn_gate, ffn_up, ffn_down;
+} wk_dev_layer;
+
+typedef struct wk_weights {
+    wk_dev_matrix tok_embd;
+    wk_dev_matrix output;  /* unused when tied */
+    bool tied;
+    wk_buf output_norm;
+    wk_buf dummy;          /* bound where a shader has a binding the model does not use; RG32F view */
+    int n_layer;
+    wk_dev_layer *layers;
+    uint64_t bytes;        /* device bytes of all weights */
+} wk_weights;
+
+int wk_weights_upload(wk_vk *vk, const wk_model_desc *m, wk_weights *w, char *err, size_t errlen);
+void wk_weights_free(wk_vk *vk, wk_weights *w);
+
+static inline const wk_dev_matrix *wk_weights_output(const wk_weights *w) { return w->tied ? &w->tok_embd : &w->output; }
+
+#endif

@@ -1,0 +1,37 @@
+// Shared GLSL (weight bindings 0 and 1 when a WFMT_* is defined): weight-group loads for the two device weight formats, and small math helpers.
+// A "group" is 16 consecutive weights of one row: the unit every matrix kernel walks K in.
+//   WFMT_Q8A: WC texel (RGBA32UI) = 16 int8 codes; WS texel (RG32F) = (scale, offset).
+//   WFMT_F16: WC texels 2g, 2g+1 (RGBA32UI) = 16 packed halves; WS unused.
+
+vec4 i8x4(uint v) {
+    return vec4(ivec4(bitfieldExtract(int(v), 0, 8), bitfieldExtract(int(v), 8, 8),
+                      bitfieldExtract(int(v), 16, 8), bitfieldExtract(int(v), 24, 8)));
+}
+
+#if defined(WFMT_Q8A)
+layout(binding = 0) uniform usamplerBuffer WC;
+layout(binding = 1) uniform samplerBuffer WS;
+// Raw group: codes + (scale, offset); dequantize component i with wgroup_part.
+struct wgroup { uvec4 c; vec2 so; };
+wgroup wgroup_load(uint group_index) {
+    wgroup g;
+    g.c = texelFetch(WC, int(group_index));
+    g.so = texelFetch(WS, int(group_index)).xy;
+    return g;
+}
+vec4 wgroup_part(wgroup g, uint i) { return i8x4(g.c[i]) * g.so.x + g.so.y; }
+#elif defined(WFMT_F16)
+layout(binding = 0) uniform usamplerBuffer WC;
+layout(binding = 1) uniform samplerBuffer WS;
+struct wgroup { uvec4 a; uvec4 b; };
+wgroup wgroup_load(uint group_index) {
+    wgroup g;
+    g.a = texelFetch(WC, int(2 * group_index));
+    g.b = texelFetch(WC, int(2 * group_index + 1));
+    return g;
+}
+vec4 wgroup_part(wgroup g, uint i) {
+    uvec2 p = i == 0 ? g.a.xy : i == 1 ? g.a.zw : i == 2 ? g.b.xy : g.b.zw;
+    return vec4(unpackHalf2x16(p.x), unpackHalf2x16(p.y));
+}
+#endif
