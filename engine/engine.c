@@ -48,6 +48,7 @@ const wk_model_info *wk_engine_info(const wk_engine *e) { return &e->info; }
 
 void wk_engine_close(wk_engine *e) {
     if (!e) return;
+    wk_prof_print(&e->pipes);
     wk_fwd_free(&e->fwd);
     wk_kv_cache_destroy(&e->vk, &e->kv);
     wk_weights_free(&e->vk, &e->weights);

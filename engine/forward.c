@@ -277,6 +277,7 @@ int wk_fwd_step(wk_fwd *f, const int32_t *tokens, const wk_row_info *rows, int T
     memcpy(f->a.rows.map, rows, (size_t)T * sizeof *rows);
     rec r = {f, err, errlen};
     TRY(wk_vk_begin(f->vk, err, errlen));
+    wk_prof_begin(f->vk, f->pipes);
     int rc = record_layers(&r, (uint32_t)T);
     int first = n_logits < f->logit_rows ? n_logits : f->logit_rows;
     if (!rc && first > 0) rc = record_head(&r, logit_rows, first);
@@ -284,14 +285,17 @@ int wk_fwd_step(wk_fwd *f, const int32_t *tokens, const wk_row_info *rows, int T
     int rc2 = wk_vk_submit_wait(f->vk, err, errlen);
     if (rc) return rc;
     if (rc2) return rc2;
+    wk_prof_collect(f->vk, f->pipes);
     if (first > 0) read_logits(f, out, first);
     for (int done = first; done < n_logits;) {
         int n = n_logits - done < f->logit_rows ? n_logits - done : f->logit_rows;
         TRY(wk_vk_begin(f->vk, err, errlen));
+        wk_prof_begin(f->vk, f->pipes);
         rc = record_head(&r, logit_rows + done, n);
         rc2 = wk_vk_submit_wait(f->vk, err, errlen);
         if (rc) return rc;
         if (rc2) return rc2;
+        wk_prof_collect(f->vk, f->pipes);
         read_logits(f, out + (size_t)done * f->hp->n_vocab, n);
         done += n;
     }

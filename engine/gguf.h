@@ -29,7 +29,9 @@ typedef struct wk_gguf_kv {
     /* scalars */
     union { uint64_t u; int64_t i; double f; bool b; } v;
     wk_gguf_str str;          /* WK_GGUF_STRING */
-    /* arrays: element type, count, and where the packed elements start in the file */
+    /* arrays: element type, count, and where the packed elements start in the file. Nested
+     * arrays (arr_type ARRAY, up to 8 levels) are validated and skipped: arr_data points at the
+     * first inner array's header and nothing else is indexed. */
     wk_gguf_type arr_type;
     uint64_t arr_count;
     const uint8_t *arr_data;
@@ -77,7 +79,9 @@ bool wk_gguf_get_str(const wk_gguf *g, const char *key, char *buf, size_t cap);
 const wk_gguf_tensor *wk_gguf_find_tensor(const wk_gguf *g, const char *name);
 
 const char *wk_ggml_type_name(wk_ggml_type t);
-/* Elements per block and bytes per block; false for types we cannot read. */
+/* Elements per block and bytes per block; false for types we cannot read. Known: every type in
+ * wk_ggml_type (so files with e.g. Q2_K tensors open); which of them can be dequantized is
+ * quant.h's business (wk_dequantize returns false for the others). */
 bool wk_ggml_type_layout(wk_ggml_type t, uint32_t *block_elems, uint32_t *block_bytes);
 
 #endif

@@ -100,13 +100,19 @@ static int create_one(wk_vk *vk, wk_pipelines *p, wk_pipe_id id, char *err, size
 
 int wk_pipelines_create(wk_vk *vk, wk_pipelines *p, char *err, size_t errlen) {
     memset(p, 0, sizeof *p);
-    p->matvec_rows = 4;
+    p->matvec_rows = 16;
     for (int id = 0; id < WK_PIPE_COUNT; id++) {
         int rc = create_one(vk, p, (wk_pipe_id)id, err, errlen);
         if (rc) {
             wk_pipelines_destroy(vk, p);
             return rc;
         }
+    }
+    const char *prof = getenv("WUSHKV_PROFILE");
+    if (prof && strcmp(prof, "1") == 0 && vk->props.limits.timestampComputeAndGraphics) {
+        VkQueryPoolCreateInfo qci = {.sType = VK_STRUCTURE_TYPE_QUERY_POOL_CREATE_INFO,
+                                     .queryType = VK_QUERY_TYPE_TIMESTAMP, .queryCount = 4096};
+        p->profile = vkCreateQueryPool(vk->dev, &qci, NULL, &p->queries) == VK_SUCCESS;
     }
     p->cache_cap = 8192;
     p->cache = calloc(p->cache_cap, sizeof *p->cache);
@@ -126,6 +132,7 @@ int wk_pipelines_create(wk_vk *vk, wk_pipelines *p, char *err, size_t errlen) {
 void wk_pipelines_destroy(wk_vk *vk, wk_pipelines *p) {
     if (!vk->dev) return;
     if (p->pool) vkDestroyDescriptorPool(vk->dev, p->pool, NULL);
+    if (p->queries) vkDestroyQueryPool(vk->dev, p->queries, NULL);
     for (int id = 0; id < WK_PIPE_COUNT; id++) {
         if (p->pipe[id]) vkDestroyPipeline(vk->dev, p->pipe[id], NULL);
         if (p->layout[id]) vkDestroyPipelineLayout(vk->dev, p->layout[id], NULL);
@@ -210,5 +217,40 @@ int wk_dispatch(wk_vk *vk, wk_pipelines *p, wk_pipe_id id, const wk_arg *args, c
     vkCmdBindDescriptorSets(vk->cmd, VK_PIPELINE_BIND_POINT_COMPUTE, p->layout[id], 0, 1, &set, 0, NULL);
     vkCmdPushConstants(vk->cmd, p->layout[id], VK_SHADER_STAGE_COMPUTE_BIT, 0, push_size, push);
     vkCmdDispatch(vk->cmd, gx, gy, gz);
+    if (p->profile && p->n_queries < 4096) {
+        p->query_pipe[p->n_queries] = (uint8_t)id;
+        vkCmdWriteTimestamp(vk->cmd, VK_PIPELINE_STAGE_COMPUTE_SHADER_BIT, p->queries, p->n_queries++);
+    }
     return 0;
+}
+
+void wk_prof_begin(wk_vk *vk, wk_pipelines *p) {
+    if (!p->profile) return;
+    vkCmdResetQueryPool(vk->cmd, p->queries, 0, 4096);
+    p->n_queries = 0;
+    p->query_pipe[p->n_queries] = WK_PIPE_COUNT; /* start mark */
+    vkCmdWriteTimestamp(vk->cmd, VK_PIPELINE_STAGE_TOP_OF_PIPE_BIT, p->queries, p->n_queries++);
+}
+
+void wk_prof_collect(wk_vk *vk, wk_pipelines *p) {
+    if (!p->profile || p->n_queries < 2) return;
+    uint64_t ts[4096];
+    if (vkGetQueryPoolResults(vk->dev, p->queries, 0, p->n_queries, sizeof ts, ts, sizeof(uint64_t),
+                              VK_QUERY_RESULT_64_BIT) != VK_SUCCESS)
+        return;
+    const double ns = vk->props.limits.timestampPeriod;
+    for (uint32_t i = 1; i < p->n_queries; i++) {
+        p->prof_ms[p->query_pipe[i]] += (double)(ts[i] - ts[i - 1]) * ns * 1e-6;
+        p->prof_calls[p->query_pipe[i]]++;
+    }
+    p->n_queries = 0;
+}
+
+void wk_prof_print(const wk_pipelines *p) {
+    if (!p->profile) return;
+    fprintf(stderr, "wushkv profile (GPU time per pipeline):\n");
+    for (int id = 0; id < WK_PIPE_COUNT; id++)
+        if (p->prof_calls[id])
+            fprintf(stderr, "  %-16s %9.1f ms  %7llu dispatches  %8.3f ms each\n", specs[id].name, p->prof_ms[id],
+                    (unsigned long long)p->prof_calls[id], p->prof_ms[id] / (double)p->prof_calls[id]);
 }

@@ -44,6 +44,13 @@ typedef struct wk_pipelines {
     wk_desc_entry *cache; /* open addressing; sets are created once per distinct binding tuple */
     uint32_t cache_cap, cache_used;
     uint32_t matvec_rows;  /* rows per matvec workgroup */
+    /* Optional GPU-time profile per pipeline (WUSHKV_PROFILE=1): a timestamp after each dispatch. */
+    bool profile;
+    VkQueryPool queries;
+    uint32_t n_queries;
+    uint8_t query_pipe[4096];
+    double prof_ms[WK_PIPE_COUNT];
+    uint64_t prof_calls[WK_PIPE_COUNT];
 } wk_pipelines;
 
 int wk_pipelines_create(wk_vk *vk, wk_pipelines *p, char *err, size_t errlen);
@@ -52,6 +59,10 @@ void wk_pipelines_destroy(wk_vk *vk, wk_pipelines *p);
 int wk_dispatch(wk_vk *vk, wk_pipelines *p, wk_pipe_id id, const wk_arg *args, const void *push, uint32_t push_size,
                 uint32_t gx, uint32_t gy, uint32_t gz, char *err, size_t errlen);
 const char *wk_pipe_name(wk_pipe_id id);
+/* Profiling: call begin right after wk_vk_begin and collect after the submit completed. */
+void wk_prof_begin(wk_vk *vk, wk_pipelines *p);
+void wk_prof_collect(wk_vk *vk, wk_pipelines *p);
+void wk_prof_print(const wk_pipelines *p);
 
 static inline wk_arg wk_arg_view(VkBufferView v) { return (wk_arg){.view = v}; }
 static inline wk_arg wk_arg_buf(VkBuffer b) { return (wk_arg){.buf = b}; }

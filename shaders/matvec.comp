@@ -1,6 +1,7 @@
 #version 450
-// y[t][r] = W[r] . x[t] for a few tokens (decode): one subgroup per ROWS rows, lanes stride over
-// 16-weight groups; the weights of a group are dequantized once and reused for up to 4 tokens.
+// y[t][r] = W[r] . x[t] for 1..4 tokens (decode): one subgroup per ROWS rows, lanes stride over
+// 16-weight groups. With several tokens a group is dequantized once and reused for each of them;
+// a single token takes its own loop so it fetches no activations twice.
 #extension GL_GOOGLE_include_directive : require
 #extension GL_KHR_shader_subgroup_arithmetic : require
 #include "common.glsl"
@@ -12,9 +13,29 @@ layout(push_constant) uniform PC { uint N; uint K; uint T; } pc;
 void main() {
     uint lane = gl_LocalInvocationID.x, nl = gl_WorkGroupSize.x;
     uint G = pc.K / 16, K4 = pc.K / 4;
-    uint t1 = min(pc.T, 4u) > 1 ? 1 : 0, t2 = min(pc.T, 4u) > 2 ? 2 : 0, t3 = min(pc.T, 4u) > 3 ? 3 : 0;
+    uint row0 = (gl_WorkGroupID.y * gl_NumWorkGroups.x + gl_WorkGroupID.x) * ROWS;  // 2-D grid: vocab-sized N
+    if (pc.T == 1) {
+        for (uint rr = 0; rr < ROWS; ++rr) {
+            uint r = row0 + rr;
+            if (r >= pc.N) return;
+            vec4 a = vec4(0);
+            for (uint g = lane; g < G; g += nl) {
+                wgroup w = wgroup_load(r * G + g);
+                int xi = int(g * 4);
+                a = fma(wgroup_part(w, 0), texelFetch(X, xi), a);
+                a = fma(wgroup_part(w, 1), texelFetch(X, xi + 1), a);
+                a = fma(wgroup_part(w, 2), texelFetch(X, xi + 2), a);
+                a = fma(wgroup_part(w, 3), texelFetch(X, xi + 3), a);
+            }
+            float s = subgroupAdd(a.x + a.y + a.z + a.w);
+            if (lane == 0) y[r] = s;
+        }
+        return;
+    }
+    // Tokens past T alias token 0 (fetched, never stored).
+    uint t1 = pc.T > 1 ? K4 : 0, t2 = pc.T > 2 ? 2 * K4 : 0, t3 = pc.T > 3 ? 3 * K4 : 0;
     for (uint rr = 0; rr < ROWS; ++rr) {
-        uint r = (gl_WorkGroupID.y * gl_NumWorkGroups.x + gl_WorkGroupID.x) * ROWS + rr;  // 2-D grid: vocab-sized N
+        uint r = row0 + rr;
         if (r >= pc.N) return;
         vec4 a0 = vec4(0), a1 = vec4(0), a2 = vec4(0), a3 = vec4(0);
         for (uint g = lane; g < G; g += nl) {
@@ -23,9 +44,9 @@ void main() {
                 vec4 wi = wgroup_part(w, i);
                 int xi = int(g * 4 + i);
                 a0 = fma(wi, texelFetch(X, xi), a0);
-                a1 = fma(wi, texelFetch(X, int(t1 * K4) + xi), a1);
-                a2 = fma(wi, texelFetch(X, int(t2 * K4) + xi), a2);
-                a3 = fma(wi, texelFetch(X, int(t3 * K4) + xi), a3);
+                a1 = fma(wi, texelFetch(X, int(t1) + xi), a1);
+                a2 = fma(wi, texelFetch(X, int(t2) + xi), a2);
+                a3 = fma(wi, texelFetch(X, int(t3) + xi), a3);
             }
         }
         float s0 = subgroupAdd(a0.x + a0.y + a0.z + a0.w);
@@ -34,9 +55,9 @@ void main() {
         float s3 = subgroupAdd(a3.x + a3.y + a3.z + a3.w);
         if (lane == 0) {
             y[r] = s0;
-            if (t1 != 0) y[pc.N + r] = s1;
-            if (t2 != 0) y[2 * pc.N + r] = s2;
-            if (t3 != 0) y[3 * pc.N + r] = s3;
+            if (pc.T > 1) y[pc.N + r] = s1;
+            if (pc.T > 2) y[2 * pc.N + r] = s2;
+            if (pc.T > 3) y[3 * pc.N + r] = s3;
         }
     }
 }
