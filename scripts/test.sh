@@ -1,0 +1,109 @@
+#!/usr/bin/env bash
+# THE test command: installs what is missing, builds release and ASan+UBSan, runs every meson
+# suite (release), the unit suite again under ASan+UBSan, and the Python tests when there are
+# any; ends with one line "N passed, N failed[, N skipped]" and a non-zero exit on any failure.
+set -uo pipefail
+cd "$(dirname "${BASH_SOURCE[0]}")/.."
+
+passed=0
+failed=0
+skipped=0
+
+finish() {
+    local line="$passed passed, $failed failed"
+    ((skipped)) && line+=", $skipped skipped"
+    echo "$line"
+    ((failed == 0))
+    exit
+}
+
+# A step that fails before any test runs still counts, so the summary never reads "0 failed".
+die_step() {
+    echo "test.sh: $1 failed" >&2
+    failed=$((failed + 1))
+    finish
+}
+
+# count_meson DIR RC: adds meson's per-test results from DIR/meson-logs/testlog.json.
+count_meson() {
+    local log=$1/meson-logs/testlog.json rc=$2 counts p f s
+    if [[ ! -s $log ]]; then
+        echo "test.sh: no test log in $1 (meson test exited $rc)" >&2
+        failed=$((failed + 1))
+        return
+    fi
+    counts=$(python3 - "$log" <<'PY'
+import json, sys
+p = f = s = 0
+for line in open(sys.argv[1]):
+    if not line.strip():
+        continue
+    r = json.loads(line)["result"]
+    if r in ("OK", "EXPECTEDFAIL"):
+        p += 1
+    elif r == "SKIP":
+        s += 1
+    else:  # FAIL, UNEXPECTEDPASS, TIMEOUT, ERROR, INTERRUPT
+        f += 1
+print(p, f, s)
+PY
+    ) || counts="0 1 0"
+    read -r p f s <<<"$counts"
+    # meson failing with every test green means it broke itself (build step, bad option).
+    if ((rc != 0 && f == 0)); then
+        echo "test.sh: meson test in $1 exited $rc" >&2
+        f=1
+    fi
+    passed=$((passed + p))
+    failed=$((failed + f))
+    skipped=$((skipped + s))
+}
+
+model=$(bash scripts/install-deps.sh) || die_step "scripts/install-deps.sh"
+model=$(tail -n 1 <<<"$model")
+bash scripts/build.sh --asan || die_step "scripts/build.sh --asan"
+
+# Tests that need the real model read it from here, and skip without it.
+export WUSHKV_MODEL=$model
+
+echo "== meson test -C build (all suites)" >&2
+rm -f build/meson-logs/testlog.json
+meson test -C build --print-errorlogs
+count_meson build $?
+
+echo "== meson test -C build-asan --suite unit (ASan + UBSan)" >&2
+rm -f build-asan/meson-logs/testlog.json
+# UBSan only reports and goes on unless told to halt; meson 1.0 sets neither option itself.
+ASAN_OPTIONS=detect_leaks=1:halt_on_error=1:abort_on_error=1:print_summary=1 \
+    UBSAN_OPTIONS=halt_on_error=1:abort_on_error=1:print_stacktrace=1:print_summary=1 \
+    meson test -C build-asan --suite unit --print-errorlogs --timeout-multiplier 3
+count_meson build-asan $?
+
+if [[ -d tests/py ]] && find tests/py -name 'test_*.py' -o -name '*_test.py' | grep -q .; then
+    echo "== pytest tests/py" >&2
+    junit=build/pytest-junit.xml
+    rm -f "$junit"
+    python3 -m pytest tests/py -q -p no:cacheprovider --junitxml="$junit"
+    rc=$?
+    if [[ -s $junit ]]; then
+        read -r p f s < <(python3 - "$junit" <<'PY'
+import sys, xml.etree.ElementTree as ET
+root = ET.parse(sys.argv[1]).getroot()
+suites = [root] if root.tag == "testsuite" else list(root.iter("testsuite"))
+t = sum(int(x.get("tests", 0)) for x in suites)
+f = sum(int(x.get("failures", 0)) + int(x.get("errors", 0)) for x in suites)
+s = sum(int(x.get("skipped", 0)) for x in suites)
+print(t - f - s, f, s)
+PY
+        ) || { p=0; f=1; s=0; }
+        # 5 = no test collected: nothing to count, not a failure.
+        ((rc != 0 && rc != 5 && f == 0)) && f=1
+        passed=$((passed + p))
+        failed=$((failed + f))
+        skipped=$((skipped + s))
+    elif ((rc != 5)); then
+        failed=$((failed + 1))
+    fi
+fi
+
+finish
