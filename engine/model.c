@@ -80,7 +80,8 @@ static int read_hparams(const wk_gguf *g, wk_hparams *hp, char *err, size_t errl
     hp->n_rot = get_u32(g, a, "rope.dimension_count", &v) ? (int)v : hp->head_dim;
     if (hp->n_rot <= 0 || hp->n_rot > hp->head_dim || hp->n_rot % 2)
         return fail(err, errlen, WK_ERR_FORMAT, "rope.dimension_count %d does not fit head_dim %d", hp->n_rot, hp->head_dim);
-    if (!get_f32(g, a, "attention.layer_norm_rms_epsilon", &hp->eps)) hp->eps = 1e-5f;
+    if (!get_f32(g, a, "attention.layer_norm_rms_epsilon", &hp->eps))
+        hp->eps = strcmp(a, "gemma3") == 0 ? 1e-6f : 1e-5f; /* the converters' defaults */
     if (!get_f32(g, a, "rope.freq_base", &hp->rope_base)) hp->rope_base = 10000.0f;
     hp->rope_freq_scale = 1.0f;
     float factor;
@@ -114,15 +115,19 @@ int wk_model_desc_load(const wk_gguf *g, wk_model_desc *m, char *err, size_t err
 
     if (hp->arch == WK_ARCH_GEMMA3) {
         /* As llama.cpp: every 6th layer is global; the others use a sliding window and RoPE base 10k. */
+        const char *a = hp->arch_name;
         hp->rope_type = WK_ROPE_NEOX;
-        hp->rope_base_swa = 10000.0f;
-        for (int il = 0; il < hp->n_layer; il++) hp->is_swa[il] = hp->sliding_window > 0 && (il % 6 < 5);
+        if (!get_f32(g, a, "rope.freq_base_swa", &hp->rope_base_swa)) hp->rope_base_swa = 10000.0f;
+        uint32_t pattern = 6;
+        if (get_u32(g, a, "attention.sliding_window_pattern", &pattern) && pattern == 0)
+            return fail(err, errlen, WK_ERR_FORMAT, "%s.attention.sliding_window_pattern is 0", a);
+        for (int il = 0; il < hp->n_layer; il++)
+            hp->is_swa[il] = hp->sliding_window > 0 && (uint32_t)il % pattern < pattern - 1;
         hp->attn_scale = 1.0f / sqrtf((float)hp->head_dim);
         hp->embd_scale = sqrtf((float)hp->n_embd);
         hp->qk_norm = true;
         hp->post_norms = true;
         hp->ffn_act = WK_FFN_GEGLU;
-        if (hp->eps == 1e-5f) hp->eps = 1e-6f;
     } else {
         hp->rope_type = WK_ROPE_NORMAL;
         hp->sliding_window = 0;

@@ -1,0 +1,48 @@
+/* Writes small random-weight GGUF models (gemma3 or llama) with the test-side writer, so forward
+ * passes can be tested without the real model. */
+#ifndef WK_TEST_TINY_MODEL_H
+#define WK_TEST_TINY_MODEL_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include "gguf.h"
+
+/* Fixed sizes: n_embd 256, n_head 4, n_head_kv 2, head_dim 64, n_ff 512, vocab 512, ctx 2048. */
+#define TINY_N_EMBD 256
+#define TINY_N_HEAD 4
+#define TINY_N_HEAD_KV 2
+#define TINY_HEAD_DIM 64
+#define TINY_N_FF 512
+#define TINY_N_VOCAB 512
+#define TINY_N_CTX 2048
+
+typedef struct tiny_model_opts {
+    const char *arch;   /* "llama" or "gemma3" */
+    uint64_t seed;      /* same seed, same file */
+    int n_layer;        /* 0: 6 for gemma3 (layer 5 global), 3 for llama */
+    bool mixed_quants;  /* false: every matrix F32; true: the matrices cycle through F32, F16, BF16
+                         * and every block type (Q4_0 Q4_1 Q5_0 Q5_1 Q8_0 Q4_K Q5_K Q6_K) */
+    int sliding_window; /* gemma3: 0 -> 16; < 0 -> no sliding window key (every layer global) */
+} tiny_model_opts;
+
+/* Vocabulary (SPM, "llama" tokenizer model): 0 <unk>, 1 <s>, 2 </s>, 3..258 byte tokens
+ * <0x00>..<0xFF>, gemma3 only: 259 <start_of_turn>, 260 <end_of_turn>; then "▁", the printable
+ * ASCII characters and merges up to 512. add_bos true. */
+#define TINY_TOKEN_UNK 0
+#define TINY_TOKEN_BOS 1
+#define TINY_TOKEN_EOS 2
+#define TINY_TOKEN_BYTE0 3
+
+bool tiny_model_write(const tiny_model_opts *o, const char *path);
+
+/* The same file in memory (for wk_gguf_open_memory); caller frees. NULL on failure. */
+uint8_t *tiny_model_bytes(const tiny_model_opts *o, size_t *size);
+
+/* The quantizer the files are made with: n f32 values (n a multiple of the block size) encoded as
+ * `type` in a new buffer (free()); simple round-to-nearest, not ggml's error-minimizing search.
+ * NULL for types it cannot write. */
+uint8_t *tiny_encode(wk_ggml_type type, const float *x, size_t n);
+
+#endif
