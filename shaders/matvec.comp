@@ -22,10 +22,18 @@ void main() {
             for (uint g = lane; g < G; g += nl) {
                 wgroup w = wgroup_load(r * G + g);
                 int xi = int(g * 4);
-                a = fma(wgroup_part(w, 0), texelFetch(X, xi), a);
-                a = fma(wgroup_part(w, 1), texelFetch(X, xi + 1), a);
-                a = fma(wgroup_part(w, 2), texelFetch(X, xi + 2), a);
-                a = fma(wgroup_part(w, 3), texelFetch(X, xi + 3), a);
+                vec4 x0 = texelFetch(X, xi), x1 = texelFetch(X, xi + 1), x2 = texelFetch(X, xi + 2), x3 = texelFetch(X, xi + 3);
+#if defined(WFMT_Q8A)
+                // sum(c*s + o) x = s * (c . x) + o * sum(x): the scale and offset leave the inner loop.
+                float cx = dot(i8x4(w.c.x), x0) + dot(i8x4(w.c.y), x1) + dot(i8x4(w.c.z), x2) + dot(i8x4(w.c.w), x3);
+                a.x = fma(w.so.x, cx, a.x);
+                a.y = fma(w.so.y, dot(x0 + x1 + x2 + x3, vec4(1)), a.y);
+#else
+                a = fma(wgroup_part(w, 0), x0, a);
+                a = fma(wgroup_part(w, 1), x1, a);
+                a = fma(wgroup_part(w, 2), x2, a);
+                a = fma(wgroup_part(w, 3), x3, a);
+#endif
             }
             float s = subgroupAdd(a.x + a.y + a.z + a.w);
             if (lane == 0) y[r] = s;
