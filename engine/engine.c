@@ -25,6 +25,7 @@ struct wk_engine {
     wk_fwd fwd;
     wk_model_info info;
     char name[256];
+    char *chat_template; /* tokenizer.chat_template (NUL-terminated copy), or NULL */
     bool *slot_used;     /* [max_seqs] */
     int max_seqs;
     /* per-step scratch, sized for max_batch_tokens */
@@ -45,6 +46,7 @@ void wk_engine_params_default(wk_engine_params *p) {
 }
 
 const wk_model_info *wk_engine_info(const wk_engine *e) { return &e->info; }
+const char *wk_engine_chat_template(const wk_engine *e) { return e->chat_template; }
 
 void wk_engine_close(wk_engine *e) {
     if (!e) return;
@@ -56,6 +58,7 @@ void wk_engine_close(wk_engine *e) {
     wk_vk_destroy(&e->vk);
     wk_tokenizer_free(e->tok);
     wk_gguf_close(e->gguf);
+    free(e->chat_template);
     free(e->slot_used);
     free(e->step_tokens);
     free(e->step_rows);
@@ -108,6 +111,13 @@ int wk_engine_open(const wk_engine_params *p, wk_engine **out, char *err, size_t
     if (!wk_gguf_get_str(e->gguf, "general.name", e->name, sizeof e->name)) {
         const char *slash = strrchr(p->model_path, '/');
         snprintf(e->name, sizeof e->name, "%s", slash ? slash + 1 : p->model_path);
+    }
+    /* Copied out of the mapping so the string is NUL-terminated; absent or not a string: NULL. */
+    const wk_gguf_kv *tmpl = wk_gguf_find(e->gguf, "tokenizer.chat_template");
+    if (tmpl && tmpl->type == WK_GGUF_STRING && tmpl->str.len < (1u << 20) &&
+        (e->chat_template = malloc(tmpl->str.len + 1))) {
+        memcpy(e->chat_template, tmpl->str.ptr, tmpl->str.len);
+        e->chat_template[tmpl->str.len] = 0;
     }
     wk_model_info *i = &e->info;
     i->arch = hp->arch_name;

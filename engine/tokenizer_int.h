@@ -8,7 +8,8 @@
  * (attr & (CONTROL|UNKNOWN)) translate one to one. */
 enum {
     WK_ATTR_UNKNOWN = 1 << 0, WK_ATTR_UNUSED = 1 << 1, WK_ATTR_NORMAL = 1 << 2,
-    WK_ATTR_CONTROL = 1 << 3, WK_ATTR_USER_DEFINED = 1 << 4, WK_ATTR_BYTE = 1 << 5
+    WK_ATTR_CONTROL = 1 << 3, WK_ATTR_USER_DEFINED = 1 << 4, WK_ATTR_BYTE = 1 << 5,
+    WK_ATTR_LSTRIP = 1 << 7, WK_ATTR_RSTRIP = 1 << 8
 };
 
 /* The GPT-2 style pre-tokenizers we implement (llama.cpp's LLAMA_VOCAB_PRE_TYPE_*). */

@@ -63,6 +63,9 @@ void wk_engine_params_default(wk_engine_params *p);
 int wk_engine_open(const wk_engine_params *p, wk_engine **out, char *err, size_t errlen);
 void wk_engine_close(wk_engine *e);
 const wk_model_info *wk_engine_info(const wk_engine *e);
+/* The model's tokenizer.chat_template (a Jinja source) or NULL when the file has none. Fixed for
+ * the engine's lifetime. */
+const char *wk_engine_chat_template(const wk_engine *e);
 
 /* Tokenizer. add_special: BOS (and EOS where the vocab asks); parse_special: turn control-token
  * text such as "<start_of_turn>" into its id. Returns the token count (may exceed max: then call
