@@ -119,6 +119,25 @@ int wk_engine_open(const wk_engine_params *p, wk_engine **out, char *err, size_t
         memcpy(e->chat_template, tmpl->str.ptr, tmpl->str.len);
         e->chat_template[tmpl->str.len] = 0;
     }
+    /* Lavapipe compiles a shader at its first dispatch (up to ~0.4 s for a matmul): run every
+     * pipeline once now, so the first request and every benchmark see warm pipelines. Slot 0's
+     * rows 0..4 get scratch values that the next prefill overwrites before anything reads them. */
+    if (!p->skip_warmup) {
+        float *scratch = malloc((size_t)5 * hp->n_vocab * sizeof(float));
+        const int32_t toks[5] = {0, 0, 0, 0, 0};
+        const int rows_all[5] = {0, 1, 2, 3, 4};
+        wk_row_info rows[5];
+        for (int k = 0; k < 5; k++) rows[k] = (wk_row_info){.pos = (uint32_t)k, .kv_base = 0};
+        int n = max_batch < 5 ? max_batch : 5;
+        if (!scratch) rc = WK_ERR_NOMEM, snprintf(err, errlen, "out of memory");
+        if (!rc) rc = wk_fwd_step(&e->fwd, toks, rows, n, rows_all, n, scratch, NULL, err, errlen);
+        if (!rc) rc = wk_fwd_step(&e->fwd, toks, rows, 1, rows_all, 1, scratch, NULL, err, errlen);
+        free(scratch);
+        if (rc) {
+            wk_engine_close(e);
+            return rc;
+        }
+    }
     wk_model_info *i = &e->info;
     i->arch = hp->arch_name;
     i->name = e->name;

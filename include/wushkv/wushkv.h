@@ -45,6 +45,7 @@ typedef struct wk_engine_params {
     int max_seqs;          /* sequences that may exist at once; 0: 1 */
     bool validation;       /* enable the Khronos validation layer (also WUSHKV_VALIDATION=1) */
     bool verbose;          /* device and model summary on stderr */
+    bool skip_warmup;      /* don't run every shader once at open (lavapipe compiles on first use) */
 } wk_engine_params;
 
 typedef struct wk_model_info {
