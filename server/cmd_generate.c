@@ -450,6 +450,7 @@ int cmd_generate(int argc, char **argv) {
         fprintf(stderr, "wushkv generate: cannot open %s: %s%s%s\n", o.model, wk_strerror(st), err[0] ? ": " : "", err);
         return 1;
     }
+    fprintf(stderr, "wushkv generate: %s on %s\n", wk_engine_info(e)->name, wk_engine_info(e)->device_name);
 
     gen_result r = {0};
     rc = run_generation(e, &o, &r);

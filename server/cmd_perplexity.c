@@ -306,6 +306,7 @@ int cmd_perplexity(int argc, char **argv) {
         free(text);
         return 1;
     }
+    fprintf(stderr, "wushkv perplexity: %s on %s\n", wk_engine_info(e)->name, wk_engine_info(e)->device_name);
 
     double t0 = now_s();
     int n_tokens = 0;
