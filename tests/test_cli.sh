@@ -30,7 +30,7 @@ expect 2 'usage: wushkv <command>' --
 expect 2 "unknown command 'nope'" -- nope
 
 # Future commands say so and fail, rather than pretend.
-expect 2 '^wushkv serve: not implemented yet \(see issue 4\)' -- serve
+expect 2 "^wushkv serve: --port: expected an integer in \\[0, 65535\\], got 'abc'" -- serve --port abc
 expect 2 '^wushkv calibrate: not implemented yet \(see issue 3\)' -- calibrate -m x
 expect 2 '^wushkv bench: not implemented yet' -- bench
 

@@ -1,0 +1,83 @@
+/* HTTP/1.1 server on a libuv loop (llhttp parser): keep-alive, pipelining, chunked request
+ * bodies, header/body limits, idle and slow-request timeouts, and streamed (chunked) responses.
+ * Knows nothing of JSON or of the engine; everything here runs on the loop thread. */
+#ifndef WUSHKV_HTTP_H
+#define WUSHKV_HTTP_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include <uv.h>
+
+#define HTTP_MAX_HEADERS 64
+
+typedef struct http_server http_server;
+typedef struct http_conn http_conn;
+
+typedef struct http_header {
+    char *name;  /* lower-cased */
+    char *value; /* as sent, surrounding blanks trimmed */
+} http_header;
+
+/* One parsed request; owned by its connection and valid until the response ends (or the
+ * connection closes, whichever is first). */
+typedef struct http_request {
+    const char *method; /* "GET", "POST", ... */
+    char *path;         /* the target without its query */
+    char *query;        /* after '?', or "" */
+    http_header headers[HTTP_MAX_HEADERS];
+    int n_headers;
+    char *body; /* NUL-terminated (so JSON parsers can take it as is) */
+    size_t body_len;
+    int http_minor; /* 1 for HTTP/1.1, 0 for HTTP/1.0 */
+} http_request;
+
+typedef struct http_limits {
+    size_t max_header_bytes;     /* request line + headers; beyond: 431 */
+    size_t max_body_bytes;       /* beyond: 413 */
+    uint64_t idle_timeout_ms;    /* an idle keep-alive connection is closed after this */
+    uint64_t request_timeout_ms; /* a request must arrive whole within this of its first byte */
+    size_t max_write_queue;      /* bytes queued to a client that does not read; beyond: closed */
+} http_limits;
+
+void http_limits_default(http_limits *l);
+
+/* Called once per complete request. The handler answers (now or later) with exactly one of
+ * http_respond or http_stream_begin ... http_stream_end. */
+typedef void (*http_handler)(http_conn *c, http_request *req, void *server_data);
+/* Called when a connection closes before its current response ended (client gone, timeout,
+ * write error, shutdown): the handler's request state must forget the connection. */
+typedef void (*http_abort_cb)(http_conn *c, void *request_data);
+
+/* Binds host:port (port 0: any free port) and starts accepting. Returns 0 or a negative libuv
+ * error with a message in err. */
+int http_server_start(http_server **out, uv_loop_t *loop, const char *host, int port, const http_limits *limits,
+                      http_handler handler, void *server_data, char *err, size_t errlen);
+int http_server_port(const http_server *s);
+/* Stops accepting new connections (drain); existing ones go on. */
+void http_server_stop_accepting(http_server *s);
+/* Connections open now. */
+int http_server_n_conns(const http_server *s);
+/* Closes every connection and the listener; the server is freed once libuv has closed them all
+ * (run the loop afterwards). Requests in progress get their abort callback. */
+void http_server_close(http_server *s);
+
+const char *http_header_get(const http_request *r, const char *lower_name);
+
+/* Attaches the handler's state to the request in progress, for the abort callback. */
+void http_conn_set_request_data(http_conn *c, void *data, http_abort_cb on_abort);
+
+/* A whole response. extra_headers: "Name: value\r\n" lines or NULL. */
+void http_respond(http_conn *c, int status, const char *content_type, const char *body, size_t len,
+                  const char *extra_headers);
+/* A streamed response: chunked transfer coding on HTTP/1.1, close-delimited on HTTP/1.0. */
+void http_stream_begin(http_conn *c, int status, const char *content_type, const char *extra_headers);
+/* False when the connection is gone or the client reads too slowly (then it is being closed
+ * and the abort callback has run). */
+bool http_stream_write(http_conn *c, const char *data, size_t len);
+void http_stream_end(http_conn *c);
+
+const char *http_status_text(int status);
+
+#endif

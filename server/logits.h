@@ -1,0 +1,19 @@
+/* Per-request edits of one logits row before sampling (logit_bias, presence / frequency /
+ * repetition penalties) and log-probabilities for the logprobs option. Engine thread only. */
+#ifndef WUSHKV_LOGITS_H
+#define WUSHKV_LOGITS_H
+
+#include <stdint.h>
+
+/* presence/frequency (OpenAI's definition) count the generated tokens; repetition (the CTRL /
+ * Hugging Face rule: divide a positive logit, multiply a negative one) looks at prompt and
+ * generated tokens, as vLLM does. scratch: n_vocab ints, all zero, left all zero. */
+void logits_penalize(float *logits, const int32_t *prompt, int n_prompt, const int32_t *gen, int n_gen,
+                     float presence, float frequency, float repetition, int *scratch);
+void logits_bias(float *logits, int n_vocab, const int32_t *tokens, const float *values, int n);
+
+/* log softmax of `chosen`, and the n_top most likely tokens with theirs (best first). */
+float logits_logprobs(const float *logits, int n_vocab, int32_t chosen, int n_top, int32_t *top_tokens,
+                      float *top_logprobs);
+
+#endif

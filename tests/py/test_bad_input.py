@@ -1,0 +1,222 @@
+# The bad-input catalogue: each case gets the right 4xx with an OpenAI-shaped JSON error (or a clean
+# close), and the server goes on serving. Ends with clients that vanish mid-stream: their
+# sequences are freed at once (/metrics: nothing running, no KV blocks held).
+import json
+import socket
+import subprocess
+import time
+
+import pytest
+import requests
+
+from conftest import metric, wait_idle
+
+
+def post(server, path, body, **kw):
+    data = body if isinstance(body, (bytes, str)) else json.dumps(body)
+    return requests.post(server.url + path, data=data, headers={"Content-Type": "application/json"}, timeout=60, **kw)
+
+
+def assert_error(r, status, param=None, code=None):
+    assert r.status_code == status, r.text
+    assert r.headers["content-type"].startswith("application/json")
+    e = r.json()["error"]
+    assert set(e) == {"message", "type", "param", "code"} and e["message"]
+    if param is not None:
+        assert e["param"] == param, e
+    if code is not None:
+        assert e["code"] == code, e
+    return e
+
+
+def still_serving(server):
+    r = post(server, "/tokenize", {"prompt": "ok"})
+    assert r.status_code == 200 and r.json()["count"] >= 1
+
+
+CASES = [
+    # (path, body, status, param)
+    ("/v1/completions", b"{not json", 400, None),
+    ("/v1/completions", b"", 400, None),
+    ("/v1/completions", b"[1, 2]", 400, None),
+    ("/v1/completions", {"prompt": 42}, 400, "prompt"),
+    ("/v1/completions", {}, 400, "prompt"),
+    ("/v1/completions", {"prompt": []}, 400, "prompt"),
+    ("/v1/completions", {"prompt": "x", "max_tokens": -1}, 400, "max_tokens"),
+    ("/v1/completions", {"prompt": "x", "max_tokens": 0}, 400, "max_tokens"),
+    ("/v1/completions", {"prompt": "x", "max_tokens": 10**9}, 400, "max_tokens"),
+    ("/v1/completions", {"prompt": "x", "max_tokens": 2.5}, 400, "max_tokens"),
+    ("/v1/completions", {"prompt": "x", "max_tokens": "8"}, 400, "max_tokens"),
+    ("/v1/completions", {"prompt": "x", "temperature": 3}, 400, "temperature"),
+    ("/v1/completions", {"prompt": "x", "temperature": -0.5}, 400, "temperature"),
+    ("/v1/completions", {"prompt": "x", "top_p": 0}, 400, "top_p"),
+    ("/v1/completions", {"prompt": "x", "stream": "yes"}, 400, "stream"),
+    ("/v1/completions", {"prompt": "x", "stop": 7}, 400, "stop"),
+    ("/v1/completions", {"prompt": "x", "n": 17}, 400, "n"),
+    ("/v1/completions", {"prompt": "x", "n": 0}, 400, "n"),
+    ("/v1/completions", {"prompt": ["x"] * 4, "n": 5}, 400, "n"),
+    ("/v1/completions", {"prompt": ["x"] * 17}, 400, "prompt"),
+    ("/v1/completions", {"prompt": ["x", 5]}, 400, "prompt"),
+    ("/v1/completions", {"prompt": "x", "logit_bias": {"abc": 1}}, 400, "logit_bias"),
+    ("/v1/completions", {"prompt": "x", "logit_bias": {"5": 1000}}, 400, "logit_bias"),
+    ("/v1/completions", {"prompt": [-3, 5]}, 400, "prompt"),
+    ("/v1/completions", {"prompt": [999999999]}, 400, "prompt"),
+    ("/v1/completions", {"prompt": "x", "model": 5}, 400, "model"),
+    ("/v1/completions", {"prompt": "x", "model": "no-such-model"}, 404, "model"),
+    ("/v1/chat/completions", {"messages": []}, 400, "messages"),
+    ("/v1/chat/completions", {}, 400, "messages"),
+    ("/v1/chat/completions", {"messages": "hi"}, 400, "messages"),
+    ("/v1/chat/completions", {"messages": [{"content": "hi"}]}, 400, "messages"),
+    ("/v1/chat/completions", {"messages": [{"role": "wizard", "content": "hi"}]}, 400, "messages"),
+    ("/v1/chat/completions", {"messages": [{"role": "user", "content": 5}]}, 400, "messages"),
+    ("/v1/chat/completions",
+     {"messages": [{"role": "user", "content": [{"type": "image_url", "image_url": {"url": "x"}}]}]}, 400, "messages"),
+    ("/v1/chat/completions", {"messages": [{"role": "user", "content": "hi"}], "top_logprobs": 2}, 400,
+     "top_logprobs"),
+    ("/tokenize", {"prompt": 5}, 400, "prompt"),
+    ("/detokenize", {"tokens": ["a"]}, 400, "tokens"),
+    ("/detokenize", {"tokens": [10**9]}, 400, "tokens"),
+]
+
+
+@pytest.mark.parametrize("path,body,status,param", CASES, ids=[f"{i}" for i in range(len(CASES))])
+def test_invalid_request(server, path, body, status, param):
+    assert_error(post(server, path, body), status, param)
+
+
+def test_invalid_then_valid(server):
+    for path, body, status, param in CASES[:5]:
+        assert_error(post(server, path, body), status, param)
+    still_serving(server)
+
+
+def test_prompt_longer_than_context(server):
+    r = post(server, "/v1/completions", {"prompt": "word " * 600, "max_tokens": 4})
+    assert_error(r, 400, "prompt", "context_length_exceeded")
+    r = post(server, "/v1/completions", {"prompt": "hello", "max_tokens": 511})
+    assert_error(r, 400, "max_tokens", "context_length_exceeded")
+    still_serving(server)
+
+
+def test_wrong_method_and_path(server):
+    r = requests.get(server.url + "/v1/completions", timeout=10)
+    e = assert_error(r, 405)
+    assert r.headers["allow"] == "POST" and e["code"] == "method_not_allowed"
+    assert_error(requests.delete(server.url + "/v1/models", timeout=10), 405)
+    assert_error(requests.get(server.url + "/v2/nothing", timeout=10), 404)
+    assert_error(requests.get(server.url + "/v1/models/not-this-one", timeout=10), 404, "model")
+    still_serving(server)
+
+
+def raw(server, data, read=True, timeout=10):
+    """Sends raw bytes; returns what the server answers before closing (or b'' on timeout)."""
+    s = socket.create_connection(("127.0.0.1", server.port), timeout=timeout)
+    try:
+        s.sendall(data)
+        if not read:
+            return b""
+        out = b""
+        while True:
+            try:
+                chunk = s.recv(65536)
+            except socket.timeout:
+                break
+            if not chunk:
+                break
+            out += chunk
+        return out
+    finally:
+        s.close()
+
+
+def test_oversize_body(server):
+    # Declared length over --max-body (1 MiB): refused before the body is read.
+    r = post(server, "/v1/completions", b"{" + b" " * (2 << 20) + b"}")
+    assert_error(r, 413)
+    # Chunked with no declared length: counted as it arrives.
+    def gen():
+        for _ in range(40):
+            yield b" " * 65536
+    r = requests.post(server.url + "/v1/completions", data=gen(), headers={"Content-Type": "application/json"},
+                      timeout=60)
+    assert_error(r, 413)
+    still_serving(server)
+
+
+def test_chunked_request_body(server):
+    def gen():
+        yield b'{"prompt": "Hello'
+        yield b' world"}'
+    r = requests.post(server.url + "/tokenize", data=gen(), timeout=30)
+    assert r.status_code == 200 and r.json()["count"] == 3
+
+
+def test_huge_headers(server):
+    out = raw(server, b"GET /health HTTP/1.1\r\nHost: x\r\nX-Big: " + b"a" * 40000 + b"\r\n\r\n")
+    assert out.startswith(b"HTTP/1.1 431 ")
+    still_serving(server)
+
+
+def test_garbage_bytes(server):
+    out = raw(server, b"\x00\x01\x02garbage\xff\xfe\r\n\r\n")
+    assert out.startswith(b"HTTP/1.1 400 ")
+    body = json.loads(out.split(b"\r\n\r\n", 1)[1])
+    assert body["error"]["type"] == "invalid_request_error"
+    still_serving(server)
+
+
+def test_request_cut_off(server):
+    # Headers promise 100 bytes; 10 arrive, then the client closes.
+    raw(server, b"POST /v1/completions HTTP/1.1\r\nHost: x\r\nContent-Length: 100\r\n\r\n{\"prompt\":", read=False)
+    # Headers promise 100 bytes; 10 arrive, the client waits: the request timeout (3 s) answers 408.
+    t0 = time.time()
+    out = raw(server, b"POST /v1/completions HTTP/1.1\r\nHost: x\r\nContent-Length: 100\r\n\r\n{\"prompt\":")
+    assert out.startswith(b"HTTP/1.1 408 ") and time.time() - t0 < 8
+    still_serving(server)
+
+
+def test_keep_alive_and_pipelining(server):
+    # Two requests in one write on one connection: both answered, in order.
+    req = b"GET /health HTTP/1.1\r\nHost: x\r\n\r\n"
+    body = b'{"prompt":"Hi"}'
+    last = (b"POST /tokenize HTTP/1.1\r\nHost: x\r\nContent-Length: " + str(len(body)).encode() +
+            b"\r\nConnection: close\r\n\r\n" + body)
+    out = raw(server, req + last)
+    assert out.count(b"HTTP/1.1 200 OK") == 2 and b'"status":"ok"' in out and b'"tokens"' in out
+    with requests.Session() as s:  # a session reuses one connection
+        for _ in range(3):
+            assert s.get(server.url + "/health", timeout=10).status_code == 200
+
+
+def test_client_vanishes_mid_stream(server):
+    before = metric(server, "request_success_total")
+    for _ in range(3):
+        s = socket.create_connection(("127.0.0.1", server.port), timeout=30)
+        body = json.dumps({"prompt": "Tell me a long story about a dragon.", "max_tokens": 200, "stream": True,
+                           "temperature": 0}).encode()
+        s.sendall(b"POST /v1/completions HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n"
+                  b"Content-Length: " + str(len(body)).encode() + b"\r\n\r\n" + body)
+        got = b""
+        while got.count(b"data: ") < 3:  # a few tokens streamed, then the client is gone
+            chunk = s.recv(65536)
+            assert chunk, got
+            got += chunk
+        s.close()
+    # Cancelled at once (200 tokens would take many seconds): nothing runs, no KV block is held.
+    wait_idle(server, timeout=5)
+    assert metric(server, "kv_cache_used_bytes") == 0
+    assert metric(server, "request_success_total") == before + 3
+    still_serving(server)
+
+
+def test_expect_100_continue_and_http10(server):
+    # curl sends "Expect: 100-continue" for bodies over 1 KiB and waits a second unless answered.
+    body = json.dumps({"prompt": "word " * 400})
+    t0 = time.time()
+    p = subprocess.run(["curl", "-s", "--fail-with-body", f"{server.url}/tokenize", "-H", "Content-Type: application/json",
+                        "-d", body], capture_output=True, text=True, timeout=60)
+    assert p.returncode == 0 and json.loads(p.stdout)["count"] > 400
+    assert time.time() - t0 < 0.9
+    # HTTP/1.0: answered, then closed (no keep-alive unless asked).
+    out = raw(server, b"GET /health HTTP/1.0\r\n\r\n")
+    assert out.startswith(b"HTTP/1.1 200 OK") and b"Connection: close" in out and out.endswith(b'{"status":"ok"}')
