@@ -8,6 +8,7 @@
 #include "gguf.h"
 #include "kv_cache.h"
 #include "model.h"
+#include "quant.h"
 #include "tokenizer.h"
 #include "vk_device.h"
 #include "vk_pipelines.h"
@@ -231,4 +232,62 @@ int wk_forward(wk_engine *e, const wk_batch_item *items, int n_items, float *log
     if (rc) return rc;
     for (int i = 0; i < n_items; i++) items[i].seq->len += items[i].n_tokens;
     return n_logits;
+}
+
+int wk_capture_run(wk_engine *e, wk_seq *seq, const int32_t *tokens, int n, wk_capture *out, char *err,
+                   size_t errlen) {
+    memset(out, 0, sizeof *out);
+    if (!seq || seq->e != e || n <= 0 || n > e->fwd.max_tokens || n > e->fwd.max_ctx)
+        return snprintf(err, errlen, "capture of %d tokens (1..%d allowed)", n, e->fwd.max_tokens), WK_ERR_INVALID;
+    int rc = wk_fwd_enable_capture(&e->fwd, err, errlen);
+    if (rc) return rc;
+    seq->len = 0;
+    for (int t = 0; t < n; t++)
+        e->step_rows[t] = (wk_row_info){.pos = (uint32_t)t, .kv_base = (uint32_t)(seq->slot * e->fwd.max_ctx)};
+    rc = wk_fwd_step(&e->fwd, tokens, e->step_rows, n, NULL, 0, NULL, NULL, err, errlen);
+    if (rc) return rc;
+    seq->len = n;
+    const wk_hparams *hp = &e->desc.hp;
+    const size_t L = (size_t)hp->n_layer, D = (size_t)hp->head_dim, M = (size_t)e->fwd.max_tokens;
+    const size_t qw = (size_t)hp->n_head * D, kw = (size_t)hp->n_head_kv * D;
+    out->n_tokens = n;
+    out->n_layer = hp->n_layer;
+    out->n_head = hp->n_head;
+    out->n_head_kv = hp->n_head_kv;
+    out->head_dim = hp->head_dim;
+    out->q = malloc(L * n * qw * sizeof(float));
+    out->k = malloc(L * n * kw * sizeof(float));
+    out->v = malloc(L * n * kw * sizeof(float));
+    if (!out->q || !out->k || !out->v) {
+        wk_capture_free(out);
+        return snprintf(err, errlen, "out of memory"), WK_ERR_NOMEM;
+    }
+    const float *cq = e->fwd.a.cap_q.map;
+    const uint16_t *ck = e->fwd.a.cap_k.map, *cv = e->fwd.a.cap_v.map;
+    const float unscale = 1.0f / hp->attn_scale;
+    for (size_t il = 0; il < L; il++)
+        for (size_t t = 0; t < (size_t)n; t++) {
+            for (size_t i = 0; i < qw; i++) out->q[(il * n + t) * qw + i] = cq[(il * M + t) * qw + i] * unscale;
+            for (size_t i = 0; i < kw; i++) {
+                out->k[(il * n + t) * kw + i] = wk_f16_to_f32(ck[(il * M + t) * kw + i]);
+                out->v[(il * n + t) * kw + i] = wk_f16_to_f32(cv[(il * M + t) * kw + i]);
+            }
+        }
+    return 0;
+}
+
+void wk_capture_free(wk_capture *c) {
+    free(c->q);
+    free(c->k);
+    free(c->v);
+    memset(c, 0, sizeof *c);
+}
+
+int wk_engine_wo(const wk_engine *e, int layer, float *out, char *err, size_t errlen) {
+    const wk_hparams *hp = &e->desc.hp;
+    if (layer < 0 || layer >= hp->n_layer) return snprintf(err, errlen, "no layer %d", layer), WK_ERR_INVALID;
+    const wk_gguf_tensor *t = e->desc.layers[layer].wo;
+    if (!wk_dequantize(t->type, t->data, out, (size_t)t->ne[0] * t->ne[1]))
+        return snprintf(err, errlen, "tensor '%s': cannot read %s", t->name, wk_ggml_type_name(t->type)), WK_ERR_UNSUPPORTED;
+    return 0;
 }

@@ -96,9 +96,36 @@ void wk_fwd_free(wk_fwd *f) {
     if (!f->vk) return;
     wk_buf *all[] = {&f->a.tokens, &f->a.rows, &f->a.h, &f->a.xn, &f->a.q, &f->a.k, &f->a.v, &f->a.attn,
                      &f->a.o, &f->a.gate, &f->a.up, &f->a.act, &f->a.ffn, &f->a.head_in, &f->a.logits,
-                     &f->a.rope, &f->a.debug};
+                     &f->a.rope, &f->a.debug, &f->a.cap_q, &f->a.cap_k, &f->a.cap_v};
     for (size_t i = 0; i < sizeof all / sizeof *all; i++) wk_vk_buffer_destroy(f->vk, all[i]);
     memset(f, 0, sizeof *f);
+}
+
+int wk_fwd_enable_capture(wk_fwd *f, char *err, size_t errlen) {
+    if (f->capture) return 0;
+    const uint64_t per = (uint64_t)f->hp->n_layer * f->max_tokens * f->hp->head_dim;
+    int rc = make(f, &f->a.cap_q, per * f->hp->n_head * 4, WK_MEM_HOST, VK_FORMAT_UNDEFINED, err, errlen);
+    if (!rc) rc = make(f, &f->a.cap_k, per * f->hp->n_head_kv * 2, WK_MEM_HOST, VK_FORMAT_UNDEFINED, err, errlen);
+    if (!rc) rc = make(f, &f->a.cap_v, per * f->hp->n_head_kv * 2, WK_MEM_HOST, VK_FORMAT_UNDEFINED, err, errlen);
+    f->capture = rc == 0;
+    return rc;
+}
+
+/* Copies this layer's post-RoPE queries and the cache rows just written (one region per token:
+ * a step's tokens may sit in different sequences) into the capture buffers. */
+static void record_capture(wk_fwd *f, int il, const wk_row_info *rows, uint32_t T) {
+    wk_vk *vk = f->vk;
+    const wk_hparams *hp = f->hp;
+    const VkDeviceSize q_row = (VkDeviceSize)hp->n_head * hp->head_dim * 4;
+    const VkDeviceSize kv_row = (VkDeviceSize)hp->n_head_kv * hp->head_dim * 2;
+    VkBufferCopy q = {.srcOffset = 0, .dstOffset = (VkDeviceSize)il * f->max_tokens * q_row, .size = T * q_row};
+    vkCmdCopyBuffer(vk->cmd, f->a.q.buf, f->a.cap_q.buf, 1, &q);
+    for (uint32_t t = 0; t < T; t++) {
+        VkBufferCopy c = {.srcOffset = (VkDeviceSize)(rows[t].kv_base + rows[t].pos) * kv_row,
+                          .dstOffset = ((VkDeviceSize)il * f->max_tokens + t) * kv_row, .size = kv_row};
+        vkCmdCopyBuffer(vk->cmd, f->kv->k[il].buf, f->a.cap_k.buf, 1, &c);
+        vkCmdCopyBuffer(vk->cmd, f->kv->v[il].buf, f->a.cap_v.buf, 1, &c);
+    }
 }
 
 /* ---- ops: each records one dispatch ---- */
@@ -195,7 +222,7 @@ static int op_glu(rec *r, uint32_t T) {
 
 /* ---- the step ---- */
 
-static int record_layers(rec *r, uint32_t T) {
+static int record_layers(rec *r, const wk_row_info *rows, uint32_t T) {
     wk_fwd *f = r->f;
     wk_vk *vk = f->vk;
     const wk_hparams *hp = f->hp;
@@ -214,6 +241,10 @@ static int record_layers(rec *r, uint32_t T) {
         wk_vk_barrier(vk);
         TRY(op_qk_norm_rope(r, il, T));                         /* q,k: norm, RoPE; k,v -> cache */
         wk_vk_barrier(vk);
+        if (f->capture) {
+            record_capture(f, il, rows, T);
+            wk_vk_barrier(vk);
+        }
         TRY(op_attention(r, il, T));                            /* attn = softmax(q K^T) V */
         wk_vk_barrier(vk);
         TRY(op_matmul(r, &L->wo, &a->attn, &a->o, T));          /* o = attn Wo */
@@ -278,7 +309,7 @@ int wk_fwd_step(wk_fwd *f, const int32_t *tokens, const wk_row_info *rows, int T
     rec r = {f, err, errlen};
     TRY(wk_vk_begin(f->vk, err, errlen));
     wk_prof_begin(f->vk, f->pipes);
-    int rc = record_layers(&r, (uint32_t)T);
+    int rc = record_layers(&r, rows, (uint32_t)T);
     int first = n_logits < f->logit_rows ? n_logits : f->logit_rows;
     if (!rc && first > 0) rc = record_head(&r, logit_rows, first);
     /* The command buffer is always ended and submitted, so a recording error leaves no open state. */

@@ -23,6 +23,8 @@ typedef struct wk_acts {
     wk_buf logits;        /* [logit_rows][n_vocab], host-visible */
     wk_buf rope;          /* [2 bases][max_ctx][n_rot/2] (cos, sin); RG32F view */
     wk_buf debug;         /* [n_layer][T][n_embd] residual after each layer, host-visible (tests) */
+    wk_buf cap_q;         /* [n_layer][T][n_head*head_dim] post-RoPE queries, host-visible (calibration) */
+    wk_buf cap_k, cap_v;  /* [n_layer][T][n_head_kv*head_dim] f16, the cache rows as stored (calibration) */
 } wk_acts;
 
 typedef struct wk_fwd {
@@ -36,11 +38,14 @@ typedef struct wk_fwd {
     int logit_rows;       /* logits rows computed per submit */
     int max_ctx;
     bool debug_layers;
+    bool capture;         /* copy post-RoPE q and the stored k, v of every layer (wk_fwd_enable_capture) */
 } wk_fwd;
 
 int wk_fwd_init(wk_fwd *f, wk_vk *vk, wk_pipelines *pipes, const wk_hparams *hp, const wk_weights *w,
                 wk_kv_cache *kv, int max_tokens, int max_ctx, bool debug_layers, char *err, size_t errlen);
 void wk_fwd_free(wk_fwd *f);
+/* Allocates the calibration capture buffers (sized for max_tokens) and turns capture on. */
+int wk_fwd_enable_capture(wk_fwd *f, char *err, size_t errlen);
 
 /* T tokens with their positions and cache rows. Logits of the rows in logit_rows[0..n_logits)
  * go to out (n_logits x n_vocab). With debug_layers, layer_out (n_layer x T x n_embd) receives

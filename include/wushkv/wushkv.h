@@ -96,6 +96,21 @@ typedef struct wk_batch_item {
 } wk_batch_item;
 int wk_forward(wk_engine *e, const wk_batch_item *items, int n_items, float *logits, char *err, size_t errlen);
 
+/* Calibration capture (for `wushkv calibrate`): evaluates n tokens (at most the engine's batch
+ * size) as the sequence `seq` from position 0 (it is reset first) and returns, for every layer,
+ * the post-RoPE queries with the attention scale divided out, and the keys (post-RoPE) and values
+ * exactly as the f16 cache stores them. Layout [layer][token][head][head_dim]. */
+typedef struct wk_capture {
+    int n_tokens, n_layer, n_head, n_head_kv, head_dim;
+    float *q;     /* n_layer * n_tokens * n_head * head_dim */
+    float *k, *v; /* n_layer * n_tokens * n_head_kv * head_dim */
+} wk_capture;
+int wk_capture_run(wk_engine *e, wk_seq *seq, const int32_t *tokens, int n, wk_capture *out, char *err,
+                   size_t errlen);
+void wk_capture_free(wk_capture *c);
+/* Layer il's attention output projection W_o as f32: n_embd rows of n_head*head_dim (row-major). */
+int wk_engine_wo(const wk_engine *e, int layer, float *out, char *err, size_t errlen);
+
 /* Sampling on one logits row. temp <= 0 is greedy; top_k <= 0 and top_p >= 1 disable those. */
 typedef struct wk_sampler_params {
     float temperature, top_p, min_p;
