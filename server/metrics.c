@@ -185,7 +185,7 @@ static void hist(out *o, const char *name, const char *labels, const histogram *
     uint64_t cum = 0;
     for (int i = 0; i < h->n; i++) {
         cum += h->count[i];
-        put(o, "wushkv:%s_bucket{%s,le=\"%g\"} %llu\n", name, labels, h->le[i], (unsigned long long)cum);
+        put(o, "wushkv:%s_bucket{%s,le=\"%.17g\"} %llu\n", name, labels, h->le[i], (unsigned long long)cum);
     }
     cum += h->count[h->n];
     put(o, "wushkv:%s_bucket{%s,le=\"+Inf\"} %llu\n", name, labels, (unsigned long long)cum);
