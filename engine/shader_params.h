@@ -17,7 +17,14 @@ typedef struct {
     float eps, q_scale;
 } wk_pc_qk_norm_rope;
 typedef struct { uint32_t head_dim, n_head, n_head_kv, window, n_tokens; } wk_pc_attention;
-typedef struct { uint32_t n, act; } wk_pc_glu; /* act: 0 SiLU (SwiGLU), 1 tanh-GELU (GeGLU) */
+typedef struct { uint32_t n, act; } wk_pc_glu;
+typedef struct {
+    uint32_t head_dim, n_head, n_head_kv, window, n_tokens, layer;
+    int32_t kind, bits, group;
+    uint32_t block_tokens, slab_words, block_words, params_words, code_words;
+} wk_pc_attention_paged;
+/* Per token of a paged step: position and where its sequence's block table starts. */
+typedef struct { uint32_t pos, table_off; } wk_paged_row; /* act: 0 SiLU (SwiGLU), 1 tanh-GELU (GeGLU) */
 
 _Static_assert(sizeof(wk_pc_qk_norm_rope) <= 128, "push constants must fit 128 bytes");
 

@@ -10,6 +10,7 @@
 #include "shader_params.h"
 #include "spv_add_norm.h"
 #include "spv_attention_f16.h"
+#include "spv_attention_paged.h"
 #include "spv_embed_f16.h"
 #include "spv_embed_q8a.h"
 #include "spv_glu.h"
@@ -45,6 +46,7 @@ static const pipe_spec specs[WK_PIPE_COUNT] = {
     [WK_PIPE_MATVEC_F16] = {"matvec_f16", SPV(wk_spv_matvec_f16), "TTTS", sizeof(wk_pc_matmul), true},
     [WK_PIPE_QK_NORM_ROPE] = {"qk_norm_rope", SPV(wk_spv_qk_norm_rope), "SSSSSTSSS", sizeof(wk_pc_qk_norm_rope), true},
     [WK_PIPE_ATTENTION_F16] = {"attention_f16", SPV(wk_spv_attention_f16), "SSTTS", sizeof(wk_pc_attention), true},
+    [WK_PIPE_ATTENTION_PAGED] = {"attention_paged", SPV(wk_spv_attention_paged), "SSSTS", sizeof(wk_pc_attention_paged), true},
     [WK_PIPE_GLU] = {"glu", SPV(wk_spv_glu), "SSS", sizeof(wk_pc_glu), false},
 };
 #undef SPV
