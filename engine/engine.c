@@ -4,6 +4,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "engine_int.h"
 #include "forward.h"
 #include "gguf.h"
 #include "kv_cache.h"
@@ -33,12 +34,14 @@ struct wk_engine {
     int32_t *step_tokens;
     wk_row_info *step_rows;
     int *step_logit_rows;
+    uint32_t *step_tables;  /* paged cache: the step's block tables, concatenated */
 };
 
 struct wk_seq {
     wk_engine *e;
     int slot;
     int len;
+    wk_kv_seq *kvs;  /* paged cache: its block table; NULL with the f16 cache */
 };
 
 void wk_engine_params_default(wk_engine_params *p) {
@@ -48,6 +51,8 @@ void wk_engine_params_default(wk_engine_params *p) {
 
 const wk_model_info *wk_engine_info(const wk_engine *e) { return &e->info; }
 const char *wk_engine_chat_template(const wk_engine *e) { return e->chat_template; }
+const wk_model_desc *wk_engine_desc(const wk_engine *e) { return &e->desc; }
+const wk_gguf *wk_engine_gguf(const wk_engine *e) { return e->gguf; }
 
 void wk_engine_close(wk_engine *e) {
     if (!e) return;
@@ -64,6 +69,7 @@ void wk_engine_close(wk_engine *e) {
     free(e->step_tokens);
     free(e->step_rows);
     free(e->step_logit_rows);
+    free(e->step_tables);
     free(e);
 }
 
@@ -95,14 +101,26 @@ int wk_engine_open(const wk_engine_params *p, wk_engine **out, char *err, size_t
     if (!rc) rc = wk_vk_init(&e->vk, p->device_index, p->validation, p->verbose, err, errlen);
     if (!rc) rc = wk_pipelines_create(&e->vk, &e->pipes, err, errlen);
     if (!rc) rc = wk_weights_upload(&e->vk, &e->desc, &e->weights, err, errlen);
-    if (!rc) rc = wk_kv_cache_create(&e->vk, &e->kv, hp, e->max_seqs, max_ctx, err, errlen);
+    const bool paged = p->kv_bits != 0 && p->kv_bits != 16;
+    if (!rc && paged) {
+        wk_kv_fmt fmt = {.bits = p->kv_bits, .kind = (wk_kvq_kind)p->kv_quant, .group = p->kv_group ? p->kv_group : 32};
+        if (!wk_kvq_valid(fmt.kind, fmt.bits, fmt.group)) {
+            snprintf(err, errlen, "KV format: %d bits, quantizer %d, group %d is not one of 2/3/4 bits, "
+                     "quest/percentile/absmax, group 16..256", fmt.bits, p->kv_quant, fmt.group);
+            rc = WK_ERR_INVALID;
+        }
+        if (!rc) rc = wk_kv_cache_create_paged(&e->vk, &e->kv, hp, &fmt, p->kv_mem, e->max_seqs, max_ctx, err, errlen);
+    } else if (!rc) {
+        rc = wk_kv_cache_create(&e->vk, &e->kv, hp, e->max_seqs, max_ctx, err, errlen);
+    }
     if (!rc) rc = wk_fwd_init(&e->fwd, &e->vk, &e->pipes, hp, &e->weights, &e->kv, max_batch, max_ctx, false, err, errlen);
     if (!rc) {
         e->slot_used = calloc((size_t)e->max_seqs, sizeof *e->slot_used);
         e->step_tokens = malloc((size_t)max_batch * sizeof *e->step_tokens);
         e->step_rows = malloc((size_t)max_batch * sizeof *e->step_rows);
         e->step_logit_rows = malloc((size_t)max_batch * sizeof *e->step_logit_rows);
-        if (!e->slot_used || !e->step_tokens || !e->step_rows || !e->step_logit_rows)
+        e->step_tables = malloc(((size_t)e->max_seqs * ((size_t)max_ctx / 16 + 1) + 1) * sizeof *e->step_tables);
+        if (!e->slot_used || !e->step_tokens || !e->step_rows || !e->step_logit_rows || !e->step_tables)
             rc = WK_ERR_NOMEM, snprintf(err, errlen, "out of memory");
     }
     if (rc) {
@@ -131,8 +149,9 @@ int wk_engine_open(const wk_engine_params *p, wk_engine **out, char *err, size_t
         for (int k = 0; k < 5; k++) rows[k] = (wk_row_info){.pos = (uint32_t)k, .kv_base = 0};
         int n = max_batch < 5 ? max_batch : 5;
         if (!scratch) rc = WK_ERR_NOMEM, snprintf(err, errlen, "out of memory");
-        if (!rc) rc = wk_fwd_step(&e->fwd, toks, rows, n, rows_all, n, scratch, NULL, err, errlen);
-        if (!rc) rc = wk_fwd_step(&e->fwd, toks, rows, 1, rows_all, 1, scratch, NULL, err, errlen);
+        const uint32_t block0 = 0; /* paged: scratch codes into block 0, rewritten before any read */
+        if (!rc) rc = wk_fwd_step(&e->fwd, toks, rows, n, &block0, 1, rows_all, n, scratch, NULL, err, errlen);
+        if (!rc) rc = wk_fwd_step(&e->fwd, toks, rows, 1, &block0, 1, rows_all, 1, scratch, NULL, err, errlen);
         free(scratch);
         if (rc) {
             wk_engine_close(e);
@@ -157,6 +176,8 @@ int wk_engine_open(const wk_engine_params *p, wk_engine **out, char *err, size_t
     i->add_bos = wk_tokenizer_add_bos(e->tok);
     i->weight_bytes = e->weights.bytes;
     i->kv_bytes_per_token = e->kv.bytes_per_token;
+    i->kv_bits_per_element = paged ? e->kv.layout.block_bits_per_element : 16.0;
+    i->kv_pool_bytes = e->kv.bytes;
     if (p->verbose)
         fprintf(stderr, "wushkv: model %s (%s, %d layers, vocab %d), %.1f MiB weights, KV %.1f KiB/token, ctx %d\n",
                 i->name, i->arch, i->n_layer, i->n_vocab, i->weight_bytes / 1048576.0, i->kv_bytes_per_token / 1024.0,
@@ -187,6 +208,14 @@ int wk_seq_create(wk_engine *e, wk_seq **out) {
             if (!q) return WK_ERR_NOMEM;
             q->e = e;
             q->slot = s;
+            if (e->kv.format == WK_KV_PAGED) {
+                int st = 0;
+                q->kvs = wk_kv_seq_create(e->kv.pool, (uint32_t)e->fwd.max_ctx, &st);
+                if (!q->kvs) {
+                    free(q);
+                    return st == WK_ERR_NOMEM ? WK_ERR_NOMEM : WK_ERR_KV_FULL;
+                }
+            }
             e->slot_used[s] = true;
             *out = q;
             return 0;
@@ -196,16 +225,24 @@ int wk_seq_create(wk_engine *e, wk_seq **out) {
 
 void wk_seq_destroy(wk_seq *s) {
     if (!s) return;
+    wk_kv_seq_destroy(s->kvs);
     s->e->slot_used[s->slot] = false;
     free(s);
 }
 
-void wk_seq_reset(wk_seq *s) { s->len = 0; }
+void wk_seq_reset(wk_seq *s) {
+    s->len = 0;
+    if (s->kvs) wk_kv_seq_release(s->kvs);
+}
+
+uint64_t wk_seq_kv_bytes(const wk_seq *s) {
+    return s->kvs ? wk_kv_seq_bytes(s->kvs) : (uint64_t)s->len * s->e->kv.bytes_per_token;
+}
 int wk_seq_len(const wk_seq *s) { return s->len; }
 
 int wk_forward(wk_engine *e, const wk_batch_item *items, int n_items, float *logits, char *err, size_t errlen) {
     if (n_items <= 0) return snprintf(err, errlen, "empty batch"), WK_ERR_INVALID;
-    int T = 0, n_logits = 0;
+    int T = 0, n_logits = 0, n_tables = 0;
     for (int i = 0; i < n_items; i++) {
         const wk_batch_item *it = &items[i];
         if (!it->seq || it->seq->e != e || it->n_tokens <= 0 || !it->tokens)
@@ -219,18 +256,36 @@ int wk_forward(wk_engine *e, const wk_batch_item *items, int n_items, float *log
         if (T + it->n_tokens > e->fwd.max_tokens)
             return snprintf(err, errlen, "batch of more than %d tokens (raise the batch size or split)",
                             e->fwd.max_tokens), WK_ERR_INVALID;
+        uint32_t base = (uint32_t)(it->seq->slot * e->fwd.max_ctx);
+        if (it->seq->kvs) {
+            /* Blocks for the new tokens. A reservation left by a step that fails later is only
+             * capacity the sequence keeps; its tokens are not committed until the step succeeds. */
+            wk_kv_copy copy;
+            int st = wk_kv_seq_prepare_write(it->seq->kvs, (uint32_t)it->n_tokens, &copy);
+            if (st == WK_ERR_KV_EXHAUSTED)
+                return snprintf(err, errlen, "KV pool exhausted (%u blocks)", wk_kv_pool_n_blocks(e->kv.pool)),
+                       WK_ERR_KV_FULL;
+            if (st) return snprintf(err, errlen, "KV pool: %s", wk_kv_pool_strerror(st)), st;
+            if (copy.bytes) /* only shared prefix blocks need a copy; nothing shares blocks yet */
+                return snprintf(err, errlen, "internal: copy-on-write without prefix sharing"), WK_ERR_INVALID;
+            base = (uint32_t)n_tables;
+            for (uint32_t b = 0; b < it->seq->kvs->n_blocks; b++) e->step_tables[n_tables++] = it->seq->kvs->table[b];
+        }
         for (int j = 0; j < it->n_tokens; j++) {
             e->step_tokens[T] = it->tokens[j];
-            e->step_rows[T] = (wk_row_info){.pos = (uint32_t)(it->seq->len + j),
-                                            .kv_base = (uint32_t)(it->seq->slot * e->fwd.max_ctx)};
+            e->step_rows[T] = (wk_row_info){.pos = (uint32_t)(it->seq->len + j), .kv_base = base};
             if (logits && (it->all_logits || j == it->n_tokens - 1)) e->step_logit_rows[n_logits++] = T;
             T++;
         }
     }
-    int rc = wk_fwd_step(&e->fwd, e->step_tokens, e->step_rows, T, e->step_logit_rows, n_logits, logits, NULL, err,
-                         errlen);
+    int rc = wk_fwd_step(&e->fwd, e->step_tokens, e->step_rows, T, e->step_tables, n_tables, e->step_logit_rows,
+                         n_logits, logits, NULL, err, errlen);
     if (rc) return rc;
-    for (int i = 0; i < n_items; i++) items[i].seq->len += items[i].n_tokens;
+    for (int i = 0; i < n_items; i++) {
+        items[i].seq->len += items[i].n_tokens;
+        if (items[i].seq->kvs && wk_kv_seq_advance(items[i].seq->kvs, (uint32_t)items[i].n_tokens))
+            return snprintf(err, errlen, "internal: KV pool refused to commit written tokens"), WK_ERR_INVALID;
+    }
     return n_logits;
 }
 
@@ -244,7 +299,7 @@ int wk_capture_run(wk_engine *e, wk_seq *seq, const int32_t *tokens, int n, wk_c
     seq->len = 0;
     for (int t = 0; t < n; t++)
         e->step_rows[t] = (wk_row_info){.pos = (uint32_t)t, .kv_base = (uint32_t)(seq->slot * e->fwd.max_ctx)};
-    rc = wk_fwd_step(&e->fwd, tokens, e->step_rows, n, NULL, 0, NULL, NULL, err, errlen);
+    rc = wk_fwd_step(&e->fwd, tokens, e->step_rows, n, NULL, 0, NULL, 0, NULL, NULL, err, errlen);
     if (rc) return rc;
     seq->len = n;
     const wk_hparams *hp = &e->desc.hp;

@@ -48,6 +48,13 @@ static int build_rope_table(wk_fwd *f, char *err, size_t errlen) {
     return rc;
 }
 
+/* Block-table entries one step may carry: every slot's whole context. */
+static uint64_t wk_fwd_max_tables(const wk_fwd *f) {
+    return f->kv->format == WK_KV_PAGED
+               ? (uint64_t)f->kv->n_slots * ((uint64_t)f->max_ctx + f->kv->layout.block_tokens - 1) / f->kv->layout.block_tokens + 1
+               : 1;
+}
+
 int wk_fwd_init(wk_fwd *f, wk_vk *vk, wk_pipelines *pipes, const wk_hparams *hp, const wk_weights *w,
                 wk_kv_cache *kv, int max_tokens, int max_ctx, bool debug_layers, char *err, size_t errlen) {
     memset(f, 0, sizeof *f);
@@ -73,6 +80,7 @@ int wk_fwd_init(wk_fwd *f, wk_vk *vk, wk_pipelines *pipes, const wk_hparams *hp,
     int rc = 0;
     if (!rc) rc = make(f, &a->tokens, T * 4, WK_MEM_HOST, NONE, err, errlen);
     if (!rc) rc = make(f, &a->rows, T * sizeof(wk_row_info), WK_MEM_HOST, NONE, err, errlen);
+    if (!rc) rc = make(f, &a->tables, wk_fwd_max_tables(f) * 4, WK_MEM_HOST, NONE, err, errlen);
     if (!rc) rc = make(f, &a->h, T * E * 4, WK_MEM_DEVICE, NONE, err, errlen);
     if (!rc) rc = make(f, &a->xn, T * E * 4, WK_MEM_DEVICE, V4, err, errlen);
     if (!rc) rc = make(f, &a->q, T * QD * 4, WK_MEM_DEVICE, NONE, err, errlen);
@@ -94,7 +102,7 @@ int wk_fwd_init(wk_fwd *f, wk_vk *vk, wk_pipelines *pipes, const wk_hparams *hp,
 
 void wk_fwd_free(wk_fwd *f) {
     if (!f->vk) return;
-    wk_buf *all[] = {&f->a.tokens, &f->a.rows, &f->a.h, &f->a.xn, &f->a.q, &f->a.k, &f->a.v, &f->a.attn,
+    wk_buf *all[] = {&f->a.tokens, &f->a.rows, &f->a.tables, &f->a.h, &f->a.xn, &f->a.q, &f->a.k, &f->a.v, &f->a.attn,
                      &f->a.o, &f->a.gate, &f->a.up, &f->a.act, &f->a.ffn, &f->a.head_in, &f->a.logits,
                      &f->a.rope, &f->a.debug, &f->a.cap_q, &f->a.cap_k, &f->a.cap_v};
     for (size_t i = 0; i < sizeof all / sizeof *all; i++) wk_vk_buffer_destroy(f->vk, all[i]);
@@ -103,6 +111,8 @@ void wk_fwd_free(wk_fwd *f) {
 
 int wk_fwd_enable_capture(wk_fwd *f, char *err, size_t errlen) {
     if (f->capture) return 0;
+    if (f->kv->format != WK_KV_F16)
+        return snprintf(err, errlen, "calibration capture needs the f16 KV cache"), WK_ERR_UNSUPPORTED;
     const uint64_t per = (uint64_t)f->hp->n_layer * f->max_tokens * f->hp->head_dim;
     int rc = make(f, &f->a.cap_q, per * f->hp->n_head * 4, WK_MEM_HOST, VK_FORMAT_UNDEFINED, err, errlen);
     if (!rc) rc = make(f, &f->a.cap_k, per * f->hp->n_head_kv * 2, WK_MEM_HOST, VK_FORMAT_UNDEFINED, err, errlen);
@@ -188,14 +198,16 @@ static int op_qk_norm_rope(rec *r, int il, uint32_t T) {
     const wk_hparams *hp = f->hp;
     const wk_dev_layer *L = &f->w->layers[il];
     const bool has_norm = hp->qk_norm;
+    const bool paged = f->kv->format == WK_KV_PAGED;
     wk_arg args[9] = {S(&f->a.q), S(&f->a.k), S(&f->a.v),
                       has_norm ? S(&L->q_norm) : S(&f->w->output_norm), has_norm ? S(&L->k_norm) : S(&f->w->output_norm),
-                      TV(&f->a.rope), S(&f->a.rows), S(&f->kv->k[il]), S(&f->kv->v[il])};
+                      TV(&f->a.rope), S(&f->a.rows), paged ? S(&f->a.k) : S(&f->kv->k[il]),
+                      paged ? S(&f->a.v) : S(&f->kv->v[il])};
     wk_pc_qk_norm_rope pc = {
         .head_dim = (uint32_t)hp->head_dim, .n_head = (uint32_t)hp->n_head, .n_head_kv = (uint32_t)hp->n_head_kv,
         .n_rot = (uint32_t)hp->n_rot, .rope_neox = hp->rope_type == WK_ROPE_NEOX, .has_norm = has_norm,
         .n_tokens = T, .rope_table_offset = hp->is_swa[il] ? (uint32_t)(f->max_ctx * (hp->n_rot / 2)) : 0,
-        .eps = hp->eps, .q_scale = hp->attn_scale};
+        .eps = hp->eps, .q_scale = hp->attn_scale, .kv_inplace = paged};
     return wk_dispatch(f->vk, f->pipes, WK_PIPE_QK_NORM_ROPE, args, &pc, sizeof pc, T,
                        (uint32_t)(hp->n_head + hp->n_head_kv), 1, r->err, r->errlen);
 }
@@ -209,6 +221,43 @@ static int op_attention(rec *r, int il, uint32_t T) {
                           .window = hp->is_swa[il] ? (uint32_t)hp->sliding_window : 0, .n_tokens = T};
     return wk_dispatch(f->vk, f->pipes, WK_PIPE_ATTENTION_F16, args, &pc, sizeof pc, T, (uint32_t)hp->n_head, 1,
                        r->err, r->errlen);
+}
+
+/* Fills the paged-cache push constants shared by the store and the attention. */
+static void paged_geometry(const wk_fwd *f, int il, uint32_t T, wk_pc_attention_paged *pc) {
+    const wk_kv_cache *kv = f->kv;
+    const wk_hparams *hp = f->hp;
+    *pc = (wk_pc_attention_paged){
+        .head_dim = (uint32_t)hp->head_dim, .n_head = (uint32_t)hp->n_head, .n_head_kv = (uint32_t)hp->n_head_kv,
+        .window = hp->is_swa[il] ? (uint32_t)hp->sliding_window : 0, .n_tokens = T, .layer = (uint32_t)il,
+        .kind = (int32_t)kv->fmt.kind, .bits = kv->fmt.bits, .group = kv->fmt.group,
+        .block_tokens = (uint32_t)kv->layout.block_tokens, .slab_words = (uint32_t)(kv->layout.slab_bytes / 4),
+        .block_words = (uint32_t)(kv->layout.bytes_per_block / 4), .params_words = (uint32_t)(kv->layout.q.params_offset / 4),
+        .code_words = (uint32_t)(kv->layout.q.code_bytes_per_token / 4)};
+}
+
+/* Quantizes this step's keys (post-RoPE, in a.k) and values into their blocks. */
+static int op_kv_store_quant(rec *r, int il, uint32_t T) {
+    wk_fwd *f = r->f;
+    wk_pc_attention_paged g;
+    paged_geometry(f, il, T, &g);
+    wk_pc_kv_store_quant pc = {.head_dim = g.head_dim, .n_head_kv = g.n_head_kv, .n_tokens = T, .layer = g.layer,
+                               .kind = g.kind, .bits = g.bits, .group = g.group, .rank_k = f->kv->rank_k,
+                               .rank_v = f->kv->rank_v, .block_tokens = g.block_tokens, .slab_words = g.slab_words,
+                               .block_words = g.block_words, .params_words = g.params_words, .code_words = g.code_words};
+    wk_arg args[5] = {S(&f->a.k), S(&f->a.v), S(&f->a.rows), S(&f->a.tables), TV(&f->kv->pool_buf)};
+    uint32_t gx, gy;
+    grid_1d((T * g.n_head_kv * 2 + 7) / 8, &gx, &gy);
+    return wk_dispatch(f->vk, f->pipes, WK_PIPE_KV_STORE_QUANT, args, &pc, sizeof pc, gx, gy, 1, r->err, r->errlen);
+}
+
+static int op_attention_paged(rec *r, int il, uint32_t T) {
+    wk_fwd *f = r->f;
+    wk_pc_attention_paged pc;
+    paged_geometry(f, il, T, &pc);
+    wk_arg args[5] = {S(&f->a.q), S(&f->a.rows), S(&f->a.tables), TV(&f->kv->pool_buf), S(&f->a.attn)};
+    return wk_dispatch(f->vk, f->pipes, WK_PIPE_ATTENTION_PAGED, args, &pc, sizeof pc, T, pc.n_head, 1, r->err,
+                       r->errlen);
 }
 
 static int op_glu(rec *r, uint32_t T) {
@@ -245,7 +294,13 @@ static int record_layers(rec *r, const wk_row_info *rows, uint32_t T) {
             record_capture(f, il, rows, T);
             wk_vk_barrier(vk);
         }
-        TRY(op_attention(r, il, T));                            /* attn = softmax(q K^T) V */
+        if (f->kv->format == WK_KV_PAGED) {
+            TRY(op_kv_store_quant(r, il, T));                   /* k, v -> packed codes in blocks */
+            wk_vk_barrier(vk);
+            TRY(op_attention_paged(r, il, T));                  /* attn over the stored codes */
+        } else {
+            TRY(op_attention(r, il, T));                        /* attn = softmax(q K^T) V */
+        }
         wk_vk_barrier(vk);
         TRY(op_matmul(r, &L->wo, &a->attn, &a->o, T));          /* o = attn Wo */
         wk_vk_barrier(vk);
@@ -293,7 +348,8 @@ static void read_logits(wk_fwd *f, float *out, int n) {
     }
 }
 
-int wk_fwd_step(wk_fwd *f, const int32_t *tokens, const wk_row_info *rows, int T, const int *logit_rows,
+int wk_fwd_step(wk_fwd *f, const int32_t *tokens, const wk_row_info *rows, int T, const uint32_t *tables,
+                int n_tables, const int *logit_rows,
                 int n_logits, float *out, float *layer_out, char *err, size_t errlen) {
     if (T < 1 || T > f->max_tokens) {
         snprintf(err, errlen, "step of %d tokens (1..%d allowed)", T, f->max_tokens);
@@ -306,6 +362,12 @@ int wk_fwd_step(wk_fwd *f, const int32_t *tokens, const wk_row_info *rows, int T
         }
     memcpy(f->a.tokens.map, tokens, (size_t)T * sizeof *tokens);
     memcpy(f->a.rows.map, rows, (size_t)T * sizeof *rows);
+    if (f->kv->format == WK_KV_PAGED) {
+        if (!tables || n_tables < 1 || (uint64_t)n_tables > wk_fwd_max_tables(f))
+            return snprintf(err, errlen, "paged step needs 1..%llu block-table entries, got %d",
+                            (unsigned long long)wk_fwd_max_tables(f), n_tables), WK_ERR_INVALID;
+        memcpy(f->a.tables.map, tables, (size_t)n_tables * sizeof *tables);
+    }
     rec r = {f, err, errlen};
     TRY(wk_vk_begin(f->vk, err, errlen));
     wk_prof_begin(f->vk, f->pipes);

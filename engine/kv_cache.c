@@ -1,5 +1,6 @@
-/* f16 KV cache: one key and one value buffer per layer, each sized for every sequence slot at the
- * full context, so a token's cache row is slot*max_ctx + pos. */
+/* KV cache storage. f16: one key and one value buffer per layer, each sized for every sequence
+ * slot at the full context, so a token's cache row is slot*max_ctx + pos. Paged: the block pool of
+ * engine/kv_pool.h in one device buffer, read and written through R32UI texel views. */
 #include "kv_cache.h"
 
 #include <stdio.h>
@@ -44,7 +45,50 @@ int wk_kv_cache_create(wk_vk *vk, wk_kv_cache *kv, const wk_hparams *hp, int n_s
     return 0;
 }
 
+int wk_kv_cache_create_paged(wk_vk *vk, wk_kv_cache *kv, const wk_hparams *hp, const wk_kv_fmt *fmt, uint64_t budget,
+                             int n_slots, int max_ctx, char *err, size_t errlen) {
+    memset(kv, 0, sizeof *kv);
+    kv->format = WK_KV_PAGED;
+    kv->fmt = *fmt;
+    kv->n_layer = hp->n_layer;
+    kv->n_slots = n_slots;
+    kv->max_ctx = max_ctx;
+    kv->n_head_kv = hp->n_head_kv;
+    kv->head_dim = hp->head_dim;
+    if (fmt->sink || fmt->recent)
+        return snprintf(err, errlen, "f16 sink/recent windows are not wired into the engine yet"), WK_ERR_UNSUPPORTED;
+    wk_kv_geom geom = {.n_layer = hp->n_layer, .n_head_kv = hp->n_head_kv, .head_dim = hp->head_dim, .block_tokens = 16};
+    if (wk_kv_layout_get(&geom, fmt, &kv->layout) != 0)
+        return snprintf(err, errlen, "KV format int%d %s group %d does not fit head_dim %d", fmt->bits,
+                        wk_kvq_kind_name(fmt->kind), fmt->group, hp->head_dim), WK_ERR_INVALID;
+    /* kv_store_quant writes a token's parameters as whole words; one odd u16 per token would make
+     * neighbouring tokens share a word. */
+    if ((hp->head_dim / fmt->group) * wk_kvq_params_per_group(fmt->kind) % 2)
+        return snprintf(err, errlen, "KV group %d: head_dim/group * params per group must be even", fmt->group),
+               WK_ERR_UNSUPPORTED;
+    const uint64_t bt = (uint64_t)kv->layout.block_tokens;
+    if (budget == 0) budget = kv->layout.bytes_per_block * (uint64_t)n_slots * (((uint64_t)max_ctx + bt - 1) / bt);
+    wk_kv_pool_params pp;
+    wk_kv_pool_params_from_layout(&kv->layout, budget, (uint32_t)n_slots, &pp);
+    pp.max_seqs = 0; /* no windows: sequences are bounded by the engine's slots */
+    int st = wk_kv_pool_create(&pp, &kv->pool);
+    if (st) return snprintf(err, errlen, "KV pool of %llu bytes: %s", (unsigned long long)budget, wk_kv_pool_strerror(st)), WK_ERR_INVALID;
+    int rc = wk_vk_buffer_create(vk, &kv->pool_buf, wk_kv_pool_device_bytes(kv->pool), WK_MEM_DEVICE, VK_FORMAT_R32_UINT,
+                                 err, errlen);
+    if (rc) {
+        wk_kv_cache_destroy(vk, kv);
+        return rc;
+    }
+    kv->bytes = kv->pool_buf.bytes;
+    kv->bytes_per_token = kv->layout.bytes_per_block / bt;
+    kv->rank_k = wk_kvq_percentile_rank(WK_KVQ_RHO_K, fmt->group);
+    kv->rank_v = wk_kvq_percentile_rank(WK_KVQ_RHO_V, fmt->group);
+    return 0;
+}
+
 void wk_kv_cache_destroy(wk_vk *vk, wk_kv_cache *kv) {
+    wk_vk_buffer_destroy(vk, &kv->pool_buf);
+    wk_kv_pool_destroy(kv->pool);
     for (int il = 0; il < kv->n_layer; il++) {
         if (kv->k) wk_vk_buffer_destroy(vk, &kv->k[il]);
         if (kv->v) wk_vk_buffer_destroy(vk, &kv->v[il]);

@@ -15,6 +15,7 @@ typedef struct {
     uint32_t head_dim, n_head, n_head_kv, n_rot;
     uint32_t rope_neox, has_norm, n_tokens, rope_table_offset; /* rope table offset in (cos,sin) pairs */
     float eps, q_scale;
+    uint32_t kv_inplace; /* 1: keys back into the k buffer (paged cache), 0: k, v into the f16 cache */
 } wk_pc_qk_norm_rope;
 typedef struct { uint32_t head_dim, n_head, n_head_kv, window, n_tokens; } wk_pc_attention;
 typedef struct { uint32_t n, act; } wk_pc_glu;
@@ -23,6 +24,11 @@ typedef struct {
     int32_t kind, bits, group;
     uint32_t block_tokens, slab_words, block_words, params_words, code_words;
 } wk_pc_attention_paged;
+typedef struct {
+    uint32_t head_dim, n_head_kv, n_tokens, layer;
+    int32_t kind, bits, group, rank_k, rank_v;
+    uint32_t block_tokens, slab_words, block_words, params_words, code_words;
+} wk_pc_kv_store_quant;
 /* Per token of a paged step: position and where its sequence's block table starts. */
 typedef struct { uint32_t pos, table_off; } wk_paged_row; /* act: 0 SiLU (SwiGLU), 1 tanh-GELU (GeGLU) */
 

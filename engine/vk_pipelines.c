@@ -11,6 +11,7 @@
 #include "spv_add_norm.h"
 #include "spv_attention_f16.h"
 #include "spv_attention_paged.h"
+#include "spv_kv_store_quant.h"
 #include "spv_embed_f16.h"
 #include "spv_embed_q8a.h"
 #include "spv_glu.h"
@@ -24,6 +25,7 @@
 
 #define T 'T' /* uniform texel buffer */
 #define S 'S' /* storage buffer */
+#define I 'I' /* storage texel buffer (the KV pool: past the storage-buffer range limit) */
 
 typedef struct {
     const char *name;
@@ -47,6 +49,7 @@ static const pipe_spec specs[WK_PIPE_COUNT] = {
     [WK_PIPE_QK_NORM_ROPE] = {"qk_norm_rope", SPV(wk_spv_qk_norm_rope), "SSSSSTSSS", sizeof(wk_pc_qk_norm_rope), true},
     [WK_PIPE_ATTENTION_F16] = {"attention_f16", SPV(wk_spv_attention_f16), "SSTTS", sizeof(wk_pc_attention), true},
     [WK_PIPE_ATTENTION_PAGED] = {"attention_paged", SPV(wk_spv_attention_paged), "SSSTS", sizeof(wk_pc_attention_paged), true},
+    [WK_PIPE_KV_STORE_QUANT] = {"kv_store_quant", SPV(wk_spv_kv_store_quant), "SSSSI", sizeof(wk_pc_kv_store_quant), false},
     [WK_PIPE_GLU] = {"glu", SPV(wk_spv_glu), "SSS", sizeof(wk_pc_glu), false},
 };
 #undef SPV
@@ -69,8 +72,9 @@ static int create_one(wk_vk *vk, wk_pipelines *p, wk_pipe_id id, char *err, size
     for (uint32_t i = 0; i < n; i++)
         b[i] = (VkDescriptorSetLayoutBinding){
             .binding = i,
-            .descriptorType = spec->bindings[i] == T ? VK_DESCRIPTOR_TYPE_UNIFORM_TEXEL_BUFFER
-                                                     : VK_DESCRIPTOR_TYPE_STORAGE_BUFFER,
+            .descriptorType = spec->bindings[i] == T   ? VK_DESCRIPTOR_TYPE_UNIFORM_TEXEL_BUFFER
+                              : spec->bindings[i] == I ? VK_DESCRIPTOR_TYPE_STORAGE_TEXEL_BUFFER
+                                                       : VK_DESCRIPTOR_TYPE_STORAGE_BUFFER,
             .descriptorCount = 1,
             .stageFlags = VK_SHADER_STAGE_COMPUTE_BIT};
     VkDescriptorSetLayoutCreateInfo dci = {.sType = VK_STRUCTURE_TYPE_DESCRIPTOR_SET_LAYOUT_CREATE_INFO,
@@ -118,10 +122,11 @@ int wk_pipelines_create(wk_vk *vk, wk_pipelines *p, char *err, size_t errlen) {
     }
     p->cache_cap = 8192;
     p->cache = calloc(p->cache_cap, sizeof *p->cache);
-    VkDescriptorPoolSize sizes[2] = {{VK_DESCRIPTOR_TYPE_UNIFORM_TEXEL_BUFFER, p->cache_cap * 4},
-                                     {VK_DESCRIPTOR_TYPE_STORAGE_BUFFER, p->cache_cap * 6}};
+    VkDescriptorPoolSize sizes[3] = {{VK_DESCRIPTOR_TYPE_UNIFORM_TEXEL_BUFFER, p->cache_cap * 4},
+                                     {VK_DESCRIPTOR_TYPE_STORAGE_BUFFER, p->cache_cap * 6},
+                                     {VK_DESCRIPTOR_TYPE_STORAGE_TEXEL_BUFFER, p->cache_cap}};
     VkDescriptorPoolCreateInfo dpi = {.sType = VK_STRUCTURE_TYPE_DESCRIPTOR_POOL_CREATE_INFO,
-                                      .maxSets = p->cache_cap, .poolSizeCount = 2, .pPoolSizes = sizes};
+                                      .maxSets = p->cache_cap, .poolSizeCount = 3, .pPoolSizes = sizes};
     VkResult r = p->cache ? vkCreateDescriptorPool(vk->dev, &dpi, NULL, &p->pool) : VK_ERROR_OUT_OF_HOST_MEMORY;
     if (r != VK_SUCCESS) {
         snprintf(err, errlen, "vkCreateDescriptorPool failed: %s", wk_vk_result_name(r));
@@ -180,8 +185,9 @@ static int get_set(wk_vk *vk, wk_pipelines *p, wk_pipe_id id, const wk_arg *args
             for (uint32_t b = 0; b < n; b++) {
                 w[b] = (VkWriteDescriptorSet){.sType = VK_STRUCTURE_TYPE_WRITE_DESCRIPTOR_SET, .dstSet = e->set,
                                               .dstBinding = b, .descriptorCount = 1};
-                if (spec->bindings[b] == T) {
-                    w[b].descriptorType = VK_DESCRIPTOR_TYPE_UNIFORM_TEXEL_BUFFER;
+                if (spec->bindings[b] == T || spec->bindings[b] == I) {
+                    w[b].descriptorType = spec->bindings[b] == T ? VK_DESCRIPTOR_TYPE_UNIFORM_TEXEL_BUFFER
+                                                                 : VK_DESCRIPTOR_TYPE_STORAGE_TEXEL_BUFFER;
                     w[b].pTexelBufferView = &args[b].view;
                 } else {
                     bi[b] = (VkDescriptorBufferInfo){.buffer = args[b].buf, .offset = args[b].offset,

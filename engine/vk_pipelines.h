@@ -17,6 +17,7 @@ typedef enum {
     WK_PIPE_QK_NORM_ROPE,
     WK_PIPE_ATTENTION_F16,
     WK_PIPE_ATTENTION_PAGED,
+    WK_PIPE_KV_STORE_QUANT,
     WK_PIPE_GLU,
     WK_PIPE_COUNT
 } wk_pipe_id;

@@ -3,6 +3,7 @@
  * Activations are f32 like ggml's; every dot product and reduction is summed in double so the
  * reference is at least as precise as anything it is compared with. */
 #include "ref_forward.h"
+#include "kv_quant.h"
 
 #include <math.h>
 #include <stdio.h>
@@ -36,6 +37,8 @@ struct ref_model {
     float *output_norm; /* (n_embd) */
     float *output;      /* (n_vocab, n_embd); == tok_embd when tied */
     ref_layer *layers;  /* (n_layer) */
+    int kv_bits;        /* 0: f16 cache; 2..4: the quantized cache (kv_quant.c round trip) */
+    int kv_kind, kv_group;
 };
 
 /* Dequantizes a whole tensor (NULL tensor -> NULL, not an error: optional weights). */
@@ -192,6 +195,22 @@ float ref_gelu_tanh(float x) {
 
 float ref_silu(float x) { return (float)((double)x / (1.0 + exp(-(double)x))); }
 
+/* The quantized cache: every group of G elements of a head vector through the C quantizer. */
+static void kv_quant_round(const ref_model *m, float *x, int n_heads, int D, float rho) {
+    uint8_t buf[1024];
+    for (int h = 0; h < n_heads; h++)
+        for (int g = 0; g < D; g += m->kv_group) {
+            wk_kvq_encode((wk_kvq_kind)m->kv_kind, m->kv_bits, m->kv_group, rho, x + (size_t)h * D + g, buf);
+            wk_kvq_decode((wk_kvq_kind)m->kv_kind, m->kv_bits, m->kv_group, buf, x + (size_t)h * D + g);
+        }
+}
+
+void ref_model_set_kv_quant(ref_model *m, int bits, int kind, int group) {
+    m->kv_bits = bits;
+    m->kv_kind = kind;
+    m->kv_group = group;
+}
+
 /* llama.cpp keeps K and V in an f16 cache: attention sees them rounded to half precision. */
 static void round_f16(float *x, size_t n) {
     for (size_t i = 0; i < n; i++) x[i] = wk_f16_to_f32(wk_f32_to_f16(x[i]));
@@ -287,9 +306,14 @@ static void layer_forward(const ref_model *m, int il, ref_state *s, int n) {
             if (hp->qk_norm) ref_rmsnorm(k + h * D, k + h * D, L->k_norm, D, hp->eps);
             ref_rope(k + h * D, hp->n_rot, t, base, freq_scale, hp->rope_type);
         }
-        /* kv store: the f16 cache */
-        round_f16(k, (size_t)Hk * D);
-        round_f16(v, (size_t)Hk * D);
+        /* kv store: what the cache gives back, f16 or the quantizer's round trip per group */
+        if (m->kv_bits) {
+            kv_quant_round(m, k, Hk, D, WK_KVQ_RHO_K);
+            kv_quant_round(m, v, Hk, D, WK_KVQ_RHO_V);
+        } else {
+            round_f16(k, (size_t)Hk * D);
+            round_f16(v, (size_t)Hk * D);
+        }
     }
 
     attention(hp, s, n, swa);

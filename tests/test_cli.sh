@@ -31,7 +31,6 @@ expect 2 "unknown command 'nope'" -- nope
 
 # Future commands say so and fail, rather than pretend.
 expect 2 "^wushkv serve: --port: expected an integer in \\[0, 65535\\], got 'abc'" -- serve --port abc
-expect 2 '^wushkv calibrate: not implemented yet \(see issue 3\)' -- calibrate -m x
 expect 2 '^wushkv bench: not implemented yet' -- bench
 
 # generate: help lists every flag; bad values are refused with the flag named.
@@ -55,6 +54,17 @@ expect 2 "unknown option '--bogus'" -- generate -p hi --bogus
 expect 2 "unexpected argument 'extra'" -- generate -p hi extra
 expect 2 "missing -p PROMPT" -- generate -n 5
 expect 2 "--temp: expected a number >= 0, got 'x'" -- generate -p hi --temp=x
+
+# calibrate: help lists every flag; bad values are refused with the flag named; no model needed.
+for flag in -m -f -o --tokens --chunk --kv-group --v-moments --threads --device --validation -v; do
+    expect 0 "(^|[ ,])$flag[ ,]" -- calibrate --help
+done
+expect 2 "missing -f TEXT" -- calibrate -o x.wush
+expect 2 "missing -o FILE" -- calibrate -f x.txt
+expect 2 "--kv-group: expected a power of two, got '24'" -- calibrate -f x -o y --kv-group 24
+expect 2 "--v-moments: expected plain, mass or mass2, got 'x'" -- calibrate -f x -o y --v-moments x
+expect 2 "--tokens: expected an integer" -- calibrate -f x -o y --tokens 0
+expect 1 "cannot open /nonexistent/cal.txt" -- calibrate -m /nonexistent/model.gguf -f /nonexistent/cal.txt -o /tmp/x.wush
 
 # perplexity
 for flag in -m -f --ctx --chunks --batch --json --device --validation -v; do

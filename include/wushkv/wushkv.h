@@ -21,7 +21,8 @@ extern "C" {
     X(WK_ERR_VULKAN, -5, "vulkan error")                              \
     X(WK_ERR_INVALID, -6, "invalid argument")                         \
     X(WK_ERR_CONTEXT_FULL, -7, "context full")                        \
-    X(WK_ERR_NOT_FOUND, -8, "not found")
+    X(WK_ERR_NOT_FOUND, -8, "not found")                              \
+    X(WK_ERR_KV_FULL, -9, "KV cache pool exhausted")
 
 typedef enum {
 #define WK_STATUS_ENUM(name, value, text) name = value,
@@ -46,7 +47,17 @@ typedef struct wk_engine_params {
     bool validation;       /* enable the Khronos validation layer (also WUSHKV_VALIDATION=1) */
     bool verbose;          /* device and model summary on stderr */
     bool skip_warmup;      /* don't run every shader once at open (lavapipe compiles on first use) */
+    /* KV cache format. kv_bits 0 or 16: f16, a fixed slot per sequence. 2, 3, 4: the paged pool of
+     * packed codes with per-group f16 parameters, quantized by kv_quant (wk_kv_quant) in groups of
+     * kv_group (0: 32) elements of a head vector; kv_mem bytes of blocks (0: every sequence's full
+     * context). */
+    int kv_bits;
+    int kv_quant;
+    int kv_group;
+    uint64_t kv_mem;
 } wk_engine_params;
+
+typedef enum { WK_KV_QUANT_QUEST = 0, WK_KV_QUANT_PERCENTILE = 1, WK_KV_QUANT_ABSMAX = 2 } wk_kv_quant;
 
 typedef struct wk_model_info {
     const char *arch;          /* "gemma3", "llama" */
@@ -57,7 +68,9 @@ typedef struct wk_model_info {
     int32_t bos, eos, eot;     /* -1 where absent; eot = end-of-turn token if the vocab has one */
     bool add_bos;
     uint64_t weight_bytes;     /* device bytes holding weights */
-    uint64_t kv_bytes_per_token;
+    uint64_t kv_bytes_per_token;  /* all layers, keys and values, as stored */
+    double kv_bits_per_element;   /* codes + scales + zeros per stored K/V element (16 for f16) */
+    uint64_t kv_pool_bytes;       /* device bytes of the whole KV cache */
 } wk_model_info;
 
 void wk_engine_params_default(wk_engine_params *p);
@@ -83,6 +96,8 @@ int wk_seq_create(wk_engine *e, wk_seq **out);
 void wk_seq_destroy(wk_seq *s);
 void wk_seq_reset(wk_seq *s);
 int wk_seq_len(const wk_seq *s);
+/* Device bytes of KV cache this sequence holds now (whole blocks for the paged cache). */
+uint64_t wk_seq_kv_bytes(const wk_seq *s);
 
 /* One forward step over a batch: item i appends n_tokens tokens to seq (at positions
  * seq_len..seq_len+n-1). logits may be NULL (prefill without logits). Logits rows (n_vocab floats each) are written for every token when
@@ -110,6 +125,61 @@ int wk_capture_run(wk_engine *e, wk_seq *seq, const int32_t *tokens, int n, wk_c
 void wk_capture_free(wk_capture *c);
 /* Layer il's attention output projection W_o as f32: n_embd rows of n_head*head_dim (row-major). */
 int wk_engine_wo(const wk_engine *e, int layer, float *out, char *err, size_t errlen);
+
+/* WUSH-KV calibration (`wushkv calibrate`, DESIGN.md section 5). A calibrator runs chunks of
+ * calibration text through the engine with capture on and accumulates, per layer and KV head, the
+ * second moments of post-RoPE keys (G_k), of post-RoPE queries pooled over the GQA group (G_q) and
+ * of values (G_v: plain, and weighted per token by the attention it receives); at the end it adds
+ * the Gram of the head's W_o column block, builds T_K = WUSH(G_w = G_q, G_x = G_k) and
+ * T_V = WUSH(G_w = Gram(W_o block), G_x = the chosen G_v) and writes the sidecar (a GGUF file;
+ * layout in engine/calibrate.h). Same engine, tokens and params: a byte-identical file.
+ *
+ * Value weightings. With p_hij the attention of query head h at position i on key j, token j's
+ * value is weighted by
+ *   plain: 1;   mass: sum_{h in group, i} p_hij;   mass2: sum_{h in group, i} p_hij^2.
+ * mass2 is what the output error sees when the quantization errors of different tokens are
+ * independent (the error of o_hi = sum_j p_hij v_j has variance sum_j p_hij^2 var(e_j)). */
+typedef struct wk_calib wk_calib;
+typedef enum { WK_CALIB_V_PLAIN = 0, WK_CALIB_V_MASS = 1, WK_CALIB_V_MASS2 = 2 } wk_calib_v_moments;
+typedef struct wk_calib_params {
+    int block;                    /* transform block = quantizer group: a power of two dividing head_dim; 0: 32 */
+    wk_calib_v_moments v_moments; /* which G_v builds T_V (default WK_CALIB_V_MASS) */
+    int n_threads;                /* host threads for the moments; 0: online CPUs. The file does not depend on it */
+    const char *text_name;        /* calibration text's name, recorded in the sidecar; NULL: "" */
+} wk_calib_params;
+
+typedef struct wk_calib_head {
+    int layer, kv_head;
+    bool swa;                     /* sliding-window layer */
+    double gain_k;                /* predicted gain of T_K: tr(G_k) tr(G_q) / (sum s)^2 (>= 1) */
+    double gain_v;                /* the same for the stored T_V */
+    double gain_v_by[3];          /* the gain T_V would have with each wk_calib_v_moments */
+    double sink_mass;             /* share of the attention mass on position 0 (BOS) */
+} wk_calib_head;
+
+typedef struct wk_calib_report {
+    int n_layer, n_head_kv, head_dim, block;
+    wk_calib_v_moments v_moments;
+    uint64_t n_tokens, n_chunks;  /* tokens evaluated (BOS included) and chunks */
+    const wk_calib_head *heads;   /* n_layer * n_head_kv, layer-major; valid until wk_calib_destroy */
+    char fingerprint[32];         /* the model's, as the sidecar records it */
+} wk_calib_report;
+
+void wk_calib_params_default(wk_calib_params *p);
+/* Takes one of the engine's sequences until wk_calib_destroy. */
+int wk_calib_create(wk_engine *e, const wk_calib_params *p, wk_calib **out, char *err, size_t errlen);
+/* Evaluates tokens (1..max_batch_tokens of them, a fresh sequence from position 0: put BOS first)
+ * and accumulates their moments. */
+int wk_calib_add(wk_calib *c, const int32_t *tokens, int n, char *err, size_t errlen);
+/* Builds the transforms and writes the sidecar to out_path (via a temporary file and rename, so a
+ * failed run leaves no half-written sidecar). report may be NULL. */
+int wk_calib_finish(wk_calib *c, const char *out_path, wk_calib_report *report, char *err, size_t errlen);
+void wk_calib_destroy(wk_calib *c);
+/* Whether the sidecar at path belongs to the engine's model (fingerprint and shapes) and holds
+ * every transform. WK_OK, WK_ERR_INVALID (another model's; the message names both),
+ * WK_ERR_UNSUPPORTED (another sidecar version) or WK_ERR_FORMAT (unreadable, not a sidecar, or
+ * incomplete). *block_size (may be NULL) gets the sidecar's block size. */
+int wk_wush_sidecar_check(const wk_engine *e, const char *path, int *block_size, char *err, size_t errlen);
 
 /* Sampling on one logits row. temp <= 0 is greedy; top_k <= 0 and top_p >= 1 disable those. */
 typedef struct wk_sampler_params {

@@ -1,0 +1,65 @@
+#version 450
+// Quantize-on-store for the paged KV pool: each invocation takes one token's key or value head
+// (post-RoPE keys; values as projected), encodes its D/G groups with kv_quant.glsl (bit-identical
+// to the C twin) and writes the token's code words and parameters into its block's slab. A token's
+// codes start on a word and its parameters fill whole words (checked on the host), so no two
+// invocations share a word.
+#extension GL_GOOGLE_include_directive : require
+#include "kv_quant.glsl"
+layout(local_size_x = 8) in;
+struct RowInfo { uint pos; uint table_off; };
+layout(std430, binding = 0) readonly buffer K { float k[]; };        // [T][n_head_kv][D]
+layout(std430, binding = 1) readonly buffer V { float v[]; };
+layout(std430, binding = 2) readonly buffer Rows { RowInfo rows[]; };
+layout(std430, binding = 3) readonly buffer Tables { uint tables[]; };
+layout(binding = 4, r32ui) uniform writeonly uimageBuffer Pool;
+layout(push_constant) uniform PC {
+    uint head_dim; uint n_head_kv; uint n_tokens; uint layer;
+    int kind; int bits; int G; int rank_k; int rank_v;
+    uint block_tokens; uint slab_words; uint block_words; uint params_words; uint code_words;
+} pc;
+
+const uint MAXW = 64u; // code words of one token head: D*b/32 <= 512*4/32
+void main() {
+    uint id = gl_GlobalInvocationID.y * gl_NumWorkGroups.x * gl_WorkGroupSize.x + gl_GlobalInvocationID.x;
+    uint per_token = pc.n_head_kv * 2u;
+    if (id >= pc.n_tokens * per_token) return;
+    uint t = id / per_token, kh = (id % per_token) >> 1, kv = id & 1u;
+    RowInfo ri = rows[t];
+    uint blk = tables[ri.table_off + ri.pos / pc.block_tokens], tt = ri.pos % pc.block_tokens;
+    uint slab = blk * pc.block_words + ((pc.layer * 2u + kv) * pc.n_head_kv + kh) * pc.slab_words;
+    uint D = pc.head_dim, G = uint(pc.G), ngroups = D / G, bits = uint(pc.bits);
+    uint P = uint(wk_kvq_params_per_group(pc.kind)), cb = wk_kvq_code_bytes(pc.bits, pc.G);
+    uint src = (t * pc.n_head_kv + kh) * D;
+    uint words[MAXW];
+    for (uint w = 0u; w < pc.code_words; ++w) words[w] = 0u;
+    uint pbase = slab + pc.params_words + (tt * ngroups * P) / 2u;
+    uint pword = 0u;
+    for (uint g = 0u; g < ngroups; ++g) {
+        for (uint i = 0u; i < G; ++i) wk_kvq_x[i] = kv == 0u ? k[src + g * G + i] : v[src + g * G + i];
+        wk_kvq_encode_group(pc.kind, pc.bits, pc.G, kv == 0u ? pc.rank_k : pc.rank_v);
+        // The group's G*b code bits go to token bit g*G*b (a 3-bit group of 16 straddles words).
+        uint gbits = G * bits, at = g * gbits;
+        for (uint b = 0u; b < gbits; b += 32u) {
+            uint chunk = wk_kvq_w[b >> 5];
+            uint n = min(32u, gbits - b);
+            if (n < 32u) chunk &= (1u << n) - 1u;
+            uint pos = at + b, w = pos >> 5, o = pos & 31u;
+            words[w] |= chunk << o;
+            if (o != 0u && o + n > 32u) words[w + 1u] |= chunk >> (32u - o);
+        }
+        // Parameters: P f16 values after the codes in the group layout (byte cb, an even offset).
+        for (uint p = 0u; p < P; ++p) {
+            uint byte_at = cb + 2u * p;
+            uint h = (wk_kvq_w[byte_at >> 2] >> ((byte_at & 3u) * 8u)) & 0xffffu;
+            uint idx = g * P + p;   // u16 index within the token's parameters
+            pword |= h << ((idx & 1u) * 16u);
+            if ((idx & 1u) == 1u) {
+                imageStore(Pool, int(pbase + (idx >> 1)), uvec4(pword));
+                pword = 0u;
+            }
+        }
+    }
+    uint cbase = slab + tt * pc.code_words;
+    for (uint w = 0u; w < pc.code_words; ++w) imageStore(Pool, int(cbase + w), uvec4(words[w]));
+}
