@@ -10,6 +10,7 @@
 #include <cjson/cJSON.h>
 
 #include "cli_args.h"
+#include "kv_flags.h"
 #include "wushkv/wushkv.h"
 
 /* Tokens per prefill forward step; also the engine's max_batch_tokens. */
@@ -24,6 +25,7 @@ typedef struct gen_opts {
     int ctx;    /* 0: the engine's default */
     int device; /* -1: automatic / WUSHKV_DEVICE */
     bool json, no_bos, validation, verbose;
+    wk_engine_params kv; /* only the kv_* fields: --kv, --kv-quant, --kv-group, --kv-mem */
 } gen_opts;
 
 static void generate_usage(FILE *f) {
@@ -50,6 +52,7 @@ static void generate_usage(FILE *f) {
             "  --ctx N            context size in tokens, prompt + output (default: the engine's,\n"
             "                     min(model's trained context, 4096))\n"
             "  --device N         Vulkan device index (default: $WUSHKV_DEVICE, else the best device)\n"
+            KV_FLAGS_HELP
             "  --json             no streaming: print one JSON object at the end with text,\n"
             "                     prompt_tokens, completion_tokens, prefill_tokens_per_s,\n"
             "                     decode_tokens_per_s\n"
@@ -109,8 +112,12 @@ static int parse_generate(int argc, char **argv, gen_opts *o) {
             ok = cli_switch(&c);
             o->verbose = true;
         } else {
-            cli_unknown(&c);
-            ok = false;
+            bool handled;
+            ok = kv_flags_parse(&c, &o->kv, &handled);
+            if (ok && !handled) {
+                cli_unknown(&c);
+                ok = false;
+            }
         }
         if (!ok) return CLI_EXIT_USAGE;
     }
@@ -403,7 +410,7 @@ out:
     return rc;
 }
 
-static int print_json(const gen_result *r) {
+static int print_json(const gen_result *r, const wk_model_info *info) {
     cJSON *obj = cJSON_CreateObject();
     if (!obj) return 1;
     cJSON_AddStringToObject(obj, "text", r->text.p ? r->text.p : "");
@@ -411,6 +418,8 @@ static int print_json(const gen_result *r) {
     cJSON_AddNumberToObject(obj, "completion_tokens", r->n_generated);
     cJSON_AddNumberToObject(obj, "prefill_tokens_per_s", round(rate(r->n_prompt, r->t_prefill) * 100.0) / 100.0);
     cJSON_AddNumberToObject(obj, "decode_tokens_per_s", round(rate(r->n_decode_eval, r->t_decode) * 100.0) / 100.0);
+    cJSON_AddNumberToObject(obj, "bits_per_element", info->kv_bits_per_element);
+    cJSON_AddNumberToObject(obj, "kv_bytes_per_token", (double)info->kv_bytes_per_token);
     char *s = cJSON_PrintUnformatted(obj);
     cJSON_Delete(obj);
     if (!s) return 1;
@@ -438,6 +447,10 @@ int cmd_generate(int argc, char **argv) {
     wk_engine_params_default(&ep);
     ep.model_path = o.model;
     ep.device_index = o.device;
+    ep.kv_bits = o.kv.kv_bits;
+    ep.kv_quant = o.kv.kv_quant;
+    ep.kv_group = o.kv.kv_group;
+    ep.kv_mem = o.kv.kv_mem;
     ep.max_ctx = o.ctx;
     ep.max_batch_tokens = PREFILL_CHUNK;
     ep.max_seqs = 1;
@@ -454,12 +467,13 @@ int cmd_generate(int argc, char **argv) {
 
     gen_result r = {0};
     rc = run_generation(e, &o, &r);
+    const wk_model_info info = *wk_engine_info(e);
     wk_engine_close(e);
     if (rc == 0) {
         fprintf(stderr, "prefill: %d tokens in %.3f s (%.1f tok/s); decode: %d tokens in %.3f s (%.1f tok/s)\n",
                 r.n_prompt, r.t_prefill, rate(r.n_prompt, r.t_prefill), r.n_decode_eval, r.t_decode,
                 rate(r.n_decode_eval, r.t_decode));
-        if (o.json) rc = print_json(&r);
+        if (o.json) rc = print_json(&r, &info);
     }
     free(r.text.p);
     return rc;

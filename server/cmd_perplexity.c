@@ -10,6 +10,7 @@
 #include <cjson/cJSON.h>
 
 #include "cli_args.h"
+#include "kv_flags.h"
 #include "wushkv/wushkv.h"
 
 typedef struct ppl_opts {
@@ -17,6 +18,7 @@ typedef struct ppl_opts {
     const char *file;  /* "-": stdin */
     int ctx, chunks, batch, device;
     bool json, validation, verbose;
+    wk_engine_params kv; /* only the kv_* fields: --kv, --kv-quant, --kv-group, --kv-mem */
 } ppl_opts;
 
 static void perplexity_usage(FILE *f) {
@@ -37,6 +39,7 @@ static void perplexity_usage(FILE *f) {
             "  --chunks K         score at most the first K windows (default: all)\n"
             "  --batch B          tokens per forward step within a window (default 512, capped at --ctx)\n"
             "  --device N         Vulkan device index (default: $WUSHKV_DEVICE, else the best device)\n"
+            KV_FLAGS_HELP
             "  --json             print one JSON object instead of the ppl line: ppl, ppl_stderr,\n"
             "                     tokens_scored, tokens_per_s, chunks, ctx\n"
             "  --validation       enable the Khronos validation layer (slow; for debugging)\n"
@@ -81,8 +84,12 @@ static int parse_perplexity(int argc, char **argv, ppl_opts *o) {
             ok = cli_switch(&c);
             o->verbose = true;
         } else {
-            cli_unknown(&c);
-            ok = false;
+            bool handled;
+            ok = kv_flags_parse(&c, &o->kv, &handled);
+            if (ok && !handled) {
+                cli_unknown(&c);
+                ok = false;
+            }
         }
         if (!ok) return CLI_EXIT_USAGE;
     }
@@ -292,6 +299,10 @@ int cmd_perplexity(int argc, char **argv) {
     wk_engine_params_default(&ep);
     ep.model_path = o.model;
     ep.device_index = o.device;
+    ep.kv_bits = o.kv.kv_bits;
+    ep.kv_quant = o.kv.kv_quant;
+    ep.kv_group = o.kv.kv_group;
+    ep.kv_mem = o.kv.kv_mem;
     ep.max_ctx = o.ctx;
     ep.max_batch_tokens = o.batch;
     ep.max_seqs = 1;
@@ -317,6 +328,7 @@ int cmd_perplexity(int argc, char **argv) {
     ppl_result r = {0};
     rc = tokens ? run_perplexity(e, &o, tokens, n_tokens, &r) : 1;
     free(tokens);
+    const wk_model_info info = *wk_engine_info(e);
     wk_engine_close(e);
     if (rc != 0) return rc;
 
@@ -340,6 +352,8 @@ int cmd_perplexity(int argc, char **argv) {
     cJSON_AddNumberToObject(obj, "tokens_per_s", round(tps * 100.0) / 100.0);
     cJSON_AddNumberToObject(obj, "chunks", r.chunks);
     cJSON_AddNumberToObject(obj, "ctx", o.ctx);
+    cJSON_AddNumberToObject(obj, "bits_per_element", info.kv_bits_per_element);
+    cJSON_AddNumberToObject(obj, "kv_bytes_per_token", (double)info.kv_bytes_per_token);
     char *s = cJSON_PrintUnformatted(obj);
     cJSON_Delete(obj);
     if (!s) return 1;
