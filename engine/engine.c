@@ -24,6 +24,7 @@ struct wk_engine {
     wk_pipelines pipes;
     wk_weights weights;
     wk_kv_cache kv;
+    wk_kv_xform xform;
     wk_fwd fwd;
     wk_model_info info;
     char name[256];
@@ -59,6 +60,7 @@ void wk_engine_close(wk_engine *e) {
     wk_prof_print(&e->pipes);
     wk_fwd_free(&e->fwd);
     wk_kv_cache_destroy(&e->vk, &e->kv);
+    wk_kv_xform_free(&e->xform);
     wk_weights_free(&e->vk, &e->weights);
     wk_pipelines_destroy(&e->vk, &e->pipes);
     wk_vk_destroy(&e->vk);
@@ -100,7 +102,17 @@ int wk_engine_open(const wk_engine_params *p, wk_engine **out, char *err, size_t
     }
     if (!rc) rc = wk_vk_init(&e->vk, p->device_index, p->validation, p->verbose, err, errlen);
     if (!rc) rc = wk_pipelines_create(&e->vk, &e->pipes, err, errlen);
-    if (!rc) rc = wk_weights_upload(&e->vk, &e->desc, &e->weights, err, errlen);
+    if (!rc && p->kv_transform == WK_KV_TRANSFORM_WUSH && !p->wush_path) {
+        snprintf(err, errlen, "the WUSH transform needs a sidecar file (wushkv calibrate -o FILE, then --wush FILE)");
+        rc = WK_ERR_INVALID;
+    }
+    if (!rc && (p->kv_transform < 0 || p->kv_transform > 2))
+        rc = WK_ERR_INVALID, snprintf(err, errlen, "unknown KV transform %d", p->kv_transform);
+    if (!rc)
+        rc = wk_kv_xform_load(&e->xform, (wk_xform_kind)p->kv_transform, p->wush_path, e->gguf, hp,
+                              p->kv_group ? p->kv_group : 32, p->kv_transform_seed ? p->kv_transform_seed : 0x5eed,
+                              err, errlen);
+    if (!rc) rc = wk_weights_upload(&e->vk, &e->desc, &e->xform, &e->weights, err, errlen);
     const bool paged = p->kv_bits != 0 && p->kv_bits != 16;
     if (!rc && paged) {
         wk_kv_fmt fmt = {.bits = p->kv_bits, .kind = (wk_kvq_kind)p->kv_quant, .group = p->kv_group ? p->kv_group : 32};
@@ -114,6 +126,7 @@ int wk_engine_open(const wk_engine_params *p, wk_engine **out, char *err, size_t
         rc = wk_kv_cache_create(&e->vk, &e->kv, hp, e->max_seqs, max_ctx, err, errlen);
     }
     if (!rc) rc = wk_fwd_init(&e->fwd, &e->vk, &e->pipes, hp, &e->weights, &e->kv, max_batch, max_ctx, false, err, errlen);
+    if (!rc) rc = wk_fwd_set_transform(&e->fwd, &e->xform, err, errlen);
     if (!rc) {
         e->slot_used = calloc((size_t)e->max_seqs, sizeof *e->slot_used);
         e->step_tokens = malloc((size_t)max_batch * sizeof *e->step_tokens);

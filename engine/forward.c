@@ -104,15 +104,26 @@ void wk_fwd_free(wk_fwd *f) {
     if (!f->vk) return;
     wk_buf *all[] = {&f->a.tokens, &f->a.rows, &f->a.tables, &f->a.h, &f->a.xn, &f->a.q, &f->a.k, &f->a.v, &f->a.attn,
                      &f->a.o, &f->a.gate, &f->a.up, &f->a.act, &f->a.ffn, &f->a.head_in, &f->a.logits,
-                     &f->a.rope, &f->a.debug, &f->a.cap_q, &f->a.cap_k, &f->a.cap_v};
+                     &f->a.rope, &f->a.debug, &f->a.cap_q, &f->a.cap_k, &f->a.cap_v, &f->xform_buf};
     for (size_t i = 0; i < sizeof all / sizeof *all; i++) wk_vk_buffer_destroy(f->vk, all[i]);
     memset(f, 0, sizeof *f);
 }
 
+int wk_fwd_set_transform(wk_fwd *f, const wk_kv_xform *x, char *err, size_t errlen) {
+    wk_vk_buffer_destroy(f->vk, &f->xform_buf);
+    f->xform = NULL;
+    if (!x || x->kind == WK_XFORM_NONE) return 0;
+    const size_t bytes = wk_kv_xform_layer_bytes(x) * (size_t)x->n_layer;
+    int rc = make(f, &f->xform_buf, bytes, WK_MEM_DEVICE, VK_FORMAT_UNDEFINED, err, errlen);
+    if (!rc) rc = wk_vk_upload(f->vk, &f->xform_buf, 0, x->kq, bytes, err, errlen);
+    if (!rc) f->xform = x;
+    return rc;
+}
+
 int wk_fwd_enable_capture(wk_fwd *f, char *err, size_t errlen) {
     if (f->capture) return 0;
-    if (f->kv->format != WK_KV_F16)
-        return snprintf(err, errlen, "calibration capture needs the f16 KV cache"), WK_ERR_UNSUPPORTED;
+    if (f->kv->format != WK_KV_F16 || f->xform)
+        return snprintf(err, errlen, "calibration capture needs the f16 KV cache without transforms"), WK_ERR_UNSUPPORTED;
     const uint64_t per = (uint64_t)f->hp->n_layer * f->max_tokens * f->hp->head_dim;
     int rc = make(f, &f->a.cap_q, per * f->hp->n_head * 4, WK_MEM_HOST, VK_FORMAT_UNDEFINED, err, errlen);
     if (!rc) rc = make(f, &f->a.cap_k, per * f->hp->n_head_kv * 2, WK_MEM_HOST, VK_FORMAT_UNDEFINED, err, errlen);
@@ -198,16 +209,16 @@ static int op_qk_norm_rope(rec *r, int il, uint32_t T) {
     const wk_hparams *hp = f->hp;
     const wk_dev_layer *L = &f->w->layers[il];
     const bool has_norm = hp->qk_norm;
-    const bool paged = f->kv->format == WK_KV_PAGED;
+    const bool paged = f->kv->format == WK_KV_PAGED, inplace = paged || f->xform;
     wk_arg args[9] = {S(&f->a.q), S(&f->a.k), S(&f->a.v),
                       has_norm ? S(&L->q_norm) : S(&f->w->output_norm), has_norm ? S(&L->k_norm) : S(&f->w->output_norm),
-                      TV(&f->a.rope), S(&f->a.rows), paged ? S(&f->a.k) : S(&f->kv->k[il]),
-                      paged ? S(&f->a.v) : S(&f->kv->v[il])};
+                      TV(&f->a.rope), S(&f->a.rows), inplace ? S(&f->a.k) : S(&f->kv->k[il]),
+                      inplace ? S(&f->a.v) : S(&f->kv->v[il])};
     wk_pc_qk_norm_rope pc = {
         .head_dim = (uint32_t)hp->head_dim, .n_head = (uint32_t)hp->n_head, .n_head_kv = (uint32_t)hp->n_head_kv,
         .n_rot = (uint32_t)hp->n_rot, .rope_neox = hp->rope_type == WK_ROPE_NEOX, .has_norm = has_norm,
         .n_tokens = T, .rope_table_offset = hp->is_swa[il] ? (uint32_t)(f->max_ctx * (hp->n_rot / 2)) : 0,
-        .eps = hp->eps, .q_scale = hp->attn_scale, .kv_inplace = paged};
+        .eps = hp->eps, .q_scale = hp->attn_scale, .kv_inplace = inplace};
     return wk_dispatch(f->vk, f->pipes, WK_PIPE_QK_NORM_ROPE, args, &pc, sizeof pc, T,
                        (uint32_t)(hp->n_head + hp->n_head_kv), 1, r->err, r->errlen);
 }
@@ -260,6 +271,28 @@ static int op_attention_paged(rec *r, int il, uint32_t T) {
                        r->errlen);
 }
 
+/* q' = T^-T q, k' = T k after RoPE, with this layer's matrices. */
+static int op_kv_transform(rec *r, int il, uint32_t T) {
+    wk_fwd *f = r->f;
+    const wk_hparams *hp = f->hp;
+    const VkDeviceSize lb = wk_kv_xform_layer_bytes(f->xform);
+    wk_arg args[3] = {S(&f->a.q), S(&f->a.k), wk_arg_range(f->xform_buf.buf, (VkDeviceSize)il * lb, lb)};
+    wk_pc_kv_transform pc = {.head_dim = (uint32_t)hp->head_dim, .n_head = (uint32_t)hp->n_head,
+                             .n_head_kv = (uint32_t)hp->n_head_kv, .n_tokens = T, .block = (uint32_t)f->xform->block};
+    return wk_dispatch(f->vk, f->pipes, WK_PIPE_KV_TRANSFORM, args, &pc, sizeof pc, T,
+                       (uint32_t)(hp->n_head + hp->n_head_kv), 1, r->err, r->errlen);
+}
+
+/* f16 cache, when a transform ran between RoPE and the store. */
+static int op_kv_store_f16(rec *r, int il, uint32_t T) {
+    wk_fwd *f = r->f;
+    wk_arg args[5] = {S(&f->a.k), S(&f->a.v), S(&f->a.rows), S(&f->kv->k[il]), S(&f->kv->v[il])};
+    wk_pc_kv_store_f16 pc = {.row_elems = (uint32_t)(f->hp->n_head_kv * f->hp->head_dim), .n_tokens = T};
+    uint32_t gx, gy;
+    grid_1d((pc.row_elems * T + 63) / 64, &gx, &gy);
+    return wk_dispatch(f->vk, f->pipes, WK_PIPE_KV_STORE_F16, args, &pc, sizeof pc, gx, gy, 1, r->err, r->errlen);
+}
+
 static int op_glu(rec *r, uint32_t T) {
     wk_fwd *f = r->f;
     wk_arg args[3] = {S(&f->a.gate), S(&f->a.up), S(&f->a.act)};
@@ -290,6 +323,14 @@ static int record_layers(rec *r, const wk_row_info *rows, uint32_t T) {
         wk_vk_barrier(vk);
         TRY(op_qk_norm_rope(r, il, T));                         /* q,k: norm, RoPE; k,v -> cache */
         wk_vk_barrier(vk);
+        if (f->xform) {
+            TRY(op_kv_transform(r, il, T));                     /* k = T k, q = T^-T q */
+            wk_vk_barrier(vk);
+            if (f->kv->format == WK_KV_F16) {
+                TRY(op_kv_store_f16(r, il, T));
+                wk_vk_barrier(vk);
+            }
+        }
         if (f->capture) {
             record_capture(f, il, rows, T);
             wk_vk_barrier(vk);

@@ -4,6 +4,7 @@
 #define WK_FORWARD_H
 
 #include "kv_cache.h"
+#include "kv_transform.h"
 #include "shader_params.h"
 #include "vk_pipelines.h"
 #include "weights.h"
@@ -40,11 +41,15 @@ typedef struct wk_fwd {
     int max_ctx;
     bool debug_layers;
     bool capture;         /* copy post-RoPE q and the stored k, v of every layer (wk_fwd_enable_capture) */
+    const wk_kv_xform *xform; /* key/query transform after RoPE; NULL: none */
+    wk_buf xform_buf;     /* every layer's [n_head_kv][2][D/B][B][B] matrices */
 } wk_fwd;
 
 int wk_fwd_init(wk_fwd *f, wk_vk *vk, wk_pipelines *pipes, const wk_hparams *hp, const wk_weights *w,
                 wk_kv_cache *kv, int max_tokens, int max_ctx, bool debug_layers, char *err, size_t errlen);
 void wk_fwd_free(wk_fwd *f);
+/* Applies the key transform after RoPE from now on (x must outlive f); NONE/NULL: off. */
+int wk_fwd_set_transform(wk_fwd *f, const wk_kv_xform *x, char *err, size_t errlen);
 /* Allocates the calibration capture buffers (sized for max_tokens) and turns capture on. */
 int wk_fwd_enable_capture(wk_fwd *f, char *err, size_t errlen);
 

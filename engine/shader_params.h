@@ -29,6 +29,8 @@ typedef struct {
     int32_t kind, bits, group, rank_k, rank_v;
     uint32_t block_tokens, slab_words, block_words, params_words, code_words;
 } wk_pc_kv_store_quant;
+typedef struct { uint32_t head_dim, n_head, n_head_kv, n_tokens, block; } wk_pc_kv_transform;
+typedef struct { uint32_t row_elems, n_tokens; } wk_pc_kv_store_f16;
 /* Per token of a paged step: position and where its sequence's block table starts. */
 typedef struct { uint32_t pos, table_off; } wk_paged_row; /* act: 0 SiLU (SwiGLU), 1 tanh-GELU (GeGLU) */
 

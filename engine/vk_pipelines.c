@@ -11,7 +11,9 @@
 #include "spv_add_norm.h"
 #include "spv_attention_f16.h"
 #include "spv_attention_paged.h"
+#include "spv_kv_store_f16.h"
 #include "spv_kv_store_quant.h"
+#include "spv_kv_transform.h"
 #include "spv_embed_f16.h"
 #include "spv_embed_q8a.h"
 #include "spv_glu.h"
@@ -50,6 +52,8 @@ static const pipe_spec specs[WK_PIPE_COUNT] = {
     [WK_PIPE_ATTENTION_F16] = {"attention_f16", SPV(wk_spv_attention_f16), "SSTTS", sizeof(wk_pc_attention), true},
     [WK_PIPE_ATTENTION_PAGED] = {"attention_paged", SPV(wk_spv_attention_paged), "SSSTS", sizeof(wk_pc_attention_paged), true},
     [WK_PIPE_KV_STORE_QUANT] = {"kv_store_quant", SPV(wk_spv_kv_store_quant), "SSSSI", sizeof(wk_pc_kv_store_quant), false},
+    [WK_PIPE_KV_TRANSFORM] = {"kv_transform", SPV(wk_spv_kv_transform), "SSS", sizeof(wk_pc_kv_transform), true},
+    [WK_PIPE_KV_STORE_F16] = {"kv_store_f16", SPV(wk_spv_kv_store_f16), "SSSSS", sizeof(wk_pc_kv_store_f16), false},
     [WK_PIPE_GLU] = {"glu", SPV(wk_spv_glu), "SSS", sizeof(wk_pc_glu), false},
 };
 #undef SPV

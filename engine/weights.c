@@ -88,12 +88,85 @@ static int upload_matrix(wk_vk *vk, const wk_gguf_tensor *t, wk_dev_matrix *m, u
     return 0;
 }
 
+/* An f32 matrix (rows x cols, row-major) uploaded as f16: the folded W_v / W_o. */
+static int upload_f32_as_f16(wk_vk *vk, const float *a, uint32_t rows, uint32_t cols, wk_dev_matrix *m, uint64_t *bytes,
+                             char *err, size_t errlen) {
+    memset(m, 0, sizeof *m);
+    m->fmt = WK_WFMT_F16;
+    m->rows = rows;
+    m->cols = cols;
+    const size_t n = (size_t)rows * cols;
+    uint16_t *h = malloc(n * sizeof *h);
+    if (!h) return snprintf(err, errlen, "out of memory"), WK_ERR_NOMEM;
+    for (size_t i = 0; i < n; i++) h[i] = wk_f32_to_f16(a[i]);
+    int rc = wk_vk_buffer_create(vk, &m->codes, n * 2, WK_MEM_DEVICE, VK_FORMAT_R32G32B32A32_UINT, err, errlen);
+    if (!rc) rc = wk_vk_upload(vk, &m->codes, 0, h, n * 2, err, errlen);
+    free(h);
+    if (!rc) *bytes += m->codes.bytes;
+    return rc;
+}
+
+static float *dequantize_all(const wk_gguf_tensor *t) {
+    size_t n = (size_t)t->ne[0] * t->ne[1];
+    float *a = malloc(n * sizeof *a);
+    if (a && !wk_dequantize(t->type, t->data, a, n)) {
+        free(a);
+        return NULL;
+    }
+    return a;
+}
+
+/* W_v' = T_V W_v (per KV head, block-diagonal over its head_dim rows) and W_o' = W_o T_V^-1 (per
+ * query head's column block, with the T_V^-1 of its KV head): o = W_o' (P T_V V) = W_o (P V). */
+static int upload_folded_v(wk_vk *vk, const wk_hparams *hp, const wk_layer_weights *L, const wk_kv_xform *x, int il,
+                           wk_dev_layer *D, uint64_t *bytes, char *err, size_t errlen) {
+    const int Dh = hp->head_dim, B = x->block, E = hp->n_embd, Hq = hp->n_head, Hk = hp->n_head_kv;
+    const size_t per = (size_t)Dh * B;
+    float *wv = dequantize_all(L->wv), *wo = dequantize_all(L->wo);
+    float *wv2 = malloc(sizeof(float) * (size_t)Hk * Dh * E), *wo2 = malloc(sizeof(float) * (size_t)E * Hq * Dh);
+    double *acc = malloc(sizeof(double) * (size_t)(E > Dh ? E : Dh));
+    int rc = 0;
+    if (!wv || !wo || !wv2 || !wo2 || !acc) rc = WK_ERR_NOMEM, snprintf(err, errlen, "out of memory folding layer %d", il);
+    for (int kh = 0; !rc && kh < Hk; kh++) {
+        const double *T = x->v_t + ((size_t)il * Hk + kh) * per;
+        for (int i = 0; i < Dh; i++) {
+            int b0 = i / B * B;
+            for (int e = 0; e < E; e++) acc[e] = 0;
+            for (int j = 0; j < B; j++) {
+                double tij = T[(size_t)i * B + j];
+                const float *src = wv + ((size_t)kh * Dh + b0 + j) * E;
+                for (int e = 0; e < E; e++) acc[e] += tij * src[e];
+            }
+            for (int e = 0; e < E; e++) wv2[((size_t)kh * Dh + i) * E + e] = (float)acc[e];
+        }
+    }
+    for (int h = 0; !rc && h < Hq; h++) {
+        const double *Ti = x->v_tinv + ((size_t)il * Hk + h / (Hq / Hk)) * per;
+        for (int e = 0; e < E; e++) {
+            const float *row = wo + (size_t)e * Hq * Dh + (size_t)h * Dh;
+            float *out = wo2 + (size_t)e * Hq * Dh + (size_t)h * Dh;
+            for (int j = 0; j < Dh; j++) {
+                int b0 = j / B * B;
+                double s = 0;
+                for (int i = 0; i < B; i++) s += (double)row[b0 + i] * Ti[(size_t)(b0 + i) * B + (j - b0)];
+                out[j] = (float)s;
+            }
+        }
+    }
+    if (!rc) rc = upload_f32_as_f16(vk, wv2, (uint32_t)(Hk * Dh), (uint32_t)E, &D->wv, bytes, err, errlen);
+    if (!rc) rc = upload_f32_as_f16(vk, wo2, (uint32_t)E, (uint32_t)(Hq * Dh), &D->wo, bytes, err, errlen);
+    free(wv), free(wo), free(wv2), free(wo2), free(acc);
+    return rc;
+}
+
 static void free_matrix(wk_vk *vk, wk_dev_matrix *m) {
     wk_vk_buffer_destroy(vk, &m->codes);
     wk_vk_buffer_destroy(vk, &m->scales);
 }
 
-int wk_weights_upload(wk_vk *vk, const wk_model_desc *m, wk_weights *w, char *err, size_t errlen) {
+int wk_weights_upload(wk_vk *vk, const wk_model_desc *m, const wk_kv_xform *xform, wk_weights *w, char *err,
+                      size_t errlen) {
+    const bool fold = xform && xform->kind != WK_XFORM_NONE;
     memset(w, 0, sizeof *w);
     w->n_layer = m->hp.n_layer;
     w->layers = calloc((size_t)w->n_layer, sizeof *w->layers);
@@ -109,8 +182,11 @@ int wk_weights_upload(wk_vk *vk, const wk_model_desc *m, wk_weights *w, char *er
         const struct { const wk_gguf_tensor *t; wk_dev_matrix *m; } mats[] = {
             {L->wq, &D->wq}, {L->wk, &D->wk}, {L->wv, &D->wv}, {L->wo, &D->wo},
             {L->ffn_gate, &D->ffn_gate}, {L->ffn_up, &D->ffn_up}, {L->ffn_down, &D->ffn_down}};
-        for (size_t i = 0; !rc && i < sizeof mats / sizeof *mats; i++)
+        for (size_t i = 0; !rc && i < sizeof mats / sizeof *mats; i++) {
+            if (fold && (mats[i].m == &D->wv || mats[i].m == &D->wo)) continue;
             rc = upload_matrix(vk, mats[i].t, mats[i].m, &w->bytes, err, errlen);
+        }
+        if (!rc && fold) rc = upload_folded_v(vk, &m->hp, L, xform, il, D, &w->bytes, err, errlen);
         const struct { const wk_gguf_tensor *t; wk_buf *b; } vecs[] = {
             {L->attn_norm, &D->attn_norm}, {L->q_norm, &D->q_norm}, {L->k_norm, &D->k_norm},
             {L->post_attn_norm, &D->post_attn_norm}, {L->ffn_norm, &D->ffn_norm}, {L->post_ffn_norm, &D->post_ffn_norm}};

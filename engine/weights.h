@@ -3,6 +3,7 @@
 #ifndef WK_WEIGHTS_H
 #define WK_WEIGHTS_H
 
+#include "kv_transform.h"
 #include "model.h"
 #include "vk_device.h"
 
@@ -31,7 +32,11 @@ typedef struct wk_weights {
     uint64_t bytes;        /* device bytes of all weights */
 } wk_weights;
 
-int wk_weights_upload(wk_vk *vk, const wk_model_desc *m, wk_weights *w, char *err, size_t errlen);
+/* xform (may be NULL or kind NONE): T_V is folded into each KV head's rows of W_v and T_V^-1 into
+ * the matching columns of W_o (every query head of the group); those two matrices are then stored
+ * as f16, the rest as usual. The GGUF file is never written. */
+int wk_weights_upload(wk_vk *vk, const wk_model_desc *m, const wk_kv_xform *xform, wk_weights *w, char *err,
+                      size_t errlen);
 void wk_weights_free(wk_vk *vk, wk_weights *w);
 
 static inline const wk_dev_matrix *wk_weights_output(const wk_weights *w) { return w->tied ? &w->tok_embd : &w->output; }

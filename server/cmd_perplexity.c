@@ -303,6 +303,8 @@ int cmd_perplexity(int argc, char **argv) {
     ep.kv_quant = o.kv.kv_quant;
     ep.kv_group = o.kv.kv_group;
     ep.kv_mem = o.kv.kv_mem;
+    ep.kv_transform = o.kv.kv_transform;
+    ep.wush_path = o.kv.wush_path;
     ep.max_ctx = o.ctx;
     ep.max_batch_tokens = o.batch;
     ep.max_seqs = 1;

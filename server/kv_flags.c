@@ -43,14 +43,32 @@ bool kv_flags_parse(cli *c, wk_engine_params *p, bool *handled) {
         return true;
     }
     if (cli_is(c, NULL, "--kv-mem")) return cli_size(c, &p->kv_mem);
+    if (cli_is(c, NULL, "--kv-transform")) {
+        if (!cli_str(c, &v)) return false;
+        if (strcmp(v, "none") == 0) p->kv_transform = WK_KV_TRANSFORM_NONE;
+        else if (strcmp(v, "hadamard") == 0) p->kv_transform = WK_KV_TRANSFORM_HADAMARD;
+        else if (strcmp(v, "wush") == 0) p->kv_transform = WK_KV_TRANSFORM_WUSH;
+        else {
+            cli_error(c, "--kv-transform: expected none, hadamard or wush, got '%s'", v);
+            return false;
+        }
+        return true;
+    }
+    if (cli_is(c, NULL, "--wush")) {
+        if (!cli_str(c, &p->wush_path)) return false;
+        p->kv_transform = WK_KV_TRANSFORM_WUSH; /* a later --kv-transform still overrides */
+        return true;
+    }
     *handled = false;
     return true;
 }
 
 const char *kv_flags_describe(const wk_engine_params *p, char *buf, int cap) {
-    if (p->kv_bits == 0 || p->kv_bits == 16) snprintf(buf, (size_t)cap, "f16");
+    static const char *const xf[] = {"", " + hadamard", " + wush"};
+    const char *t = xf[p->kv_transform < 0 || p->kv_transform > 2 ? 0 : p->kv_transform];
+    if (p->kv_bits == 0 || p->kv_bits == 16) snprintf(buf, (size_t)cap, "f16%s", t);
     else
-        snprintf(buf, (size_t)cap, "int%d %s g%d", p->kv_bits, quant_names[p->kv_quant < 0 || p->kv_quant > 2 ? 0 : p->kv_quant],
-                 p->kv_group ? p->kv_group : 32);
+        snprintf(buf, (size_t)cap, "int%d %s g%d%s", p->kv_bits,
+                 quant_names[p->kv_quant < 0 || p->kv_quant > 2 ? 0 : p->kv_quant], p->kv_group ? p->kv_group : 32, t);
     return buf;
 }

@@ -51,7 +51,7 @@ static bool stack_open(stack *s, wk_gguf *g, int slots, int max_ctx, int max_tok
     int rc = wk_model_desc_load(g, &s->desc, err, sizeof err);
     if (!rc) rc = wk_vk_init(&s->vk, -1, true, false, err, sizeof err);
     if (!rc) rc = wk_pipelines_create(&s->vk, &s->pipes, err, sizeof err);
-    if (!rc) rc = wk_weights_upload(&s->vk, &s->desc, &s->w, err, sizeof err);
+    if (!rc) rc = wk_weights_upload(&s->vk, &s->desc, NULL, &s->w, err, sizeof err);
     if (!rc) rc = wk_kv_cache_create(&s->vk, &s->kv, &s->desc.hp, slots, max_ctx, err, sizeof err);
     if (!rc) rc = wk_fwd_init(&s->fwd, &s->vk, &s->pipes, &s->desc.hp, &s->w, &s->kv, max_tokens, max_ctx, debug, err, sizeof err);
     if (rc) fprintf(stderr, "stack_open: %s\n", err);
@@ -195,7 +195,7 @@ static void paged_case(const char *arch, uint64_t seed, int bits, wk_kvq_kind ki
     int rc = wk_model_desc_load(g, &s.desc, err, sizeof err);
     if (!rc) rc = wk_vk_init(&s.vk, -1, true, false, err, sizeof err);
     if (!rc) rc = wk_pipelines_create(&s.vk, &s.pipes, err, sizeof err);
-    if (!rc) rc = wk_weights_upload(&s.vk, &s.desc, &s.w, err, sizeof err);
+    if (!rc) rc = wk_weights_upload(&s.vk, &s.desc, NULL, &s.w, err, sizeof err);
     if (!rc) rc = wk_kv_cache_create_paged(&s.vk, &s.kv, &s.desc.hp, &fmt, 0, 2, CTX, err, sizeof err);
     if (!rc) rc = wk_fwd_init(&s.fwd, &s.vk, &s.pipes, &s.desc.hp, &s.w, &s.kv, CTX, CTX, false, err, sizeof err);
     CHECK_EQ_INT(rc, 0);

@@ -55,9 +55,16 @@ typedef struct wk_engine_params {
     int kv_quant;
     int kv_group;
     uint64_t kv_mem;
+    /* Transform of keys (after RoPE) and values (folded into W_v/W_o): wk_kv_transform. WUSH reads
+     * wush_path (a `wushkv calibrate` sidecar for this model); Hadamard uses blocks of kv_group
+     * (0: 32) and signs from kv_transform_seed. Works with every KV format. */
+    int kv_transform;
+    const char *wush_path;
+    uint64_t kv_transform_seed;
 } wk_engine_params;
 
 typedef enum { WK_KV_QUANT_QUEST = 0, WK_KV_QUANT_PERCENTILE = 1, WK_KV_QUANT_ABSMAX = 2 } wk_kv_quant;
+typedef enum { WK_KV_TRANSFORM_NONE = 0, WK_KV_TRANSFORM_HADAMARD = 1, WK_KV_TRANSFORM_WUSH = 2 } wk_kv_transform;
 
 typedef struct wk_model_info {
     const char *arch;          /* "gemma3", "llama" */
