@@ -48,4 +48,6 @@ for line in sys.stdin:
 echo
 echo "wushkv best of $reps: prefill $best_pp tok/s, decode $best_tg tok/s"
 peer llama.cpp-cpu "${LLAMA_CPP_CPU:-}" --repack 0
-peer llama.cpp-vulkan "${LLAMA_CPP_VK:-}" -ngl 99
+# llama.cpp skips CPU-type Vulkan devices (lavapipe) unless told to use device 0, and then
+# silently runs on its CPU backend.
+GGML_VK_VISIBLE_DEVICES=0 peer llama.cpp-vulkan "${LLAMA_CPP_VK:-}" -ngl 99

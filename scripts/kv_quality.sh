@@ -1,0 +1,36 @@
+#!/usr/bin/env bash
+# Benchmark (not a test): WikiText-2 perplexity of the default model for each KV format, transform
+# and quantizer, one `wushkv perplexity --json` run each, printed as a markdown table row per run.
+#   bash scripts/kv_quality.sh WUSH_SIDECAR [CTX=2048] [CHUNKS=10] [BITS="2 3 4"] [QUANTS="quest percentile absmax"]
+# The sidecar comes from `wushkv calibrate -f ../shared/data/tinyshakespeare/input.txt -o FILE`
+# (calibration text, never the evaluation text).
+set -euo pipefail
+cd "$(dirname "${BASH_SOURCE[0]}")/.."
+wush=${1:?usage: kv_quality.sh WUSH_SIDECAR [CTX] [CHUNKS] [BITS] [QUANTS]}
+ctx=${2:-2048}
+chunks=${3:-10}
+bits=${4:-2 3 4}
+quants=${5:-quest percentile absmax}
+text=${WIKITEXT:-../shared/data/wikitext-2-raw/wiki.test.raw}
+bin=${WUSHKV_BIN:-build/wushkv}
+
+row() { # label, then wushkv flags
+    local label=$1
+    shift
+    local j
+    j=$("$bin" perplexity -f "$text" --ctx "$ctx" --chunks "$chunks" --json "$@" 2>/dev/null)
+    python3 -c 'import json,sys; j=json.loads(sys.argv[2]); print(f"| {sys.argv[1]} | {j[\"bits_per_element\"]:.3g} | {j[\"ppl\"]:.4f} +/- {j[\"ppl_stderr\"]:.4f} | {j[\"kv_bytes_per_token\"]} |")' "$label" "$j"
+}
+
+echo "ctx $ctx, $chunks chunks, $(date -u +%F)"
+echo
+echo "| KV format | bits/element | PPL | KV bytes/token |"
+echo "|---|---|---|---|"
+row "f16" --kv f16
+for b in $bits; do
+    for q in $quants; do
+        for t in none hadamard wush; do
+            row "int$b $q $t" --kv "int$b" --kv-quant "$q" --kv-transform "$t" --wush "$wush" --kv-transform "$t"
+        done
+    done
+done
