@@ -19,7 +19,11 @@ row() { # label, then wushkv flags
     shift
     local j
     j=$("$bin" perplexity -f "$text" --ctx "$ctx" --chunks "$chunks" --json "$@" 2>/dev/null)
-    python3 -c 'import json,sys; j=json.loads(sys.argv[2]); print(f"| {sys.argv[1]} | {j[\"bits_per_element\"]:.3g} | {j[\"ppl\"]:.4f} +/- {j[\"ppl_stderr\"]:.4f} | {j[\"kv_bytes_per_token\"]} |")' "$label" "$j"
+    python3 - "$label" "$j" <<'PY'
+import json, sys
+j = json.loads(sys.argv[2])
+print("| %s | %.3g | %.4f +/- %.4f | %d |" % (sys.argv[1], j["bits_per_element"], j["ppl"], j["ppl_stderr"], j["kv_bytes_per_token"]))
+PY
 }
 
 echo "ctx $ctx, $chunks chunks, $(date -u +%F)"
