@@ -20,6 +20,10 @@ typedef struct serve_config {
     int max_queue;        /* requests waiting beyond those; more: 429 */
     int batch_tokens;     /* tokens per forward step */
     int device;           /* -1: automatic */
+    int kv_bits;          /* 16: f16 cache; 2, 3, 4: the paged pool of packed codes */
+    int kv_quant;         /* wk_kv_quant */
+    int kv_group;         /* quantizer group (elements of a head vector) */
+    uint64_t kv_mem;      /* pool bytes; 0: room for every sequence's full context */
     const char *api_key;  /* NULL: no auth */
     const char *cors_origin;
     const char *served_name; /* NULL: the GGUF's file name without .gguf */

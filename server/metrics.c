@@ -99,6 +99,12 @@ void metrics_tokens(metrics *m, int prompt_tokens, int generation_tokens) {
     pthread_mutex_unlock(&m->mu);
 }
 
+void metrics_preemption(metrics *m) {
+    pthread_mutex_lock(&m->mu);
+    m->preemptions++;
+    pthread_mutex_unlock(&m->mu);
+}
+
 void metrics_request_done(metrics *m, const char *finish_reason, int prompt_tokens, int generation_tokens,
                           double queue_s, double ttft_s, double tpot_s, double e2e_s, uint64_t kv_bytes) {
     int f = FIN_ERROR;

@@ -20,6 +20,8 @@ void metrics_free(metrics *m);
 /* Engine thread. */
 void metrics_set_pool(metrics *m, const metrics_pool *p);
 void metrics_tokens(metrics *m, int prompt_tokens, int generation_tokens);
+/* A running sequence was preempted (its KV blocks freed; it is recomputed when readmitted). */
+void metrics_preemption(metrics *m);
 /* ttft / tpot < 0: not measured (no token produced / fewer than two). */
 void metrics_request_done(metrics *m, const char *finish_reason, int prompt_tokens, int generation_tokens,
                           double queue_s, double ttft_s, double tpot_s, double e2e_s, uint64_t kv_bytes);

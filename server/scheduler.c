@@ -2,7 +2,13 @@
  * level. Each step is one wk_forward carrying one decode token for every running sequence plus
  * prefill chunks (FCFS) under the per-step token budget; finished or cancelled sequences are freed
  * at once and waiting requests take their slots in the next step. Results go back to the loop
- * thread as events (uv_async); the engine thread never touches a socket. */
+ * thread as events (uv_async); the engine thread never touches a socket.
+ *
+ * With the paged KV pool (--kv int2/3/4) blocks are shared by all sequences: a waiting request is
+ * admitted (FCFS) only while the pool can also hold its prompt, and when a step finds no free
+ * block (WK_ERR_KV_FULL) the most recently admitted running sequence is preempted by recompute:
+ * its blocks are freed, it goes back to the front of the queue with the tokens it generated, and
+ * when readmitted it prefills prompt + generated tokens again and goes on where it stopped. */
 #include "scheduler.h"
 
 #include <pthread.h>
@@ -29,10 +35,15 @@ typedef struct req {
     req_state state;
     wk_seq *seq;
     wk_sampler *sampler;
-    int n_prefilled, chunk; /* prompt tokens already in the KV cache; in this step's item */
+    /* Prefill source: the prompt, or after a preemption prompt + generated tokens (replay,
+     * owned). n_fill tokens of it; n_prefilled already in the KV cache; chunk in this step's item. */
+    int32_t *replay;
+    int n_fill, n_prefilled, chunk;
+    int n_prompt_counted;   /* prompt tokens counted in prompt_tokens_total (recompute is not) */
     int32_t last;           /* the token the next decode step feeds */
     text_stream ts;
-    int peak_len; /* most tokens the sequence held (its KV cache) */
+    int peak_len;           /* most tokens the sequence held (its KV cache) */
+    uint64_t peak_bytes;    /* most KV bytes it held (wk_seq_kv_bytes: whole blocks when paged) */
     double t_arrival, t_admit, t_first, t_last;
     struct req *next;
 } req;
@@ -220,28 +231,47 @@ static int kv_blocks(const scheduler *s, int tokens) {
     return (tokens + b - 1) / b;
 }
 
-static kv_usage kv_of(const scheduler *s, int tokens) {
-    /* Today's KV cache is f16: bytes and fp16_bytes agree. When the paged pool lands these become
-     * the bytes of the request's blocks. */
+static bool kv_paged(const scheduler *s) { return s->cfg.engine.kv_bits != 0 && s->cfg.engine.kv_bits != 16; }
+
+/* Bytes of one block of the paged pool (kv_bytes_per_token is the block's bytes / 16). */
+static uint64_t kv_block_bytes(const scheduler *s) {
+    return (uint64_t)s->cfg.kv_block_tokens * s->info->kv_bytes_per_token;
+}
+
+/* What an f16 cache holds per token: K and V, 2 bytes each, every layer and KV head. */
+static uint64_t kv_fp16_bytes_per_token(const scheduler *s) {
+    const wk_model_info *i = s->info;
+    return 2ull * (uint64_t)i->n_layer * (uint64_t)i->n_head_kv * (uint64_t)i->head_dim * 2ull;
+}
+
+static kv_usage kv_of(const scheduler *s, const req *r) {
     kv_usage u;
-    u.bytes = (uint64_t)tokens * s->info->kv_bytes_per_token;
-    u.fp16_bytes = u.bytes;
-    u.blocks = kv_blocks(s, tokens);
-    u.bits_per_element = 16.0;
+    u.bytes = r->peak_bytes;
+    u.fp16_bytes = (uint64_t)r->peak_len * kv_fp16_bytes_per_token(s);
+    u.blocks = kv_blocks(s, r->peak_len);
+    u.bits_per_element = s->info->kv_bits_per_element;
     return u;
+}
+
+/* KV bytes the running sequences hold now (a preempted, waiting one holds none). */
+static uint64_t kv_used(const scheduler *s) {
+    uint64_t used = 0;
+    for (const req *r = s->running; r; r = r->next) used += wk_seq_kv_bytes(r->seq);
+    return used;
 }
 
 static void publish_pool(scheduler *s) {
     metrics_pool p = {.running = s->n_running, .waiting = s->n_waiting};
-    uint64_t tokens = 0;
-    for (req *r = s->running; r; r = r->next) {
-        int len = wk_seq_len(r->seq);
-        tokens += (uint64_t)len;
-        p.kv_used_blocks += kv_blocks(s, len);
+    p.kv_used_bytes = kv_used(s);
+    p.kv_capacity_bytes = s->info->kv_pool_bytes;
+    if (kv_paged(s)) {
+        uint64_t bb = kv_block_bytes(s);
+        p.kv_used_blocks = (int)(p.kv_used_bytes / bb);
+        p.kv_capacity_blocks = (int)(p.kv_capacity_bytes / bb);
+    } else {
+        for (req *r = s->running; r; r = r->next) p.kv_used_blocks += kv_blocks(s, wk_seq_len(r->seq));
+        p.kv_capacity_blocks = s->cfg.max_seqs * kv_blocks(s, s->info->max_ctx);
     }
-    p.kv_used_bytes = tokens * s->info->kv_bytes_per_token;
-    p.kv_capacity_bytes = (uint64_t)s->cfg.max_seqs * (uint64_t)s->info->max_ctx * s->info->kv_bytes_per_token;
-    p.kv_capacity_blocks = s->cfg.max_seqs * kv_blocks(s, s->info->max_ctx);
     metrics_set_pool(s->m, &p);
 }
 
@@ -251,6 +281,7 @@ static void req_free(req *r) {
     text_stream_free(&r->ts);
     gen_params_free(&r->g);
     free(r->prompt);
+    free(r->replay);
     free(r->gen);
     free(r);
 }
@@ -300,14 +331,14 @@ static void finish(scheduler *s, req *r, const char *reason) {
         ev->finish_reason = reason;
         ev->prompt_tokens = r->n_prompt;
         ev->completion_tokens = r->n_gen;
-        ev->kv = kv_of(s, r->peak_len);
+        ev->kv = kv_of(s, r);
         ev->queue_s = queue;
         ev->ttft_s = ttft;
         ev_post(s, ev);
     }
     double tpot = r->n_gen > 1 ? (r->t_last - r->t_first) / (r->n_gen - 1) : -1;
     metrics_request_done(s->m, reason, r->n_prompt, r->n_gen, queue, ttft, tpot, now - r->t_arrival,
-                         kv_of(s, r->peak_len).bytes);
+                         r->peak_bytes);
     remove_req(s, r);
     req_free(r);
 }
@@ -372,6 +403,22 @@ static void job_generate(scheduler *s, sched_job *j) {
         req_free(r);
         return;
     }
+    /* The paged pool is shared: a prompt that needs more blocks than the whole pool could never be
+     * admitted, whatever else runs. (One that fits is admitted once enough blocks are free.) */
+    if (kv_paged(s)) {
+        uint64_t need = (uint64_t)kv_blocks(s, r->n_prompt) * kv_block_bytes(s);
+        if (need > info->kv_pool_bytes) {
+            uint64_t bb = kv_block_bytes(s);
+            post_error(s, r->id, 400, "prompt", "kv_cache_exceeded",
+                       "The prompt of %d tokens needs %d KV cache blocks (%llu bytes) but the server's whole KV "
+                       "pool holds %llu blocks (%llu bytes, --kv-mem). Please shorten the prompt.",
+                       r->n_prompt, kv_blocks(s, r->n_prompt), (unsigned long long)need,
+                       (unsigned long long)(info->kv_pool_bytes / bb), (unsigned long long)info->kv_pool_bytes);
+            req_free(r);
+            return;
+        }
+    }
+    r->n_fill = r->n_prompt;
     r->max_tokens = r->g.max_tokens > 0 ? r->g.max_tokens : room;
     for (int i = 0; i < r->g.n_bias; i++)
         if (r->g.bias_tokens[i] < 0 || r->g.bias_tokens[i] >= info->n_vocab) {
@@ -523,50 +570,147 @@ static void take_token(scheduler *s, req *r, const float *row) {
     }
 }
 
-static void step(scheduler *s) {
-    /* Admission: a free sequence slot (the f16 cache reserves max_ctx tokens per slot, so a slot
-     * is what "free KV blocks" means until the paged pool lands). */
+/* KV bytes a running sequence holds or is about to: a sequence still prefilling will hold the
+ * blocks of its whole prefill (prompt, or prompt + generated tokens after a preemption). */
+static uint64_t kv_claim(const scheduler *s, const req *r) {
+    uint64_t held = wk_seq_kv_bytes(r->seq);
+    if (r->state != R_PREFILL) return held;
+    uint64_t fill = (uint64_t)kv_blocks(s, r->n_fill) * kv_block_bytes(s);
+    return fill > held ? fill : held;
+}
+
+/* FCFS admission into a sequence slot. With the paged pool the head of the queue also waits until
+ * the blocks its prefill needs are free beside what the running sequences hold or are about to
+ * (nobody overtakes it). With nothing running it is admitted regardless: its prompt fits the
+ * pool (job_generate checked), and a replay that cannot fit alone ends in step(). */
+static void admit(scheduler *s) {
     while (s->waiting && s->n_running < s->cfg.max_seqs) {
         req *r = s->waiting;
-        wk_seq *seq;
-        if (wk_seq_create(s->e, &seq) < 0) break;
+        if (kv_paged(s) && s->running) {
+            uint64_t claimed = 0;
+            for (req *q = s->running; q; q = q->next) claimed += kv_claim(s, q);
+            uint64_t need = (uint64_t)kv_blocks(s, r->n_fill) * kv_block_bytes(s);
+            if (claimed + need > s->info->kv_pool_bytes) break;
+        }
+        if (!r->seq) { /* a preempted request keeps its (reset) sequence */
+            wk_seq *seq;
+            if (wk_seq_create(s->e, &seq) < 0) break;
+            r->seq = seq;
+        }
         s->waiting = r->next;
         if (!s->waiting) s->waiting_tail = NULL;
         s->n_waiting--;
-        r->seq = seq;
         r->state = R_PREFILL;
-        r->t_admit = sched_now();
+        r->n_prefilled = 0;
+        if (r->t_admit == 0) r->t_admit = sched_now(); /* queue time: the first wait only */
         r->next = NULL;
         req **tail = &s->running;
         while (*tail) tail = &(*tail)->next;
         *tail = r; /* admission order: older requests get prefill budget first */
         s->n_running++;
     }
+}
 
-    /* Decode tokens first (one each: they keep streaming), then prefill chunks in FCFS order with
-     * what is left of the budget. */
+/* Preemption by recompute: frees r's KV blocks and puts it at the front of the queue. When it is
+ * readmitted it prefills its prompt and the tokens it generated (the last of which it had not fed
+ * yet), so its next logits are those its next decode step would have given. Returns false when
+ * out of memory (r is then failed). */
+static bool preempt(scheduler *s, req *r, uint64_t used_before) {
+    int32_t *replay = NULL;
+    if (r->n_gen > 0) {
+        replay = malloc((size_t)(r->n_prompt + r->n_gen) * sizeof *replay);
+        if (!replay) {
+            fail(s, r, "out of memory", WK_ERR_NOMEM, NULL);
+            return false;
+        }
+        memcpy(replay, r->prompt, (size_t)r->n_prompt * sizeof *replay);
+        memcpy(replay + r->n_prompt, r->gen, (size_t)r->n_gen * sizeof *replay);
+    }
+    fprintf(stderr,
+            "wushkv: KV pool full (%llu of %llu bytes held): preempting sequence %llu (%d tokens; %d prompt + %d "
+            "generated are recomputed when blocks are free)\n",
+            (unsigned long long)used_before, (unsigned long long)s->info->kv_pool_bytes, (unsigned long long)r->id,
+            wk_seq_len(r->seq), r->n_prompt, r->n_gen);
+    wk_seq_reset(r->seq);
+    free(r->replay);
+    r->replay = replay;
+    r->n_fill = r->n_prompt + r->n_gen;
+    r->n_prefilled = r->chunk = 0;
+    unlink_req(&s->running, r);
+    s->n_running--;
+    r->state = R_WAITING;
+    r->next = s->waiting;
+    s->waiting = r;
+    if (!s->waiting_tail) s->waiting_tail = r;
+    s->n_waiting++;
+    metrics_preemption(s->m);
+    return true;
+}
+
+/* Decode tokens first (one each: they keep streaming), then prefill chunks in FCFS order with
+ * what is left of the budget. Returns the item count; *tokens gets the tokens carried. */
+static int build_batch(scheduler *s, int *tokens) {
     int n = 0, budget = s->cfg.max_batch_tokens;
-    for (req *r = s->running; r; r = r->next)
+    for (req *r = s->running; r; r = r->next) {
+        r->chunk = 0;
         if (r->state == R_DECODE) {
             s->items[n] = (wk_batch_item){.seq = r->seq, .tokens = &r->last, .n_tokens = 1};
             s->item_req[n++] = r;
             budget--;
         }
+    }
     for (req *r = s->running; r && budget > 0; r = r->next)
         if (r->state == R_PREFILL) {
-            int k = r->n_prompt - r->n_prefilled;
+            const int32_t *src = r->replay ? r->replay : r->prompt;
+            int k = r->n_fill - r->n_prefilled;
             if (k > budget) k = budget;
             r->chunk = k;
-            s->items[n] = (wk_batch_item){.seq = r->seq, .tokens = r->prompt + r->n_prefilled, .n_tokens = k};
+            s->items[n] = (wk_batch_item){.seq = r->seq, .tokens = src + r->n_prefilled, .n_tokens = k};
             s->item_req[n++] = r;
             budget -= k;
         }
-    if (n == 0) return;
+    *tokens = s->cfg.max_batch_tokens - budget;
+    return n;
+}
 
-    char err[WK_ERRMSG_LEN] = "";
-    double t0 = sched_now();
-    int rc = wk_forward(s->e, s->items, n, s->logits, err, sizeof err);
-    metrics_step(s->m, n, s->cfg.max_batch_tokens - budget, sched_now() - t0);
+static void step(scheduler *s) {
+    admit(s);
+
+    int n, tokens, rc;
+    char err[WK_ERRMSG_LEN];
+    for (;;) {
+        n = build_batch(s, &tokens);
+        if (n == 0) return;
+        err[0] = 0;
+        double t0 = sched_now();
+        rc = wk_forward(s->e, s->items, n, s->logits, err, sizeof err);
+        if (rc != WK_ERR_KV_FULL) {
+            metrics_step(s->m, n, tokens, sched_now() - t0);
+            break;
+        }
+        /* No free block (nothing was computed; sequences earlier in the batch may keep blocks they
+         * reserved, which they use on the retry). Free the newest sequence's blocks and retry. */
+        req *victim = s->running;
+        while (victim && victim->next) victim = victim->next;
+        if (s->n_running > 1) {
+            preempt(s, victim, kv_used(s));
+            continue;
+        }
+        /* Alone and still no room: the pool cannot hold this sequence any longer. */
+        if (victim->n_gen > 0) {
+            fprintf(stderr, "wushkv: KV pool full with sequence %llu alone (%d tokens): it ends with 'length'\n",
+                    (unsigned long long)victim->id, wk_seq_len(victim->seq));
+            finish(s, victim, "length");
+        } else {
+            post_error(s, victim->id, 400, "prompt", "kv_cache_exceeded",
+                       "The prompt of %d tokens does not fit the server's KV pool (%llu bytes, --kv-mem)",
+                       victim->n_prompt, (unsigned long long)s->info->kv_pool_bytes);
+            metrics_request_done(s->m, "error", victim->n_prompt, 0, 0, -1, -1, sched_now() - victim->t_arrival, 0);
+            remove_req(s, victim);
+            req_free(victim);
+        }
+        return;
+    }
     if (rc < 0) {
         /* No sequence changed; the requests of this batch cannot go on. */
         for (int i = 0; i < n; i++) fail(s, s->item_req[i], "forward step failed", rc, err);
@@ -576,11 +720,19 @@ static void step(scheduler *s) {
     for (int i = 0; i < n; i++) {
         req *r = s->item_req[i];
         int len = wk_seq_len(r->seq);
+        uint64_t bytes = wk_seq_kv_bytes(r->seq);
         if (len > r->peak_len) r->peak_len = len;
+        if (bytes > r->peak_bytes) r->peak_bytes = bytes;
         if (r->state == R_PREFILL) {
             r->n_prefilled += r->chunk;
-            prefilled += r->chunk;
-            if (r->n_prefilled < r->n_prompt) continue; /* this row's logits are not needed */
+            int counted = r->n_prefilled < r->n_prompt ? r->n_prefilled : r->n_prompt;
+            if (counted > r->n_prompt_counted) {
+                prefilled += counted - r->n_prompt_counted;
+                r->n_prompt_counted = counted;
+            }
+            if (r->n_prefilled < r->n_fill) continue; /* this row's logits are not needed */
+            free(r->replay); /* prefilled: decode goes on from r->gen */
+            r->replay = NULL;
         }
         float *row = s->logits + (size_t)i * (size_t)s->info->n_vocab;
         if (r->g.n_bias) logits_bias(row, s->info->n_vocab, r->g.bias_tokens, r->g.bias_values, r->g.n_bias);
@@ -639,6 +791,8 @@ static void *engine_main(void *arg) {
     m->max_ctx = s->info->max_ctx;
     m->n_vocab = s->info->n_vocab;
     m->kv_bytes_per_token = s->info->kv_bytes_per_token;
+    m->kv_pool_bytes = s->info->kv_pool_bytes;
+    m->kv_bits_per_element = s->info->kv_bits_per_element;
     const char *tmpl = wk_engine_chat_template(s->e);
     m->chat_template = tmpl ? strdup(tmpl) : NULL;
 

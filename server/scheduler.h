@@ -89,7 +89,7 @@ typedef struct sched_event {
     const char *param, *code; /* EV_ERROR: static strings or NULL */
     const char *finish_reason; /* EV_DONE: "stop", "length", "abort" */
     int prompt_tokens, completion_tokens;
-    kv_usage kv;             /* EV_DONE: peak held by the request */
+    kv_usage kv;             /* EV_DONE: peak held by the sequence */
     double queue_s, ttft_s;  /* EV_DONE: waited for a slot; arrival -> first token (-1: none) */
     struct sched_event *next;
 } sched_event;
@@ -100,7 +100,9 @@ void sched_event_free(sched_event *ev);
 typedef struct model_summary {
     char name[256], arch[64], device[256];
     int max_ctx, n_vocab;
-    uint64_t kv_bytes_per_token;
+    uint64_t kv_bytes_per_token; /* as stored (a 16-token block of the paged pool is 16 of these) */
+    uint64_t kv_pool_bytes;      /* the whole KV cache */
+    double kv_bits_per_element;
     char *chat_template; /* owned copy, or NULL */
 } model_summary;
 
@@ -108,7 +110,7 @@ typedef struct sched_config {
     wk_engine_params engine;
     int max_seqs;         /* sequences decoded together */
     int max_batch_tokens; /* tokens per forward step (decode tokens + a prefill chunk) */
-    int kv_block_tokens;  /* accounting granularity: 16 until the paged pool lands */
+    int kv_block_tokens;  /* tokens per KV block (16): usage.kv_cache.blocks and the paged pool's block */
 } sched_config;
 
 typedef struct scheduler scheduler;

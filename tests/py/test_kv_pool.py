@@ -1,0 +1,144 @@
+# The paged, quantized KV pool under `wushkv serve`: --kv flags, usage.kv_cache in int4, the pool
+# gauges, and preemption by recompute when concurrent requests outgrow the pool.
+#
+# The numbers, for the default model (Gemma 3 270M: 18 layers, 1 KV head of 256 dimensions) with
+# --kv int4 (QuEST, G32: 4 bits + one f16 scale per 32 elements = 4.5 bits per element):
+#   18 layers x 2 (K, V) x 256 x 4.5 / 8 = 5184 bytes per token, 82944 bytes per 16-token block;
+#   --kv-mem 810KiB = 829440 bytes = 10 blocks (160 tokens).
+# Each prompt below is 37..39 tokens (3 blocks) and asks for 16 tokens, so it grows to ~55 tokens
+# (4 blocks). Three prompts are admitted together (9 blocks claimed, the fourth waits: 12 > 10);
+# once their sequences pass 48 tokens they need 12 blocks, so the newest is preempted, recomputed
+# later, and must still produce exactly what it produces alone. (Smaller than the ~100-token
+# prompts one would like, to keep this file well under a minute on lavapipe.)
+import concurrent.futures as cf
+import os
+import subprocess
+import time
+
+import pytest
+import requests
+
+from conftest import BIN, MODEL, Server, free_port, metric
+
+PROMPTS = [
+    "Counting in words: one, two, three, four, five, six, seven, eight, nine, ten, eleven, twelve, thirteen, "
+    "fourteen, fifteen, sixteen, seventeen,",
+    "The days of the week are Monday, Tuesday, Wednesday, Thursday, Friday, Saturday and Sunday. The months of the "
+    "year are January, February, March, April, May,",
+    "Here is a long list of the fruits that people buy at the big market every week: apples, bananas, cherries, "
+    "dates, figs, grapes, lemons, mangoes, oranges,",
+    "To bake a loaf of bread at home, first mix the flour, water, yeast and salt in a large bowl. Then knead the "
+    "dough on the table for ten minutes. Next,",
+]
+MAX_TOKENS = 16
+
+
+@pytest.fixture(scope="module")
+def kv_server():
+    s = Server("--kv", "int4", "--kv-mem", "810KiB", "--ctx", "256", "--max-batch", "4")
+    yield s
+    rc = s.stop()
+    assert rc == 0, f"server exit status {rc} after SIGTERM:\n{s.log()}"
+
+
+def complete(server, prompt):
+    r = requests.post(server.url + "/v1/completions",
+                      json={"prompt": prompt, "max_tokens": MAX_TOKENS, "temperature": 0}, timeout=300)
+    assert r.status_code == 200, r.text
+    return r.json()
+
+
+def wait_kv_free(server, timeout=30):
+    deadline = time.time() + timeout
+    while time.time() < deadline:
+        if metric(server, "num_requests_running") == 0 and metric(server, "kv_cache_used_bytes") == 0:
+            return
+        time.sleep(0.1)
+    raise AssertionError("KV bytes still held:\n" + requests.get(server.url + "/metrics").text)
+
+
+def test_pool_gauges(kv_server):
+    assert metric(kv_server, "kv_cache_used_bytes") == 0
+    cap = metric(kv_server, "kv_cache_capacity_bytes")
+    blocks = metric(kv_server, "kv_cache_total_blocks")
+    assert 0 < cap <= 810 * 1024 and blocks >= 1
+    assert "KV int4 quest G32" in kv_server.log()
+
+
+def test_preemption_keeps_outputs(kv_server):
+    alone = [complete(kv_server, p) for p in PROMPTS]
+    for r in alone:
+        kv = r["usage"]["kv_cache"]
+        assert kv["bits_per_element"] == 4.5
+        assert 0 < kv["bytes"] < kv["fp16_bytes"]
+        tokens = r["usage"]["prompt_tokens"] + r["usage"]["completion_tokens"] - 1  # the last is never fed
+        assert kv["blocks"] == (tokens + 15) // 16
+        # whole 16-token blocks at 4.5 bits per element; fp16_bytes: 16 bits for each token held
+        fp16_per_token = kv["fp16_bytes"] // tokens
+        assert kv["fp16_bytes"] == tokens * fp16_per_token
+        assert kv["bytes"] == kv["blocks"] * 16 * fp16_per_token * 4.5 / 16
+    wait_kv_free(kv_server)
+    preempted = metric(kv_server, "num_preemptions_total")
+
+    with cf.ThreadPoolExecutor(len(PROMPTS)) as ex:
+        together = list(ex.map(lambda p: complete(kv_server, p), PROMPTS))
+    for p, a, t in zip(PROMPTS, alone, together):
+        assert t["choices"][0]["text"] == a["choices"][0]["text"], f"{p!r}: alone vs with preemption"
+        assert t["choices"][0]["finish_reason"] == a["choices"][0]["finish_reason"]
+        assert t["usage"]["kv_cache"] == a["usage"]["kv_cache"]
+    # The pool cannot hold all four at their full length: someone was preempted and recomputed.
+    assert metric(kv_server, "num_preemptions_total") > preempted, kv_server.log()
+    assert "preempting sequence" in kv_server.log()
+    wait_kv_free(kv_server)
+    assert metric(kv_server, "kv_cache_used_blocks") == 0
+
+
+def test_prompt_longer_than_pool_400(kv_server):
+    # 10 blocks hold 160 tokens; the context (256) would take this prompt, the pool never can.
+    prompt = "one two three four five six seven eight nine ten " * 20
+    r = requests.post(kv_server.url + "/v1/completions", json={"prompt": prompt, "max_tokens": 4}, timeout=60)
+    assert r.status_code == 400, r.text
+    err = r.json()["error"]
+    assert err["code"] == "kv_cache_exceeded" and "KV pool" in err["message"] and err["param"] == "prompt"
+    wait_kv_free(kv_server)
+
+
+def run_serve(*args, timeout=120):
+    if not os.path.exists(BIN):
+        pytest.skip(f"{BIN} is not built")
+    model = ["-m", MODEL] if MODEL else []
+    return subprocess.run([BIN, "serve", "--port", str(free_port()), *model, *args], capture_output=True, text=True,
+                          timeout=timeout)
+
+
+@pytest.mark.parametrize("args, named", [
+    (["--kv", "int5"], "--kv"),
+    (["--kv", "q4"], "--kv"),
+    (["--kv"], "--kv"),
+    (["--kv", "int4", "--kv-quant", "nf4"], "--kv-quant"),
+    (["--kv", "int4", "--kv-group", "48"], "--kv-group"),
+    (["--kv", "int4", "--kv-group", "512"], "--kv-group"),
+    (["--kv", "int4", "--kv-mem", "2XB"], "--kv-mem"),
+    (["--kv", "int4", "--kv-mem", "-1"], "--kv-mem"),
+    (["--kv-mem", "2MiB"], "--kv-mem"),                   # f16 (the default) has no pool
+    (["--kv", "f16", "--kv-quant", "absmax"], "--kv-quant"),
+])
+def test_bad_kv_flags_exit_2(args, named):
+    p = run_serve(*args)
+    assert p.returncode == 2, p.stderr
+    assert named + ":" in p.stderr or named + " " in p.stderr, p.stderr
+    assert "listening" not in p.stderr  # refused before anything starts
+
+
+def test_engine_refuses_kv_format_exit_1():
+    # A pool smaller than one block: the flags parse, the engine refuses with its own reason.
+    p = run_serve("--kv", "int2", "--kv-mem", "1KiB", "--ctx", "64", "--max-batch", "1")
+    assert p.returncode == 1, p.stderr
+    assert "KV pool of 1024 bytes" in p.stderr, p.stderr
+
+
+def test_help_lists_kv_flags():
+    p = run_serve("--help")
+    assert p.returncode == 0
+    for flag in ("--kv ", "--kv-quant", "--kv-group", "--kv-mem"):
+        assert flag in p.stdout
