@@ -818,6 +818,8 @@ api_server *api_start(uv_loop_t *loop, const serve_config *cfg, api_fatal_cb on_
     sc.engine.kv_quant = cfg->kv_quant;
     sc.engine.kv_group = cfg->kv_group;
     sc.engine.kv_mem = cfg->kv_mem;
+    sc.engine.kv_transform = cfg->kv_transform;
+    sc.engine.wush_path = cfg->wush_path;
     if (sched_start(&a->sched, loop, &sc, a->m, on_event, a) != 0) {
         fprintf(stderr, "wushkv serve: cannot start the engine thread\n");
         http_server_close(a->http);

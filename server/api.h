@@ -24,6 +24,8 @@ typedef struct serve_config {
     int kv_quant;         /* wk_kv_quant */
     int kv_group;         /* quantizer group (elements of a head vector) */
     uint64_t kv_mem;      /* pool bytes; 0: room for every sequence's full context */
+    int kv_transform;     /* wk_kv_transform */
+    const char *wush_path; /* sidecar for the WUSH transform */
     const char *api_key;  /* NULL: no auth */
     const char *cors_origin;
     const char *served_name; /* NULL: the GGUF's file name without .gguf */

@@ -49,6 +49,9 @@ static void serve_usage(FILE *f) {
             "  --kv-mem BYTES          pool size for int2/3/4 (e.g. 64MiB); when it runs out the newest\n"
             "                          sequence is preempted and recomputed later (default: room for\n"
             "                          --max-batch full contexts)\n"
+            "  --kv-transform T        none, hadamard (random signs, blocks of --kv-group) or wush\n"
+            "                          (default: wush when --wush is given, else none)\n"
+            "  --wush FILE             WUSH-KV transforms from `wushkv calibrate` for this model\n"
             "  --device N              Vulkan device index (default: $WUSHKV_DEVICE, else the best)\n"
             "  --log-prompts           include (the start of) each prompt in the request log\n"
             "  -v, --verbose           device and model details on stderr\n"
@@ -164,6 +167,8 @@ static int parse_serve(int argc, char **argv, serve_config *cfg, char *key_buf, 
     static const int kv_bits[] = {16, 2, 3, 4};
     static const char *const quant_names[] = {"quest", "percentile", "absmax"}; /* wk_kv_quant order */
     static const char *const group_names[] = {"16", "32", "64", "128", "256"};
+    static const char *const transform_names[] = {"none", "hadamard", "wush"}; /* wk_kv_transform order */
+    bool transform_given = false;
     const char *kv_only = NULL; /* the last quantized-only flag given, for the f16 check */
     int choice;
 
@@ -225,6 +230,11 @@ static int parse_serve(int argc, char **argv, serve_config *cfg, char *key_buf, 
         } else if (cli_is(&c, NULL, "--kv-mem")) {
             ok = cli_size(&c, &cfg->kv_mem);
             kv_only = "--kv-mem";
+        } else if (cli_is(&c, NULL, "--kv-transform")) {
+            ok = cli_choice(&c, transform_names, 3, &cfg->kv_transform);
+            transform_given = true;
+        } else if (cli_is(&c, NULL, "--wush")) {
+            ok = cli_str(&c, &cfg->wush_path);
         } else if (cli_is(&c, NULL, "--device")) {
             ok = cli_int(&c, 0, 1024, &cfg->device);
         } else if (cli_is(&c, NULL, "--log-prompts")) {
@@ -239,6 +249,8 @@ static int parse_serve(int argc, char **argv, serve_config *cfg, char *key_buf, 
         }
         if (!ok) return CLI_EXIT_USAGE;
     }
+    /* A sidecar makes WUSH the transform unless one was named. */
+    if (cfg->wush_path && !transform_given) cfg->kv_transform = WK_KV_TRANSFORM_WUSH;
     if (kv_only && cfg->kv_bits == 16) {
         cli_error(&c, "%s applies to a quantized KV cache (--kv int2, int3 or int4); the f16 cache (--kv f16, "
                   "the default) reserves --ctx tokens per sequence", kv_only);
