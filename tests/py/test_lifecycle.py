@@ -72,16 +72,23 @@ def test_sigterm_drains(srv):
     session = requests.Session()  # a keep-alive connection opened before the signal
     assert session.get(srv.url + "/health", timeout=10).status_code == 200
     result = {}
+    streaming = threading.Event()
 
+    # Long enough to still be generating after the signal on a fast machine, short enough to
+    # finish well inside the 30 s drain on a slow one.
     def run():
-        body = {"prompt": "Once upon a time", "max_tokens": 12, "temperature": 0, "stream": True}
+        body = {"prompt": "Once upon a time", "max_tokens": 64, "temperature": 0, "stream": True}
+        lines = []
         with requests.post(srv.url + "/v1/completions", json=body, headers=AUTH, stream=True, timeout=120) as r:
-            lines = [l for l in r.iter_lines() if l]
+            for l in r.iter_lines():
+                if l:
+                    lines.append(l)
+                    streaming.set()
         result["lines"] = lines
 
     t = threading.Thread(target=run)
     t.start()
-    time.sleep(1.0)  # the request is in flight
+    assert streaming.wait(60)  # the request is in flight: its first chunk arrived
     srv.proc.send_signal(signal.SIGTERM)
     time.sleep(0.3)
     r = session.get(srv.url + "/health", timeout=10)
