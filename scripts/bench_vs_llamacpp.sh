@@ -35,15 +35,15 @@ peer() { # name dir extra-args...
     shift 2
     [[ -x $dir/llama-bench ]] || { echo "$name: no llama-bench in '$dir' (skipped)"; return; }
     "$dir/llama-bench" -m "$model" -p "$np" -n "$nd" -r "$reps" -t "$(nproc)" -o jsonl "$@" 2>/dev/null |
-        python3 -c '
+        python3 /dev/fd/3 "$name" "$best_pp" "$best_tg" 3<<'PY'
 import json, sys
 name, pp_ours, tg_ours = sys.argv[1], float(sys.argv[2]), float(sys.argv[3])
 for line in sys.stdin:
     j = json.loads(line)
     kind = "prefill" if j["n_prompt"] > 0 else "decode"
     ours = pp_ours if kind == "prefill" else tg_ours
-    print(f"{name} {kind}: {j[\"avg_ts\"]:.1f} tok/s (+/- {j[\"stddev_ts\"]:.1f}); wushkv/{name} = {ours / j[\"avg_ts\"]:.2f}")
-' "$name" "$best_pp" "$best_tg"
+    print("%s %s: %.1f tok/s (+/- %.1f); wushkv/%s = %.2f" % (name, kind, j["avg_ts"], j["stddev_ts"], name, ours / j["avg_ts"]))
+PY
 }
 echo
 echo "wushkv best of $reps: prefill $best_pp tok/s, decode $best_tg tok/s"
