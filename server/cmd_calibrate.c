@@ -10,6 +10,7 @@
 #include <unistd.h>
 
 #include "cli_args.h"
+#include "text_file.h"
 #include "wushkv/wushkv.h"
 
 typedef struct calib_opts {
@@ -127,42 +128,6 @@ static double now_s(void) {
     return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
 }
 
-/* Reads the whole file (or stdin), NUL-terminated. NULL on error (printed). */
-static char *read_text(const char *path, size_t *len_out) {
-    FILE *f = strcmp(path, "-") == 0 ? stdin : fopen(path, "rb");
-    if (!f) {
-        fprintf(stderr, "wushkv calibrate: cannot open %s: %s\n", path, strerror(errno));
-        return NULL;
-    }
-    size_t len = 0, cap = 1 << 16;
-    char *buf = malloc(cap);
-    while (buf) {
-        if (len + 1 >= cap) {
-            char *p = realloc(buf, cap * 2);
-            if (!p) {
-                free(buf);
-                buf = NULL;
-                break;
-            }
-            buf = p;
-            cap *= 2;
-        }
-        size_t n = fread(buf + len, 1, cap - 1 - len, f);
-        len += n;
-        if (n == 0) break;
-    }
-    bool bad = ferror(f);
-    if (f != stdin) fclose(f);
-    if (!buf || bad) {
-        fprintf(stderr, "wushkv calibrate: cannot read %s: %s\n", path, buf ? strerror(errno) : "out of memory");
-        free(buf);
-        return NULL;
-    }
-    buf[len] = '\0';
-    *len_out = len;
-    return buf;
-}
-
 /* Tokens of the text (no BOS: each chunk gets its own) up to at least `want` of them. Only a
  * prefix of the text is tokenized, grown until it holds enough: the calibration needs a few
  * thousand tokens of a file that may hold millions. The last tokens of a prefix may be cut
@@ -245,7 +210,7 @@ int cmd_calibrate(int argc, char **argv) {
         o.model = model;
     }
     size_t len = 0;
-    char *text = read_text(o.file, &len);
+    char *text = read_text_file("calibrate", o.file, &len);
     if (!text) return 1;
 
     wk_engine_params ep;

@@ -10,6 +10,7 @@
 #include <cjson/cJSON.h>
 
 #include "cli_args.h"
+#include "text_file.h"
 #include "kv_flags.h"
 #include "wushkv/wushkv.h"
 
@@ -105,43 +106,6 @@ static double now_s(void) {
     struct timespec ts;
     clock_gettime(CLOCK_MONOTONIC, &ts);
     return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
-}
-
-/* Reads the whole file (or stdin), NUL-terminated. NULL on error (printed). */
-static char *read_text(const char *path, size_t *len_out) {
-    FILE *f = strcmp(path, "-") == 0 ? stdin : fopen(path, "rb");
-    if (!f) {
-        fprintf(stderr, "wushkv perplexity: cannot open %s: %s\n", path, strerror(errno));
-        return NULL;
-    }
-    size_t len = 0, cap = 1 << 16;
-    char *buf = malloc(cap);
-    for (;;) {
-        if (!buf) break;
-        if (len + 1 >= cap) {
-            char *p = realloc(buf, cap * 2);
-            if (!p) {
-                free(buf);
-                buf = NULL;
-                break;
-            }
-            buf = p;
-            cap *= 2;
-        }
-        size_t n = fread(buf + len, 1, cap - 1 - len, f);
-        len += n;
-        if (n == 0) break;
-    }
-    bool bad = ferror(f);
-    if (f != stdin) fclose(f);
-    if (!buf || bad) {
-        fprintf(stderr, "wushkv perplexity: cannot read %s: %s\n", path, buf ? strerror(errno) : "out of memory");
-        free(buf);
-        return NULL;
-    }
-    buf[len] = '\0';
-    *len_out = len;
-    return buf;
 }
 
 /* Tokenizes text, growing the buffer when the first guess is short. NULL on error (printed). */
@@ -291,7 +255,7 @@ int cmd_perplexity(int argc, char **argv) {
         o.model = model;
     }
     size_t len = 0;
-    char *text = read_text(o.file, &len);
+    char *text = read_text_file("perplexity", o.file, &len);
     if (!text) return 1;
     if (len > 0 && text[len - 1] == '\n') text[--len] = '\0'; /* as llama.cpp's -f: one only */
 
