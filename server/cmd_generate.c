@@ -11,6 +11,7 @@
 
 #include "cli_args.h"
 #include "kv_flags.h"
+#include "text_stream.h"
 #include "wushkv/wushkv.h"
 
 /* Tokens per prefill forward step; also the engine's max_batch_tokens. */
@@ -134,89 +135,6 @@ static int parse_generate(int argc, char **argv, gen_opts *o) {
     return -1;
 }
 
-/* ---- output text: a growable byte buffer and a UTF-8 gate ----------------------------------- */
-
-typedef struct strbuf {
-    char *p;
-    size_t len, cap;
-} strbuf;
-
-static bool sb_append(strbuf *b, const void *data, size_t n) {
-    if (b->len + n + 1 > b->cap) {
-        size_t cap = b->cap ? b->cap : 256;
-        while (cap < b->len + n + 1) cap *= 2;
-        char *p = realloc(b->p, cap);
-        if (!p) return false;
-        b->p = p;
-        b->cap = cap;
-    }
-    memcpy(b->p + b->len, data, n);
-    b->len += n;
-    b->p[b->len] = '\0';
-    return true;
-}
-
-/* A multi-byte character can arrive split over several tokens (byte-fallback tokens), so bytes
- * are held back until their character is complete. Invalid sequences become U+FFFD so that the
- * text is always valid UTF-8 (JSON requires it; a terminal prefers it). Move this to a shared
- * server file when `serve` streams SSE and needs the same. */
-typedef struct utf8_gate {
-    unsigned char pend[4];
-    int npend, need;
-} utf8_gate;
-
-static const char REPLACEMENT[] = "\xEF\xBF\xBD";
-
-static bool utf8_valid_cont(const utf8_gate *u, unsigned char b) {
-    if (u->npend == 1) {
-        /* The second byte's range excludes overlongs (E0, F0), surrogates (ED), > U+10FFFF (F4). */
-        switch (u->pend[0]) {
-        case 0xE0: return b >= 0xA0 && b <= 0xBF;
-        case 0xED: return b >= 0x80 && b <= 0x9F;
-        case 0xF0: return b >= 0x90 && b <= 0xBF;
-        case 0xF4: return b >= 0x80 && b <= 0x8F;
-        default: break;
-        }
-    }
-    return b >= 0x80 && b <= 0xBF;
-}
-
-static bool utf8_feed(utf8_gate *u, const char *data, size_t n, strbuf *out) {
-    bool ok = true;
-    for (size_t i = 0; i < n; i++) {
-        unsigned char b = (unsigned char)data[i];
-        if (u->npend > 0) {
-            if (utf8_valid_cont(u, b)) {
-                u->pend[u->npend++] = b;
-                if (u->npend == u->need) {
-                    ok &= sb_append(out, u->pend, (size_t)u->npend);
-                    u->npend = 0;
-                }
-                continue;
-            }
-            ok &= sb_append(out, REPLACEMENT, 3); /* truncated sequence; b starts afresh */
-            u->npend = 0;
-        }
-        if (b < 0x80) {
-            ok &= sb_append(out, &b, 1);
-        } else if (b >= 0xC2 && b <= 0xF4) {
-            u->pend[0] = b;
-            u->npend = 1;
-            u->need = b < 0xE0 ? 2 : b < 0xF0 ? 3 : 4;
-        } else {
-            ok &= sb_append(out, REPLACEMENT, 3); /* stray continuation, C0/C1, F5..FF */
-        }
-    }
-    return ok;
-}
-
-/* End of text: an unfinished character is replaced rather than dropped silently. */
-static bool utf8_finish(utf8_gate *u, strbuf *out) {
-    if (u->npend == 0) return true;
-    u->npend = 0;
-    return sb_append(out, REPLACEMENT, 3);
-}
-
 /* ---- generation ----------------------------------------------------------------------------- */
 
 static double now_s(void) {
@@ -253,7 +171,7 @@ static int32_t *tokenize_all(const wk_engine *e, const char *text, size_t len, b
 }
 
 typedef struct gen_result {
-    strbuf text;         /* the whole completion (for --json) */
+    text_buf text;         /* the whole completion (for --json) */
     int n_prompt, n_generated;
     int n_decode_eval;   /* tokens evaluated one at a time after prefill */
     double t_prefill, t_decode;
@@ -261,7 +179,7 @@ typedef struct gen_result {
 } gen_result;
 
 /* Appends one token's text to the output: streamed at once, or kept for the JSON object. */
-static bool emit_token(const wk_engine *e, int32_t tok, const gen_opts *o, utf8_gate *u, strbuf *piece,
+static bool emit_token(const wk_engine *e, int32_t tok, const gen_opts *o, text_stream *u, text_buf *piece,
                        gen_result *r) {
     int n = wk_token_to_piece(e, tok, false, piece->p, (int)piece->cap);
     if (n > (int)piece->cap) {
@@ -275,9 +193,15 @@ static bool emit_token(const wk_engine *e, int32_t tok, const gen_opts *o, utf8_
         fprintf(stderr, "wushkv generate: token %d has no text: %s\n", (int)tok, wk_strerror(n));
         return false;
     }
-    if (o->json) return utf8_feed(u, piece->p, (size_t)n, &r->text);
-    strbuf out = {0};
-    bool ok = utf8_feed(u, piece->p, (size_t)n, &out);
+    /* No stop strings here: the stream only holds back a character split over tokens. */
+    bool oom = false;
+    if (o->json) {
+        text_stream_feed(u, piece->p, (size_t)n, &r->text, &oom);
+        return !oom;
+    }
+    text_buf out = {0};
+    text_stream_feed(u, piece->p, (size_t)n, &out, &oom);
+    bool ok = !oom;
     if (out.len) {
         fwrite(out.p, 1, out.len, stdout);
         fflush(stdout); /* stream: the reader sees each piece as it is produced */
@@ -294,8 +218,9 @@ static int run_generation(wk_engine *e, const gen_opts *o, gen_result *r) {
     float *logits = NULL;
     wk_seq *seq = NULL;
     wk_sampler *sampler = NULL;
-    strbuf piece = {0};
-    utf8_gate u = {0};
+    text_buf piece = {0};
+    text_stream u;
+    text_stream_init(&u, NULL, 0);
 
     /* add_special: the model's BOS; parse_special: chat-template tokens typed in the prompt. */
     prompt = tokenize_all(e, o->prompt, strlen(o->prompt), !o->no_bos, true, &r->n_prompt);
@@ -383,8 +308,10 @@ static int run_generation(wk_engine *e, const gen_opts *o, gen_result *r) {
     }
     r->t_decode = now_s() - t1;
 
-    strbuf tail = {0};
-    bool ok = utf8_finish(&u, o->json ? &r->text : &tail);
+    text_buf tail = {0};
+    bool oom = false;
+    text_stream_finish(&u, o->json ? &r->text : &tail, &oom);
+    bool ok = !oom;
     if (!o->json) {
         if (tail.len) fwrite(tail.p, 1, tail.len, stdout);
         fputc('\n', stdout);
@@ -403,6 +330,7 @@ static int run_generation(wk_engine *e, const gen_opts *o, gen_result *r) {
 
 out:
     free(piece.p);
+    text_stream_free(&u);
     free(logits);
     wk_sampler_destroy(sampler);
     if (seq) wk_seq_destroy(seq);
