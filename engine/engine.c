@@ -115,13 +115,24 @@ int wk_engine_open(const wk_engine_params *p, wk_engine **out, char *err, size_t
     if (!rc) rc = wk_weights_upload(&e->vk, &e->desc, &e->xform, &e->weights, err, errlen);
     const bool paged = p->kv_bits != 0 && p->kv_bits != 16;
     if (!rc && paged) {
-        wk_kv_fmt fmt = {.bits = p->kv_bits, .kind = (wk_kvq_kind)p->kv_quant, .group = p->kv_group ? p->kv_group : 32};
-        if (!wk_kvq_valid(fmt.kind, fmt.bits, fmt.group)) {
+        wk_kv_fmt fmt = {.bits = p->kv_bits, .kind = (wk_kvq_kind)p->kv_quant, .group = p->kv_group ? p->kv_group : 32,
+                         .sink = p->kv_sink, .recent = p->kv_recent};
+        const float rho_k = p->kv_rho_k > 0 ? p->kv_rho_k : WK_KVQ_RHO_K, rho_v = p->kv_rho_v > 0 ? p->kv_rho_v : WK_KVQ_RHO_V;
+        if (!(rho_k > 0 && rho_k <= 1 && rho_v > 0 && rho_v <= 1) || p->kv_sink < 0 || p->kv_recent < 0) {
+            snprintf(err, errlen, "KV format: percentile quantiles must be in (0, 1] and windows >= 0");
+            rc = WK_ERR_INVALID;
+        }
+        if (!rc && !wk_kvq_valid(fmt.kind, fmt.bits, fmt.group)) {
             snprintf(err, errlen, "KV format: %d bits, quantizer %d, group %d is not one of 2/3/4 bits, "
                      "quest/percentile/absmax, group 16..256", fmt.bits, p->kv_quant, fmt.group);
             rc = WK_ERR_INVALID;
         }
-        if (!rc) rc = wk_kv_cache_create_paged(&e->vk, &e->kv, hp, &fmt, p->kv_mem, e->max_seqs, max_ctx, err, errlen);
+        if (!rc)
+            rc = wk_kv_cache_create_paged(&e->vk, &e->kv, hp, &fmt, rho_k, rho_v, p->kv_mem, e->max_seqs, max_ctx, err,
+                                          errlen);
+    } else if (!rc && (p->kv_sink || p->kv_recent)) {
+        snprintf(err, errlen, "--kv-sink/--kv-recent keep f16 windows of a quantized cache (--kv int2, int3 or int4)");
+        rc = WK_ERR_INVALID;
     } else if (!rc) {
         rc = wk_kv_cache_create(&e->vk, &e->kv, hp, e->max_seqs, max_ctx, err, errlen);
     }

@@ -45,8 +45,8 @@ int wk_kv_cache_create(wk_vk *vk, wk_kv_cache *kv, const wk_hparams *hp, int n_s
     return 0;
 }
 
-int wk_kv_cache_create_paged(wk_vk *vk, wk_kv_cache *kv, const wk_hparams *hp, const wk_kv_fmt *fmt, uint64_t budget,
-                             int n_slots, int max_ctx, char *err, size_t errlen) {
+int wk_kv_cache_create_paged(wk_vk *vk, wk_kv_cache *kv, const wk_hparams *hp, const wk_kv_fmt *fmt, float rho_k,
+                             float rho_v, uint64_t budget, int n_slots, int max_ctx, char *err, size_t errlen) {
     memset(kv, 0, sizeof *kv);
     kv->format = WK_KV_PAGED;
     kv->fmt = *fmt;
@@ -81,8 +81,8 @@ int wk_kv_cache_create_paged(wk_vk *vk, wk_kv_cache *kv, const wk_hparams *hp, c
     }
     kv->bytes = kv->pool_buf.bytes;
     kv->bytes_per_token = kv->layout.bytes_per_block / bt;
-    kv->rank_k = wk_kvq_percentile_rank(WK_KVQ_RHO_K, fmt->group);
-    kv->rank_v = wk_kvq_percentile_rank(WK_KVQ_RHO_V, fmt->group);
+    kv->rank_k = wk_kvq_percentile_rank(rho_k, fmt->group);
+    kv->rank_v = wk_kvq_percentile_rank(rho_v, fmt->group);
     return 0;
 }
 

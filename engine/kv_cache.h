@@ -27,8 +27,9 @@ typedef struct wk_kv_cache {
 int wk_kv_cache_create(wk_vk *vk, wk_kv_cache *kv, const wk_hparams *hp, int n_slots, int max_ctx, char *err,
                        size_t errlen);
 /* The paged, quantized cache: budget bytes of blocks (0: room for n_slots full contexts). */
-int wk_kv_cache_create_paged(wk_vk *vk, wk_kv_cache *kv, const wk_hparams *hp, const wk_kv_fmt *fmt, uint64_t budget,
-                             int n_slots, int max_ctx, char *err, size_t errlen);
+/* rho_k, rho_v: percentile clip quantiles (used by that quantizer only). */
+int wk_kv_cache_create_paged(wk_vk *vk, wk_kv_cache *kv, const wk_hparams *hp, const wk_kv_fmt *fmt, float rho_k,
+                             float rho_v, uint64_t budget, int n_slots, int max_ctx, char *err, size_t errlen);
 void wk_kv_cache_destroy(wk_vk *vk, wk_kv_cache *kv);
 
 #endif

@@ -61,6 +61,11 @@ typedef struct wk_engine_params {
     int kv_transform;
     const char *wush_path;
     uint64_t kv_transform_seed;
+    /* f16 windows of a quantized cache: a query at position p reads keys and values j < kv_sink
+     * and j > p - kv_recent in f16, the rest from the codes (0, 0: off). */
+    int kv_sink, kv_recent;
+    /* Percentile quantizer clip quantiles for keys and values (0: 0.96 and 0.92). */
+    float kv_rho_k, kv_rho_v;
 } wk_engine_params;
 
 typedef enum { WK_KV_QUANT_QUEST = 0, WK_KV_QUANT_PERCENTILE = 1, WK_KV_QUANT_ABSMAX = 2 } wk_kv_quant;
