@@ -81,6 +81,14 @@ int wk_fwd_init(wk_fwd *f, wk_vk *vk, wk_pipelines *pipes, const wk_hparams *hp,
     if (!rc) rc = make(f, &a->tokens, T * 4, WK_MEM_HOST, NONE, err, errlen);
     if (!rc) rc = make(f, &a->rows, T * sizeof(wk_row_info), WK_MEM_HOST, NONE, err, errlen);
     if (!rc) rc = make(f, &a->tables, wk_fwd_max_tables(f) * 4, WK_MEM_HOST, NONE, err, errlen);
+    if (!rc && kv->format == WK_KV_PAGED && ((uint32_t)hp->head_dim / 4 + vk->subgroup_size - 1) / vk->subgroup_size > WK_ATTN_MAXC)
+        rc = WK_ERR_UNSUPPORTED, snprintf(err, errlen, "head_dim %d is too large for the paged attention at subgroup size %u",
+                                          hp->head_dim, vk->subgroup_size);
+    if (!rc && kv->format == WK_KV_PAGED) {
+        rc = make(f, &a->tiles, T * sizeof(wk_attn_tile), WK_MEM_HOST, NONE, err, errlen);
+        f->attn_part_rows = wk_attn_part_rows((uint32_t)max_tokens, (uint32_t)hp->n_head, (uint32_t)max_ctx);
+        if (!rc) rc = make(f, &a->attn_part, f->attn_part_rows * (hp->head_dim / 4 + 1) * 16, WK_MEM_DEVICE, NONE, err, errlen);
+    }
     if (!rc) rc = make(f, &a->h, T * E * 4, WK_MEM_DEVICE, NONE, err, errlen);
     if (!rc) rc = make(f, &a->xn, T * E * 4, WK_MEM_DEVICE, V4, err, errlen);
     if (!rc) rc = make(f, &a->q, T * QD * 4, WK_MEM_DEVICE, NONE, err, errlen);
@@ -102,7 +110,7 @@ int wk_fwd_init(wk_fwd *f, wk_vk *vk, wk_pipelines *pipes, const wk_hparams *hp,
 
 void wk_fwd_free(wk_fwd *f) {
     if (!f->vk) return;
-    wk_buf *all[] = {&f->a.tokens, &f->a.rows, &f->a.tables, &f->a.h, &f->a.xn, &f->a.q, &f->a.k, &f->a.v, &f->a.attn,
+    wk_buf *all[] = {&f->a.tokens, &f->a.rows, &f->a.tables, &f->a.tiles, &f->a.attn_part, &f->a.h, &f->a.xn, &f->a.q, &f->a.k, &f->a.v, &f->a.attn,
                      &f->a.o, &f->a.gate, &f->a.up, &f->a.act, &f->a.ffn, &f->a.head_in, &f->a.logits,
                      &f->a.rope, &f->a.debug, &f->a.cap_q, &f->a.cap_k, &f->a.cap_v, &f->xform_buf};
     for (size_t i = 0; i < sizeof all / sizeof *all; i++) wk_vk_buffer_destroy(f->vk, all[i]);
@@ -266,8 +274,18 @@ static int op_attention_paged(rec *r, int il, uint32_t T) {
     wk_fwd *f = r->f;
     wk_pc_attention_paged pc;
     paged_geometry(f, il, T, &pc);
-    wk_arg args[5] = {S(&f->a.q), S(&f->a.rows), S(&f->a.tables), TV(&f->kv->pool_buf), S(&f->a.attn)};
-    return wk_dispatch(f->vk, f->pipes, WK_PIPE_ATTENTION_PAGED, args, &pc, sizeof pc, T, pc.n_head, 1, r->err,
+    pc.n_tokens = f->plan.n_tiles;
+    pc.head_rows = f->plan.head_rows;
+    pc.n_split = wk_attn_plan_splits(&f->plan, f->step_rows, T, pc.n_head, pc.window, f->attn_part_rows);
+    wk_arg args[7] = {S(&f->a.q), S(&f->a.rows), S(&f->a.tables), TV(&f->kv->pool_buf), S(&f->a.attn), S(&f->a.tiles),
+                      S(&f->a.attn_part)};
+    TRY(wk_dispatch(f->vk, f->pipes, WK_PIPE_ATTENTION_PAGED, args, &pc, sizeof pc, f->plan.n_tiles, f->plan.groups_y,
+                    pc.n_split, r->err, r->errlen));
+    if (pc.n_split == 1) return 0;
+    wk_vk_barrier(f->vk);
+    wk_pc_attention_reduce rp = {.head_dim = pc.head_dim, .n_head = pc.n_head, .n_tokens = T, .n_split = pc.n_split};
+    wk_arg rargs[2] = {S(&f->a.attn_part), S(&f->a.attn)};
+    return wk_dispatch(f->vk, f->pipes, WK_PIPE_ATTENTION_REDUCE, rargs, &rp, sizeof rp, T, pc.n_head, 1, r->err,
                        r->errlen);
 }
 
@@ -408,7 +426,12 @@ int wk_fwd_step(wk_fwd *f, const int32_t *tokens, const wk_row_info *rows, int T
             return snprintf(err, errlen, "paged step needs 1..%llu block-table entries, got %d",
                             (unsigned long long)wk_fwd_max_tables(f), n_tables), WK_ERR_INVALID;
         memcpy(f->a.tables.map, tables, (size_t)n_tables * sizeof *tables);
+        if (wk_attn_plan_make(rows, (uint32_t)T, (uint32_t)f->hp->n_head, (uint32_t)f->hp->n_head_kv,
+                              (uint32_t)f->hp->head_dim, f->vk->subgroup_size, f->a.tiles.map, &f->plan))
+            return snprintf(err, errlen, "head_dim %d is too large for the paged attention at subgroup size %u",
+                            f->hp->head_dim, f->vk->subgroup_size), WK_ERR_UNSUPPORTED;
     }
+    f->step_rows = rows;
     rec r = {f, err, errlen};
     TRY(wk_vk_begin(f->vk, err, errlen));
     wk_prof_begin(f->vk, f->pipes);

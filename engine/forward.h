@@ -3,6 +3,7 @@
 #ifndef WK_FORWARD_H
 #define WK_FORWARD_H
 
+#include "attention_plan.h"
 #include "kv_cache.h"
 #include "kv_transform.h"
 #include "shader_params.h"
@@ -13,6 +14,8 @@ typedef struct wk_acts {
     wk_buf tokens;        /* [T] int32, host-visible */
     wk_buf rows;          /* [T] wk_row_info, host-visible */
     wk_buf tables;        /* paged cache: the step's block tables, concatenated, host-visible */
+    wk_buf tiles;         /* paged cache: the step's attention query tiles, host-visible */
+    wk_buf attn_part;     /* paged cache: split-attention partials, WK_ATTN_PART_ROWS rows */
     wk_buf h;             /* [T][n_embd] residual stream */
     wk_buf xn;            /* [T][n_embd] normed input of the next matmul; RGBA32F view */
     wk_buf q, k, v;       /* [T][heads*head_dim] */
@@ -43,6 +46,9 @@ typedef struct wk_fwd {
     bool capture;         /* copy post-RoPE q and the stored k, v of every layer (wk_fwd_enable_capture) */
     const wk_kv_xform *xform; /* key/query transform after RoPE; NULL: none */
     wk_buf xform_buf;     /* every layer's [n_head_kv][2][D/B][B][B] matrices */
+    wk_attn_plan plan;    /* this step's attention tiles (paged cache) */
+    uint64_t attn_part_rows; /* partials a.attn_part holds */
+    const wk_row_info *step_rows; /* this step's rows while it is recorded */
 } wk_fwd;
 
 int wk_fwd_init(wk_fwd *f, wk_vk *vk, wk_pipelines *pipes, const wk_hparams *hp, const wk_weights *w,

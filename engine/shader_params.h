@@ -18,12 +18,16 @@ typedef struct {
     uint32_t kv_inplace; /* 1: keys back into the k buffer (paged cache), 0: k, v into the f16 cache */
 } wk_pc_qk_norm_rope;
 typedef struct { uint32_t head_dim, n_head, n_head_kv, window, n_tokens; } wk_pc_attention;
-typedef struct { uint32_t n, act; } wk_pc_glu;
+typedef struct { uint32_t n, act; } wk_pc_glu; /* act: 0 SiLU (SwiGLU), 1 tanh-GELU (GeGLU) */
 typedef struct {
     uint32_t head_dim, n_head, n_head_kv, window, n_tokens, layer;
     int32_t kind, bits, group;
     uint32_t block_tokens, slab_words, block_words, params_words, code_words;
+    uint32_t head_rows, n_split; /* engine/attention_plan.h */
 } wk_pc_attention_paged;
+typedef struct { uint32_t head_dim, n_head, n_tokens, n_split; } wk_pc_attention_reduce;
+/* A query tile of attention_paged: n_tok consecutive tokens of one sequence from batch row row0. */
+typedef struct { uint32_t row0, n_tok, pad0, pad1; } wk_attn_tile;
 typedef struct {
     uint32_t head_dim, n_head_kv, n_tokens, layer;
     int32_t kind, bits, group, rank_k, rank_v;
@@ -31,12 +35,12 @@ typedef struct {
 } wk_pc_kv_store_quant;
 typedef struct { uint32_t head_dim, n_head, n_head_kv, n_tokens, block; } wk_pc_kv_transform;
 typedef struct { uint32_t row_elems, n_tokens; } wk_pc_kv_store_f16;
-/* Per token of a paged step: position and where its sequence's block table starts. */
-typedef struct { uint32_t pos, table_off; } wk_paged_row; /* act: 0 SiLU (SwiGLU), 1 tanh-GELU (GeGLU) */
 
 _Static_assert(sizeof(wk_pc_qk_norm_rope) <= 128, "push constants must fit 128 bytes");
 
 /* Per token of a step: where it sits. Mirrored by `RowInfo` in the shaders. */
-typedef struct { uint32_t pos, kv_base; } wk_row_info; /* kv_base: first cache row of its sequence */
+/* kv_base: f16 cache, the first cache row of its sequence; paged cache, where its sequence's block
+ * table starts in the step's tables. */
+typedef struct { uint32_t pos, kv_base; } wk_row_info;
 
 #endif

@@ -3,8 +3,11 @@
 // One subgroup-sized workgroup per (token, query head); lanes own 4-dim chunks of the head, so a
 // score is one subgroupAdd. q arrives already RoPE'd and scaled.
 #extension GL_KHR_shader_subgroup_arithmetic : require
+#extension GL_EXT_control_flow_attributes : require
 layout(local_size_x_id = 0) in;
 const uint MAXC = 16;  // chunks per lane: head_dim <= 4 * MAXC * subgroup size
+// The chunk loops are unrolled: llvmpipe silently ends every loop of an invocation after 65535
+// loop iterations in total (LAVAPIPE.md), so only the key loop may count (one per key).
 struct RowInfo { uint pos; uint kv_base; };
 layout(std430, binding = 0) readonly buffer Q { vec4 q4[]; };      // [T][n_head][D/4]
 layout(std430, binding = 1) readonly buffer Rows { RowInfo rows[]; };
@@ -24,9 +27,9 @@ void main() {
     uint kh = h / (pc.n_head / pc.n_head_kv);
     RowInfo ri = rows[t];
     vec4 qv[MAXC], acc[MAXC];
-    for (uint c = 0; c < nc; ++c) {
+    [[unroll]] for (uint c = 0; c < MAXC; ++c) {
         uint ch = lane + c * nl;
-        qv[c] = ch < C ? q4[(t * pc.n_head + h) * C + ch] : vec4(0);
+        qv[c] = c < nc && ch < C ? q4[(t * pc.n_head + h) * C + ch] : vec4(0);
         acc[c] = vec4(0);
     }
     uint first = (pc.window != 0 && ri.pos + 1 > pc.window) ? ri.pos + 1 - pc.window : 0;
@@ -34,22 +37,22 @@ void main() {
     for (uint j = first; j <= ri.pos; ++j) {
         uint kv = ((ri.kv_base + j) * pc.n_head_kv + kh) * C;
         float s = 0.0;
-        for (uint c = 0; c < nc; ++c) {
+        [[unroll]] for (uint c = 0; c < MAXC; ++c) {
             uint ch = lane + c * nl;
-            if (ch < C) s += dot(qv[c], h4(texelFetch(KC, int(kv + ch)).xy));
+            if (c < nc && ch < C) s += dot(qv[c], h4(texelFetch(KC, int(kv + ch)).xy));
         }
         s = subgroupAdd(s);
         float m_new = max(m, s);
         float corr = exp(m - m_new), p = exp(s - m_new);
         l = l * corr + p;
-        for (uint c = 0; c < nc; ++c) {
+        [[unroll]] for (uint c = 0; c < MAXC; ++c) {
             uint ch = lane + c * nl;
-            if (ch < C) acc[c] = acc[c] * corr + p * h4(texelFetch(VC, int(kv + ch)).xy);
+            if (c < nc && ch < C) acc[c] = acc[c] * corr + p * h4(texelFetch(VC, int(kv + ch)).xy);
         }
         m = m_new;
     }
-    for (uint c = 0; c < nc; ++c) {
+    [[unroll]] for (uint c = 0; c < MAXC; ++c) {
         uint ch = lane + c * nl;
-        if (ch < C) o4[(t * pc.n_head + h) * C + ch] = acc[c] / l;
+        if (c < nc && ch < C) o4[(t * pc.n_head + h) * C + ch] = acc[c] / l;
     }
 }

@@ -1,96 +1,209 @@
 #version 450
-// Causal attention over the paged, quantized KV pool: each query row walks its sequence's block
-// table, dequantizes keys and values in registers (kv_quant.glsl's decode, bit-identical to the C
-// twin), and keeps an online softmax; GQA and an optional sliding window as attention_f16.comp.
-// One subgroup-sized workgroup per (token, query head); lanes own 4-dim chunks of the head.
-// Pool layout (engine/kv_pool.h): block b holds, for every (layer, K|V, KV head), a slab of
-// block_tokens tokens: their packed codes, then their f16 group parameters (kv_quant.h).
+// Causal attention over the paged, quantized KV pool (issue 3 "Paged attention shaders").
+// One subgroup-sized workgroup per (query tile, KV head [x head chunk], key split):
+//   - a query tile is up to a few consecutive tokens of ONE sequence (engine/attention_plan.c), and
+//     its rows are every (token, query head) of the tile that shares this KV head (GQA). Each key
+//     and value is dequantized once per tile and used by all its rows: decoding costs more than
+//     the dot products, so sharing it is where the speed comes from (LAVAPIPE.md: registers, no
+//     shared memory).
+//   - keys are taken 16 at a time: scores first, then one online-softmax rescale per row, then
+//     the values, so the rescale of the accumulators is paid per 16 keys, not per key.
+//   - a long context with few tiles (decode) is split over gl_WorkGroupID.z; each split writes
+//     its (max, sum, unnormalised output) per row and attention_reduce.comp combines them.
+// Lanes own contiguous 4-dim chunks of the head vector, so a lane's chunks usually sit in one
+// quantizer group (one parameter fetch per key). Decoding is kv_quant.glsl's, bit-identical to
+// the C twin. Pool layout (engine/kv_pool.h): block b holds, for every (layer, K|V, KV head), a
+// slab of block_tokens tokens: their packed codes, then their f16 group parameters (kv_quant.h).
 #extension GL_GOOGLE_include_directive : require
 #extension GL_KHR_shader_subgroup_arithmetic : require
+#extension GL_EXT_control_flow_attributes : require
 #define WK_KVQ_DECODE_ONLY
 #include "kv_quant.glsl"
 layout(local_size_x_id = 0) in;
-const uint MAXC = 16;  // chunks per lane: head_dim <= 4 * MAXC * subgroup size
+const uint MAXC = 8;    // chunks per lane: head_dim <= 32 * subgroup size (checked by the host)
+const uint MAXR = 16;   // rows per tile
+const uint KT = 16;     // keys per softmax tile
+// llvmpipe stops EVERY loop of an invocation once 65535 loop iterations have run in total (its
+// loop limiter is one counter per shader invocation, never reset), silently. So the loops over
+// chunks and rows below have constant bounds and are unrolled, leaving ~33 counted iterations per
+// 16 keys, and the host caps the keys one workgroup walks (attention_plan.h); see LAVAPIPE.md.
 struct RowInfo { uint pos; uint table_off; };
+struct Tile { uint row0; uint n_tok; uint pad0; uint pad1; };
 layout(std430, binding = 0) readonly buffer Q { vec4 q4[]; };        // [T][n_head][D/4]
 layout(std430, binding = 1) readonly buffer Rows { RowInfo rows[]; };
 layout(std430, binding = 2) readonly buffer Tables { uint tables[]; }; // block indices
 layout(binding = 3) uniform usamplerBuffer Pool;                      // R32UI words
 layout(std430, binding = 4) writeonly buffer O { vec4 o4[]; };        // [T][n_head][D/4]
+layout(std430, binding = 5) readonly buffer Tiles { Tile tiles[]; };
+layout(std430, binding = 6) writeonly buffer Part { vec4 part[]; };   // split partials (n_split > 1)
 layout(push_constant) uniform PC {
-    uint head_dim; uint n_head; uint n_head_kv; uint window; uint n_tokens; uint layer;
+    uint head_dim; uint n_head; uint n_head_kv; uint window; uint n_tiles; uint layer;
     int kind; int bits; int G; uint block_tokens;
     uint slab_words;        // one (layer, K|V, head) slab
     uint block_words;       // one block
     uint params_words;      // offset of the parameters inside a slab
     uint code_words;        // codes of one token (D*bits/32)
+    uint head_rows;         // query heads per tile token
+    uint n_split;           // key splits (gl_NumWorkGroups.z)
 } pc;
+
+vec4 kbuf[MAXC];          // one key or value: this lane's chunks
+vec4 qv[MAXR * MAXC], acc[MAXR * MAXC];
+float sc[MAXR * KT];      // scores, then probabilities, of the current key tile
+float m_r[MAXR], l_r[MAXR];
+uint pos_r[MAXR], first_r[MAXR];
 
 uint word(uint at) { return texelFetch(Pool, int(at)).x; }
 
-// Dims 4c..4c+3 of token tt of the slab at `slab` (a word index).
-vec4 load4(uint slab, uint tt, uint c) {
-    uint g = (4u * c) / uint(pc.G);
+// This lane's chunks of token tt of the slab at word `slab` into kbuf.
+void decode_lane(uint slab, uint tt, uint ch0, uint ncl) {
+    uint C = pc.head_dim / 4u;
     uint P = uint(wk_kvq_params_per_group(pc.kind));
-    uint pi = (tt * (pc.head_dim / uint(pc.G)) + g) * P;             // u16 index of the first parameter
-    uint pw = word(slab + pc.params_words + (pi >> 1));
-    uint p0 = (pi & 1u) != 0u ? pw >> 16 : pw & 0xffffu;
-    uint p1 = 0u;
-    if (P == 2u) {
-        uint pw1 = (pi & 1u) != 0u ? word(slab + pc.params_words + (pi >> 1) + 1u) : pw;
-        p1 = (pi & 1u) != 0u ? pw1 & 0xffffu : pw >> 16;
-    }
-    vec2 ab = wk_kvq_affine(pc.kind, pc.bits, p0, p1);
-    uint bit0 = 4u * c * uint(pc.bits);                                 // within the token's codes
+    uint groups = pc.head_dim / uint(pc.G);
     uint base = slab + tt * pc.code_words;
-    if (pc.bits != 3) return wk_kvq_dequant4(word(base + (bit0 >> 5)), bit0 & 31u, pc.bits, ab);
-    vec4 r;
-    for (uint e = 0u; e < 4u; ++e) {
-        uint j = bit0 + 3u * e;
-        uint w0 = word(base + (j >> 5)), w1 = (j & 31u) > 29u ? word(base + (j >> 5) + 1u) : 0u;
-        r[e] = wk_kvq_dequant(wk_kvq_code_any(w0, w1, j & 31u, 3), ab);
+    uint g_have = 0xffffffffu, w_at = 0xffffffffu, w = 0u;
+    vec2 ab = vec2(0);
+    [[unroll]] for (uint c = 0u; c < MAXC; ++c) {
+        uint ch = ch0 + c;
+        if (c >= ncl || ch >= C) continue;
+        uint g = (4u * ch) / uint(pc.G);
+        if (g != g_have) {
+            uint pi = (tt * groups + g) * P;  // u16 index of the group's first parameter
+            uint pw = word(slab + pc.params_words + (pi >> 1));
+            uint p0 = (pi & 1u) != 0u ? pw >> 16 : pw & 0xffffu;
+            uint p1 = 0u;
+            if (P == 2u) {
+                uint pw1 = (pi & 1u) != 0u ? word(slab + pc.params_words + (pi >> 1) + 1u) : pw;
+                p1 = (pi & 1u) != 0u ? pw1 & 0xffffu : pw >> 16;
+            }
+            ab = wk_kvq_affine(pc.kind, pc.bits, p0, p1);
+            g_have = g;
+        }
+        uint bit0 = 4u * ch * uint(pc.bits);
+        if (pc.bits != 3) {
+            uint wi = bit0 >> 5;
+            if (wi != w_at) { w = word(base + wi); w_at = wi; }
+            kbuf[c] = wk_kvq_dequant4(w, bit0 & 31u, pc.bits, ab);
+        } else {
+            vec4 r;
+            [[unroll]] for (uint e = 0u; e < 4u; ++e) {
+                uint j = bit0 + 3u * e;
+                uint w0 = word(base + (j >> 5)), w1 = (j & 31u) > 29u ? word(base + (j >> 5) + 1u) : 0u;
+                r[e] = wk_kvq_dequant(wk_kvq_code_any(w0, w1, j & 31u, 3), ab);
+            }
+            kbuf[c] = r;
+        }
     }
-    return r;
 }
 
 void main() {
-    uint t = gl_WorkGroupID.x, h = gl_WorkGroupID.y;
     uint lane = gl_LocalInvocationID.x, nl = gl_WorkGroupSize.x;
-    if (t >= pc.n_tokens || h >= pc.n_head) return;
+    uint ti = gl_WorkGroupID.x, split = gl_WorkGroupID.z;
+    if (ti >= pc.n_tiles) return;
+    uint hpk = pc.n_head / pc.n_head_kv;              // query heads per KV head
+    uint n_hc = (hpk + pc.head_rows - 1u) / pc.head_rows;
+    uint kh = gl_WorkGroupID.y / n_hc, hc = gl_WorkGroupID.y % n_hc;
+    Tile tile = tiles[ti];
+    uint R = tile.n_tok * pc.head_rows;
     uint C = pc.head_dim / 4u;
-    uint nc = (C + nl - 1u) / nl;
-    uint kh = h / (pc.n_head / pc.n_head_kv);
-    RowInfo ri = rows[t];
+    uint ncl = (C + nl - 1u) / nl, ch0 = lane * ncl;
+    uint table_off = rows[tile.row0].table_off;
+
+    // Rows: (token of the tile, query head); an unused row has an empty key range.
+    uint jlo = 0xffffffffu, jhi = 0u;
+    [[unroll]] for (uint r = 0u; r < MAXR; ++r) {
+        uint t = tile.row0 + r / pc.head_rows, hh = hc * pc.head_rows + r % pc.head_rows;
+        bool ok = r < R && hh < hpk;
+        uint pos = ok ? rows[t].pos : 0u;
+        pos_r[r] = pos;
+        first_r[r] = !ok ? 1u : (pc.window != 0u && pos + 1u > pc.window) ? pos + 1u - pc.window : 0u;
+        m_r[r] = -1.0 / 0.0;
+        l_r[r] = 0.0;
+        if (ok) { jlo = min(jlo, first_r[r]); jhi = max(jhi, pos); }
+        [[unroll]] for (uint c = 0u; c < MAXC; ++c) {
+            uint ch = ch0 + c;
+            qv[r * MAXC + c] = ok && c < ncl && ch < C ? q4[(t * pc.n_head + kh * hpk + hh) * C + ch] : vec4(0);
+            acc[r * MAXC + c] = vec4(0);
+        }
+    }
+    // This split's share of the keys, in whole key tiles.
+    uint j0 = jlo, j1 = jhi + 1u;
+    if (pc.n_split > 1u && jlo <= jhi) {
+        uint span = ((jhi - jlo + 1u + pc.n_split - 1u) / pc.n_split + KT - 1u) / KT * KT;
+        j0 = min(jlo + split * span, jhi + 1u);
+        j1 = min(j0 + span, jhi + 1u);
+    }
     uint k_slab = ((pc.layer * 2u + 0u) * pc.n_head_kv + kh) * pc.slab_words;
     uint v_slab = ((pc.layer * 2u + 1u) * pc.n_head_kv + kh) * pc.slab_words;
-    vec4 qv[MAXC], acc[MAXC];
-    for (uint c = 0u; c < nc; ++c) {
-        uint ch = lane + c * nl;
-        qv[c] = ch < C ? q4[(t * pc.n_head + h) * C + ch] : vec4(0);
-        acc[c] = vec4(0);
-    }
-    uint first = (pc.window != 0u && ri.pos + 1u > pc.window) ? ri.pos + 1u - pc.window : 0u;
-    float m = -1.0 / 0.0, l = 0.0;
-    for (uint j = first; j <= ri.pos; ++j) {
-        uint blk = tables[ri.table_off + j / pc.block_tokens], tt = j % pc.block_tokens;
-        uint kb = blk * pc.block_words + k_slab, vb = blk * pc.block_words + v_slab;
-        float s = 0.0;
-        for (uint c = 0u; c < nc; ++c) {
-            uint ch = lane + c * nl;
-            if (ch < C) s += dot(qv[c], load4(kb, tt, ch));
+
+    for (uint jt = j0; jt < j1; jt += KT) {
+        uint nk = min(KT, j1 - jt);
+        for (uint kk = 0u; kk < nk; ++kk) {
+            uint j = jt + kk;
+            uint blk = tables[table_off + j / pc.block_tokens];
+            decode_lane(blk * pc.block_words + k_slab, j % pc.block_tokens, ch0, ncl);
+            [[unroll]] for (uint r = 0u; r < MAXR; ++r) {
+                if (r >= R) continue;
+                float s = 0.0;
+                [[unroll]] for (uint c = 0u; c < MAXC; ++c)
+                    if (c < ncl) s += dot(qv[r * MAXC + c], kbuf[c]);
+                s = subgroupAdd(s);
+                sc[r * KT + kk] = (j >= first_r[r] && j <= pos_r[r]) ? s : -1.0 / 0.0;
+            }
         }
-        s = subgroupAdd(s);
-        float m_new = max(m, s);
-        float corr = exp(m - m_new), p = exp(s - m_new);
-        l = l * corr + p;
-        for (uint c = 0u; c < nc; ++c) {
-            uint ch = lane + c * nl;
-            if (ch < C) acc[c] = acc[c] * corr + p * load4(vb, tt, ch);
+        [[unroll]] for (uint r = 0u; r < MAXR; ++r) {
+            if (r >= R) continue;
+            float mx = -1.0 / 0.0;
+            [[unroll]] for (uint kk = 0u; kk < KT; ++kk)
+                if (kk < nk) mx = max(mx, sc[r * KT + kk]);
+            if (mx == -1.0 / 0.0) {  // no key of this tile is visible to the row
+                [[unroll]] for (uint kk = 0u; kk < KT; ++kk) sc[r * KT + kk] = 0.0;
+                continue;
+            }
+            float m_new = max(m_r[r], mx);
+            if (m_new > m_r[r]) {
+                float corr = exp(m_r[r] - m_new);
+                l_r[r] *= corr;
+                [[unroll]] for (uint c = 0u; c < MAXC; ++c) acc[r * MAXC + c] *= corr;
+                m_r[r] = m_new;
+            }
+            float sum = 0.0;
+            [[unroll]] for (uint kk = 0u; kk < KT; ++kk) {
+                float p = kk < nk ? exp(sc[r * KT + kk] - m_new) : 0.0;
+                sc[r * KT + kk] = p;
+                sum += p;
+            }
+            l_r[r] += sum;
         }
-        m = m_new;
+        for (uint kk = 0u; kk < nk; ++kk) {
+            uint j = jt + kk;
+            uint blk = tables[table_off + j / pc.block_tokens];
+            decode_lane(blk * pc.block_words + v_slab, j % pc.block_tokens, ch0, ncl);
+            [[unroll]] for (uint r = 0u; r < MAXR; ++r) {
+                float p = r < R ? sc[r * KT + kk] : 0.0;
+                if (p == 0.0) continue;
+                [[unroll]] for (uint c = 0u; c < MAXC; ++c) acc[r * MAXC + c] += p * kbuf[c];
+            }
+        }
     }
-    for (uint c = 0u; c < nc; ++c) {
-        uint ch = lane + c * nl;
-        if (ch < C) o4[(t * pc.n_head + h) * C + ch] = acc[c] / l;
+
+    [[unroll]] for (uint r = 0u; r < MAXR; ++r) {
+        uint t = tile.row0 + r / pc.head_rows, hh = hc * pc.head_rows + r % pc.head_rows;
+        if (r >= R || hh >= hpk) continue;
+        uint h = kh * hpk + hh;
+        if (pc.n_split == 1u) {
+            [[unroll]] for (uint c = 0u; c < MAXC; ++c) {
+                uint ch = ch0 + c;
+                if (c < ncl && ch < C) o4[(t * pc.n_head + h) * C + ch] = acc[r * MAXC + c] / l_r[r];
+            }
+        } else {
+            // Partial of (token t, head h, split): [m, l, -, -] then C chunks.
+            uint at = ((t * pc.n_head + h) * pc.n_split + split) * (C + 1u);
+            if (lane == 0u) part[at] = vec4(m_r[r], l_r[r], 0.0, 0.0);
+            [[unroll]] for (uint c = 0u; c < MAXC; ++c) {
+                uint ch = ch0 + c;
+                if (c < ncl && ch < C) part[at + 1u + ch] = acc[r * MAXC + c];
+            }
+        }
     }
 }

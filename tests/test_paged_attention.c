@@ -1,13 +1,16 @@
-/* Paged attention shader (shaders/attention_paged.comp) against a C reference: keys and values
- * are encoded into a block pool with the C quantizers (kv_quant.c), block tables are scattered,
- * and every query row's output must equal softmax attention (in double) over the values the C
- * decoder reads back — for every quantizer, bit width, two group sizes, GQA, sliding window,
- * decode rows and prefill rows of different sequences in one dispatch. */
+/* Paged attention shader (shaders/attention_paged.comp, + attention_reduce.comp when the keys are
+ * split) against a C reference: keys and values are encoded into a block pool with the C
+ * quantizers (kv_quant.c), block tables are scattered, and every query row's output must equal
+ * softmax attention (in double) over the values the C decoder reads back — for every quantizer,
+ * bit width, two group sizes, GQA 4:1 / 2:1 / 32:1 (head chunks), sliding window, decode rows and
+ * prefill rows of different sequences in one dispatch (query tiles from engine/attention_plan.c),
+ * unsplit and split three ways. */
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
+#include "attention_plan.h"
 #include "kv_quant.h"
 #include "shader_params.h"
 #include "test_util.h"
@@ -24,19 +27,22 @@ static float gauss(void) {
     return (float)(sqrt(-2 * log(u)) * cos(6.283185307179586 * v));
 }
 
-enum { BT = 16, NL = 2, LAYER = 1, NSEQ = 2, MAXROWS = 64 };
+enum { BT = 16, NL = 2, LAYER = 1, NSEQ = 2, MAXROWS = 1100, MAXPOS = 1040 };
 
-typedef struct { int D, Hq, Hk, window; wk_kvq_kind kind; int bits, G; } cfg;
+/* Sequence 0 decodes its last position (len0 keys); sequence 1 runs a prefill chunk of positions
+ * from1 .. len1-1 over its earlier keys. */
+typedef struct { int D, Hq, Hk, window; wk_kvq_kind kind; int bits, G; int len0, len1, from1; } cfg;
 
-static double run_case(wk_vk *vk, wk_pipelines *p, const cfg *c) {
+static double run_case(wk_vk *vk, wk_pipelines *p, const cfg *c, uint32_t force_split) {
     char err[WK_ERRMSG_LEN] = "";
     wk_kvq_block_layout lay;
     if (!wk_kvq_block_layout_get(c->kind, c->bits, c->G, c->D, BT, &lay)) return -1;
     const size_t slab = lay.bytes, block = 2 * NL * (size_t)c->Hk * slab;
-    const int lens[NSEQ] = {37, 21};
-    const int n_blocks = 8;
+    const int lens[NSEQ] = {c->len0 ? c->len0 : 37, c->len1 ? c->len1 : 21};
+    enum { n_blocks = 80 };
     /* Blocks handed out in a scattered order, so a table's neighbours are not neighbours in memory. */
-    uint32_t order[8] = {5, 2, 7, 0, 3, 6, 1, 4}, tables[8];
+    uint32_t order[n_blocks], tables[n_blocks];
+    for (int i = 0; i < n_blocks; i++) order[i] = (uint32_t)(i * 7 + 3) % n_blocks; /* 7 is prime to n_blocks: a permutation */
     int table_off[NSEQ], used = 0;
     for (int s = 0; s < NSEQ; s++) {
         table_off[s] = used;
@@ -45,12 +51,12 @@ static double run_case(wk_vk *vk, wk_pipelines *p, const cfg *c) {
     uint8_t *pool = calloc(n_blocks, block);
     const int D = c->D, Hk = c->Hk, Hq = c->Hq;
     /* K and V of every (seq, pos, kv head) for layer LAYER, with two outlier channels per head. */
-    float *K = malloc(sizeof(float) * NSEQ * 64 * Hk * D), *V = malloc(sizeof(float) * NSEQ * 64 * Hk * D);
-    float *Kd = malloc(sizeof(float) * NSEQ * 64 * Hk * D), *Vd = malloc(sizeof(float) * NSEQ * 64 * Hk * D);
+    float *K = malloc(sizeof(float) * NSEQ * MAXPOS * Hk * D), *V = malloc(sizeof(float) * NSEQ * MAXPOS * Hk * D);
+    float *Kd = malloc(sizeof(float) * NSEQ * MAXPOS * Hk * D), *Vd = malloc(sizeof(float) * NSEQ * MAXPOS * Hk * D);
     for (int s = 0; s < NSEQ; s++)
         for (int pos = 0; pos < lens[s]; pos++)
             for (int kh = 0; kh < Hk; kh++) {
-                size_t at = (((size_t)s * 64 + pos) * Hk + kh) * D;
+                size_t at = (((size_t)s * MAXPOS + pos) * Hk + kh) * D;
                 for (int i = 0; i < D; i++) {
                     K[at + i] = gauss() * (i == 3 || i == D / 2 + 1 ? 8.0f : 1.0f);
                     V[at + i] = gauss();
@@ -64,23 +70,31 @@ static double run_case(wk_vk *vk, wk_pipelines *p, const cfg *c) {
                 wk_kvq_decode_token(c->kind, c->bits, c->G, D, BT, pos % BT, vslab, Vd + at);
             }
     /* Rows: seq 0 decoding its last position; seq 1 every position (a prefill chunk). */
-    wk_paged_row rows[MAXROWS];
+    static wk_row_info rows[MAXROWS];
     int row_seq[MAXROWS], T = 0;
-    rows[T] = (wk_paged_row){.pos = (uint32_t)(lens[0] - 1), .table_off = (uint32_t)table_off[0]};
+    rows[T] = (wk_row_info){.pos = (uint32_t)(lens[0] - 1), .kv_base = (uint32_t)table_off[0]};
     row_seq[T++] = 0;
-    for (int pos = 0; pos < lens[1]; pos++) {
-        rows[T] = (wk_paged_row){.pos = (uint32_t)pos, .table_off = (uint32_t)table_off[1]};
+    for (int pos = c->from1; pos < lens[1]; pos++) {
+        rows[T] = (wk_row_info){.pos = (uint32_t)pos, .kv_base = (uint32_t)table_off[1]};
         row_seq[T++] = 1;
     }
+    static wk_attn_tile tiles[MAXROWS];
+    wk_attn_plan plan;
+    CHECK_EQ_INT(wk_attn_plan_make(rows, (uint32_t)T, (uint32_t)Hq, (uint32_t)Hk, (uint32_t)D, vk->subgroup_size, tiles,
+                                   &plan), 0);
+    const uint32_t n_split = force_split ? force_split : wk_attn_plan_splits(&plan, rows, (uint32_t)T, (uint32_t)Hq, (uint32_t)c->window, (uint64_t)T * Hq * 4);
     float *Qv = malloc(sizeof(float) * T * Hq * D);
-    for (int i = 0; i < T * Hq * D; i++) Qv[i] = gauss() * 0.1f;
+    for (int i = 0; i < T * Hq * D; i++) Qv[i] = gauss() * (c->window == 20 ? 1.0f : 0.1f);
 
-    wk_buf bq, brows, btab, bpool, bout;
+    wk_buf bq, brows, btab, bpool, bout, btiles, bpart;
     int rc = wk_vk_buffer_create(vk, &bq, sizeof(float) * T * Hq * D, WK_MEM_HOST, VK_FORMAT_UNDEFINED, err, sizeof err);
     rc = rc ? rc : wk_vk_buffer_create(vk, &brows, sizeof rows, WK_MEM_HOST, VK_FORMAT_UNDEFINED, err, sizeof err);
     rc = rc ? rc : wk_vk_buffer_create(vk, &btab, sizeof tables, WK_MEM_HOST, VK_FORMAT_UNDEFINED, err, sizeof err);
     rc = rc ? rc : wk_vk_buffer_create(vk, &bpool, n_blocks * block, WK_MEM_HOST, VK_FORMAT_R32_UINT, err, sizeof err);
     rc = rc ? rc : wk_vk_buffer_create(vk, &bout, sizeof(float) * T * Hq * D, WK_MEM_HOST, VK_FORMAT_UNDEFINED, err, sizeof err);
+    rc = rc ? rc : wk_vk_buffer_create(vk, &btiles, sizeof tiles, WK_MEM_HOST, VK_FORMAT_UNDEFINED, err, sizeof err);
+    rc = rc ? rc : wk_vk_buffer_create(vk, &bpart, (size_t)16 * T * Hq * (n_split > 4 ? n_split : 4) * (D / 4 + 1), WK_MEM_DEVICE,
+                                       VK_FORMAT_UNDEFINED, err, sizeof err);
     CHECK_EQ_INT(rc, 0);
     double worst = INFINITY;
     if (!rc) {
@@ -88,15 +102,23 @@ static double run_case(wk_vk *vk, wk_pipelines *p, const cfg *c) {
         memcpy(brows.map, rows, sizeof rows);
         memcpy(btab.map, tables, sizeof tables);
         memcpy(bpool.map, pool, n_blocks * block);
-        wk_arg args[5] = {wk_arg_buf(bq.buf), wk_arg_buf(brows.buf), wk_arg_buf(btab.buf), wk_arg_view(bpool.view),
-                          wk_arg_buf(bout.buf)};
+        memcpy(btiles.map, tiles, sizeof tiles);
+        wk_arg args[7] = {wk_arg_buf(bq.buf), wk_arg_buf(brows.buf), wk_arg_buf(btab.buf), wk_arg_view(bpool.view),
+                          wk_arg_buf(bout.buf), wk_arg_buf(btiles.buf), wk_arg_buf(bpart.buf)};
         wk_pc_attention_paged pc = {
             .head_dim = (uint32_t)D, .n_head = (uint32_t)Hq, .n_head_kv = (uint32_t)Hk, .window = (uint32_t)c->window,
-            .n_tokens = (uint32_t)T, .layer = LAYER, .kind = c->kind, .bits = c->bits, .group = c->G,
+            .n_tokens = plan.n_tiles, .layer = LAYER, .kind = c->kind, .bits = c->bits, .group = c->G,
             .block_tokens = BT, .slab_words = (uint32_t)(slab / 4), .block_words = (uint32_t)(block / 4),
-            .params_words = (uint32_t)(lay.params_offset / 4), .code_words = (uint32_t)(lay.code_bytes_per_token / 4)};
+            .params_words = (uint32_t)(lay.params_offset / 4), .code_words = (uint32_t)(lay.code_bytes_per_token / 4),
+            .head_rows = plan.head_rows, .n_split = n_split};
+        wk_pc_attention_reduce rp = {.head_dim = (uint32_t)D, .n_head = (uint32_t)Hq, .n_tokens = (uint32_t)T, .n_split = n_split};
+        wk_arg rargs[2] = {wk_arg_buf(bpart.buf), wk_arg_buf(bout.buf)};
         rc = wk_vk_begin(vk, err, sizeof err);
-        rc = rc ? rc : wk_dispatch(vk, p, WK_PIPE_ATTENTION_PAGED, args, &pc, sizeof pc, (uint32_t)T, (uint32_t)Hq, 1, err, sizeof err);
+        rc = rc ? rc : wk_dispatch(vk, p, WK_PIPE_ATTENTION_PAGED, args, &pc, sizeof pc, plan.n_tiles, plan.groups_y, n_split, err, sizeof err);
+        if (!rc && n_split > 1) {
+            wk_vk_barrier(vk);
+            rc = wk_dispatch(vk, p, WK_PIPE_ATTENTION_REDUCE, rargs, &rp, sizeof rp, (uint32_t)T, (uint32_t)Hq, 1, err, sizeof err);
+        }
         int rc2 = wk_vk_submit_wait(vk, err, sizeof err);
         CHECK_EQ_INT(rc, 0);
         CHECK_EQ_INT(rc2, 0);
@@ -108,10 +130,11 @@ static double run_case(wk_vk *vk, wk_pipelines *p, const cfg *c) {
             for (int h = 0; h < Hq; h++) {
                 int s = row_seq[r], kh = h / (Hq / Hk), pos = (int)rows[r].pos;
                 int first = c->window && pos + 1 > c->window ? pos + 1 - c->window : 0;
-                double sc[64], mx = -INFINITY, sum = 0;
+                static double sc[MAXPOS];
+                double mx = -INFINITY, sum = 0;
                 const float *q = Qv + ((size_t)r * Hq + h) * D;
                 for (int j = first; j <= pos; j++) {
-                    const float *k = Kd + (((size_t)s * 64 + j) * Hk + kh) * D;
+                    const float *k = Kd + (((size_t)s * MAXPOS + j) * Hk + kh) * D;
                     double d = 0;
                     for (int i = 0; i < D; i++) d += (double)q[i] * k[i];
                     sc[j] = d;
@@ -120,7 +143,7 @@ static double run_case(wk_vk *vk, wk_pipelines *p, const cfg *c) {
                 for (int j = first; j <= pos; j++) sum += sc[j] = exp(sc[j] - mx);
                 for (int i = 0; i < D; i++) {
                     double o = 0;
-                    for (int j = first; j <= pos; j++) o += sc[j] / sum * Vd[(((size_t)s * 64 + j) * Hk + kh) * D + i];
+                    for (int j = first; j <= pos; j++) o += sc[j] / sum * Vd[(((size_t)s * MAXPOS + j) * Hk + kh) * D + i];
                     double e = fabs(o - out[((size_t)r * Hq + h) * D + i]);
                     if (e > num || isnan(e)) num = isnan(e) ? INFINITY : e;
                     if (fabs(o) > den) den = fabs(o);
@@ -128,8 +151,8 @@ static double run_case(wk_vk *vk, wk_pipelines *p, const cfg *c) {
             }
         worst = num / den;
     }
-    wk_buf *all[] = {&bq, &brows, &btab, &bpool, &bout};
-    for (int i = 0; i < 5; i++) wk_vk_buffer_destroy(vk, all[i]);
+    wk_buf *all[] = {&bq, &brows, &btab, &bpool, &bout, &btiles, &bpart};
+    for (int i = 0; i < 7; i++) wk_vk_buffer_destroy(vk, all[i]);
     free(pool), free(K), free(V), free(Kd), free(Vd), free(Qv);
     return worst;
 }
@@ -152,17 +175,42 @@ int main(void) {
                 /* Gemma 3's shape (D 256, one KV head for four query heads) and a GQA-2 D 64 shape. */
                 cfg c1 = {.D = 256, .Hq = 4, .Hk = 1, .window = 0, .kind = kinds[k], .bits = bits, .G = gi ? 64 : 32};
                 cfg c2 = {.D = 64, .Hq = 4, .Hk = 2, .window = 7, .kind = kinds[k], .bits = bits, .G = gi ? 64 : 16};
-                const cfg *cs[2] = {&c1, &c2};
-                for (int i = 0; i < 2; i++) {
-                    double e = run_case(&vk, &p, cs[i]);
-                    cases++;
-                    if (e > worst) worst = e;
-                    if (!(e >= 0 && e < 1e-5))
-                        fprintf(stderr, "%s b%d G%d D%d: rel err %.3g\n", wk_kvq_kind_name(cs[i]->kind), bits,
-                                cs[i]->G, cs[i]->D, e);
-                    CHECK(e >= 0 && e < 1e-5);
-                }
+                cfg c3 = {.D = 64, .Hq = 32, .Hk = 1, .window = 40, .kind = kinds[k], .bits = bits, .G = gi ? 32 : 16};
+                cfg c4 = {.D = 256, .Hq = 4, .Hk = 1, .window = 20, .kind = kinds[k], .bits = bits, .G = gi ? 64 : 32};
+                /* The end of a 1024-token prefill on a sliding-window and on a global layer: the latter
+                 * walks 1024 keys per tile, past llvmpipe's loop limit for a kernel whose inner loops
+                 * were not unrolled (caught a real bug). */
+                cfg c5 = {.D = 256, .Hq = 4, .Hk = 1, .window = 512, .kind = kinds[k], .bits = bits, .G = 32,
+                          .len0 = 20, .len1 = 1024, .from1 = 896};
+                cfg c6 = c5;
+                c6.window = 0;
+                const cfg *cs[6] = {&c1, &c2, &c3, &c4, &c5, &c6};
+                for (int i = 0; i < (k == 0 && gi == 0 && bits == 2 ? 6 : 4); i++)
+                    for (uint32_t split = 0; split <= (i < 4 ? 3u : 0u); split += 3) {
+                        double e = run_case(&vk, &p, cs[i], split);
+                        cases++;
+                        if (e > worst) worst = e;
+                        if (!(e >= 0 && e < 1e-5))
+                            fprintf(stderr, "%s b%d G%d D%d Hq%d split %u: rel err %.3g\n", wk_kvq_kind_name(cs[i]->kind),
+                                    bits, cs[i]->G, cs[i]->D, cs[i]->Hq, split, e);
+                        CHECK(e >= 0 && e < 1e-5);
+                    }
             }
+    /* Splits: beyond WK_ATTN_MAX_KEYS keys a workgroup must not walk them all, however many tiles. */
+    {
+        enum { TT = 256 };
+        static wk_row_info rr[TT];
+        static wk_attn_tile tt[TT];
+        for (int t = 0; t < TT; t++) rr[t] = (wk_row_info){.pos = (uint32_t)(40000 + t), .kv_base = 0};
+        wk_attn_plan pl;
+        CHECK_EQ_INT(wk_attn_plan_make(rr, TT, 4, 1, 256, vk.subgroup_size, tt, &pl), 0);
+        uint32_t n = wk_attn_plan_splits(&pl, rr, TT, 4, 0, wk_attn_part_rows(TT, 4, 40256 + 16));
+        CHECK(n >= (40256 + WK_ATTN_MAX_KEYS - 1) / WK_ATTN_MAX_KEYS);
+        CHECK_EQ_INT(wk_attn_plan_splits(&pl, rr, TT, 4, 512, wk_attn_part_rows(TT, 4, 40256 + 16)), 1);
+        rr[0].pos = 1000; /* decode-sized step: one row, split for parallelism */
+        CHECK_EQ_INT(wk_attn_plan_make(rr, 1, 4, 1, 256, vk.subgroup_size, tt, &pl), 0);
+        CHECK(wk_attn_plan_splits(&pl, rr, 1, 4, 0, WK_ATTN_PART_ROWS) > 1);
+    }
     printf("paged attention: %d configurations, worst max-abs error relative to output scale %.3g\n", cases, worst);
     wk_pipelines_destroy(&vk, &p);
     wk_vk_destroy(&vk);
