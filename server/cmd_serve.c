@@ -129,23 +129,6 @@ static bool read_key_file(cli *c, const char *path, char *buf, size_t cap) {
     return true;
 }
 
-/* The value of the current option as one of names[0..n-1]; its index in *out. */
-static bool cli_choice(cli *c, const char *const *names, int n, int *out) {
-    const char *v;
-    if (!cli_str(c, &v)) return false;
-    for (int i = 0; i < n; i++)
-        if (strcmp(v, names[i]) == 0) {
-            *out = i;
-            return true;
-        }
-    char list[128] = "";
-    size_t len = 0;
-    for (int i = 0; i < n && len < sizeof list; i++)
-        len += (size_t)snprintf(list + len, sizeof list - len, "%s%s", i ? ", " : "", names[i]);
-    cli_error(c, "%s: expected one of %s, got '%s'", c->name, list, v);
-    return false;
-}
-
 /* Parses argv into cfg. Returns -1 to go on, else the exit status (0 after --help). */
 static int parse_serve(int argc, char **argv, serve_config *cfg, char *key_buf, size_t key_cap) {
     memset(cfg, 0, sizeof *cfg);
