@@ -379,15 +379,14 @@ static void on_ready(api_server *a) {
     a->model.max_ctx = ms->max_ctx;
     a->model.chat = chat_format_detect(ms->chat_template, ms->arch);
     a->ready = true;
-    static const char *const quant_names[] = {"quest", "percentile", "absmax"};
-    char kv[160];
+    char fmt[128], kv[288];
+    kv_flags_describe(&a->cfg.kv, fmt, sizeof fmt);
     double mib = (double)ms->kv_pool_bytes / 1048576.0;
-    if (a->cfg.kv_bits == 16)
-        snprintf(kv, sizeof kv, "KV f16 (%.1f MiB, a full context per sequence)", mib);
+    if (a->cfg.kv.bits == 16)
+        snprintf(kv, sizeof kv, "KV %s (%.1f MiB, a full context per sequence)", fmt, mib);
     else
-        snprintf(kv, sizeof kv, "KV int%d %s G%d (%.4g bits/element, %.1f MiB pool = %llu blocks of 16 tokens)",
-                 a->cfg.kv_bits, a->cfg.kv_quant >= 0 && a->cfg.kv_quant < 3 ? quant_names[a->cfg.kv_quant] : "?",
-                 a->cfg.kv_group, ms->kv_bits_per_element, mib,
+        snprintf(kv, sizeof kv, "KV %s (%.4g bits/element, %.1f MiB pool = %llu blocks of 16 tokens)", fmt,
+                 ms->kv_bits_per_element, mib,
                  (unsigned long long)(ms->kv_bytes_per_token ? ms->kv_pool_bytes / (16 * ms->kv_bytes_per_token) : 0));
     fprintf(stderr, "wushkv: ready: model '%s' (%s, %s) on %s, context %d, chat format %s%s, %d sequences, %s, http://%s:%d\n",
             a->model_id, ms->name, ms->arch, ms->device, ms->max_ctx, chat_format_name(a->model.chat),
@@ -814,12 +813,7 @@ api_server *api_start(uv_loop_t *loop, const serve_config *cfg, api_fatal_cb on_
     sc.engine.max_batch_tokens = cfg->batch_tokens;
     sc.engine.max_seqs = cfg->max_batch;
     sc.engine.verbose = cfg->verbose;
-    sc.engine.kv_bits = cfg->kv_bits;
-    sc.engine.kv_quant = cfg->kv_quant;
-    sc.engine.kv_group = cfg->kv_group;
-    sc.engine.kv_mem = cfg->kv_mem;
-    sc.engine.kv_transform = cfg->kv_transform;
-    sc.engine.wush_path = cfg->wush_path;
+    kv_flags_apply(&cfg->kv, &sc.engine);
     if (sched_start(&a->sched, loop, &sc, a->m, on_event, a) != 0) {
         fprintf(stderr, "wushkv serve: cannot start the engine thread\n");
         http_server_close(a->http);

@@ -9,6 +9,7 @@
 #include <uv.h>
 
 #include "http.h"
+#include "kv_flags.h"
 #include "scheduler.h"
 
 typedef struct serve_config {
@@ -20,12 +21,7 @@ typedef struct serve_config {
     int max_queue;        /* requests waiting beyond those; more: 429 */
     int batch_tokens;     /* tokens per forward step */
     int device;           /* -1: automatic */
-    int kv_bits;          /* 16: f16 cache; 2, 3, 4: the paged pool of packed codes */
-    int kv_quant;         /* wk_kv_quant */
-    int kv_group;         /* quantizer group (elements of a head vector) */
-    uint64_t kv_mem;      /* pool bytes; 0: room for every sequence's full context */
-    int kv_transform;     /* wk_kv_transform */
-    const char *wush_path; /* sidecar for the WUSH transform */
+    kv_flags kv;          /* the KV cache format (--kv, --kv-quant, ..., --wush) */
     const char *api_key;  /* NULL: no auth */
     const char *cors_origin;
     const char *served_name; /* NULL: the GGUF's file name without .gguf */

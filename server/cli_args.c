@@ -196,3 +196,22 @@ bool cli_size(cli *c, uint64_t *out) {
     }
     return true;
 }
+
+bool cli_choice(cli *c, const char *const *names, int n, int *out) {
+    const char *s;
+    if (!cli_str(c, &s)) return false;
+    for (int i = 0; i < n; i++)
+        if (strcmp(s, names[i]) == 0) {
+            *out = i;
+            return true;
+        }
+    char list[256] = "";
+    size_t len = 0;
+    for (int i = 0; i < n; i++) {
+        int w = snprintf(list + len, sizeof list - len, "%s%s", i == 0 ? "" : i == n - 1 ? " or " : ", ", names[i]);
+        if (w < 0 || (size_t)w >= sizeof list - len) break; /* a cut list still names the flag */
+        len += (size_t)w;
+    }
+    cli_error(c, "%s: expected %s, got '%s'", c->name, list, s);
+    return false;
+}

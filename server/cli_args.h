@@ -34,6 +34,8 @@ bool cli_int(cli *c, long min, long max, int *out);
 bool cli_float(cli *c, double min, double max, float *out); /* max = INFINITY: no upper bound */
 bool cli_u64(cli *c, uint64_t *out);
 bool cli_size(cli *c, uint64_t *out); /* "256MiB", "2G", "1.5GiB", "4096" (bytes) */
+/* One of names[0..n-1] (n >= 1), its index in *out; else "expected a, b or c, got 'x'". */
+bool cli_choice(cli *c, const char *const *names, int n, int *out);
 /* A switch such as --json: an "=value" is refused. */
 bool cli_switch(cli *c);
 /* "wushkv CMD: unknown option '--x' (see wushkv CMD --help)". */

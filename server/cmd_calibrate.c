@@ -85,15 +85,10 @@ static int parse_calibrate(int argc, char **argv, calib_opts *o) {
                 ok = false;
             }
         } else if (cli_is(&c, NULL, "--v-moments")) {
-            const char *s = NULL;
-            ok = cli_str(&c, &s);
-            if (ok && strcmp(s, "plain") == 0) o->v_moments = WK_CALIB_V_PLAIN;
-            else if (ok && strcmp(s, "mass") == 0) o->v_moments = WK_CALIB_V_MASS;
-            else if (ok && strcmp(s, "mass2") == 0) o->v_moments = WK_CALIB_V_MASS2;
-            else if (ok) {
-                cli_error(&c, "--v-moments: expected plain, mass or mass2, got '%s'", s);
-                ok = false;
-            }
+            static const char *const names[] = {"plain", "mass", "mass2"}; /* wk_calib_v_moments order */
+            int m;
+            ok = cli_choice(&c, names, 3, &m);
+            if (ok) o->v_moments = (wk_calib_v_moments)m;
         } else if (cli_is(&c, NULL, "--threads")) {
             ok = cli_int(&c, 1, 1024, &o->threads);
         } else if (cli_is(&c, NULL, "--device")) {

@@ -26,7 +26,7 @@ typedef struct gen_opts {
     int ctx;    /* 0: the engine's default */
     int device; /* -1: automatic / WUSHKV_DEVICE */
     bool json, no_bos, validation, verbose;
-    wk_engine_params kv; /* only the kv_* fields: --kv, --kv-quant, --kv-group, --kv-mem */
+    kv_flags kv;
 } gen_opts;
 
 static void generate_usage(FILE *f) {
@@ -52,11 +52,13 @@ static void generate_usage(FILE *f) {
             "  --seed S           random seed, 0..2^64-1 (default: a new one each run; printed with -v)\n"
             "  --ctx N            context size in tokens, prompt + output (default: the engine's,\n"
             "                     min(model's trained context, 4096))\n"
-            "  --device N         Vulkan device index (default: $WUSHKV_DEVICE, else the best device)\n"
-            KV_FLAGS_HELP
+            "  --device N         Vulkan device index (default: $WUSHKV_DEVICE, else the best device)\n");
+    kv_flags_usage(f, 21);
+    fprintf(f,
             "  --json             no streaming: print one JSON object at the end with text,\n"
             "                     prompt_tokens, completion_tokens, prefill_tokens_per_s,\n"
-            "                     decode_tokens_per_s\n"
+            "                     decode_tokens_per_s, kv (the KV format), bits_per_element,\n"
+            "                     kv_bytes_per_token\n"
             "  --no-bos           do not add the model's BOS (or other special) tokens to the prompt\n"
             "  --validation       enable the Khronos validation layer (slow; for debugging)\n"
             "  -v, --verbose      device, model and sampling details on stderr\n"
@@ -68,6 +70,7 @@ static void generate_usage(FILE *f) {
 /* Parses argv into o. Returns -1 to go on, else the exit status (0 after --help). */
 static int parse_generate(int argc, char **argv, gen_opts *o) {
     memset(o, 0, sizeof *o);
+    kv_flags_init(&o->kv);
     o->n_predict = 128;
     o->sampling = (wk_sampler_params){.temperature = 0.0f, .top_k = 40, .top_p = 0.95f, .min_p = 0.05f};
     o->device = -1;
@@ -112,16 +115,15 @@ static int parse_generate(int argc, char **argv, gen_opts *o) {
         } else if (cli_is(&c, "-v", "--verbose")) {
             ok = cli_switch(&c);
             o->verbose = true;
+        } else if (kv_flags_is(&c)) {
+            ok = kv_flags_parse(&c, &o->kv);
         } else {
-            bool handled;
-            ok = kv_flags_parse(&c, &o->kv, &handled);
-            if (ok && !handled) {
-                cli_unknown(&c);
-                ok = false;
-            }
+            cli_unknown(&c);
+            ok = false;
         }
         if (!ok) return CLI_EXIT_USAGE;
     }
+    if (!kv_flags_finish(&c, &o->kv)) return CLI_EXIT_USAGE;
     if (!o->prompt) {
         cli_error(&c, "missing -p PROMPT (see wushkv generate --help)");
         return CLI_EXIT_USAGE;
@@ -338,7 +340,7 @@ out:
     return rc;
 }
 
-static int print_json(const gen_result *r, const wk_model_info *info) {
+static int print_json(const gen_result *r, const char *kv, const wk_model_info *info) {
     cJSON *obj = cJSON_CreateObject();
     if (!obj) return 1;
     cJSON_AddStringToObject(obj, "text", r->text.p ? r->text.p : "");
@@ -346,6 +348,7 @@ static int print_json(const gen_result *r, const wk_model_info *info) {
     cJSON_AddNumberToObject(obj, "completion_tokens", r->n_generated);
     cJSON_AddNumberToObject(obj, "prefill_tokens_per_s", round(rate(r->n_prompt, r->t_prefill) * 100.0) / 100.0);
     cJSON_AddNumberToObject(obj, "decode_tokens_per_s", round(rate(r->n_decode_eval, r->t_decode) * 100.0) / 100.0);
+    cJSON_AddStringToObject(obj, "kv", kv);
     cJSON_AddNumberToObject(obj, "bits_per_element", info->kv_bits_per_element);
     cJSON_AddNumberToObject(obj, "kv_bytes_per_token", (double)info->kv_bytes_per_token);
     char *s = cJSON_PrintUnformatted(obj);
@@ -375,12 +378,7 @@ int cmd_generate(int argc, char **argv) {
     wk_engine_params_default(&ep);
     ep.model_path = o.model;
     ep.device_index = o.device;
-    ep.kv_bits = o.kv.kv_bits;
-    ep.kv_quant = o.kv.kv_quant;
-    ep.kv_group = o.kv.kv_group;
-    ep.kv_mem = o.kv.kv_mem;
-    ep.kv_transform = o.kv.kv_transform;
-    ep.wush_path = o.kv.wush_path;
+    kv_flags_apply(&o.kv, &ep);
     ep.max_ctx = o.ctx;
     ep.max_batch_tokens = PREFILL_CHUNK;
     ep.max_seqs = 1;
@@ -393,7 +391,9 @@ int cmd_generate(int argc, char **argv) {
         fprintf(stderr, "wushkv generate: cannot open %s: %s%s%s\n", o.model, wk_strerror(st), err[0] ? ": " : "", err);
         return 1;
     }
-    fprintf(stderr, "wushkv generate: %s on %s\n", wk_engine_info(e)->name, wk_engine_info(e)->device_name);
+    char kv[128];
+    kv_flags_describe(&o.kv, kv, sizeof kv);
+    fprintf(stderr, "wushkv generate: %s on %s, KV %s\n", wk_engine_info(e)->name, wk_engine_info(e)->device_name, kv);
 
     gen_result r = {0};
     rc = run_generation(e, &o, &r);
@@ -403,7 +403,7 @@ int cmd_generate(int argc, char **argv) {
         fprintf(stderr, "prefill: %d tokens in %.3f s (%.1f tok/s); decode: %d tokens in %.3f s (%.1f tok/s)\n",
                 r.n_prompt, r.t_prefill, rate(r.n_prompt, r.t_prefill), r.n_decode_eval, r.t_decode,
                 rate(r.n_decode_eval, r.t_decode));
-        if (o.json) rc = print_json(&r, &info);
+        if (o.json) rc = print_json(&r, kv, &info);
     }
     free(r.text.p);
     return rc;

@@ -19,7 +19,7 @@ typedef struct ppl_opts {
     const char *file;  /* "-": stdin */
     int ctx, chunks, batch, device;
     bool json, validation, verbose;
-    wk_engine_params kv; /* only the kv_* fields: --kv, --kv-quant, --kv-group, --kv-mem */
+    kv_flags kv;
 } ppl_opts;
 
 static void perplexity_usage(FILE *f) {
@@ -39,10 +39,12 @@ static void perplexity_usage(FILE *f) {
             "  --ctx N            window size in tokens (default 512, at least 4)\n"
             "  --chunks K         score at most the first K windows (default: all)\n"
             "  --batch B          tokens per forward step within a window (default 512, capped at --ctx)\n"
-            "  --device N         Vulkan device index (default: $WUSHKV_DEVICE, else the best device)\n"
-            KV_FLAGS_HELP
+            "  --device N         Vulkan device index (default: $WUSHKV_DEVICE, else the best device)\n");
+    kv_flags_usage(f, 21);
+    fprintf(f,
             "  --json             print one JSON object instead of the ppl line: ppl, ppl_stderr,\n"
-            "                     tokens_scored, tokens_per_s, chunks, ctx\n"
+            "                     tokens_scored, tokens_per_s, chunks, ctx, kv (the KV format),\n"
+            "                     bits_per_element, kv_bytes_per_token\n"
             "  --validation       enable the Khronos validation layer (slow; for debugging)\n"
             "  -v, --verbose      device and model details on stderr\n"
             "  -h, --help         this text\n");
@@ -51,6 +53,7 @@ static void perplexity_usage(FILE *f) {
 /* Parses argv into o. Returns -1 to go on, else the exit status (0 after --help). */
 static int parse_perplexity(int argc, char **argv, ppl_opts *o) {
     memset(o, 0, sizeof *o);
+    kv_flags_init(&o->kv);
     o->ctx = 512;
     o->chunks = -1;
     o->batch = 512;
@@ -84,16 +87,15 @@ static int parse_perplexity(int argc, char **argv, ppl_opts *o) {
         } else if (cli_is(&c, "-v", "--verbose")) {
             ok = cli_switch(&c);
             o->verbose = true;
+        } else if (kv_flags_is(&c)) {
+            ok = kv_flags_parse(&c, &o->kv);
         } else {
-            bool handled;
-            ok = kv_flags_parse(&c, &o->kv, &handled);
-            if (ok && !handled) {
-                cli_unknown(&c);
-                ok = false;
-            }
+            cli_unknown(&c);
+            ok = false;
         }
         if (!ok) return CLI_EXIT_USAGE;
     }
+    if (!kv_flags_finish(&c, &o->kv)) return CLI_EXIT_USAGE;
     if (!o->file) {
         cli_error(&c, "missing -f FILE (see wushkv perplexity --help)");
         return CLI_EXIT_USAGE;
@@ -263,12 +265,7 @@ int cmd_perplexity(int argc, char **argv) {
     wk_engine_params_default(&ep);
     ep.model_path = o.model;
     ep.device_index = o.device;
-    ep.kv_bits = o.kv.kv_bits;
-    ep.kv_quant = o.kv.kv_quant;
-    ep.kv_group = o.kv.kv_group;
-    ep.kv_mem = o.kv.kv_mem;
-    ep.kv_transform = o.kv.kv_transform;
-    ep.wush_path = o.kv.wush_path;
+    kv_flags_apply(&o.kv, &ep);
     ep.max_ctx = o.ctx;
     ep.max_batch_tokens = o.batch;
     ep.max_seqs = 1;
@@ -283,7 +280,10 @@ int cmd_perplexity(int argc, char **argv) {
         free(text);
         return 1;
     }
-    fprintf(stderr, "wushkv perplexity: %s on %s\n", wk_engine_info(e)->name, wk_engine_info(e)->device_name);
+    char kv[128];
+    kv_flags_describe(&o.kv, kv, sizeof kv);
+    fprintf(stderr, "wushkv perplexity: %s on %s, KV %s\n", wk_engine_info(e)->name, wk_engine_info(e)->device_name,
+            kv);
 
     double t0 = now_s();
     int n_tokens = 0;
@@ -318,6 +318,7 @@ int cmd_perplexity(int argc, char **argv) {
     cJSON_AddNumberToObject(obj, "tokens_per_s", round(tps * 100.0) / 100.0);
     cJSON_AddNumberToObject(obj, "chunks", r.chunks);
     cJSON_AddNumberToObject(obj, "ctx", o.ctx);
+    cJSON_AddStringToObject(obj, "kv", kv);
     cJSON_AddNumberToObject(obj, "bits_per_element", info.kv_bits_per_element);
     cJSON_AddNumberToObject(obj, "kv_bytes_per_token", (double)info.kv_bytes_per_token);
     char *s = cJSON_PrintUnformatted(obj);

@@ -9,6 +9,7 @@
 
 #include "api.h"
 #include "cli_args.h"
+#include "kv_flags.h"
 #include "wushkv/wushkv.h"
 
 static void serve_usage(FILE *f) {
@@ -39,23 +40,17 @@ static void serve_usage(FILE *f) {
             "  --idle-timeout S        close idle keep-alive connections after S seconds (default 60)\n"
             "  --request-timeout S     a request must arrive whole within S seconds (default 30; 408)\n"
             "  --drain-timeout S       on SIGINT/SIGTERM wait up to S seconds for running requests\n"
-            "                          (default 30)\n"
-            "  --kv FORMAT             KV cache: f16 (a full --ctx reserved per sequence) or int2,\n"
-            "                          int3, int4 (a paged pool of 16-token blocks of packed codes,\n"
-            "                          shared by all sequences) (default f16)\n"
-            "  --kv-quant Q            quantizer of int2/3/4: quest, percentile, absmax (default quest)\n"
-            "  --kv-group G            elements per quantization group: 16, 32, 64, 128, 256\n"
-            "                          (default 32)\n"
-            "  --kv-mem BYTES          pool size for int2/3/4 (e.g. 64MiB); when it runs out the newest\n"
-            "                          sequence is preempted and recomputed later (default: room for\n"
-            "                          --max-batch full contexts)\n"
-            "  --kv-transform T        none, hadamard (random signs, blocks of --kv-group) or wush\n"
-            "                          (default: wush when --wush is given, else none)\n"
-            "  --wush FILE             WUSH-KV transforms from `wushkv calibrate` for this model\n"
+            "                          (default 30)\n");
+    kv_flags_usage(f, 26);
+    fprintf(f,
             "  --device N              Vulkan device index (default: $WUSHKV_DEVICE, else the best)\n"
             "  --log-prompts           include (the start of) each prompt in the request log\n"
             "  -v, --verbose           device and model details on stderr\n"
-            "  -h, --help              this text\n");
+            "  -h, --help              this text\n"
+            "\n"
+            "With --kv int2/3/4 the sequences share the pool in blocks of 16 tokens: a request waits\n"
+            "for free blocks, and when the pool runs out the newest sequence is preempted and\n"
+            "recomputed later.\n");
 }
 
 typedef struct serve_state {
@@ -129,23 +124,6 @@ static bool read_key_file(cli *c, const char *path, char *buf, size_t cap) {
     return true;
 }
 
-/* The value of the current option as one of names[0..n-1]; its index in *out. */
-static bool cli_choice(cli *c, const char *const *names, int n, int *out) {
-    const char *v;
-    if (!cli_str(c, &v)) return false;
-    for (int i = 0; i < n; i++)
-        if (strcmp(v, names[i]) == 0) {
-            *out = i;
-            return true;
-        }
-    char list[128] = "";
-    size_t len = 0;
-    for (int i = 0; i < n && len < sizeof list; i++)
-        len += (size_t)snprintf(list + len, sizeof list - len, "%s%s", i ? ", " : "", names[i]);
-    cli_error(c, "%s: expected one of %s, got '%s'", c->name, list, v);
-    return false;
-}
-
 /* Parses argv into cfg. Returns -1 to go on, else the exit status (0 after --help). */
 static int parse_serve(int argc, char **argv, serve_config *cfg, char *key_buf, size_t key_cap) {
     memset(cfg, 0, sizeof *cfg);
@@ -156,21 +134,10 @@ static int parse_serve(int argc, char **argv, serve_config *cfg, char *key_buf, 
     cfg->batch_tokens = 512;
     cfg->device = -1;
     cfg->drain_timeout_s = 30;
-    cfg->kv_bits = 16;
-    cfg->kv_quant = WK_KV_QUANT_QUEST;
-    cfg->kv_group = 32;
+    kv_flags_init(&cfg->kv);
     http_limits_default(&cfg->limits);
     cfg->api_key = getenv("WUSHKV_API_KEY");
     if (cfg->api_key && !cfg->api_key[0]) cfg->api_key = NULL;
-
-    static const char *const kv_names[] = {"f16", "int2", "int3", "int4"};
-    static const int kv_bits[] = {16, 2, 3, 4};
-    static const char *const quant_names[] = {"quest", "percentile", "absmax"}; /* wk_kv_quant order */
-    static const char *const group_names[] = {"16", "32", "64", "128", "256"};
-    static const char *const transform_names[] = {"none", "hadamard", "wush"}; /* wk_kv_transform order */
-    bool transform_given = false;
-    const char *kv_only = NULL; /* the last quantized-only flag given, for the f16 check */
-    int choice;
 
     cli c;
     cli_init(&c, "serve", argc, argv);
@@ -217,24 +184,6 @@ static int parse_serve(int argc, char **argv, serve_config *cfg, char *key_buf, 
         } else if (cli_is(&c, NULL, "--drain-timeout")) {
             ok = cli_float(&c, 0, 86400, &secs);
             if (ok) cfg->drain_timeout_s = secs;
-        } else if (cli_is(&c, NULL, "--kv")) {
-            ok = cli_choice(&c, kv_names, 4, &choice);
-            if (ok) cfg->kv_bits = kv_bits[choice];
-        } else if (cli_is(&c, NULL, "--kv-quant")) {
-            ok = cli_choice(&c, quant_names, 3, &cfg->kv_quant);
-            kv_only = "--kv-quant";
-        } else if (cli_is(&c, NULL, "--kv-group")) {
-            ok = cli_choice(&c, group_names, 5, &choice);
-            if (ok) cfg->kv_group = 16 << choice;
-            kv_only = "--kv-group";
-        } else if (cli_is(&c, NULL, "--kv-mem")) {
-            ok = cli_size(&c, &cfg->kv_mem);
-            kv_only = "--kv-mem";
-        } else if (cli_is(&c, NULL, "--kv-transform")) {
-            ok = cli_choice(&c, transform_names, 3, &cfg->kv_transform);
-            transform_given = true;
-        } else if (cli_is(&c, NULL, "--wush")) {
-            ok = cli_str(&c, &cfg->wush_path);
         } else if (cli_is(&c, NULL, "--device")) {
             ok = cli_int(&c, 0, 1024, &cfg->device);
         } else if (cli_is(&c, NULL, "--log-prompts")) {
@@ -243,19 +192,15 @@ static int parse_serve(int argc, char **argv, serve_config *cfg, char *key_buf, 
         } else if (cli_is(&c, "-v", "--verbose")) {
             ok = cli_switch(&c);
             cfg->verbose = true;
+        } else if (kv_flags_is(&c)) {
+            ok = kv_flags_parse(&c, &cfg->kv);
         } else {
             cli_unknown(&c);
             ok = false;
         }
         if (!ok) return CLI_EXIT_USAGE;
     }
-    /* A sidecar makes WUSH the transform unless one was named. */
-    if (cfg->wush_path && !transform_given) cfg->kv_transform = WK_KV_TRANSFORM_WUSH;
-    if (kv_only && cfg->kv_bits == 16) {
-        cli_error(&c, "%s applies to a quantized KV cache (--kv int2, int3 or int4); the f16 cache (--kv f16, "
-                  "the default) reserves --ctx tokens per sequence", kv_only);
-        return CLI_EXIT_USAGE;
-    }
+    if (!kv_flags_finish(&c, &cfg->kv)) return CLI_EXIT_USAGE;
     if (cfg->max_batch > cfg->batch_tokens) {
         cli_error(&c, "--max-batch %d exceeds --batch-tokens %d: every running sequence needs a token per step",
                   cfg->max_batch, cfg->batch_tokens);

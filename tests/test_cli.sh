@@ -1,27 +1,110 @@
 #!/usr/bin/env bash
-# CLI contract test: exit codes and messages of wushkv's argument handling. Every case here fails
-# (or answers) before a model is opened, so it needs neither the model nor a Vulkan device.
-# Usage: test_cli.sh path/to/wushkv
+# CLI contract test: exit codes and messages of wushkv's argument handling.
+#   test_cli.sh path/to/wushkv
+#     every case fails (or answers) before a model is opened: needs neither a model nor a Vulkan
+#     device (meson suite unit);
+#   test_cli.sh path/to/wushkv --tiny-model path/to/write_tiny_model
+#     the KV flags on a tiny random-weight model: what reaches the engine, seen in --json (needs a
+#     Vulkan device; meson suite vulkan).
 set -u
-exe=${1:?usage: test_cli.sh path/to/wushkv}
+exe=${1:?usage: test_cli.sh path/to/wushkv [--tiny-model path/to/write_tiny_model]}
+writer=
+if [[ ${2:-} == --tiny-model ]]; then
+    writer=${3:?--tiny-model needs the path of write_tiny_model}
+fi
 pass=0
 fail=0
+out=
+rc=0
+
+# run ARGS...: wushkv ARGS with stdout+stderr in $out and the exit status in $rc. The timeout
+# keeps a serve that wrongly accepted its flags from hanging the test.
+run() {
+    out=$(timeout 120 "$exe" "$@" 2>&1 </dev/null)
+    rc=$?
+}
+
+ok() { pass=$((pass + 1)); }
+ko() { # what was wanted, then the command
+    fail=$((fail + 1))
+    local want=$1
+    shift
+    printf 'FAIL: wushkv %s\n  want %s\n  got rc=%s: %s\n' "$*" "$want" "$rc" "$out"
+}
 
 # expect RC PATTERN -- ARGS...: runs wushkv ARGS, wants exit status RC and PATTERN (grep -E) in
 # stdout+stderr.
 expect() {
     local want_rc=$1 pattern=$2
     shift 3
-    local out rc
-    out=$("$exe" "$@" 2>&1 </dev/null)
-    rc=$?
-    if [[ $rc -eq $want_rc ]] && grep -qE -- "$pattern" <<<"$out"; then
-        pass=$((pass + 1))
-    else
-        fail=$((fail + 1))
-        printf 'FAIL: wushkv %s\n  want rc=%s and /%s/\n  got rc=%s: %s\n' "$*" "$want_rc" "$pattern" "$rc" "$out"
-    fi
+    run "$@"
+    if [[ $rc -eq $want_rc ]] && grep -qE -- "$pattern" <<<"$out"; then ok; else ko "rc=$want_rc and /$pattern/" "$@"; fi
 }
+
+# expect_only RC LINE -- ARGS...: as expect, but the whole output must be LINE: a flag refused
+# before anything is loaded or listened on.
+expect_only() {
+    local want_rc=$1 line=$2
+    shift 3
+    run "$@"
+    if [[ $rc -eq $want_rc && $out == "$line" ]]; then ok; else ko "rc=$want_rc and only '$line'" "$@"; fi
+}
+
+# ---- the KV flags on a tiny model: what reaches the engine ----------------------------------
+if [[ -n $writer ]]; then
+    tmp=$(mktemp -d)
+    trap 'rm -rf "$tmp"' EXIT
+    model=$tmp/tiny.gguf text=$tmp/text.txt wush=$tmp/tiny.wush
+    if ! "$writer" "$model" gemma3 7; then
+        echo "FAIL: $writer $model"
+        exit 1
+    fi
+    for i in $(seq 300); do printf 'the quick brown fox %d jumps over the lazy dog. ' "$i"; done >"$text"
+    expect 0 'fingerprint' -- calibrate -m "$model" -f "$text" -o "$wush" --tokens 256 --chunk 64
+
+    # --json names the format the engine was given; bits_per_element is the engine's own.
+    ppl=(perplexity -m "$model" -f "$text" --ctx 32 --chunks 2 --json)
+    expect 0 '"kv":"f16","bits_per_element":16,' -- "${ppl[@]}"
+    # --wush without --kv: int2 (and the wush transform); a named format or transform still counts.
+    expect 0 '"kv":"int2 quest G32 wush","bits_per_element":2.5,' -- "${ppl[@]}" --wush "$wush"
+    expect 0 '"kv":"f16 wush","bits_per_element":16,' -- "${ppl[@]}" --wush "$wush" --kv f16
+    expect 0 '"kv":"int4 quest G32 wush","bits_per_element":4.5,' -- "${ppl[@]}" --kv int4 --wush "$wush"
+    expect 0 '"kv":"int2 quest G32 hadamard","bits_per_element":2.5,' -- "${ppl[@]}" --wush "$wush" --kv-transform hadamard
+    expect 0 '"kv":"int3 absmax G16","bits_per_element":4,' -- "${ppl[@]}" --kv int3 --kv-quant absmax --kv-group 16
+    expect 0 '"kv":"int2 quest G32 wush","bits_per_element":2.5,' -- generate -m "$model" -p "the fox" -n 2 --json --wush "$wush"
+    expect 0 'KV int2 quest G32 wush' -- generate -m "$model" -p "the fox" -n 2 --wush "$wush"
+
+    # --kv-rho-k/-v reach the percentile quantizer: the documented defaults (0.96, 0.92) change
+    # nothing, other values change the perplexity.
+    ppl_of() { # ARGS...: the ppl of perplexity --json ARGS in $val ("" on failure)
+        run "$@"
+        val=$(sed -n 's/^{"ppl":\([^,]*\),.*/\1/p' <<<"$out")
+        [[ $rc -eq 0 && -n $val ]] || ko "rc=0 and a ppl" "$@"
+    }
+    pq=("${ppl[@]}" --wush "$wush" --kv-quant percentile)
+    ppl_of "${pq[@]}" && base=$val
+    ppl_of "${pq[@]}" --kv-rho-k 0.96 --kv-rho-v 0.92
+    if [[ $val == "$base" ]] && grep -q '"kv":"int2 percentile G32 rho_k0.96 rho_v0.92 wush"' <<<"$out"; then ok
+    else ko "ppl $base (the defaults) and rho_k0.96 rho_v0.92 in kv" "${pq[@]}" --kv-rho-k 0.96 --kv-rho-v 0.92; fi
+    ppl_of "${pq[@]}" --kv-rho-k 0.5
+    if [[ -n $val && $val != "$base" ]] && grep -q '"kv":"int2 percentile G32 rho_k0.5 wush"' <<<"$out"; then ok
+    else ko "a ppl other than $base and rho_k0.5 in kv" "${pq[@]}" --kv-rho-k 0.5; fi
+    rho_k_val=$val
+    ppl_of "${pq[@]}" --kv-rho-v 0.5
+    if [[ -n $val && $val != "$base" && $val != "$rho_k_val" ]] && grep -q '"kv":"int2 percentile G32 rho_v0.5 wush"' <<<"$out"; then ok
+    else ko "a ppl other than $base and $rho_k_val, and rho_v0.5 in kv" "${pq[@]}" --kv-rho-v 0.5; fi
+
+    # --kv-sink/--kv-recent reach the engine: it keeps the f16 windows (and --json names them), or,
+    # until the attention reads them, refuses them by name (exit 1, not a command-line mistake).
+    run "${ppl[@]}" --wush "$wush" --kv-sink 4 --kv-recent 8
+    if [[ $rc -eq 0 ]] && grep -q '"kv":"int2 quest G32 wush sink4 recent8"' <<<"$out"; then ok
+    elif [[ $rc -eq 1 ]] && grep -q 'sink/recent windows' <<<"$out"; then ok
+    else ko 'rc=0 with "sink4 recent8" in kv, or rc=1 naming the sink/recent windows' "${ppl[@]}" --kv-sink 4 --kv-recent 8; fi
+
+    echo "$pass passed, $fail failed"
+    [[ $fail -eq 0 ]]
+    exit
+fi
 
 expect 0 '^wushkv [0-9]+\.[0-9]+' -- --version
 expect 0 'usage: wushkv <command>' -- --help
@@ -36,7 +119,8 @@ expect 2 '^wushkv bench: not implemented yet' -- bench
 # generate: help lists every flag; bad values are refused with the flag named.
 expect 0 '--top-p' -- generate --help
 expect 0 '--min-p' -- help generate
-for flag in -m -p -n --temp --top-k --top-p --min-p --seed --ctx --device --json --no-bos --validation -v; do
+for flag in -m -p -n --temp --top-k --top-p --min-p --seed --ctx --device --json --no-bos --validation -v \
+    --kv --kv-quant --kv-group --kv-mem --kv-transform --wush --kv-sink --kv-recent --kv-rho-k --kv-rho-v; do
     expect 0 "(^|[ ,])$flag[ ,]" -- generate --help
 done
 expect 2 "--temp: expected a number >= 0, got 'abc'" -- generate -p hi --temp abc
@@ -67,7 +151,8 @@ expect 2 "--tokens: expected an integer" -- calibrate -f x -o y --tokens 0
 expect 1 "cannot open /nonexistent/cal.txt" -- calibrate -m /nonexistent/model.gguf -f /nonexistent/cal.txt -o /tmp/x.wush
 
 # perplexity
-for flag in -m -f --ctx --chunks --batch --json --device --validation -v; do
+for flag in -m -f --ctx --chunks --batch --json --device --validation -v \
+    --kv --kv-quant --kv-group --kv-mem --kv-transform --wush --kv-sink --kv-recent --kv-rho-k --kv-rho-v; do
     expect 0 "(^|[ ,])$flag[ ,]" -- perplexity --help
 done
 expect 2 "missing -f FILE" -- perplexity --ctx 512
@@ -75,6 +160,69 @@ expect 2 "--ctx: expected an integer in \[4, [0-9]+\], got '0'" -- perplexity -f
 expect 2 "--chunks: expected an integer >= 1, got 'all'" -- perplexity -f x --chunks all
 expect 2 "--batch: expected an integer" -- perplexity -f x --batch 0
 expect 1 "cannot open /nonexistent/wiki.raw" -- perplexity -m /nonexistent/model.gguf -f /nonexistent/wiki.raw
+
+
+# ---- the KV flags: one parser for serve, generate and perplexity ----------------------------
+for flag in -m --host --port --ctx --max-batch --device -v \
+    --kv --kv-quant --kv-group --kv-mem --kv-transform --wush --kv-sink --kv-recent --kv-rho-k --kv-rho-v; do
+    expect 0 "(^|[ ,])$flag[ ,]" -- serve --help
+done
+# The serve issue's case: refused before anything is loaded or listened on.
+expect_only 2 "wushkv serve: --kv-rho-k: expected a number in (0, 1], got '2'" -- serve --kv-rho-k 2
+
+# The same cases and messages in each command. Every model and file here is missing, so a set of
+# flags that is accepted ends in exit 1 (cannot open), a refused one in exit 2 and its message only.
+nomodel=/nonexistent/model.gguf
+for cmd in serve generate perplexity; do
+    case $cmd in
+    serve) base=(serve --port 0 -m "$nomodel") ;;
+    generate) base=(generate -p hi -m "$nomodel") ;;
+    perplexity) base=(perplexity -f /nonexistent/text.txt -m "$nomodel") ;;
+    esac
+    w="wushkv $cmd: "
+    q=("${base[@]}" --kv int2)        # a quantized cache
+    pc=("${q[@]}" --kv-quant percentile) # with the percentile quantizer
+
+    # New flags, bad values.
+    for v in -1 1.5 x 4k ''; do
+        expect_only 2 "${w}--kv-sink: expected an integer >= 0, got '$v'" -- "${q[@]}" --kv-sink "$v"
+        expect_only 2 "${w}--kv-recent: expected an integer >= 0, got '$v'" -- "${q[@]}" --kv-recent "$v"
+    done
+    expect_only 2 "${w}--kv-recent: expected an integer >= 0, got '-8'" -- "${q[@]}" --kv-recent=-8
+    expect_only 2 "${w}--kv-sink: missing value" -- "${q[@]}" --kv-sink
+    for v in 0 -0.5 1.01 2 nan inf abc 0.5x 1e-60 ''; do
+        expect_only 2 "${w}--kv-rho-k: expected a number in (0, 1], got '$v'" -- "${pc[@]}" --kv-rho-k "$v"
+        expect_only 2 "${w}--kv-rho-v: expected a number in (0, 1], got '$v'" -- "${pc[@]}" --kv-rho-v "$v"
+    done
+    expect_only 2 "${w}--kv-rho-v: missing value" -- "${pc[@]}" --kv-rho-v
+
+    # Flags the chosen format does not take.
+    f16="applies to a quantized KV cache (--kv int2, int3 or int4), not to f16"
+    expect_only 2 "${w}--kv-sink $f16" -- "${base[@]}" --kv-sink 4
+    expect_only 2 "${w}--kv-recent $f16" -- "${base[@]}" --kv f16 --kv-recent 64
+    expect_only 2 "${w}--kv-rho-k $f16" -- "${base[@]}" --kv-rho-k 0.9
+    expect_only 2 "${w}--kv-mem $f16" -- "${base[@]}" --kv-mem 1MiB
+    expect_only 2 "${w}--kv-quant $f16" -- "${base[@]}" --kv f16 --kv-quant absmax
+    expect_only 2 "${w}--kv-group applies to a quantized KV cache (--kv int2, int3 or int4) or to --kv-transform hadamard, not to f16 alone" -- "${base[@]}" --kv-group 64
+    expect_only 2 "${w}--kv-rho-k applies to the percentile quantizer (--kv-quant percentile), not to quest" -- "${q[@]}" --kv-rho-k 0.9
+    expect_only 2 "${w}--kv-rho-v applies to the percentile quantizer (--kv-quant percentile), not to absmax" -- "${q[@]}" --kv-quant absmax --kv-rho-v 0.9
+    expect_only 2 "${w}--kv-transform wush needs --wush FILE (the sidecar \`wushkv calibrate\` writes)" -- "${q[@]}" --kv-transform wush
+
+    # The older flags' bad values.
+    expect_only 2 "${w}--kv: expected f16, int2, int3 or int4, got 'int5'" -- "${base[@]}" --kv int5
+    expect_only 2 "${w}--kv-quant: expected quest, percentile or absmax, got 'nf4'" -- "${q[@]}" --kv-quant nf4
+    expect_only 2 "${w}--kv-group: expected 16, 32, 64, 128 or 256, got '48'" -- "${q[@]}" --kv-group 48
+    expect_only 2 "${w}--kv-group: expected 16, 32, 64, 128 or 256, got '512'" -- "${q[@]}" --kv-group 512
+    expect_only 2 "${w}--kv-transform: expected none, hadamard or wush, got 'x'" -- "${q[@]}" --kv-transform x
+    expect_only 2 "${w}--kv-mem: expected a size such as 4096, 256MiB or 2GiB, got '2XB'" -- "${q[@]}" --kv-mem 2XB
+
+    # Accepted (exit 1: the model or text is missing). --wush without --kv means int2, so the
+    # pool's --kv-mem is taken; with --kv f16 it is not.
+    expect 1 "cannot open /nonexistent/" -- "${base[@]}" --wush /nonexistent/x.wush --kv-mem 1MiB
+    expect_only 2 "${w}--kv-mem $f16" -- "${base[@]}" --wush /nonexistent/x.wush --kv f16 --kv-mem 1MiB
+    expect 1 "cannot open /nonexistent/" -- "${base[@]}" --kv f16 --kv-transform hadamard --kv-group 64
+    expect 1 "cannot open /nonexistent/" -- "${pc[@]}" --kv-group 16 --kv-rho-k 1 --kv-rho-v 0.5 --kv-sink 0 --kv-recent 64 --kv-mem 64MiB
+done
 
 echo "$pass passed, $fail failed"
 [[ $fail -eq 0 ]]

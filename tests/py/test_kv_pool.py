@@ -122,6 +122,13 @@ def run_serve(*args, timeout=120):
     (["--kv", "int4", "--kv-mem", "-1"], "--kv-mem"),
     (["--kv-mem", "2MiB"], "--kv-mem"),                   # f16 (the default) has no pool
     (["--kv", "f16", "--kv-quant", "absmax"], "--kv-quant"),
+    (["--kv-rho-k", "2"], "--kv-rho-k"),
+    (["--kv", "int2", "--kv-quant", "percentile", "--kv-rho-v", "0"], "--kv-rho-v"),
+    (["--kv", "int2", "--kv-rho-k", "0.9"], "--kv-rho-k"),              # quest has no quantile
+    (["--kv", "int2", "--kv-sink", "-1"], "--kv-sink"),
+    (["--kv-recent", "64"], "--kv-recent"),                              # f16 has no windows
+    (["--kv", "int2", "--kv-transform", "wush"], "--kv-transform"),      # no --wush sidecar
+    (["--wush", "x.wush", "--kv", "f16", "--kv-mem", "2MiB"], "--kv-mem"),
 ])
 def test_bad_kv_flags_exit_2(args, named):
     p = run_serve(*args)
@@ -140,5 +147,6 @@ def test_engine_refuses_kv_format_exit_1():
 def test_help_lists_kv_flags():
     p = run_serve("--help")
     assert p.returncode == 0
-    for flag in ("--kv ", "--kv-quant", "--kv-group", "--kv-mem"):
+    for flag in ("--kv ", "--kv-quant", "--kv-group", "--kv-mem", "--kv-transform", "--wush", "--kv-sink",
+                 "--kv-recent", "--kv-rho-k", "--kv-rho-v"):
         assert flag in p.stdout

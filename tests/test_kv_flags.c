@@ -1,0 +1,104 @@
+/* server/kv_flags.c without a model: argv -> parse -> finish -> the engine params and the format
+ * name that --json and the serve log print (sink and recent windows included, which the engine
+ * cannot open yet). Messages and exit codes are test_cli.sh's. */
+#include <string.h>
+
+#include "kv_flags.h"
+#include "test_util.h"
+
+/* Parses args (NULL-terminated, after the command name) into f; the result of finish, or false at
+ * the first flag kv_flags does not take or refuses. */
+static bool parse(const char *const *args, kv_flags *f) {
+    char *argv[32] = {"test"};
+    int argc = 1;
+    for (; args[argc - 1] && argc < 32; argc++) argv[argc] = (char *)args[argc - 1];
+    cli c;
+    cli_init(&c, "test", argc, argv);
+    kv_flags_init(f);
+    while (cli_next(&c))
+        if (!kv_flags_is(&c) || !kv_flags_parse(&c, f)) return false;
+    return kv_flags_finish(&c, f);
+}
+
+/* The format name of args, "" when they are refused. */
+static const char *describe(const char *const *args, char *buf, size_t cap) {
+    kv_flags f;
+    if (!parse(args, &f)) return "";
+    return kv_flags_describe(&f, buf, cap);
+}
+
+#define CHECK_DESCRIBE(want, ...)                                                         \
+    do {                                                                                  \
+        char buf_[128];                                                                   \
+        const char *got_ = describe((const char *const[]){__VA_ARGS__, NULL}, buf_, sizeof buf_); \
+        CHECK(strcmp(got_, want) == 0);                                                   \
+        if (strcmp(got_, want) != 0) fprintf(stderr, "  want '%s', got '%s'\n", want, got_); \
+    } while (0)
+
+static void test_describe(void) {
+    CHECK_DESCRIBE("f16", NULL);
+    CHECK_DESCRIBE("int2 quest G32", "--kv", "int2");
+    CHECK_DESCRIBE("int2 quest G32 wush", "--wush", "s.wush");            /* --wush: int2 and wush */
+    CHECK_DESCRIBE("f16 wush", "--wush", "s.wush", "--kv", "f16");
+    CHECK_DESCRIBE("int4 quest G32 hadamard", "--kv-transform", "hadamard", "--wush", "s", "--kv=int4");
+    CHECK_DESCRIBE("f16 hadamard G64", "--kv-transform", "hadamard", "--kv-group", "64");
+    CHECK_DESCRIBE("int2 quest G32 wush sink4 recent64", "--wush", "s", "--kv-sink", "4", "--kv-recent", "64");
+    CHECK_DESCRIBE("int3 absmax G16 recent8", "--kv", "int3", "--kv-quant", "absmax", "--kv-group", "16",
+                   "--kv-recent", "8");
+    CHECK_DESCRIBE("int2 percentile G32 rho_k0.9 rho_v0.5", "--kv", "int2", "--kv-quant", "percentile", "--kv-rho-k",
+                   "0.9", "--kv-rho-v=0.5");
+    CHECK_DESCRIBE("int2 quest G32", "--kv", "int4", "--kv", "int2");      /* the last one counts */
+    /* Refused: "" (the message goes to stderr). */
+    CHECK_DESCRIBE("", "--kv-sink", "4");
+    CHECK_DESCRIBE("", "--kv", "int2", "--kv-rho-k", "0.9");
+    CHECK_DESCRIBE("", "--kv", "int2", "--kv-quant", "percentile", "--kv-rho-v", "0");
+    CHECK_DESCRIBE("", "--kv-transform", "wush");
+    /* A short buffer is cut, never overrun. */
+    kv_flags f;
+    CHECK(parse((const char *const[]){"--wush", "s", "--kv-sink", "4", NULL}, &f));
+    char small[9];
+    memset(small, 'x', sizeof small);
+    kv_flags_describe(&f, small, 8);
+    CHECK(strcmp(small, "int2 qu") == 0);
+    CHECK(small[8] == 'x');
+}
+
+static void test_apply(void) {
+    kv_flags f;
+    CHECK(parse((const char *const[]){"--wush", "s.wush", "--kv-quant", "percentile", "--kv-group", "64", "--kv-mem",
+                                      "1MiB", "--kv-sink", "4", "--kv-recent", "64", "--kv-rho-k", "0.9",
+                                      "--kv-rho-v", "0.8", NULL},
+                &f));
+    wk_engine_params p;
+    wk_engine_params_default(&p);
+    p.max_ctx = 77;
+    kv_flags_apply(&f, &p);
+    CHECK_EQ_INT(p.kv_bits, 2);
+    CHECK_EQ_INT(p.kv_quant, WK_KV_QUANT_PERCENTILE);
+    CHECK_EQ_INT(p.kv_group, 64);
+    CHECK_EQ_INT(p.kv_mem, 1 << 20);
+    CHECK_EQ_INT(p.kv_transform, WK_KV_TRANSFORM_WUSH);
+    CHECK(p.wush_path && strcmp(p.wush_path, "s.wush") == 0);
+    CHECK_EQ_INT(p.kv_sink, 4);
+    CHECK_EQ_INT(p.kv_recent, 64);
+    CHECK_NEAR(p.kv_rho_k, 0.9, 1e-7);
+    CHECK_NEAR(p.kv_rho_v, 0.8, 1e-7);
+    CHECK_EQ_INT(p.max_ctx, 77); /* the rest is left alone */
+
+    /* No flags: f16, and the engine's quantile defaults (0). */
+    CHECK(parse((const char *const[]){NULL}, &f));
+    wk_engine_params_default(&p);
+    kv_flags_apply(&f, &p);
+    CHECK_EQ_INT(p.kv_bits, 16);
+    CHECK_EQ_INT(p.kv_transform, WK_KV_TRANSFORM_NONE);
+    CHECK(p.wush_path == NULL);
+    CHECK_EQ_INT(p.kv_sink, 0);
+    CHECK_EQ_INT(p.kv_recent, 0);
+    CHECK(p.kv_rho_k == 0.0f && p.kv_rho_v == 0.0f);
+}
+
+int main(void) {
+    test_describe();
+    test_apply();
+    TEST_MAIN_END();
+}
