@@ -14,18 +14,7 @@ int cmd_generate(int argc, char **argv);
 int cmd_perplexity(int argc, char **argv);
 int cmd_serve(int argc, char **argv);
 int cmd_calibrate(int argc, char **argv);
-
-/* Commands that exist in the design but not yet in the code say so plainly and fail, rather
- * than pretend: scripts must not mistake them for working. */
-static int not_implemented(const char *name, const char *where) {
-    fprintf(stderr, "wushkv %s: not implemented yet (%s)\n", name, where);
-    return CLI_EXIT_USAGE;
-}
-static int cmd_bench(int argc, char **argv) {
-    (void)argc;
-    (void)argv;
-    return not_implemented("bench", "the load generator against `wushkv serve` is future work");
-}
+int cmd_bench(int argc, char **argv);
 
 typedef struct command {
     const char *name;
@@ -38,7 +27,7 @@ static const command commands[] = {
     {"generate", cmd_generate, "generate text from one prompt"},
     {"calibrate", cmd_calibrate, "WUSH-KV transforms from calibration text (a sidecar for --wush)"},
     {"perplexity", cmd_perplexity, "perplexity of a text file (llama.cpp's method)"},
-    {"bench", cmd_bench, "load generator against a running server (not implemented yet)"},
+    {"bench", cmd_bench, "engine throughput (as llama-bench), or load on a running server (--url)"},
 };
 enum { N_COMMANDS = sizeof commands / sizeof commands[0] };
 

@@ -112,9 +112,39 @@ expect 0 'perplexity' -- help
 expect 2 'usage: wushkv <command>' --
 expect 2 "unknown command 'nope'" -- nope
 
-# Future commands say so and fail, rather than pretend.
 expect 2 "^wushkv serve: --port: expected an integer in \\[0, 65535\\], got 'abc'" -- serve --port abc
-expect 2 '^wushkv bench: not implemented yet' -- bench
+
+# bench: help lists every flag of both modes; bad values, mixed modes and bad URLs are refused
+# before any model is opened or any server contacted. (tests/test_bench.sh runs it on a model.)
+for flag in -m -p -n -r --ctx --batch-tokens --device --kv --kv-quant --kv-group --kv-mem --kv-transform \
+    --wush --peer --validation --url --clients --requests --prompt-tokens --max-tokens --stream --no-stream \
+    --chat --api-key --timeout --peer-url --json -v; do
+    expect 0 "(^|[ ,])$flag[ ,]" -- bench --help
+done
+expect 2 "^wushkv bench: -p: expected an integer in \[0, [0-9]+\], got 'abc'" -- bench -p abc
+expect 2 "^wushkv bench: -n: expected an integer in \[0, [0-9]+\], got '-1'" -- bench -n -1
+expect 2 "^wushkv bench: -r: expected an integer in \[1, 1000\], got '0'" -- bench -r 0
+expect 2 "^wushkv bench: --batch-tokens: expected an integer" -- bench --batch-tokens 0
+expect 2 "^wushkv bench: -p and -n are both 0: nothing to measure" -- bench -p 0 -n 0
+expect 2 "^wushkv bench: --ctx 16 is smaller than max\(-p, -n\) = 32" -- bench -p 32 -n 8 --ctx 16
+expect 2 "^wushkv bench: --kv: expected f16, int2, int3 or int4, got 'int5'" -- bench --kv int5
+expect 2 "^wushkv bench: --peer: missing value" -- bench --peer
+expect 2 "^wushkv bench: unknown option '--bogus'" -- bench --bogus
+expect 2 "^wushkv bench: unexpected argument 'extra'" -- bench extra
+expect 2 "^wushkv bench: --clients is a load-mode flag; it needs --url" -- bench --clients 4
+expect 2 "^wushkv bench: --peer-url is a load-mode flag; it needs --url" -- bench --peer-url http://127.0.0.1:1
+expect 2 "^wushkv bench: -p is an engine-mode flag; it cannot be used with --url" -- bench --url http://127.0.0.1:1 -p 8
+expect 2 "^wushkv bench: --kv is an engine-mode flag" -- bench --url http://127.0.0.1:1 --kv int2
+expect 2 "^wushkv bench: --clients: expected an integer in \[1, 1024\], got '0'" -- bench --url http://127.0.0.1:1 --clients 0
+expect 2 "^wushkv bench: --requests: expected an integer" -- bench --url http://127.0.0.1:1 --requests x
+expect 2 "^wushkv bench: --max-tokens: expected an integer" -- bench --url http://127.0.0.1:1 --max-tokens 0
+expect 2 "^wushkv bench: --stream takes no value" -- bench --url http://127.0.0.1:1 --stream=no
+expect 2 "^wushkv bench: --url: expected http://HOST\[:PORT\]\[/PATH\], got 'localhost:8080'" -- bench --url localhost:8080
+expect 2 "^wushkv bench: --url: https is not supported" -- bench --url https://127.0.0.1:1
+expect 2 "^wushkv bench: --url: bad port in 'http://127.0.0.1:99999'" -- bench --url http://127.0.0.1:99999
+expect 2 "^wushkv bench: --peer-url: no host in 'http://:8080'" -- bench --url http://127.0.0.1:1 --peer-url http://:8080
+# Nothing listens on port 1: a clear runtime failure, not a hang or a report of zeros.
+expect 1 "^wushkv bench: cannot reach http://127.0.0.1:1: connect to 127.0.0.1:1: Connection refused" -- bench --url http://127.0.0.1:1
 
 # generate: help lists every flag; bad values are refused with the flag named.
 expect 0 '--top-p' -- generate --help

@@ -1,13 +1,14 @@
 /* Writes one tiny random-weight GGUF model (tiny_model.h) to a path, for tests that drive the
- * wushkv binary itself (test_cli.sh --tiny-model).
+ * wushkv binary itself (test_cli.sh, test_bench.sh).
  * Usage: write_tiny_model OUT.gguf [gemma3|llama] [SEED] */
 #include <stdio.h>
 #include <stdlib.h>
+#include <string.h>
 
 #include "tiny_model.h"
 
 int main(int argc, char **argv) {
-    if (argc < 2 || argc > 4) {
+    if (argc < 2 || argc > 4 || (argc > 2 && strcmp(argv[2], "gemma3") != 0 && strcmp(argv[2], "llama") != 0)) {
         fprintf(stderr, "usage: write_tiny_model OUT.gguf [gemma3|llama] [SEED]\n");
         return 2;
     }
