@@ -50,19 +50,28 @@ typedef struct layer_ctx {
     double scale;
     /* reference: the capture in double, W_o, the f16 attention output and its norms */
     double *qr, *kr, *vr; /* [n][Hq][D], [n][Hk][D], [n][Hk][D] */
-    double *wo;           /* [E][Hq*D] */
+    double *wot;          /* W_o transposed: [Hq*D][E] */
     double *o_ref;        /* [n][Hq*D] */
     double *ref_o, *ref_y; /* [n]: ||o_ref||^2, ||W_o o_ref||^2 */
     /* the format under evaluation; without a transform qt/kt/vt alias qr/kr/vr, without
      * quantization kq/vq alias kt/vt */
     const fmt_state *fs;
     double *qt, *kt, *vt, *kq, *vq;
+    /* keys transposed per KV head, [Hk][D][n], for the score kernel: the reference's f16 keys and
+     * the format's stored (dequantized) keys */
+    double *ktr, *ktq;
     double *o_q;           /* [n][Hq*D], back in the untransformed value basis */
     double *err_o, *err_y; /* [n]: ||o_q - o_ref||^2, ||W_o (o_q - o_ref)||^2 */
 } layer_ctx;
 
-/* Scratch doubles per thread: scores [n], o' [D], a token's o_q - o_ref [Hq*D]. */
-static size_t scratch_doubles(const layer_ctx *c) { return (size_t)c->n + c->D + (size_t)c->Hq * c->D; }
+enum { QBLOCK = 16 }; /* queries per attention work item */
+
+/* Scratch doubles per thread: attention: a block's scores [QBLOCK][n], then o' [D]; projection: a
+ * tile's W_o x [QBLOCK][E], then its o_q - o_ref [QBLOCK][Hq*D]. */
+static size_t scratch_doubles(const layer_ctx *c) {
+    const size_t att = (size_t)QBLOCK * c->n + c->D, proj = (size_t)QBLOCK * (c->E + (size_t)c->Hq * c->D);
+    return att > proj ? att : proj;
+}
 
 /* ---- small kernels ------------------------------------------------------------------------- */
 
@@ -151,35 +160,86 @@ static void parallel_for(layer_ctx *c, item_fn fn, int n_items, int T, double *s
 
 /* ---- attention ------------------------------------------------------------------------------- */
 
-enum { QBLOCK = 16 }; /* queries per work item */
-
 /* Key or value row j of KV head g as query i reads it: the reference reads the f16 rows; the
  * format reads the exact (transformed) row inside the f16 windows, the dequantized one elsewhere. */
+static bool exact_row(const fmt_state *fs, int j, int i) { return j < fs->sink || j > i - fs->recent; }
 static const double *kv_row(const layer_ctx *c, bool quant, bool value, int j, int i, int g) {
     const size_t at = ((size_t)j * c->Hk + g) * c->D;
     if (!quant) return (value ? c->vr : c->kr) + at;
-    const bool exact = j < c->fs->sink || j > i - c->fs->recent;
+    const bool exact = exact_row(c->fs, j, i);
     if (value) return (exact ? c->vt : c->vq) + at;
     return (exact ? c->kt : c->kq) + at;
 }
 
-/* out[D] = softmax(scale * q . k_j) v_j over the keys query i of head h sees (causal, the layer's
- * window: j <= i and i - j < window). Reference and format take the same arithmetic path, so a
- * format whose rows equal the reference's gives exactly the reference's output. */
-static void attend(const layer_ctx *c, bool quant, int h, int i, double *s, double *out) {
-    const int D = c->D, g = h / (c->Hq / c->Hk);
-    const double *q = (quant ? c->qt : c->qr) + ((size_t)i * c->Hq + h) * D;
-    const int j0 = c->window > 0 && i + 1 > c->window ? i + 1 - c->window : 0;
-    double mx = -INFINITY, sum = 0;
-    for (int j = j0; j <= i; j++) {
-        s[j] = c->scale * dot(q, kv_row(c, quant, false, j, i, g), D);
-        if (s[j] > mx) mx = s[j];
+/* q . k summed exactly as the transposed kernel in attend_block sums it (4 dims at a time, in
+ * order): a window row scored here gets the value the kernel would give the same row. */
+static double dot_ordered(const double *q, const double *k, int D) {
+    double s = 0;
+    int d = 0;
+    for (; d + 4 <= D; d += 4) s = s + ((q[d] * k[d] + q[d + 1] * k[d + 1]) + (q[d + 2] * k[d + 2] + q[d + 3] * k[d + 3]));
+    for (; d < D; d++) s = s + q[d] * k[d];
+    return s;
+}
+
+/* First key query i sees: causal with the layer's window (j <= i and i - j < window). */
+static int first_key(const layer_ctx *c, int i) { return c->window > 0 && i + 1 > c->window ? i + 1 - c->window : 0; }
+
+/* out_i[D] = softmax_j(scale * q_i . k_j) v_j for the queries i0..i1-1 of head h, out_i at
+ * out + i * Hq * D. Scores come from the transposed keys (an axpy over j per dimension, which
+ * vectorizes without reassociating anything); rows in the f16 windows are rescored from their exact
+ * row in the same order. Reference and format take the same arithmetic path, so a format whose rows
+ * equal the reference's gives exactly the reference's output. */
+static void attend_block(const layer_ctx *c, bool quant, int h, int i0, int i1, double *s, double *out,
+                         size_t out_stride) {
+    const int D = c->D, n = c->n, g = h / (c->Hq / c->Hk);
+    const double *Q = quant ? c->qt : c->qr, *KT = (quant ? c->ktq : c->ktr) + (size_t)g * D * n;
+    const int jlo = first_key(c, i0), m = i1 - jlo; /* block rectangle: keys jlo .. i1-1 */
+    for (int i = i0; i < i1; i++) {
+        double *si = s + (size_t)(i - i0) * m - jlo; /* si[j], j in [first_key(i), i] */
+        for (int j = first_key(c, i); j <= i; j++) si[j] = 0;
     }
-    for (int j = j0; j <= i; j++) sum += s[j] = exp(s[j] - mx);
-    memset(out, 0, (size_t)D * sizeof *out);
-    for (int j = j0; j <= i; j++) {
-        const double p = s[j] / sum, *v = kv_row(c, quant, true, j, i, g);
-        for (int d = 0; d < D; d++) out[d] += p * v[d];
+    int d = 0;
+    for (; d + 4 <= D; d += 4) {
+        const double *k0 = KT + (size_t)d * n, *k1 = k0 + n, *k2 = k1 + n, *k3 = k2 + n;
+        for (int i = i0; i < i1; i++) {
+            const double *q = Q + ((size_t)i * c->Hq + h) * D + d, a0 = q[0], a1 = q[1], a2 = q[2], a3 = q[3];
+            double *si = s + (size_t)(i - i0) * m - jlo;
+            for (int j = first_key(c, i); j <= i; j++)
+                si[j] = si[j] + ((a0 * k0[j] + a1 * k1[j]) + (a2 * k2[j] + a3 * k3[j]));
+        }
+    }
+    for (; d < D; d++)
+        for (int i = i0; i < i1; i++) {
+            const double a = Q[((size_t)i * c->Hq + h) * D + d], *k = KT + (size_t)d * n;
+            double *si = s + (size_t)(i - i0) * m - jlo;
+            for (int j = first_key(c, i); j <= i; j++) si[j] = si[j] + a * k[j];
+        }
+    for (int i = i0; i < i1; i++) {
+        const double *q = Q + ((size_t)i * c->Hq + h) * D;
+        double *si = s + (size_t)(i - i0) * m - jlo, *o = out + (size_t)(i - i0) * out_stride;
+        const int j0 = first_key(c, i);
+        if (quant && (c->fs->sink || c->fs->recent))
+            for (int j = j0; j <= i; j++)
+                if (exact_row(c->fs, j, i)) si[j] = dot_ordered(q, kv_row(c, true, false, j, i, g), D);
+        double mx = -INFINITY, sum = 0;
+        for (int j = j0; j <= i; j++) {
+            si[j] *= c->scale;
+            if (si[j] > mx) mx = si[j];
+        }
+        for (int j = j0; j <= i; j++) sum += si[j] = exp(si[j] - mx);
+        for (int j = j0; j <= i; j++) si[j] /= sum;
+        for (int x = 0; x < D; x++) o[x] = 0;
+        int j = j0;
+        for (; j + 4 <= i + 1; j += 4) {
+            const double p0 = si[j], p1 = si[j + 1], p2 = si[j + 2], p3 = si[j + 3];
+            const double *v0 = kv_row(c, quant, true, j, i, g), *v1 = kv_row(c, quant, true, j + 1, i, g),
+                         *v2 = kv_row(c, quant, true, j + 2, i, g), *v3 = kv_row(c, quant, true, j + 3, i, g);
+            for (int x = 0; x < D; x++) o[x] = o[x] + ((p0 * v0[x] + p1 * v1[x]) + (p2 * v2[x] + p3 * v3[x]));
+        }
+        for (; j <= i; j++) {
+            const double p = si[j], *v = kv_row(c, quant, true, j, i, g);
+            for (int x = 0; x < D; x++) o[x] = o[x] + p * v[x];
+        }
     }
 }
 
@@ -195,54 +255,77 @@ static void item_query_block(const layer_ctx *c, int item, int *h, int *i0, int 
 static void attend_ref_item(layer_ctx *c, int item, double *scratch) {
     int h, i0, i1;
     item_query_block(c, item, &h, &i0, &i1);
-    for (int i = i0; i < i1; i++)
-        attend(c, false, h, i, scratch, c->o_ref + ((size_t)i * c->Hq + h) * c->D);
+    const size_t HD = (size_t)c->Hq * c->D;
+    attend_block(c, false, h, i0, i1, scratch, c->o_ref + (size_t)i0 * HD + (size_t)h * c->D, HD);
 }
 
 static void attend_q_item(layer_ctx *c, int item, double *scratch) {
     int h, i0, i1;
     item_query_block(c, item, &h, &i0, &i1);
     const fmt_state *fs = c->fs;
-    const int D = c->D, B = fs->x.block, g = h / (c->Hq / c->Hk);
-    double *o1 = scratch + c->n; /* o' in the transformed value basis */
-    for (int i = i0; i < i1; i++) {
-        double *o = c->o_q + ((size_t)i * c->Hq + h) * D;
-        if (fs->x.kind == WK_XFORM_NONE) {
-            attend(c, true, h, i, scratch, o);
-        } else {
-            attend(c, true, h, i, scratch, o1);
-            /* o = T_V^-1 o': what the folded W_o T_V^-1 does to the head's output */
-            apply_d(fs->x.v_tinv + ((size_t)c->il * c->Hk + g) * c->per_kv, D, B, o1, o);
-        }
+    const int D = c->D, g = h / (c->Hq / c->Hk);
+    const size_t HD = (size_t)c->Hq * D;
+    double *o = c->o_q + (size_t)i0 * HD + (size_t)h * D;
+    attend_block(c, true, h, i0, i1, scratch, o, HD);
+    if (fs->x.kind == WK_XFORM_NONE) return;
+    /* o = T_V^-1 o': what the folded W_o T_V^-1 does to the head's output */
+    double *o1 = scratch + (size_t)QBLOCK * c->n;
+    const double *tinv = fs->x.v_tinv + ((size_t)c->il * c->Hk + g) * c->per_kv;
+    for (int i = i0; i < i1; i++, o += HD) {
+        memcpy(o1, o, (size_t)D * sizeof *o1);
+        apply_d(tinv, D, fs->x.block, o1, o);
     }
+}
+
+/* Keys [n][Hk][D] -> [Hk][D][n] for token t. */
+static void transpose_token(const layer_ctx *c, const double *k, double *kt, int t) {
+    for (int g = 0; g < c->Hk; g++)
+        for (int d = 0; d < c->D; d++) kt[((size_t)g * c->D + d) * c->n + t] = k[((size_t)t * c->Hk + g) * c->D + d];
 }
 
 /* ---- per-token steps ------------------------------------------------------------------------- */
 
-static void norms_ref_item(layer_ctx *c, int t, double *scratch) {
-    (void)scratch;
-    const int HD = c->Hq * c->D;
-    const double *o = c->o_ref + (size_t)t * HD;
-    double sy = 0;
-    for (int e = 0; e < c->E; e++) {
-        const double y = dot(c->wo + (size_t)e * HD, o, HD);
-        sy += y * y;
+/* For tokens t0..t1-1 with attention outputs x_t (rows of Hq*D at x + t * stride): sq_o[t] = ||x_t||^2
+ * and sq_y[t] = ||W_o x_t||^2. W_o x for a tile of tokens is an axpy over the n_embd outputs per
+ * input (W_o transposed), which vectorizes; every sum has a fixed order. */
+static void project_norms(const layer_ctx *c, const double *x, size_t stride, int t0, int t1, double *y,
+                          double *sq_o, double *sq_y) {
+    const int HD = c->Hq * c->D, E = c->E, nt = t1 - t0;
+    memset(y, 0, (size_t)nt * E * sizeof *y);
+    int k = 0;
+    for (; k + 4 <= HD; k += 4) {
+        const double *w0 = c->wot + (size_t)k * E, *w1 = w0 + E, *w2 = w1 + E, *w3 = w2 + E;
+        for (int t = 0; t < nt; t++) {
+            const double *xt = x + (size_t)t * stride + k, a0 = xt[0], a1 = xt[1], a2 = xt[2], a3 = xt[3];
+            double *yt = y + (size_t)t * E;
+            for (int e = 0; e < E; e++) yt[e] = yt[e] + ((a0 * w0[e] + a1 * w1[e]) + (a2 * w2[e] + a3 * w3[e]));
+        }
     }
-    c->ref_o[t] = dot(o, o, HD);
-    c->ref_y[t] = sy;
+    for (; k < HD; k++)
+        for (int t = 0; t < nt; t++) {
+            const double a = x[(size_t)t * stride + k], *w = c->wot + (size_t)k * E;
+            double *yt = y + (size_t)t * E;
+            for (int e = 0; e < E; e++) yt[e] = yt[e] + a * w[e];
+        }
+    for (int t = 0; t < nt; t++) {
+        sq_o[t0 + t] = dot(x + (size_t)t * stride, x + (size_t)t * stride, HD);
+        sq_y[t0 + t] = dot(y + (size_t)t * E, y + (size_t)t * E, E);
+    }
 }
 
-static void norms_q_item(layer_ctx *c, int t, double *scratch) {
-    const int HD = c->Hq * c->D;
-    double *d = scratch + c->n + c->D;
-    for (int k = 0; k < HD; k++) d[k] = c->o_q[(size_t)t * HD + k] - c->o_ref[(size_t)t * HD + k];
-    double sy = 0;
-    for (int e = 0; e < c->E; e++) {
-        const double y = dot(c->wo + (size_t)e * HD, d, HD);
-        sy += y * y;
-    }
-    c->err_o[t] = dot(d, d, HD);
-    c->err_y[t] = sy;
+/* Item = a tile of QBLOCK tokens. */
+static void norms_ref_item(layer_ctx *c, int item, double *scratch) {
+    const size_t HD = (size_t)c->Hq * c->D;
+    const int t0 = item * QBLOCK, t1 = t0 + QBLOCK < c->n ? t0 + QBLOCK : c->n;
+    project_norms(c, c->o_ref + (size_t)t0 * HD, HD, t0, t1, scratch, c->ref_o, c->ref_y);
+}
+
+static void norms_q_item(layer_ctx *c, int item, double *scratch) {
+    const size_t HD = (size_t)c->Hq * c->D;
+    const int t0 = item * QBLOCK, t1 = t0 + QBLOCK < c->n ? t0 + QBLOCK : c->n;
+    double *d = scratch + (size_t)QBLOCK * c->E; /* o_q - o_ref of the tile */
+    for (size_t k = 0; k < (size_t)(t1 - t0) * HD; k++) d[k] = c->o_q[t0 * HD + k] - c->o_ref[t0 * HD + k];
+    project_norms(c, d, HD, t0, t1, scratch, c->err_o, c->err_y);
 }
 
 /* Token t's rows as the format stores them: q' = T_K^-T q, k' = T_K k, v' = T_V v, then k' and v'
@@ -269,6 +352,7 @@ static void prep_q_item(layer_ctx *c, int t, double *scratch) {
             quant_row(fs, fs->rho_k, D, c->kt + row, c->kq + row);
             quant_row(fs, fs->rho_v, D, c->vt + row, c->vq + row);
         }
+    if (c->ktq != c->ktr) transpose_token(c, c->kq, c->ktq, t);
 }
 
 /* ---- the whole computation ------------------------------------------------------------------- */
@@ -355,24 +439,26 @@ int wk_kv_layer_error(wk_engine *e, const int32_t *tokens, int n, const wk_kv_er
         c.vt = malloc(nk * sizeof(double));
         c.kq = malloc(nk * sizeof(double));
         c.vq = malloc(nk * sizeof(double));
-        c.wo = malloc((size_t)E * HD * sizeof(double));
+        c.ktr = malloc(nk * sizeof(double));
+        c.ktq = malloc(nk * sizeof(double));
+        c.wot = malloc((size_t)E * HD * sizeof(double));
         c.o_ref = malloc(nq * sizeof(double));
         c.o_q = malloc(nq * sizeof(double));
         c.ref_o = malloc(4 * (size_t)n * sizeof(double));
         wof = malloc((size_t)E * HD * sizeof *wof);
         scratch = malloc((size_t)T * scratch_doubles(&c) * sizeof *scratch);
-        if (!c.qr || !c.kr || !c.vr || !c.qt || !c.kt || !c.vt || !c.kq || !c.vq || !c.wo || !c.o_ref || !c.o_q ||
+        if (!c.qr || !c.kr || !c.vr || !c.qt || !c.kt || !c.vt || !c.kq || !c.vq || !c.ktr || !c.ktq || !c.wot || !c.o_ref || !c.o_q ||
             !c.ref_o || !wof || !scratch)
             rc = fail(err, errlen, WK_ERR_NOMEM, "out of memory for %d tokens", n);
     }
     double *const own_qt = c.qt, *const own_kt = c.kt, *const own_vt = c.vt, *const own_kq = c.kq,
-                 *const own_vq = c.vq;
+                 *const own_vq = c.vq, *const own_ktq = c.ktq;
     if (!rc) {
         c.ref_y = c.ref_o + n;
         c.err_o = c.ref_o + 2 * (size_t)n;
         c.err_y = c.ref_o + 3 * (size_t)n;
     }
-    const int n_att = Hq * ((n + QBLOCK - 1) / QBLOCK);
+    const int n_tiles = (n + QBLOCK - 1) / QBLOCK, n_att = Hq * n_tiles;
     for (int il = 0; il < L && !rc; il++) {
         c.il = il;
         c.window = hp->is_swa[il] ? hp->sliding_window : 0;
@@ -382,10 +468,12 @@ int wk_kv_layer_error(wk_engine *e, const int32_t *tokens, int n, const wk_kv_er
             c.kr[i] = cap.k[(size_t)il * nk + i];
             c.vr[i] = cap.v[(size_t)il * nk + i];
         }
+        for (int t = 0; t < n; t++) transpose_token(&c, c.kr, c.ktr, t);
         if ((rc = wk_engine_wo(e, il, wof, err, errlen)) != 0) break;
-        for (size_t i = 0; i < (size_t)E * HD; i++) c.wo[i] = wof[i];
+        for (size_t o = 0; o < (size_t)E; o++) /* wof: n_embd rows of Hq*D */
+            for (size_t i = 0; i < HD; i++) c.wot[i * E + o] = wof[o * HD + i];
         parallel_for(&c, attend_ref_item, n_att, T, scratch);
-        parallel_for(&c, norms_ref_item, n, T, scratch);
+        parallel_for(&c, norms_ref_item, n_tiles, T, scratch);
         for (int f = 0; f < n_fmt; f++) {
             const fmt_state *s = &fs[f];
             const bool xf = s->x.kind != WK_XFORM_NONE;
@@ -396,17 +484,19 @@ int wk_kv_layer_error(wk_engine *e, const int32_t *tokens, int n, const wk_kv_er
             c.vt = xf ? own_vt : c.vr;
             c.kq = s->quantize ? own_kq : c.kt;
             c.vq = s->quantize ? own_vq : c.vt;
+            c.ktq = xf || s->quantize ? own_ktq : c.ktr;
             if (xf || s->quantize) parallel_for(&c, prep_q_item, n, T, scratch);
             parallel_for(&c, attend_q_item, n_att, T, scratch);
-            parallel_for(&c, norms_q_item, n, T, scratch);
+            parallel_for(&c, norms_q_item, n_tiles, T, scratch);
             out[(size_t)f * L + il] = (wk_kv_error_layer){.layer = il,
                                                           .swa = hp->is_swa[il],
                                                           .rel_mse = ratio(c.err_y, c.ref_y, n),
                                                           .rel_mse_attn = ratio(c.err_o, c.ref_o, n)};
         }
     }
-    free(own_qt), free(own_kt), free(own_vt), free(own_kq), free(own_vq);
-    free(c.qr), free(c.kr), free(c.vr), free(c.wo), free(c.o_ref), free(c.o_q), free(c.ref_o);
+    free(own_qt), free(own_kt), free(own_vt), free(own_kq), free(own_vq), free(own_ktq);
+    free(c.ktr);
+    free(c.qr), free(c.kr), free(c.vr), free(c.wot), free(c.o_ref), free(c.o_q), free(c.ref_o);
     free(wof);
     free(scratch);
     wk_capture_free(&cap);
