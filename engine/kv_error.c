@@ -176,7 +176,8 @@ static const double *kv_row(const layer_ctx *c, bool quant, bool value, int j, i
 static double dot_ordered(const double *q, const double *k, int D) {
     double s = 0;
     int d = 0;
-    for (; d + 4 <= D; d += 4) s = s + ((q[d] * k[d] + q[d + 1] * k[d + 1]) + (q[d + 2] * k[d + 2] + q[d + 3] * k[d + 3]));
+    for (; d + 4 <= D; d += 4)
+        s = s + ((q[d] * k[d] + q[d + 1] * k[d + 1]) + (q[d + 2] * k[d + 2] + q[d + 3] * k[d + 3]));
     for (; d < D; d++) s = s + q[d] * k[d];
     return s;
 }
@@ -447,8 +448,8 @@ int wk_kv_layer_error(wk_engine *e, const int32_t *tokens, int n, const wk_kv_er
         c.ref_o = malloc(4 * (size_t)n * sizeof(double));
         wof = malloc((size_t)E * HD * sizeof *wof);
         scratch = malloc((size_t)T * scratch_doubles(&c) * sizeof *scratch);
-        if (!c.qr || !c.kr || !c.vr || !c.qt || !c.kt || !c.vt || !c.kq || !c.vq || !c.ktr || !c.ktq || !c.wot || !c.o_ref || !c.o_q ||
-            !c.ref_o || !wof || !scratch)
+        if (!c.qr || !c.kr || !c.vr || !c.qt || !c.kt || !c.vt || !c.kq || !c.vq || !c.ktr || !c.ktq || !c.wot ||
+            !c.o_ref || !c.o_q || !c.ref_o || !wof || !scratch)
             rc = fail(err, errlen, WK_ERR_NOMEM, "out of memory for %d tokens", n);
     }
     double *const own_qt = c.qt, *const own_kt = c.kt, *const own_vt = c.vt, *const own_kq = c.kq,

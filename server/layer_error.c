@@ -114,7 +114,8 @@ static void print_json(const wk_kv_error_format *f, const wk_kv_error_layer *r, 
     cJSON_AddStringToObject(obj, "format", name);
     cJSON_AddNumberToObject(obj, "bits", f->bits == 0 ? 16 : f->bits);
     cJSON_AddStringToObject(obj, "quant", quant_names[f->quant >= 0 && f->quant <= 2 ? f->quant : 0]);
-    cJSON_AddStringToObject(obj, "transform", transform_names[f->transform >= 0 && f->transform <= 2 ? f->transform : 0]);
+    cJSON_AddStringToObject(obj, "transform",
+                            transform_names[f->transform >= 0 && f->transform <= 2 ? f->transform : 0]);
     cJSON_AddNumberToObject(obj, "group", f->group ? f->group : 32);
     cJSON_AddNumberToObject(obj, "sink", f->sink);
     cJSON_AddNumberToObject(obj, "recent", f->recent);

@@ -88,7 +88,7 @@ static void qdq(int bits, int quant, float rho, const double *x, double *y, int 
     }
 }
 
-/* softmax(scale q.k_j) v_j over the keys query i sees; kf(j) and vf(j) pick the rows. */
+/* softmax(scale q.k_j) v_j over the keys query i sees, each row exact inside the windows. */
 typedef struct rows {
     const double *k_exact, *v_exact, *k_q, *v_q; /* [n][Hk][D] */
     int sink, recent;
@@ -115,8 +115,8 @@ static void attn(const wk_hparams *hp, int il, const double *q, const rows *r, i
     }
 }
 
-/* rel MSE after W_o of int2 quest + WUSH (the sidecar sc) with windows sink/recent, for every
- * layer, from the capture. */
+/* Rel MSE after and before W_o of a WUSH format (the sidecar sc; bits, quantizer, windows) for
+ * every layer, from the capture. */
 static void independent(const wk_capture *cap, const wk_model_desc *d, const wk_gguf *sc, int bits, int quant,
                         int sink, int recent, double *rel_y, double *rel_o) {
     const wk_hparams *hp = &d->hp;
@@ -224,7 +224,8 @@ int main(void) {
     tokens_for(tok, N_TOK, 42);
 
     const int X[3] = {WK_KV_TRANSFORM_NONE, WK_KV_TRANSFORM_HADAMARD, WK_KV_TRANSFORM_WUSH};
-    static const char *const xname[3] = {"none", "hadamard", "wush"}, *const qname[3] = {"quest", "percentile", "absmax"};
+    static const char *const xname[3] = {"none", "hadamard", "wush"};
+    static const char *const qname[3] = {"quest", "percentile", "absmax"};
     wk_kv_error_layer *out = calloc((size_t)27 * L, sizeof *out), *out2 = calloc((size_t)27 * L, sizeof *out2);
     CHECK(out && out2);
 
@@ -292,7 +293,8 @@ int main(void) {
         CHECK(worst < 1e-12);
         CHECK(least > 1e-12); /* key 3 is out of the sliding window of the last query: global layers only */
     }
-    wk_kv_error_format fw[2] = {fmt(2, 0, WK_KV_TRANSFORM_WUSH, side, 0, 0), fmt(2, 0, WK_KV_TRANSFORM_WUSH, side, 4, 8)};
+    wk_kv_error_format fw[2] = {fmt(2, 0, WK_KV_TRANSFORM_WUSH, side, 0, 0),
+                                fmt(2, 0, WK_KV_TRANSFORM_WUSH, side, 4, 8)};
     CHECK_EQ_INT(run(e, tok, fw, 2, 0, out2), 0);
     for (int il = 0; il < L; il++) CHECK(out2[L + il].rel_mse < out2[il].rel_mse);
 
