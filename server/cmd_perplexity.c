@@ -12,6 +12,7 @@
 #include "cli_args.h"
 #include "text_file.h"
 #include "kv_flags.h"
+#include "layer_error.h"
 #include "wushkv/wushkv.h"
 
 typedef struct ppl_opts {
@@ -20,6 +21,12 @@ typedef struct ppl_opts {
     int ctx, chunks, batch, device;
     bool json, validation, verbose;
     kv_flags kv;
+    /* --layer-error: the formats (from the KV flags or --layer-error-formats) instead of perplexity */
+    bool layer_error;
+    const char *layer_error_list;
+    int threads;
+    wk_kv_error_format le_formats[LAYER_ERROR_MAX_FORMATS];
+    int n_le_formats;
 } ppl_opts;
 
 static void perplexity_usage(FILE *f) {
@@ -41,6 +48,7 @@ static void perplexity_usage(FILE *f) {
             "  --batch B          tokens per forward step within a window (default 512, capped at --ctx)\n"
             "  --device N         Vulkan device index (default: $WUSHKV_DEVICE, else the best device)\n");
     kv_flags_usage(f, 21);
+    fputs(LAYER_ERROR_HELP, f);
     fprintf(f,
             "  --json             print one JSON object instead of the ppl line: ppl, ppl_stderr,\n"
             "                     tokens_scored, tokens_per_s, chunks, ctx, kv (the KV format),\n"
@@ -78,6 +86,14 @@ static int parse_perplexity(int argc, char **argv, ppl_opts *o) {
             ok = cli_int(&c, 1, 1 << 20, &o->batch);
         } else if (cli_is(&c, NULL, "--device")) {
             ok = cli_int(&c, 0, 1024, &o->device);
+        } else if (cli_is(&c, NULL, "--layer-error")) {
+            ok = cli_switch(&c);
+            o->layer_error = true;
+        } else if (cli_is(&c, NULL, "--layer-error-formats")) {
+            ok = cli_str(&c, &o->layer_error_list);
+            o->layer_error = true;
+        } else if (cli_is(&c, NULL, "--threads")) {
+            ok = cli_int(&c, 1, 1024, &o->threads);
         } else if (cli_is(&c, NULL, "--json")) {
             ok = cli_switch(&c);
             o->json = true;
@@ -96,6 +112,23 @@ static int parse_perplexity(int argc, char **argv, ppl_opts *o) {
         if (!ok) return CLI_EXIT_USAGE;
     }
     if (!kv_flags_finish(&c, &o->kv)) return CLI_EXIT_USAGE;
+    if (o->layer_error) {
+        wk_engine_params kv; /* the format the flags describe, as the layer-error code reads it */
+        wk_engine_params_default(&kv);
+        kv_flags_apply(&o->kv, &kv);
+        if (o->layer_error_list) {
+            char err[WK_ERRMSG_LEN];
+            o->n_le_formats = layer_error_parse_formats(o->layer_error_list, &kv, o->le_formats,
+                                                        LAYER_ERROR_MAX_FORMATS, err, sizeof err);
+            if (o->n_le_formats < 0) {
+                cli_error(&c, "--layer-error-formats: %s", err);
+                return CLI_EXIT_USAGE;
+            }
+        } else {
+            layer_error_format_from_flags(&kv, &o->le_formats[0]);
+            o->n_le_formats = 1;
+        }
+    }
     if (!o->file) {
         cli_error(&c, "missing -f FILE (see wushkv perplexity --help)");
         return CLI_EXIT_USAGE;
@@ -268,6 +301,13 @@ int cmd_perplexity(int argc, char **argv) {
     kv_flags_apply(&o.kv, &ep);
     ep.max_ctx = o.ctx;
     ep.max_batch_tokens = o.batch;
+    if (o.layer_error) { /* the layer error applies the format itself to an f16 capture of one window */
+        ep.kv_bits = ep.kv_quant = ep.kv_group = ep.kv_transform = ep.kv_sink = ep.kv_recent = 0;
+        ep.kv_rho_k = ep.kv_rho_v = 0;
+        ep.kv_mem = 0;
+        ep.wush_path = NULL;
+        ep.max_batch_tokens = o.ctx;
+    }
     ep.max_seqs = 1;
     ep.validation = o.validation;
     ep.verbose = o.verbose;
@@ -291,6 +331,14 @@ int cmd_perplexity(int argc, char **argv) {
     free(text);
     if (o.verbose && tokens) fprintf(stderr, "tokenized in %.2f s\n", now_s() - t0);
 
+    if (o.layer_error) {
+        layer_error_opts lo = {.formats = o.le_formats, .n_formats = o.n_le_formats, .file = o.file, .ctx = o.ctx,
+                               .threads = o.threads, .json = o.json};
+        rc = tokens ? layer_error_run(e, &lo, tokens, n_tokens) : 1;
+        free(tokens);
+        wk_engine_close(e);
+        return rc;
+    }
     ppl_result r = {0};
     rc = tokens ? run_perplexity(e, &o, tokens, n_tokens, &r) : 1;
     free(tokens);

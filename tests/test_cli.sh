@@ -190,6 +190,16 @@ expect 2 "--ctx: expected an integer in \[4, [0-9]+\], got '0'" -- perplexity -f
 expect 2 "--chunks: expected an integer >= 1, got 'all'" -- perplexity -f x --chunks all
 expect 2 "--batch: expected an integer" -- perplexity -f x --batch 0
 expect 1 "cannot open /nonexistent/wiki.raw" -- perplexity -m /nonexistent/model.gguf -f /nonexistent/wiki.raw
+# perplexity --layer-error: the format list is checked before anything is opened
+for flag in --layer-error --layer-error-formats --threads; do
+    expect 0 "(^|[ ,])$flag[ ,]" -- perplexity --help
+done
+expect 2 "--layer-error-formats: format 'int5': expected FMT" -- perplexity -f x --layer-error-formats int2,int5
+expect 2 "format 'int2:quest:none:4:x': expected" -- perplexity -f x --layer-error-formats int2:quest:none:4:x
+expect 2 "format 'int2:quest:none:4:8:1': expected" -- perplexity -f x --layer-error-formats int2:quest:none:4:8:1
+expect 2 "format 'int2::wush': the wush transform needs --wush FILE" -- perplexity -f x --layer-error-formats int2::wush
+expect 2 "--layer-error takes no value" -- perplexity -f x --layer-error=int2
+expect 2 "--threads: expected an integer" -- perplexity -f x --layer-error --threads 0
 
 
 # ---- the KV flags: one parser for serve, generate and perplexity ----------------------------

@@ -138,6 +138,43 @@ void wk_capture_free(wk_capture *c);
 /* Layer il's attention output projection W_o as f32: n_embd rows of n_head*head_dim (row-major). */
 int wk_engine_wo(const wk_engine *e, int layer, float *out, char *err, size_t errlen);
 
+/* Layerwise reconstruction error of a quantized KV cache (`wushkv perplexity --layer-error`).
+ * The engine must have the f16 KV cache and no transform (the format is applied on the host, in
+ * C, with the engine's quantizer twins and transform matrices). One wk_capture_run over the n
+ * tokens (BOS first; n <= the engine's batch tokens) gives every layer's post-RoPE queries, keys
+ * and values; then per layer and format:
+ *   reference  y_ref = W_o attn(q, k, v): causal softmax attention per query head (GQA, the
+ *              layer's sliding window), scaled by the model's attention scale, f16 k and v;
+ *   quantized  k' = T_K k, q' = T_K^-T q, v' = T_V v, each group of k' and v' quantized and
+ *              dequantized (keys and values j < sink or j > p - recent of a query at p stay
+ *              exact), o' = attn(q', k'^, v'^), o = T_V^-1 o', y_q = W_o o;
+ *   rel_mse = sum_t ||y_q - y_ref||^2 / sum_t ||y_ref||^2 and the same on o before W_o.
+ * Each layer's inputs are the f16 model's activations, so each layer's error is its own, not
+ * accumulated from earlier layers' errors. Arithmetic in double (scores, softmax, outputs). */
+typedef struct wk_kv_error_format {
+    int bits;                /* 2, 3, 4; 0 or 16: no quantization (the transform alone: error ~0) */
+    int quant;               /* wk_kv_quant */
+    int group;               /* elements per quantization group (Hadamard block); 0: 32 */
+    float rho_k, rho_v;      /* percentile clip quantiles; 0: 0.96 and 0.92 */
+    int transform;           /* wk_kv_transform */
+    const char *wush_path;   /* the WUSH sidecar (transform WK_KV_TRANSFORM_WUSH) */
+    uint64_t transform_seed; /* Hadamard signs; 0: the engine's default (as wk_engine_params) */
+    int sink, recent;        /* f16 windows, as wk_engine_params kv_sink / kv_recent; 0: off */
+} wk_kv_error_format;
+
+typedef struct wk_kv_error_layer {
+    int layer;
+    bool swa;              /* sliding-window layer */
+    double rel_mse;        /* after W_o: sum ||y_q - y_ref||^2 / sum ||y_ref||^2 over tokens */
+    double rel_mse_attn;   /* before W_o: the same on the attention output, query heads pooled */
+} wk_kv_error_layer;
+
+/* Evaluates n_fmt formats on one capture (the reference is computed once). out receives
+ * n_fmt * n_layer entries, format-major. n_threads 0: online CPUs (results do not depend on it).
+ * Takes one free sequence of the engine for the call. */
+int wk_kv_layer_error(wk_engine *e, const int32_t *tokens, int n, const wk_kv_error_format *fmts, int n_fmt,
+                      int n_threads, wk_kv_error_layer *out, char *err, size_t errlen);
+
 /* WUSH-KV calibration (`wushkv calibrate`, DESIGN.md section 5). A calibrator runs chunks of
  * calibration text through the engine with capture on and accumulates, per layer and KV head, the
  * second moments of post-RoPE keys (G_k), of post-RoPE queries pooled over the GQA group (G_q) and
