@@ -4,21 +4,23 @@
 static uint32_t min_u32(uint32_t a, uint32_t b) { return a < b ? a : b; }
 static uint32_t max_u32(uint32_t a, uint32_t b) { return a > b ? a : b; }
 
-int wk_attn_plan_make(const wk_row_info *rows, uint32_t T, uint32_t n_head, uint32_t n_head_kv, uint32_t head_dim,
-                      uint32_t subgroup, wk_attn_tile *tiles, wk_attn_plan *out) {
+int wk_attn_plan_make(const wk_row_info *rows, const uint32_t *win_words, uint32_t T, uint32_t n_head,
+                      uint32_t n_head_kv, uint32_t head_dim, uint32_t subgroup, wk_attn_tile *tiles, wk_attn_plan *out) {
     const uint32_t chunks = head_dim / 4, ncl = (chunks + subgroup - 1) / subgroup;
     if (ncl > WK_ATTN_MAXC || ncl == 0) return -1;
     const uint32_t hpk = n_head / n_head_kv;
     /* A GQA group larger than a tile is cut into head chunks (more workgroups along y). */
     const uint32_t head_rows = min_u32(hpk, WK_ATTN_MAXR);
     const uint32_t per_tile = max_u32(1, WK_ATTN_MAXR / head_rows);
-    uint32_t n = 0;
+    uint32_t n = 0, chunk_row0 = 0;
     for (uint32_t t = 0; t < T;) {
+        if (t == 0 || rows[t].kv_base != rows[t - 1].kv_base || rows[t].pos != rows[t - 1].pos + 1) chunk_row0 = t;
         uint32_t len = 1;
         while (len < per_tile && t + len < T && rows[t + len].kv_base == rows[t].kv_base &&
                rows[t + len].pos == rows[t].pos + len)
             len++;
-        tiles[n++] = (wk_attn_tile){.row0 = t, .n_tok = len};
+        tiles[n++] = (wk_attn_tile){.row0 = t, .n_tok = len, .win_word = win_words ? win_words[t] : 0,
+                                    .chunk_row0 = chunk_row0};
         t += len;
     }
     *out = (wk_attn_plan){.n_tiles = n, .head_rows = head_rows,

@@ -27,10 +27,12 @@ typedef struct wk_attn_plan {
     uint32_t max_tile;   /* tokens per tile at most */
 } wk_attn_plan;
 
-/* Tiles for T rows (tiles has room for T). Returns 0, or -1 when head_dim needs more than
- * WK_ATTN_MAXC chunks per lane at this subgroup size. */
-int wk_attn_plan_make(const wk_row_info *rows, uint32_t T, uint32_t n_head, uint32_t n_head_kv, uint32_t head_dim,
-                      uint32_t subgroup, wk_attn_tile *tiles, wk_attn_plan *out);
+/* Tiles for T rows (tiles has room for T); win_words[t] (NULL: no windows) is the f16 window slot
+ * of row t's sequence as a pool word offset. A sequence's tokens in a step are consecutive rows
+ * with consecutive positions. Returns 0, or -1 when head_dim needs more than WK_ATTN_MAXC chunks
+ * per lane at this subgroup size. */
+int wk_attn_plan_make(const wk_row_info *rows, const uint32_t *win_words, uint32_t T, uint32_t n_head,
+                      uint32_t n_head_kv, uint32_t head_dim, uint32_t subgroup, wk_attn_tile *tiles, wk_attn_plan *out);
 /* Key splits for one layer (window 0: the whole context); 1 means no reduce pass. part_rows: the
  * (token, head, split) partials the caller's buffer holds (wk_attn_part_rows). */
 uint32_t wk_attn_plan_splits(const wk_attn_plan *p, const wk_row_info *rows, uint32_t T, uint32_t n_head,

@@ -34,6 +34,7 @@ struct wk_engine {
     /* per-step scratch, sized for max_batch_tokens */
     int32_t *step_tokens;
     wk_row_info *step_rows;
+    uint32_t *step_win;         /* per row: its sequence's f16 window slot (pool words), paged + windows */
     int *step_logit_rows;
     uint32_t *step_tables;  /* paged cache: the step's block tables, concatenated */
 };
@@ -70,6 +71,7 @@ void wk_engine_close(wk_engine *e) {
     free(e->slot_used);
     free(e->step_tokens);
     free(e->step_rows);
+    free(e->step_win);
     free(e->step_logit_rows);
     free(e->step_tables);
     free(e);
@@ -142,6 +144,7 @@ int wk_engine_open(const wk_engine_params *p, wk_engine **out, char *err, size_t
         e->slot_used = calloc((size_t)e->max_seqs, sizeof *e->slot_used);
         e->step_tokens = malloc((size_t)max_batch * sizeof *e->step_tokens);
         e->step_rows = malloc((size_t)max_batch * sizeof *e->step_rows);
+        e->step_win = malloc((size_t)max_batch * sizeof *e->step_win);
         e->step_logit_rows = malloc((size_t)max_batch * sizeof *e->step_logit_rows);
         e->step_tables = malloc(((size_t)e->max_seqs * ((size_t)max_ctx / 16 + 1) + 1) * sizeof *e->step_tables);
         if (!e->slot_used || !e->step_tokens || !e->step_rows || !e->step_logit_rows || !e->step_tables)
@@ -164,7 +167,8 @@ int wk_engine_open(const wk_engine_params *p, wk_engine **out, char *err, size_t
     }
     /* Lavapipe compiles a shader at its first dispatch (up to ~0.4 s for a matmul): run every
      * pipeline once now, so the first request and every benchmark see warm pipelines. Slot 0's
-     * rows 0..4 get scratch values that the next prefill overwrites before anything reads them. */
+     * rows 0..4 get scratch values that the next prefill overwrites before anything reads them
+     * (as do window slot 0's rows: a window row is always written before it is read). */
     if (!p->skip_warmup) {
         float *scratch = malloc((size_t)5 * hp->n_vocab * sizeof(float));
         const int32_t toks[5] = {0, 0, 0, 0, 0};
@@ -174,8 +178,12 @@ int wk_engine_open(const wk_engine_params *p, wk_engine **out, char *err, size_t
         int n = max_batch < 5 ? max_batch : 5;
         if (!scratch) rc = WK_ERR_NOMEM, snprintf(err, errlen, "out of memory");
         const uint32_t block0 = 0; /* paged: scratch codes into block 0, rewritten before any read */
-        if (!rc) rc = wk_fwd_step(&e->fwd, toks, rows, n, &block0, 1, rows_all, n, scratch, NULL, err, errlen);
-        if (!rc) rc = wk_fwd_step(&e->fwd, toks, rows, 1, &block0, 1, rows_all, 1, scratch, NULL, err, errlen);
+        uint32_t win[5] = {0};
+        if (paged && e->kv.layout.window_bytes)
+            for (int k = 0; k < 5; k++) win[k] = (uint32_t)(wk_kv_pool_window_offset(e->kv.pool, 0) / 4);
+        const uint32_t *w = paged && e->kv.layout.window_bytes ? win : NULL;
+        if (!rc) rc = wk_fwd_step(&e->fwd, toks, rows, n, &block0, 1, w, rows_all, n, scratch, NULL, err, errlen);
+        if (!rc) rc = wk_fwd_step(&e->fwd, toks, rows, 1, &block0, 1, w, rows_all, 1, scratch, NULL, err, errlen);
         free(scratch);
         if (rc) {
             wk_engine_close(e);
@@ -199,8 +207,10 @@ int wk_engine_open(const wk_engine_params *p, wk_engine **out, char *err, size_t
     i->eot = wk_tokenizer_eot(e->tok);
     i->add_bos = wk_tokenizer_add_bos(e->tok);
     i->weight_bytes = e->weights.bytes;
-    i->kv_bytes_per_token = e->kv.bytes_per_token;
-    i->kv_bits_per_element = paged ? e->kv.layout.block_bits_per_element : 16.0;
+    /* Everything counted, f16 windows included, for a sequence of the whole context. */
+    i->kv_bytes_per_token = paged ? (uint64_t)(wk_kv_layout_bytes_per_token(&e->kv.layout, (uint64_t)max_ctx) + 0.5)
+                                  : e->kv.bytes_per_token;
+    i->kv_bits_per_element = paged ? wk_kv_layout_bits_per_element(&e->kv.layout, (uint64_t)max_ctx) : 16.0;
     i->kv_pool_bytes = e->kv.bytes;
     if (p->verbose)
         fprintf(stderr, "wushkv: model %s (%s, %d layers, vocab %d), %.1f MiB weights, KV %.1f KiB/token, ctx %d\n",
@@ -280,7 +290,7 @@ int wk_forward(wk_engine *e, const wk_batch_item *items, int n_items, float *log
         if (T + it->n_tokens > e->fwd.max_tokens)
             return snprintf(err, errlen, "batch of more than %d tokens (raise the batch size or split)",
                             e->fwd.max_tokens), WK_ERR_INVALID;
-        uint32_t base = (uint32_t)(it->seq->slot * e->fwd.max_ctx);
+        uint32_t base = (uint32_t)(it->seq->slot * e->fwd.max_ctx), win = 0;
         if (it->seq->kvs) {
             /* Blocks for the new tokens. A reservation left by a step that fails later is only
              * capacity the sequence keeps; its tokens are not committed until the step succeeds. */
@@ -293,16 +303,19 @@ int wk_forward(wk_engine *e, const wk_batch_item *items, int n_items, float *log
             if (copy.bytes) /* only shared prefix blocks need a copy; nothing shares blocks yet */
                 return snprintf(err, errlen, "internal: copy-on-write without prefix sharing"), WK_ERR_INVALID;
             base = (uint32_t)n_tables;
+            if (it->seq->kvs->window_slot != UINT32_MAX)
+                win = (uint32_t)(wk_kv_pool_window_offset(e->kv.pool, it->seq->kvs->window_slot) / 4);
             for (uint32_t b = 0; b < it->seq->kvs->n_blocks; b++) e->step_tables[n_tables++] = it->seq->kvs->table[b];
         }
         for (int j = 0; j < it->n_tokens; j++) {
             e->step_tokens[T] = it->tokens[j];
             e->step_rows[T] = (wk_row_info){.pos = (uint32_t)(it->seq->len + j), .kv_base = base};
+            e->step_win[T] = win;
             if (logits && (it->all_logits || j == it->n_tokens - 1)) e->step_logit_rows[n_logits++] = T;
             T++;
         }
     }
-    int rc = wk_fwd_step(&e->fwd, e->step_tokens, e->step_rows, T, e->step_tables, n_tables, e->step_logit_rows,
+    int rc = wk_fwd_step(&e->fwd, e->step_tokens, e->step_rows, T, e->step_tables, n_tables, e->step_win, e->step_logit_rows,
                          n_logits, logits, NULL, err, errlen);
     if (rc) return rc;
     for (int i = 0; i < n_items; i++) {
@@ -323,7 +336,7 @@ int wk_capture_run(wk_engine *e, wk_seq *seq, const int32_t *tokens, int n, wk_c
     seq->len = 0;
     for (int t = 0; t < n; t++)
         e->step_rows[t] = (wk_row_info){.pos = (uint32_t)t, .kv_base = (uint32_t)(seq->slot * e->fwd.max_ctx)};
-    rc = wk_fwd_step(&e->fwd, tokens, e->step_rows, n, NULL, 0, NULL, 0, NULL, NULL, err, errlen);
+    rc = wk_fwd_step(&e->fwd, tokens, e->step_rows, n, NULL, 0, NULL, NULL, 0, NULL, NULL, err, errlen);
     if (rc) return rc;
     seq->len = n;
     const wk_hparams *hp = &e->desc.hp;

@@ -86,6 +86,7 @@ int wk_fwd_init(wk_fwd *f, wk_vk *vk, wk_pipelines *pipes, const wk_hparams *hp,
                                           hp->head_dim, vk->subgroup_size);
     if (!rc && kv->format == WK_KV_PAGED) {
         rc = make(f, &a->tiles, T * sizeof(wk_attn_tile), WK_MEM_HOST, NONE, err, errlen);
+        if (!rc) rc = make(f, &a->win_dest, T * 4, WK_MEM_HOST, NONE, err, errlen);
         f->attn_part_rows = wk_attn_part_rows((uint32_t)max_tokens, (uint32_t)hp->n_head, (uint32_t)max_ctx);
         if (!rc) rc = make(f, &a->attn_part, f->attn_part_rows * (hp->head_dim / 4 + 1) * 16, WK_MEM_DEVICE, NONE, err, errlen);
     }
@@ -110,7 +111,7 @@ int wk_fwd_init(wk_fwd *f, wk_vk *vk, wk_pipelines *pipes, const wk_hparams *hp,
 
 void wk_fwd_free(wk_fwd *f) {
     if (!f->vk) return;
-    wk_buf *all[] = {&f->a.tokens, &f->a.rows, &f->a.tables, &f->a.tiles, &f->a.attn_part, &f->a.h, &f->a.xn, &f->a.q, &f->a.k, &f->a.v, &f->a.attn,
+    wk_buf *all[] = {&f->a.tokens, &f->a.rows, &f->a.tables, &f->a.tiles, &f->a.attn_part, &f->a.win_dest, &f->a.h, &f->a.xn, &f->a.q, &f->a.k, &f->a.v, &f->a.attn,
                      &f->a.o, &f->a.gate, &f->a.up, &f->a.act, &f->a.ffn, &f->a.head_in, &f->a.logits,
                      &f->a.rope, &f->a.debug, &f->a.cap_q, &f->a.cap_k, &f->a.cap_v, &f->xform_buf};
     for (size_t i = 0; i < sizeof all / sizeof *all; i++) wk_vk_buffer_destroy(f->vk, all[i]);
@@ -277,8 +278,11 @@ static int op_attention_paged(rec *r, int il, uint32_t T) {
     pc.n_tokens = f->plan.n_tiles;
     pc.head_rows = f->plan.head_rows;
     pc.n_split = wk_attn_plan_splits(&f->plan, f->step_rows, T, pc.n_head, pc.window, f->attn_part_rows);
-    wk_arg args[7] = {S(&f->a.q), S(&f->a.rows), S(&f->a.tables), TV(&f->kv->pool_buf), S(&f->a.attn), S(&f->a.tiles),
-                      S(&f->a.attn_part)};
+    pc.sink = (uint32_t)f->kv->layout.sink;
+    pc.recent = (uint32_t)f->kv->layout.recent;
+    pc.f16_row_words = (uint32_t)(f->kv->layout.f16_row_bytes / 4);
+    wk_arg args[9] = {S(&f->a.q), S(&f->a.rows), S(&f->a.tables), TV(&f->kv->pool_buf), S(&f->a.attn), S(&f->a.tiles),
+                      S(&f->a.attn_part), S(&f->a.k), S(&f->a.v)};
     TRY(wk_dispatch(f->vk, f->pipes, WK_PIPE_ATTENTION_PAGED, args, &pc, sizeof pc, f->plan.n_tiles, f->plan.groups_y,
                     pc.n_split, r->err, r->errlen));
     if (pc.n_split == 1) return 0;
@@ -287,6 +291,17 @@ static int op_attention_paged(rec *r, int il, uint32_t T) {
     wk_arg rargs[2] = {S(&f->a.attn_part), S(&f->a.attn)};
     return wk_dispatch(f->vk, f->pipes, WK_PIPE_ATTENTION_REDUCE, rargs, &rp, sizeof rp, T, pc.n_head, 1, r->err,
                        r->errlen);
+}
+
+/* This step's keys and values (f16) into the window rows wk_fwd_step chose, after the attention. */
+static int op_kv_store_window(rec *r, int il, uint32_t T) {
+    wk_fwd *f = r->f;
+    wk_pc_kv_store_window pc = {.head_dim = (uint32_t)f->hp->head_dim, .n_head_kv = (uint32_t)f->hp->n_head_kv,
+                                .n_tokens = T, .layer = (uint32_t)il};
+    wk_arg args[4] = {S(&f->a.k), S(&f->a.v), S(&f->a.win_dest), TV(&f->kv->pool_buf)};
+    uint32_t gx, gy;
+    grid_1d((T * 2 * pc.n_head_kv * (pc.head_dim / 2) + 63) / 64, &gx, &gy);
+    return wk_dispatch(f->vk, f->pipes, WK_PIPE_KV_STORE_WINDOW, args, &pc, sizeof pc, gx, gy, 1, r->err, r->errlen);
 }
 
 /* q' = T^-T q, k' = T k after RoPE, with this layer's matrices. */
@@ -321,6 +336,27 @@ static int op_glu(rec *r, uint32_t T) {
 }
 
 /* ---- the step ---- */
+
+/* Window rows this step writes: sinks (pos < S) at row pos; the last `recent` tokens of each
+ * sequence's chunk at ring row S + (pos - S) % R. Earlier tokens of a long chunk get none: the
+ * attention read them from the activations, and writing them would race with the later ones. */
+static void plan_window_rows(wk_fwd *f, const wk_row_info *rows, const uint32_t *win_words, int T) {
+    const uint32_t S = (uint32_t)f->kv->layout.sink, R = (uint32_t)f->kv->layout.recent;
+    const uint32_t row_words = (uint32_t)(f->kv->layout.f16_row_bytes / 4);
+    uint32_t *dest = f->a.win_dest.map;
+    for (int t = 0; t < T;) {
+        int end = t + 1; /* the chunk: consecutive rows of one sequence */
+        while (end < T && rows[end].kv_base == rows[t].kv_base && rows[end].pos == rows[end - 1].pos + 1) end++;
+        const uint32_t last = rows[end - 1].pos;
+        for (int i = t; i < end; i++) {
+            const uint32_t p = rows[i].pos;
+            dest[i] = p < S                     ? win_words[i] + p * row_words
+                      : R > 0 && p + R > last ? win_words[i] + (S + (p - S) % R) * row_words
+                                              : UINT32_MAX;
+        }
+        t = end;
+    }
+}
 
 static int record_layers(rec *r, const wk_row_info *rows, uint32_t T) {
     wk_fwd *f = r->f;
@@ -357,6 +393,10 @@ static int record_layers(rec *r, const wk_row_info *rows, uint32_t T) {
             TRY(op_kv_store_quant(r, il, T));                   /* k, v -> packed codes in blocks */
             wk_vk_barrier(vk);
             TRY(op_attention_paged(r, il, T));                  /* attn over the stored codes */
+            if (f->kv->layout.sink + f->kv->layout.recent > 0) {
+                wk_vk_barrier(vk);
+                TRY(op_kv_store_window(r, il, T));              /* k, v (f16) -> window rows */
+            }
         } else {
             TRY(op_attention(r, il, T));                        /* attn = softmax(q K^T) V */
         }
@@ -408,7 +448,7 @@ static void read_logits(wk_fwd *f, float *out, int n) {
 }
 
 int wk_fwd_step(wk_fwd *f, const int32_t *tokens, const wk_row_info *rows, int T, const uint32_t *tables,
-                int n_tables, const int *logit_rows,
+                int n_tables, const uint32_t *win_words, const int *logit_rows,
                 int n_logits, float *out, float *layer_out, char *err, size_t errlen) {
     if (T < 1 || T > f->max_tokens) {
         snprintf(err, errlen, "step of %d tokens (1..%d allowed)", T, f->max_tokens);
@@ -426,7 +466,11 @@ int wk_fwd_step(wk_fwd *f, const int32_t *tokens, const wk_row_info *rows, int T
             return snprintf(err, errlen, "paged step needs 1..%llu block-table entries, got %d",
                             (unsigned long long)wk_fwd_max_tables(f), n_tables), WK_ERR_INVALID;
         memcpy(f->a.tables.map, tables, (size_t)n_tables * sizeof *tables);
-        if (wk_attn_plan_make(rows, (uint32_t)T, (uint32_t)f->hp->n_head, (uint32_t)f->hp->n_head_kv,
+        if (f->kv->layout.sink + f->kv->layout.recent > 0) {
+            if (!win_words) return snprintf(err, errlen, "internal: f16 windows need the steps' window slots"), WK_ERR_INVALID;
+            plan_window_rows(f, rows, win_words, T);
+        }
+        if (wk_attn_plan_make(rows, f->kv->layout.sink + f->kv->layout.recent > 0 ? win_words : NULL, (uint32_t)T, (uint32_t)f->hp->n_head, (uint32_t)f->hp->n_head_kv,
                               (uint32_t)f->hp->head_dim, f->vk->subgroup_size, f->a.tiles.map, &f->plan))
             return snprintf(err, errlen, "head_dim %d is too large for the paged attention at subgroup size %u",
                             f->hp->head_dim, f->vk->subgroup_size), WK_ERR_UNSUPPORTED;

@@ -16,6 +16,7 @@ typedef struct wk_acts {
     wk_buf tables;        /* paged cache: the step's block tables, concatenated, host-visible */
     wk_buf tiles;         /* paged cache: the step's attention query tiles, host-visible */
     wk_buf attn_part;     /* paged cache: split-attention partials, WK_ATTN_PART_ROWS rows */
+    wk_buf win_dest;      /* paged cache with f16 windows: [T] window row (pool words) or ~0, host-visible */
     wk_buf h;             /* [T][n_embd] residual stream */
     wk_buf xn;            /* [T][n_embd] normed input of the next matmul; RGBA32F view */
     wk_buf q, k, v;       /* [T][heads*head_dim] */
@@ -59,13 +60,15 @@ int wk_fwd_set_transform(wk_fwd *f, const wk_kv_xform *x, char *err, size_t errl
 /* Allocates the calibration capture buffers (sized for max_tokens) and turns capture on. */
 int wk_fwd_enable_capture(wk_fwd *f, char *err, size_t errlen);
 
-/* T tokens with their positions and cache rows (rows[t].kv_base: f16 cache, the first row of the
+/* win_words (paged cache with f16 windows; else NULL): per token, its sequence's window slot as a
+ * pool word offset (wk_kv_pool_window_offset / 4).
+ * T tokens with their positions and cache rows (rows[t].kv_base: f16 cache, the first row of the
  * token's sequence; paged cache, the offset of its sequence's block table in tables[0..n_tables)).
  * Logits of the rows in logit_rows[0..n_logits)
  * go to out (n_logits x n_vocab). With debug_layers, layer_out (n_layer x T x n_embd) receives
  * the residual stream after each layer. */
 int wk_fwd_step(wk_fwd *f, const int32_t *tokens, const wk_row_info *rows, int T, const uint32_t *tables,
-                int n_tables, const int *logit_rows,
+                int n_tables, const uint32_t *win_words, const int *logit_rows,
                 int n_logits, float *out, float *layer_out, char *err, size_t errlen);
 
 #endif

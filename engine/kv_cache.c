@@ -55,8 +55,6 @@ int wk_kv_cache_create_paged(wk_vk *vk, wk_kv_cache *kv, const wk_hparams *hp, c
     kv->max_ctx = max_ctx;
     kv->n_head_kv = hp->n_head_kv;
     kv->head_dim = hp->head_dim;
-    if (fmt->sink || fmt->recent)
-        return snprintf(err, errlen, "f16 sink/recent windows are not wired into the engine yet"), WK_ERR_UNSUPPORTED;
     wk_kv_geom geom = {.n_layer = hp->n_layer, .n_head_kv = hp->n_head_kv, .head_dim = hp->head_dim, .block_tokens = 16};
     if (wk_kv_layout_get(&geom, fmt, &kv->layout) != 0)
         return snprintf(err, errlen, "KV format int%d %s group %d does not fit head_dim %d", fmt->bits,
@@ -67,10 +65,15 @@ int wk_kv_cache_create_paged(wk_vk *vk, wk_kv_cache *kv, const wk_hparams *hp, c
         return snprintf(err, errlen, "KV group %d: head_dim/group * params per group must be even", fmt->group),
                WK_ERR_UNSUPPORTED;
     const uint64_t bt = (uint64_t)kv->layout.block_tokens;
-    if (budget == 0) budget = kv->layout.bytes_per_block * (uint64_t)n_slots * (((uint64_t)max_ctx + bt - 1) / bt);
+    const bool windows = fmt->sink + fmt->recent > 0;
+    if (budget == 0)
+        budget = (kv->layout.bytes_per_block * (((uint64_t)max_ctx + bt - 1) / bt) + kv->layout.window_bytes) *
+                 (uint64_t)n_slots;
     wk_kv_pool_params pp;
     wk_kv_pool_params_from_layout(&kv->layout, budget, (uint32_t)n_slots, &pp);
-    pp.max_seqs = 0; /* no windows: sequences are bounded by the engine's slots */
+    /* With windows every sequence takes one of n_slots window slots; without, the engine's slots
+     * bound the sequences. */
+    pp.max_seqs = windows ? (uint32_t)n_slots : 0;
     int st = wk_kv_pool_create(&pp, &kv->pool);
     if (st) return snprintf(err, errlen, "KV pool of %llu bytes: %s", (unsigned long long)budget, wk_kv_pool_strerror(st)), WK_ERR_INVALID;
     int rc = wk_vk_buffer_create(vk, &kv->pool_buf, wk_kv_pool_device_bytes(kv->pool), WK_MEM_DEVICE, VK_FORMAT_R32_UINT,

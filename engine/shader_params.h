@@ -24,10 +24,14 @@ typedef struct {
     int32_t kind, bits, group;
     uint32_t block_tokens, slab_words, block_words, params_words, code_words;
     uint32_t head_rows, n_split; /* engine/attention_plan.h */
+    uint32_t sink, recent, f16_row_words; /* f16 windows */
 } wk_pc_attention_paged;
+typedef struct { uint32_t head_dim, n_head_kv, n_tokens, layer; } wk_pc_kv_store_window;
 typedef struct { uint32_t head_dim, n_head, n_tokens, n_split; } wk_pc_attention_reduce;
-/* A query tile of attention_paged: n_tok consecutive tokens of one sequence from batch row row0. */
-typedef struct { uint32_t row0, n_tok, pad0, pad1; } wk_attn_tile;
+/* A query tile of attention_paged: n_tok consecutive tokens of one sequence from batch row row0;
+ * chunk_row0 is the batch row of that sequence's first token in the step, win_word the word
+ * offset of its f16 window slot in the pool (windows only). */
+typedef struct { uint32_t row0, n_tok, win_word, chunk_row0; } wk_attn_tile;
 typedef struct {
     uint32_t head_dim, n_head_kv, n_tokens, layer;
     int32_t kind, bits, group, rank_k, rank_v;

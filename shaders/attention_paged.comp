@@ -10,6 +10,10 @@
 //     the values, so the rescale of the accumulators is paid per 16 keys, not per key.
 //   - a long context with few tiles (decode) is split over gl_WorkGroupID.z; each split writes
 //     its (max, sum, unnormalised output) per row and attention_reduce.comp combines them.
+// f16 windows (--kv-sink S, --kv-recent R): a row at position p reads key/value j in f16 when
+// j < S or j > p - R, from its sequence's window slot (engine/kv_pool.h: sinks in rows 0..S-1, a
+// ring of the last R positions after them) or, for this step's own tokens, from the K/V
+// activations rounded to f16 exactly as kv_store_window.comp stores them after this pass.
 // Lanes own contiguous 4-dim chunks of the head vector, so a lane's chunks usually sit in one
 // quantizer group (one parameter fetch per key). Decoding is kv_quant.glsl's, bit-identical to
 // the C twin. Pool layout (engine/kv_pool.h): block b holds, for every (layer, K|V, KV head), a
@@ -28,7 +32,7 @@ const uint KT = 16;     // keys per softmax tile
 // chunks and rows below have constant bounds and are unrolled, leaving ~33 counted iterations per
 // 16 keys, and the host caps the keys one workgroup walks (attention_plan.h); see LAVAPIPE.md.
 struct RowInfo { uint pos; uint table_off; };
-struct Tile { uint row0; uint n_tok; uint pad0; uint pad1; };
+struct Tile { uint row0; uint n_tok; uint win_word; uint chunk_row0; };
 layout(std430, binding = 0) readonly buffer Q { vec4 q4[]; };        // [T][n_head][D/4]
 layout(std430, binding = 1) readonly buffer Rows { RowInfo rows[]; };
 layout(std430, binding = 2) readonly buffer Tables { uint tables[]; }; // block indices
@@ -36,6 +40,8 @@ layout(binding = 3) uniform usamplerBuffer Pool;                      // R32UI w
 layout(std430, binding = 4) writeonly buffer O { vec4 o4[]; };        // [T][n_head][D/4]
 layout(std430, binding = 5) readonly buffer Tiles { Tile tiles[]; };
 layout(std430, binding = 6) writeonly buffer Part { vec4 part[]; };   // split partials (n_split > 1)
+layout(std430, binding = 7) readonly buffer KA { vec4 ka4[]; };       // this step's keys [T][n_head_kv][D/4]
+layout(std430, binding = 8) readonly buffer VA { vec4 va4[]; };       // and values (windows only)
 layout(push_constant) uniform PC {
     uint head_dim; uint n_head; uint n_head_kv; uint window; uint n_tiles; uint layer;
     int kind; int bits; int G; uint block_tokens;
@@ -45,9 +51,12 @@ layout(push_constant) uniform PC {
     uint code_words;        // codes of one token (D*bits/32)
     uint head_rows;         // query heads per tile token
     uint n_split;           // key splits (gl_NumWorkGroups.z)
+    uint sink, recent;      // f16 windows (0, 0: off)
+    uint f16_row_words;     // one window row: every layer's K and V heads, f16
 } pc;
 
 vec4 kbuf[MAXC];          // one key or value: this lane's chunks
+vec4 fbuf[MAXC];          // the same key or value in f16 (windows)
 vec4 qv[MAXR * MAXC], acc[MAXR * MAXC];
 float sc[MAXR * KT];      // scores, then probabilities, of the current key tile
 float m_r[MAXR], l_r[MAXR];
@@ -96,6 +105,29 @@ void decode_lane(uint slab, uint tt, uint ch0, uint ncl) {
     }
 }
 
+vec4 f16_round(vec4 x) { return vec4(unpackHalf2x16(packHalf2x16(x.xy)), unpackHalf2x16(packHalf2x16(x.zw))); }
+
+// This lane's chunks of key/value j (kv 0/1) of KV head kh in f16 into fbuf: from the window slot
+// for positions stored by earlier steps, from this step's activations otherwise.
+void load_f16(uint j, uint kv, uint kh, Tile tile, uint chunk_pos0, uint ch0, uint ncl) {
+    uint C = pc.head_dim / 4u;
+    if (j >= chunk_pos0) {
+        uint at = ((tile.chunk_row0 + (j - chunk_pos0)) * pc.n_head_kv + kh) * C;
+        [[unroll]] for (uint c = 0u; c < MAXC; ++c) {
+            uint ch = ch0 + c;
+            if (c < ncl && ch < C) fbuf[c] = f16_round(kv == 0u ? ka4[at + ch] : va4[at + ch]);
+        }
+        return;
+    }
+    uint row = j < pc.sink ? j : pc.sink + (j - pc.sink) % max(pc.recent, 1u);
+    uint base = tile.win_word + row * pc.f16_row_words + ((pc.layer * 2u + kv) * pc.n_head_kv + kh) * (pc.head_dim / 2u);
+    [[unroll]] for (uint c = 0u; c < MAXC; ++c) {
+        uint ch = ch0 + c;
+        if (c < ncl && ch < C)
+            fbuf[c] = vec4(unpackHalf2x16(word(base + 2u * ch)), unpackHalf2x16(word(base + 2u * ch + 1u)));
+    }
+}
+
 void main() {
     uint lane = gl_LocalInvocationID.x, nl = gl_WorkGroupSize.x;
     uint ti = gl_WorkGroupID.x, split = gl_WorkGroupID.z;
@@ -110,7 +142,7 @@ void main() {
     uint table_off = rows[tile.row0].table_off;
 
     // Rows: (token of the tile, query head); an unused row has an empty key range.
-    uint jlo = 0xffffffffu, jhi = 0u;
+    uint jlo = 0xffffffffu, jhi = 0u, pmin = 0xffffffffu;
     [[unroll]] for (uint r = 0u; r < MAXR; ++r) {
         uint t = tile.row0 + r / pc.head_rows, hh = hc * pc.head_rows + r % pc.head_rows;
         bool ok = r < R && hh < hpk;
@@ -119,7 +151,7 @@ void main() {
         first_r[r] = !ok ? 1u : (pc.window != 0u && pos + 1u > pc.window) ? pos + 1u - pc.window : 0u;
         m_r[r] = -1.0 / 0.0;
         l_r[r] = 0.0;
-        if (ok) { jlo = min(jlo, first_r[r]); jhi = max(jhi, pos); }
+        if (ok) { jlo = min(jlo, first_r[r]); jhi = max(jhi, pos); pmin = min(pmin, pos); }
         [[unroll]] for (uint c = 0u; c < MAXC; ++c) {
             uint ch = ch0 + c;
             qv[r * MAXC + c] = ok && c < ncl && ch < C ? q4[(t * pc.n_head + kh * hpk + hh) * C + ch] : vec4(0);
@@ -133,6 +165,8 @@ void main() {
         j0 = min(jlo + split * span, jhi + 1u);
         j1 = min(j0 + span, jhi + 1u);
     }
+    bool windows = pc.sink + pc.recent > 0u;
+    uint chunk_pos0 = windows ? rows[tile.chunk_row0].pos : 0u;
     uint k_slab = ((pc.layer * 2u + 0u) * pc.n_head_kv + kh) * pc.slab_words;
     uint v_slab = ((pc.layer * 2u + 1u) * pc.n_head_kv + kh) * pc.slab_words;
 
@@ -140,13 +174,20 @@ void main() {
         uint nk = min(KT, j1 - jt);
         for (uint kk = 0u; kk < nk; ++kk) {
             uint j = jt + kk;
-            uint blk = tables[table_off + j / pc.block_tokens];
-            decode_lane(blk * pc.block_words + k_slab, j % pc.block_tokens, ch0, ncl);
+            // Which rows read key j from the codes, and which in f16 (windows).
+            bool need_q = !windows || (j >= pc.sink && j + pc.recent <= jhi);
+            bool need_f = windows && (j < pc.sink || j + pc.recent > pmin);
+            if (need_q) {
+                uint blk = tables[table_off + j / pc.block_tokens];
+                decode_lane(blk * pc.block_words + k_slab, j % pc.block_tokens, ch0, ncl);
+            }
+            if (need_f) load_f16(j, 0u, kh, tile, chunk_pos0, ch0, ncl);
             [[unroll]] for (uint r = 0u; r < MAXR; ++r) {
                 if (r >= R) continue;
+                bool f = need_f && (j < pc.sink || j + pc.recent > pos_r[r]);
                 float s = 0.0;
                 [[unroll]] for (uint c = 0u; c < MAXC; ++c)
-                    if (c < ncl) s += dot(qv[r * MAXC + c], kbuf[c]);
+                    if (c < ncl) s += dot(qv[r * MAXC + c], f ? fbuf[c] : kbuf[c]);
                 s = subgroupAdd(s);
                 sc[r * KT + kk] = (j >= first_r[r] && j <= pos_r[r]) ? s : -1.0 / 0.0;
             }
@@ -177,12 +218,18 @@ void main() {
         }
         for (uint kk = 0u; kk < nk; ++kk) {
             uint j = jt + kk;
-            uint blk = tables[table_off + j / pc.block_tokens];
-            decode_lane(blk * pc.block_words + v_slab, j % pc.block_tokens, ch0, ncl);
+            bool need_q = !windows || (j >= pc.sink && j + pc.recent <= jhi);
+            bool need_f = windows && (j < pc.sink || j + pc.recent > pmin);
+            if (need_q) {
+                uint blk = tables[table_off + j / pc.block_tokens];
+                decode_lane(blk * pc.block_words + v_slab, j % pc.block_tokens, ch0, ncl);
+            }
+            if (need_f) load_f16(j, 1u, kh, tile, chunk_pos0, ch0, ncl);
             [[unroll]] for (uint r = 0u; r < MAXR; ++r) {
                 float p = r < R ? sc[r * KT + kk] : 0.0;
                 if (p == 0.0) continue;
-                [[unroll]] for (uint c = 0u; c < MAXC; ++c) acc[r * MAXC + c] += p * kbuf[c];
+                bool f = need_f && (j < pc.sink || j + pc.recent > pos_r[r]);
+                [[unroll]] for (uint c = 0u; c < MAXC; ++c) acc[r * MAXC + c] += p * (f ? fbuf[c] : kbuf[c]);
             }
         }
     }

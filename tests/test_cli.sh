@@ -94,12 +94,12 @@ if [[ -n $writer ]]; then
     if [[ -n $val && $val != "$base" && $val != "$rho_k_val" ]] && grep -q '"kv":"int2 percentile G32 rho_v0.5 wush"' <<<"$out"; then ok
     else ko "a ppl other than $base and $rho_k_val, and rho_v0.5 in kv" "${pq[@]}" --kv-rho-v 0.5; fi
 
-    # --kv-sink/--kv-recent reach the engine: it keeps the f16 windows (and --json names them), or,
-    # until the attention reads them, refuses them by name (exit 1, not a command-line mistake).
+    # --kv-sink/--kv-recent reach the engine: it keeps the f16 windows, --json names them and counts
+    # them in bits_per_element (more than the 2.5 of int2 G32 alone).
     run "${ppl[@]}" --wush "$wush" --kv-sink 4 --kv-recent 8
-    if [[ $rc -eq 0 ]] && grep -q '"kv":"int2 quest G32 wush sink4 recent8"' <<<"$out"; then ok
-    elif [[ $rc -eq 1 ]] && grep -q 'sink/recent windows' <<<"$out"; then ok
-    else ko 'rc=0 with "sink4 recent8" in kv, or rc=1 naming the sink/recent windows' "${ppl[@]}" --kv-sink 4 --kv-recent 8; fi
+    if [[ $rc -eq 0 ]] && grep -q '"kv":"int2 quest G32 wush sink4 recent8"' <<<"$out" &&
+        python3 -c 'import json,sys; j=json.loads(sys.argv[1].splitlines()[-1]); sys.exit(0 if j["bits_per_element"] > 2.5 else 1)' "$out"; then ok
+    else ko 'rc=0 with "sink4 recent8" in kv and bits_per_element > 2.5' "${ppl[@]}" --kv-sink 4 --kv-recent 8; fi
 
     echo "$pass passed, $fail failed"
     [[ $fail -eq 0 ]]

@@ -7,6 +7,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 #include "forward.h"
 #include "gguf.h"
@@ -76,7 +77,7 @@ static int step(stack *s, const int32_t *tok, int n, int slot, int pos0, float *
         lr[i] = i;
     }
     char err[WK_ERRMSG_LEN] = "";
-    int rc = wk_fwd_step(&s->fwd, tok, rows, n, NULL, 0, lr, logits ? n : 0, logits, layers, err, sizeof err);
+    int rc = wk_fwd_step(&s->fwd, tok, rows, n, NULL, 0, NULL, lr, logits ? n : 0, logits, layers, err, sizeof err);
     if (rc) fprintf(stderr, "step: %s\n", err);
     return rc;
 }
@@ -157,7 +158,7 @@ static void tiny_case(const char *arch, uint64_t seed, int window) {
         wk_row_info rows[3] = {{38, 0}, {39, 0}, {39, (uint32_t)CTX}};
         int lr[3] = {0, 1, 2};
         float *out = malloc(sizeof(float) * 3 * V);
-        CHECK(wk_fwd_step(&s.fwd, bt, rows, 3, NULL, 0, lr, 3, out, NULL, err, sizeof err) == 0);
+        CHECK(wk_fwd_step(&s.fwd, bt, rows, 3, NULL, 0, NULL, lr, 3, out, NULL, err, sizeof err) == 0);
         double e = fmax(rel_err(out, ref_logits + (size_t)38 * V, 2 * (size_t)V),
                         rel_err(out + 2 * (size_t)V, ref_logits + (size_t)39 * V, V));
         printf("  %s mixed batch: logits rel err %.2e\n", arch, e);
@@ -228,7 +229,7 @@ static void paged_case(const char *arch, uint64_t seed, int bits, wk_kvq_kind ki
         wk_row_info rows[13];
         int lr[13];
         for (int i = 0; i < n; i++) rows[i] = (wk_row_info){.pos = (uint32_t)(p + i), .kv_base = 0}, lr[i] = i;
-        rc = wk_fwd_step(&s.fwd, tok + p, rows, n, kvs->table, (int)kvs->n_blocks, lr, n, got, NULL, err, sizeof err);
+        rc = wk_fwd_step(&s.fwd, tok + p, rows, n, kvs->table, (int)kvs->n_blocks, NULL, lr, n, got, NULL, err, sizeof err);
         CHECK_EQ_INT(rc, 0);
         if (rc) fprintf(stderr, "paged step: %s\n", err);
         CHECK_EQ_INT(wk_kv_seq_advance(kvs, (uint32_t)n), 0);
@@ -257,6 +258,77 @@ static void paged_case(const char *arch, uint64_t seed, int bits, wk_kvq_kind ki
     ref_model_free(ref);
     wk_gguf_close(g);
     free(bytes);
+}
+
+/* f16 windows through the public API: an int2 cache whose sink + recent windows cover every
+ * position reads nothing from the codes, so its logits must equal the f16 cache's (same f16
+ * values, another summation order); with a small recent window they must not. Prefill in chunks
+ * of 13 (so the ring is filled across steps and read back from the slot), then decode, two
+ * sequences interleaved in one batch. */
+static void window_case(const char *arch, uint64_t seed, int sink, int recent, bool covers) {
+    enum { N = 40, CTX = 64 };
+    char path[] = "/tmp/wushkv_test_windows_XXXXXX";
+    int fd = mkstemp(path);
+    CHECK(fd >= 0);
+    if (fd < 0) return;
+    close(fd);
+    tiny_model_opts o = {.arch = arch, .seed = seed, .mixed_quants = true, .sliding_window = 16};
+    CHECK(tiny_model_write(&o, path));
+    float *got[2], *want[2];
+    for (int pass = 0; pass < 2; pass++) { /* 0: int2 + windows, 1: f16 */
+        wk_engine_params p;
+        wk_engine_params_default(&p);
+        p.model_path = path;
+        p.max_ctx = CTX;
+        p.max_batch_tokens = 32;
+        p.max_seqs = 2;
+        p.validation = true;
+        if (pass == 0) p.kv_bits = 2, p.kv_sink = sink, p.kv_recent = recent;
+        char err[WK_ERRMSG_LEN] = "";
+        wk_engine *e = NULL;
+        int rc = wk_engine_open(&p, &e, err, sizeof err);
+        CHECK_EQ_INT(rc, 0);
+        if (rc) {
+            fprintf(stderr, "window_case: %s\n", err);
+            unlink(path);
+            return;
+        }
+        const int V = wk_engine_info(e)->n_vocab;
+        float **out = pass == 0 ? got : want;
+        wk_seq *s[2];
+        int32_t tok[2][N];
+        for (int q = 0; q < 2; q++) {
+            CHECK_EQ_INT(wk_seq_create(e, &s[q]), 0);
+            out[q] = malloc(sizeof(float) * N * V);
+            for (int i = 0; i < N; i++) tok[q][i] = i == 0 ? 1 : (int32_t)((seed * 31 + (uint64_t)i * 7 + (uint64_t)q * 13) % (uint64_t)V);
+        }
+        float *buf = malloc(sizeof(float) * 2 * 13 * V);
+        for (int at = 0; at < N;) {
+            int n = at < 39 ? (N - 1 - at < 13 ? N - 1 - at : 13) : 1;
+            wk_batch_item items[2] = {{s[0], tok[0] + at, n, true}, {s[1], tok[1] + at, n, true}};
+            rc = wk_forward(e, items, 2, buf, err, sizeof err);
+            CHECK_EQ_INT(rc, 2 * n);
+            if (rc != 2 * n) fprintf(stderr, "window_case step: %s\n", err);
+            for (int q = 0; q < 2; q++) memcpy(out[q] + (size_t)at * V, buf + (size_t)q * n * V, sizeof(float) * n * V);
+            at += n;
+        }
+        free(buf);
+        for (int q = 0; q < 2; q++) wk_seq_destroy(s[q]);
+        wk_engine_close(e);
+        if (pass == 1) {
+            double worst = 0;
+            for (int q = 0; q < 2; q++)
+                for (int i = 0; i < N; i++) {
+                    double r = rel_err(got[q] + (size_t)i * V, want[q] + (size_t)i * V, (size_t)V);
+                    if (r > worst) worst = r;
+                }
+            printf("  %s int2 sink %d recent %d: logits rel err %.2e vs the f16 cache\n", arch, sink, recent, worst);
+            if (covers) CHECK(worst < 2e-3);
+            else CHECK(worst > 1e-2);
+            for (int q = 0; q < 2; q++) free(got[q]), free(want[q]);
+        }
+    }
+    unlink(path);
 }
 
 /* Real model: all-position logits of a short prompt, Vulkan vs reference. */
@@ -301,6 +373,9 @@ int main(void) {
     paged_case("gemma3", 5, 2, WK_KVQ_QUEST, 32);
     paged_case("gemma3", 6, 3, WK_KVQ_PERCENTILE, 16);
     paged_case("llama", 8, 4, WK_KVQ_ABSMAX, 32);
+    window_case("gemma3", 21, 4, 40, true);  /* sinks + ring cover all 40 positions */
+    window_case("llama", 22, 0, 40, true);
+    window_case("gemma3", 23, 2, 5, false);  /* most keys from the 2-bit codes */
     const char *model = getenv("WUSHKV_MODEL");
     if (model && *model) real_model_case(model);
     else printf("WUSHKV_MODEL not set: real-model check skipped\n");

@@ -12,6 +12,7 @@
 
 #include "attention_plan.h"
 #include "kv_quant.h"
+#include "quant.h"
 #include "shader_params.h"
 #include "test_util.h"
 #include "vk_pipelines.h"
@@ -30,8 +31,8 @@ static float gauss(void) {
 enum { BT = 16, NL = 2, LAYER = 1, NSEQ = 2, MAXROWS = 1100, MAXPOS = 1040 };
 
 /* Sequence 0 decodes its last position (len0 keys); sequence 1 runs a prefill chunk of positions
- * from1 .. len1-1 over its earlier keys. */
-typedef struct { int D, Hq, Hk, window; wk_kvq_kind kind; int bits, G; int len0, len1, from1; } cfg;
+ * from1 .. len1-1 over its earlier keys. S, R: f16 sink and recent windows. */
+typedef struct { int D, Hq, Hk, window; wk_kvq_kind kind; int bits, G; int len0, len1, from1, S, R; } cfg;
 
 static double run_case(wk_vk *vk, wk_pipelines *p, const cfg *c, uint32_t force_split) {
     char err[WK_ERRMSG_LEN] = "";
@@ -48,8 +49,11 @@ static double run_case(wk_vk *vk, wk_pipelines *p, const cfg *c, uint32_t force_
         table_off[s] = used;
         for (int b = 0; b < (lens[s] + BT - 1) / BT; b++, used++) tables[used] = order[used];
     }
-    uint8_t *pool = calloc(n_blocks, block);
     const int D = c->D, Hk = c->Hk, Hq = c->Hq;
+    /* f16 window slots after the blocks, one per sequence: rows [layer][K|V][head][D] f16. */
+    const size_t row_bytes = (size_t)2 * NL * Hk * D * 2, window_bytes = (size_t)(c->S + c->R) * row_bytes;
+    const size_t pool_bytes = n_blocks * block + NSEQ * window_bytes;
+    uint8_t *pool = calloc(1, pool_bytes);
     /* K and V of every (seq, pos, kv head) for layer LAYER, with two outlier channels per head. */
     float *K = malloc(sizeof(float) * NSEQ * MAXPOS * Hk * D), *V = malloc(sizeof(float) * NSEQ * MAXPOS * Hk * D);
     float *Kd = malloc(sizeof(float) * NSEQ * MAXPOS * Hk * D), *Vd = malloc(sizeof(float) * NSEQ * MAXPOS * Hk * D);
@@ -69,6 +73,22 @@ static double run_case(wk_vk *vk, wk_pipelines *p, const cfg *c, uint32_t force_
                 wk_kvq_decode_token(c->kind, c->bits, c->G, D, BT, pos % BT, kslab, Kd + at);
                 wk_kvq_decode_token(c->kind, c->bits, c->G, D, BT, pos % BT, vslab, Vd + at);
             }
+    /* The windows as earlier steps left them: sinks, and the ring of the R positions before each
+     * sequence's chunk (seq 0's chunk is its decode token). */
+    for (int s = 0; s < NSEQ; s++) {
+        const int chunk = s == 0 ? lens[0] - 1 : c->from1;
+        uint16_t *slot = (uint16_t *)(pool + n_blocks * block + s * window_bytes);
+        for (int j = 0; j < chunk; j++) {
+            int row = j < c->S ? j : c->R > 0 && j >= chunk - c->R ? c->S + (j - c->S) % c->R : -1;
+            if (row < 0) continue;
+            for (int kv = 0; kv < 2; kv++)
+                for (int kh = 0; kh < Hk; kh++) {
+                    const float *src = (kv ? V : K) + (((size_t)s * MAXPOS + j) * Hk + kh) * D;
+                    uint16_t *dst = slot + (size_t)row * (row_bytes / 2) + (((size_t)LAYER * 2 + kv) * Hk + kh) * D;
+                    for (int i = 0; i < D; i++) dst[i] = wk_f32_to_f16(src[i]);
+                }
+        }
+    }
     /* Rows: seq 0 decoding its last position; seq 1 every position (a prefill chunk). */
     static wk_row_info rows[MAXROWS];
     int row_seq[MAXROWS], T = 0;
@@ -79,18 +99,27 @@ static double run_case(wk_vk *vk, wk_pipelines *p, const cfg *c, uint32_t force_
         row_seq[T++] = 1;
     }
     static wk_attn_tile tiles[MAXROWS];
+    static uint32_t win_words[MAXROWS];
+    static float Ka[MAXROWS * 256 * 2], Va[MAXROWS * 256 * 2]; /* the step's own K and V: [T][Hk][D] */
+    for (int t = 0; t < T; t++) {
+        win_words[t] = (uint32_t)((n_blocks * block + row_seq[t] * window_bytes) / 4);
+        memcpy(Ka + (size_t)t * Hk * D, K + ((size_t)row_seq[t] * MAXPOS + rows[t].pos) * Hk * D, sizeof(float) * Hk * D);
+        memcpy(Va + (size_t)t * Hk * D, V + ((size_t)row_seq[t] * MAXPOS + rows[t].pos) * Hk * D, sizeof(float) * Hk * D);
+    }
     wk_attn_plan plan;
-    CHECK_EQ_INT(wk_attn_plan_make(rows, (uint32_t)T, (uint32_t)Hq, (uint32_t)Hk, (uint32_t)D, vk->subgroup_size, tiles,
+    CHECK_EQ_INT(wk_attn_plan_make(rows, c->S + c->R ? win_words : NULL, (uint32_t)T, (uint32_t)Hq, (uint32_t)Hk, (uint32_t)D, vk->subgroup_size, tiles,
                                    &plan), 0);
     const uint32_t n_split = force_split ? force_split : wk_attn_plan_splits(&plan, rows, (uint32_t)T, (uint32_t)Hq, (uint32_t)c->window, (uint64_t)T * Hq * 4);
     float *Qv = malloc(sizeof(float) * T * Hq * D);
     for (int i = 0; i < T * Hq * D; i++) Qv[i] = gauss() * (c->window == 20 ? 1.0f : 0.1f);
 
-    wk_buf bq, brows, btab, bpool, bout, btiles, bpart;
+    wk_buf bq, brows, btab, bpool, bout, btiles, bpart, bka, bva;
     int rc = wk_vk_buffer_create(vk, &bq, sizeof(float) * T * Hq * D, WK_MEM_HOST, VK_FORMAT_UNDEFINED, err, sizeof err);
     rc = rc ? rc : wk_vk_buffer_create(vk, &brows, sizeof rows, WK_MEM_HOST, VK_FORMAT_UNDEFINED, err, sizeof err);
     rc = rc ? rc : wk_vk_buffer_create(vk, &btab, sizeof tables, WK_MEM_HOST, VK_FORMAT_UNDEFINED, err, sizeof err);
-    rc = rc ? rc : wk_vk_buffer_create(vk, &bpool, n_blocks * block, WK_MEM_HOST, VK_FORMAT_R32_UINT, err, sizeof err);
+    rc = rc ? rc : wk_vk_buffer_create(vk, &bpool, pool_bytes, WK_MEM_HOST, VK_FORMAT_R32_UINT, err, sizeof err);
+    rc = rc ? rc : wk_vk_buffer_create(vk, &bka, sizeof(float) * T * Hk * D, WK_MEM_HOST, VK_FORMAT_UNDEFINED, err, sizeof err);
+    rc = rc ? rc : wk_vk_buffer_create(vk, &bva, sizeof(float) * T * Hk * D, WK_MEM_HOST, VK_FORMAT_UNDEFINED, err, sizeof err);
     rc = rc ? rc : wk_vk_buffer_create(vk, &bout, sizeof(float) * T * Hq * D, WK_MEM_HOST, VK_FORMAT_UNDEFINED, err, sizeof err);
     rc = rc ? rc : wk_vk_buffer_create(vk, &btiles, sizeof tiles, WK_MEM_HOST, VK_FORMAT_UNDEFINED, err, sizeof err);
     rc = rc ? rc : wk_vk_buffer_create(vk, &bpart, (size_t)16 * T * Hq * (n_split > 4 ? n_split : 4) * (D / 4 + 1), WK_MEM_DEVICE,
@@ -101,16 +130,20 @@ static double run_case(wk_vk *vk, wk_pipelines *p, const cfg *c, uint32_t force_
         memcpy(bq.map, Qv, sizeof(float) * T * Hq * D);
         memcpy(brows.map, rows, sizeof rows);
         memcpy(btab.map, tables, sizeof tables);
-        memcpy(bpool.map, pool, n_blocks * block);
+        memcpy(bpool.map, pool, pool_bytes);
         memcpy(btiles.map, tiles, sizeof tiles);
-        wk_arg args[7] = {wk_arg_buf(bq.buf), wk_arg_buf(brows.buf), wk_arg_buf(btab.buf), wk_arg_view(bpool.view),
-                          wk_arg_buf(bout.buf), wk_arg_buf(btiles.buf), wk_arg_buf(bpart.buf)};
+        memcpy(bka.map, Ka, sizeof(float) * T * Hk * D);
+        memcpy(bva.map, Va, sizeof(float) * T * Hk * D);
+        wk_arg args[9] = {wk_arg_buf(bq.buf), wk_arg_buf(brows.buf), wk_arg_buf(btab.buf), wk_arg_view(bpool.view),
+                          wk_arg_buf(bout.buf), wk_arg_buf(btiles.buf), wk_arg_buf(bpart.buf), wk_arg_buf(bka.buf),
+                          wk_arg_buf(bva.buf)};
         wk_pc_attention_paged pc = {
             .head_dim = (uint32_t)D, .n_head = (uint32_t)Hq, .n_head_kv = (uint32_t)Hk, .window = (uint32_t)c->window,
             .n_tokens = plan.n_tiles, .layer = LAYER, .kind = c->kind, .bits = c->bits, .group = c->G,
             .block_tokens = BT, .slab_words = (uint32_t)(slab / 4), .block_words = (uint32_t)(block / 4),
             .params_words = (uint32_t)(lay.params_offset / 4), .code_words = (uint32_t)(lay.code_bytes_per_token / 4),
-            .head_rows = plan.head_rows, .n_split = n_split};
+            .head_rows = plan.head_rows, .n_split = n_split, .sink = (uint32_t)c->S, .recent = (uint32_t)c->R,
+            .f16_row_words = (uint32_t)(row_bytes / 4)};
         wk_pc_attention_reduce rp = {.head_dim = (uint32_t)D, .n_head = (uint32_t)Hq, .n_tokens = (uint32_t)T, .n_split = n_split};
         wk_arg rargs[2] = {wk_arg_buf(bpart.buf), wk_arg_buf(bout.buf)};
         rc = wk_vk_begin(vk, err, sizeof err);
@@ -133,17 +166,20 @@ static double run_case(wk_vk *vk, wk_pipelines *p, const cfg *c, uint32_t force_
                 static double sc[MAXPOS];
                 double mx = -INFINITY, sum = 0;
                 const float *q = Qv + ((size_t)r * Hq + h) * D;
+                /* Key/value j in f16 for the windows (j < S or j > pos - R), else as decoded. */
+#define KV_AT(src, dec, j, i)                                                                              \
+    ((j) < c->S || (j) + c->R > pos ? wk_f16_to_f32(wk_f32_to_f16((src)[(((size_t)s * MAXPOS + (j)) * Hk + kh) * D + (i)])) \
+                                    : (dec)[(((size_t)s * MAXPOS + (j)) * Hk + kh) * D + (i)])
                 for (int j = first; j <= pos; j++) {
-                    const float *k = Kd + (((size_t)s * MAXPOS + j) * Hk + kh) * D;
                     double d = 0;
-                    for (int i = 0; i < D; i++) d += (double)q[i] * k[i];
+                    for (int i = 0; i < D; i++) d += (double)q[i] * KV_AT(K, Kd, j, i);
                     sc[j] = d;
                     if (d > mx) mx = d;
                 }
                 for (int j = first; j <= pos; j++) sum += sc[j] = exp(sc[j] - mx);
                 for (int i = 0; i < D; i++) {
                     double o = 0;
-                    for (int j = first; j <= pos; j++) o += sc[j] / sum * Vd[(((size_t)s * MAXPOS + j) * Hk + kh) * D + i];
+                    for (int j = first; j <= pos; j++) o += sc[j] / sum * KV_AT(V, Vd, j, i);
                     double e = fabs(o - out[((size_t)r * Hq + h) * D + i]);
                     if (e > num || isnan(e)) num = isnan(e) ? INFINITY : e;
                     if (fabs(o) > den) den = fabs(o);
@@ -151,8 +187,9 @@ static double run_case(wk_vk *vk, wk_pipelines *p, const cfg *c, uint32_t force_
             }
         worst = num / den;
     }
-    wk_buf *all[] = {&bq, &brows, &btab, &bpool, &bout, &btiles, &bpart};
-    for (int i = 0; i < 7; i++) wk_vk_buffer_destroy(vk, all[i]);
+#undef KV_AT
+    wk_buf *all[] = {&bq, &brows, &btab, &bpool, &bout, &btiles, &bpart, &bka, &bva};
+    for (int i = 0; i < 9; i++) wk_vk_buffer_destroy(vk, all[i]);
     free(pool), free(K), free(V), free(Kd), free(Vd), free(Qv);
     return worst;
 }
@@ -184,9 +221,18 @@ int main(void) {
                           .len0 = 20, .len1 = 1024, .from1 = 896};
                 cfg c6 = c5;
                 c6.window = 0;
-                const cfg *cs[6] = {&c1, &c2, &c3, &c4, &c5, &c6};
-                for (int i = 0; i < (k == 0 && gi == 0 && bits == 2 ? 6 : 4); i++)
-                    for (uint32_t split = 0; split <= (i < 4 ? 3u : 0u); split += 3) {
+                /* f16 sink and recent windows: prefill chunks that start after the ring, GQA 4:1 and
+                 * 2:1, with a sliding window; the decode row reads its ring too. */
+                cfg c7 = {.D = 256, .Hq = 4, .Hk = 1, .window = 0, .kind = kinds[k], .bits = bits, .G = 32, .from1 = 10,
+                          .S = 4, .R = 8};
+                cfg c8 = {.D = 64, .Hq = 4, .Hk = 2, .window = 7, .kind = kinds[k], .bits = bits, .G = 16, .from1 = 5,
+                          .S = 2, .R = 3};
+                cfg c9 = {.D = 64, .Hq = 4, .Hk = 2, .window = 0, .kind = kinds[k], .bits = bits, .G = 16, .from1 = 12,
+                          .S = 0, .R = 5};
+                const cfg *cs[9] = {&c1, &c2, &c3, &c4, &c7, &c8, &c9, &c5, &c6};
+                int n_cfg = gi ? 4 : k == 0 && bits == 2 ? 9 : 7;
+                for (int i = 0; i < n_cfg; i++)
+                    for (uint32_t split = 0; split <= (i < 7 ? 3u : 0u); split += 3) {
                         double e = run_case(&vk, &p, cs[i], split);
                         cases++;
                         if (e > worst) worst = e;
@@ -203,12 +249,12 @@ int main(void) {
         static wk_attn_tile tt[TT];
         for (int t = 0; t < TT; t++) rr[t] = (wk_row_info){.pos = (uint32_t)(40000 + t), .kv_base = 0};
         wk_attn_plan pl;
-        CHECK_EQ_INT(wk_attn_plan_make(rr, TT, 4, 1, 256, vk.subgroup_size, tt, &pl), 0);
+        CHECK_EQ_INT(wk_attn_plan_make(rr, NULL, TT, 4, 1, 256, vk.subgroup_size, tt, &pl), 0);
         uint32_t n = wk_attn_plan_splits(&pl, rr, TT, 4, 0, wk_attn_part_rows(TT, 4, 40256 + 16));
         CHECK(n >= (40256 + WK_ATTN_MAX_KEYS - 1) / WK_ATTN_MAX_KEYS);
         CHECK_EQ_INT(wk_attn_plan_splits(&pl, rr, TT, 4, 512, wk_attn_part_rows(TT, 4, 40256 + 16)), 1);
         rr[0].pos = 1000; /* decode-sized step: one row, split for parallelism */
-        CHECK_EQ_INT(wk_attn_plan_make(rr, 1, 4, 1, 256, vk.subgroup_size, tt, &pl), 0);
+        CHECK_EQ_INT(wk_attn_plan_make(rr, NULL, 1, 4, 1, 256, vk.subgroup_size, tt, &pl), 0);
         CHECK(wk_attn_plan_splits(&pl, rr, 1, 4, 0, WK_ATTN_PART_ROWS) > 1);
     }
     printf("paged attention: %d configurations, worst max-abs error relative to output scale %.3g\n", cases, worst);
