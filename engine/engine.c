@@ -184,6 +184,7 @@ int wk_engine_open(const wk_engine_params *p, wk_engine **out, char *err, size_t
         const uint32_t *w = paged && e->kv.layout.window_bytes ? win : NULL;
         if (!rc) rc = wk_fwd_step(&e->fwd, toks, rows, n, &block0, 1, w, rows_all, n, scratch, NULL, err, errlen);
         if (!rc) rc = wk_fwd_step(&e->fwd, toks, rows, 1, &block0, 1, w, rows_all, 1, scratch, NULL, err, errlen);
+        if (!rc) rc = wk_fwd_warm_reduce(&e->fwd, err, errlen);
         free(scratch);
         if (rc) {
             wk_engine_close(e);
@@ -212,6 +213,12 @@ int wk_engine_open(const wk_engine_params *p, wk_engine **out, char *err, size_t
                                   : e->kv.bytes_per_token;
     i->kv_bits_per_element = paged ? wk_kv_layout_bits_per_element(&e->kv.layout, (uint64_t)max_ctx) : 16.0;
     i->kv_pool_bytes = e->kv.bytes;
+    if (paged) {
+        i->kv_block_tokens = e->kv.layout.block_tokens;
+        i->kv_block_bytes = e->kv.layout.bytes_per_block;
+        i->kv_window_bytes = e->kv.layout.window_bytes;
+        i->kv_pool_blocks = wk_kv_pool_n_blocks(e->kv.pool);
+    }
     if (p->verbose)
         fprintf(stderr, "wushkv: model %s (%s, %d layers, vocab %d), %.1f MiB weights, KV %.1f KiB/token, ctx %d\n",
                 i->name, i->arch, i->n_layer, i->n_vocab, i->weight_bytes / 1048576.0, i->kv_bytes_per_token / 1024.0,

@@ -335,6 +335,22 @@ static int op_glu(rec *r, uint32_t T) {
     return wk_dispatch(f->vk, f->pipes, WK_PIPE_GLU, args, &pc, sizeof pc, gx, gy, 1, r->err, r->errlen);
 }
 
+/* attention_reduce only runs for split steps (decode over many keys), which a warm-up of a few
+ * tokens never makes: one dispatch over scratch partials compiles it (lavapipe compiles on first
+ * use). Overwrites a.attn row 0, which the next step rewrites. */
+int wk_fwd_warm_reduce(wk_fwd *f, char *err, size_t errlen) {
+    if (f->kv->format != WK_KV_PAGED) return 0;
+    rec r = {f, err, errlen};
+    TRY(wk_vk_begin(f->vk, err, errlen));
+    wk_pc_attention_reduce rp = {.head_dim = (uint32_t)f->hp->head_dim, .n_head = 1, .n_tokens = 1, .n_split = 2};
+    wk_arg rargs[2] = {S(&f->a.attn_part), S(&f->a.attn)};
+    vkCmdFillBuffer(f->vk->cmd, f->a.attn_part.buf, 0, VK_WHOLE_SIZE, 0);
+    wk_vk_barrier(f->vk);
+    int rc = wk_dispatch(f->vk, f->pipes, WK_PIPE_ATTENTION_REDUCE, rargs, &rp, sizeof rp, 1, 1, 1, r.err, r.errlen);
+    int rc2 = wk_vk_submit_wait(f->vk, err, errlen);
+    return rc ? rc : rc2;
+}
+
 /* ---- the step ---- */
 
 /* Window rows this step writes: sinks (pos < S) at row pos; the last `recent` tokens of each

@@ -57,6 +57,8 @@ int wk_fwd_init(wk_fwd *f, wk_vk *vk, wk_pipelines *pipes, const wk_hparams *hp,
 void wk_fwd_free(wk_fwd *f);
 /* Applies the key transform after RoPE from now on (x must outlive f); NONE/NULL: off. */
 int wk_fwd_set_transform(wk_fwd *f, const wk_kv_xform *x, char *err, size_t errlen);
+/* Compiles attention_reduce (lavapipe compiles at first dispatch) by one dispatch on scratch data. */
+int wk_fwd_warm_reduce(wk_fwd *f, char *err, size_t errlen);
 /* Allocates the calibration capture buffers (sized for max_tokens) and turns capture on. */
 int wk_fwd_enable_capture(wk_fwd *f, char *err, size_t errlen);
 

@@ -74,6 +74,11 @@ int wk_kv_cache_create_paged(wk_vk *vk, wk_kv_cache *kv, const wk_hparams *hp, c
     /* With windows every sequence takes one of n_slots window slots; without, the engine's slots
      * bound the sequences. */
     pp.max_seqs = windows ? (uint32_t)n_slots : 0;
+    if (windows && budget < pp.max_seqs * kv->layout.window_bytes + kv->layout.bytes_per_block)
+        return snprintf(err, errlen, "KV pool of %llu bytes cannot hold %u f16 window slots of %llu bytes (one per "
+                        "sequence) and a block: raise --kv-mem or lower --kv-sink/--kv-recent",
+                        (unsigned long long)budget, pp.max_seqs, (unsigned long long)kv->layout.window_bytes),
+               WK_ERR_INVALID;
     int st = wk_kv_pool_create(&pp, &kv->pool);
     if (st) return snprintf(err, errlen, "KV pool of %llu bytes: %s", (unsigned long long)budget, wk_kv_pool_strerror(st)), WK_ERR_INVALID;
     int rc = wk_vk_buffer_create(vk, &kv->pool_buf, wk_kv_pool_device_bytes(kv->pool), WK_MEM_DEVICE, VK_FORMAT_R32_UINT,

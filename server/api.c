@@ -387,7 +387,7 @@ static void on_ready(api_server *a) {
     else
         snprintf(kv, sizeof kv, "KV %s (%.4g bits/element, %.1f MiB pool = %llu blocks of 16 tokens)", fmt,
                  ms->kv_bits_per_element, mib,
-                 (unsigned long long)(ms->kv_bytes_per_token ? ms->kv_pool_bytes / (16 * ms->kv_bytes_per_token) : 0));
+                 (unsigned long long)ms->kv_pool_blocks);
     fprintf(stderr, "wushkv: ready: model '%s' (%s, %s) on %s, context %d, chat format %s%s, %d sequences, %s, http://%s:%d\n",
             a->model_id, ms->name, ms->arch, ms->device, ms->max_ctx, chat_format_name(a->model.chat),
             ms->chat_template ? "" : " (no template in the model: its architecture's default)", a->cfg.max_batch,

@@ -233,9 +233,12 @@ static int kv_blocks(const scheduler *s, int tokens) {
 
 static bool kv_paged(const scheduler *s) { return s->cfg.engine.kv_bits != 0 && s->cfg.engine.kv_bits != 16; }
 
-/* Bytes of one block of the paged pool (kv_bytes_per_token is the block's bytes / 16). */
-static uint64_t kv_block_bytes(const scheduler *s) {
-    return (uint64_t)s->cfg.kv_block_tokens * s->info->kv_bytes_per_token;
+/* Bytes of one block of the paged pool. */
+static uint64_t kv_block_bytes(const scheduler *s) { return s->info->kv_block_bytes; }
+
+/* Bytes a sequence of `tokens` holds in the paged pool: whole blocks, plus its f16 window slot. */
+static uint64_t kv_seq_need(const scheduler *s, int tokens) {
+    return (uint64_t)kv_blocks(s, tokens) * kv_block_bytes(s) + s->info->kv_window_bytes;
 }
 
 /* What an f16 cache holds per token: K and V, 2 bytes each, every layer and KV head. */
@@ -265,9 +268,10 @@ static void publish_pool(scheduler *s) {
     p.kv_used_bytes = kv_used(s);
     p.kv_capacity_bytes = s->info->kv_pool_bytes;
     if (kv_paged(s)) {
-        uint64_t bb = kv_block_bytes(s);
-        p.kv_used_blocks = (int)(p.kv_used_bytes / bb);
-        p.kv_capacity_blocks = (int)(p.kv_capacity_bytes / bb);
+        /* Every running sequence holds a window slot when windows are on; the rest is blocks. */
+        uint64_t windows = (uint64_t)s->n_running * s->info->kv_window_bytes;
+        p.kv_used_blocks = (int)((p.kv_used_bytes > windows ? p.kv_used_bytes - windows : 0) / kv_block_bytes(s));
+        p.kv_capacity_blocks = (int)s->info->kv_pool_blocks;
     } else {
         for (req *r = s->running; r; r = r->next) p.kv_used_blocks += kv_blocks(s, wk_seq_len(r->seq));
         p.kv_capacity_blocks = s->cfg.max_seqs * kv_blocks(s, s->info->max_ctx);
@@ -406,14 +410,13 @@ static void job_generate(scheduler *s, sched_job *j) {
     /* The paged pool is shared: a prompt that needs more blocks than the whole pool could never be
      * admitted, whatever else runs. (One that fits is admitted once enough blocks are free.) */
     if (kv_paged(s)) {
-        uint64_t need = (uint64_t)kv_blocks(s, r->n_prompt) * kv_block_bytes(s);
+        uint64_t need = kv_seq_need(s, r->n_prompt);
         if (need > info->kv_pool_bytes) {
-            uint64_t bb = kv_block_bytes(s);
             post_error(s, r->id, 400, "prompt", "kv_cache_exceeded",
                        "The prompt of %d tokens needs %d KV cache blocks (%llu bytes) but the server's whole KV "
                        "pool holds %llu blocks (%llu bytes, --kv-mem). Please shorten the prompt.",
                        r->n_prompt, kv_blocks(s, r->n_prompt), (unsigned long long)need,
-                       (unsigned long long)(info->kv_pool_bytes / bb), (unsigned long long)info->kv_pool_bytes);
+                       (unsigned long long)info->kv_pool_blocks, (unsigned long long)info->kv_pool_bytes);
             req_free(r);
             return;
         }
@@ -575,7 +578,7 @@ static void take_token(scheduler *s, req *r, const float *row) {
 static uint64_t kv_claim(const scheduler *s, const req *r) {
     uint64_t held = wk_seq_kv_bytes(r->seq);
     if (r->state != R_PREFILL) return held;
-    uint64_t fill = (uint64_t)kv_blocks(s, r->n_fill) * kv_block_bytes(s);
+    uint64_t fill = kv_seq_need(s, r->n_fill);
     return fill > held ? fill : held;
 }
 
@@ -589,7 +592,7 @@ static void admit(scheduler *s) {
         if (kv_paged(s) && s->running) {
             uint64_t claimed = 0;
             for (req *q = s->running; q; q = q->next) claimed += kv_claim(s, q);
-            uint64_t need = (uint64_t)kv_blocks(s, r->n_fill) * kv_block_bytes(s);
+            uint64_t need = kv_seq_need(s, r->n_fill);
             if (claimed + need > s->info->kv_pool_bytes) break;
         }
         if (!r->seq) { /* a preempted request keeps its (reset) sequence */
@@ -792,6 +795,7 @@ static void *engine_main(void *arg) {
     m->n_vocab = s->info->n_vocab;
     m->kv_bytes_per_token = s->info->kv_bytes_per_token;
     m->kv_pool_bytes = s->info->kv_pool_bytes;
+    m->kv_pool_blocks = s->info->kv_pool_blocks;
     m->kv_bits_per_element = s->info->kv_bits_per_element;
     const char *tmpl = wk_engine_chat_template(s->e);
     m->chat_template = tmpl ? strdup(tmpl) : NULL;

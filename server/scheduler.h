@@ -102,6 +102,7 @@ typedef struct model_summary {
     int max_ctx, n_vocab;
     uint64_t kv_bytes_per_token; /* as stored (a 16-token block of the paged pool is 16 of these) */
     uint64_t kv_pool_bytes;      /* the whole KV cache */
+    uint64_t kv_pool_blocks;     /* the paged pool's blocks (0 for f16) */
     double kv_bits_per_element;
     char *chat_template; /* owned copy, or NULL */
 } model_summary;

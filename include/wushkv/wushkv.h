@@ -83,6 +83,11 @@ typedef struct wk_model_info {
     uint64_t kv_bytes_per_token;  /* all layers, keys and values, as stored */
     double kv_bits_per_element;   /* codes + scales + zeros per stored K/V element (16 for f16) */
     uint64_t kv_pool_bytes;       /* device bytes of the whole KV cache */
+    /* The paged pool (kv_bits 2/3/4; zero for f16): a sequence holds whole blocks of
+     * kv_block_tokens tokens (kv_block_bytes each) plus, with f16 windows, one window slot of
+     * kv_window_bytes; the pool has kv_pool_blocks blocks and a slot for each of max_seqs. */
+    int kv_block_tokens;
+    uint64_t kv_block_bytes, kv_window_bytes, kv_pool_blocks;
 } wk_model_info;
 
 void wk_engine_params_default(wk_engine_params *p);

@@ -150,3 +150,30 @@ def test_help_lists_kv_flags():
     for flag in ("--kv ", "--kv-quant", "--kv-group", "--kv-mem", "--kv-transform", "--wush", "--kv-sink",
                  "--kv-recent", "--kv-rho-k", "--kv-rho-v"):
         assert flag in p.stdout
+
+
+# f16 windows under serve: --kv-recent covering the whole context reads nothing from the 2-bit codes,
+# so greedy output equals the f16 server's; the window slot is counted in usage and freed with the
+# sequence (the block gauges stay whole blocks).
+def test_windows_cover_context_equal_f16(server):
+    prompt = PROMPTS[0]
+    ref = complete(server, prompt)["choices"][0]["text"]
+    s = Server("--kv", "int2", "--kv-sink", "4", "--kv-recent", "256", "--ctx", "256", "--max-batch", "1",
+               "--kv-mem", "8MiB")
+    try:
+        assert "sink4 recent256" in s.log()
+        r = complete(s, prompt)
+        assert r["choices"][0]["text"] == ref
+        kv = r["usage"]["kv_cache"]
+        tokens = r["usage"]["prompt_tokens"] + r["usage"]["completion_tokens"] - 1
+        assert kv["blocks"] == (tokens + 15) // 16
+        block = 18 * 2 * 256 * 2.5 / 8 * 16          # int2 G32: 2.5 bits per element
+        window = 260 * 18 * 2 * 256 * 2               # 4 + 256 f16 rows
+        assert kv["bytes"] == kv["blocks"] * block + window
+        assert kv["bits_per_element"] > 2.5
+        wait_kv_free(s)
+        assert metric(s, "kv_cache_used_blocks") == 0
+        assert metric(s, "kv_cache_total_blocks") == (8 * 1024 * 1024 - window) // block  # one slot
+    finally:
+        rc = s.stop()
+    assert rc == 0, f"server exit status {rc} after SIGTERM:\n{s.log()}"
