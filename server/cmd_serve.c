@@ -26,7 +26,7 @@ static void serve_usage(FILE *f) {
             "  --ctx N                 context per sequence in tokens, prompt + output (default: the\n"
             "                          engine's, min(model's trained context, 4096))\n"
             "  --max-batch N           sequences generated together (default 8)\n"
-            "  --max-queue N           requests waiting beyond those; more get 429 (default 64)\n"
+            "  --max-queue N           sequences (choices) queued beyond those; more: 429 (default 64)\n"
             "  --batch-tokens N        tokens per forward step: decode tokens + a prefill chunk\n"
             "                          (default 512)\n"
             "  --served-model-name S   the model id clients send and /v1/models lists (default: the\n"

@@ -1,4 +1,4 @@
-/* KV-cache format flags: one parser for serve, generate and perplexity, so the names, values,
+/* KV-cache format flags: one parser for serve, generate, perplexity and bench, so the names, values,
  * defaults and errors are the same everywhere (see kv_flags.h). */
 #include "kv_flags.h"
 

@@ -1,4 +1,4 @@
-/* The KV-cache flags every model-running command shares (serve, generate, perplexity): --kv,
+/* The KV-cache flags every model-running command shares (serve, generate, perplexity, bench): --kv,
  * --kv-quant, --kv-group, --kv-mem, --kv-transform, --wush, --kv-sink, --kv-recent, --kv-rho-k,
  * --kv-rho-v. One parser, one set of defaults and messages, one help text. */
 #ifndef WUSHKV_KV_FLAGS_H
