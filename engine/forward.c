@@ -123,7 +123,10 @@ int wk_fwd_set_transform(wk_fwd *f, const wk_kv_xform *x, char *err, size_t errl
     f->xform = NULL;
     if (!x || x->kind == WK_XFORM_NONE) return 0;
     const size_t bytes = wk_kv_xform_layer_bytes(x) * (size_t)x->n_layer;
-    int rc = make(f, &f->xform_buf, bytes, WK_MEM_DEVICE, VK_FORMAT_UNDEFINED, err, errlen);
+    if (x->block % 4 || x->block / 4 > 64)
+        return snprintf(err, errlen, "KV transform block %d: the shader takes multiples of 4 up to 256", x->block),
+               WK_ERR_UNSUPPORTED;
+    int rc = make(f, &f->xform_buf, bytes, WK_MEM_DEVICE, VK_FORMAT_R32G32B32A32_SFLOAT, err, errlen);
     if (!rc) rc = wk_vk_upload(f->vk, &f->xform_buf, 0, x->kq, bytes, err, errlen);
     if (!rc) f->xform = x;
     return rc;
@@ -308,10 +311,10 @@ static int op_kv_store_window(rec *r, int il, uint32_t T) {
 static int op_kv_transform(rec *r, int il, uint32_t T) {
     wk_fwd *f = r->f;
     const wk_hparams *hp = f->hp;
-    const VkDeviceSize lb = wk_kv_xform_layer_bytes(f->xform);
-    wk_arg args[3] = {S(&f->a.q), S(&f->a.k), wk_arg_range(f->xform_buf.buf, (VkDeviceSize)il * lb, lb)};
+    wk_arg args[3] = {S(&f->a.q), S(&f->a.k), TV(&f->xform_buf)};
     wk_pc_kv_transform pc = {.head_dim = (uint32_t)hp->head_dim, .n_head = (uint32_t)hp->n_head,
-                             .n_head_kv = (uint32_t)hp->n_head_kv, .n_tokens = T, .block = (uint32_t)f->xform->block};
+                             .n_head_kv = (uint32_t)hp->n_head_kv, .n_tokens = T, .block = (uint32_t)f->xform->block,
+                             .mat_base = (uint32_t)(wk_kv_xform_layer_bytes(f->xform) * (size_t)il / 16)};
     return wk_dispatch(f->vk, f->pipes, WK_PIPE_KV_TRANSFORM, args, &pc, sizeof pc, T,
                        (uint32_t)(hp->n_head + hp->n_head_kv), 1, r->err, r->errlen);
 }

@@ -37,7 +37,7 @@ typedef struct {
     int32_t kind, bits, group, rank_k, rank_v;
     uint32_t block_tokens, slab_words, block_words, params_words, code_words;
 } wk_pc_kv_store_quant;
-typedef struct { uint32_t head_dim, n_head, n_head_kv, n_tokens, block; } wk_pc_kv_transform;
+typedef struct { uint32_t head_dim, n_head, n_head_kv, n_tokens, block, mat_base; } wk_pc_kv_transform;
 typedef struct { uint32_t row_elems, n_tokens; } wk_pc_kv_store_f16;
 
 _Static_assert(sizeof(wk_pc_qk_norm_rope) <= 128, "push constants must fit 128 bytes");
