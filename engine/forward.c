@@ -81,12 +81,12 @@ int wk_fwd_init(wk_fwd *f, wk_vk *vk, wk_pipelines *pipes, const wk_hparams *hp,
     if (!rc) rc = make(f, &a->tokens, T * 4, WK_MEM_HOST, NONE, err, errlen);
     if (!rc) rc = make(f, &a->rows, T * sizeof(wk_row_info), WK_MEM_HOST, NONE, err, errlen);
     if (!rc) rc = make(f, &a->tables, wk_fwd_max_tables(f) * 4, WK_MEM_HOST, NONE, err, errlen);
-    if (!rc && kv->format == WK_KV_PAGED && ((uint32_t)hp->head_dim / 4 + vk->subgroup_size - 1) / vk->subgroup_size > WK_ATTN_MAXC)
-        rc = WK_ERR_UNSUPPORTED, snprintf(err, errlen, "head_dim %d is too large for the paged attention at subgroup size %u",
+    if (!rc && ((uint32_t)hp->head_dim / 4 + vk->subgroup_size - 1) / vk->subgroup_size > WK_ATTN_MAXC)
+        rc = WK_ERR_UNSUPPORTED, snprintf(err, errlen, "head_dim %d is too large for the attention at subgroup size %u",
                                           hp->head_dim, vk->subgroup_size);
-    if (!rc && kv->format == WK_KV_PAGED) {
+    if (!rc) {
         rc = make(f, &a->tiles, T * sizeof(wk_attn_tile), WK_MEM_HOST, NONE, err, errlen);
-        if (!rc) rc = make(f, &a->win_dest, T * 4, WK_MEM_HOST, NONE, err, errlen);
+        if (!rc && kv->format == WK_KV_PAGED) rc = make(f, &a->win_dest, T * 4, WK_MEM_HOST, NONE, err, errlen);
         f->attn_part_rows = wk_attn_part_rows((uint32_t)max_tokens, (uint32_t)hp->n_head, (uint32_t)max_ctx);
         if (!rc) rc = make(f, &a->attn_part, f->attn_part_rows * (hp->head_dim / 4 + 1) * 16, WK_MEM_DEVICE, NONE, err, errlen);
     }
@@ -235,15 +235,31 @@ static int op_qk_norm_rope(rec *r, int il, uint32_t T) {
                        (uint32_t)(hp->n_head + hp->n_head_kv), 1, r->err, r->errlen);
 }
 
+/* Splits the keys when the plan asks for it, then merges the partials into a.attn. */
+static int reduce_if_split(rec *r, const wk_pc_attention_paged *pc, uint32_t T) {
+    wk_fwd *f = r->f;
+    if (pc->n_split == 1) return 0;
+    wk_vk_barrier(f->vk);
+    wk_pc_attention_reduce rp = {.head_dim = pc->head_dim, .n_head = pc->n_head, .n_tokens = T, .n_split = pc->n_split};
+    wk_arg rargs[2] = {S(&f->a.attn_part), S(&f->a.attn)};
+    return wk_dispatch(f->vk, f->pipes, WK_PIPE_ATTENTION_REDUCE, rargs, &rp, sizeof rp, T, pc->n_head, 1, r->err,
+                       r->errlen);
+}
+
+/* The f16 cache: the same tiled kernel (attention_paged.comp built with WK_ATTN_F16). */
 static int op_attention(rec *r, int il, uint32_t T) {
     wk_fwd *f = r->f;
     const wk_hparams *hp = f->hp;
-    wk_arg args[5] = {S(&f->a.q), S(&f->a.rows), TV(&f->kv->k[il]), TV(&f->kv->v[il]), S(&f->a.attn)};
-    wk_pc_attention pc = {.head_dim = (uint32_t)hp->head_dim, .n_head = (uint32_t)hp->n_head,
-                          .n_head_kv = (uint32_t)hp->n_head_kv,
-                          .window = hp->is_swa[il] ? (uint32_t)hp->sliding_window : 0, .n_tokens = T};
-    return wk_dispatch(f->vk, f->pipes, WK_PIPE_ATTENTION_F16, args, &pc, sizeof pc, T, (uint32_t)hp->n_head, 1,
-                       r->err, r->errlen);
+    wk_pc_attention_paged pc = {.head_dim = (uint32_t)hp->head_dim, .n_head = (uint32_t)hp->n_head,
+                                .n_head_kv = (uint32_t)hp->n_head_kv,
+                                .window = hp->is_swa[il] ? (uint32_t)hp->sliding_window : 0,
+                                .n_tokens = f->plan.n_tiles, .layer = (uint32_t)il, .head_rows = f->plan.head_rows};
+    pc.n_split = wk_attn_plan_splits(&f->plan, f->step_rows, T, pc.n_head, pc.window, f->attn_part_rows);
+    wk_arg args[7] = {S(&f->a.q), S(&f->a.rows), TV(&f->kv->k[il]), TV(&f->kv->v[il]), S(&f->a.attn), S(&f->a.tiles),
+                      S(&f->a.attn_part)};
+    TRY(wk_dispatch(f->vk, f->pipes, WK_PIPE_ATTENTION_F16, args, &pc, sizeof pc, f->plan.n_tiles, f->plan.groups_y,
+                    pc.n_split, r->err, r->errlen));
+    return reduce_if_split(r, &pc, T);
 }
 
 /* Fills the paged-cache push constants shared by the store and the attention. */
@@ -288,12 +304,7 @@ static int op_attention_paged(rec *r, int il, uint32_t T) {
                       S(&f->a.attn_part), S(&f->a.k), S(&f->a.v)};
     TRY(wk_dispatch(f->vk, f->pipes, WK_PIPE_ATTENTION_PAGED, args, &pc, sizeof pc, f->plan.n_tiles, f->plan.groups_y,
                     pc.n_split, r->err, r->errlen));
-    if (pc.n_split == 1) return 0;
-    wk_vk_barrier(f->vk);
-    wk_pc_attention_reduce rp = {.head_dim = pc.head_dim, .n_head = pc.n_head, .n_tokens = T, .n_split = pc.n_split};
-    wk_arg rargs[2] = {S(&f->a.attn_part), S(&f->a.attn)};
-    return wk_dispatch(f->vk, f->pipes, WK_PIPE_ATTENTION_REDUCE, rargs, &rp, sizeof rp, T, pc.n_head, 1, r->err,
-                       r->errlen);
+    return reduce_if_split(r, &pc, T);
 }
 
 /* This step's keys and values (f16) into the window rows wk_fwd_step chose, after the attention. */
@@ -342,7 +353,6 @@ static int op_glu(rec *r, uint32_t T) {
  * tokens never makes: one dispatch over scratch partials compiles it (lavapipe compiles on first
  * use). Overwrites a.attn row 0, which the next step rewrites. */
 int wk_fwd_warm_reduce(wk_fwd *f, char *err, size_t errlen) {
-    if (f->kv->format != WK_KV_PAGED) return 0;
     rec r = {f, err, errlen};
     TRY(wk_vk_begin(f->vk, err, errlen));
     wk_pc_attention_reduce rp = {.head_dim = (uint32_t)f->hp->head_dim, .n_head = 1, .n_tokens = 1, .n_split = 2};
@@ -489,7 +499,10 @@ int wk_fwd_step(wk_fwd *f, const int32_t *tokens, const wk_row_info *rows, int T
             if (!win_words) return snprintf(err, errlen, "internal: f16 windows need the steps' window slots"), WK_ERR_INVALID;
             plan_window_rows(f, rows, win_words, T);
         }
-        if (wk_attn_plan_make(rows, f->kv->layout.sink + f->kv->layout.recent > 0 ? win_words : NULL, (uint32_t)T, (uint32_t)f->hp->n_head, (uint32_t)f->hp->n_head_kv,
+    }
+    {
+        const bool windows = f->kv->format == WK_KV_PAGED && f->kv->layout.sink + f->kv->layout.recent > 0;
+        if (wk_attn_plan_make(rows, windows ? win_words : NULL, (uint32_t)T, (uint32_t)f->hp->n_head, (uint32_t)f->hp->n_head_kv,
                               (uint32_t)f->hp->head_dim, f->vk->subgroup_size, f->a.tiles.map, &f->plan))
             return snprintf(err, errlen, "head_dim %d is too large for the paged attention at subgroup size %u",
                             f->hp->head_dim, f->vk->subgroup_size), WK_ERR_UNSUPPORTED;

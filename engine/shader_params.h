@@ -17,13 +17,12 @@ typedef struct {
     float eps, q_scale;
     uint32_t kv_inplace; /* 1: keys back into the k buffer (paged cache), 0: k, v into the f16 cache */
 } wk_pc_qk_norm_rope;
-typedef struct { uint32_t head_dim, n_head, n_head_kv, window, n_tokens; } wk_pc_attention;
 typedef struct { uint32_t n, act; } wk_pc_glu; /* act: 0 SiLU (SwiGLU), 1 tanh-GELU (GeGLU) */
 typedef struct {
     uint32_t head_dim, n_head, n_head_kv, window, n_tokens, layer;
     int32_t kind, bits, group;
     uint32_t block_tokens, slab_words, block_words, params_words, code_words;
-    uint32_t head_rows, n_split; /* engine/attention_plan.h */
+    uint32_t head_rows, n_split; /* engine/attention_plan.h (attention_f16 uses this block too) */
     uint32_t sink, recent, f16_row_words; /* f16 windows */
 } wk_pc_attention_paged;
 typedef struct { uint32_t head_dim, n_head_kv, n_tokens, layer; } wk_pc_kv_store_window;

@@ -21,8 +21,10 @@
 #extension GL_GOOGLE_include_directive : require
 #extension GL_KHR_shader_subgroup_arithmetic : require
 #extension GL_EXT_control_flow_attributes : require
+#ifndef WK_ATTN_F16
 #define WK_KVQ_DECODE_ONLY
 #include "kv_quant.glsl"
+#endif
 layout(local_size_x_id = 0) in;
 const uint MAXC = 8;    // chunks per lane: head_dim <= 32 * subgroup size (checked by the host)
 const uint MAXR = 16;   // rows per tile
@@ -35,13 +37,20 @@ struct RowInfo { uint pos; uint table_off; };
 struct Tile { uint row0; uint n_tok; uint win_word; uint chunk_row0; };
 layout(std430, binding = 0) readonly buffer Q { vec4 q4[]; };        // [T][n_head][D/4]
 layout(std430, binding = 1) readonly buffer Rows { RowInfo rows[]; };
+#ifdef WK_ATTN_F16
+// The f16 cache variant (attention_f16): one key and one value buffer per layer, RG32UI texels of
+// four halves, row (kv_base + position) * n_head_kv + head; RowInfo.table_off is kv_base.
+layout(binding = 2) uniform usamplerBuffer KC;
+layout(binding = 3) uniform usamplerBuffer VC;
+#else
 layout(std430, binding = 2) readonly buffer Tables { uint tables[]; }; // block indices
 layout(binding = 3) uniform usamplerBuffer Pool;                      // R32UI words
+layout(std430, binding = 7) readonly buffer KA { vec4 ka4[]; };       // this step's keys [T][n_head_kv][D/4]
+layout(std430, binding = 8) readonly buffer VA { vec4 va4[]; };       // and values (windows only)
+#endif
 layout(std430, binding = 4) writeonly buffer O { vec4 o4[]; };        // [T][n_head][D/4]
 layout(std430, binding = 5) readonly buffer Tiles { Tile tiles[]; };
 layout(std430, binding = 6) writeonly buffer Part { vec4 part[]; };   // split partials (n_split > 1)
-layout(std430, binding = 7) readonly buffer KA { vec4 ka4[]; };       // this step's keys [T][n_head_kv][D/4]
-layout(std430, binding = 8) readonly buffer VA { vec4 va4[]; };       // and values (windows only)
 layout(push_constant) uniform PC {
     uint head_dim; uint n_head; uint n_head_kv; uint window; uint n_tiles; uint layer;
     int kind; int bits; int G; uint block_tokens;
@@ -61,7 +70,24 @@ vec4 qv[MAXR * MAXC], acc[MAXR * MAXC];
 float sc[MAXR * KT];      // scores, then probabilities, of the current key tile
 float m_r[MAXR], l_r[MAXR];
 uint pos_r[MAXR], first_r[MAXR];
+// Set once by main for the loaders below.
+uint g_kh, g_ch0, g_ncl, g_table_off, g_slab[2], g_jhi, g_pmin, g_chunk_pos0;
+bool g_windows;
+Tile g_tile;
 
+#ifdef WK_ATTN_F16
+// This lane's chunks of key (kv 0) or value (kv 1) at cache row `crow` of KV head kh into kbuf.
+void load_f16_cache(uint kv, uint crow, uint kh, uint ch0, uint ncl) {
+    uint C = pc.head_dim / 4u, at = (crow * pc.n_head_kv + kh) * C;
+    [[unroll]] for (uint c = 0u; c < MAXC; ++c) {
+        uint ch = ch0 + c;
+        if (c < ncl && ch < C) {
+            uvec2 h = (kv == 0u ? texelFetch(KC, int(at + ch)) : texelFetch(VC, int(at + ch))).xy;
+            kbuf[c] = vec4(unpackHalf2x16(h.x), unpackHalf2x16(h.y));
+        }
+    }
+}
+#else
 uint word(uint at) { return texelFetch(Pool, int(at)).x; }
 
 // This lane's chunks of token tt of the slab at word `slab` into kbuf.
@@ -128,6 +154,26 @@ void load_f16(uint j, uint kv, uint kh, Tile tile, uint chunk_pos0, uint ch0, ui
     }
 }
 
+#endif
+
+// Key (kv 0) or value (kv 1) j into kbuf, and for the rows that read it in f16 (windows) into
+// fbuf; returns whether fbuf was loaded.
+bool load_kv(uint kv, uint j) {
+#ifdef WK_ATTN_F16
+    load_f16_cache(kv, g_table_off + j, g_kh, g_ch0, g_ncl);
+    return false;
+#else
+    bool need_q = !g_windows || (j >= pc.sink && j + pc.recent <= g_jhi);
+    bool need_f = g_windows && (j < pc.sink || j + pc.recent > g_pmin);
+    if (need_q) {
+        uint blk = tables[g_table_off + j / pc.block_tokens];
+        decode_lane(blk * pc.block_words + g_slab[kv], j % pc.block_tokens, g_ch0, g_ncl);
+    }
+    if (need_f) load_f16(j, kv, g_kh, g_tile, g_chunk_pos0, g_ch0, g_ncl);
+    return need_f;
+#endif
+}
+
 void main() {
     uint lane = gl_LocalInvocationID.x, nl = gl_WorkGroupSize.x;
     uint ti = gl_WorkGroupID.x, split = gl_WorkGroupID.z;
@@ -165,23 +211,17 @@ void main() {
         j0 = min(jlo + split * span, jhi + 1u);
         j1 = min(j0 + span, jhi + 1u);
     }
-    bool windows = pc.sink + pc.recent > 0u;
-    uint chunk_pos0 = windows ? rows[tile.chunk_row0].pos : 0u;
-    uint k_slab = ((pc.layer * 2u + 0u) * pc.n_head_kv + kh) * pc.slab_words;
-    uint v_slab = ((pc.layer * 2u + 1u) * pc.n_head_kv + kh) * pc.slab_words;
+    g_windows = pc.sink + pc.recent > 0u;
+    g_chunk_pos0 = g_windows ? rows[tile.chunk_row0].pos : 0u;
+    g_slab[0] = ((pc.layer * 2u + 0u) * pc.n_head_kv + kh) * pc.slab_words;
+    g_slab[1] = ((pc.layer * 2u + 1u) * pc.n_head_kv + kh) * pc.slab_words;
+    g_kh = kh, g_ch0 = ch0, g_ncl = ncl, g_table_off = table_off, g_jhi = jhi, g_pmin = pmin, g_tile = tile;
 
     for (uint jt = j0; jt < j1; jt += KT) {
         uint nk = min(KT, j1 - jt);
         for (uint kk = 0u; kk < nk; ++kk) {
             uint j = jt + kk;
-            // Which rows read key j from the codes, and which in f16 (windows).
-            bool need_q = !windows || (j >= pc.sink && j + pc.recent <= jhi);
-            bool need_f = windows && (j < pc.sink || j + pc.recent > pmin);
-            if (need_q) {
-                uint blk = tables[table_off + j / pc.block_tokens];
-                decode_lane(blk * pc.block_words + k_slab, j % pc.block_tokens, ch0, ncl);
-            }
-            if (need_f) load_f16(j, 0u, kh, tile, chunk_pos0, ch0, ncl);
+            bool need_f = load_kv(0u, j);
             [[unroll]] for (uint r = 0u; r < MAXR; ++r) {
                 if (r >= R) continue;
                 bool f = need_f && (j < pc.sink || j + pc.recent > pos_r[r]);
@@ -218,13 +258,7 @@ void main() {
         }
         for (uint kk = 0u; kk < nk; ++kk) {
             uint j = jt + kk;
-            bool need_q = !windows || (j >= pc.sink && j + pc.recent <= jhi);
-            bool need_f = windows && (j < pc.sink || j + pc.recent > pmin);
-            if (need_q) {
-                uint blk = tables[table_off + j / pc.block_tokens];
-                decode_lane(blk * pc.block_words + v_slab, j % pc.block_tokens, ch0, ncl);
-            }
-            if (need_f) load_f16(j, 1u, kh, tile, chunk_pos0, ch0, ncl);
+            bool need_f = load_kv(1u, j);
             [[unroll]] for (uint r = 0u; r < MAXR; ++r) {
                 float p = r < R ? sc[r * KT + kk] : 0.0;
                 if (p == 0.0) continue;
