@@ -14,18 +14,8 @@
 #include "engine_int.h"
 #include "gguf_write.h"
 #include "wush_transform.h"
+#include "status.h"
 #include "wushkv/wushkv.h"
-
-static int fail(char *err, size_t errlen, int status, const char *fmt, ...) __attribute__((format(printf, 4, 5)));
-static int fail(char *err, size_t errlen, int status, const char *fmt, ...) {
-    if (err && errlen) {
-        va_list ap;
-        va_start(ap, fmt);
-        vsnprintf(err, errlen, fmt, ap);
-        va_end(ap);
-    }
-    return status;
-}
 
 /* ---- sidecar format ------------------------------------------------------------------------ */
 
@@ -74,17 +64,17 @@ int wk_wush_sidecar_check_gguf(const wk_gguf *model, const wk_hparams *hp, const
     char arch[32] = "", fp[WK_FINGERPRINT_LEN], want_fp[WK_FINGERPRINT_LEN], name[256] = "?";
     int version = 0;
     if (!wk_gguf_get_str(sc, "general.architecture", arch, sizeof arch) || strcmp(arch, WK_WUSH_ARCH) != 0)
-        return fail(err, errlen, WK_ERR_FORMAT, "not a WUSH-KV sidecar (general.architecture '%s', want '%s')", arch,
+        return wk_fail(err, errlen, WK_ERR_FORMAT, "not a WUSH-KV sidecar (general.architecture '%s', want '%s')", arch,
                     WK_WUSH_ARCH);
     if (!get_int(sc, WK_WUSH_KEY_VERSION, &version) || version != WK_WUSH_VERSION)
-        return fail(err, errlen, WK_ERR_UNSUPPORTED, "WUSH-KV sidecar version %d (this build reads %d)", version,
+        return wk_fail(err, errlen, WK_ERR_UNSUPPORTED, "WUSH-KV sidecar version %d (this build reads %d)", version,
                     WK_WUSH_VERSION);
     wk_gguf_get_str(sc, WK_WUSH_KEY_MODEL_NAME, name, sizeof name);
     wk_model_fingerprint(model, want_fp);
     if (!wk_gguf_get_str(sc, WK_WUSH_KEY_FINGERPRINT, fp, sizeof fp))
-        return fail(err, errlen, WK_ERR_FORMAT, "WUSH-KV sidecar lacks %s", WK_WUSH_KEY_FINGERPRINT);
+        return wk_fail(err, errlen, WK_ERR_FORMAT, "WUSH-KV sidecar lacks %s", WK_WUSH_KEY_FINGERPRINT);
     if (strcmp(fp, want_fp) != 0)
-        return fail(err, errlen, WK_ERR_INVALID,
+        return wk_fail(err, errlen, WK_ERR_INVALID,
                     "WUSH-KV sidecar was calibrated for another model ('%s', fingerprint %s; this model's is %s)",
                     name, fp, want_fp);
     /* The fingerprint covers the shapes too; these checks name the mismatch if a hash ever collides
@@ -97,23 +87,23 @@ int wk_wush_sidecar_check_gguf(const wk_gguf *model, const wk_hparams *hp, const
     for (size_t i = 0; i < sizeof shapes / sizeof *shapes; i++) {
         int v = -1;
         if (!get_int(sc, shapes[i].key, &v) || v != shapes[i].want)
-            return fail(err, errlen, WK_ERR_INVALID, "WUSH-KV sidecar has %s = %d, the model %d", shapes[i].key, v,
+            return wk_fail(err, errlen, WK_ERR_INVALID, "WUSH-KV sidecar has %s = %d, the model %d", shapes[i].key, v,
                         shapes[i].want);
     }
     int B = 0;
     const int D = hp->head_dim;
     if (!get_int(sc, WK_WUSH_KEY_BLOCK, &B) || B <= 0 || (B & (B - 1)) || D % B)
-        return fail(err, errlen, WK_ERR_FORMAT, "WUSH-KV sidecar block size %d does not divide head_dim %d", B, D);
+        return wk_fail(err, errlen, WK_ERR_FORMAT, "WUSH-KV sidecar block size %d does not divide head_dim %d", B, D);
     for (int il = 0; il < hp->n_layer; il++)
         for (int h = 0; h < hp->n_head_kv; h++)
             for (int w = 0; w < 4; w++) {
                 char tn[64];
                 wk_wush_tensor_name(tn, sizeof tn, il, h, (wk_wush_tensor)w);
                 const wk_gguf_tensor *t = wk_gguf_find_tensor(sc, tn);
-                if (!t) return fail(err, errlen, WK_ERR_FORMAT, "WUSH-KV sidecar lacks tensor %s", tn);
+                if (!t) return wk_fail(err, errlen, WK_ERR_FORMAT, "WUSH-KV sidecar lacks tensor %s", tn);
                 if (t->type != WK_GGML_F32 || t->ne[0] != (uint64_t)B || t->ne[1] != (uint64_t)B ||
                     t->ne[2] != (uint64_t)(D / B) || t->ne[3] != 1)
-                    return fail(err, errlen, WK_ERR_FORMAT, "WUSH-KV sidecar tensor %s is not f32 [%d, %d, %d]", tn, B,
+                    return wk_fail(err, errlen, WK_ERR_FORMAT, "WUSH-KV sidecar tensor %s is not f32 [%d, %d, %d]", tn, B,
                                 B, D / B);
             }
     if (block) *block = B;
@@ -123,7 +113,7 @@ int wk_wush_sidecar_check_gguf(const wk_gguf *model, const wk_hparams *hp, const
 int wk_wush_sidecar_check(const wk_engine *e, const char *path, int *block_size, char *err, size_t errlen) {
     char gerr[WK_ERRMSG_LEN];
     wk_gguf *sc = wk_gguf_open(path, gerr, sizeof gerr);
-    if (!sc) return fail(err, errlen, WK_ERR_FORMAT, "WUSH-KV sidecar %s: %s", path, gerr);
+    if (!sc) return wk_fail(err, errlen, WK_ERR_FORMAT, "WUSH-KV sidecar %s: %s", path, gerr);
     int rc = wk_wush_sidecar_check_gguf(wk_engine_gguf(e), &wk_engine_desc(e)->hp, sc, block_size, err, errlen);
     wk_gguf_close(sc);
     return rc;
@@ -177,14 +167,14 @@ int wk_calib_create(wk_engine *e, const wk_calib_params *p, wk_calib **out, char
     const wk_hparams *hp = &wk_engine_desc(e)->hp;
     const int D = hp->head_dim, B = p->block ? p->block : 32;
     if (B <= 0 || (B & (B - 1)) || D % B)
-        return fail(err, errlen, WK_ERR_INVALID, "block size %d: must be a power of two dividing head_dim %d", B, D);
+        return wk_fail(err, errlen, WK_ERR_INVALID, "block size %d: must be a power of two dividing head_dim %d", B, D);
     if ((unsigned)p->v_moments >= N_VM)
-        return fail(err, errlen, WK_ERR_INVALID, "unknown value weighting %d", (int)p->v_moments);
+        return wk_fail(err, errlen, WK_ERR_INVALID, "unknown value weighting %d", (int)p->v_moments);
     /* The capture gives values in head_dim slots and T_V is one D x D matrix per head. */
     if (hp->head_dim_v != D)
-        return fail(err, errlen, WK_ERR_UNSUPPORTED, "key length %d != value length %d", D, hp->head_dim_v);
+        return wk_fail(err, errlen, WK_ERR_UNSUPPORTED, "key length %d != value length %d", D, hp->head_dim_v);
     wk_calib *c = calloc(1, sizeof *c);
-    if (!c) return fail(err, errlen, WK_ERR_NOMEM, "out of memory");
+    if (!c) return wk_fail(err, errlen, WK_ERR_NOMEM, "out of memory");
     c->e = e;
     c->hp = hp;
     c->L = hp->n_layer;
@@ -201,7 +191,7 @@ int wk_calib_create(wk_engine *e, const wk_calib_params *p, wk_calib **out, char
     int rc = wk_seq_create(e, &c->seq);
     if (rc) {
         free(c);
-        return fail(err, errlen, rc, "no free sequence for calibration");
+        return wk_fail(err, errlen, rc, "no free sequence for calibration");
     }
     c->acc = calloc((size_t)c->L * c->Hk, sizeof *c->acc);
     c->heads = calloc((size_t)c->L * c->Hk, sizeof *c->heads);
@@ -214,7 +204,7 @@ int wk_calib_create(wk_engine *e, const wk_calib_params *p, wk_calib **out, char
     }
     if (rc) {
         wk_calib_destroy(c);
-        return fail(err, errlen, rc, "out of memory for the moment accumulators");
+        return wk_fail(err, errlen, rc, "out of memory for the moment accumulators");
     }
     *out = c;
     return WK_OK;
@@ -301,7 +291,7 @@ int wk_calib_add(wk_calib *c, const int32_t *tokens, int n, char *err, size_t er
     double *scratch = malloc((size_t)T * 3 * n * sizeof *scratch);
     if (!scratch) {
         wk_capture_free(&cap);
-        return fail(err, errlen, WK_ERR_NOMEM, "out of memory");
+        return wk_fail(err, errlen, WK_ERR_NOMEM, "out of memory");
     }
     for (int t = 0; t < T; t++) {
         jobs[t] = (job){c, &cap, t, T, scratch + (size_t)t * 3 * n};
@@ -340,20 +330,20 @@ static const char *base_name(const char *p) {
 static int write_atomic(const char *path, const uint8_t *bytes, size_t n, char *err, size_t errlen) {
     size_t len = strlen(path) + 8;
     char *tmp = malloc(len);
-    if (!tmp) return fail(err, errlen, WK_ERR_NOMEM, "out of memory");
+    if (!tmp) return wk_fail(err, errlen, WK_ERR_NOMEM, "out of memory");
     snprintf(tmp, len, "%s.tmp", path);
     FILE *f = fopen(tmp, "wb");
     bool ok = f && fwrite(bytes, 1, n, f) == n;
     if (f && fclose(f) != 0) ok = false;
     if (ok && rename(tmp, path) != 0) ok = false;
-    int rc = ok ? WK_OK : fail(err, errlen, WK_ERR_IO, "cannot write %s", path);
+    int rc = ok ? WK_OK : wk_fail(err, errlen, WK_ERR_IO, "cannot write %s", path);
     if (!ok) remove(tmp);
     free(tmp);
     return rc;
 }
 
 int wk_calib_finish(wk_calib *c, const char *out_path, wk_calib_report *report, char *err, size_t errlen) {
-    if (!c->n_tokens) return fail(err, errlen, WK_ERR_INVALID, "no calibration tokens were added");
+    if (!c->n_tokens) return wk_fail(err, errlen, WK_ERR_INVALID, "no calibration tokens were added");
     const wk_model_info *info = wk_engine_info(c->e);
     const int L = c->L, Hk = c->Hk, Hq = c->Hq, D = c->D, B = c->B, G = c->group, E = info->n_embd;
     const size_t nb = (size_t)D * B; /* doubles in one compact block-diagonal matrix */
@@ -368,7 +358,7 @@ int wk_calib_finish(wk_calib *c, const char *out_path, wk_calib_report *report, 
     float *gain_k = malloc((size_t)L * Hk * sizeof *gain_k), *gain_v = malloc((size_t)L * Hk * sizeof *gain_v);
     wk_moments gwo = {0};
     if (!w || !wo || !m || !f32 || !gain_k || !gain_v || wk_moments_init(&gwo, D, B)) {
-        rc = fail(err, errlen, WK_ERR_NOMEM, "out of memory");
+        rc = wk_fail(err, errlen, WK_ERR_NOMEM, "out of memory");
         goto out;
     }
     double *gq = m, *gk = m + nb, *gw = m + 2 * nb, *gv[N_VM] = {m + 3 * nb, m + 4 * nb, m + 5 * nb};
@@ -408,7 +398,7 @@ int wk_calib_finish(wk_calib *c, const char *out_path, wk_calib_report *report, 
             bool ok = wk_moments_mean(&a->gq, gq) && wk_moments_mean(&a->gk, gk) && wk_moments_mean(&gwo, gw);
             for (int v = 0; v < N_VM; v++) ok = ok && wk_moments_mean(&a->gv[v], gv[v]);
             if (!ok) {
-                rc = fail(err, errlen, WK_ERR_INVALID, "layer %d head %d: no moments", il, g);
+                rc = wk_fail(err, errlen, WK_ERR_INVALID, "layer %d head %d: no moments", il, g);
                 break;
             }
             *hd = (wk_calib_head){.layer = il, .kv_head = g, .swa = c->hp->is_swa[il],
@@ -418,7 +408,7 @@ int wk_calib_finish(wk_calib *c, const char *out_path, wk_calib_report *report, 
             for (int v = 0; v < N_VM && !rc; v++)
                 rc = wk_wush_predicted_gain(D, B, gw, gv[v], WK_WUSH_DAMP, &hd->gain_v_by[v], werr);
             if (rc) {
-                rc = fail(err, errlen, rc, "layer %d head %d: %s", il, g, werr);
+                rc = wk_fail(err, errlen, rc, "layer %d head %d: %s", il, g, werr);
                 break;
             }
             gain_k[il * Hk + g] = (float)hd->gain_k;
@@ -441,7 +431,7 @@ int wk_calib_finish(wk_calib *c, const char *out_path, wk_calib_report *report, 
     size_t size;
     uint8_t *bytes = wk_gw_bytes(w, &size);
     if (!bytes) {
-        rc = fail(err, errlen, WK_ERR_NOMEM, "out of memory building the sidecar");
+        rc = wk_fail(err, errlen, WK_ERR_NOMEM, "out of memory building the sidecar");
         goto out;
     }
     rc = write_atomic(out_path, bytes, size, err, errlen);

@@ -112,7 +112,7 @@ int wk_engine_open(const wk_engine_params *p, wk_engine **out, char *err, size_t
         rc = WK_ERR_INVALID, snprintf(err, errlen, "unknown KV transform %d", p->kv_transform);
     if (!rc)
         rc = wk_kv_xform_load(&e->xform, (wk_xform_kind)p->kv_transform, p->wush_path, e->gguf, hp,
-                              p->kv_group ? p->kv_group : 32, p->kv_transform_seed ? p->kv_transform_seed : 0x5eed,
+                              p->kv_group ? p->kv_group : 32, p->kv_transform_seed ? p->kv_transform_seed : WK_KV_TRANSFORM_SEED_DEFAULT,
                               err, errlen);
     if (!rc) rc = wk_weights_upload(&e->vk, &e->desc, &e->xform, &e->weights, err, errlen);
     const bool paged = p->kv_bits != 0 && p->kv_bits != 16;

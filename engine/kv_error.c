@@ -19,21 +19,8 @@
 #include "engine_int.h"
 #include "kv_quant.h"
 #include "kv_transform.h"
+#include "status.h"
 #include "wushkv/wushkv.h"
-
-/* engine.c's Hadamard seed when wk_engine_params.kv_transform_seed is 0: the same signs. */
-static const uint64_t DEFAULT_SEED = 0x5eed;
-
-static int fail(char *err, size_t errlen, int status, const char *fmt, ...) __attribute__((format(printf, 4, 5)));
-static int fail(char *err, size_t errlen, int status, const char *fmt, ...) {
-    if (err && errlen) {
-        va_list ap;
-        va_start(ap, fmt);
-        vsnprintf(err, errlen, fmt, ap);
-        va_end(ap);
-    }
-    return status;
-}
 
 /* One format, ready to apply: kind NONE of x is the identity. */
 typedef struct fmt_state {
@@ -361,16 +348,16 @@ static void prep_q_item(layer_ctx *c, int t, double *scratch) {
 static int check_format(const wk_kv_error_format *f, int D, int idx, char *err, size_t errlen) {
     const int G = f->group ? f->group : 32;
     if (f->transform < WK_KV_TRANSFORM_NONE || f->transform > WK_KV_TRANSFORM_WUSH)
-        return fail(err, errlen, WK_ERR_INVALID, "format %d: unknown KV transform %d", idx, f->transform);
+        return wk_fail(err, errlen, WK_ERR_INVALID, "format %d: unknown KV transform %d", idx, f->transform);
     if (f->transform == WK_KV_TRANSFORM_WUSH && !f->wush_path)
-        return fail(err, errlen, WK_ERR_INVALID, "format %d: the WUSH transform needs a sidecar file", idx);
+        return wk_fail(err, errlen, WK_ERR_INVALID, "format %d: the WUSH transform needs a sidecar file", idx);
     if (f->sink < 0 || f->recent < 0)
-        return fail(err, errlen, WK_ERR_INVALID, "format %d: f16 windows must be >= 0", idx);
+        return wk_fail(err, errlen, WK_ERR_INVALID, "format %d: f16 windows must be >= 0", idx);
     if (!(f->rho_k >= 0 && f->rho_k <= 1 && f->rho_v >= 0 && f->rho_v <= 1))
-        return fail(err, errlen, WK_ERR_INVALID, "format %d: percentile quantiles must be in (0, 1]", idx);
+        return wk_fail(err, errlen, WK_ERR_INVALID, "format %d: percentile quantiles must be in (0, 1]", idx);
     if (f->bits == 0 || f->bits == 16) return WK_OK;
     if (!wk_kvq_valid((wk_kvq_kind)f->quant, f->bits, G) || D % G)
-        return fail(err, errlen, WK_ERR_INVALID,
+        return wk_fail(err, errlen, WK_ERR_INVALID,
                     "format %d: %d bits, quantizer %d, group %d is not one of 2/3/4 bits, quest/percentile/absmax, "
                     "a group 16..256 dividing head_dim %d", idx, f->bits, f->quant, G, D);
     return WK_OK;
@@ -387,7 +374,7 @@ static int load_format(const wk_engine *e, const wk_kv_error_format *f, fmt_stat
     fs->rho_k = f->rho_k > 0 ? f->rho_k : WK_KVQ_RHO_K;
     fs->rho_v = f->rho_v > 0 ? f->rho_v : WK_KVQ_RHO_V;
     return wk_kv_xform_load(&fs->x, (wk_xform_kind)f->transform, f->wush_path, wk_engine_gguf(e),
-                            &wk_engine_desc(e)->hp, fs->G, f->transform_seed ? f->transform_seed : DEFAULT_SEED, err,
+                            &wk_engine_desc(e)->hp, fs->G, f->transform_seed ? f->transform_seed : WK_KV_TRANSFORM_SEED_DEFAULT, err,
                             errlen);
 }
 
@@ -403,13 +390,13 @@ int wk_kv_layer_error(wk_engine *e, const int32_t *tokens, int n, const wk_kv_er
     const wk_model_info *info = wk_engine_info(e);
     const int L = hp->n_layer, Hq = hp->n_head, Hk = hp->n_head_kv, D = hp->head_dim, E = hp->n_embd;
     if (n_fmt <= 0 || !fmts || !out || !tokens || n <= 0)
-        return fail(err, errlen, WK_ERR_INVALID, "no formats or no tokens");
+        return wk_fail(err, errlen, WK_ERR_INVALID, "no formats or no tokens");
     if (info->kv_bits_per_element != 16)
-        return fail(err, errlen, WK_ERR_INVALID,
+        return wk_fail(err, errlen, WK_ERR_INVALID,
                     "the layer error needs an engine with the f16 KV cache and no transform (it applies the format "
                     "itself)");
     if (hp->head_dim_v != D)
-        return fail(err, errlen, WK_ERR_UNSUPPORTED, "key length %d != value length %d", D, hp->head_dim_v);
+        return wk_fail(err, errlen, WK_ERR_UNSUPPORTED, "key length %d != value length %d", D, hp->head_dim_v);
     for (int f = 0; f < n_fmt; f++) {
         int rc = check_format(&fmts[f], D, f, err, errlen);
         if (rc) return rc;
@@ -418,12 +405,12 @@ int wk_kv_layer_error(wk_engine *e, const int32_t *tokens, int n, const wk_kv_er
     const int T = n_threads > 0 ? n_threads : cpus > 0 ? (int)cpus : 1;
 
     fmt_state *fs = calloc((size_t)n_fmt, sizeof *fs);
-    if (!fs) return fail(err, errlen, WK_ERR_NOMEM, "out of memory");
+    if (!fs) return wk_fail(err, errlen, WK_ERR_NOMEM, "out of memory");
     int rc = WK_OK, loaded = 0;
     for (; loaded < n_fmt && !rc; loaded++) rc = load_format(e, &fmts[loaded], &fs[loaded], err, errlen);
     wk_capture cap = {0};
     wk_seq *seq = NULL;
-    if (!rc && (rc = wk_seq_create(e, &seq)) != 0) fail(err, errlen, rc, "no free sequence for the capture");
+    if (!rc && (rc = wk_seq_create(e, &seq)) != 0) wk_fail(err, errlen, rc, "no free sequence for the capture");
     if (!rc) rc = wk_capture_run(e, seq, tokens, n, &cap, err, errlen);
     wk_seq_destroy(seq);
 
@@ -450,7 +437,7 @@ int wk_kv_layer_error(wk_engine *e, const int32_t *tokens, int n, const wk_kv_er
         scratch = malloc((size_t)T * scratch_doubles(&c) * sizeof *scratch);
         if (!c.qr || !c.kr || !c.vr || !c.qt || !c.kt || !c.vt || !c.kq || !c.vq || !c.ktr || !c.ktq || !c.wot ||
             !c.o_ref || !c.o_q || !c.ref_o || !wof || !scratch)
-            rc = fail(err, errlen, WK_ERR_NOMEM, "out of memory for %d tokens", n);
+            rc = wk_fail(err, errlen, WK_ERR_NOMEM, "out of memory for %d tokens", n);
     }
     double *const own_qt = c.qt, *const own_kt = c.kt, *const own_vt = c.vt, *const own_kq = c.kq,
                  *const own_vq = c.vq, *const own_ktq = c.ktq;

@@ -10,6 +10,9 @@
 #include "gguf.h"
 #include "model.h"
 
+/* Hadamard signs when wk_engine_params.kv_transform_seed is 0. */
+#define WK_KV_TRANSFORM_SEED_DEFAULT 0x5eedull
+
 typedef enum { WK_XFORM_NONE = 0, WK_XFORM_HADAMARD = 1, WK_XFORM_WUSH = 2 } wk_xform_kind;
 
 typedef struct wk_kv_xform {

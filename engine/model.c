@@ -7,15 +7,8 @@
 #include <stdio.h>
 #include <string.h>
 
+#include "status.h"
 #include "wushkv/wushkv.h"
-
-static int fail(char *err, size_t errlen, int status, const char *fmt, ...) {
-    va_list ap;
-    va_start(ap, fmt);
-    vsnprintf(err, errlen, fmt, ap);
-    va_end(ap);
-    return status;
-}
 
 static bool get_u32(const wk_gguf *g, const char *arch, const char *suffix, uint32_t *out) {
     char key[128];
@@ -36,10 +29,10 @@ static int bind(const wk_gguf *g, const wk_gguf_tensor **slot, const char *name,
     *slot = t;
     if (!t) {
         if (!required) return 0;
-        return fail(err, errlen, WK_ERR_FORMAT, "model is missing tensor '%s'", name);
+        return wk_fail(err, errlen, WK_ERR_FORMAT, "model is missing tensor '%s'", name);
     }
     if (t->ne[0] != ne0 || t->ne[1] != ne1 || t->ne[2] != 1 || t->ne[3] != 1)
-        return fail(err, errlen, WK_ERR_FORMAT,
+        return wk_fail(err, errlen, WK_ERR_FORMAT,
                     "tensor '%s' has shape [%llu, %llu, %llu, %llu], expected [%llu, %llu]", name,
                     (unsigned long long)t->ne[0], (unsigned long long)t->ne[1], (unsigned long long)t->ne[2],
                     (unsigned long long)t->ne[3], (unsigned long long)ne0, (unsigned long long)ne1);
@@ -52,7 +45,7 @@ static int read_hparams(const wk_gguf *g, wk_hparams *hp, char *err, size_t errl
 #define REQ_U32(field, key)                                                                            \
     do {                                                                                               \
         if (!get_u32(g, a, key, &v) || v == 0 || v > (1u << 24))                                       \
-            return fail(err, errlen, WK_ERR_FORMAT, "metadata %s.%s is missing or out of range", a, key); \
+            return wk_fail(err, errlen, WK_ERR_FORMAT, "metadata %s.%s is missing or out of range", a, key); \
         hp->field = (int)v;                                                                            \
     } while (0)
     REQ_U32(n_embd, "embedding_length");
@@ -62,24 +55,24 @@ static int read_hparams(const wk_gguf *g, wk_hparams *hp, char *err, size_t errl
     REQ_U32(n_ctx_train, "context_length");
 #undef REQ_U32
     if (hp->n_layer > WK_MAX_LAYERS)
-        return fail(err, errlen, WK_ERR_UNSUPPORTED, "%d layers (at most %d supported)", hp->n_layer, WK_MAX_LAYERS);
+        return wk_fail(err, errlen, WK_ERR_UNSUPPORTED, "%d layers (at most %d supported)", hp->n_layer, WK_MAX_LAYERS);
     hp->n_head_kv = get_u32(g, a, "attention.head_count_kv", &v) ? (int)v : hp->n_head;
     if (hp->n_head_kv <= 0 || hp->n_head % hp->n_head_kv != 0)
-        return fail(err, errlen, WK_ERR_FORMAT, "head_count %d is not a multiple of head_count_kv %d", hp->n_head,
+        return wk_fail(err, errlen, WK_ERR_FORMAT, "head_count %d is not a multiple of head_count_kv %d", hp->n_head,
                     hp->n_head_kv);
     hp->head_dim = get_u32(g, a, "attention.key_length", &v) ? (int)v : hp->n_embd / hp->n_head;
     hp->head_dim_v = get_u32(g, a, "attention.value_length", &v) ? (int)v : hp->head_dim;
     if (hp->head_dim_v != hp->head_dim)
-        return fail(err, errlen, WK_ERR_UNSUPPORTED, "key_length %d != value_length %d", hp->head_dim, hp->head_dim_v);
+        return wk_fail(err, errlen, WK_ERR_UNSUPPORTED, "key_length %d != value_length %d", hp->head_dim, hp->head_dim_v);
     /* The shaders work on whole vec4s and split heads over subgroup lanes. */
     if (hp->head_dim % 8 != 0 || hp->head_dim > 512)
-        return fail(err, errlen, WK_ERR_UNSUPPORTED, "head_dim %d (must be a multiple of 8, at most 512)", hp->head_dim);
+        return wk_fail(err, errlen, WK_ERR_UNSUPPORTED, "head_dim %d (must be a multiple of 8, at most 512)", hp->head_dim);
     if (hp->n_embd % 16 != 0 || hp->n_ff % 16 != 0)
-        return fail(err, errlen, WK_ERR_UNSUPPORTED, "embedding_length %d / feed_forward_length %d must be multiples of 16",
+        return wk_fail(err, errlen, WK_ERR_UNSUPPORTED, "embedding_length %d / feed_forward_length %d must be multiples of 16",
                     hp->n_embd, hp->n_ff);
     hp->n_rot = get_u32(g, a, "rope.dimension_count", &v) ? (int)v : hp->head_dim;
     if (hp->n_rot <= 0 || hp->n_rot > hp->head_dim || hp->n_rot % 2)
-        return fail(err, errlen, WK_ERR_FORMAT, "rope.dimension_count %d does not fit head_dim %d", hp->n_rot, hp->head_dim);
+        return wk_fail(err, errlen, WK_ERR_FORMAT, "rope.dimension_count %d does not fit head_dim %d", hp->n_rot, hp->head_dim);
     if (!get_f32(g, a, "attention.layer_norm_rms_epsilon", &hp->eps))
         hp->eps = strcmp(a, "gemma3") == 0 ? 1e-6f : 1e-5f; /* the converters' defaults */
     if (!get_f32(g, a, "rope.freq_base", &hp->rope_base)) hp->rope_base = 10000.0f;
@@ -91,7 +84,7 @@ static int read_hparams(const wk_gguf *g, wk_hparams *hp, char *err, size_t errl
     bool has_type = wk_gguf_get_str(g, key, type, sizeof type);
     if (get_f32(g, a, "rope.scaling.factor", &factor) && factor > 0) {
         if (has_type && strcmp(type, "linear") != 0 && strcmp(type, "none") != 0)
-            return fail(err, errlen, WK_ERR_UNSUPPORTED, "rope scaling type '%s'", type);
+            return wk_fail(err, errlen, WK_ERR_UNSUPPORTED, "rope scaling type '%s'", type);
         if (!has_type || strcmp(type, "linear") == 0) hp->rope_freq_scale = 1.0f / factor;
     }
     hp->rope_base_swa = hp->rope_base;
@@ -105,10 +98,10 @@ int wk_model_desc_load(const wk_gguf *g, wk_model_desc *m, char *err, size_t err
     memset(m, 0, sizeof *m);
     wk_hparams *hp = &m->hp;
     if (!wk_gguf_get_str(g, "general.architecture", hp->arch_name, sizeof hp->arch_name))
-        return fail(err, errlen, WK_ERR_FORMAT, "metadata general.architecture is missing");
+        return wk_fail(err, errlen, WK_ERR_FORMAT, "metadata general.architecture is missing");
     if (strcmp(hp->arch_name, "gemma3") == 0) hp->arch = WK_ARCH_GEMMA3;
     else if (strcmp(hp->arch_name, "llama") == 0) hp->arch = WK_ARCH_LLAMA;
-    else return fail(err, errlen, WK_ERR_UNSUPPORTED, "unsupported architecture %s", hp->arch_name);
+    else return wk_fail(err, errlen, WK_ERR_UNSUPPORTED, "unsupported architecture %s", hp->arch_name);
 
     int rc = read_hparams(g, hp, err, errlen);
     if (rc) return rc;
@@ -120,7 +113,7 @@ int wk_model_desc_load(const wk_gguf *g, wk_model_desc *m, char *err, size_t err
         if (!get_f32(g, a, "rope.freq_base_swa", &hp->rope_base_swa)) hp->rope_base_swa = 10000.0f;
         uint32_t pattern = 6;
         if (get_u32(g, a, "attention.sliding_window_pattern", &pattern) && pattern == 0)
-            return fail(err, errlen, WK_ERR_FORMAT, "%s.attention.sliding_window_pattern is 0", a);
+            return wk_fail(err, errlen, WK_ERR_FORMAT, "%s.attention.sliding_window_pattern is 0", a);
         for (int il = 0; il < hp->n_layer; il++)
             hp->is_swa[il] = hp->sliding_window > 0 && (uint32_t)il % pattern < pattern - 1;
         hp->attn_scale = 1.0f / sqrtf((float)hp->head_dim);
@@ -137,9 +130,9 @@ int wk_model_desc_load(const wk_gguf *g, wk_model_desc *m, char *err, size_t err
     }
 
     const wk_gguf_tensor *te = wk_gguf_find_tensor(g, "token_embd.weight");
-    if (!te) return fail(err, errlen, WK_ERR_FORMAT, "model is missing tensor 'token_embd.weight'");
+    if (!te) return wk_fail(err, errlen, WK_ERR_FORMAT, "model is missing tensor 'token_embd.weight'");
     if (te->ne[1] == 0 || te->ne[1] > (1u << 24))
-        return fail(err, errlen, WK_ERR_FORMAT, "token_embd.weight has %llu rows", (unsigned long long)te->ne[1]);
+        return wk_fail(err, errlen, WK_ERR_FORMAT, "token_embd.weight has %llu rows", (unsigned long long)te->ne[1]);
     hp->n_vocab = (int)te->ne[1];
 
     const uint64_t E = (uint64_t)hp->n_embd, V = (uint64_t)hp->n_vocab, F = (uint64_t)hp->n_ff;
@@ -174,7 +167,7 @@ int wk_model_desc_load(const wk_gguf *g, wk_model_desc *m, char *err, size_t err
 #undef BIND
         snprintf(name, sizeof name, "blk.%d.attn_q.bias", il);
         if (wk_gguf_find_tensor(g, name))
-            return fail(err, errlen, WK_ERR_UNSUPPORTED, "attention biases (%s) are not supported", name);
+            return wk_fail(err, errlen, WK_ERR_UNSUPPORTED, "attention biases (%s) are not supported", name);
     }
     return 0;
 }
