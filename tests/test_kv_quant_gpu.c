@@ -12,6 +12,7 @@
 #include "kv_quant.h"
 #include "quant.h"
 #include "spv_kv_quant_test.h"
+#include "test_rng.h"
 #include "test_util.h"
 #include "vk_device.h"
 #include "wushkv/wushkv.h"
@@ -26,35 +27,9 @@ static const wk_kvq_kind KINDS[3] = {WK_KVQ_QUEST, WK_KVQ_PERCENTILE, WK_KVQ_ABS
 /* percentile clip levels: the key and value defaults, no clipping, and a strong clip */
 static const float RHOS[4] = {WK_KVQ_RHO_K, WK_KVQ_RHO_V, 1.0f, 0.5f};
 
-/* ---- deterministic RNG (xoshiro256**, Box-Muller): reproducible on every libc ---- */
-static uint64_t rs[4];
-static uint64_t rotl(uint64_t x, int k) { return (x << k) | (x >> (64 - k)); }
-static uint64_t rng_u64(void) {
-    uint64_t r = rotl(rs[1] * 5, 7) * 9, t = rs[1] << 17;
-    rs[2] ^= rs[0];
-    rs[3] ^= rs[1];
-    rs[1] ^= rs[2];
-    rs[0] ^= rs[3];
-    rs[2] ^= t;
-    rs[3] = rotl(rs[3], 45);
-    return r;
-}
-static void rng_seed(uint64_t s) {
-    for (int i = 0; i < 4; i++) { /* splitmix64 */
-        s += 0x9E3779B97F4A7C15ull;
-        uint64_t z = s;
-        z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ull;
-        z = (z ^ (z >> 27)) * 0x94D049BB133111EBull;
-        rs[i] = z ^ (z >> 31);
-    }
-}
-static double rng_unit(void) { return ((double)(rng_u64() >> 11) + 0.5) * 0x1.0p-53; }
+/* ---- more draws on test_rng.h ---- */
 static int rng_int(int n) { return (int)(rng_u64() % (uint64_t)n); }
 static double rng_uniform(double a, double b) { return a + (b - a) * rng_unit(); }
-static double rng_gauss(void) {
-    double u = rng_unit(), v = rng_unit();
-    return sqrt(-2.0 * log(u)) * cos(2.0 * M_PI * v);
-}
 static double rng_sign(void) { return (rng_u64() & 1) ? -1.0 : 1.0; }
 static float f_bits(uint32_t u) {
     float f;

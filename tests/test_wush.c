@@ -9,6 +9,7 @@
 #include <string.h>
 
 #include "kv_quant.h"
+#include "test_rng.h"
 #include "test_util.h"
 #include "wush_transform.h"
 
@@ -101,40 +102,6 @@ static const double REF_TINVT[64] = {
 static const double REF_GAIN = 1.6378796364920492;
 
 /* ---- RNG (xoshiro256**, Box-Muller) ---- */
-static uint64_t rs[4];
-static uint64_t rotl(uint64_t x, int k) { return (x << k) | (x >> (64 - k)); }
-static uint64_t rng_u64(void) {
-    uint64_t r = rotl(rs[1] * 5, 7) * 9, t = rs[1] << 17;
-    rs[2] ^= rs[0];
-    rs[3] ^= rs[1];
-    rs[1] ^= rs[2];
-    rs[0] ^= rs[3];
-    rs[2] ^= t;
-    rs[3] = rotl(rs[3], 45);
-    return r;
-}
-static void rng_seed(uint64_t s) {
-    for (int i = 0; i < 4; i++) {
-        s += 0x9E3779B97F4A7C15ull;
-        uint64_t z = s;
-        z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ull;
-        z = (z ^ (z >> 27)) * 0x94D049BB133111EBull;
-        rs[i] = z ^ (z >> 31);
-    }
-}
-static double rng_unit(void) { return ((double)(rng_u64() >> 11) + 0.5) * 0x1.0p-53; }
-static double rng_gauss(void) {
-    static int have;
-    static double spare;
-    if (have) {
-        have = 0;
-        return spare;
-    }
-    double u = rng_unit(), v = rng_unit(), r = sqrt(-2.0 * log(u));
-    spare = r * sin(2.0 * M_PI * v);
-    have = 1;
-    return r * cos(2.0 * M_PI * v);
-}
 
 /* ---- small dense helpers (row-major n x n) ---- */
 static void matmul(int n, const double *a, const double *b, double *c) {
