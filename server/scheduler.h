@@ -9,6 +9,7 @@
 
 #include <uv.h>
 
+#include "kv_budget.h"
 #include "metrics.h"
 #include "wushkv/wushkv.h"
 
@@ -69,12 +70,6 @@ typedef struct token_logprob {
     int top_piece_len[SCHED_MAX_TOP_LOGPROBS];
 } token_logprob;
 
-typedef struct kv_usage {
-    uint64_t bytes, fp16_bytes;
-    int blocks;
-    double bits_per_element;
-} kv_usage;
-
 typedef struct sched_event {
     event_kind kind;
     uint64_t id;
@@ -111,7 +106,7 @@ typedef struct sched_config {
     wk_engine_params engine;
     int max_seqs;         /* sequences decoded together */
     int max_batch_tokens; /* tokens per forward step (decode tokens + a prefill chunk) */
-    int kv_block_tokens;  /* tokens per KV block (16): usage.kv_cache.blocks and the paged pool's block */
+    int kv_block_tokens;  /* the block usage.kv_cache.blocks counts an f16 cache in (the paged pool has its own) */
 } sched_config;
 
 typedef struct scheduler scheduler;

@@ -1,0 +1,121 @@
+/* The scheduler's KV accounting (server/kv_budget.c) against the engine's own pool layout
+ * (engine/kv_pool.c): a sequence's bytes for every length, how many 2048-token sequences the
+ * admission arithmetic lets into 256 MiB (the figure docs/wush-kv.md gives), the exact boundary of
+ * "fits", usage against f16, and the /metrics pool gauge with and without f16 windows. */
+#include <stdint.h>
+#include <string.h>
+
+#include "kv_budget.h"
+#include "kv_pool.h"
+#include "test_util.h"
+
+/* Gemma 3 270M: 18 layers, 1 KV head, head_dim 256, 16-token blocks. */
+static const wk_kv_geom GEMMA270 = {18, 1, 256, 16};
+#define POOL_256MIB (256ull << 20)
+
+/* What the engine reports for a paged cache of this format (engine.c fills the same fields). */
+static wk_model_info paged_info(const wk_kv_layout *l, uint64_t pool_bytes, int max_ctx) {
+    wk_model_info i;
+    memset(&i, 0, sizeof i);
+    i.n_layer = GEMMA270.n_layer;
+    i.n_head_kv = GEMMA270.n_head_kv;
+    i.head_dim = GEMMA270.head_dim;
+    i.max_ctx = max_ctx;
+    i.kv_bits_per_element = wk_kv_layout_bits_per_element(l, (uint64_t)max_ctx);
+    i.kv_pool_bytes = pool_bytes;
+    i.kv_block_tokens = l->block_tokens;
+    i.kv_block_bytes = l->bytes_per_block;
+    i.kv_window_bytes = l->window_bytes;
+    i.kv_pool_blocks = pool_bytes / l->bytes_per_block;
+    return i;
+}
+
+/* How many sequences of n tokens FCFS admission lets in, one after another. */
+static int admitted(const kv_budget *b, int n) {
+    uint64_t claimed = 0;
+    int k = 0;
+    while (kv_budget_fits(b, claimed, n)) {
+        claimed += kv_budget_seq_bytes(b, n);
+        k++;
+    }
+    return k;
+}
+
+static void test_paged(int sink, int recent, int expect_fit) {
+    wk_kv_fmt fmt = {2, WK_KVQ_QUEST, 32, sink, recent};
+    wk_kv_layout l;
+    CHECK_EQ_INT(wk_kv_layout_get(&GEMMA270, &fmt, &l), WK_OK);
+    wk_model_info info = paged_info(&l, POOL_256MIB, 2048);
+    kv_budget b;
+    kv_budget_init(&b, &info, 8, 16);
+    CHECK(b.paged);
+    CHECK_EQ_INT(b.block_tokens, 16);
+    CHECK_EQ_INT(b.fp16_bytes_per_token, 18 * 2 * 256 * 2);
+
+    CHECK_EQ_INT(kv_budget_blocks(&b, 0), 0);
+    CHECK_EQ_INT(kv_budget_blocks(&b, 1), 1);
+    CHECK_EQ_INT(kv_budget_blocks(&b, 16), 1);
+    CHECK_EQ_INT(kv_budget_blocks(&b, 17), 2);
+    CHECK_EQ_INT(kv_budget_blocks(&b, 2048), 128);
+    int mismatches = 0;
+    for (int n = 1; n <= 5000; n++)
+        if (kv_budget_seq_bytes(&b, n) != wk_kv_layout_seq_bytes(&l, (uint64_t)n)) mismatches++;
+    CHECK_EQ_INT(mismatches, 0);
+
+    /* Admission agrees with the pool's own count, and the count the docs print. */
+    CHECK_EQ_INT(admitted(&b, 2048), (long long)wk_kv_layout_seqs_fit(&l, POOL_256MIB, 2048));
+    CHECK_EQ_INT(admitted(&b, 2048), expect_fit);
+
+    /* The boundary: exactly full fits, one byte short does not, over-claimed never wraps around. */
+    uint64_t need = kv_budget_seq_bytes(&b, 100);
+    CHECK(kv_budget_fits(&b, POOL_256MIB - need, 100));
+    CHECK(!kv_budget_fits(&b, POOL_256MIB - need + 1, 100));
+    CHECK(!kv_budget_fits(&b, POOL_256MIB + 1, 1));
+    CHECK(!kv_budget_fits(&b, UINT64_MAX, 1));
+
+    kv_usage u = kv_budget_usage(&b, 100, need);
+    CHECK_EQ_INT(u.bytes, need);
+    CHECK_EQ_INT(u.fp16_bytes, 100ull * 18432);
+    CHECK_EQ_INT(u.blocks, 7);
+    CHECK_NEAR(u.bits_per_element, info.kv_bits_per_element, 0);
+
+    /* Gauge: 3 sequences holding their window slots and 10 blocks between them. */
+    metrics_pool p = {0};
+    uint64_t used = 3 * l.window_bytes + 10 * l.bytes_per_block;
+    kv_budget_gauge(&b, 3, used, -1, &p);
+    CHECK_EQ_INT(p.kv_used_bytes, used);
+    CHECK_EQ_INT(p.kv_used_blocks, 10);
+    CHECK_EQ_INT(p.kv_capacity_bytes, POOL_256MIB);
+    CHECK_EQ_INT(p.kv_capacity_blocks, (long long)(POOL_256MIB / l.bytes_per_block));
+}
+
+static void test_f16(void) {
+    wk_model_info info;
+    memset(&info, 0, sizeof info);
+    info.n_layer = 18;
+    info.n_head_kv = 1;
+    info.head_dim = 256;
+    info.max_ctx = 1000;
+    info.kv_bits_per_element = 16;
+    info.kv_pool_bytes = 4ull * 1000 * 18432;
+    kv_budget b;
+    kv_budget_init(&b, &info, 4, 16);
+    CHECK(!b.paged);
+    CHECK_EQ_INT(b.block_tokens, 16);
+    kv_usage u = kv_budget_usage(&b, 33, 33ull * 18432);
+    CHECK_EQ_INT(u.fp16_bytes, u.bytes);
+    CHECK_EQ_INT(u.blocks, 3);
+    CHECK_NEAR(u.bits_per_element, 16, 0);
+    metrics_pool p = {0};
+    kv_budget_gauge(&b, 2, 12345, 9, &p);
+    CHECK_EQ_INT(p.kv_used_blocks, 9);
+    CHECK_EQ_INT(p.kv_capacity_blocks, 4 * 63); /* ceil(1000 / 16) = 63 per slot */
+    CHECK_EQ_INT(p.kv_capacity_bytes, info.kv_pool_bytes);
+}
+
+int main(void) {
+    test_paged(0, 0, 45);  /* docs/wush-kv.md: int2 QuEST G32, 45 sequences of 2048 in 256 MiB */
+    test_paged(4, 64, 37); /* with sink 4 / recent 64: 37 */
+    test_f16();
+    TEST_MAIN_END();
+}
