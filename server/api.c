@@ -1,7 +1,7 @@
 /* The API on the loop thread: a route table in front of the handlers; generation requests
- * become engine jobs and their events become OpenAI JSON or SSE chunks. A request's state (a
- * "call") lives until the engine's last event for it, even when its client has gone, so the
- * in-flight count behind 429 is exact. */
+ * become engine jobs and their events become OpenAI JSON or SSE chunks (api_response.c builds
+ * them). A request's state (a "call") lives until the engine's last event for it, even when its
+ * client has gone, so the in-flight count behind 429 is exact. */
 #include "api.h"
 
 #include <inttypes.h>
@@ -12,60 +12,14 @@
 
 #include <cjson/cJSON.h>
 
+#include "api_int.h"
 #include "chat_template.h"
 #include "metrics.h"
 #include "openai_request.h"
 #include "sse.h"
 #include "text_stream.h"
 
-typedef enum { CALL_COMPLETION, CALL_CHAT, CALL_TOKENIZE, CALL_DETOKENIZE } call_kind;
-
-/* One choice of a generation request: one engine sequence. */
-typedef struct choice {
-    bool accepted, done;
-    const char *finish_reason;
-    int prompt_tokens, completion_tokens;
-    kv_usage kv;
-    text_buf text;   /* non-streamed: the whole completion */
-    cJSON *lp;       /* non-streamed logprobs being collected (chat: content array; completions: object) */
-    size_t text_off; /* completions logprobs text_offset */
-} choice;
-
-/* One request waiting on the engine. A generation with k choices owns engine ids id..id+k-1. */
-typedef struct call {
-    uint64_t id;
-    call_kind kind;
-    api_server *api;
-    http_conn *conn; /* NULL once the client is gone */
-    bool stream, include_usage, chat_logprobs, started, failed;
-    int n_choices, n_per_prompt, n_accepted, n_done;
-    choice *choices; /* n_choices; NULL for tokenize calls */
-    char resp_id[40];
-    long created;
-    double t_start;
-    char prompt_log[120];
-    struct call *next;
-} call;
-
-struct api_server {
-    uv_loop_t *loop;
-    serve_config cfg;
-    http_server *http;
-    scheduler *sched;
-    metrics *m;
-    api_fatal_cb on_fatal;
-    void *fatal_data;
-    bool ready, draining, fatal;
-    api_model model;
-    char model_id[256];
-    long started_at;
-    call *calls;
-    int n_gen_calls; /* completions + chats in flight: the queue limit counts these */
-    uint64_t next_id;
-    char cors_headers[512];
-};
-
-/* ---- responses --------------------------------------------------------------------------------- */
+/* ---- replies ----------------------------------------------------------------------------------- */
 
 static const char *extra_headers(api_server *a) { return a->cors_headers[0] ? a->cors_headers : NULL; }
 
@@ -90,24 +44,6 @@ static void reply_json(api_server *a, http_conn *c, int status, cJSON *obj, cons
     cJSON_Delete(obj);
 }
 
-static cJSON *error_object(int status, const char *type, const char *message, const char *param, const char *code) {
-    if (!type)
-        type = status == 401   ? "authentication_error"
-               : status == 404 ? "not_found_error"
-               : status == 429 ? "rate_limit_error"
-               : status >= 500 ? "server_error"
-                               : "invalid_request_error";
-    cJSON *root = cJSON_CreateObject();
-    cJSON *e = cJSON_AddObjectToObject(root, "error");
-    cJSON_AddStringToObject(e, "message", message);
-    cJSON_AddStringToObject(e, "type", type);
-    if (param) cJSON_AddStringToObject(e, "param", param);
-    else cJSON_AddNullToObject(e, "param");
-    if (code) cJSON_AddStringToObject(e, "code", code);
-    else cJSON_AddNullToObject(e, "code");
-    return root;
-}
-
 static void reply_error(api_server *a, http_conn *c, int status, const char *message, const char *param,
                         const char *code, const char *more_headers) {
     reply_json(a, c, status, error_object(status, NULL, message, param, code), more_headers);
@@ -115,28 +51,6 @@ static void reply_error(api_server *a, http_conn *c, int status, const char *mes
 
 static void reply_api_error(api_server *a, http_conn *c, const api_error *e) {
     reply_json(a, c, e->status, error_object(e->status, e->type, e->message, e->param, e->code), NULL);
-}
-
-/* Valid UTF-8 for JSON from raw token bytes (a byte-fallback token alone is not). */
-static char *sanitize(const char *bytes, size_t n) {
-    text_stream ts;
-    text_stream_init(&ts, NULL, 0);
-    text_buf out = {0};
-    bool oom = false;
-    text_stream_feed(&ts, bytes, n, &out, &oom);
-    text_stream_finish(&ts, &out, &oom);
-    text_stream_free(&ts);
-    if (oom || !text_buf_add(&out, "", 0)) {
-        text_buf_free(&out);
-        return NULL;
-    }
-    return out.p;
-}
-
-static cJSON *bytes_array(const char *p, int n) {
-    cJSON *a = cJSON_CreateArray();
-    for (int i = 0; i < n; i++) cJSON_AddItemToArray(a, cJSON_CreateNumber((unsigned char)p[i]));
-    return a;
 }
 
 /* ---- calls ------------------------------------------------------------------------------------- */
@@ -208,159 +122,6 @@ static call *call_new(api_server *a, http_conn *c, call_kind kind, int n_choices
     return k;
 }
 
-/* ---- OpenAI response objects ------------------------------------------------------------------- */
-
-/* Usage over the choices: each prompt counted once (as OpenAI does for n > 1), completions summed,
- * KV bytes and blocks summed over the choices' peaks (their sequences run side by side). */
-static cJSON *usage_object(const call *k) {
-    int prompt = 0, completion = 0, blocks = 0;
-    uint64_t bytes = 0, fp16 = 0;
-    double bits = 16.0;
-    for (int i = 0; i < k->n_choices; i++) {
-        const choice *c = &k->choices[i];
-        if (i % k->n_per_prompt == 0) prompt += c->prompt_tokens;
-        completion += c->completion_tokens;
-        bytes += c->kv.bytes;
-        fp16 += c->kv.fp16_bytes;
-        blocks += c->kv.blocks;
-        if (c->kv.bits_per_element > 0) bits = c->kv.bits_per_element;
-    }
-    cJSON *u = cJSON_CreateObject();
-    cJSON_AddNumberToObject(u, "prompt_tokens", prompt);
-    cJSON_AddNumberToObject(u, "completion_tokens", completion);
-    cJSON_AddNumberToObject(u, "total_tokens", prompt + completion);
-    cJSON *kv = cJSON_AddObjectToObject(u, "kv_cache");
-    cJSON_AddNumberToObject(kv, "bytes", (double)bytes);
-    cJSON_AddNumberToObject(kv, "fp16_bytes", (double)fp16);
-    cJSON_AddNumberToObject(kv, "blocks", blocks);
-    cJSON_AddNumberToObject(kv, "bits_per_element", bits);
-    return u;
-}
-
-static cJSON *envelope(const call *k, const char *object) {
-    cJSON *o = cJSON_CreateObject();
-    cJSON_AddStringToObject(o, "id", k->resp_id);
-    cJSON_AddStringToObject(o, "object", object);
-    cJSON_AddNumberToObject(o, "created", (double)k->created);
-    cJSON_AddStringToObject(o, "model", k->api->model_id);
-    return o;
-}
-
-/* Chat logprobs entries for one event: [{token, logprob, bytes, top_logprobs: [...]}]. */
-static void chat_logprobs_add(cJSON *content, const sched_event *ev) {
-    for (int i = 0; i < ev->n_logprobs; i++) {
-        const token_logprob *lp = &ev->logprobs[i];
-        cJSON *e = cJSON_CreateObject();
-        char *t = sanitize(lp->piece, (size_t)lp->piece_len);
-        cJSON_AddStringToObject(e, "token", t ? t : "");
-        free(t);
-        cJSON_AddNumberToObject(e, "logprob", lp->logprob);
-        cJSON_AddItemToObject(e, "bytes", bytes_array(lp->piece, lp->piece_len));
-        cJSON *top = cJSON_AddArrayToObject(e, "top_logprobs");
-        for (int j = 0; j < lp->n_top; j++) {
-            cJSON *a = cJSON_CreateObject();
-            char *tt = sanitize(lp->top_piece[j], (size_t)lp->top_piece_len[j]);
-            cJSON_AddStringToObject(a, "token", tt ? tt : "");
-            free(tt);
-            cJSON_AddNumberToObject(a, "logprob", lp->top_logprob[j]);
-            cJSON_AddItemToObject(a, "bytes", bytes_array(lp->top_piece[j], lp->top_piece_len[j]));
-            cJSON_AddItemToArray(top, a);
-        }
-        cJSON_AddItemToArray(content, e);
-    }
-}
-
-/* Completions logprobs (the legacy shape): parallel arrays tokens / token_logprobs /
- * top_logprobs (token -> logprob maps) / text_offset. */
-static void completion_logprobs_add(cJSON *obj, const sched_event *ev, size_t *text_off) {
-    cJSON *tokens = cJSON_GetObjectItem(obj, "tokens"), *lps = cJSON_GetObjectItem(obj, "token_logprobs");
-    cJSON *tops = cJSON_GetObjectItem(obj, "top_logprobs"), *offs = cJSON_GetObjectItem(obj, "text_offset");
-    for (int i = 0; i < ev->n_logprobs; i++) {
-        const token_logprob *lp = &ev->logprobs[i];
-        char *t = sanitize(lp->piece, (size_t)lp->piece_len);
-        cJSON_AddItemToArray(tokens, cJSON_CreateString(t ? t : ""));
-        free(t);
-        cJSON_AddItemToArray(lps, cJSON_CreateNumber(lp->logprob));
-        cJSON *m = cJSON_CreateObject();
-        for (int j = 0; j < lp->n_top; j++) {
-            char *tt = sanitize(lp->top_piece[j], (size_t)lp->top_piece_len[j]);
-            if (tt && !cJSON_GetObjectItemCaseSensitive(m, tt)) cJSON_AddNumberToObject(m, tt, lp->top_logprob[j]);
-            free(tt);
-        }
-        cJSON_AddItemToArray(tops, m);
-        cJSON_AddItemToArray(offs, cJSON_CreateNumber((double)*text_off));
-        *text_off += (size_t)lp->piece_len;
-    }
-}
-
-static cJSON *completion_logprobs_new(void) {
-    cJSON *o = cJSON_CreateObject();
-    cJSON_AddArrayToObject(o, "tokens");
-    cJSON_AddArrayToObject(o, "token_logprobs");
-    cJSON_AddArrayToObject(o, "top_logprobs");
-    cJSON_AddArrayToObject(o, "text_offset");
-    return o;
-}
-
-/* One streamed chunk: a text delta and/or a finish reason. */
-static cJSON *stream_chunk(call *k, int index, const char *text, const char *finish, const sched_event *lp_ev,
-                           bool role) {
-    bool chat = k->kind == CALL_CHAT;
-    cJSON *o = envelope(k, chat ? "chat.completion.chunk" : "text_completion");
-    cJSON *choices = cJSON_AddArrayToObject(o, "choices");
-    cJSON *ch = cJSON_CreateObject();
-    cJSON_AddNumberToObject(ch, "index", index);
-    if (chat) {
-        cJSON *d = cJSON_AddObjectToObject(ch, "delta");
-        if (role) cJSON_AddStringToObject(d, "role", "assistant");
-        if (text) cJSON_AddStringToObject(d, "content", text);
-    } else {
-        cJSON_AddStringToObject(ch, "text", text ? text : "");
-    }
-    if (lp_ev && lp_ev->n_logprobs) {
-        if (chat) {
-            cJSON *l = cJSON_AddObjectToObject(ch, "logprobs");
-            chat_logprobs_add(cJSON_AddArrayToObject(l, "content"), lp_ev);
-        } else {
-            cJSON *l = completion_logprobs_new();
-            completion_logprobs_add(l, lp_ev, &k->choices[index].text_off);
-            cJSON_AddItemToObject(ch, "logprobs", l);
-        }
-    } else {
-        cJSON_AddNullToObject(ch, "logprobs");
-    }
-    if (finish) cJSON_AddStringToObject(ch, "finish_reason", finish);
-    else cJSON_AddNullToObject(ch, "finish_reason");
-    cJSON_AddItemToArray(choices, ch);
-    if (k->include_usage) cJSON_AddNullToObject(o, "usage"); /* as OpenAI: null until the usage chunk */
-    return o;
-}
-
-/* One line per request (no prompt text unless --log-prompts). */
-static void log_request(call *k, const sched_event *ev, int status) {
-    api_server *a = k->api;
-    double dt = sched_now() - k->t_start;
-    const char *kind = k->kind == CALL_CHAT ? "chat" : "completion";
-    if (status == 200) {
-        int prompt = 0, completion = 0;
-        uint64_t bytes = 0;
-        for (int i = 0; i < k->n_choices; i++) {
-            if (i % k->n_per_prompt == 0) prompt += k->choices[i].prompt_tokens;
-            completion += k->choices[i].completion_tokens;
-            bytes += k->choices[i].kv.bytes;
-        }
-        fprintf(stderr,
-                "wushkv: %s %s status=200 choices=%d prompt=%d completion=%d finish=%s kv_bytes=%" PRIu64
-                " queue=%.3fs ttft=%.3fs time=%.3fs%s%s\n",
-                k->resp_id, kind, k->n_choices, prompt, completion, ev->finish_reason, bytes, ev->queue_s,
-                ev->ttft_s < 0 ? 0.0 : ev->ttft_s, dt, a->cfg.log_prompts ? " prompt=" : "",
-                a->cfg.log_prompts ? k->prompt_log : "");
-    } else {
-        fprintf(stderr, "wushkv: %s %s status=%d error=\"%s\" time=%.3fs\n", k->resp_id, kind, status,
-                ev ? ev->message : "", dt);
-    }
-}
-
 /* ---- engine events ----------------------------------------------------------------------------- */
 
 static void on_ready(api_server *a) {
@@ -401,47 +162,18 @@ static void send_chunk(call *k, cJSON *o) {
 
 /* Every choice ended: the usage chunk and [DONE], or the whole JSON response. */
 static void finish_call(api_server *a, call *k, const sched_event *last) {
-    bool chat = k->kind == CALL_CHAT;
     log_request(k, last, 200);
     http_conn *c = k->conn;
     detach(k);
     if (c && k->stream) {
         if (k->include_usage) {
-            cJSON *o = envelope(k, chat ? "chat.completion.chunk" : "text_completion");
-            cJSON_AddArrayToObject(o, "choices");
-            cJSON_AddItemToObject(o, "usage", usage_object(k));
+            cJSON *o = usage_chunk(k);
             sse_send_json(c, o);
             cJSON_Delete(o);
         }
         sse_end(c); /* a no-op when the writes above found the client gone */
     } else if (c) {
-        cJSON *o = envelope(k, chat ? "chat.completion" : "text_completion");
-        cJSON *choices = cJSON_AddArrayToObject(o, "choices");
-        for (int i = 0; i < k->n_choices; i++) {
-            choice *ci = &k->choices[i];
-            cJSON *ch = cJSON_CreateObject();
-            cJSON_AddNumberToObject(ch, "index", i);
-            if (chat) {
-                cJSON *msg = cJSON_AddObjectToObject(ch, "message");
-                cJSON_AddStringToObject(msg, "role", "assistant");
-                cJSON_AddStringToObject(msg, "content", ci->text.p ? ci->text.p : "");
-            } else {
-                cJSON_AddStringToObject(ch, "text", ci->text.p ? ci->text.p : "");
-            }
-            if (ci->lp) {
-                if (chat) cJSON_AddItemToObject(cJSON_AddObjectToObject(ch, "logprobs"), "content", ci->lp);
-                else cJSON_AddItemToObject(ch, "logprobs", ci->lp);
-                ci->lp = NULL;
-            } else if (chat && k->chat_logprobs) {
-                cJSON_AddArrayToObject(cJSON_AddObjectToObject(ch, "logprobs"), "content");
-            } else {
-                cJSON_AddNullToObject(ch, "logprobs");
-            }
-            cJSON_AddStringToObject(ch, "finish_reason", ci->finish_reason ? ci->finish_reason : "stop");
-            cJSON_AddItemToArray(choices, ch);
-        }
-        cJSON_AddItemToObject(o, "usage", usage_object(k));
-        reply_json(a, c, 200, o, NULL);
+        reply_json(a, c, 200, whole_response(k), NULL);
     }
     call_free(a, k);
 }
@@ -470,11 +202,7 @@ static void on_gen_event(api_server *a, call *k, int i, sched_event *ev) {
             send_chunk(k, stream_chunk(k, i, ev->text ? ev->text : "", NULL, ev, false));
         } else {
             if (ev->text_len) text_buf_add(&ci->text, ev->text, ev->text_len);
-            if (ev->n_logprobs) {
-                if (!ci->lp) ci->lp = chat ? cJSON_CreateArray() : completion_logprobs_new();
-                if (chat) chat_logprobs_add(ci->lp, ev);
-                else completion_logprobs_add(ci->lp, ev, &ci->text_off);
-            }
+            if (ev->n_logprobs) collect_logprobs(k, i, ev);
         }
         break;
     case EV_DONE:
