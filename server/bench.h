@@ -6,19 +6,18 @@
 #include <stdbool.h>
 #include <stddef.h>
 
+#include "cli_common.h"
 #include "kv_flags.h"
 #include "wushkv/wushkv.h"
 
 /* Engine throughput, as llama-bench measures it (bench_engine.c). */
 typedef struct bench_engine_opts {
-    const char *model;     /* NULL: wk_default_model_path */
+    cli_common common;     /* -m, --device, --json, --validation, -v (server/cli_common.h) */
     int n_prompt;          /* -p: tokens per prefill run; 0 skips the prefill test */
     int n_gen;             /* -n: tokens decoded one at a time per run; 0 skips the decode test */
     int reps;              /* -r: timed runs after the warm-up */
     int ctx;               /* 0: max(n_prompt, n_gen) */
     int batch_tokens;      /* tokens per prefill forward step (the engine's batch size) */
-    int device;            /* -1: automatic / WUSHKV_DEVICE */
-    bool json, validation, verbose;
     kv_flags kv;           /* --kv and friends (server/kv_flags.h) */
     const char *peer;      /* path of llama-bench, or NULL */
 } bench_engine_opts;
@@ -39,7 +38,6 @@ int bench_load_run(const bench_load_opts *o);
 
 /* ---- statistics (bench_stats.c) -------------------------------------------------------------- */
 
-double bench_now_s(void); /* CLOCK_MONOTONIC seconds */
 double bench_mean(const double *x, size_t n);
 /* Sample standard deviation (n - 1), as llama-bench reports; 0 when n < 2. */
 double bench_stddev(const double *x, size_t n);

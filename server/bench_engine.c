@@ -20,6 +20,7 @@
 #include <cjson/cJSON.h>
 
 #include "bench.h"
+#include "cli_common.h"
 #include "kv_flags.h"
 
 extern char **environ;
@@ -59,7 +60,7 @@ typedef struct engine_run {
 static int run_prefill(engine_run *r, int n, double *secs) {
     char err[WK_ERRMSG_LEN] = "";
     wk_seq_reset(r->seq);
-    double t0 = bench_now_s();
+    double t0 = cli_now_s();
     for (int off = 0; off < n; off += r->batch) {
         int k = n - off < r->batch ? n - off : r->batch;
         bool last = off + k == n;
@@ -71,7 +72,7 @@ static int run_prefill(engine_run *r, int n, double *secs) {
             return -1;
         }
     }
-    *secs = bench_now_s() - t0;
+    *secs = cli_now_s() - t0;
     return wk_seq_len(r->seq);
 }
 
@@ -79,7 +80,7 @@ static int run_prefill(engine_run *r, int n, double *secs) {
 static int run_decode(engine_run *r, int n, double *secs) {
     char err[WK_ERRMSG_LEN] = "";
     wk_seq_reset(r->seq);
-    double t0 = bench_now_s();
+    double t0 = cli_now_s();
     for (int i = 0; i < n; i++) {
         wk_batch_item item = {.seq = r->seq, .tokens = r->gen + i, .n_tokens = 1, .all_logits = false};
         int got = wk_forward(r->e, &item, 1, r->logits, err, sizeof err);
@@ -88,7 +89,7 @@ static int run_decode(engine_run *r, int n, double *secs) {
             return -1;
         }
     }
-    *secs = bench_now_s() - t0;
+    *secs = cli_now_s() - t0;
     return wk_seq_len(r->seq);
 }
 
@@ -106,23 +107,16 @@ static int measure_engine(const bench_engine_opts *o, const char *model, engine_
     int need_ctx = o->n_prompt > o->n_gen ? o->n_prompt : o->n_gen;
     wk_engine_params ep;
     wk_engine_params_default(&ep);
+    cli_common_apply(&o->common, &ep);
     ep.model_path = model;
-    ep.device_index = o->device;
     kv_flags_apply(&o->kv, &ep);
     ep.max_ctx = o->ctx ? o->ctx : need_ctx;
     ep.max_batch_tokens = o->batch_tokens;
     ep.max_seqs = 1;
-    ep.validation = o->validation;
-    ep.verbose = o->verbose;
     kv_flags_describe(&o->kv, res->kv_desc, sizeof res->kv_desc);
 
-    char err[WK_ERRMSG_LEN] = "";
-    wk_engine *e = NULL;
-    int st = wk_engine_open(&ep, &e, err, sizeof err);
-    if (st < 0) {
-        fprintf(stderr, "wushkv bench: cannot open %s: %s%s%s\n", model, wk_strerror(st), err[0] ? ": " : "", err);
-        return 1;
-    }
+    wk_engine *e = cli_engine_open("bench", &ep);
+    if (!e) return 1;
     const wk_model_info *info = wk_engine_info(e);
     snprintf(res->model_name, sizeof res->model_name, "%s", info->name);
     snprintf(res->device, sizeof res->device, "%s", info->device_name);
@@ -148,7 +142,7 @@ static int measure_engine(const bench_engine_opts *o, const char *model, engine_
     fill_tokens(gen, o->n_gen, info, &rng);
     r.prompt = prompt;
     r.gen = gen;
-    st = wk_seq_create(e, &r.seq);
+    int st = wk_seq_create(e, &r.seq);
     if (st < 0) {
         fprintf(stderr, "wushkv bench: cannot create a sequence: %s\n", wk_strerror(st));
         goto out;
@@ -167,7 +161,7 @@ static int measure_engine(const bench_engine_opts *o, const char *model, engine_
             res->decode_tokens = got;
         }
         if (i < 0) {
-            if (o->verbose) fprintf(stderr, "warm-up: prefill %.3f s, decode %.3f s\n", tp, tg);
+            if (o->common.verbose) fprintf(stderr, "warm-up: prefill %.3f s, decode %.3f s\n", tp, tg);
             continue;
         }
         res->pp_ts[i] = tp > 0.0 ? res->prefill_tokens / tp : 0.0;
@@ -380,13 +374,7 @@ static int print_json(const bench_engine_opts *o, const char *model, const engin
         add_num_or_null(obj, "ratio_prefill", peer->ok && peer->pp_ts > 0 ? pp / peer->pp_ts : NAN, 0.001);
         add_num_or_null(obj, "ratio_decode", peer->ok && peer->tg_ts > 0 ? tg / peer->tg_ts : NAN, 0.001);
     }
-    char *text = cJSON_PrintUnformatted(obj);
-    cJSON_Delete(obj);
-    if (!text) return 1;
-    printf("%s\n", text);
-    fflush(stdout);
-    cJSON_free(text);
-    return 0;
+    return cli_print_json(obj);
 }
 
 static void print_row(const char *test, double mean, double sd, const bench_engine_opts *o, const peer_result *peer,
@@ -428,22 +416,16 @@ static void print_text(const bench_engine_opts *o, const char *model, const engi
 }
 
 int bench_engine_run(const bench_engine_opts *o) {
-    char model[4096], err[WK_ERRMSG_LEN] = "";
-    const char *path = o->model;
-    if (!path) {
-        if (!wk_default_model_path(model, sizeof model, err, sizeof err)) {
-            fprintf(stderr, "wushkv bench: %s\n", err);
-            return 1;
-        }
-        path = model;
-    }
+    char model[4096];
+    const char *path = cli_model_path("bench", o->common.model, model, sizeof model);
+    if (!path) return 1;
     engine_result res = {0};
     int rc = measure_engine(o, path, &res);
     if (rc == 0) {
         peer_result peer = {.pp_ts = NAN, .pp_sd = NAN, .tg_ts = NAN, .tg_sd = NAN};
         /* After our engine is closed, so the two never share the CPU. */
         if (o->peer) run_peer(o, path, &peer);
-        if (o->json) rc = print_json(o, path, &res, &peer);
+        if (o->common.json) rc = print_json(o, path, &res, &peer);
         else print_text(o, path, &res, &peer);
         if (o->peer && !peer.ok) {
             fprintf(stderr, "wushkv bench: %s\n", peer.error);

@@ -167,7 +167,7 @@ static void sse_line(req_ctx *c, char *line) {
             r->chunk_t = t;
             r->cap_chunk = cap;
         }
-        r->chunk_t[r->n_chunk++] = bench_now_s() - c->run->t0;
+        r->chunk_t[r->n_chunk++] = cli_now_s() - c->run->t0;
     }
     const cJSON *usage = cJSON_GetObjectItemCaseSensitive(root, "usage");
     if (cJSON_IsObject(usage)) read_usage(c->r, usage);
@@ -251,10 +251,10 @@ static void run_one(load_run *run, int idx) {
     req_ctx c = {.run = run, .r = r};
     char err[256] = "";
     int status = 0;
-    r->t_start = bench_now_s() - run->t0;
+    r->t_start = cli_now_s() - run->t0;
     bool done = http_request(run->t, "POST", run->path, o->api_key, body, strlen(body), o->timeout_s, on_body, &c,
                              &status, err, sizeof err);
-    r->t_end = bench_now_s() - run->t0;
+    r->t_end = cli_now_s() - run->t0;
     free(body);
     if (!done) {
         fail(r, "%s", err);
@@ -403,13 +403,13 @@ static bool run_load(const bench_load_opts *o, const char *url, load_summary *s)
         snprintf(s->error, sizeof s->error, "out of memory for %d requests", o->requests);
         return false;
     }
-    run.t0 = bench_now_s();
+    run.t0 = cli_now_s();
     int started = 0;
     for (; started < clients; started++)
         if (pthread_create(&th[started], NULL, client_main, &run) != 0) break;
     if (started == 0) client_main(&run); /* no thread at all: still measure, from this one */
     for (int i = 0; i < started; i++) pthread_join(th[i], NULL);
-    double wall = bench_now_s() - run.t0;
+    double wall = cli_now_s() - run.t0;
     if (started < clients)
         fprintf(stderr, "wushkv bench: only %d of %d client threads could start\n", started, clients);
 
@@ -485,13 +485,7 @@ static int print_json(const bench_load_opts *o, const load_summary *a, const loa
         add_num(r, "itl_p50", both ? a->itl_ms[0] / b->itl_ms[0] : NAN, 0.001);
         add_num(r, "e2e_p50", both ? a->e2e_ms[0] / b->e2e_ms[0] : NAN, 0.001);
     }
-    char *text = cJSON_PrintUnformatted(obj);
-    cJSON_Delete(obj);
-    if (!text) return 1;
-    printf("%s\n", text);
-    fflush(stdout);
-    cJSON_free(text);
-    return 0;
+    return cli_print_json(obj);
 }
 
 /* One table row: the value for each server, and their ratio when both have one. */

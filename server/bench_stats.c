@@ -1,15 +1,8 @@
 /* Statistics for `wushkv bench` (see bench.h). */
 #include <math.h>
 #include <stdlib.h>
-#include <time.h>
 
 #include "bench.h"
-
-double bench_now_s(void) {
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
-}
 
 double bench_mean(const double *x, size_t n) {
     if (n == 0) return NAN;

@@ -6,6 +6,7 @@
 
 #include "bench.h"
 #include "cli_args.h"
+#include "cli_common.h"
 #include "http_client.h"
 #include "kv_flags.h"
 
@@ -69,12 +70,12 @@ typedef struct bench_opts {
 /* Parses argv into o. Returns -1 to go on, else the exit status (0 after --help). */
 static int parse_bench(int argc, char **argv, bench_opts *o) {
     memset(o, 0, sizeof *o);
+    cli_common_init(&o->eng.common, CLI_MODEL | CLI_DEVICE | CLI_JSON | CLI_VALIDATION | CLI_VERBOSE);
     kv_flags_init(&o->eng.kv);
     o->eng.n_prompt = 512;
     o->eng.n_gen = 128;
     o->eng.reps = 3;
     o->eng.batch_tokens = 512;
-    o->eng.device = -1;
     o->load.clients = 8;
     o->load.requests = 64;
     o->load.prompt_tokens = 128;
@@ -87,19 +88,14 @@ static int parse_bench(int argc, char **argv, bench_opts *o) {
     while (cli_next(&c)) {
         bool ok;
         enum { ENGINE, LOAD, BOTH } kind = ENGINE;
+        unsigned common;
         if (cli_is(&c, "-h", "--help")) {
             bench_usage(stdout);
             return 0;
-        } else if (cli_is(&c, NULL, "--json")) {
-            ok = cli_switch(&c);
-            o->eng.json = o->load.json = true;
-            kind = BOTH;
-        } else if (cli_is(&c, "-v", "--verbose")) {
-            ok = cli_switch(&c);
-            o->eng.verbose = o->load.verbose = true;
-            kind = BOTH;
-        } else if (cli_is(&c, "-m", "--model")) {
-            ok = cli_str(&c, &o->eng.model);
+        } else if ((common = cli_common_is(&c, &o->eng.common))) {
+            ok = cli_common_parse(&c, &o->eng.common);
+            /* --json and -v serve both modes; -m, --device and --validation only the engine's. */
+            kind = common & (CLI_JSON | CLI_VERBOSE) ? BOTH : ENGINE;
         } else if (cli_is(&c, "-p", "--n-prompt")) {
             ok = cli_int(&c, 0, 1 << 20, &o->eng.n_prompt);
         } else if (cli_is(&c, "-n", "--n-gen")) {
@@ -110,13 +106,8 @@ static int parse_bench(int argc, char **argv, bench_opts *o) {
             ok = cli_int(&c, 1, 1 << 20, &o->eng.ctx);
         } else if (cli_is(&c, NULL, "--batch-tokens")) {
             ok = cli_int(&c, 1, 1 << 16, &o->eng.batch_tokens);
-        } else if (cli_is(&c, NULL, "--device")) {
-            ok = cli_int(&c, 0, 1024, &o->eng.device);
         } else if (cli_is(&c, NULL, "--peer")) {
             ok = cli_str(&c, &o->eng.peer);
-        } else if (cli_is(&c, NULL, "--validation")) {
-            ok = cli_switch(&c);
-            o->eng.validation = true;
         } else if (cli_is(&c, NULL, "--url")) {
             ok = cli_str(&c, &o->load.url);
             kind = BOTH; /* it selects the mode */
@@ -162,6 +153,8 @@ static int parse_bench(int argc, char **argv, bench_opts *o) {
         if (kind == ENGINE && !o->engine_flag[0]) snprintf(o->engine_flag, sizeof o->engine_flag, "%s", c.name);
         if (kind == LOAD && !o->load_flag[0]) snprintf(o->load_flag, sizeof o->load_flag, "%s", c.name);
     }
+    o->load.json = o->eng.common.json;
+    o->load.verbose = o->eng.common.verbose;
 
     if (o->load.url) {
         if (o->engine_flag[0]) {

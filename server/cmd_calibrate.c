@@ -1,24 +1,22 @@
 /* `wushkv calibrate`: the command-line face of the engine's WUSH-KV calibrator (wk_calib_* in
  * wushkv.h): reads and tokenizes the calibration text, feeds it in chunks with a progress bar,
  * writes the sidecar and prints each head's predicted gains. */
-#include <errno.h>
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <time.h>
 #include <unistd.h>
 
 #include "cli_args.h"
+#include "cli_common.h"
 #include "text_file.h"
 #include "wushkv/wushkv.h"
 
 typedef struct calib_opts {
-    const char *model; /* NULL: wk_default_model_path */
-    const char *file, *out;
-    int tokens, chunk, group, threads, device;
+    cli_common common; /* -m, -f, --threads, --device, --validation, -v */
+    const char *out;
+    int tokens, chunk, group;
     wk_calib_v_moments v_moments;
-    bool validation, verbose;
 } calib_opts;
 
 static void calibrate_usage(FILE *f) {
@@ -55,10 +53,10 @@ static void calibrate_usage(FILE *f) {
 /* Parses argv into o. Returns -1 to go on, else the exit status (0 after --help). */
 static int parse_calibrate(int argc, char **argv, calib_opts *o) {
     memset(o, 0, sizeof *o);
+    cli_common_init(&o->common, CLI_MODEL | CLI_FILE | CLI_THREADS | CLI_DEVICE | CLI_VALIDATION | CLI_VERBOSE);
     o->tokens = 8192;
     o->chunk = 512;
     o->group = 32;
-    o->device = -1;
     o->v_moments = WK_CALIB_V_MASS;
 
     cli c;
@@ -68,10 +66,8 @@ static int parse_calibrate(int argc, char **argv, calib_opts *o) {
         if (cli_is(&c, "-h", "--help")) {
             calibrate_usage(stdout);
             return 0;
-        } else if (cli_is(&c, "-m", "--model")) {
-            ok = cli_str(&c, &o->model);
-        } else if (cli_is(&c, "-f", "--file")) {
-            ok = cli_str(&c, &o->file);
+        } else if (cli_common_is(&c, &o->common)) {
+            ok = cli_common_parse(&c, &o->common);
         } else if (cli_is(&c, "-o", "--output")) {
             ok = cli_str(&c, &o->out);
         } else if (cli_is(&c, NULL, "--tokens")) {
@@ -89,23 +85,13 @@ static int parse_calibrate(int argc, char **argv, calib_opts *o) {
             int m;
             ok = cli_choice(&c, names, 3, &m);
             if (ok) o->v_moments = (wk_calib_v_moments)m;
-        } else if (cli_is(&c, NULL, "--threads")) {
-            ok = cli_int(&c, 1, 1024, &o->threads);
-        } else if (cli_is(&c, NULL, "--device")) {
-            ok = cli_int(&c, 0, 1024, &o->device);
-        } else if (cli_is(&c, NULL, "--validation")) {
-            ok = cli_switch(&c);
-            o->validation = true;
-        } else if (cli_is(&c, "-v", "--verbose")) {
-            ok = cli_switch(&c);
-            o->verbose = true;
         } else {
             cli_unknown(&c);
             ok = false;
         }
         if (!ok) return CLI_EXIT_USAGE;
     }
-    if (!o->file) {
+    if (!o->common.file) {
         cli_error(&c, "missing -f TEXT (see wushkv calibrate --help)");
         return CLI_EXIT_USAGE;
     }
@@ -117,12 +103,6 @@ static int parse_calibrate(int argc, char **argv, calib_opts *o) {
     return -1;
 }
 
-static double now_s(void) {
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
-}
-
 /* Tokens of the text (no BOS: each chunk gets its own) up to at least `want` of them. Only a
  * prefix of the text is tokenized, grown until it holds enough: the calibration needs a few
  * thousand tokens of a file that may hold millions. The last tokens of a prefix may be cut
@@ -131,18 +111,9 @@ static int32_t *tokenize_prefix(const wk_engine *e, const char *text, size_t len
     size_t take = (size_t)want * 8 + 4096;
     for (;;) {
         if (take > len) take = len;
-        int cap = (int)(take + 16 < (size_t)(1 << 30) ? take + 16 : (size_t)(1 << 30));
-        int32_t *toks = malloc((size_t)cap * sizeof *toks);
-        if (!toks) {
-            fprintf(stderr, "wushkv calibrate: out of memory for %d tokens\n", cap);
-            return NULL;
-        }
-        int n = wk_tokenize(e, text, take, false, false, toks, cap);
-        if (n < 0 || n > cap) {
-            fprintf(stderr, "wushkv calibrate: tokenization failed: %s\n", wk_strerror(n < 0 ? n : WK_ERR_NOMEM));
-            free(toks);
-            return NULL;
-        }
+        int n;
+        int32_t *toks = cli_tokenize("calibrate", e, text, take, false, false, &n);
+        if (!toks) return NULL;
         /* A margin of 64 tokens past what is used keeps the cut at the prefix's end harmless. */
         if (n >= want + 64 || take == len) {
             *n_out = n < want ? n : want;
@@ -197,32 +168,22 @@ int cmd_calibrate(int argc, char **argv) {
     if (rc >= 0) return rc;
 
     char model[4096], err[WK_ERRMSG_LEN] = "";
-    if (!o.model) {
-        if (!wk_default_model_path(model, sizeof model, err, sizeof err)) {
-            fprintf(stderr, "wushkv calibrate: %s\n", err);
-            return 1;
-        }
-        o.model = model;
-    }
+    o.common.model = cli_model_path("calibrate", o.common.model, model, sizeof model);
+    if (!o.common.model) return 1;
+    const char *file = o.common.file;
     size_t len = 0;
-    char *text = read_text_file("calibrate", o.file, &len);
+    char *text = read_text_file("calibrate", file, &len);
     if (!text) return 1;
 
     wk_engine_params ep;
     wk_engine_params_default(&ep);
-    ep.model_path = o.model;
-    ep.device_index = o.device;
+    cli_common_apply(&o.common, &ep);
     ep.max_ctx = o.chunk;
     ep.max_batch_tokens = o.chunk; /* a chunk is one capture step */
     ep.max_seqs = 1;
-    ep.validation = o.validation;
-    ep.verbose = o.verbose;
-    double t0 = now_s();
-    wk_engine *e = NULL;
-    int st = wk_engine_open(&ep, &e, err, sizeof err);
-    if (st < 0) {
-        fprintf(stderr, "wushkv calibrate: cannot open %s: %s%s%s\n", o.model, wk_strerror(st), err[0] ? ": " : "",
-                err);
+    double t0 = cli_now_s();
+    wk_engine *e = cli_engine_open("calibrate", &ep);
+    if (!e) {
         free(text);
         return 1;
     }
@@ -239,12 +200,12 @@ int cmd_calibrate(int argc, char **argv) {
     int32_t *toks = chunk ? tokenize_prefix(e, text, len, n_chunks * per_chunk, &n_text) : NULL;
     if (!toks) goto out;
     if (n_text < n_chunks * per_chunk) {
-        fprintf(stderr, "wushkv calibrate: %s holds %d tokens, fewer than --tokens asks; using them all\n", o.file,
+        fprintf(stderr, "wushkv calibrate: %s holds %d tokens, fewer than --tokens asks; using them all\n", file,
                 n_text);
         n_chunks = (n_text + per_chunk - 1) / per_chunk;
     }
     if (n_chunks == 0) {
-        fprintf(stderr, "wushkv calibrate: %s holds no tokens\n", o.file);
+        fprintf(stderr, "wushkv calibrate: %s holds no tokens\n", file);
         goto out;
     }
 
@@ -252,16 +213,16 @@ int cmd_calibrate(int argc, char **argv) {
     wk_calib_params_default(&cp);
     cp.block = o.group;
     cp.v_moments = o.v_moments;
-    cp.n_threads = o.threads;
-    cp.text_name = strcmp(o.file, "-") == 0 ? "stdin" : o.file;
-    st = wk_calib_create(e, &cp, &cal, err, sizeof err);
+    cp.n_threads = o.common.threads;
+    cp.text_name = strcmp(file, "-") == 0 ? "stdin" : file;
+    int st = wk_calib_create(e, &cp, &cal, err, sizeof err);
     if (st < 0) {
         fprintf(stderr, "wushkv calibrate: %s: %s\n", wk_strerror(st), err);
         goto out;
     }
 
     const bool tty = isatty(STDERR_FILENO);
-    double t_run = now_s();
+    double t_run = cli_now_s();
     uint64_t done_tokens = 0;
     int left = o.tokens; /* tokens still to evaluate, BOS included */
     for (int k = 0, used = 0; k < n_chunks; k++) {
@@ -276,9 +237,9 @@ int cmd_calibrate(int argc, char **argv) {
         }
         left -= m;
         done_tokens += (uint64_t)m;
-        progress(k + 1, n_chunks, done_tokens, now_s() - t_run, tty);
+        progress(k + 1, n_chunks, done_tokens, cli_now_s() - t_run, tty);
     }
-    double t_fin = now_s();
+    double t_fin = cli_now_s();
     wk_calib_report rep;
     st = wk_calib_finish(cal, o.out, &rep, err, sizeof err);
     if (st < 0) {
@@ -287,7 +248,7 @@ int cmd_calibrate(int argc, char **argv) {
     }
     print_report(&rep, info->name);
     fprintf(stderr, "wushkv calibrate: wrote %s; capture and moments %.1f s, transforms %.2f s, total %.1f s\n", o.out,
-            t_fin - t_run, now_s() - t_fin, now_s() - t0);
+            t_fin - t_run, cli_now_s() - t_fin, cli_now_s() - t0);
     rc = 0;
 out:
     wk_calib_destroy(cal);

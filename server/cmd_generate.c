@@ -10,6 +10,7 @@
 #include <cjson/cJSON.h>
 
 #include "cli_args.h"
+#include "cli_common.h"
 #include "kv_flags.h"
 #include "text_stream.h"
 #include "wushkv/wushkv.h"
@@ -18,14 +19,13 @@
 #define PREFILL_CHUNK 512
 
 typedef struct gen_opts {
-    const char *model; /* NULL: wk_default_model_path */
+    cli_common common; /* -m, --device, --json, --validation, -v */
     const char *prompt;
     int n_predict;
     wk_sampler_params sampling;
     bool seed_given;
-    int ctx;    /* 0: the engine's default */
-    int device; /* -1: automatic / WUSHKV_DEVICE */
-    bool json, no_bos, validation, verbose;
+    int ctx; /* 0: the engine's default */
+    bool no_bos;
     kv_flags kv;
 } gen_opts;
 
@@ -70,10 +70,10 @@ static void generate_usage(FILE *f) {
 /* Parses argv into o. Returns -1 to go on, else the exit status (0 after --help). */
 static int parse_generate(int argc, char **argv, gen_opts *o) {
     memset(o, 0, sizeof *o);
+    cli_common_init(&o->common, CLI_MODEL | CLI_DEVICE | CLI_JSON | CLI_VALIDATION | CLI_VERBOSE);
     kv_flags_init(&o->kv);
     o->n_predict = 128;
     o->sampling = (wk_sampler_params){.temperature = 0.0f, .top_k = 40, .top_p = 0.95f, .min_p = 0.05f};
-    o->device = -1;
 
     cli c;
     cli_init(&c, "generate", argc, argv);
@@ -82,8 +82,8 @@ static int parse_generate(int argc, char **argv, gen_opts *o) {
         if (cli_is(&c, "-h", "--help")) {
             generate_usage(stdout);
             return 0;
-        } else if (cli_is(&c, "-m", "--model")) {
-            ok = cli_str(&c, &o->model);
+        } else if (cli_common_is(&c, &o->common)) {
+            ok = cli_common_parse(&c, &o->common);
         } else if (cli_is(&c, "-p", "--prompt")) {
             ok = cli_str(&c, &o->prompt);
         } else if (cli_is(&c, "-n", "--n-predict")) {
@@ -101,20 +101,9 @@ static int parse_generate(int argc, char **argv, gen_opts *o) {
             o->seed_given = true;
         } else if (cli_is(&c, NULL, "--ctx")) {
             ok = cli_int(&c, 1, 1 << 24, &o->ctx);
-        } else if (cli_is(&c, NULL, "--device")) {
-            ok = cli_int(&c, 0, 1024, &o->device);
-        } else if (cli_is(&c, NULL, "--json")) {
-            ok = cli_switch(&c);
-            o->json = true;
         } else if (cli_is(&c, NULL, "--no-bos")) {
             ok = cli_switch(&c);
             o->no_bos = true;
-        } else if (cli_is(&c, NULL, "--validation")) {
-            ok = cli_switch(&c);
-            o->validation = true;
-        } else if (cli_is(&c, "-v", "--verbose")) {
-            ok = cli_switch(&c);
-            o->verbose = true;
         } else if (kv_flags_is(&c)) {
             ok = kv_flags_parse(&c, &o->kv);
         } else {
@@ -139,38 +128,7 @@ static int parse_generate(int argc, char **argv, gen_opts *o) {
 
 /* ---- generation ----------------------------------------------------------------------------- */
 
-static double now_s(void) {
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
-}
-
 static double rate(int tokens, double seconds) { return seconds > 0.0 ? tokens / seconds : 0.0; }
-
-/* Tokenizes text, growing the buffer when the first guess is short. NULL on error (printed). */
-static int32_t *tokenize_all(const wk_engine *e, const char *text, size_t len, bool add_special, bool parse_special,
-                             int *n_out) {
-    int cap = (int)(len < (size_t)(1 << 30) ? len : (size_t)(1 << 30)) + 16;
-    for (;;) {
-        int32_t *toks = malloc((size_t)cap * sizeof *toks);
-        if (!toks) {
-            fprintf(stderr, "wushkv: out of memory for %d tokens\n", cap);
-            return NULL;
-        }
-        int n = wk_tokenize(e, text, len, add_special, parse_special, toks, cap);
-        if (n < 0) {
-            fprintf(stderr, "wushkv: tokenization failed: %s\n", wk_strerror(n));
-            free(toks);
-            return NULL;
-        }
-        if (n <= cap) {
-            *n_out = n;
-            return toks;
-        }
-        free(toks);
-        cap = n;
-    }
-}
 
 typedef struct gen_result {
     text_buf text;         /* the whole completion (for --json) */
@@ -197,7 +155,7 @@ static bool emit_token(const wk_engine *e, int32_t tok, const gen_opts *o, text_
     }
     /* No stop strings here: the stream only holds back a character split over tokens. */
     bool oom = false;
-    if (o->json) {
+    if (o->common.json) {
         text_stream_feed(u, piece->p, (size_t)n, &r->text, &oom);
         return !oom;
     }
@@ -225,7 +183,7 @@ static int run_generation(wk_engine *e, const gen_opts *o, gen_result *r) {
     text_stream_init(&u, NULL, 0);
 
     /* add_special: the model's BOS; parse_special: chat-template tokens typed in the prompt. */
-    prompt = tokenize_all(e, o->prompt, strlen(o->prompt), !o->no_bos, true, &r->n_prompt);
+    prompt = cli_tokenize("generate", e, o->prompt, strlen(o->prompt), !o->no_bos, true, &r->n_prompt);
     if (!prompt) goto out;
     if (r->n_prompt == 0) {
         fprintf(stderr, "wushkv generate: the prompt is empty (0 tokens)\n");
@@ -238,7 +196,7 @@ static int run_generation(wk_engine *e, const gen_opts *o, gen_result *r) {
                 r->n_prompt, info->max_ctx);
         goto out;
     }
-    if (o->verbose) {
+    if (o->common.verbose) {
         fprintf(stderr, "prompt: %d tokens; context %d; ", r->n_prompt, info->max_ctx);
         if (o->sampling.temperature <= 0.0f)
             fprintf(stderr, "sampling: greedy\n");
@@ -264,7 +222,7 @@ static int run_generation(wk_engine *e, const gen_opts *o, gen_result *r) {
 
     /* Prefill: the prompt in chunks; only the last token's logits are needed, so the chunks
      * before the last ask for none (NULL: the engine may skip the output head). */
-    double t0 = now_s();
+    double t0 = cli_now_s();
     for (int off = 0; off < r->n_prompt; off += PREFILL_CHUNK) {
         int n = r->n_prompt - off < PREFILL_CHUNK ? r->n_prompt - off : PREFILL_CHUNK;
         bool last = off + n == r->n_prompt;
@@ -275,7 +233,7 @@ static int run_generation(wk_engine *e, const gen_opts *o, gen_result *r) {
             goto out;
         }
     }
-    double t1 = now_s();
+    double t1 = cli_now_s();
     r->t_prefill = t1 - t0;
 
     /* Decode: sample from the last logits, emit, feed the token back. */
@@ -308,13 +266,13 @@ static int run_generation(wk_engine *e, const gen_opts *o, gen_result *r) {
         }
         r->n_decode_eval++;
     }
-    r->t_decode = now_s() - t1;
+    r->t_decode = cli_now_s() - t1;
 
     text_buf tail = {0};
     bool oom = false;
-    text_stream_finish(&u, o->json ? &r->text : &tail, &oom);
+    text_stream_finish(&u, o->common.json ? &r->text : &tail, &oom);
     bool ok = !oom;
-    if (!o->json) {
+    if (!o->common.json) {
         if (tail.len) fwrite(tail.p, 1, tail.len, stdout);
         fputc('\n', stdout);
         fflush(stdout);
@@ -326,7 +284,7 @@ static int run_generation(wk_engine *e, const gen_opts *o, gen_result *r) {
     }
     if (strcmp(r->stop, "context") == 0)
         fprintf(stderr, "wushkv generate: stopped: the context (%d tokens) is full\n", info->max_ctx);
-    else if (o->verbose)
+    else if (o->common.verbose)
         fprintf(stderr, "stopped: %s\n", strcmp(r->stop, "eog") == 0 ? "end-of-generation token" : "-n reached");
     rc = 0;
 
@@ -351,13 +309,7 @@ static int print_json(const gen_result *r, const char *kv, const wk_model_info *
     cJSON_AddStringToObject(obj, "kv", kv);
     cJSON_AddNumberToObject(obj, "bits_per_element", info->kv_bits_per_element);
     cJSON_AddNumberToObject(obj, "kv_bytes_per_token", (double)info->kv_bytes_per_token);
-    char *s = cJSON_PrintUnformatted(obj);
-    cJSON_Delete(obj);
-    if (!s) return 1;
-    printf("%s\n", s);
-    fflush(stdout);
-    cJSON_free(s);
-    return 0;
+    return cli_print_json(obj);
 }
 
 int cmd_generate(int argc, char **argv) {
@@ -365,32 +317,20 @@ int cmd_generate(int argc, char **argv) {
     int rc = parse_generate(argc, argv, &o);
     if (rc >= 0) return rc;
 
-    char model[4096], err[WK_ERRMSG_LEN] = "";
-    if (!o.model) {
-        if (!wk_default_model_path(model, sizeof model, err, sizeof err)) {
-            fprintf(stderr, "wushkv generate: %s\n", err);
-            return 1;
-        }
-        o.model = model;
-    }
+    char model[4096];
+    o.common.model = cli_model_path("generate", o.common.model, model, sizeof model);
+    if (!o.common.model) return 1;
 
     wk_engine_params ep;
     wk_engine_params_default(&ep);
-    ep.model_path = o.model;
-    ep.device_index = o.device;
+    cli_common_apply(&o.common, &ep);
     kv_flags_apply(&o.kv, &ep);
     ep.max_ctx = o.ctx;
     ep.max_batch_tokens = PREFILL_CHUNK;
     ep.max_seqs = 1;
-    ep.validation = o.validation;
-    ep.verbose = o.verbose;
-    if (o.verbose) fprintf(stderr, "model: %s\n", o.model);
-    wk_engine *e = NULL;
-    int st = wk_engine_open(&ep, &e, err, sizeof err);
-    if (st < 0) {
-        fprintf(stderr, "wushkv generate: cannot open %s: %s%s%s\n", o.model, wk_strerror(st), err[0] ? ": " : "", err);
-        return 1;
-    }
+    if (o.common.verbose) fprintf(stderr, "model: %s\n", o.common.model);
+    wk_engine *e = cli_engine_open("generate", &ep);
+    if (!e) return 1;
     char kv[128];
     kv_flags_describe(&o.kv, kv, sizeof kv);
     fprintf(stderr, "wushkv generate: %s on %s, KV %s\n", wk_engine_info(e)->name, wk_engine_info(e)->device_name, kv);
@@ -403,7 +343,7 @@ int cmd_generate(int argc, char **argv) {
         fprintf(stderr, "prefill: %d tokens in %.3f s (%.1f tok/s); decode: %d tokens in %.3f s (%.1f tok/s)\n",
                 r.n_prompt, r.t_prefill, rate(r.n_prompt, r.t_prefill), r.n_decode_eval, r.t_decode,
                 rate(r.n_decode_eval, r.t_decode));
-        if (o.json) rc = print_json(&r, kv, &info);
+        if (o.common.json) rc = print_json(&r, kv, &info);
     }
     free(r.text.p);
     return rc;

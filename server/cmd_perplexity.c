@@ -1,30 +1,26 @@
 /* `wushkv perplexity`: perplexity of a text file by llama.cpp's llama-perplexity method (see
  * shared/notes/GEMMA3_GGUF.md section 6), so our number can stand beside llama.cpp's. */
-#include <errno.h>
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <time.h>
 
 #include <cjson/cJSON.h>
 
 #include "cli_args.h"
+#include "cli_common.h"
 #include "text_file.h"
 #include "kv_flags.h"
 #include "layer_error.h"
 #include "wushkv/wushkv.h"
 
 typedef struct ppl_opts {
-    const char *model; /* NULL: wk_default_model_path */
-    const char *file;  /* "-": stdin */
-    int ctx, chunks, batch, device;
-    bool json, validation, verbose;
+    cli_common common; /* -m, -f, --device, --threads, --json, --validation, -v */
+    int ctx, chunks, batch;
     kv_flags kv;
     /* --layer-error: the formats (from the KV flags or --layer-error-formats) instead of perplexity */
     bool layer_error;
     const char *layer_error_list;
-    int threads;
     wk_kv_error_format le_formats[LAYER_ERROR_MAX_FORMATS];
     int n_le_formats;
 } ppl_opts;
@@ -61,11 +57,12 @@ static void perplexity_usage(FILE *f) {
 /* Parses argv into o. Returns -1 to go on, else the exit status (0 after --help). */
 static int parse_perplexity(int argc, char **argv, ppl_opts *o) {
     memset(o, 0, sizeof *o);
+    cli_common_init(&o->common,
+                    CLI_MODEL | CLI_FILE | CLI_DEVICE | CLI_THREADS | CLI_JSON | CLI_VALIDATION | CLI_VERBOSE);
     kv_flags_init(&o->kv);
     o->ctx = 512;
     o->chunks = -1;
     o->batch = 512;
-    o->device = -1;
 
     cli c;
     cli_init(&c, "perplexity", argc, argv);
@@ -74,35 +71,20 @@ static int parse_perplexity(int argc, char **argv, ppl_opts *o) {
         if (cli_is(&c, "-h", "--help")) {
             perplexity_usage(stdout);
             return 0;
-        } else if (cli_is(&c, "-m", "--model")) {
-            ok = cli_str(&c, &o->model);
-        } else if (cli_is(&c, "-f", "--file")) {
-            ok = cli_str(&c, &o->file);
+        } else if (cli_common_is(&c, &o->common)) {
+            ok = cli_common_parse(&c, &o->common);
         } else if (cli_is(&c, NULL, "--ctx")) {
             ok = cli_int(&c, 4, 1 << 20, &o->ctx);
         } else if (cli_is(&c, NULL, "--chunks")) {
             ok = cli_int(&c, 1, INT32_MAX, &o->chunks);
         } else if (cli_is(&c, NULL, "--batch")) {
             ok = cli_int(&c, 1, 1 << 20, &o->batch);
-        } else if (cli_is(&c, NULL, "--device")) {
-            ok = cli_int(&c, 0, 1024, &o->device);
         } else if (cli_is(&c, NULL, "--layer-error")) {
             ok = cli_switch(&c);
             o->layer_error = true;
         } else if (cli_is(&c, NULL, "--layer-error-formats")) {
             ok = cli_str(&c, &o->layer_error_list);
             o->layer_error = true;
-        } else if (cli_is(&c, NULL, "--threads")) {
-            ok = cli_int(&c, 1, 1024, &o->threads);
-        } else if (cli_is(&c, NULL, "--json")) {
-            ok = cli_switch(&c);
-            o->json = true;
-        } else if (cli_is(&c, NULL, "--validation")) {
-            ok = cli_switch(&c);
-            o->validation = true;
-        } else if (cli_is(&c, "-v", "--verbose")) {
-            ok = cli_switch(&c);
-            o->verbose = true;
         } else if (kv_flags_is(&c)) {
             ok = kv_flags_parse(&c, &o->kv);
         } else {
@@ -129,47 +111,12 @@ static int parse_perplexity(int argc, char **argv, ppl_opts *o) {
             o->n_le_formats = 1;
         }
     }
-    if (!o->file) {
+    if (!o->common.file) {
         cli_error(&c, "missing -f FILE (see wushkv perplexity --help)");
         return CLI_EXIT_USAGE;
     }
     if (o->batch > o->ctx) o->batch = o->ctx; /* a step never spans two windows */
     return -1;
-}
-
-static double now_s(void) {
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
-}
-
-/* Tokenizes text, growing the buffer when the first guess is short. NULL on error (printed). */
-static int32_t *tokenize_all(const wk_engine *e, const char *text, size_t len, int *n_out) {
-    size_t cap = len + 16;
-    for (;;) {
-        if (cap > (size_t)INT32_MAX) {
-            fprintf(stderr, "wushkv perplexity: the text is too long to tokenize at once\n");
-            return NULL;
-        }
-        int32_t *toks = malloc(cap * sizeof *toks);
-        if (!toks) {
-            fprintf(stderr, "wushkv perplexity: out of memory for %zu tokens\n", cap);
-            return NULL;
-        }
-        /* add_special: BOS first, as llama.cpp; parse_special off: "<...>" in the text is text. */
-        int n = wk_tokenize(e, text, len, true, false, toks, (int)cap);
-        if (n < 0) {
-            fprintf(stderr, "wushkv perplexity: tokenization failed: %s\n", wk_strerror(n));
-            free(toks);
-            return NULL;
-        }
-        if ((size_t)n <= cap) {
-            *n_out = n;
-            return toks;
-        }
-        free(toks);
-        cap = (size_t)n;
-    }
 }
 
 /* -log softmax(row)[tok], computed as llama.cpp's log_softmax: max in float, the sum of expf in
@@ -198,7 +145,7 @@ static int run_perplexity(wk_engine *e, const ppl_opts *o, const int32_t *tokens
     int rc = 1;
 
     if (n_tokens < 2 * ctx) {
-        fprintf(stderr, "wushkv perplexity: %s has %d tokens; need at least 2 x --ctx = %d\n", o->file, n_tokens,
+        fprintf(stderr, "wushkv perplexity: %s has %d tokens; need at least 2 x --ctx = %d\n", o->common.file, n_tokens,
                 2 * ctx);
         return 1;
     }
@@ -225,7 +172,7 @@ static int run_perplexity(wk_engine *e, const ppl_opts *o, const int32_t *tokens
         goto out;
     }
 
-    double t_start = now_s();
+    double t_start = cli_now_s();
     for (int k = 0; k < n_chunk; k++) {
         const int32_t *chunk = tokens + (size_t)k * ctx;
         memcpy(window, chunk, (size_t)ctx * sizeof *window);
@@ -261,12 +208,12 @@ static int run_perplexity(wk_engine *e, const ppl_opts *o, const int32_t *tokens
             pos = end;
         }
         r->chunks = k + 1;
-        double elapsed = now_s() - t_start;
+        double elapsed = cli_now_s() - t_start;
         double tps = (double)r->chunks * ctx / elapsed;
         fprintf(stderr, "[%d] ppl=%.4f  (%.1f tok/s, %.0f s left)\n", k + 1, exp(r->nll / (double)r->count), tps,
                 (double)(n_chunk - r->chunks) * ctx / tps);
     }
-    r->seconds = now_s() - t_start;
+    r->seconds = cli_now_s() - t_start;
     rc = 0;
 
 out:
@@ -281,23 +228,17 @@ int cmd_perplexity(int argc, char **argv) {
     int rc = parse_perplexity(argc, argv, &o);
     if (rc >= 0) return rc;
 
-    char model[4096], err[WK_ERRMSG_LEN] = "";
-    if (!o.model) {
-        if (!wk_default_model_path(model, sizeof model, err, sizeof err)) {
-            fprintf(stderr, "wushkv perplexity: %s\n", err);
-            return 1;
-        }
-        o.model = model;
-    }
+    char model[4096];
+    o.common.model = cli_model_path("perplexity", o.common.model, model, sizeof model);
+    if (!o.common.model) return 1;
     size_t len = 0;
-    char *text = read_text_file("perplexity", o.file, &len);
+    char *text = read_text_file("perplexity", o.common.file, &len);
     if (!text) return 1;
     if (len > 0 && text[len - 1] == '\n') text[--len] = '\0'; /* as llama.cpp's -f: one only */
 
     wk_engine_params ep;
     wk_engine_params_default(&ep);
-    ep.model_path = o.model;
-    ep.device_index = o.device;
+    cli_common_apply(&o.common, &ep);
     kv_flags_apply(&o.kv, &ep);
     ep.max_ctx = o.ctx;
     ep.max_batch_tokens = o.batch;
@@ -309,14 +250,9 @@ int cmd_perplexity(int argc, char **argv) {
         ep.max_batch_tokens = o.ctx;
     }
     ep.max_seqs = 1;
-    ep.validation = o.validation;
-    ep.verbose = o.verbose;
-    if (o.verbose) fprintf(stderr, "model: %s\n", o.model);
-    wk_engine *e = NULL;
-    int st = wk_engine_open(&ep, &e, err, sizeof err);
-    if (st < 0) {
-        fprintf(stderr, "wushkv perplexity: cannot open %s: %s%s%s\n", o.model, wk_strerror(st), err[0] ? ": " : "",
-                err);
+    if (o.common.verbose) fprintf(stderr, "model: %s\n", o.common.model);
+    wk_engine *e = cli_engine_open("perplexity", &ep);
+    if (!e) {
         free(text);
         return 1;
     }
@@ -325,15 +261,16 @@ int cmd_perplexity(int argc, char **argv) {
     fprintf(stderr, "wushkv perplexity: %s on %s, KV %s\n", wk_engine_info(e)->name, wk_engine_info(e)->device_name,
             kv);
 
-    double t0 = now_s();
+    double t0 = cli_now_s();
     int n_tokens = 0;
-    int32_t *tokens = tokenize_all(e, text, len, &n_tokens);
+    /* add_special: BOS first, as llama.cpp; parse_special off: "<...>" in the text is text. */
+    int32_t *tokens = cli_tokenize("perplexity", e, text, len, true, false, &n_tokens);
     free(text);
-    if (o.verbose && tokens) fprintf(stderr, "tokenized in %.2f s\n", now_s() - t0);
+    if (o.common.verbose && tokens) fprintf(stderr, "tokenized in %.2f s\n", cli_now_s() - t0);
 
     if (o.layer_error) {
-        layer_error_opts lo = {.formats = o.le_formats, .n_formats = o.n_le_formats, .file = o.file, .ctx = o.ctx,
-                               .threads = o.threads, .json = o.json};
+        layer_error_opts lo = {.formats = o.le_formats, .n_formats = o.n_le_formats, .file = o.common.file,
+                               .ctx = o.ctx, .threads = o.common.threads, .json = o.common.json};
         rc = tokens ? layer_error_run(e, &lo, tokens, n_tokens) : 1;
         free(tokens);
         wk_engine_close(e);
@@ -353,7 +290,7 @@ int cmd_perplexity(int argc, char **argv) {
     double ppl_err = var > 0.0 && r.count > 1 ? ppl * sqrt(var / (double)(r.count - 1)) : 0.0;
     double tps = r.seconds > 0.0 ? (double)r.chunks * o.ctx / r.seconds : 0.0;
 
-    if (!o.json) {
+    if (!o.common.json) {
         printf("ppl = %.4f +/- %.5f\n", ppl, ppl_err);
         fflush(stdout);
         return 0;
@@ -369,11 +306,5 @@ int cmd_perplexity(int argc, char **argv) {
     cJSON_AddStringToObject(obj, "kv", kv);
     cJSON_AddNumberToObject(obj, "bits_per_element", info.kv_bits_per_element);
     cJSON_AddNumberToObject(obj, "kv_bytes_per_token", (double)info.kv_bytes_per_token);
-    char *s = cJSON_PrintUnformatted(obj);
-    cJSON_Delete(obj);
-    if (!s) return 1;
-    printf("%s\n", s);
-    fflush(stdout);
-    cJSON_free(s);
-    return 0;
+    return cli_print_json(obj);
 }

@@ -9,6 +9,7 @@
 
 #include "api.h"
 #include "cli_args.h"
+#include "cli_common.h"
 #include "kv_flags.h"
 #include "wushkv/wushkv.h"
 
@@ -132,13 +133,14 @@ static int parse_serve(int argc, char **argv, serve_config *cfg, char *key_buf, 
     cfg->max_batch = 8;
     cfg->max_queue = 64;
     cfg->batch_tokens = 512;
-    cfg->device = -1;
     cfg->drain_timeout_s = 30;
     kv_flags_init(&cfg->kv);
     http_limits_default(&cfg->limits);
     cfg->api_key = getenv("WUSHKV_API_KEY");
     if (cfg->api_key && !cfg->api_key[0]) cfg->api_key = NULL;
 
+    cli_common common; /* copied into cfg after the last flag */
+    cli_common_init(&common, CLI_MODEL | CLI_DEVICE | CLI_VERBOSE);
     cli c;
     cli_init(&c, "serve", argc, argv);
     while (cli_next(&c)) {
@@ -149,8 +151,8 @@ static int parse_serve(int argc, char **argv, serve_config *cfg, char *key_buf, 
         if (cli_is(&c, "-h", "--help")) {
             serve_usage(stdout);
             return 0;
-        } else if (cli_is(&c, "-m", "--model")) {
-            ok = cli_str(&c, &cfg->model_path);
+        } else if (cli_common_is(&c, &common)) {
+            ok = cli_common_parse(&c, &common);
         } else if (cli_is(&c, NULL, "--host")) {
             ok = cli_str(&c, &cfg->host);
         } else if (cli_is(&c, NULL, "--port")) {
@@ -184,14 +186,9 @@ static int parse_serve(int argc, char **argv, serve_config *cfg, char *key_buf, 
         } else if (cli_is(&c, NULL, "--drain-timeout")) {
             ok = cli_float(&c, 0, 86400, &secs);
             if (ok) cfg->drain_timeout_s = secs;
-        } else if (cli_is(&c, NULL, "--device")) {
-            ok = cli_int(&c, 0, 1024, &cfg->device);
         } else if (cli_is(&c, NULL, "--log-prompts")) {
             ok = cli_switch(&c);
             cfg->log_prompts = true;
-        } else if (cli_is(&c, "-v", "--verbose")) {
-            ok = cli_switch(&c);
-            cfg->verbose = true;
         } else if (kv_flags_is(&c)) {
             ok = kv_flags_parse(&c, &cfg->kv);
         } else {
@@ -200,6 +197,9 @@ static int parse_serve(int argc, char **argv, serve_config *cfg, char *key_buf, 
         }
         if (!ok) return CLI_EXIT_USAGE;
     }
+    cfg->model_path = common.model;
+    cfg->device = common.device;
+    cfg->verbose = common.verbose;
     if (!kv_flags_finish(&c, &cfg->kv)) return CLI_EXIT_USAGE;
     if (cfg->max_batch > cfg->batch_tokens) {
         cli_error(&c, "--max-batch %d exceeds --batch-tokens %d: every running sequence needs a token per step",
@@ -211,17 +211,12 @@ static int parse_serve(int argc, char **argv, serve_config *cfg, char *key_buf, 
 
 int cmd_serve(int argc, char **argv) {
     static serve_state s; /* handles must outlive every callback: the loop runs to the end here */
-    char key[512], model[4096], err[WK_ERRMSG_LEN] = "";
+    char key[512], model[4096];
     memset(&s, 0, sizeof s);
     int rc = parse_serve(argc, argv, &s.cfg, key, sizeof key);
     if (rc >= 0) return rc;
-    if (!s.cfg.model_path) {
-        if (!wk_default_model_path(model, sizeof model, err, sizeof err)) {
-            fprintf(stderr, "wushkv serve: %s\n", err);
-            return 1;
-        }
-        s.cfg.model_path = model;
-    }
+    s.cfg.model_path = cli_model_path("serve", s.cfg.model_path, model, sizeof model);
+    if (!s.cfg.model_path) return 1;
 
     uv_loop_init(&s.loop);
     uv_signal_init(&s.loop, &s.sigint);

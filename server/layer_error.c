@@ -7,9 +7,10 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <time.h>
 
 #include <cjson/cJSON.h>
+
+#include "cli_common.h"
 
 static const char *const quant_names[] = {"quest", "percentile", "absmax"};
 static const char *const transform_names[] = {"none", "hadamard", "wush"};
@@ -99,12 +100,6 @@ static void describe(const wk_kv_error_format *f, char *buf, size_t cap) {
         snprintf(buf + len, cap - (size_t)len, " sink %d recent %d", f->sink, f->recent);
 }
 
-static double now_s(void) {
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
-}
-
 static void print_json(const wk_kv_error_format *f, const wk_kv_error_layer *r, int L, int ctx, double mean,
                        double mean_attn) {
     char name[128];
@@ -132,10 +127,7 @@ static void print_json(const wk_kv_error_format *f, const wk_kv_error_layer *r, 
     cJSON_AddItemToObject(obj, "layers", layers);
     cJSON_AddNumberToObject(obj, "mean_rel_mse", mean);
     cJSON_AddNumberToObject(obj, "mean_rel_mse_attn", mean_attn);
-    char *s = cJSON_PrintUnformatted(obj);
-    cJSON_Delete(obj);
-    if (s) printf("%s\n", s);
-    cJSON_free(s);
+    cli_print_json(obj);
 }
 
 int layer_error_run(wk_engine *e, const layer_error_opts *o, const int32_t *tokens, int n_tokens) {
@@ -156,7 +148,7 @@ int layer_error_run(wk_engine *e, const layer_error_opts *o, const int32_t *toke
     if (info->add_bos && info->bos >= 0) window[0] = info->bos; /* as perplexity evaluates a window */
     fprintf(stderr, "layer error: %d format%s on the first %d tokens\n", o->n_formats, o->n_formats == 1 ? "" : "s", n);
     char err[WK_ERRMSG_LEN] = "";
-    const double t0 = now_s();
+    const double t0 = cli_now_s();
     int rc = wk_kv_layer_error(e, window, n, o->formats, o->n_formats, o->threads, r, err, sizeof err);
     free(window);
     if (rc) {
@@ -164,7 +156,7 @@ int layer_error_run(wk_engine *e, const layer_error_opts *o, const int32_t *toke
         free(r);
         return 1;
     }
-    fprintf(stderr, "layer error: %.1f s\n", now_s() - t0);
+    fprintf(stderr, "layer error: %.1f s\n", cli_now_s() - t0);
     for (int k = 0; k < o->n_formats; k++) {
         const wk_kv_error_layer *rl = r + (size_t)k * L;
         double mean = 0, mean_attn = 0;

@@ -1,0 +1,101 @@
+/* server/cli_common.c without a model: each command takes only the common flags it names (another
+ * stays unknown to it, as before the flags were shared), the values land where the engine params
+ * read them, and a given model path is used as is. Messages and exit codes are test_cli.sh's. */
+#include <string.h>
+
+#include "cli_common.h"
+#include "test_util.h"
+
+/* Parses args (NULL-terminated, after the command name) into f with the flags `takes`; false at
+ * the first flag that is not a common one f takes, or that is refused. */
+static bool parse(unsigned takes, const char *const *args, cli_common *f) {
+    char *argv[32] = {"test"};
+    int argc = 1;
+    for (; args[argc - 1] && argc < 32; argc++) argv[argc] = (char *)args[argc - 1];
+    cli c;
+    cli_init(&c, "test", argc, argv);
+    cli_common_init(f, takes);
+    while (cli_next(&c))
+        if (!cli_common_is(&c, f) || !cli_common_parse(&c, f)) return false;
+    return true;
+}
+
+#define ARGS(...) ((const char *const[]){__VA_ARGS__, NULL})
+
+enum { ALL = CLI_MODEL | CLI_FILE | CLI_DEVICE | CLI_THREADS | CLI_JSON | CLI_VALIDATION | CLI_VERBOSE };
+
+static void test_values(void) {
+    cli_common f;
+    CHECK(parse(ALL, ARGS(NULL), &f));
+    CHECK(f.model == NULL && f.file == NULL);
+    CHECK_EQ_INT(f.device, -1);
+    CHECK_EQ_INT(f.threads, 0);
+    CHECK(!f.json && !f.validation && !f.verbose);
+
+    CHECK(parse(ALL, ARGS("-m", "a.gguf", "--file=t.txt", "--device", "2", "--threads", "3", "--json", "--validation",
+                          "-v"),
+                &f));
+    CHECK(strcmp(f.model, "a.gguf") == 0);
+    CHECK(strcmp(f.file, "t.txt") == 0);
+    CHECK_EQ_INT(f.device, 2);
+    CHECK_EQ_INT(f.threads, 3);
+    CHECK(f.json && f.validation && f.verbose);
+    CHECK(parse(ALL, ARGS("--model", "a", "--model", "b", "-f", "-", "--verbose"), &f)); /* the last one counts */
+    CHECK(strcmp(f.model, "b") == 0 && strcmp(f.file, "-") == 0 && f.verbose);
+
+    /* Refused values (the message goes to stderr). */
+    CHECK(!parse(ALL, ARGS("--device", "-1"), &f));
+    CHECK(!parse(ALL, ARGS("--device", "1025"), &f));
+    CHECK(!parse(ALL, ARGS("--threads", "0"), &f));
+    CHECK(!parse(ALL, ARGS("--json=yes"), &f));
+    CHECK(!parse(ALL, ARGS("-m"), &f));
+}
+
+static void test_takes(void) {
+    cli_common f;
+    /* generate's set: no -f, no --threads. */
+    const unsigned gen = CLI_MODEL | CLI_DEVICE | CLI_JSON | CLI_VALIDATION | CLI_VERBOSE;
+    CHECK(parse(gen, ARGS("-m", "x", "--device", "0", "--json", "--validation", "-v"), &f));
+    CHECK(!parse(gen, ARGS("-f", "x"), &f));
+    CHECK(!parse(gen, ARGS("--threads", "2"), &f));
+    /* serve's: no --json, no --validation. */
+    const unsigned serve = CLI_MODEL | CLI_DEVICE | CLI_VERBOSE;
+    CHECK(!parse(serve, ARGS("--json"), &f));
+    CHECK(!parse(serve, ARGS("--validation"), &f));
+    /* Each flag reports its own bit, so bench can tell its two-mode flags from the engine's. */
+    char *argv[] = {"test", "--json", "--device", "--bogus"};
+    cli c;
+    cli_init(&c, "test", 4, argv);
+    cli_common_init(&f, ALL);
+    CHECK(cli_next(&c));
+    CHECK_EQ_INT(cli_common_is(&c, &f), CLI_JSON);
+    CHECK(cli_next(&c));
+    CHECK_EQ_INT(cli_common_is(&c, &f), CLI_DEVICE);
+    CHECK(cli_next(&c));
+    CHECK_EQ_INT(cli_common_is(&c, &f), 0);
+}
+
+static void test_apply(void) {
+    cli_common f;
+    CHECK(parse(ALL, ARGS("-m", "a.gguf", "--device", "1", "--validation", "-v", "--json"), &f));
+    wk_engine_params p;
+    wk_engine_params_default(&p);
+    p.max_ctx = 77;
+    cli_common_apply(&f, &p);
+    CHECK(strcmp(p.model_path, "a.gguf") == 0);
+    CHECK_EQ_INT(p.device_index, 1);
+    CHECK(p.validation && p.verbose);
+    CHECK_EQ_INT(p.max_ctx, 77); /* the others are left alone */
+
+    char buf[16] = "unchanged";
+    CHECK(cli_model_path("test", "given.gguf", buf, sizeof buf) != NULL);
+    CHECK(strcmp(cli_model_path("test", "given.gguf", buf, sizeof buf), "given.gguf") == 0);
+    CHECK(strcmp(buf, "unchanged") == 0); /* a given path never looks for the default */
+}
+
+int main(void) {
+    test_values();
+    test_takes();
+    test_apply();
+    TEST_MAIN_END();
+}
