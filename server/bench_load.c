@@ -18,6 +18,7 @@
 
 #include "bench.h"
 #include "http_client.h"
+#include "text_buf.h"
 
 /* An error body beyond this is cut: only its message is reported. */
 #define LOAD_MAX_ERROR_BODY 4096
@@ -64,27 +65,6 @@ typedef struct req_result {
     char error[320];
 } req_result;
 
-typedef struct growbuf {
-    char *p;
-    size_t len, cap;
-} growbuf;
-
-static bool growbuf_add(growbuf *b, const char *data, size_t n, size_t limit) {
-    if (b->len + n + 1 > b->cap) {
-        if (b->len + n + 1 > limit) return false;
-        size_t cap = b->cap ? b->cap : 4096;
-        while (cap < b->len + n + 1) cap *= 2;
-        char *p = realloc(b->p, cap);
-        if (!p) return false;
-        b->p = p;
-        b->cap = cap;
-    }
-    memcpy(b->p + b->len, data, n);
-    b->len += n;
-    b->p[b->len] = '\0';
-    return true;
-}
-
 typedef struct load_run {
     const bench_load_opts *o;
     const http_target *t;
@@ -98,7 +78,7 @@ typedef struct load_run {
 typedef struct req_ctx {
     const load_run *run;
     req_result *r;
-    growbuf body;        /* the whole body (non-stream, errors) or the unfinished SSE line */
+    text_buf body;       /* the whole body (non-stream, errors) or the unfinished SSE line */
     bool done_seen;      /* "data: [DONE]" */
 } req_ctx;
 
@@ -178,7 +158,7 @@ static bool on_body(void *ud, int status, const char *data, size_t len) {
     req_ctx *c = ud;
     if (status != 200 || !c->run->o->stream) {
         size_t limit = status == 200 ? LOAD_MAX_BODY : LOAD_MAX_ERROR_BODY;
-        if (!growbuf_add(&c->body, data, len, limit) && status == 200) {
+        if (!text_buf_add_limited(&c->body, data, len, limit) && status == 200) {
             fail(c->r, "response body over %u bytes", LOAD_MAX_BODY);
             return false;
         }
@@ -188,7 +168,7 @@ static bool on_body(void *ud, int status, const char *data, size_t len) {
     while (len > 0) {
         const char *nl = memchr(data, '\n', len);
         size_t k = nl ? (size_t)(nl - data) : len;
-        if (!growbuf_add(&c->body, data, k, LOAD_MAX_BODY)) {
+        if (!text_buf_add_limited(&c->body, data, k, LOAD_MAX_BODY)) {
             fail(c->r, "an event line over %u bytes", LOAD_MAX_BODY);
             return false;
         }
@@ -227,7 +207,7 @@ static char *request_body(const bench_load_opts *o, const char *model, const cha
 }
 
 /* The "error.message" of an error body, else its start. */
-static void error_message(const growbuf *body, char *out, size_t cap) {
+static void error_message(const text_buf *body, char *out, size_t cap) {
     cJSON *root = body->p ? cJSON_Parse(body->p) : NULL;
     const cJSON *m = cJSON_GetObjectItemCaseSensitive(cJSON_GetObjectItemCaseSensitive(root, "error"), "message");
     if (cJSON_IsString(m)) snprintf(out, cap, "%s", m->valuestring);
@@ -301,7 +281,7 @@ typedef struct load_summary {
 
 static bool on_models_body(void *ud, int status, const char *data, size_t len) {
     (void)status;
-    return growbuf_add(ud, data, len, LOAD_MAX_BODY);
+    return text_buf_add_limited(ud, data, len, LOAD_MAX_BODY);
 }
 
 /* GET /v1/models: the server answers and names its model (what the requests then ask for). */
@@ -311,7 +291,7 @@ static bool discover(const bench_load_opts *o, http_target *t, load_summary *s) 
         snprintf(s->error, sizeof s->error, "%s: %s", t->url, err);
         return false;
     }
-    growbuf body = {0};
+    text_buf body = {0};
     int status = 0;
     bool ok = http_request(t, "GET", "/v1/models", o->api_key, NULL, 0, o->timeout_s, on_models_body, &body,
                            &status, err, sizeof err);

@@ -12,15 +12,12 @@
 
 #include <llhttp.h>
 
+#include "text_buf.h"
+
 /* Bytes a client may send ahead (pipelined requests) while its current request is answered. */
 #define PIPELINE_BUFFER_MAX (64 * 1024)
 
 typedef enum { C_IDLE, C_READING, C_BUSY, C_CLOSING } conn_state;
-
-typedef struct buf {
-    char *p;
-    size_t len, cap;
-} buf;
 
 struct http_conn {
     uv_tcp_t tcp;
@@ -32,14 +29,14 @@ struct http_conn {
     llhttp_t parser;
 
     /* the request being parsed */
-    buf url, field, value, body;
+    text_buf url, field, value, body;
     bool in_value; /* last header callback was a value: a new field starts a new header */
     size_t header_bytes;
     int error_status; /* a limit hit while parsing: 413 or 431 */
     bool message_done;
     http_request req;
 
-    buf pending;     /* received but not parsed (pipelined requests) */
+    text_buf pending; /* received but not parsed (pipelined requests) */
     bool processing; /* inside conn_process: re-entry only sets more work */
 
     /* the response */
@@ -100,28 +97,6 @@ const char *http_status_text(int status) {
     }
 }
 
-/* ---- small buffers ---------------------------------------------------------------------------- */
-
-static bool buf_add(buf *b, const char *data, size_t n) {
-    if (b->len + n + 1 > b->cap) {
-        size_t cap = b->cap ? b->cap : 256;
-        while (cap < b->len + n + 1) cap *= 2;
-        char *p = realloc(b->p, cap);
-        if (!p) return false;
-        b->p = p;
-        b->cap = cap;
-    }
-    if (n) memcpy(b->p + b->len, data, n);
-    b->len += n;
-    b->p[b->len] = 0;
-    return true;
-}
-
-static void buf_free(buf *b) {
-    free(b->p);
-    *b = (buf){0};
-}
-
 static char *trim_dup(const char *s, size_t n, bool lower) {
     while (n && (*s == ' ' || *s == '\t')) s++, n--;
     while (n && (s[n - 1] == ' ' || s[n - 1] == '\t')) n--;
@@ -159,10 +134,10 @@ static void set_state(http_conn *c, conn_state s) {
 /* ---- closing ----------------------------------------------------------------------------------- */
 
 static void request_free(http_conn *c) {
-    buf_free(&c->url);
-    buf_free(&c->field);
-    buf_free(&c->value);
-    buf_free(&c->body);
+    text_buf_free(&c->url);
+    text_buf_free(&c->field);
+    text_buf_free(&c->value);
+    text_buf_free(&c->body);
     for (int i = 0; i < c->req.n_headers; i++) {
         free(c->req.headers[i].name);
         free(c->req.headers[i].value);
@@ -184,7 +159,7 @@ static void on_handle_closed(uv_handle_t *h) {
     if (--c->open_handles > 0) return;
     http_server *s = c->srv;
     request_free(c);
-    buf_free(&c->pending);
+    text_buf_free(&c->pending);
     if (c->prev) c->prev->next = c->next;
     else s->conns = c->next;
     if (c->next) c->next->prev = c->prev;
@@ -357,7 +332,7 @@ static int on_message_begin(llhttp_t *p) {
 static int on_url(llhttp_t *p, const char *at, size_t n) {
     http_conn *c = conn_of(p);
     if (count_header_bytes(c, n)) return -1;
-    return buf_add(&c->url, at, n) ? 0 : -1;
+    return text_buf_add(&c->url, at, n) ? 0 : -1;
 }
 
 static int push_header(http_conn *c) {
@@ -383,14 +358,14 @@ static int push_header(http_conn *c) {
 static int on_header_field(llhttp_t *p, const char *at, size_t n) {
     http_conn *c = conn_of(p);
     if (count_header_bytes(c, n) || push_header(c)) return -1;
-    return buf_add(&c->field, at, n) ? 0 : -1;
+    return text_buf_add(&c->field, at, n) ? 0 : -1;
 }
 
 static int on_header_value(llhttp_t *p, const char *at, size_t n) {
     http_conn *c = conn_of(p);
     if (count_header_bytes(c, n)) return -1;
     c->in_value = true;
-    return buf_add(&c->value, at, n) ? 0 : -1;
+    return text_buf_add(&c->value, at, n) ? 0 : -1;
 }
 
 static int on_headers_complete(llhttp_t *p) {
@@ -413,7 +388,7 @@ static int on_body(llhttp_t *p, const char *at, size_t n) {
         c->error_status = 413; /* chunked bodies have no declared length: counted as they come */
         return -1;
     }
-    return buf_add(&c->body, at, n) ? 0 : -1;
+    return text_buf_add(&c->body, at, n) ? 0 : -1;
 }
 
 static int on_message_complete(llhttp_t *p) {
@@ -460,7 +435,7 @@ static bool finish_request(http_conn *c) {
     size_t plen = q ? (size_t)(q - url) : strlen(url);
     r->path = trim_dup(url, plen, false);
     r->query = strdup(q ? q + 1 : "");
-    if (!c->body.p && !buf_add(&c->body, "", 0)) return false;
+    if (!c->body.p && !text_buf_add(&c->body, "", 0)) return false;
     r->body = c->body.p;
     r->body_len = c->body.len;
     c->keep_alive = llhttp_should_keep_alive(&c->parser);
@@ -521,7 +496,7 @@ static void on_read(uv_stream_t *s, ssize_t n, const uv_buf_t *b) {
         conn_close(c); /* a client pushing data while its request is served is not pipelining */
         return;
     }
-    if (!buf_add(&c->pending, b->base, (size_t)n)) {
+    if (!text_buf_add(&c->pending, b->base, (size_t)n)) {
         conn_close(c);
         return;
     }

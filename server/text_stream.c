@@ -8,26 +8,6 @@
 
 static const char REPLACEMENT[] = "\xEF\xBF\xBD";
 
-bool text_buf_add(text_buf *b, const void *data, size_t n) {
-    if (b->len + n + 1 > b->cap) {
-        size_t cap = b->cap ? b->cap : 64;
-        while (cap < b->len + n + 1) cap *= 2;
-        char *p = realloc(b->p, cap);
-        if (!p) return false;
-        b->p = p;
-        b->cap = cap;
-    }
-    if (n) memcpy(b->p + b->len, data, n);
-    b->len += n;
-    b->p[b->len] = 0;
-    return true;
-}
-
-void text_buf_free(text_buf *b) {
-    free(b->p);
-    *b = (text_buf){0};
-}
-
 void text_stream_init(text_stream *t, char *const *stop, int n_stop) {
     memset(t, 0, sizeof *t);
     t->stop = stop;

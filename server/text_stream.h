@@ -6,13 +6,8 @@
 #include <stdbool.h>
 #include <stddef.h>
 
-typedef struct text_buf {
-    char *p;
-    size_t len, cap;
-} text_buf;
+#include "text_buf.h"
 
-bool text_buf_add(text_buf *b, const void *data, size_t n);
-void text_buf_free(text_buf *b);
 
 typedef struct text_stream {
     unsigned char pend[4]; /* an unfinished UTF-8 character */

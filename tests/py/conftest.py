@@ -93,14 +93,16 @@ def model_id(server):
     return requests.get(server.url + "/v1/models", timeout=10).json()["data"][0]["id"]
 
 
-def metric(server, name):
-    """The value of one wushkv: metric (summed over label sets)."""
+def metric(server, name, label=None):
+    """The value of one wushkv: metric, summed over its label sets (or those with `label`, e.g.
+    'finished_reason="abort"'; none of them yet counts 0)."""
     text = requests.get(server.url + "/metrics", timeout=10).text
     total, seen = 0.0, False
     for line in text.splitlines():
         if line.startswith("wushkv:" + name + "{") or line.startswith("wushkv:" + name + " "):
-            total += float(line.rsplit(" ", 1)[1])
             seen = True
+            if label is None or label in line:
+                total += float(line.rsplit(" ", 1)[1])
     assert seen, f"metric {name} missing"
     return total
 
