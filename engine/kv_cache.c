@@ -59,11 +59,6 @@ int wk_kv_cache_create_paged(wk_vk *vk, wk_kv_cache *kv, const wk_hparams *hp, c
     if (wk_kv_layout_get(&geom, fmt, &kv->layout) != 0)
         return snprintf(err, errlen, "KV format int%d %s group %d does not fit head_dim %d", fmt->bits,
                         wk_kvq_kind_name(fmt->kind), fmt->group, hp->head_dim), WK_ERR_INVALID;
-    /* kv_store_quant writes a token's parameters as whole words; one odd u16 per token would make
-     * neighbouring tokens share a word. */
-    if ((hp->head_dim / fmt->group) * wk_kvq_params_per_group(fmt->kind) % 2)
-        return snprintf(err, errlen, "KV group %d: head_dim/group * params per group must be even", fmt->group),
-               WK_ERR_UNSUPPORTED;
     const uint64_t bt = (uint64_t)kv->layout.block_tokens;
     const bool windows = fmt->sink + fmt->recent > 0;
     if (budget == 0)

@@ -2,8 +2,9 @@
 // Quantize-on-store for the paged KV pool: each invocation takes one token's key or value head
 // (post-RoPE keys; values as projected), encodes its D/G groups with kv_quant.glsl (bit-identical
 // to the C twin) and writes the token's code words and parameters into its block's slab. A token's
-// codes start on a word and its parameters fill whole words (checked on the host), so no two
-// invocations share a word.
+// codes start on a word. Its parameters fill whole words unless the token has an odd number of
+// them (one f16 step per token: QuEST or absmax with G = head_dim); then two tokens share each
+// parameter word and each writes its own half with a pair of atomics.
 #extension GL_GOOGLE_include_directive : require
 #include "kv_quant.glsl"
 layout(local_size_x = 8) in;
@@ -12,7 +13,7 @@ layout(std430, binding = 0) readonly buffer K { float k[]; };        // [T][n_he
 layout(std430, binding = 1) readonly buffer V { float v[]; };
 layout(std430, binding = 2) readonly buffer Rows { RowInfo rows[]; };
 layout(std430, binding = 3) readonly buffer Tables { uint tables[]; };
-layout(binding = 4, r32ui) uniform writeonly uimageBuffer Pool;
+layout(binding = 4, r32ui) uniform coherent uimageBuffer Pool; // not writeonly: the atomics read
 layout(push_constant) uniform PC {
     uint head_dim; uint n_head_kv; uint n_tokens; uint layer;
     int kind; int bits; int G; int rank_k; int rank_v;
@@ -33,7 +34,9 @@ void main() {
     uint src = (t * pc.n_head_kv + kh) * D;
     uint words[MAXW];
     for (uint w = 0u; w < pc.code_words; ++w) words[w] = 0u;
-    uint pbase = slab + pc.params_words + (tt * ngroups * P) / 2u;
+    uint hbase = tt * ngroups * P; // u16 index of the token's first parameter in the slab
+    bool shared_words = ((ngroups * P) & 1u) != 0u;
+    uint pbase = slab + pc.params_words + hbase / 2u;
     uint pword = 0u;
     for (uint g = 0u; g < ngroups; ++g) {
         for (uint i = 0u; i < G; ++i) wk_kvq_x[i] = kv == 0u ? k[src + g * G + i] : v[src + g * G + i];
@@ -53,6 +56,14 @@ void main() {
             uint byte_at = cb + 2u * p;
             uint h = (wk_kvq_w[byte_at >> 2] >> ((byte_at & 3u) * 8u)) & 0xffffu;
             uint idx = g * P + p;   // u16 index within the token's parameters
+            if (shared_words) {
+                // The neighbouring token may be written in this dispatch or another step: only
+                // this half of the word changes (stale bits of a reused block are cleared first).
+                uint hi = hbase + idx, at = slab + pc.params_words + (hi >> 1), sh = (hi & 1u) * 16u;
+                imageAtomicAnd(Pool, int(at), ~(0xffffu << sh));
+                imageAtomicOr(Pool, int(at), h << sh);
+                continue;
+            }
             pword |= h << ((idx & 1u) * 16u);
             if ((idx & 1u) == 1u) {
                 imageStore(Pool, int(pbase + (idx >> 1)), uvec4(pword));

@@ -373,6 +373,8 @@ int main(void) {
     paged_case("gemma3", 5, 2, WK_KVQ_QUEST, 32);
     paged_case("gemma3", 6, 3, WK_KVQ_PERCENTILE, 16);
     paged_case("llama", 8, 4, WK_KVQ_ABSMAX, 32);
+    /* G = head_dim with one parameter per token: two tokens share each parameter word. */
+    paged_case("gemma3", 9, 2, WK_KVQ_QUEST, 64);
     window_case("gemma3", 21, 4, 40, true);  /* sinks + ring cover all 40 positions */
     window_case("llama", 22, 0, 40, true);
     window_case("gemma3", 23, 2, 5, false);  /* most keys from the 2-bit codes */
