@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # Benchmark (not a test): WikiText-2 perplexity of the default model for each KV format, transform
 # and quantizer, one `wushkv perplexity --json` run each, printed as a markdown table row per run.
-#   bash scripts/kv_quality.sh WUSH_SIDECAR [CTX=2048] [CHUNKS=10] [BITS="2 3 4"] [QUANTS="quest percentile absmax"]
+#   bash scripts/kv_quality.sh WUSH_SIDECAR [CTX=2048] [CHUNKS=10] [BITS="2 3 4"] [QUANTS="quest percentile absmax"] [EXTRA]
+# EXTRA: more flags for every quantized row, e.g. "--kv-sink 4 --kv-recent 64" (the f16 row is skipped then).
 # The sidecar comes from `wushkv calibrate -f ../shared/data/tinyshakespeare/input.txt -o FILE`
 # (calibration text, never the evaluation text).
 set -euo pipefail
@@ -11,6 +12,7 @@ ctx=${2:-2048}
 chunks=${3:-10}
 bits=${4:-2 3 4}
 quants=${5:-quest percentile absmax}
+extra=${6:-}
 text=${WIKITEXT:-../shared/data/wikitext-2-raw/wiki.test.raw}
 bin=${WUSHKV_BIN:-build/wushkv}
 
@@ -30,11 +32,12 @@ echo "ctx $ctx, $chunks chunks, $(date -u +%F)"
 echo
 echo "| KV format | bits/element | PPL | KV bytes/token |"
 echo "|---|---|---|---|"
-row "f16" --kv f16
+if [[ -z $extra ]]; then row "f16" --kv f16; fi
 for b in $bits; do
     for q in $quants; do
         for t in none hadamard wush; do
-            row "int$b $q $t" --kv "int$b" --kv-quant "$q" --kv-transform "$t" --wush "$wush" --kv-transform "$t"
+            # shellcheck disable=SC2086 # extra is a list of flags
+            row "int$b $q $t${extra:+ $extra}" --kv "int$b" --kv-quant "$q" --kv-transform "$t" --wush "$wush" $extra
         done
     done
 done
