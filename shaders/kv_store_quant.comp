@@ -13,7 +13,7 @@ layout(std430, binding = 0) readonly buffer K { float k[]; };        // [T][n_he
 layout(std430, binding = 1) readonly buffer V { float v[]; };
 layout(std430, binding = 2) readonly buffer Rows { RowInfo rows[]; };
 layout(std430, binding = 3) readonly buffer Tables { uint tables[]; };
-layout(binding = 4, r32ui) uniform coherent uimageBuffer Pool; // not writeonly: the atomics read
+layout(binding = 4, r32ui) uniform uimageBuffer Pool; // not writeonly: the atomics read (they need no coherent)
 layout(push_constant) uniform PC {
     uint head_dim; uint n_head_kv; uint n_tokens; uint layer;
     int kind; int bits; int G; int rank_k; int rank_v;
