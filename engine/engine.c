@@ -234,6 +234,26 @@ int wk_tokenize(const wk_engine *e, const char *text, size_t len, bool add_speci
     return n < 0 ? WK_ERR_INVALID : n;
 }
 
+int wk_tokenize_alloc(const wk_engine *e, const char *text, size_t len, bool add_special, bool parse_special,
+                      int32_t **out) {
+    /* A token takes at least a byte, plus the few specials add_special may put around the text;
+     * wk_tokenize says how many it needed when that guess is short. */
+    size_t cap = len + 16;
+    for (;;) {
+        if (cap > (size_t)INT32_MAX) return WK_ERR_INVALID;
+        int32_t *toks = malloc(cap * sizeof *toks);
+        if (!toks) return WK_ERR_NOMEM;
+        int n = wk_tokenize(e, text, len, add_special, parse_special, toks, (int)cap);
+        if (n >= 0 && (size_t)n <= cap) {
+            *out = toks;
+            return n;
+        }
+        free(toks);
+        if (n < 0) return n;
+        cap = (size_t)n;
+    }
+}
+
 int wk_token_to_piece(const wk_engine *e, int32_t token, bool render_special, char *buf, int cap) {
     int n = wk_tokenizer_piece(e->tok, token, render_special, buf, cap);
     return n < 0 ? WK_ERR_INVALID : n;

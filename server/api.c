@@ -15,6 +15,7 @@
 #include "api_int.h"
 #include "chat_template.h"
 #include "metrics.h"
+#include "mono_clock.h"
 #include "openai_request.h"
 #include "sse.h"
 #include "text_stream.h"
@@ -111,7 +112,7 @@ static call *call_new(api_server *a, http_conn *c, call_kind kind, int n_choices
     k->kind = kind;
     k->api = a;
     k->conn = c;
-    k->t_start = sched_now();
+    k->t_start = mono_now_s();
     k->created = (long)time(NULL);
     snprintf(k->resp_id, sizeof k->resp_id, "%s-%08lx%06" PRIx64, kind == CALL_CHAT ? "chatcmpl" : "cmpl",
              (unsigned long)a->started_at, k->id);

@@ -7,6 +7,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 
+#include "mono_clock.h"
 #include "text_stream.h"
 
 cJSON *error_object(int status, const char *type, const char *message, const char *param, const char *code) {
@@ -222,7 +223,7 @@ cJSON *whole_response(call *k) {
 
 void log_request(call *k, const sched_event *ev, int status) {
     api_server *a = k->api;
-    double dt = sched_now() - k->t_start;
+    double dt = mono_now_s() - k->t_start;
     const char *kind = k->kind == CALL_CHAT ? "chat" : "completion";
     if (status == 200) {
         int prompt = 0, completion = 0;

@@ -22,6 +22,7 @@
 #include "bench.h"
 #include "cli_common.h"
 #include "kv_flags.h"
+#include "mono_clock.h"
 
 extern char **environ;
 
@@ -60,7 +61,7 @@ typedef struct engine_run {
 static int run_prefill(engine_run *r, int n, double *secs) {
     char err[WK_ERRMSG_LEN] = "";
     wk_seq_reset(r->seq);
-    double t0 = cli_now_s();
+    double t0 = mono_now_s();
     for (int off = 0; off < n; off += r->batch) {
         int k = n - off < r->batch ? n - off : r->batch;
         bool last = off + k == n;
@@ -72,7 +73,7 @@ static int run_prefill(engine_run *r, int n, double *secs) {
             return -1;
         }
     }
-    *secs = cli_now_s() - t0;
+    *secs = mono_now_s() - t0;
     return wk_seq_len(r->seq);
 }
 
@@ -80,7 +81,7 @@ static int run_prefill(engine_run *r, int n, double *secs) {
 static int run_decode(engine_run *r, int n, double *secs) {
     char err[WK_ERRMSG_LEN] = "";
     wk_seq_reset(r->seq);
-    double t0 = cli_now_s();
+    double t0 = mono_now_s();
     for (int i = 0; i < n; i++) {
         wk_batch_item item = {.seq = r->seq, .tokens = r->gen + i, .n_tokens = 1, .all_logits = false};
         int got = wk_forward(r->e, &item, 1, r->logits, err, sizeof err);
@@ -89,7 +90,7 @@ static int run_decode(engine_run *r, int n, double *secs) {
             return -1;
         }
     }
-    *secs = cli_now_s() - t0;
+    *secs = mono_now_s() - t0;
     return wk_seq_len(r->seq);
 }
 

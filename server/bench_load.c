@@ -18,6 +18,7 @@
 
 #include "bench.h"
 #include "http_client.h"
+#include "mono_clock.h"
 #include "text_buf.h"
 
 /* An error body beyond this is cut: only its message is reported. */
@@ -147,7 +148,7 @@ static void sse_line(req_ctx *c, char *line) {
             r->chunk_t = t;
             r->cap_chunk = cap;
         }
-        r->chunk_t[r->n_chunk++] = cli_now_s() - c->run->t0;
+        r->chunk_t[r->n_chunk++] = mono_now_s() - c->run->t0;
     }
     const cJSON *usage = cJSON_GetObjectItemCaseSensitive(root, "usage");
     if (cJSON_IsObject(usage)) read_usage(c->r, usage);
@@ -231,10 +232,10 @@ static void run_one(load_run *run, int idx) {
     req_ctx c = {.run = run, .r = r};
     char err[256] = "";
     int status = 0;
-    r->t_start = cli_now_s() - run->t0;
+    r->t_start = mono_now_s() - run->t0;
     bool done = http_request(run->t, "POST", run->path, o->api_key, body, strlen(body), o->timeout_s, on_body, &c,
                              &status, err, sizeof err);
-    r->t_end = cli_now_s() - run->t0;
+    r->t_end = mono_now_s() - run->t0;
     free(body);
     if (!done) {
         fail(r, "%s", err);
@@ -383,13 +384,13 @@ static bool run_load(const bench_load_opts *o, const char *url, load_summary *s)
         snprintf(s->error, sizeof s->error, "out of memory for %d requests", o->requests);
         return false;
     }
-    run.t0 = cli_now_s();
+    run.t0 = mono_now_s();
     int started = 0;
     for (; started < clients; started++)
         if (pthread_create(&th[started], NULL, client_main, &run) != 0) break;
     if (started == 0) client_main(&run); /* no thread at all: still measure, from this one */
     for (int i = 0; i < started; i++) pthread_join(th[i], NULL);
-    double wall = cli_now_s() - run.t0;
+    double wall = mono_now_s() - run.t0;
     if (started < clients)
         fprintf(stderr, "wushkv bench: only %d of %d client threads could start\n", started, clients);
 

@@ -93,38 +93,15 @@ wk_engine *cli_engine_open(const char *cmd, const wk_engine_params *p) {
 
 int32_t *cli_tokenize(const char *cmd, const wk_engine *e, const char *text, size_t len, bool add_special,
                       bool parse_special, int *n_out) {
-    /* A token takes at least a byte, plus the few specials add_special may put around the text;
-     * wk_tokenize says how many it needed when that guess is short. */
-    size_t cap = len + 16;
-    for (;;) {
-        if (cap > (size_t)INT32_MAX) {
-            fprintf(stderr, "wushkv %s: the text is too long to tokenize at once\n", cmd);
-            return NULL;
-        }
-        int32_t *toks = malloc(cap * sizeof *toks);
-        if (!toks) {
-            fprintf(stderr, "wushkv %s: out of memory for %zu tokens\n", cmd, cap);
-            return NULL;
-        }
-        int n = wk_tokenize(e, text, len, add_special, parse_special, toks, (int)cap);
-        if (n < 0) {
-            fprintf(stderr, "wushkv %s: tokenization failed: %s\n", cmd, wk_strerror(n));
-            free(toks);
-            return NULL;
-        }
-        if ((size_t)n <= cap) {
-            *n_out = n;
-            return toks;
-        }
-        free(toks);
-        cap = (size_t)n;
+    int32_t *toks = NULL;
+    int n = wk_tokenize_alloc(e, text, len, add_special, parse_special, &toks);
+    if (n < 0) {
+        fprintf(stderr, "wushkv %s: tokenization failed: %s\n", cmd,
+                len > (size_t)INT32_MAX - 16 ? "the text is too long to tokenize at once" : wk_strerror(n));
+        return NULL;
     }
-}
-
-double cli_now_s(void) {
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
+    *n_out = n;
+    return toks;
 }
 
 int cli_print_json(cJSON *obj) {

@@ -52,8 +52,6 @@ wk_engine *cli_engine_open(const char *cmd, const wk_engine_params *p);
 int32_t *cli_tokenize(const char *cmd, const wk_engine *e, const char *text, size_t len, bool add_special,
                       bool parse_special, int *n_out);
 
-/* CLOCK_MONOTONIC seconds. */
-double cli_now_s(void);
 /* Prints obj on one line of stdout, flushed, and deletes it. 1 when it cannot be printed (obj NULL
  * included), else 0. */
 struct cJSON;

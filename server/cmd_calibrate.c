@@ -9,6 +9,7 @@
 
 #include "cli_args.h"
 #include "cli_common.h"
+#include "mono_clock.h"
 #include "text_file.h"
 #include "wushkv/wushkv.h"
 
@@ -181,7 +182,7 @@ int cmd_calibrate(int argc, char **argv) {
     ep.max_ctx = o.chunk;
     ep.max_batch_tokens = o.chunk; /* a chunk is one capture step */
     ep.max_seqs = 1;
-    double t0 = cli_now_s();
+    double t0 = mono_now_s();
     wk_engine *e = cli_engine_open("calibrate", &ep);
     if (!e) {
         free(text);
@@ -222,7 +223,7 @@ int cmd_calibrate(int argc, char **argv) {
     }
 
     const bool tty = isatty(STDERR_FILENO);
-    double t_run = cli_now_s();
+    double t_run = mono_now_s();
     uint64_t done_tokens = 0;
     int left = o.tokens; /* tokens still to evaluate, BOS included */
     for (int k = 0, used = 0; k < n_chunks; k++) {
@@ -237,9 +238,9 @@ int cmd_calibrate(int argc, char **argv) {
         }
         left -= m;
         done_tokens += (uint64_t)m;
-        progress(k + 1, n_chunks, done_tokens, cli_now_s() - t_run, tty);
+        progress(k + 1, n_chunks, done_tokens, mono_now_s() - t_run, tty);
     }
-    double t_fin = cli_now_s();
+    double t_fin = mono_now_s();
     wk_calib_report rep;
     st = wk_calib_finish(cal, o.out, &rep, err, sizeof err);
     if (st < 0) {
@@ -248,7 +249,7 @@ int cmd_calibrate(int argc, char **argv) {
     }
     print_report(&rep, info->name);
     fprintf(stderr, "wushkv calibrate: wrote %s; capture and moments %.1f s, transforms %.2f s, total %.1f s\n", o.out,
-            t_fin - t_run, cli_now_s() - t_fin, cli_now_s() - t0);
+            t_fin - t_run, mono_now_s() - t_fin, mono_now_s() - t0);
     rc = 0;
 out:
     wk_calib_destroy(cal);

@@ -12,6 +12,7 @@
 #include "cli_args.h"
 #include "cli_common.h"
 #include "kv_flags.h"
+#include "mono_clock.h"
 #include "text_stream.h"
 #include "wushkv/wushkv.h"
 
@@ -222,7 +223,7 @@ static int run_generation(wk_engine *e, const gen_opts *o, gen_result *r) {
 
     /* Prefill: the prompt in chunks; only the last token's logits are needed, so the chunks
      * before the last ask for none (NULL: the engine may skip the output head). */
-    double t0 = cli_now_s();
+    double t0 = mono_now_s();
     for (int off = 0; off < r->n_prompt; off += PREFILL_CHUNK) {
         int n = r->n_prompt - off < PREFILL_CHUNK ? r->n_prompt - off : PREFILL_CHUNK;
         bool last = off + n == r->n_prompt;
@@ -233,7 +234,7 @@ static int run_generation(wk_engine *e, const gen_opts *o, gen_result *r) {
             goto out;
         }
     }
-    double t1 = cli_now_s();
+    double t1 = mono_now_s();
     r->t_prefill = t1 - t0;
 
     /* Decode: sample from the last logits, emit, feed the token back. */
@@ -266,7 +267,7 @@ static int run_generation(wk_engine *e, const gen_opts *o, gen_result *r) {
         }
         r->n_decode_eval++;
     }
-    r->t_decode = cli_now_s() - t1;
+    r->t_decode = mono_now_s() - t1;
 
     text_buf tail = {0};
     bool oom = false;

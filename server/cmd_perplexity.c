@@ -9,6 +9,7 @@
 
 #include "cli_args.h"
 #include "cli_common.h"
+#include "mono_clock.h"
 #include "text_file.h"
 #include "kv_flags.h"
 #include "layer_error.h"
@@ -172,7 +173,7 @@ static int run_perplexity(wk_engine *e, const ppl_opts *o, const int32_t *tokens
         goto out;
     }
 
-    double t_start = cli_now_s();
+    double t_start = mono_now_s();
     for (int k = 0; k < n_chunk; k++) {
         const int32_t *chunk = tokens + (size_t)k * ctx;
         memcpy(window, chunk, (size_t)ctx * sizeof *window);
@@ -208,12 +209,12 @@ static int run_perplexity(wk_engine *e, const ppl_opts *o, const int32_t *tokens
             pos = end;
         }
         r->chunks = k + 1;
-        double elapsed = cli_now_s() - t_start;
+        double elapsed = mono_now_s() - t_start;
         double tps = (double)r->chunks * ctx / elapsed;
         fprintf(stderr, "[%d] ppl=%.4f  (%.1f tok/s, %.0f s left)\n", k + 1, exp(r->nll / (double)r->count), tps,
                 (double)(n_chunk - r->chunks) * ctx / tps);
     }
-    r->seconds = cli_now_s() - t_start;
+    r->seconds = mono_now_s() - t_start;
     rc = 0;
 
 out:
@@ -261,12 +262,12 @@ int cmd_perplexity(int argc, char **argv) {
     fprintf(stderr, "wushkv perplexity: %s on %s, KV %s\n", wk_engine_info(e)->name, wk_engine_info(e)->device_name,
             kv);
 
-    double t0 = cli_now_s();
+    double t0 = mono_now_s();
     int n_tokens = 0;
     /* add_special: BOS first, as llama.cpp; parse_special off: "<...>" in the text is text. */
     int32_t *tokens = cli_tokenize("perplexity", e, text, len, true, false, &n_tokens);
     free(text);
-    if (o.common.verbose && tokens) fprintf(stderr, "tokenized in %.2f s\n", cli_now_s() - t0);
+    if (o.common.verbose && tokens) fprintf(stderr, "tokenized in %.2f s\n", mono_now_s() - t0);
 
     if (o.layer_error) {
         layer_error_opts lo = {.formats = o.le_formats, .n_formats = o.n_le_formats, .file = o.common.file,

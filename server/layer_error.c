@@ -11,6 +11,7 @@
 #include <cjson/cJSON.h>
 
 #include "cli_common.h"
+#include "mono_clock.h"
 
 static const char *const quant_names[] = {"quest", "percentile", "absmax"};
 static const char *const transform_names[] = {"none", "hadamard", "wush"};
@@ -148,7 +149,7 @@ int layer_error_run(wk_engine *e, const layer_error_opts *o, const int32_t *toke
     if (info->add_bos && info->bos >= 0) window[0] = info->bos; /* as perplexity evaluates a window */
     fprintf(stderr, "layer error: %d format%s on the first %d tokens\n", o->n_formats, o->n_formats == 1 ? "" : "s", n);
     char err[WK_ERRMSG_LEN] = "";
-    const double t0 = cli_now_s();
+    const double t0 = mono_now_s();
     int rc = wk_kv_layer_error(e, window, n, o->formats, o->n_formats, o->threads, r, err, sizeof err);
     free(window);
     if (rc) {
@@ -156,7 +157,7 @@ int layer_error_run(wk_engine *e, const layer_error_opts *o, const int32_t *toke
         free(r);
         return 1;
     }
-    fprintf(stderr, "layer error: %.1f s\n", cli_now_s() - t0);
+    fprintf(stderr, "layer error: %.1f s\n", mono_now_s() - t0);
     for (int k = 0; k < o->n_formats; k++) {
         const wk_kv_error_layer *rl = r + (size_t)k * L;
         double mean = 0, mean_attn = 0;

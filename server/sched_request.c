@@ -3,31 +3,13 @@
  * detokenize jobs, cancellation, and the end of a request (last text, usage, metrics, its
  * sequence freed at once). */
 #include "scheduler_int.h"
+#include "mono_clock.h"
 
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
 /* Tokenizes, growing the buffer when the first guess is short. Returns the count or a wk_status. */
-static int tokenize_all(const wk_engine *e, const char *text, bool add_special, int32_t **out) {
-    size_t len = strlen(text);
-    int cap = (int)(len < (size_t)(1 << 28) ? len : (size_t)(1 << 28)) + 8;
-    for (;;) {
-        int32_t *t = malloc((size_t)cap * sizeof *t);
-        if (!t) return WK_ERR_NOMEM;
-        /* parse_special: control tokens such as <start_of_turn> in the text become their ids, as
-         * the chat template needs (llama.cpp's server does the same for plain prompts). */
-        int n = wk_tokenize(e, text, len, add_special, true, t, cap);
-        if (n < 0 || n <= cap) {
-            if (n < 0) free(t);
-            else *out = t;
-            return n;
-        }
-        free(t);
-        cap = n;
-    }
-}
-
 int sched_piece(scheduler *s, int32_t tok) {
     int n = wk_token_to_piece(s->e, tok, false, s->piece, s->piece_cap);
     if (n > s->piece_cap) {
@@ -100,7 +82,7 @@ void req_finish(scheduler *s, req *r, const char *reason) {
         }
         text_buf_free(&tail);
     }
-    double now = sched_now();
+    double now = mono_now_s();
     double queue = (r->t_admit > 0 ? r->t_admit : now) - r->t_arrival;
     double ttft = r->t_first > 0 ? r->t_first - r->t_arrival : -1;
     sched_event *ev = sched_ev_new(EV_DONE, r->id);
@@ -123,7 +105,7 @@ void req_finish(scheduler *s, req *r, const char *reason) {
 void req_fail(scheduler *s, req *r, const char *what, int rc, const char *err) {
     sched_post_error(s, r->id, 500, NULL, "engine_error", "%s: %s%s%.400s", what, wk_strerror(rc), err && err[0] ? ": " : "",
                err ? err : "");
-    metrics_request_done(s->m, "error", r->n_prompt, r->n_gen, 0, -1, -1, sched_now() - r->t_arrival, 0);
+    metrics_request_done(s->m, "error", r->n_prompt, r->n_gen, 0, -1, -1, mono_now_s() - r->t_arrival, 0);
     req_remove(s, r);
     req_free(r);
 }
@@ -144,7 +126,10 @@ static void job_generate(scheduler *s, sched_job *j) {
     r->t_arrival = j->t_arrival;
     r->state = R_WAITING;
     if (r->g.prompt_text) {
-        int n = tokenize_all(s->e, r->g.prompt_text, r->g.add_special, &r->prompt);
+        /* parse_special: control tokens such as <start_of_turn> in the text become their ids, as
+         * the chat template needs (llama.cpp's server does the same for plain prompts). */
+        int n = wk_tokenize_alloc(s->e, r->g.prompt_text, strlen(r->g.prompt_text), r->g.add_special, true,
+                                  &r->prompt);
         if (n < 0) {
             sched_post_error(s, r->id, 400, "prompt", NULL, "the prompt cannot be tokenized: %s", wk_strerror(n));
             req_free(r);
@@ -229,7 +214,8 @@ static req *find_req(scheduler *s, uint64_t id) {
 
 static void job_tokenize(scheduler *s, sched_job *j) {
     int32_t *toks = NULL;
-    int n = tokenize_all(s->e, j->gen.prompt_text ? j->gen.prompt_text : "", j->gen.add_special, &toks);
+    const char *text = j->gen.prompt_text ? j->gen.prompt_text : "";
+    int n = wk_tokenize_alloc(s->e, text, strlen(text), j->gen.add_special, true, &toks);
     if (n < 0) {
         sched_post_error(s, j->id, 400, "prompt", NULL, "the text cannot be tokenized: %s", wk_strerror(n));
         return;

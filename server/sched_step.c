@@ -9,6 +9,7 @@
 #include <string.h>
 
 #include "logits.h"
+#include "mono_clock.h"
 
 /* KV bytes the running sequences hold now (a preempted, waiting one holds none). */
 static uint64_t kv_used(const scheduler *s) {
@@ -30,7 +31,7 @@ void sched_publish_pool(scheduler *s) {
 /* A sampled token: record, show its text, decide whether the request ends. */
 static void take_token(scheduler *s, req *r, const float *row) {
     int32_t tok = wk_sampler_sample(r->sampler, row);
-    double now = sched_now();
+    double now = mono_now_s();
     if (r->t_first == 0) r->t_first = now;
     r->t_last = now;
     if (wk_token_is_eog(s->e, tok)) {
@@ -111,7 +112,7 @@ static void admit(scheduler *s) {
         s->n_waiting--;
         r->state = R_PREFILL;
         r->n_prefilled = 0;
-        if (r->t_admit == 0) r->t_admit = sched_now(); /* queue time: the first wait only */
+        if (r->t_admit == 0) r->t_admit = mono_now_s(); /* queue time: the first wait only */
         r->next = NULL;
         req **tail = &s->running;
         while (*tail) tail = &(*tail)->next;
@@ -191,10 +192,10 @@ void sched_step(scheduler *s) {
         n = build_batch(s, &tokens);
         if (n == 0) return;
         err[0] = 0;
-        double t0 = sched_now();
+        double t0 = mono_now_s();
         rc = wk_forward(s->e, s->items, n, s->logits, err, sizeof err);
         if (rc != WK_ERR_KV_FULL) {
-            metrics_step(s->m, n, tokens, sched_now() - t0);
+            metrics_step(s->m, n, tokens, mono_now_s() - t0);
             break;
         }
         /* No free block (nothing was computed; sequences earlier in the batch may keep blocks they
@@ -214,7 +215,7 @@ void sched_step(scheduler *s) {
             sched_post_error(s, victim->id, 400, "prompt", "kv_cache_exceeded",
                        "The prompt of %d tokens does not fit the server's KV pool (%llu bytes, --kv-mem)",
                        victim->n_prompt, (unsigned long long)s->info->kv_pool_bytes);
-            metrics_request_done(s->m, "error", victim->n_prompt, 0, 0, -1, -1, sched_now() - victim->t_arrival, 0);
+            metrics_request_done(s->m, "error", victim->n_prompt, 0, 0, -1, -1, mono_now_s() - victim->t_arrival, 0);
             req_remove(s, victim);
             req_free(victim);
         }

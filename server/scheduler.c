@@ -17,12 +17,6 @@
 #include <string.h>
 #include <time.h>
 
-double sched_now(void) {
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
-}
-
 void gen_params_free(gen_params *g) {
     free(g->prompt_text);
     free(g->prompt_tokens);

@@ -41,7 +41,7 @@ typedef enum { JOB_GENERATE, JOB_CANCEL, JOB_TOKENIZE, JOB_DETOKENIZE, JOB_QUIT 
 typedef struct sched_job {
     job_kind kind;
     uint64_t id;
-    double t_arrival; /* monotonic seconds (sched_now) when the HTTP request was complete */
+    double t_arrival; /* monotonic seconds (mono_now_s) when the HTTP request was complete */
     gen_params gen;   /* JOB_GENERATE; JOB_TOKENIZE uses prompt_text + add_special, JOB_DETOKENIZE prompt_tokens */
     struct sched_job *next;
 } sched_job;
@@ -124,6 +124,5 @@ void sched_cancel(scheduler *s, uint64_t id);
 void sched_stop(scheduler *s);
 const model_summary *sched_model(const scheduler *s); /* valid after EV_READY */
 
-double sched_now(void);
 
 #endif

@@ -103,6 +103,11 @@ const char *wk_engine_chat_template(const wk_engine *e);
  * again with a bigger buffer), or a negative wk_status. */
 int wk_tokenize(const wk_engine *e, const char *text, size_t len, bool add_special, bool parse_special,
                 int32_t *out, int max);
+/* The same into an array it allocates to fit (*out, free() it; NULL when 0 tokens may still be a
+ * valid allocation). Returns the token count or a negative wk_status (WK_ERR_NOMEM, or
+ * WK_ERR_INVALID for a text longer than INT32_MAX tokens could be); *out untouched on error. */
+int wk_tokenize_alloc(const wk_engine *e, const char *text, size_t len, bool add_special, bool parse_special,
+                      int32_t **out);
 /* Bytes of one token's text (not NUL-terminated); special tokens are empty unless render_special.
  * Returns the length (may exceed cap), or a negative wk_status. */
 int wk_token_to_piece(const wk_engine *e, int32_t token, bool render_special, char *buf, int cap);
