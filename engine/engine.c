@@ -43,8 +43,21 @@ struct wk_seq {
     wk_engine *e;
     int slot;
     int len;
-    wk_kv_seq *kvs;  /* paged cache: its block table; NULL with the f16 cache */
+    /* Paged cache: one block table per layer group (kv.layout.n_groups; group 0 holds the f16
+     * window slot); n_kvs 0 with the f16 cache. */
+    int n_kvs;
+    wk_kv_seq *kvs[WK_MAX_LAYERS];
+    uint64_t peak_bytes; /* wk_seq_kv_peak_bytes */
 };
+
+/* Releases what a sliding group's layers can no longer see: a query at position p >= len reads
+ * keys >= p - window + 1, so every token below len - window + 1 is dead for good. */
+static void seq_slide(wk_seq *s) {
+    const wk_kv_layout *l = &s->e->kv.layout;
+    if (l->swa_groups == 0 || s->len < l->swa_window) return;
+    for (int g = l->n_groups - l->swa_groups; g < s->n_kvs; g++)
+        wk_kv_seq_drop_before(s->kvs[g], (uint32_t)(s->len - l->swa_window + 1));
+}
 
 void wk_engine_params_default(wk_engine_params *p) {
     memset(p, 0, sizeof *p);
@@ -130,8 +143,8 @@ int wk_engine_open(const wk_engine_params *p, wk_engine **out, char *err, size_t
             rc = WK_ERR_INVALID;
         }
         if (!rc)
-            rc = wk_kv_cache_create_paged(&e->vk, &e->kv, hp, &fmt, rho_k, rho_v, p->kv_mem, e->max_seqs, max_ctx, err,
-                                          errlen);
+            rc = wk_kv_cache_create_paged(&e->vk, &e->kv, hp, &fmt, rho_k, rho_v, p->kv_mem, e->max_seqs, max_ctx,
+                                          max_batch, err, errlen);
     } else if (!rc && (p->kv_sink || p->kv_recent)) {
         snprintf(err, errlen, "--kv-sink/--kv-recent keep f16 windows of a quantized cache (--kv int2, int3 or int4)");
         rc = WK_ERR_INVALID;
@@ -146,7 +159,9 @@ int wk_engine_open(const wk_engine_params *p, wk_engine **out, char *err, size_t
         e->step_rows = malloc((size_t)max_batch * sizeof *e->step_rows);
         e->step_win = malloc((size_t)max_batch * sizeof *e->step_win);
         e->step_logit_rows = malloc((size_t)max_batch * sizeof *e->step_logit_rows);
-        e->step_tables = malloc(((size_t)e->max_seqs * ((size_t)max_ctx / 16 + 1) + 1) * sizeof *e->step_tables);
+        /* Every sequence's whole table, one entry per layer group and block (as wk_fwd_max_tables). */
+        const size_t groups = paged ? (size_t)e->kv.layout.n_groups : 1;
+        e->step_tables = malloc(((size_t)e->max_seqs * ((size_t)max_ctx / 16 + 2) * groups + 1) * sizeof *e->step_tables);
         if (!e->slot_used || !e->step_tokens || !e->step_rows || !e->step_logit_rows || !e->step_tables)
             rc = WK_ERR_NOMEM, snprintf(err, errlen, "out of memory");
     }
@@ -177,13 +192,15 @@ int wk_engine_open(const wk_engine_params *p, wk_engine **out, char *err, size_t
         for (int k = 0; k < 5; k++) rows[k] = (wk_row_info){.pos = (uint32_t)k, .kv_base = 0};
         int n = max_batch < 5 ? max_batch : 5;
         if (!scratch) rc = WK_ERR_NOMEM, snprintf(err, errlen, "out of memory");
-        const uint32_t block0 = 0; /* paged: scratch codes into block 0, rewritten before any read */
+        /* paged: scratch codes of every layer group into block 0, rewritten before any read */
+        static const uint32_t block0[WK_MAX_LAYERS] = {0};
         uint32_t win[5] = {0};
         if (paged && e->kv.layout.window_bytes)
             for (int k = 0; k < 5; k++) win[k] = (uint32_t)(wk_kv_pool_window_offset(e->kv.pool, 0) / 4);
         const uint32_t *w = paged && e->kv.layout.window_bytes ? win : NULL;
-        if (!rc) rc = wk_fwd_step(&e->fwd, toks, rows, n, &block0, 1, w, rows_all, n, scratch, NULL, err, errlen);
-        if (!rc) rc = wk_fwd_step(&e->fwd, toks, rows, 1, &block0, 1, w, rows_all, 1, scratch, NULL, err, errlen);
+        const int n_block0 = paged ? e->kv.layout.n_groups : 1;
+        if (!rc) rc = wk_fwd_step(&e->fwd, toks, rows, n, block0, n_block0, w, rows_all, n, scratch, NULL, err, errlen);
+        if (!rc) rc = wk_fwd_step(&e->fwd, toks, rows, 1, block0, n_block0, w, rows_all, 1, scratch, NULL, err, errlen);
         if (!rc) rc = wk_fwd_warm_reduce(&e->fwd, err, errlen);
         free(scratch);
         if (rc) {
@@ -216,6 +233,9 @@ int wk_engine_open(const wk_engine_params *p, wk_engine **out, char *err, size_t
     if (paged) {
         i->kv_block_tokens = e->kv.layout.block_tokens;
         i->kv_block_bytes = e->kv.layout.bytes_per_block;
+        i->kv_layer_groups = e->kv.layout.n_groups;
+        i->kv_swa_groups = e->kv.layout.swa_groups;
+        i->kv_swa_window = e->kv.layout.swa_window;
         i->kv_window_bytes = e->kv.layout.window_bytes;
         i->kv_pool_blocks = wk_kv_pool_n_blocks(e->kv.pool);
     }
@@ -271,10 +291,14 @@ int wk_seq_create(wk_engine *e, wk_seq **out) {
             q->slot = s;
             if (e->kv.format == WK_KV_PAGED) {
                 int st = 0;
-                q->kvs = wk_kv_seq_create(e->kv.pool, (uint32_t)e->fwd.max_ctx, &st);
-                if (!q->kvs) {
-                    free(q);
-                    return st == WK_ERR_NOMEM ? WK_ERR_NOMEM : WK_ERR_KV_FULL;
+                for (int g = 0; g < e->kv.layout.n_groups; g++) {
+                    q->kvs[g] = wk_kv_seq_create_ex(e->kv.pool, (uint32_t)e->fwd.max_ctx, g == 0, &st);
+                    if (!q->kvs[g]) {
+                        for (int k = 0; k < g; k++) wk_kv_seq_destroy(q->kvs[k]);
+                        free(q);
+                        return st == WK_ERR_NOMEM ? WK_ERR_NOMEM : WK_ERR_KV_FULL;
+                    }
+                    q->n_kvs = g + 1;
                 }
             }
             e->slot_used[s] = true;
@@ -286,18 +310,29 @@ int wk_seq_create(wk_engine *e, wk_seq **out) {
 
 void wk_seq_destroy(wk_seq *s) {
     if (!s) return;
-    wk_kv_seq_destroy(s->kvs);
+    for (int g = 0; g < s->n_kvs; g++) wk_kv_seq_destroy(s->kvs[g]);
     s->e->slot_used[s->slot] = false;
     free(s);
 }
 
 void wk_seq_reset(wk_seq *s) {
     s->len = 0;
-    if (s->kvs) wk_kv_seq_release(s->kvs);
+    for (int g = 0; g < s->n_kvs; g++) wk_kv_seq_release(s->kvs[g]);
+    s->peak_bytes = 0;
 }
 
 uint64_t wk_seq_kv_bytes(const wk_seq *s) {
-    return s->kvs ? wk_kv_seq_bytes(s->kvs) : (uint64_t)s->len * s->e->kv.bytes_per_token;
+    if (!s->n_kvs) return (uint64_t)s->len * s->e->kv.bytes_per_token;
+    uint64_t bytes = 0;
+    for (int g = 0; g < s->n_kvs; g++) bytes += wk_kv_seq_bytes(s->kvs[g]);
+    return bytes;
+}
+
+uint64_t wk_seq_kv_peak_bytes(const wk_seq *s) { return s->peak_bytes; }
+
+static void seq_note_peak(wk_seq *s) {
+    const uint64_t now = wk_seq_kv_bytes(s);
+    if (now > s->peak_bytes) s->peak_bytes = now;
 }
 int wk_seq_len(const wk_seq *s) { return s->len; }
 
@@ -318,21 +353,31 @@ int wk_forward(wk_engine *e, const wk_batch_item *items, int n_items, float *log
             return snprintf(err, errlen, "batch of more than %d tokens (raise the batch size or split)",
                             e->fwd.max_tokens), WK_ERR_INVALID;
         uint32_t base = (uint32_t)(it->seq->slot * e->fwd.max_ctx), win = 0;
-        if (it->seq->kvs) {
-            /* Blocks for the new tokens. A reservation left by a step that fails later is only
-             * capacity the sequence keeps; its tokens are not committed until the step succeeds. */
-            wk_kv_copy copy;
-            int st = wk_kv_seq_prepare_write(it->seq->kvs, (uint32_t)it->n_tokens, &copy);
-            if (st == WK_ERR_KV_EXHAUSTED)
-                return snprintf(err, errlen, "KV pool exhausted (%u blocks)", wk_kv_pool_n_blocks(e->kv.pool)),
-                       WK_ERR_KV_FULL;
-            if (st) return snprintf(err, errlen, "KV pool: %s", wk_kv_pool_strerror(st)), st;
-            if (copy.bytes) /* only shared prefix blocks need a copy; nothing shares blocks yet */
-                return snprintf(err, errlen, "internal: copy-on-write without prefix sharing"), WK_ERR_INVALID;
+        if (it->seq->n_kvs) {
+            /* Blocks for the new tokens, in every layer group. A reservation left by a step that
+             * fails later (or by a group that did not fail) is only capacity the sequence keeps;
+             * its tokens are not committed until the step succeeds. */
+            const int G = it->seq->n_kvs;
+            for (int g = 0; g < G; g++) {
+                wk_kv_copy copy;
+                int st = wk_kv_seq_prepare_write(it->seq->kvs[g], (uint32_t)it->n_tokens, &copy);
+                if (st == WK_ERR_KV_EXHAUSTED)
+                    return snprintf(err, errlen, "KV pool exhausted (%u blocks)", wk_kv_pool_n_blocks(e->kv.pool)),
+                           WK_ERR_KV_FULL;
+                if (st) return snprintf(err, errlen, "KV pool: %s", wk_kv_pool_strerror(st)), st;
+                if (copy.bytes) /* only shared prefix blocks need a copy; nothing shares blocks yet */
+                    return snprintf(err, errlen, "internal: copy-on-write without prefix sharing"), WK_ERR_INVALID;
+            }
+            seq_note_peak(it->seq); /* the step's blocks are held until the sliding groups let go */
             base = (uint32_t)n_tables;
-            if (it->seq->kvs->window_slot != UINT32_MAX)
-                win = (uint32_t)(wk_kv_pool_window_offset(e->kv.pool, it->seq->kvs->window_slot) / 4);
-            for (uint32_t b = 0; b < it->seq->kvs->n_blocks; b++) e->step_tables[n_tables++] = it->seq->kvs->table[b];
+            if (it->seq->kvs[0]->window_slot != UINT32_MAX)
+                win = (uint32_t)(wk_kv_pool_window_offset(e->kv.pool, it->seq->kvs[0]->window_slot) / 4);
+            /* Interleaved, as the shaders index them: block b of group g at b * G + g. A sliding
+             * group's released blocks are WK_KV_NO_BLOCK, outside every query's window. */
+            const uint32_t bt = (uint32_t)e->kv.layout.block_tokens;
+            const uint32_t nb = ((uint32_t)(it->seq->len + it->n_tokens) + bt - 1) / bt;
+            for (uint32_t b = 0; b < nb; b++)
+                for (int g = 0; g < G; g++) e->step_tables[n_tables++] = it->seq->kvs[g]->table[b];
         }
         for (int j = 0; j < it->n_tokens; j++) {
             e->step_tokens[T] = it->tokens[j];
@@ -347,8 +392,11 @@ int wk_forward(wk_engine *e, const wk_batch_item *items, int n_items, float *log
     if (rc) return rc;
     for (int i = 0; i < n_items; i++) {
         items[i].seq->len += items[i].n_tokens;
-        if (items[i].seq->kvs && wk_kv_seq_advance(items[i].seq->kvs, (uint32_t)items[i].n_tokens))
-            return snprintf(err, errlen, "internal: KV pool refused to commit written tokens"), WK_ERR_INVALID;
+        for (int g = 0; g < items[i].seq->n_kvs; g++)
+            if (wk_kv_seq_advance(items[i].seq->kvs[g], (uint32_t)items[i].n_tokens))
+                return snprintf(err, errlen, "internal: KV pool refused to commit written tokens"), WK_ERR_INVALID;
+        seq_slide(items[i].seq);
+        seq_note_peak(items[i].seq); /* the f16 cache grows with len */
     }
     return n_logits;
 }

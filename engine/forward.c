@@ -48,10 +48,12 @@ static int build_rope_table(wk_fwd *f, char *err, size_t errlen) {
     return rc;
 }
 
-/* Block-table entries one step may carry: every slot's whole context. */
+/* Block-table entries one step may carry: every slot's whole context, one entry per layer group. */
 static uint64_t wk_fwd_max_tables(const wk_fwd *f) {
+    const wk_kv_layout *l = &f->kv->layout;
     return f->kv->format == WK_KV_PAGED
-               ? (uint64_t)f->kv->n_slots * ((uint64_t)f->max_ctx + f->kv->layout.block_tokens - 1) / f->kv->layout.block_tokens + 1
+               ? (uint64_t)f->kv->n_slots * (((uint64_t)f->max_ctx + l->block_tokens - 1) / l->block_tokens + 1) *
+                     (uint64_t)l->n_groups
                : 1;
 }
 
@@ -272,7 +274,8 @@ static void paged_geometry(const wk_fwd *f, int il, uint32_t T, wk_pc_attention_
         .kind = (int32_t)kv->fmt.kind, .bits = kv->fmt.bits, .group = kv->fmt.group,
         .block_tokens = (uint32_t)kv->layout.block_tokens, .slab_words = (uint32_t)(kv->layout.slab_bytes / 4),
         .block_words = (uint32_t)(kv->layout.bytes_per_block / 4), .params_words = (uint32_t)(kv->layout.q.params_offset / 4),
-        .code_words = (uint32_t)(kv->layout.q.code_bytes_per_token / 4)};
+        .code_words = (uint32_t)(kv->layout.q.code_bytes_per_token / 4), .slab_layer = (uint32_t)kv->slot_of[il],
+        .table_stride = (uint32_t)kv->layout.n_groups, .table_col = (uint32_t)kv->group_of[il]};
 }
 
 /* Quantizes this step's keys (post-RoPE, in a.k) and values into their blocks. */
@@ -280,10 +283,12 @@ static int op_kv_store_quant(rec *r, int il, uint32_t T) {
     wk_fwd *f = r->f;
     wk_pc_attention_paged g;
     paged_geometry(f, il, T, &g);
-    wk_pc_kv_store_quant pc = {.head_dim = g.head_dim, .n_head_kv = g.n_head_kv, .n_tokens = T, .layer = g.layer,
-                               .kind = g.kind, .bits = g.bits, .group = g.group, .rank_k = f->kv->rank_k,
-                               .rank_v = f->kv->rank_v, .block_tokens = g.block_tokens, .slab_words = g.slab_words,
-                               .block_words = g.block_words, .params_words = g.params_words, .code_words = g.code_words};
+    wk_pc_kv_store_quant pc = {.head_dim = g.head_dim, .n_head_kv = g.n_head_kv, .n_tokens = T,
+                               .slab_layer = g.slab_layer, .kind = g.kind, .bits = g.bits, .group = g.group,
+                               .rank_k = f->kv->rank_k, .rank_v = f->kv->rank_v, .block_tokens = g.block_tokens,
+                               .slab_words = g.slab_words, .block_words = g.block_words,
+                               .params_words = g.params_words, .code_words = g.code_words,
+                               .table_stride = g.table_stride, .table_col = g.table_col};
     wk_arg args[5] = {S(&f->a.k), S(&f->a.v), S(&f->a.rows), S(&f->a.tables), TV(&f->kv->pool_buf)};
     uint32_t gx, gy;
     grid_1d((T * g.n_head_kv * 2 + 7) / 8, &gx, &gy);

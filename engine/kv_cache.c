@@ -46,7 +46,8 @@ int wk_kv_cache_create(wk_vk *vk, wk_kv_cache *kv, const wk_hparams *hp, int n_s
 }
 
 int wk_kv_cache_create_paged(wk_vk *vk, wk_kv_cache *kv, const wk_hparams *hp, const wk_kv_fmt *fmt, float rho_k,
-                             float rho_v, uint64_t budget, int n_slots, int max_ctx, char *err, size_t errlen) {
+                             float rho_v, uint64_t budget, int n_slots, int max_ctx, int max_batch, char *err,
+                             size_t errlen) {
     memset(kv, 0, sizeof *kv);
     kv->format = WK_KV_PAGED;
     kv->fmt = *fmt;
@@ -56,20 +57,21 @@ int wk_kv_cache_create_paged(wk_vk *vk, wk_kv_cache *kv, const wk_hparams *hp, c
     kv->n_head_kv = hp->n_head_kv;
     kv->head_dim = hp->head_dim;
     wk_kv_geom geom = {.n_layer = hp->n_layer, .n_head_kv = hp->n_head_kv, .head_dim = hp->head_dim, .block_tokens = 16};
+    /* Sliding-window layers get their own groups, so their old blocks can go back to the pool. */
+    wk_kv_layer_groups(hp->is_swa, hp->n_layer, hp->sliding_window, max_ctx, kv->group_of, kv->slot_of, &geom);
     if (wk_kv_layout_get(&geom, fmt, &kv->layout) != 0)
         return snprintf(err, errlen, "KV format int%d %s group %d does not fit head_dim %d", fmt->bits,
                         wk_kvq_kind_name(fmt->kind), fmt->group, hp->head_dim), WK_ERR_INVALID;
     const uint64_t bt = (uint64_t)kv->layout.block_tokens;
     const bool windows = fmt->sink + fmt->recent > 0;
-    if (budget == 0)
-        budget = (kv->layout.bytes_per_block * (((uint64_t)max_ctx + bt - 1) / bt) + kv->layout.window_bytes) *
-                 (uint64_t)n_slots;
+    if (budget == 0) /* room for every slot's whole context at its peak */
+        budget = wk_kv_layout_seq_peak_bytes(&kv->layout, (uint64_t)max_ctx, (uint64_t)max_batch) * (uint64_t)n_slots;
     wk_kv_pool_params pp;
     wk_kv_pool_params_from_layout(&kv->layout, budget, (uint32_t)n_slots, &pp);
     /* With windows every sequence takes one of n_slots window slots; without, the engine's slots
      * bound the sequences. */
     pp.max_seqs = windows ? (uint32_t)n_slots : 0;
-    if (windows && budget < pp.max_seqs * kv->layout.window_bytes + kv->layout.bytes_per_block)
+    if (windows && budget < pp.max_seqs * kv->layout.window_bytes + kv->layout.n_groups * kv->layout.bytes_per_block)
         return snprintf(err, errlen, "KV pool of %llu bytes cannot hold %u f16 window slots of %llu bytes (one per "
                         "sequence) and a block: raise --kv-mem or lower --kv-sink/--kv-recent",
                         (unsigned long long)budget, pp.max_seqs, (unsigned long long)kv->layout.window_bytes),
@@ -83,7 +85,7 @@ int wk_kv_cache_create_paged(wk_vk *vk, wk_kv_cache *kv, const wk_hparams *hp, c
         return rc;
     }
     kv->bytes = kv->pool_buf.bytes;
-    kv->bytes_per_token = kv->layout.bytes_per_block / bt;
+    kv->bytes_per_token = kv->layout.n_groups * kv->layout.bytes_per_block / bt;
     kv->rank_k = wk_kvq_percentile_rank(rho_k, fmt->group);
     kv->rank_v = wk_kvq_percentile_rank(rho_v, fmt->group);
     return 0;

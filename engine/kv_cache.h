@@ -21,15 +21,19 @@ typedef struct wk_kv_cache {
     wk_kv_layout layout;
     wk_kv_pool *pool;
     wk_buf pool_buf;           /* R32UI view, read by attention_paged and written by kv_store_quant */
+    /* Layer groups (wk_kv_layer_groups): layer il's blocks are its sequence's group_of[il] table
+     * entries, its slabs slot_of[il] in each; the last layout.swa_groups groups slide. */
+    int group_of[WK_MAX_LAYERS], slot_of[WK_MAX_LAYERS];
     int rank_k, rank_v;        /* percentile clip ranks (wk_kvq_percentile_rank) */
 } wk_kv_cache;
 
 int wk_kv_cache_create(wk_vk *vk, wk_kv_cache *kv, const wk_hparams *hp, int n_slots, int max_ctx, char *err,
                        size_t errlen);
-/* The paged, quantized cache: budget bytes of blocks (0: room for n_slots full contexts). */
-/* rho_k, rho_v: percentile clip quantiles (used by that quantizer only). */
+/* The paged, quantized cache: budget bytes of blocks (0: room for n_slots full contexts written in
+ * steps of up to max_batch tokens). rho_k, rho_v: percentile clip quantiles (that quantizer only). */
 int wk_kv_cache_create_paged(wk_vk *vk, wk_kv_cache *kv, const wk_hparams *hp, const wk_kv_fmt *fmt, float rho_k,
-                             float rho_v, uint64_t budget, int n_slots, int max_ctx, char *err, size_t errlen);
+                             float rho_v, uint64_t budget, int n_slots, int max_ctx, int max_batch, char *err,
+                             size_t errlen);
 void wk_kv_cache_destroy(wk_vk *vk, wk_kv_cache *kv);
 
 #endif

@@ -33,10 +33,42 @@ const char *wk_kv_pool_strerror(int status) {
 
 /* ---------------------------------------------------------------- formats and sizes */
 
+static int gcd_int(int a, int b) {
+    while (b) {
+        int t = a % b;
+        a = b;
+        b = t;
+    }
+    return a;
+}
+
+void wk_kv_layer_groups(const bool *is_swa, int n_layer, int window, int max_ctx, int *group_of, int *slot_of,
+                        wk_kv_geom *g) {
+    int n_swa = 0;
+    for (int il = 0; il < n_layer; il++) n_swa += is_swa[il] ? 1 : 0;
+    const int n_full = n_layer - n_swa;
+    /* A window that covers the whole context releases nothing: one group, as without sliding. */
+    const bool slide = n_swa > 0 && window > 0 && window < max_ctx;
+    const int gl = slide && n_full > 0 ? gcd_int(n_full, n_swa) : n_layer;
+    int full_seen = 0, swa_seen = 0;
+    for (int il = 0; il < n_layer; il++) {
+        /* Index of the layer among all layers ordered full-attention first. */
+        const int k = !slide ? il : is_swa[il] ? n_full + swa_seen++ : full_seen++;
+        group_of[il] = k / gl;
+        slot_of[il] = k % gl;
+    }
+    g->group_layers = gl;
+    g->swa_groups = slide ? n_swa / gl : 0;
+    g->swa_window = slide ? window : 0;
+}
+
 int wk_kv_layout_get(const wk_kv_geom *g, const wk_kv_fmt *f, wk_kv_layout *out) {
     memset(out, 0, sizeof *out);
     int bt = g->block_tokens ? g->block_tokens : WK_KV_BLOCK_TOKENS_DEFAULT;
-    if (g->n_layer <= 0 || g->n_head_kv <= 0 || g->head_dim <= 0 || bt <= 0 || f->sink < 0 || f->recent < 0)
+    const int gl = g->group_layers ? g->group_layers : g->n_layer;
+    if (g->n_layer <= 0 || g->n_head_kv <= 0 || g->head_dim <= 0 || bt <= 0 || f->sink < 0 || f->recent < 0 ||
+        gl <= 0 || g->n_layer % gl != 0 || g->swa_groups < 0 || g->swa_groups > g->n_layer / gl ||
+        (g->swa_groups > 0 && g->swa_window <= 0))
         return WK_ERR_INVALID;
     const uint64_t D = (uint64_t)g->head_dim;
     uint64_t slab;
@@ -55,8 +87,12 @@ int wk_kv_layout_get(const wk_kv_geom *g, const wk_kv_fmt *f, wk_kv_layout *out)
     }
     const uint64_t heads = 2 * (uint64_t)g->n_layer * (uint64_t)g->n_head_kv; /* K and V */
     out->block_tokens = bt;
+    out->n_groups = g->n_layer / gl;
+    out->group_layers = gl;
+    out->swa_groups = g->swa_groups;
+    out->swa_window = g->swa_groups ? g->swa_window : 0;
     out->slab_bytes = slab;
-    out->bytes_per_block = heads * slab;
+    out->bytes_per_block = 2 * (uint64_t)gl * (uint64_t)g->n_head_kv * slab;
     out->elements_per_token = heads * D;
     out->f16_row_bytes = out->elements_per_token * 2;
     out->sink = f->sink;
@@ -68,7 +104,21 @@ int wk_kv_layout_get(const wk_kv_geom *g, const wk_kv_fmt *f, wk_kv_layout *out)
 
 uint64_t wk_kv_layout_seq_bytes(const wk_kv_layout *l, uint64_t n_tokens) {
     uint64_t bt = (uint64_t)l->block_tokens;
-    return (n_tokens + bt - 1) / bt * l->bytes_per_block + l->window_bytes;
+    return (n_tokens + bt - 1) / bt * (uint64_t)l->n_groups * l->bytes_per_block + l->window_bytes;
+}
+
+uint64_t wk_kv_layout_seq_peak_bytes(const wk_kv_layout *l, uint64_t n_tokens, uint64_t chunk) {
+    const uint64_t bt = (uint64_t)l->block_tokens, blocks = (n_tokens + bt - 1) / bt;
+    const uint64_t full = (uint64_t)(l->n_groups - l->swa_groups);
+    uint64_t swa = blocks;
+    if (l->swa_groups > 0) {
+        if (chunk < 1) chunk = 1;
+        /* The step's span [len - window + 1, len + c) is window - 1 + c tokens starting anywhere
+         * in a block: at worst at its last token, ceil((bt - 1 + window - 1 + c) / bt) blocks. */
+        const uint64_t live = ((uint64_t)l->swa_window + chunk + 2 * bt - 3) / bt;
+        if (live < swa) swa = live;
+    }
+    return (full * blocks + (uint64_t)l->swa_groups * swa) * l->bytes_per_block + l->window_bytes;
 }
 
 double wk_kv_layout_bits_per_element(const wk_kv_layout *l, uint64_t n_tokens) {
@@ -81,8 +131,8 @@ double wk_kv_layout_bytes_per_token(const wk_kv_layout *l, uint64_t n_tokens) {
     return (double)wk_kv_layout_seq_bytes(l, n_tokens) / (double)n_tokens;
 }
 
-uint64_t wk_kv_layout_seqs_fit(const wk_kv_layout *l, uint64_t budget, uint64_t n_tokens) {
-    uint64_t per = wk_kv_layout_seq_bytes(l, n_tokens);
+uint64_t wk_kv_layout_seqs_fit(const wk_kv_layout *l, uint64_t budget, uint64_t n_tokens, uint64_t chunk) {
+    uint64_t per = wk_kv_layout_seq_peak_bytes(l, n_tokens, chunk);
     return per ? budget / per : 0;
 }
 
@@ -252,7 +302,7 @@ int wk_kv_pool_check(const wk_kv_pool *pool, char *err, size_t errlen) {
         on_free[b] = 1;
         if (pool->refcount[b] != 0) FAIL("free block %u has refcount %u", b, pool->refcount[b]);
     }
-    uint32_t n_seqs = 0;
+    uint32_t n_seqs = 0, n_windowed = 0;
     for (const wk_kv_seq *s = pool->seqs; s; s = s->next) {
         n_seqs++;
         if (s->pool != pool) FAIL("sequence %u belongs to another pool", n_seqs);
@@ -261,17 +311,27 @@ int wk_kv_pool_check(const wk_kv_pool *pool, char *err, size_t errlen) {
         if ((uint64_t)s->n_tokens > (uint64_t)s->n_blocks * pool->block_tokens)
             FAIL("sequence %u: %u tokens in %u blocks", n_seqs, s->n_tokens, s->n_blocks);
         if (s->next && s->next->prev != s) FAIL("sequence list broken after %u", n_seqs);
+        /* The write block (n_tokens / bt) must be live, or a write would land in a dropped entry. */
+        if (s->first_live > s->n_blocks || (uint64_t)s->first_live * pool->block_tokens > s->n_tokens)
+            FAIL("sequence %u: first_live %u with %u blocks, %u tokens", n_seqs, s->first_live, s->n_blocks,
+                 s->n_tokens);
         for (uint32_t i = 0; i < s->n_blocks; i++) {
             uint32_t b = s->table[i];
+            if (i < s->first_live) {
+                if (b != WK_KV_NO_BLOCK)
+                    FAIL("sequence %u entry %u: block %u below first_live %u", n_seqs, i, b, s->first_live);
+                continue;
+            }
             if (b >= pool->n_blocks) FAIL("sequence %u entry %u: block %u out of range", n_seqs, i, b);
             refs[b]++;
         }
-        if (pool->max_seqs) {
+        if (s->window_slot != UINT32_MAX) {
+            if (!pool->max_seqs)
+                FAIL("sequence %u holds window slot %u in a pool without windows", n_seqs, s->window_slot);
             if (s->window_slot >= pool->max_seqs) FAIL("sequence %u: window slot %u", n_seqs, s->window_slot);
             if (slot_seen[s->window_slot]) FAIL("window slot %u held twice", s->window_slot);
             slot_seen[s->window_slot] = 1;
-        } else if (s->window_slot != UINT32_MAX) {
-            FAIL("sequence %u holds window slot %u in a pool without windows", n_seqs, s->window_slot);
+            n_windowed++;
         }
     }
     if (n_seqs != pool->n_seqs) FAIL("%u sequences listed, %u counted", n_seqs, pool->n_seqs);
@@ -293,8 +353,9 @@ int wk_kv_pool_check(const wk_kv_pool *pool, char *err, size_t errlen) {
             if (w >= pool->max_seqs || slot_seen[w]) FAIL("window slot %u free and held, or free twice", w);
             slot_seen[w] = 1;
         }
-        if (pool->n_free_slots + n_seqs != pool->max_seqs)
-            FAIL("%u free window slots + %u sequences != %u", pool->n_free_slots, n_seqs, pool->max_seqs);
+        if (pool->n_free_slots + n_windowed != pool->max_seqs)
+            FAIL("%u free window slots + %u windowed sequences != %u", pool->n_free_slots, n_windowed,
+                 pool->max_seqs);
     }
     uint64_t ub = (uint64_t)used * pool->bpb + (uint64_t)(pool->max_seqs - pool->n_free_slots) * pool->window_bytes;
     if (ub != used_bytes(pool)) FAIL("used bytes %llu != recount %llu", (unsigned long long)used_bytes(pool),
@@ -328,12 +389,13 @@ static int table_room(wk_kv_seq *s, uint32_t want) {
     return WK_OK;
 }
 
-static wk_kv_seq *seq_new(wk_kv_pool *pool, uint32_t max_tokens, int *status) {
+static wk_kv_seq *seq_new(wk_kv_pool *pool, uint32_t max_tokens, bool take_window, int *status) {
+    take_window = take_window && pool->max_seqs;
     if (max_tokens == 0) {
         *status = WK_ERR_INVALID;
         return NULL;
     }
-    if (pool->max_seqs && pool->n_free_slots == 0) {
+    if (take_window && pool->n_free_slots == 0) {
         *status = WK_ERR_KV_EXHAUSTED;
         return NULL;
     }
@@ -345,7 +407,7 @@ static wk_kv_seq *seq_new(wk_kv_pool *pool, uint32_t max_tokens, int *status) {
     s->pool = pool;
     s->max_blocks = blocks_for(pool, max_tokens);
     s->window_slot = UINT32_MAX;
-    if (pool->max_seqs) {
+    if (take_window) {
         s->window_slot = pool->slot_stack[--pool->n_free_slots];
         note_peak(pool);
     }
@@ -357,23 +419,31 @@ static wk_kv_seq *seq_new(wk_kv_pool *pool, uint32_t max_tokens, int *status) {
     return s;
 }
 
-wk_kv_seq *wk_kv_seq_create(wk_kv_pool *pool, uint32_t max_tokens, int *status) {
+wk_kv_seq *wk_kv_seq_create_ex(wk_kv_pool *pool, uint32_t max_tokens, bool take_window, int *status) {
     int st;
-    wk_kv_seq *s = seq_new(pool, max_tokens, &st);
+    wk_kv_seq *s = seq_new(pool, max_tokens, take_window, &st);
     if (status) *status = st;
     return s;
 }
 
-/* Drops table entries [keep, n_blocks). */
+wk_kv_seq *wk_kv_seq_create(wk_kv_pool *pool, uint32_t max_tokens, int *status) {
+    return wk_kv_seq_create_ex(pool, max_tokens, true, status);
+}
+
+/* Drops table entries [keep, n_blocks). Those below first_live hold no reference any more. */
 static void drop_blocks(wk_kv_seq *s, uint32_t keep) {
-    while (s->n_blocks > keep) block_unref(s->pool, s->table[--s->n_blocks]);
+    while (s->n_blocks > keep) {
+        uint32_t i = --s->n_blocks;
+        if (i >= s->first_live) block_unref(s->pool, s->table[i]);
+    }
+    if (s->first_live > keep) s->first_live = keep;
 }
 
 void wk_kv_seq_destroy(wk_kv_seq *s) {
     if (!s) return;
     wk_kv_pool *pool = s->pool;
     drop_blocks(s, 0);
-    if (pool->max_seqs) pool->slot_stack[pool->n_free_slots++] = s->window_slot;
+    if (s->window_slot != UINT32_MAX) pool->slot_stack[pool->n_free_slots++] = s->window_slot;
     if (s->prev) s->prev->next = s->next;
     else pool->seqs = s->next;
     if (s->next) s->next->prev = s->prev;
@@ -384,7 +454,11 @@ void wk_kv_seq_destroy(wk_kv_seq *s) {
 
 /* The blocks positions [n_tokens, n_tokens + n_more) will be written into that already exist in
  * the table: indices [*lo, *hi). With n_more == 0 it is the block position n_tokens falls in, if
- * any (what a plain cow makes private). */
+ * any (what a plain cow makes private). *lo = n_tokens / bt >= first_live because first_live * bt
+ * <= n_tokens (drop_before stops at n_tokens / bt, and truncate lowers a sliding sequence's n_tokens
+ * only to 0, resetting first_live with it), so the range -- like advance's, which starts at the
+ * same block, and reserve's and append_shared's, which start at n_blocks -- never holds a dropped
+ * entry. */
 static void write_range(const wk_kv_seq *s, uint32_t n_more, uint32_t *lo, uint32_t *hi) {
     uint32_t bt = s->pool->block_tokens;
     uint64_t last = ((uint64_t)s->n_tokens + (n_more ? n_more : 1) - 1) / bt;
@@ -496,9 +570,16 @@ static bool ring_holds(const wk_kv_pool *pool, uint64_t written, uint64_t n) {
     return lo + pool->recent > written - 1;
 }
 
+/* A sequence without a window slot has no ring to lose. */
+static bool seq_ring_holds(const wk_kv_seq *s, uint64_t n) {
+    return s->window_slot == UINT32_MAX || ring_holds(s->pool, s->n_tokens, n);
+}
+
 int wk_kv_seq_truncate(wk_kv_seq *s, uint32_t n_tokens) {
     if (n_tokens > s->n_tokens) return WK_ERR_INVALID;
-    if (!ring_holds(s->pool, s->n_tokens, n_tokens)) return WK_ERR_UNSUPPORTED;
+    /* A shorter sliding sequence would attend to keys drop_before already gave away. */
+    if (s->first_live && n_tokens && n_tokens < s->n_tokens) return WK_ERR_UNSUPPORTED;
+    if (!seq_ring_holds(s, n_tokens)) return WK_ERR_UNSUPPORTED;
     s->n_tokens = n_tokens;
     drop_blocks(s, blocks_for(s->pool, n_tokens));
     return WK_OK;
@@ -506,7 +587,19 @@ int wk_kv_seq_truncate(wk_kv_seq *s, uint32_t n_tokens) {
 
 void wk_kv_seq_release(wk_kv_seq *s) {
     s->n_tokens = 0;
-    drop_blocks(s, 0);
+    drop_blocks(s, 0); /* first_live back to 0 with it */
+}
+
+uint32_t wk_kv_seq_drop_before(wk_kv_seq *s, uint32_t pos) {
+    /* end * bt <= min(pos, n_tokens) <= n_blocks * bt: within the table, and never past the block
+     * position n_tokens falls in, so the next write's block stays. */
+    uint32_t end = (pos < s->n_tokens ? pos : s->n_tokens) / s->pool->block_tokens;
+    uint32_t n = 0;
+    for (; s->first_live < end; s->first_live++, n++) {
+        block_unref(s->pool, s->table[s->first_live]);
+        s->table[s->first_live] = WK_KV_NO_BLOCK;
+    }
+    return n;
 }
 
 wk_kv_seq *wk_kv_seq_fork(wk_kv_seq *src, uint32_t n_tokens, uint32_t max_tokens, wk_kv_copy *window_copy,
@@ -520,24 +613,26 @@ wk_kv_seq *wk_kv_seq_fork(wk_kv_seq *src, uint32_t n_tokens, uint32_t max_tokens
         st = WK_ERR_INVALID;
         goto out;
     }
-    if (!ring_holds(pool, src->n_tokens, n_tokens)) {
-        st = WK_ERR_UNSUPPORTED;
+    if (!seq_ring_holds(src, n_tokens) || (src->first_live && n_tokens != src->n_tokens)) {
+        st = WK_ERR_UNSUPPORTED; /* a shorter prefix of a sliding sequence needs keys it dropped */
         goto out;
     }
-    s = seq_new(pool, max_tokens, &st);
+    s = seq_new(pool, max_tokens, src->window_slot != UINT32_MAX, &st);
     if (!s) goto out;
     if ((st = table_room(s, nb)) != WK_OK) {
         wk_kv_seq_destroy(s);
         s = NULL;
         goto out;
     }
+    /* first_live <= n_tokens / bt <= nb: the NO_BLOCK prefix is copied as it is, without refs. */
     for (uint32_t i = 0; i < nb; i++) {
         s->table[i] = src->table[i];
-        pool->refcount[src->table[i]]++;
+        if (i >= src->first_live) pool->refcount[src->table[i]]++;
     }
     s->n_blocks = nb;
     s->n_tokens = n_tokens;
-    if (pool->window_bytes && window_copy) {
+    s->first_live = src->first_live;
+    if (s->window_slot != UINT32_MAX && pool->window_bytes && window_copy) {
         window_copy->src_offset = wk_kv_pool_window_offset(pool, src->window_slot);
         window_copy->dst_offset = wk_kv_pool_window_offset(pool, s->window_slot);
         window_copy->bytes = pool->window_bytes;
@@ -564,12 +659,16 @@ int wk_kv_seq_append_shared(wk_kv_seq *s, uint32_t block) {
 
 uint32_t wk_kv_seq_capacity_tokens(const wk_kv_seq *s) { return s->n_blocks * s->pool->block_tokens; }
 
+static uint64_t seq_window_bytes(const wk_kv_seq *s) {
+    return s->window_slot != UINT32_MAX ? s->pool->window_bytes : 0;
+}
+
 uint64_t wk_kv_seq_bytes(const wk_kv_seq *s) {
-    return (uint64_t)s->n_blocks * s->pool->bpb + s->pool->window_bytes;
+    return (uint64_t)(s->n_blocks - s->first_live) * s->pool->bpb + seq_window_bytes(s);
 }
 
 uint64_t wk_kv_seq_unique_bytes(const wk_kv_seq *s) {
     uint64_t n = 0;
-    for (uint32_t i = 0; i < s->n_blocks; i++) n += s->pool->refcount[s->table[i]] == 1;
-    return n * s->pool->bpb + s->pool->window_bytes;
+    for (uint32_t i = s->first_live; i < s->n_blocks; i++) n += s->pool->refcount[s->table[i]] == 1;
+    return n * s->pool->bpb + seq_window_bytes(s);
 }

@@ -24,6 +24,9 @@ typedef struct {
     uint32_t block_tokens, slab_words, block_words, params_words, code_words;
     uint32_t head_rows, n_split; /* engine/attention_plan.h (attention_f16 uses this block too) */
     uint32_t sink, recent, f16_row_words; /* f16 windows */
+    /* Layer groups (engine/kv_pool.h): the layer's slabs are slab_layer's in its blocks, and block
+     * i of a sequence is table entry i * table_stride + table_col. */
+    uint32_t slab_layer, table_stride, table_col;
 } wk_pc_attention_paged;
 typedef struct { uint32_t head_dim, n_head_kv, n_tokens, layer; } wk_pc_kv_store_window;
 typedef struct { uint32_t head_dim, n_head, n_tokens, n_split; } wk_pc_attention_reduce;
@@ -32,9 +35,10 @@ typedef struct { uint32_t head_dim, n_head, n_tokens, n_split; } wk_pc_attention
  * offset of its f16 window slot in the pool (windows only). */
 typedef struct { uint32_t row0, n_tok, win_word, chunk_row0; } wk_attn_tile;
 typedef struct {
-    uint32_t head_dim, n_head_kv, n_tokens, layer;
+    uint32_t head_dim, n_head_kv, n_tokens, slab_layer;
     int32_t kind, bits, group, rank_k, rank_v;
     uint32_t block_tokens, slab_words, block_words, params_words, code_words;
+    uint32_t table_stride, table_col; /* as in wk_pc_attention_paged */
 } wk_pc_kv_store_quant;
 typedef struct { uint32_t head_dim, n_head, n_head_kv, n_tokens, block, mat_base; } wk_pc_kv_transform;
 typedef struct { uint32_t row_elems, n_tokens; } wk_pc_kv_store_f16;

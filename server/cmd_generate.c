@@ -59,7 +59,8 @@ static void generate_usage(FILE *f) {
             "  --json             no streaming: print one JSON object at the end with text,\n"
             "                     prompt_tokens, completion_tokens, prefill_tokens_per_s,\n"
             "                     decode_tokens_per_s, kv (the KV format), bits_per_element,\n"
-            "                     kv_bytes_per_token\n"
+            "                     kv_bytes_per_token (the format's cost), kv_peak_bytes (what the\n"
+            "                     sequence held at most)\n"
             "  --no-bos           do not add the model's BOS (or other special) tokens to the prompt\n"
             "  --validation       enable the Khronos validation layer (slow; for debugging)\n"
             "  -v, --verbose      device, model and sampling details on stderr\n"
@@ -137,6 +138,7 @@ typedef struct gen_result {
     int n_decode_eval;   /* tokens evaluated one at a time after prefill */
     double t_prefill, t_decode;
     const char *stop;    /* "length", "eog", "context" */
+    uint64_t kv_peak_bytes; /* the most KV bytes the sequence held */
 } gen_result;
 
 /* Appends one token's text to the output: streamed at once, or kept for the JSON object. */
@@ -287,6 +289,7 @@ static int run_generation(wk_engine *e, const gen_opts *o, gen_result *r) {
         fprintf(stderr, "wushkv generate: stopped: the context (%d tokens) is full\n", info->max_ctx);
     else if (o->common.verbose)
         fprintf(stderr, "stopped: %s\n", strcmp(r->stop, "eog") == 0 ? "end-of-generation token" : "-n reached");
+    r->kv_peak_bytes = wk_seq_kv_peak_bytes(seq);
     rc = 0;
 
 out:
@@ -310,6 +313,7 @@ static int print_json(const gen_result *r, const char *kv, const wk_model_info *
     cJSON_AddStringToObject(obj, "kv", kv);
     cJSON_AddNumberToObject(obj, "bits_per_element", info->kv_bits_per_element);
     cJSON_AddNumberToObject(obj, "kv_bytes_per_token", (double)info->kv_bytes_per_token);
+    cJSON_AddNumberToObject(obj, "kv_peak_bytes", (double)r->kv_peak_bytes);
     return cli_print_json(obj);
 }
 

@@ -49,7 +49,8 @@ static void perplexity_usage(FILE *f) {
     fprintf(f,
             "  --json             print one JSON object instead of the ppl line: ppl, ppl_stderr,\n"
             "                     tokens_scored, tokens_per_s, chunks, ctx, kv (the KV format),\n"
-            "                     bits_per_element, kv_bytes_per_token\n"
+            "                     bits_per_element, kv_bytes_per_token (the format's cost),\n"
+            "                     kv_peak_bytes (what one window's sequence held at most)\n"
             "  --validation       enable the Khronos validation layer (slow; for debugging)\n"
             "  -v, --verbose      device and model details on stderr\n"
             "  -h, --help         this text\n");
@@ -136,6 +137,7 @@ typedef struct ppl_result {
     long count;       /* tokens scored */
     int chunks;
     double seconds;   /* evaluation time, all windows */
+    uint64_t kv_peak_bytes; /* the most KV bytes a window's sequence held */
 } ppl_result;
 
 static int run_perplexity(wk_engine *e, const ppl_opts *o, const int32_t *tokens, int n_tokens, ppl_result *r) {
@@ -209,6 +211,7 @@ static int run_perplexity(wk_engine *e, const ppl_opts *o, const int32_t *tokens
             pos = end;
         }
         r->chunks = k + 1;
+        if (wk_seq_kv_peak_bytes(seq) > r->kv_peak_bytes) r->kv_peak_bytes = wk_seq_kv_peak_bytes(seq);
         double elapsed = mono_now_s() - t_start;
         double tps = (double)r->chunks * ctx / elapsed;
         fprintf(stderr, "[%d] ppl=%.4f  (%.1f tok/s, %.0f s left)\n", k + 1, exp(r->nll / (double)r->count), tps,
@@ -307,5 +310,6 @@ int cmd_perplexity(int argc, char **argv) {
     cJSON_AddStringToObject(obj, "kv", kv);
     cJSON_AddNumberToObject(obj, "bits_per_element", info.kv_bits_per_element);
     cJSON_AddNumberToObject(obj, "kv_bytes_per_token", (double)info.kv_bytes_per_token);
+    cJSON_AddNumberToObject(obj, "kv_peak_bytes", (double)r.kv_peak_bytes);
     return cli_print_json(obj);
 }

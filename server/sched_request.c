@@ -173,7 +173,7 @@ static void job_generate(scheduler *s, sched_job *j) {
             sched_post_error(s, r->id, 400, "prompt", "kv_cache_exceeded",
                        "The prompt of %d tokens needs %d KV cache blocks (%llu bytes) but the server's whole KV "
                        "pool holds %llu blocks (%llu bytes, --kv-mem). Please shorten the prompt.",
-                       r->n_prompt, kv_budget_blocks(&s->kv, r->n_prompt), (unsigned long long)need,
+                       r->n_prompt, (int)kv_budget_pool_blocks(&s->kv, r->n_prompt), (unsigned long long)need,
                        (unsigned long long)info->kv_pool_blocks, (unsigned long long)info->kv_pool_bytes);
             req_free(r);
             return;

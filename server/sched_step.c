@@ -230,7 +230,7 @@ void sched_step(scheduler *s) {
     for (int i = 0; i < n; i++) {
         req *r = s->item_req[i];
         int len = wk_seq_len(r->seq);
-        uint64_t bytes = wk_seq_kv_bytes(r->seq);
+        uint64_t bytes = wk_seq_kv_peak_bytes(r->seq); /* since its last (re)admission */
         if (len > r->peak_len) r->peak_len = len;
         if (bytes > r->peak_bytes) r->peak_bytes = bytes;
         if (r->state == R_PREFILL) {

@@ -152,7 +152,7 @@ static void *engine_main(void *arg) {
         return NULL;
     }
     s->info = wk_engine_info(s->e);
-    kv_budget_init(&s->kv, s->info, s->cfg.max_seqs, s->cfg.kv_block_tokens);
+    kv_budget_init(&s->kv, s->info, s->cfg.max_seqs, s->cfg.kv_block_tokens, s->cfg.max_batch_tokens);
     model_summary *m = &s->model;
     snprintf(m->name, sizeof m->name, "%s", s->info->name);
     snprintf(m->arch, sizeof m->arch, "%s", s->info->arch);

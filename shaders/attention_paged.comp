@@ -62,6 +62,9 @@ layout(push_constant) uniform PC {
     uint n_split;           // key splits (gl_NumWorkGroups.z)
     uint sink, recent;      // f16 windows (0, 0: off)
     uint f16_row_words;     // one window row: every layer's K and V heads, f16
+    uint slab_layer;        // the layer's place in its layer group: its slabs in a block
+    uint table_stride;      // block-table entries per block of tokens (layer groups)
+    uint table_col;         // the layer's group: its entry among them
 } pc;
 
 vec4 kbuf[MAXC];          // one key or value: this lane's chunks
@@ -166,7 +169,7 @@ bool load_kv(uint kv, uint j) {
     bool need_q = !g_windows || (j >= pc.sink && j + pc.recent <= g_jhi);
     bool need_f = g_windows && (j < pc.sink || j + pc.recent > g_pmin);
     if (need_q) {
-        uint blk = tables[g_table_off + j / pc.block_tokens];
+        uint blk = tables[g_table_off + (j / pc.block_tokens) * pc.table_stride + pc.table_col];
         decode_lane(blk * pc.block_words + g_slab[kv], j % pc.block_tokens, g_ch0, g_ncl);
     }
     if (need_f) load_f16(j, kv, g_kh, g_tile, g_chunk_pos0, g_ch0, g_ncl);
@@ -213,8 +216,8 @@ void main() {
     }
     g_windows = pc.sink + pc.recent > 0u;
     g_chunk_pos0 = g_windows ? rows[tile.chunk_row0].pos : 0u;
-    g_slab[0] = ((pc.layer * 2u + 0u) * pc.n_head_kv + kh) * pc.slab_words;
-    g_slab[1] = ((pc.layer * 2u + 1u) * pc.n_head_kv + kh) * pc.slab_words;
+    g_slab[0] = ((pc.slab_layer * 2u + 0u) * pc.n_head_kv + kh) * pc.slab_words;
+    g_slab[1] = ((pc.slab_layer * 2u + 1u) * pc.n_head_kv + kh) * pc.slab_words;
     g_kh = kh, g_ch0 = ch0, g_ncl = ncl, g_table_off = table_off, g_jhi = jhi, g_pmin = pmin, g_tile = tile;
 
     for (uint jt = j0; jt < j1; jt += KT) {

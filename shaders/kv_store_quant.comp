@@ -15,9 +15,12 @@ layout(std430, binding = 2) readonly buffer Rows { RowInfo rows[]; };
 layout(std430, binding = 3) readonly buffer Tables { uint tables[]; };
 layout(binding = 4, r32ui) uniform uimageBuffer Pool; // not writeonly: the atomics read (they need no coherent)
 layout(push_constant) uniform PC {
-    uint head_dim; uint n_head_kv; uint n_tokens; uint layer;
+    uint head_dim; uint n_head_kv; uint n_tokens;
+    uint slab_layer;   // the layer's place in its layer group: its slabs in a block
     int kind; int bits; int G; int rank_k; int rank_v;
     uint block_tokens; uint slab_words; uint block_words; uint params_words; uint code_words;
+    uint table_stride; // block-table entries per block of tokens (layer groups)
+    uint table_col;    // the layer's group: its entry among them
 } pc;
 
 const uint MAXW = 64u; // code words of one token head: D*b/32 <= 512*4/32
@@ -27,8 +30,9 @@ void main() {
     if (id >= pc.n_tokens * per_token) return;
     uint t = id / per_token, kh = (id % per_token) >> 1, kv = id & 1u;
     RowInfo ri = rows[t];
-    uint blk = tables[ri.table_off + ri.pos / pc.block_tokens], tt = ri.pos % pc.block_tokens;
-    uint slab = blk * pc.block_words + ((pc.layer * 2u + kv) * pc.n_head_kv + kh) * pc.slab_words;
+    uint blk = tables[ri.table_off + (ri.pos / pc.block_tokens) * pc.table_stride + pc.table_col];
+    uint tt = ri.pos % pc.block_tokens;
+    uint slab = blk * pc.block_words + ((pc.slab_layer * 2u + kv) * pc.n_head_kv + kh) * pc.slab_words;
     uint D = pc.head_dim, G = uint(pc.G), ngroups = D / G, bits = uint(pc.bits);
     uint P = uint(wk_kvq_params_per_group(pc.kind)), cb = wk_kvq_code_bytes(pc.bits, pc.G);
     uint src = (t * pc.n_head_kv + kh) * D;

@@ -9,9 +9,14 @@
 #include "kv_pool.h"
 #include "test_util.h"
 
-/* Gemma 3 270M: 18 layers, 1 KV head, head_dim 256, 16-token blocks. */
-static const wk_kv_geom GEMMA270 = {18, 1, 256, 16};
+/* Gemma 3 270M: 18 layers, 1 KV head, head_dim 256, 16-token blocks; as the engine groups its
+ * layers (wk_kv_layer_groups): 6 groups of 3, the last 5 sliding-window layers of 512 tokens. The
+ * flat geometry (one group, nothing slides) is a Llama-like model of the same size. */
+static const wk_kv_geom GEMMA270 = {.n_layer = 18, .n_head_kv = 1, .head_dim = 256, .block_tokens = 16,
+                                   .group_layers = 3, .swa_groups = 5, .swa_window = 512};
+static const wk_kv_geom FLAT270 = {.n_layer = 18, .n_head_kv = 1, .head_dim = 256, .block_tokens = 16};
 #define POOL_256MIB (256ull << 20)
+#define CHUNK 512 /* the server's default batch-token budget */
 
 /* What the engine reports for a paged cache of this format (engine.c fills the same fields). */
 static wk_model_info paged_info(const wk_kv_layout *l, uint64_t pool_bytes, int max_ctx) {
@@ -25,6 +30,9 @@ static wk_model_info paged_info(const wk_kv_layout *l, uint64_t pool_bytes, int 
     i.kv_pool_bytes = pool_bytes;
     i.kv_block_tokens = l->block_tokens;
     i.kv_block_bytes = l->bytes_per_block;
+    i.kv_layer_groups = l->n_groups;
+    i.kv_swa_groups = l->swa_groups;
+    i.kv_swa_window = l->swa_window;
     i.kv_window_bytes = l->window_bytes;
     i.kv_pool_blocks = pool_bytes / l->bytes_per_block;
     return i;
@@ -41,13 +49,13 @@ static int admitted(const kv_budget *b, int n) {
     return k;
 }
 
-static void test_paged(int sink, int recent, int expect_fit) {
+static void test_paged(const wk_kv_geom *geom, int sink, int recent, int expect_fit) {
     wk_kv_fmt fmt = {2, WK_KVQ_QUEST, 32, sink, recent};
     wk_kv_layout l;
-    CHECK_EQ_INT(wk_kv_layout_get(&GEMMA270, &fmt, &l), WK_OK);
+    CHECK_EQ_INT(wk_kv_layout_get(geom, &fmt, &l), WK_OK);
     wk_model_info info = paged_info(&l, POOL_256MIB, 2048);
     kv_budget b;
-    kv_budget_init(&b, &info, 8, 16);
+    kv_budget_init(&b, &info, 8, 16, CHUNK);
     CHECK(b.paged);
     CHECK_EQ_INT(b.block_tokens, 16);
     CHECK_EQ_INT(b.fp16_bytes_per_token, 18 * 2 * 256 * 2);
@@ -59,11 +67,14 @@ static void test_paged(int sink, int recent, int expect_fit) {
     CHECK_EQ_INT(kv_budget_blocks(&b, 2048), 128);
     int mismatches = 0;
     for (int n = 1; n <= 5000; n++)
-        if (kv_budget_seq_bytes(&b, n) != wk_kv_layout_seq_bytes(&l, (uint64_t)n)) mismatches++;
+        if (kv_budget_seq_bytes(&b, n) != wk_kv_layout_seq_peak_bytes(&l, (uint64_t)n, CHUNK)) mismatches++;
     CHECK_EQ_INT(mismatches, 0);
+    /* Up to the window every layer keeps every token: the sliding pool holds what the flat one does. */
+    CHECK_EQ_INT(kv_budget_seq_bytes(&b, 100), wk_kv_layout_seq_bytes(&l, 100));
+    CHECK_EQ_INT(kv_budget_pool_blocks(&b, 100) * l.bytes_per_block + l.window_bytes, kv_budget_seq_bytes(&b, 100));
 
     /* Admission agrees with the pool's own count, and the count the docs print. */
-    CHECK_EQ_INT(admitted(&b, 2048), (long long)wk_kv_layout_seqs_fit(&l, POOL_256MIB, 2048));
+    CHECK_EQ_INT(admitted(&b, 2048), (long long)wk_kv_layout_seqs_fit(&l, POOL_256MIB, 2048, CHUNK));
     CHECK_EQ_INT(admitted(&b, 2048), expect_fit);
 
     /* The boundary: exactly full fits, one byte short does not, over-claimed never wraps around. */
@@ -99,7 +110,7 @@ static void test_f16(void) {
     info.kv_bits_per_element = 16;
     info.kv_pool_bytes = 4ull * 1000 * 18432;
     kv_budget b;
-    kv_budget_init(&b, &info, 4, 16);
+    kv_budget_init(&b, &info, 4, 16, CHUNK);
     CHECK(!b.paged);
     CHECK_EQ_INT(b.block_tokens, 16);
     kv_usage u = kv_budget_usage(&b, 33, 33ull * 18432);
@@ -114,8 +125,10 @@ static void test_f16(void) {
 }
 
 int main(void) {
-    test_paged(0, 0, 45);  /* docs/wush-kv.md: int2 QuEST G32, 45 sequences of 2048 in 256 MiB */
-    test_paged(4, 64, 37); /* with sink 4 / recent 64: 37 */
+    test_paged(&FLAT270, 0, 0, 45);  /* every layer keeps every token: 45 sequences of 2048 in 256 MiB */
+    test_paged(&FLAT270, 4, 64, 37); /* with sink 4 / recent 64: 37 */
+    test_paged(&GEMMA270, 0, 0, 77); /* Gemma 3: the sliding layers give blocks back (docs/wush-kv.md) */
+    test_paged(&GEMMA270, 4, 64, 56);
     test_f16();
     TEST_MAIN_END();
 }

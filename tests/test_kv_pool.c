@@ -1,6 +1,7 @@
 /* Paged KV pool tests: block sizes and bits/element of each format against hand-computed numbers,
  * exact accounting, LIFO reuse, all-or-nothing exhaustion, sharing and copy-on-write, f16 window
- * slots, the invariant checker catching corruption, and seeded random walks of thousands of
+ * slots, window-less sequences, sliding-window release (drop_before) and what it rules out, the
+ * invariant checker catching corruption, and seeded random walks of thousands of
  * operations that replay every device copy and write on a shadow of the pool memory, so a missing
  * or wrong copy-on-write shows up as another sequence's tokens changing. */
 #include <stdint.h>
@@ -21,8 +22,104 @@ static int check_ok(const wk_kv_pool *pool) {
     return rc;
 }
 
-/* Gemma 3 270M: 18 layers, 1 KV head, head_dim 256. */
-static const wk_kv_geom GEMMA270 = {18, 1, 256, 16};
+/* Gemma 3 270M: 18 layers, 1 KV head, head_dim 256; flat (one group of every layer). */
+static const wk_kv_geom GEMMA270 = {.n_layer = 18, .n_head_kv = 1, .head_dim = 256, .block_tokens = 16};
+
+/* The most blocks a sliding group holds, by simulation: a sequence grows to n in steps of `chunk`
+ * tokens after a first step of `first`; during a step from len it holds the blocks from the one
+ * with position len - window + 1 (earlier ones were released after the previous step) to the one
+ * with position len + c - 1. */
+static uint64_t simulated_live(uint64_t n, uint64_t window, uint64_t chunk, uint64_t first, uint64_t bt) {
+    uint64_t most = 0;
+    for (uint64_t len = 0, c = first; len < n; len += c, c = chunk) {
+        if (c > n - len) c = n - len;
+        const uint64_t lo = len + 1 > window ? (len + 1 - window) / bt : 0, hi = (len + c - 1) / bt;
+        if (hi - lo + 1 > most) most = hi - lo + 1;
+    }
+    return most;
+}
+
+static void test_layer_groups(void) {
+    bool swa[26];
+    int group_of[26], slot_of[26];
+    /* Gemma 3 270M: layers 5, 11, 17 full attention, the other 15 sliding (window 512). */
+    for (int il = 0; il < 18; il++) swa[il] = il % 6 < 5;
+    wk_kv_geom g = GEMMA270;
+    wk_kv_layer_groups(swa, 18, 512, 4096, group_of, slot_of, &g);
+    CHECK_EQ_INT(g.group_layers, 3);
+    CHECK_EQ_INT(g.swa_groups, 5);
+    CHECK_EQ_INT(g.swa_window, 512);
+    CHECK_EQ_INT(group_of[5], 0);
+    CHECK_EQ_INT(slot_of[5], 0);
+    CHECK_EQ_INT(group_of[17], 0);
+    CHECK_EQ_INT(slot_of[17], 2);
+    CHECK_EQ_INT(group_of[0], 1);
+    CHECK_EQ_INT(slot_of[0], 0);
+    CHECK_EQ_INT(group_of[6], 2); /* sliding layers 3, 4, 6 */
+    CHECK_EQ_INT(slot_of[6], 2);
+    CHECK_EQ_INT(group_of[16], 5);
+    CHECK_EQ_INT(slot_of[16], 2);
+    /* Every (group, slot) names exactly one layer. */
+    int seen[6][3] = {{0}};
+    for (int il = 0; il < 18; il++) seen[group_of[il]][slot_of[il]]++;
+    int once = 0;
+    for (int a = 0; a < 6; a++)
+        for (int b = 0; b < 3; b++) once += seen[a][b] == 1;
+    CHECK_EQ_INT(once, 18);
+
+    /* 2-bit QuEST G32 with those groups: a pool block is a sixth of the flat one; the format's
+     * figures are unchanged; the peak of a 2048-token sequence written in 512-token steps is
+     * 128 blocks of the full group + 5 * 65 of the sliding ones = 453 * 7680 = 3479040 bytes
+     * (flat: 5898240), so 256 MiB admits 77 sequences instead of 45. */
+    wk_kv_fmt q2 = {2, WK_KVQ_QUEST, 32, 0, 0};
+    wk_kv_layout l;
+    CHECK_EQ_INT(wk_kv_layout_get(&g, &q2, &l), WK_OK);
+    CHECK_EQ_INT(l.n_groups, 6);
+    CHECK_EQ_INT(l.bytes_per_block, 7680);
+    CHECK_EQ_INT(wk_kv_layout_seq_bytes(&l, 2048), 5898240);
+    CHECK_NEAR(wk_kv_layout_bits_per_element(&l, 2048), 2.5, 0);
+    CHECK_EQ_INT(wk_kv_layout_seq_peak_bytes(&l, 2048, 512), 3479040);
+    CHECK_EQ_INT(wk_kv_layout_seqs_fit(&l, 256ull << 20, 2048, 512), 77);
+    CHECK_EQ_INT(wk_kv_layout_seq_peak_bytes(&l, 100, 512), wk_kv_layout_seq_bytes(&l, 100));
+    /* 32768 tokens: 2048 + 5 * 65 blocks in 512-token steps (18224640 bytes, flat 94371840);
+     * decoding one token a step after a short prompt, 2048 + 5 * 33. */
+    CHECK_EQ_INT(wk_kv_layout_seq_peak_bytes(&l, 32768, 512), 2373ull * 7680);
+    CHECK_EQ_INT(wk_kv_layout_seq_peak_bytes(&l, 32768, 1), 2213ull * 7680);
+    /* The bound is the simulated worst case over every alignment of the steps, and never below it. */
+    const uint64_t chunks[4] = {1, 7, 100, 512};
+    int tight = 0, below = 0;
+    for (int k = 0; k < 4; k++) {
+        uint64_t most = 0;
+        for (uint64_t first = 1; first <= 16; first++) {
+            uint64_t m = simulated_live(5000, 512, chunks[k], first, 16);
+            if (m > most) most = m;
+        }
+        const uint64_t per_group = (wk_kv_layout_seq_peak_bytes(&l, 5000, chunks[k]) / l.bytes_per_block - 313) / 5;
+        tight += most == per_group; /* 313 = ceil(5000 / 16) blocks of the full group */
+        below += most <= per_group;
+    }
+    CHECK_EQ_INT(below, 4);
+    CHECK_EQ_INT(tight, 4);
+
+    /* A window as long as the context frees nothing: one group, as flat. So does a model without
+     * sliding layers. Gemma 3 1B (26 layers, 4 full): groups of gcd(4, 22) = 2, 11 of them slide. */
+    wk_kv_layer_groups(swa, 18, 4096, 4096, group_of, slot_of, &g);
+    CHECK_EQ_INT(g.group_layers, 18);
+    CHECK_EQ_INT(g.swa_groups, 0);
+    CHECK_EQ_INT(slot_of[7], 7);
+    bool none[18] = {false};
+    wk_kv_layer_groups(none, 18, 512, 4096, group_of, slot_of, &g);
+    CHECK_EQ_INT(g.group_layers, 18);
+    CHECK_EQ_INT(g.swa_groups, 0);
+    CHECK_EQ_INT(group_of[17], 0);
+    for (int il = 0; il < 26; il++) swa[il] = il % 6 < 5;
+    wk_kv_layer_groups(swa, 26, 512, 8192, group_of, slot_of, &g);
+    CHECK_EQ_INT(g.group_layers, 2);
+    CHECK_EQ_INT(g.swa_groups, 11);
+    /* Groups that do not divide the layers are refused. */
+    wk_kv_geom bad = {.n_layer = 18, .n_head_kv = 1, .head_dim = 256, .block_tokens = 16, .group_layers = 4};
+    CHECK_EQ_INT(wk_kv_layout_get(&bad, &q2, &l), WK_ERR_INVALID);
+}
 
 static void test_layouts(void) {
     wk_kv_layout l;
@@ -36,7 +133,7 @@ static void test_layouts(void) {
     CHECK_NEAR(wk_kv_layout_bits_per_element(&l, 2048), 16.0, 0);
     CHECK_NEAR(wk_kv_layout_bytes_per_token(&l, 2048), 18432.0, 0); /* 294912 / 16 */
     /* 256 MiB of 2048-token sequences: 128 blocks = 37748736 bytes each -> 7 (7.11). */
-    CHECK_EQ_INT(wk_kv_layout_seqs_fit(&l, 256ull << 20, 2048), 7);
+    CHECK_EQ_INT(wk_kv_layout_seqs_fit(&l, 256ull << 20, 2048, 512), 7);
 
     /* 2-bit QuEST, G = 32, by hand. Per token and head vector: 256 codes * 2 bits = 64 bytes of
      * codes, 256/32 = 8 groups * one f16 step = 16 bytes; 80 bytes. Slab = 16 tokens * 80 = 1280;
@@ -51,7 +148,7 @@ static void test_layouts(void) {
     CHECK_NEAR(wk_kv_layout_bytes_per_token(&l, 2048), 2880.0, 0); /* 46080 / 16: 6.4x less than f16 */
     /* 128 blocks * 46080 = 5898240 per sequence: 268435456 / 5898240 = 45.5 -> 45. */
     CHECK_EQ_INT(wk_kv_layout_seq_bytes(&l, 2048), 5898240);
-    CHECK_EQ_INT(wk_kv_layout_seqs_fit(&l, 256ull << 20, 2048), 45);
+    CHECK_EQ_INT(wk_kv_layout_seqs_fit(&l, 256ull << 20, 2048, 512), 45);
     /* A partial last block is held whole and counted: 2040 tokens still take 128 blocks. */
     CHECK_EQ_INT(wk_kv_layout_seq_bytes(&l, 2040), 5898240);
     CHECK_NEAR(wk_kv_layout_bits_per_element(&l, 2040), 5898240.0 * 8 / (2040.0 * 9216), 1e-12);
@@ -79,7 +176,7 @@ static void test_layouts(void) {
     CHECK_EQ_INT(wk_kv_layout_seq_bytes(&l, 2048), 7151616);
     CHECK_NEAR(wk_kv_layout_bits_per_element(&l, 2048), 3.03125, 0);
     CHECK_NEAR(wk_kv_layout_bytes_per_token(&l, 2048), 3492.0, 0);
-    CHECK_EQ_INT(wk_kv_layout_seqs_fit(&l, 256ull << 20, 2048), 37);
+    CHECK_EQ_INT(wk_kv_layout_seqs_fit(&l, 256ull << 20, 2048, 512), 37);
     CHECK_NEAR(l.block_bits_per_element, 2.5, 0); /* the windows are not hidden in the block figure */
 
     /* Block bits/element equals kv_quant.h's per-group figure for every format (they must agree). */
@@ -96,15 +193,16 @@ static void test_layouts(void) {
     /* Refusals. */
     wk_kv_fmt f16w = {16, WK_KVQ_QUEST, 0, 4, 0};
     CHECK_EQ_INT(wk_kv_layout_get(&GEMMA270, &f16w, &l), WK_ERR_INVALID); /* windows on f16 */
-    wk_kv_geom d48 = {2, 1, 48, 16};
+    wk_kv_geom d48 = {.n_layer = 2, .n_head_kv = 1, .head_dim = 48, .block_tokens = 16};
     CHECK_EQ_INT(wk_kv_layout_get(&d48, &q2, &l), WK_ERR_INVALID); /* 48 % 32 */
-    wk_kv_geom bt1 = {2, 1, 256, 1};
+    test_layer_groups();
+    wk_kv_geom bt1 = {.n_layer = 2, .n_head_kv = 1, .head_dim = 256, .block_tokens = 1};
     wk_kv_fmt q2g256 = {2, WK_KVQ_QUEST, 256, 0, 0};
     CHECK_EQ_INT(wk_kv_layout_get(&bt1, &q2g256, &l), WK_ERR_INVALID); /* 64 + 2 bytes: not u32 words */
     wk_kv_fmt bad = {5, WK_KVQ_QUEST, 32, 0, 0};
     CHECK_EQ_INT(wk_kv_layout_get(&GEMMA270, &bad, &l), WK_ERR_INVALID);
     /* Default block size. */
-    wk_kv_geom g0 = {18, 1, 256, 0};
+    wk_kv_geom g0 = {.n_layer = 18, .n_head_kv = 1, .head_dim = 256, .block_tokens = 0};
     CHECK_EQ_INT(wk_kv_layout_get(&g0, &f16, &l), WK_OK);
     CHECK_EQ_INT(l.block_tokens, 16);
 }
@@ -394,7 +492,7 @@ static void test_share_cow(void) {
 
 static void test_windows(void) {
     /* Tiny geometry, real layout: 1 layer, 1 head, D 32, 2-bit QuEST G32, sink 2, recent 4. */
-    wk_kv_geom g = {1, 1, 32, 4};
+    wk_kv_geom g = {.n_layer = 1, .n_head_kv = 1, .head_dim = 32, .block_tokens = 4};
     wk_kv_fmt f = {2, WK_KVQ_QUEST, 32, 2, 4};
     wk_kv_layout l;
     CHECK_EQ_INT(wk_kv_layout_get(&g, &f, &l), WK_OK);
@@ -454,6 +552,239 @@ static void test_windows(void) {
     wk_kv_pool_destroy(pool);
 }
 
+/* Sliding-window release: exactly the blocks wholly below min(pos, n_tokens) go back, LIFO; the
+ * write block and reserved blocks never do; a shared block only loses one reference; a sliding
+ * sequence refuses to be cut back or forked short, and release makes it a fresh sequence. */
+static void test_drop_before(void) {
+    const uint64_t BPB = 64;
+    wk_kv_pool *pool = make_pool(4, BPB, 8, 0, 0, 0, 0);
+    int st;
+    wk_kv_copy cp;
+    wk_kv_pool_stats s, s0, s1;
+    wk_kv_seq *a = wk_kv_seq_create(pool, 100, &st);
+    CHECK_EQ_INT(wk_kv_seq_prepare_write(a, 18, &cp), WK_OK);
+    CHECK_EQ_INT(wk_kv_seq_advance(a, 18), WK_OK); /* blocks 0..4; block 4 holds tokens 16, 17 */
+    for (uint32_t i = 0; i < 5; i++) CHECK_EQ_INT(a->table[i], i);
+    CHECK_EQ_INT(a->first_live, 0);
+    CHECK_EQ_INT(wk_kv_seq_drop_before(a, 0), 0);
+    CHECK_EQ_INT(wk_kv_seq_drop_before(a, 3), 0); /* block 0 still holds position 3 */
+    CHECK_EQ_INT(a->first_live, 0);
+    CHECK_EQ_INT(wk_kv_seq_drop_before(a, 4), 1); /* tokens 0..3 are all below 4 */
+    CHECK_EQ_INT(a->first_live, 1);
+    CHECK_EQ_INT(a->table[0], WK_KV_NO_BLOCK);
+    CHECK_EQ_INT(a->n_blocks, 5); /* the table keeps its length: table[i] still means tokens 4i.. */
+    CHECK_EQ_INT(a->table[1], 1);
+    CHECK_EQ_INT(wk_kv_pool_refcount(pool, 0), 0);
+    wk_kv_pool_get_stats(pool, &s);
+    CHECK_EQ_INT(s.used_blocks, 4);
+    CHECK_EQ_INT(s.free_blocks, 4);
+    CHECK_EQ_INT(s.used_bytes, 4 * BPB);
+    CHECK_EQ_INT(s.peak_used_blocks, 5);
+    CHECK_EQ_INT(wk_kv_seq_bytes(a), 4 * BPB);
+    CHECK_EQ_INT(wk_kv_seq_unique_bytes(a), 4 * BPB);
+    CHECK_EQ_INT(wk_kv_seq_drop_before(a, 4), 0); /* idempotent */
+    CHECK_EQ_INT(wk_kv_seq_drop_before(a, 2), 0); /* and a lower bound takes nothing back */
+    CHECK_EQ_INT(a->first_live, 1);
+    CHECK_EQ_INT(wk_kv_seq_drop_before(a, 11), 1); /* block 1 (4..7); block 2 still holds 11 */
+    CHECK_EQ_INT(a->table[1], WK_KV_NO_BLOCK);
+    CHECK_EQ_INT(a->table[2], 2);
+    CHECK_EQ_INT(check_ok(pool), WK_OK);
+    /* Past n_tokens (18) it clamps to n_tokens: blocks 2 and 3 go; block 4, holding 16, 17 and the
+     * next write position 18, stays. */
+    CHECK_EQ_INT(wk_kv_seq_drop_before(a, 1000), 2);
+    CHECK_EQ_INT(a->first_live, 4);
+    CHECK_EQ_INT(a->table[2], WK_KV_NO_BLOCK);
+    CHECK_EQ_INT(a->table[3], WK_KV_NO_BLOCK);
+    CHECK_EQ_INT(a->table[4], 4);
+    CHECK_EQ_INT(wk_kv_pool_refcount(pool, 4), 1);
+    CHECK_EQ_INT(wk_kv_seq_bytes(a), BPB);
+    CHECK_EQ_INT(wk_kv_seq_unique_bytes(a), BPB);
+    wk_kv_pool_get_stats(pool, &s);
+    CHECK_EQ_INT(s.used_blocks, 1);
+    CHECK_EQ_INT(s.free_blocks, 7);
+    CHECK_EQ_INT(s.used_bytes, BPB);
+    CHECK_EQ_INT(check_ok(pool), WK_OK);
+    /* Writing goes on in block 4, then a fresh block: LIFO hands out 3, the last one freed (they
+     * went back in table order 0, 1, 2, 3). */
+    CHECK_EQ_INT(wk_kv_seq_prepare_write(a, 6, &cp), WK_OK); /* 18..23 */
+    CHECK_EQ_INT(cp.bytes, 0);
+    CHECK_EQ_INT(a->n_blocks, 6);
+    CHECK_EQ_INT(a->table[5], 3);
+    CHECK_EQ_INT(wk_kv_seq_advance(a, 6), WK_OK);
+    /* On a block boundary (24) every block is below n_tokens: all go; the write block (index 6) is
+     * not in the table yet. */
+    CHECK_EQ_INT(wk_kv_seq_drop_before(a, 24), 2);
+    CHECK_EQ_INT(a->first_live, 6);
+    CHECK_EQ_INT(a->n_blocks, 6);
+    CHECK_EQ_INT(wk_kv_seq_bytes(a), 0);
+    CHECK_EQ_INT(check_ok(pool), WK_OK);
+    CHECK_EQ_INT(wk_kv_seq_prepare_write(a, 1, &cp), WK_OK);
+    CHECK_EQ_INT(a->table[6], 3); /* 4, then 3 were freed: 3 on top again */
+    CHECK_EQ_INT(wk_kv_seq_advance(a, 1), WK_OK); /* 25 tokens */
+    CHECK_EQ_INT(wk_kv_seq_reserve(a, 8), WK_OK);  /* 33 tokens: blocks 7, 8 reserved */
+    CHECK_EQ_INT(a->n_blocks, 9);
+    CHECK_EQ_INT(wk_kv_seq_drop_before(a, 1000), 0); /* reserved blocks are past n_tokens */
+    CHECK_EQ_INT(wk_kv_seq_bytes(a), 3 * BPB);
+
+    /* A sliding sequence cannot be cut back or forked short; nothing changes. */
+    uint32_t tb[16], nb, nt;
+    snapshot(a, tb, &nb, &nt);
+    wk_kv_pool_get_stats(pool, &s0);
+    CHECK_EQ_INT(wk_kv_seq_truncate(a, 24), WK_ERR_UNSUPPORTED);
+    CHECK_EQ_INT(wk_kv_seq_truncate(a, 1), WK_ERR_UNSUPPORTED);
+    CHECK_EQ_INT(wk_kv_seq_truncate(a, 26), WK_ERR_INVALID);
+    CHECK(wk_kv_seq_fork(a, 24, 100, &cp, &st) == NULL);
+    CHECK_EQ_INT(st, WK_ERR_UNSUPPORTED);
+    CHECK(wk_kv_seq_fork(a, 0, 100, &cp, &st) == NULL);
+    CHECK_EQ_INT(st, WK_ERR_UNSUPPORTED);
+    wk_kv_pool_get_stats(pool, &s1);
+    CHECK(same(a, tb, nb, nt));
+    CHECK_EQ_INT(a->first_live, 6);
+    CHECK(same_stats(&s0, &s1));
+    /* Truncating to its own length still gives the reserved blocks back. */
+    CHECK_EQ_INT(wk_kv_seq_truncate(a, 25), WK_OK);
+    CHECK_EQ_INT(a->n_blocks, 7);
+    CHECK_EQ_INT(a->first_live, 6);
+    CHECK_EQ_INT(wk_kv_seq_bytes(a), BPB);
+    CHECK_EQ_INT(check_ok(pool), WK_OK);
+    /* Forked whole: the fork copies the dropped prefix and shares the live block. */
+    wk_kv_seq *b = wk_kv_seq_fork(a, 25, 100, &cp, &st);
+    CHECK_EQ_INT(st, WK_OK);
+    CHECK(b != NULL);
+    CHECK_EQ_INT(b->first_live, 6);
+    CHECK_EQ_INT(b->n_blocks, 7);
+    CHECK_EQ_INT(b->n_tokens, 25);
+    for (uint32_t i = 0; i < 6; i++) CHECK_EQ_INT(b->table[i], WK_KV_NO_BLOCK);
+    CHECK_EQ_INT(b->table[6], a->table[6]);
+    CHECK_EQ_INT(wk_kv_pool_refcount(pool, a->table[6]), 2);
+    CHECK_EQ_INT(wk_kv_seq_bytes(b), BPB);
+    CHECK_EQ_INT(wk_kv_seq_unique_bytes(b), 0);
+    CHECK_EQ_INT(check_ok(pool), WK_OK);
+    /* Its first write copies the shared block, which stays a's. */
+    CHECK_EQ_INT(wk_kv_seq_prepare_write(b, 1, &cp), WK_OK);
+    CHECK_EQ_INT(cp.src_block, a->table[6]);
+    CHECK_EQ_INT(cp.bytes, BPB);
+    CHECK_EQ_INT(wk_kv_seq_advance(b, 1), WK_OK);
+    CHECK_EQ_INT(wk_kv_pool_refcount(pool, a->table[6]), 1);
+    CHECK_EQ_INT(check_ok(pool), WK_OK);
+    wk_kv_seq_destroy(b);
+
+    /* Dropping a shared block in one holder: refcount 2 -> 1, it stays in use for the other. */
+    wk_kv_seq *c = wk_kv_seq_create(pool, 100, &st);
+    CHECK_EQ_INT(wk_kv_seq_prepare_write(c, 10, &cp), WK_OK);
+    CHECK_EQ_INT(wk_kv_seq_advance(c, 10), WK_OK);
+    wk_kv_seq *d = wk_kv_seq_fork(c, 10, 100, &cp, &st);
+    CHECK(d != NULL);
+    uint32_t c0 = c->table[0], c1 = c->table[1], c2 = c->table[2];
+    wk_kv_pool_get_stats(pool, &s0);
+    CHECK_EQ_INT(s0.shared_blocks, 3);
+    CHECK_EQ_INT(wk_kv_seq_drop_before(d, 8), 2);
+    CHECK_EQ_INT(wk_kv_pool_refcount(pool, c0), 1);
+    CHECK_EQ_INT(wk_kv_pool_refcount(pool, c1), 1);
+    CHECK_EQ_INT(wk_kv_pool_refcount(pool, c2), 2);
+    wk_kv_pool_get_stats(pool, &s1);
+    CHECK_EQ_INT(s1.used_blocks, s0.used_blocks);
+    CHECK_EQ_INT(s1.free_blocks, s0.free_blocks);
+    CHECK_EQ_INT(s1.shared_blocks, 1);
+    CHECK_EQ_INT(wk_kv_seq_bytes(d), BPB);
+    CHECK_EQ_INT(wk_kv_seq_unique_bytes(d), 0);
+    CHECK_EQ_INT(wk_kv_seq_unique_bytes(c), 2 * BPB);
+    CHECK_EQ_INT(check_ok(pool), WK_OK);
+    CHECK_EQ_INT(wk_kv_seq_drop_before(c, 9), 2); /* now the last holder: both go back */
+    CHECK_EQ_INT(wk_kv_pool_refcount(pool, c0), 0);
+    CHECK_EQ_INT(wk_kv_pool_refcount(pool, c1), 0);
+    wk_kv_pool_get_stats(pool, &s1);
+    CHECK_EQ_INT(s1.used_blocks, s0.used_blocks - 2);
+    CHECK_EQ_INT(check_ok(pool), WK_OK);
+
+    /* release: everything back, first_live 0, usable (and cut back) from position 0. */
+    uint32_t a_live = a->table[6];
+    wk_kv_seq_release(a);
+    CHECK_EQ_INT(a->first_live, 0);
+    CHECK_EQ_INT(a->n_blocks, 0);
+    CHECK_EQ_INT(a->n_tokens, 0);
+    CHECK_EQ_INT(wk_kv_seq_bytes(a), 0);
+    CHECK_EQ_INT(check_ok(pool), WK_OK);
+    CHECK_EQ_INT(wk_kv_seq_prepare_write(a, 5, &cp), WK_OK);
+    CHECK_EQ_INT(wk_kv_seq_advance(a, 5), WK_OK);
+    CHECK_EQ_INT(a->table[0], a_live); /* LIFO: its own block was the last freed, c1 before it */
+    CHECK_EQ_INT(a->table[1], c1);
+    CHECK_EQ_INT(wk_kv_seq_truncate(a, 2), WK_OK);
+    CHECK_EQ_INT(wk_kv_seq_bytes(a), BPB);
+    /* truncate(0) is release for a sliding sequence too. */
+    CHECK_EQ_INT(wk_kv_seq_truncate(d, 0), WK_OK);
+    CHECK_EQ_INT(d->first_live, 0);
+    CHECK_EQ_INT(d->n_blocks, 0);
+    CHECK_EQ_INT(wk_kv_pool_refcount(pool, c2), 1);
+    CHECK_EQ_INT(check_ok(pool), WK_OK);
+    wk_kv_pool_destroy(pool); /* with c still sliding: its dropped entries are no references */
+}
+
+/* A window-less sequence in a windowed pool: no slot, no window bytes, no ring, and max_seqs does
+ * not limit it. */
+static void test_windowless(void) {
+    const uint64_t BPB = 64, WIN = 128;
+    wk_kv_pool *pool = make_pool(4, BPB, 8, WIN, 1, 1, 2); /* one window slot; sink 1, recent 2 */
+    int st;
+    wk_kv_copy cp;
+    wk_kv_pool_stats s;
+    wk_kv_seq *w = wk_kv_seq_create(pool, 100, &st);
+    CHECK(w != NULL);
+    CHECK_EQ_INT(w->window_slot, 0);
+    CHECK(wk_kv_seq_create_ex(pool, 100, true, &st) == NULL);
+    CHECK_EQ_INT(st, WK_ERR_KV_EXHAUSTED);
+    wk_kv_seq *n = wk_kv_seq_create_ex(pool, 100, false, &st);
+    CHECK_EQ_INT(st, WK_OK);
+    CHECK(n != NULL);
+    CHECK_EQ_INT(n->window_slot, UINT32_MAX);
+    CHECK_EQ_INT(wk_kv_seq_bytes(n), 0);
+    CHECK_EQ_INT(wk_kv_seq_unique_bytes(n), 0);
+    CHECK_EQ_INT(wk_kv_seq_bytes(w), WIN);
+    wk_kv_pool_get_stats(pool, &s);
+    CHECK_EQ_INT(s.n_seqs, 2);
+    CHECK_EQ_INT(s.used_windows, 1);
+    CHECK_EQ_INT(s.used_bytes, WIN);
+    CHECK_EQ_INT(check_ok(pool), WK_OK);
+    CHECK_EQ_INT(wk_kv_seq_prepare_write(n, 10, &cp), WK_OK);
+    CHECK_EQ_INT(wk_kv_seq_advance(n, 10), WK_OK);
+    CHECK_EQ_INT(wk_kv_seq_prepare_write(w, 10, &cp), WK_OK);
+    CHECK_EQ_INT(wk_kv_seq_advance(w, 10), WK_OK);
+    CHECK_EQ_INT(wk_kv_seq_bytes(n), 3 * BPB);
+    CHECK_EQ_INT(wk_kv_seq_unique_bytes(n), 3 * BPB);
+    CHECK_EQ_INT(wk_kv_seq_bytes(w), 3 * BPB + WIN);
+    wk_kv_pool_get_stats(pool, &s);
+    CHECK_EQ_INT(s.used_bytes, 6 * BPB + WIN);
+    /* w's ring (rows of 8, 9) lost what a 5-token sequence reads (4); n has no ring to lose. */
+    CHECK(wk_kv_seq_fork(w, 5, 100, &cp, &st) == NULL);
+    CHECK_EQ_INT(st, WK_ERR_UNSUPPORTED);
+    wk_kv_seq *f = wk_kv_seq_fork(n, 5, 100, &cp, &st); /* even with every slot taken */
+    CHECK_EQ_INT(st, WK_OK);
+    CHECK(f != NULL);
+    CHECK_EQ_INT(f->window_slot, UINT32_MAX);
+    CHECK_EQ_INT(cp.bytes, 0); /* no window to copy */
+    CHECK_EQ_INT(wk_kv_seq_bytes(f), 2 * BPB);
+    CHECK_EQ_INT(wk_kv_seq_truncate(w, 5), WK_ERR_UNSUPPORTED);
+    CHECK_EQ_INT(wk_kv_seq_truncate(n, 5), WK_OK);
+    wk_kv_pool_get_stats(pool, &s);
+    CHECK_EQ_INT(s.n_seqs, 3);
+    CHECK_EQ_INT(s.used_windows, 1);
+    CHECK_EQ_INT(check_ok(pool), WK_OK);
+    wk_kv_seq_destroy(n);
+    wk_kv_seq_destroy(f);
+    wk_kv_pool_get_stats(pool, &s);
+    CHECK_EQ_INT(s.used_windows, 1); /* theirs was never taken, so none comes back */
+    CHECK_EQ_INT(check_ok(pool), WK_OK);
+    wk_kv_seq_destroy(w);
+    wk_kv_pool_get_stats(pool, &s);
+    CHECK_EQ_INT(s.used_windows, 0);
+    CHECK_EQ_INT(s.used_bytes, 0);
+    w = wk_kv_seq_create_ex(pool, 100, true, &st);
+    CHECK(w != NULL);
+    CHECK_EQ_INT(w->window_slot, 0);
+    CHECK_EQ_INT(check_ok(pool), WK_OK);
+    wk_kv_pool_destroy(pool);
+}
+
 /* The checker must be able to fail: corrupt a table and a token count through the public struct. */
 static void test_checker_catches(void) {
     wk_kv_pool *pool = make_pool(16, 64, 6, 0, 0, 0, 0);
@@ -476,6 +807,23 @@ static void test_checker_catches(void) {
     CHECK_EQ_INT(wk_kv_pool_check(pool, err, sizeof err), WK_ERR_INVALID);
     a->n_blocks = 3;
     CHECK_EQ_INT(wk_kv_pool_check(pool, err, sizeof err), WK_OK);
+    /* first_live: below it no block, from it on only blocks, and never past the write block. */
+    a->n_tokens = 16;
+    a->first_live = 1; /* entry 0 still names its block */
+    CHECK_EQ_INT(wk_kv_pool_check(pool, err, sizeof err), WK_ERR_INVALID);
+    CHECK(strstr(err, "below first_live") != NULL);
+    a->first_live = 0;
+    CHECK_EQ_INT(wk_kv_seq_drop_before(a, 16), 1);
+    CHECK_EQ_INT(wk_kv_pool_check(pool, err, sizeof err), WK_OK);
+    a->first_live = 0; /* a NO_BLOCK entry among the live ones */
+    CHECK_EQ_INT(wk_kv_pool_check(pool, err, sizeof err), WK_ERR_INVALID);
+    CHECK(strstr(err, "out of range") != NULL);
+    a->first_live = 1;
+    a->n_tokens = 3; /* the write block (0) would be a dropped one */
+    CHECK_EQ_INT(wk_kv_pool_check(pool, err, sizeof err), WK_ERR_INVALID);
+    CHECK(strstr(err, "first_live") != NULL);
+    a->n_tokens = 16;
+    CHECK_EQ_INT(wk_kv_pool_check(pool, err, sizeof err), WK_OK);
     wk_kv_pool_destroy(pool);
 }
 
@@ -489,6 +837,7 @@ typedef struct {
     uint64_t *expect; /* value each committed position must read back; max_blocks * bt entries,
                        * since max_tokens rounds up to whole blocks */
     uint32_t max_tokens;
+    uint32_t first_live; /* what drop_before, release, truncate(0) and fork should have made it */
 } shadow_seq;
 
 typedef struct {
@@ -500,6 +849,8 @@ typedef struct {
     uint32_t stash[MAXSTASH]; /* blocks held by external references */
     int n_stash;
     long ops, exhausted, cows, unsupported;
+    long drops, dropped_entries, dropped_shared, slide_refusals; /* drop_before: calls that released,
+                                                                   * entries, ones still held elsewhere */
 } walk;
 
 static uint64_t *cell(walk *w, const wk_kv_seq *s, uint32_t pos) {
@@ -523,12 +874,19 @@ static int verify(walk *w) {
     wk_kv_pool_get_stats(w->pool, &st);
     for (int i = 0; i < w->n; i++) {
         wk_kv_seq *s = w->seq[i].s;
-        for (uint32_t p = 0; p < s->n_tokens; p++)
+        if (s->first_live != w->seq[i].first_live) {
+            bad++;
+            continue;
+        }
+        /* Dropped tokens are gone; everything from the first live block on must read back. */
+        for (uint32_t p = s->first_live * w->bt; p < s->n_tokens; p++)
             if (*cell(w, s, p) != w->seq[i].expect[p]) bad++;
-        for (uint32_t b = 0; b < s->n_blocks; b++) mark[s->table[b]] = 1;
-        table_refs += s->n_blocks;
+        for (uint32_t b = 0; b < s->first_live; b++) bad += s->table[b] != WK_KV_NO_BLOCK;
+        for (uint32_t b = s->first_live; b < s->n_blocks; b++) mark[s->table[b]] = 1;
+        table_refs += s->n_blocks - s->first_live;
         unique += wk_kv_seq_unique_bytes(s);
-        if (wk_kv_seq_bytes(s) != (uint64_t)s->n_blocks * st.bytes_per_block + st.window_bytes) bad++;
+        uint64_t win = s->window_slot != UINT32_MAX ? st.window_bytes : 0;
+        if (wk_kv_seq_bytes(s) != (uint64_t)(s->n_blocks - s->first_live) * st.bytes_per_block + win) bad++;
     }
     for (int i = 0; i < w->n_stash; i++) mark[w->stash[i]] = 1;
     uint32_t distinct = 0;
@@ -567,21 +925,26 @@ static void walk_once(uint64_t seed, uint32_t bt, uint32_t n_blocks, uint32_t wi
     if (!w.pool) return;
     w.mem = calloc((size_t)n_blocks * bt, sizeof *w.mem);
     uint64_t next_value = 1;
+    uint32_t *rc_before = calloc(n_blocks, sizeof *rc_before);
     for (long op = 0; op < n_ops; op++) {
-        uint32_t r = rng_below(100);
+        uint32_t r = rng_below(102);
         wk_kv_pool_stats s0, s1;
         wk_kv_pool_get_stats(w.pool, &s0);
         if (r < 8 || w.n == 0) { /* create */
             if (w.n == MAXS) continue;
             uint32_t mt = 1 + rng_below(12 * bt);
+            bool take_window = max_seqs == 0 || rng_below(4) != 0;
             int st;
-            wk_kv_seq *s = wk_kv_seq_create(w.pool, mt, &st);
+            wk_kv_seq *s = wk_kv_seq_create_ex(w.pool, mt, take_window, &st);
             if (!s) {
                 CHECK_EQ_INT(st, WK_ERR_KV_EXHAUSTED);
+                CHECK(take_window && max_seqs > 0);
                 w.exhausted++;
             } else {
+                CHECK(take_window == (s->window_slot != UINT32_MAX) || max_seqs == 0);
                 w.seq[w.n].s = s;
                 w.seq[w.n].max_tokens = mt;
+                w.seq[w.n].first_live = 0;
                 w.seq[w.n].expect = calloc((size_t)s->max_blocks * bt, sizeof(uint64_t));
                 w.n++;
             }
@@ -626,24 +989,31 @@ static void walk_once(uint64_t seed, uint32_t bt, uint32_t n_blocks, uint32_t wi
             if (rc == WK_OK) apply_copy(&w, &cp);
             else CHECK_EQ_INT(rc, WK_ERR_KV_EXHAUSTED);
         } else if (r < 70) { /* truncate */
-            wk_kv_seq *s = w.seq[rng_below((uint32_t)w.n)].s;
+            shadow_seq *q = &w.seq[rng_below((uint32_t)w.n)];
+            wk_kv_seq *s = q->s;
             uint32_t n = rng_below(s->n_tokens + 1);
             if (rng_below(2)) n = s->n_tokens - rng_below(s->n_tokens < 3 ? s->n_tokens + 1 : 3);
-            uint32_t tb[256], nb, nt;
+            uint32_t tb[256], nb, nt, fl = q->first_live;
             snapshot(s, tb, &nb, &nt);
+            bool sliding = fl > 0 && n > 0 && n < s->n_tokens; /* must be refused */
             int rc = wk_kv_seq_truncate(s, n);
             if (rc != WK_OK) {
                 CHECK_EQ_INT(rc, WK_ERR_UNSUPPORTED);
-                CHECK(recent > 0);
+                CHECK(sliding || (recent > 0 && s->window_slot != UINT32_MAX));
                 wk_kv_pool_get_stats(w.pool, &s1);
-                CHECK(same(s, tb, nb, nt) && same_stats(&s0, &s1));
-                w.unsupported++;
+                CHECK(same(s, tb, nb, nt) && same_stats(&s0, &s1) && s->first_live == fl);
+                if (sliding) w.slide_refusals++;
+                else w.unsupported++;
             } else {
+                CHECK(!sliding);
                 CHECK_EQ_INT(s->n_tokens, n);
                 CHECK_EQ_INT(s->n_blocks, (n + bt - 1) / bt);
+                if (n == 0) q->first_live = 0;
             }
         } else if (r < 72) { /* release */
-            wk_kv_seq_release(w.seq[rng_below((uint32_t)w.n)].s);
+            shadow_seq *q = &w.seq[rng_below((uint32_t)w.n)];
+            wk_kv_seq_release(q->s);
+            q->first_live = 0;
         } else if (r < 82) { /* fork a prefix */
             if (w.n == MAXS) continue;
             shadow_seq *src = &w.seq[rng_below((uint32_t)w.n)];
@@ -651,26 +1021,35 @@ static void walk_once(uint64_t seed, uint32_t bt, uint32_t n_blocks, uint32_t wi
             uint32_t mt = n + rng_below(6 * bt) + 1;
             int st;
             wk_kv_copy cp;
+            bool windowed = src->s->window_slot != UINT32_MAX;
+            bool sliding = src->first_live > 0 && n != src->s->n_tokens; /* must be refused */
             wk_kv_seq *s = wk_kv_seq_fork(src->s, n, mt, &cp, &st);
             if (!s) {
                 CHECK(st == WK_ERR_KV_EXHAUSTED || st == WK_ERR_UNSUPPORTED);
+                CHECK(st != WK_ERR_KV_EXHAUSTED || windowed);
+                CHECK(st != WK_ERR_UNSUPPORTED || sliding || (recent > 0 && windowed));
                 wk_kv_pool_get_stats(w.pool, &s1);
                 CHECK(same_stats(&s0, &s1));
-                w.unsupported += st == WK_ERR_UNSUPPORTED;
+                if (st == WK_ERR_UNSUPPORTED && sliding) w.slide_refusals++;
+                else w.unsupported += st == WK_ERR_UNSUPPORTED;
             } else {
-                CHECK_EQ_INT(cp.bytes, (uint64_t)window_rows * 16);
+                CHECK(!sliding);
+                CHECK_EQ_INT(s->window_slot != UINT32_MAX, windowed);
+                CHECK_EQ_INT(cp.bytes, windowed ? (uint64_t)window_rows * 16 : 0);
                 CHECK_EQ_INT(s->n_blocks, (n + bt - 1) / bt);
+                CHECK_EQ_INT(s->first_live, src->s->first_live);
                 for (uint32_t b = 0; b < s->n_blocks; b++) CHECK_EQ_INT(s->table[b], src->s->table[b]);
                 w.seq[w.n].s = s;
                 w.seq[w.n].max_tokens = mt;
+                w.seq[w.n].first_live = src->first_live;
                 w.seq[w.n].expect = calloc((size_t)s->max_blocks * bt, sizeof(uint64_t));
                 if (n) memcpy(w.seq[w.n].expect, src->expect, n * sizeof(uint64_t));
                 w.n++;
             }
         } else if (r < 88) { /* external reference to a block some sequence holds */
             wk_kv_seq *s = w.seq[rng_below((uint32_t)w.n)].s;
-            if (w.n_stash == MAXSTASH || s->n_blocks == 0) continue;
-            uint32_t b = s->table[rng_below(s->n_blocks)];
+            if (w.n_stash == MAXSTASH || s->n_blocks == s->first_live) continue;
+            uint32_t b = s->table[s->first_live + rng_below(s->n_blocks - s->first_live)];
             CHECK_EQ_INT(wk_kv_pool_share(w.pool, b), WK_OK);
             w.stash[w.n_stash++] = b;
         } else if (r < 94) { /* drop an external reference */
@@ -678,7 +1057,7 @@ static void walk_once(uint64_t seed, uint32_t bt, uint32_t n_blocks, uint32_t wi
             int i = (int)rng_below((uint32_t)w.n_stash);
             CHECK_EQ_INT(wk_kv_pool_unshare(w.pool, w.stash[i]), WK_OK);
             w.stash[i] = w.stash[--w.n_stash];
-        } else { /* adopt a stashed block (prefix-cache hit) */
+        } else if (r < 100) { /* adopt a stashed block (prefix-cache hit) */
             shadow_seq *q = &w.seq[rng_below((uint32_t)w.n)];
             wk_kv_seq *s = q->s;
             if (w.n_stash == 0) continue;
@@ -691,6 +1070,31 @@ static void walk_once(uint64_t seed, uint32_t bt, uint32_t n_blocks, uint32_t wi
             } else {
                 CHECK(rc == WK_ERR_CONTEXT_FULL || (rc == WK_ERR_INVALID && !aligned));
             }
+        } else { /* sliding-window release, mostly as the engine calls it: drop_before(len - window + 1) */
+            shadow_seq *q = &w.seq[rng_below((uint32_t)w.n)];
+            wk_kv_seq *s = q->s;
+            uint32_t window = 1 + rng_below(3 * bt);
+            uint32_t pos = s->n_tokens + 1 > window ? s->n_tokens + 1 - window : 0;
+            if (rng_below(4) == 0) pos = rng_below(s->n_tokens + 2 * bt + 1); /* past n_tokens too */
+            uint32_t end = (pos < s->n_tokens ? pos : s->n_tokens) / bt, from = q->first_live;
+            uint32_t tb[256], nb, nt;
+            snapshot(s, tb, &nb, &nt);
+            for (uint32_t b = 0; b < n_blocks; b++) rc_before[b] = wk_kv_pool_refcount(w.pool, b);
+            uint32_t freed = 0; /* blocks whose last reference this drop is */
+            for (uint32_t i = from; i < end; i++) {
+                if (--rc_before[tb[i]] == 0) freed++;
+                else w.dropped_shared++;
+            }
+            uint32_t got = wk_kv_seq_drop_before(s, pos);
+            CHECK_EQ_INT(got, end > from ? end - from : 0);
+            if (end > from) q->first_live = end;
+            CHECK(s->n_blocks == nb && s->n_tokens == nt);
+            for (uint32_t i = q->first_live; i < nb; i++) CHECK_EQ_INT(s->table[i], tb[i]);
+            for (uint32_t b = 0; b < n_blocks; b++) CHECK_EQ_INT(wk_kv_pool_refcount(w.pool, b), rc_before[b]);
+            wk_kv_pool_get_stats(w.pool, &s1);
+            CHECK_EQ_INT(s1.free_blocks, s0.free_blocks + freed);
+            w.drops += got > 0;
+            w.dropped_entries += got;
         }
         w.ops++;
         if (verify(&w)) {
@@ -710,11 +1114,14 @@ static void walk_once(uint64_t seed, uint32_t bt, uint32_t n_blocks, uint32_t wi
     CHECK(st.peak_used_blocks > n_blocks / 2); /* the walk did push the pool */
     CHECK(w.exhausted > 0 && w.cows > 0);     /* and hit both interesting paths */
     CHECK(recent == 0 || w.unsupported > 0);
+    CHECK(w.drops > 0 && w.slide_refusals > 0); /* sliding sequences were made and refused a cut */
+    CHECK(w.dropped_shared > 0);                 /* and some drops only took a shared block's reference */
     CHECK_EQ_INT(check_ok(w.pool), WK_OK);
     printf("walk seed %llu bt %u blocks %u windows %u: %ld ops, %ld exhausted, %ld copy-on-writes, "
-           "%ld ring refusals, peak %u blocks\n",
-           (unsigned long long)seed, bt, n_blocks, max_seqs, w.ops, w.exhausted, w.cows, w.unsupported,
-           st.peak_used_blocks);
+           "%ld ring refusals, %ld drops (%ld entries, %ld shared), %ld sliding refusals, peak %u blocks\n",
+           (unsigned long long)seed, bt, n_blocks, max_seqs, w.ops, w.exhausted, w.cows, w.unsupported, w.drops,
+           w.dropped_entries, w.dropped_shared, w.slide_refusals, st.peak_used_blocks);
+    free(rc_before);
     free(w.mem);
     wk_kv_pool_destroy(w.pool);
 }
@@ -725,8 +1132,10 @@ int main(void) {
     test_alloc_and_exhaustion();
     test_share_cow();
     test_windows();
+    test_drop_before();
+    test_windowless();
     test_checker_catches();
-    walk_once(1, 16, 40, 0, 0, 0, 0, 8000);
+    walk_once(1, 16, 40, 0, 0, 0, 0, 16000); /* drops ease the pressure: more ops to exhaust it */
     walk_once(2, 4, 24, 0, 0, 0, 0, 8000);
     walk_once(3, 16, 48, 0, 0, 0, 0, 16000); /* roomier pool: twice the ops to reach exhaustion (asserted) */
     walk_once(4, 8, 40, 6, 8, 2, 4, 8000); /* with window slots: sink 2, recent 4, 8 sequences */

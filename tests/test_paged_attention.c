@@ -4,7 +4,9 @@
  * softmax attention (in double) over the values the C decoder reads back — for every quantizer,
  * bit width, two group sizes, GQA 4:1 / 2:1 / 32:1 (head chunks), sliding window, decode rows and
  * prefill rows of different sequences in one dispatch (query tiles from engine/attention_plan.c),
- * unsplit and split three ways. */
+ * unsplit and split three ways. The block tables are those of a pool with three layer groups (the
+ * layer reads every third entry; the others name decoy blocks), and with a sliding window the
+ * entries of blocks no query can see are WK_KV_NO_BLOCK, as the engine leaves them once released. */
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -28,7 +30,7 @@ static float gauss(void) {
     return (float)(sqrt(-2 * log(u)) * cos(6.283185307179586 * v));
 }
 
-enum { BT = 16, NL = 2, LAYER = 1, NSEQ = 2, MAXROWS = 1100, MAXPOS = 1040 };
+enum { BT = 16, NL = 2, LAYER = 1, NSEQ = 2, MAXROWS = 1100, MAXPOS = 1040, NGROUPS = 3, GROUP = 1 };
 
 /* Sequence 0 decodes its last position (len0 keys); sequence 1 runs a prefill chunk of positions
  * from1 .. len1-1 over its earlier keys. S, R: f16 sink and recent windows. */
@@ -42,12 +44,14 @@ static double run_case(wk_vk *vk, wk_pipelines *p, const cfg *c, uint32_t force_
     const int lens[NSEQ] = {c->len0 ? c->len0 : 37, c->len1 ? c->len1 : 21};
     enum { n_blocks = 80 };
     /* Blocks handed out in a scattered order, so a table's neighbours are not neighbours in memory. */
-    uint32_t order[n_blocks], tables[n_blocks];
+    uint32_t order[n_blocks], tables[n_blocks * NGROUPS];
     for (int i = 0; i < n_blocks; i++) order[i] = (uint32_t)(i * 7 + 3) % n_blocks; /* 7 is prime to n_blocks: a permutation */
     int table_off[NSEQ], used = 0;
     for (int s = 0; s < NSEQ; s++) {
-        table_off[s] = used;
-        for (int b = 0; b < (lens[s] + BT - 1) / BT; b++, used++) tables[used] = order[used];
+        table_off[s] = used * NGROUPS;
+        for (int b = 0; b < (lens[s] + BT - 1) / BT; b++, used++)
+            for (int g = 0; g < NGROUPS; g++) /* another group's entry names a block holding other keys */
+                tables[used * NGROUPS + g] = g == GROUP ? order[used] : order[(used + 11 * g) % n_blocks];
     }
     const int D = c->D, Hk = c->Hk, Hq = c->Hq;
     /* f16 window slots after the blocks, one per sequence: rows [layer][K|V][head][D] f16. */
@@ -65,7 +69,7 @@ static double run_case(wk_vk *vk, wk_pipelines *p, const cfg *c, uint32_t force_
                     K[at + i] = gauss() * (i == 3 || i == D / 2 + 1 ? 8.0f : 1.0f);
                     V[at + i] = gauss();
                 }
-                uint32_t blk = tables[table_off[s] + pos / BT];
+                uint32_t blk = tables[table_off[s] + (pos / BT) * NGROUPS + GROUP];
                 uint8_t *kslab = pool + blk * block + ((LAYER * 2 + 0) * (size_t)Hk + kh) * slab;
                 uint8_t *vslab = pool + blk * block + ((LAYER * 2 + 1) * (size_t)Hk + kh) * slab;
                 wk_kvq_encode_token(c->kind, c->bits, c->G, WK_KVQ_RHO_K, D, BT, pos % BT, K + at, kslab);
@@ -89,6 +93,12 @@ static double run_case(wk_vk *vk, wk_pipelines *p, const cfg *c, uint32_t force_
                 }
         }
     }
+    /* Sliding window: the blocks whose every key is older than every row's window are released. */
+    if (c->window)
+        for (int s = 0; s < NSEQ; s++) {
+            const int first_pos = s == 0 ? lens[0] - 1 : c->from1, first_key = first_pos + 1 - c->window;
+            for (int b = 0; (b + 1) * BT <= first_key; b++) tables[table_off[s] + b * NGROUPS + GROUP] = UINT32_MAX;
+        }
     /* Rows: seq 0 decoding its last position; seq 1 every position (a prefill chunk). */
     static wk_row_info rows[MAXROWS];
     int row_seq[MAXROWS], T = 0;
@@ -143,7 +153,8 @@ static double run_case(wk_vk *vk, wk_pipelines *p, const cfg *c, uint32_t force_
             .block_tokens = BT, .slab_words = (uint32_t)(slab / 4), .block_words = (uint32_t)(block / 4),
             .params_words = (uint32_t)(lay.params_offset / 4), .code_words = (uint32_t)(lay.code_bytes_per_token / 4),
             .head_rows = plan.head_rows, .n_split = n_split, .sink = (uint32_t)c->S, .recent = (uint32_t)c->R,
-            .f16_row_words = (uint32_t)(row_bytes / 4)};
+            .f16_row_words = (uint32_t)(row_bytes / 4), .slab_layer = LAYER, .table_stride = NGROUPS,
+            .table_col = GROUP};
         wk_pc_attention_reduce rp = {.head_dim = (uint32_t)D, .n_head = (uint32_t)Hq, .n_tokens = (uint32_t)T, .n_split = n_split};
         wk_arg rargs[2] = {wk_arg_buf(bpart.buf), wk_arg_buf(bout.buf)};
         rc = wk_vk_begin(vk, err, sizeof err);

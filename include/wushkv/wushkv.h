@@ -83,10 +83,13 @@ typedef struct wk_model_info {
     uint64_t kv_bytes_per_token;  /* all layers, keys and values, as stored */
     double kv_bits_per_element;   /* codes + scales + zeros per stored K/V element (16 for f16) */
     uint64_t kv_pool_bytes;       /* device bytes of the whole KV cache */
-    /* The paged pool (kv_bits 2/3/4; zero for f16): a sequence holds whole blocks of
-     * kv_block_tokens tokens (kv_block_bytes each) plus, with f16 windows, one window slot of
-     * kv_window_bytes; the pool has kv_pool_blocks blocks and a slot for each of max_seqs. */
-    int kv_block_tokens;
+    /* The paged pool (kv_bits 2/3/4; zero for f16): the layers are split into kv_layer_groups
+     * equal groups; for every kv_block_tokens tokens a sequence holds one block (kv_block_bytes)
+     * per group, except that the last kv_swa_groups groups (sliding-window layers, window
+     * kv_swa_window tokens) give back blocks no later query can see; plus, with f16 windows, one
+     * window slot of kv_window_bytes. The pool has kv_pool_blocks blocks and a slot for each of
+     * max_seqs. */
+    int kv_block_tokens, kv_layer_groups, kv_swa_groups, kv_swa_window;
     uint64_t kv_block_bytes, kv_window_bytes, kv_pool_blocks;
 } wk_model_info;
 
@@ -120,6 +123,9 @@ void wk_seq_reset(wk_seq *s);
 int wk_seq_len(const wk_seq *s);
 /* Device bytes of KV cache this sequence holds now (whole blocks for the paged cache). */
 uint64_t wk_seq_kv_bytes(const wk_seq *s);
+/* The most it held since it was created or reset, during a step included (the paged cache's
+ * sliding-window layers hold a step's blocks before they release the ones out of every window). */
+uint64_t wk_seq_kv_peak_bytes(const wk_seq *s);
 
 /* One forward step over a batch: item i appends n_tokens tokens to seq (at positions
  * seq_len..seq_len+n-1). logits may be NULL (prefill without logits). Logits rows (n_vocab floats each) are written for every token when

@@ -177,3 +177,34 @@ def test_windows_cover_context_equal_f16(server):
     finally:
         rc = s.stop()
     assert rc == 0, f"server exit status {rc} after SIGTERM:\n{s.log()}"
+
+
+# Gemma 3's sliding-window layers (window 512) give their old blocks back. With --ctx 1024 the 18
+# layers form 6 groups of 3 (int2 G32: 7680 bytes a block), 5 of them sliding. A prompt of ~700
+# tokens prefilled in 64-token steps: the full group holds ceil(tokens / 16) blocks; a sliding
+# group never more than the window plus one step, ceil((512 + 64 + 14) / 16) = 37 blocks. So the
+# request's peak lies strictly between the full group's share + 5 x 32 (the window alone) and the
+# bound, well under the 6 x ceil(tokens / 16) a pool without release would hold; and everything
+# is back in the pool afterwards.
+def test_sliding_window_layers_release_blocks():
+    s = Server("--kv", "int2", "--ctx", "1024", "--max-batch", "1", "--batch-tokens", "64", "--kv-mem", "8MiB")
+    try:
+        prompt = " ".join(f"item{i}" for i in range(190))
+        r = requests.post(s.url + "/v1/completions",
+                          json={"prompt": prompt, "max_tokens": 4, "temperature": 0}, timeout=600)
+        assert r.status_code == 200, r.text
+        u = r.json()["usage"]
+        assert u["prompt_tokens"] > 600, u
+        tokens = u["prompt_tokens"] + u["completion_tokens"] - 1
+        kv = u["kv_cache"]
+        block = 3 * 2 * 256 * 2.5 / 8 * 16  # one group of 3 layers, 16 tokens, 2.5 bits per element
+        full = (tokens + 15) // 16
+        assert kv["blocks"] == full
+        assert (full + 5 * 32) * block <= kv["bytes"] <= (full + 5 * 37) * block, (kv, tokens)
+        assert kv["bytes"] < 6 * full * block
+        wait_kv_free(s)
+        assert metric(s, "kv_cache_used_blocks") == 0
+        assert metric(s, "kv_cache_total_blocks") == 8 * 1024 * 1024 // block
+    finally:
+        rc = s.stop()
+    assert rc == 0, f"server exit status {rc} after SIGTERM:\n{s.log()}"
