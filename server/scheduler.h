@@ -98,6 +98,7 @@ typedef struct model_summary {
     uint64_t kv_bytes_per_token; /* as stored (a 16-token block of the paged pool is 16 of these) */
     uint64_t kv_pool_bytes;      /* the whole KV cache */
     uint64_t kv_pool_blocks;     /* the paged pool's blocks (0 for f16) */
+    int kv_layer_groups, kv_swa_groups, kv_swa_window; /* wk_model_info's */
     double kv_bits_per_element;
     char *chat_template; /* owned copy, or NULL */
 } model_summary;
