@@ -145,6 +145,7 @@ int wk_engine_open(const wk_engine_params *p, wk_engine **out, char *err, size_t
         if (!rc)
             rc = wk_kv_cache_create_paged(&e->vk, &e->kv, hp, &fmt, rho_k, rho_v, p->kv_mem, e->max_seqs, max_ctx,
                                           max_batch, err, errlen);
+        if (!rc) rc = wk_pipelines_specialize_kv(&e->vk, &e->pipes, (int)fmt.kind, fmt.bits, fmt.group, err, errlen);
     } else if (!rc && (p->kv_sink || p->kv_recent)) {
         snprintf(err, errlen, "--kv-sink/--kv-recent keep f16 windows of a quantized cache (--kv int2, int3 or int4)");
         rc = WK_ERR_INVALID;

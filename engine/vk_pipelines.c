@@ -73,6 +73,35 @@ const char *wk_pipe_name(wk_pipe_id id) { return id < WK_PIPE_COUNT ? specs[id].
         }                                                    \
     } while (0)
 
+/* The pipeline of `id` on its existing layout. Specialisation constants: 0 the workgroup size
+ * (subgroup_wg), 1 matvec rows, 2..4 the KV format (kv: kind, bits, group; NULL leaves the
+ * shader's defaults, which read the format from the push constants). Constants a shader does not
+ * declare are ignored. */
+static int create_pipeline(wk_vk *vk, wk_pipelines *p, wk_pipe_id id, const int32_t kv[3], char *err, size_t errlen) {
+    const pipe_spec *spec = &specs[id];
+    VkShaderModuleCreateInfo sci = {.sType = VK_STRUCTURE_TYPE_SHADER_MODULE_CREATE_INFO,
+                                    .codeSize = spec->spirv_bytes, .pCode = spec->spirv};
+    VkShaderModule mod;
+    VKCALL(vkCreateShaderModule(vk->dev, &sci, NULL, &mod), "vkCreateShaderModule");
+    uint32_t spec_data[5] = {vk->subgroup_size, p->matvec_rows, 0, 0, 0};
+    if (kv) memcpy(&spec_data[2], kv, 3 * sizeof *kv);
+    VkSpecializationMapEntry entries[5] = {{0, 0, 4}, {1, 4, 4}, {2, 8, 4}, {3, 12, 4}, {4, 16, 4}};
+    VkSpecializationInfo si = {.mapEntryCount = kv ? 5 : 2, .pMapEntries = entries,
+                               .dataSize = (kv ? 5 : 2) * sizeof *spec_data, .pData = spec_data};
+    VkComputePipelineCreateInfo pci = {
+        .sType = VK_STRUCTURE_TYPE_COMPUTE_PIPELINE_CREATE_INFO,
+        .stage = {.sType = VK_STRUCTURE_TYPE_PIPELINE_SHADER_STAGE_CREATE_INFO, .stage = VK_SHADER_STAGE_COMPUTE_BIT,
+                  .module = mod, .pName = "main", .pSpecializationInfo = spec->subgroup_wg || kv ? &si : NULL},
+        .layout = p->layout[id]};
+    VkPipeline pipe = VK_NULL_HANDLE;
+    VkResult r = vkCreateComputePipelines(vk->dev, VK_NULL_HANDLE, 1, &pci, NULL, &pipe);
+    vkDestroyShaderModule(vk->dev, mod, NULL);
+    VKCALL(r, "vkCreateComputePipelines");
+    if (p->pipe[id]) vkDestroyPipeline(vk->dev, p->pipe[id], NULL);
+    p->pipe[id] = pipe;
+    return 0;
+}
+
 static int create_one(wk_vk *vk, wk_pipelines *p, wk_pipe_id id, char *err, size_t errlen) {
     const pipe_spec *spec = &specs[id];
     VkDescriptorSetLayoutBinding b[WK_MAX_BINDINGS];
@@ -93,23 +122,7 @@ static int create_one(wk_vk *vk, wk_pipelines *p, wk_pipe_id id, char *err, size
                                       .pSetLayouts = &p->dsl[id], .pushConstantRangeCount = 1,
                                       .pPushConstantRanges = &pcr};
     VKCALL(vkCreatePipelineLayout(vk->dev, &lci, NULL, &p->layout[id]), "vkCreatePipelineLayout");
-    VkShaderModuleCreateInfo sci = {.sType = VK_STRUCTURE_TYPE_SHADER_MODULE_CREATE_INFO,
-                                    .codeSize = spec->spirv_bytes, .pCode = spec->spirv};
-    VkShaderModule mod;
-    VKCALL(vkCreateShaderModule(vk->dev, &sci, NULL, &mod), "vkCreateShaderModule");
-    uint32_t spec_data[2] = {vk->subgroup_size, p->matvec_rows};
-    VkSpecializationMapEntry entries[2] = {{0, 0, 4}, {1, 4, 4}};
-    VkSpecializationInfo si = {.mapEntryCount = 2, .pMapEntries = entries, .dataSize = sizeof spec_data,
-                               .pData = spec_data};
-    VkComputePipelineCreateInfo pci = {
-        .sType = VK_STRUCTURE_TYPE_COMPUTE_PIPELINE_CREATE_INFO,
-        .stage = {.sType = VK_STRUCTURE_TYPE_PIPELINE_SHADER_STAGE_CREATE_INFO, .stage = VK_SHADER_STAGE_COMPUTE_BIT,
-                  .module = mod, .pName = "main", .pSpecializationInfo = spec->subgroup_wg ? &si : NULL},
-        .layout = p->layout[id]};
-    VkResult r = vkCreateComputePipelines(vk->dev, VK_NULL_HANDLE, 1, &pci, NULL, &p->pipe[id]);
-    vkDestroyShaderModule(vk->dev, mod, NULL);
-    VKCALL(r, "vkCreateComputePipelines");
-    return 0;
+    return create_pipeline(vk, p, id, NULL, err, errlen);
 }
 
 int wk_pipelines_create(wk_vk *vk, wk_pipelines *p, char *err, size_t errlen) {
@@ -142,6 +155,11 @@ int wk_pipelines_create(wk_vk *vk, wk_pipelines *p, char *err, size_t errlen) {
         return WK_ERR_VULKAN;
     }
     return 0;
+}
+
+int wk_pipelines_specialize_kv(wk_vk *vk, wk_pipelines *p, int kind, int bits, int group, char *err, size_t errlen) {
+    const int32_t kv[3] = {kind, bits, group};
+    return create_pipeline(vk, p, WK_PIPE_ATTENTION_PAGED, kv, err, errlen);
 }
 
 void wk_pipelines_destroy(wk_vk *vk, wk_pipelines *p) {

@@ -26,6 +26,12 @@
 #include "kv_quant.glsl"
 #endif
 layout(local_size_x_id = 0) in;
+// The KV format as specialisation constants (wk_pipelines_specialize_kv; the engine sets its
+// pool's): the decode below then folds to straight-line code. SC_BITS 0 (the default) reads the
+// format from the push constants instead, so one pipeline serves every format (the tests).
+layout(constant_id = 2) const int SC_KIND = 0;
+layout(constant_id = 3) const int SC_BITS = 0;
+layout(constant_id = 4) const int SC_G = 0;
 const uint MAXC = 8;    // chunks per lane: head_dim <= 32 * subgroup size (checked by the host)
 const uint MAXR = 16;   // rows per tile
 const uint KT = 16;     // keys per softmax tile
@@ -95,16 +101,18 @@ uint word(uint at) { return texelFetch(Pool, int(at)).x; }
 
 // This lane's chunks of token tt of the slab at word `slab` into kbuf.
 void decode_lane(uint slab, uint tt, uint ch0, uint ncl) {
+    int kind = SC_BITS != 0 ? SC_KIND : pc.kind, bits = SC_BITS != 0 ? SC_BITS : pc.bits;
+    uint GS = SC_BITS != 0 ? uint(SC_G) : uint(pc.G);
     uint C = pc.head_dim / 4u;
-    uint P = uint(wk_kvq_params_per_group(pc.kind));
-    uint groups = pc.head_dim / uint(pc.G);
+    uint P = uint(wk_kvq_params_per_group(kind));
+    uint groups = pc.head_dim / GS;
     uint base = slab + tt * pc.code_words;
     uint g_have = 0xffffffffu, w_at = 0xffffffffu, w = 0u;
     vec2 ab = vec2(0);
     [[unroll]] for (uint c = 0u; c < MAXC; ++c) {
         uint ch = ch0 + c;
         if (c >= ncl || ch >= C) continue;
-        uint g = (4u * ch) / uint(pc.G);
+        uint g = (4u * ch) / GS;
         if (g != g_have) {
             uint pi = (tt * groups + g) * P;  // u16 index of the group's first parameter
             uint pw = word(slab + pc.params_words + (pi >> 1));
@@ -114,14 +122,14 @@ void decode_lane(uint slab, uint tt, uint ch0, uint ncl) {
                 uint pw1 = (pi & 1u) != 0u ? word(slab + pc.params_words + (pi >> 1) + 1u) : pw;
                 p1 = (pi & 1u) != 0u ? pw1 & 0xffffu : pw >> 16;
             }
-            ab = wk_kvq_affine(pc.kind, pc.bits, p0, p1);
+            ab = wk_kvq_affine(kind, bits, p0, p1);
             g_have = g;
         }
-        uint bit0 = 4u * ch * uint(pc.bits);
-        if (pc.bits != 3) {
+        uint bit0 = 4u * ch * uint(bits);
+        if (bits != 3) {
             uint wi = bit0 >> 5;
             if (wi != w_at) { w = word(base + wi); w_at = wi; }
-            kbuf[c] = wk_kvq_dequant4(w, bit0 & 31u, pc.bits, ab);
+            kbuf[c] = wk_kvq_dequant4(w, bit0 & 31u, bits, ab);
         } else {
             vec4 r;
             [[unroll]] for (uint e = 0u; e < 4u; ++e) {
