@@ -74,9 +74,9 @@ const char *wk_pipe_name(wk_pipe_id id) { return id < WK_PIPE_COUNT ? specs[id].
     } while (0)
 
 /* The pipeline of `id` on its existing layout. Specialisation constants: 0 the workgroup size
- * (subgroup_wg), 1 matvec rows, 2..4 the KV format (kv: kind, bits, group; NULL leaves the
- * shader's defaults, which read the format from the push constants). Constants a shader does not
- * declare are ignored. */
+ * (subgroup_wg), 1 matvec rows, 2..4 what a shader specialises on (attention_paged: the KV
+ * format's kind, bits, group; kv_transform: its block); NULL leaves the shader's defaults, which
+ * read those from the push constants. Constants a shader does not declare are ignored. */
 static int create_pipeline(wk_vk *vk, wk_pipelines *p, wk_pipe_id id, const int32_t kv[3], char *err, size_t errlen) {
     const pipe_spec *spec = &specs[id];
     VkShaderModuleCreateInfo sci = {.sType = VK_STRUCTURE_TYPE_SHADER_MODULE_CREATE_INFO,
@@ -160,6 +160,11 @@ int wk_pipelines_create(wk_vk *vk, wk_pipelines *p, char *err, size_t errlen) {
 int wk_pipelines_specialize_kv(wk_vk *vk, wk_pipelines *p, int kind, int bits, int group, char *err, size_t errlen) {
     const int32_t kv[3] = {kind, bits, group};
     return create_pipeline(vk, p, WK_PIPE_ATTENTION_PAGED, kv, err, errlen);
+}
+
+int wk_pipelines_specialize_transform(wk_vk *vk, wk_pipelines *p, int block, char *err, size_t errlen) {
+    const int32_t c[3] = {block, 0, 0};
+    return create_pipeline(vk, p, WK_PIPE_KV_TRANSFORM, c, err, errlen);
 }
 
 void wk_pipelines_destroy(wk_vk *vk, wk_pipelines *p) {

@@ -64,6 +64,8 @@ int wk_pipelines_create(wk_vk *vk, wk_pipelines *p, char *err, size_t errlen);
  * its decode compiles to straight-line code for that format: ~1.5x faster on lavapipe than reading
  * the format from push constants. Dispatches must then pass the same format. */
 int wk_pipelines_specialize_kv(wk_vk *vk, wk_pipelines *p, int kind, int bits, int group, char *err, size_t errlen);
+/* The same for kv_transform and the transform's block. */
+int wk_pipelines_specialize_transform(wk_vk *vk, wk_pipelines *p, int block, char *err, size_t errlen);
 void wk_pipelines_destroy(wk_vk *vk, wk_pipelines *p);
 /* Records bind + push + dispatch into vk->cmd. args has one entry per binding of the pipeline. */
 int wk_dispatch(wk_vk *vk, wk_pipelines *p, wk_pipe_id id, const wk_arg *args, const void *push, uint32_t push_size,

@@ -8,6 +8,10 @@
 // reading x before any lane overwrites it.
 #extension GL_GOOGLE_include_directive : require
 layout(local_size_x_id = 0) in;
+// The transform's block as a specialisation constant (wk_pipelines_specialize_transform; the
+// engine sets its transform's): the inner loops then have constant bounds and x stays in
+// registers. 0 (the default) reads it from the push constants, so one pipeline serves any block.
+layout(constant_id = 2) const int SC_BLOCK = 0;
 const uint MAXR = 64;    // outputs per lane: head_dim <= MAXR * workgroup size
 const uint MAXB4 = 64;   // block / 4: blocks up to 256
 layout(std430, binding = 0) buffer Q { vec4 q4[]; };          // [T][n_head][D/4]
@@ -19,7 +23,8 @@ layout(push_constant) uniform PC {
 } pc;
 void main() {
     uint t = gl_WorkGroupID.x, head = gl_WorkGroupID.y;
-    uint lane = gl_LocalInvocationID.x, nl = gl_WorkGroupSize.x, D = pc.head_dim, B = pc.block, B4 = B / 4u;
+    uint lane = gl_LocalInvocationID.x, nl = gl_WorkGroupSize.x, D = pc.head_dim;
+    uint B = SC_BLOCK != 0 ? uint(SC_BLOCK) : pc.block, B4 = B / 4u;
     bool is_q = head < pc.n_head;
     if (t >= pc.n_tokens || head >= pc.n_head + pc.n_head_kv) return; // uniform per workgroup
     uint kh = is_q ? head / (pc.n_head / pc.n_head_kv) : head - pc.n_head;
