@@ -74,24 +74,25 @@ const char *wk_pipe_name(wk_pipe_id id) { return id < WK_PIPE_COUNT ? specs[id].
     } while (0)
 
 /* The pipeline of `id` on its existing layout. Specialisation constants: 0 the workgroup size
- * (subgroup_wg), 1 matvec rows, 2..4 what a shader specialises on (attention_paged: the KV
- * format's kind, bits, group; kv_transform: its block); NULL leaves the shader's defaults, which
- * read those from the push constants. Constants a shader does not declare are ignored. */
-static int create_pipeline(wk_vk *vk, wk_pipelines *p, wk_pipe_id id, const int32_t kv[3], char *err, size_t errlen) {
+ * (subgroup_wg), 1 matvec rows, 2..4 `extra`, what a shader specialises on (attention_paged: the
+ * KV format's kind, bits, group; kv_transform: its block); NULL leaves the shader's defaults,
+ * which read those from the push constants. Constants a shader does not declare are ignored. */
+static int create_pipeline(wk_vk *vk, wk_pipelines *p, wk_pipe_id id, const int32_t extra[3], char *err,
+                           size_t errlen) {
     const pipe_spec *spec = &specs[id];
     VkShaderModuleCreateInfo sci = {.sType = VK_STRUCTURE_TYPE_SHADER_MODULE_CREATE_INFO,
                                     .codeSize = spec->spirv_bytes, .pCode = spec->spirv};
     VkShaderModule mod;
     VKCALL(vkCreateShaderModule(vk->dev, &sci, NULL, &mod), "vkCreateShaderModule");
     uint32_t spec_data[5] = {vk->subgroup_size, p->matvec_rows, 0, 0, 0};
-    if (kv) memcpy(&spec_data[2], kv, 3 * sizeof *kv);
+    if (extra) memcpy(&spec_data[2], extra, 3 * sizeof *extra);
     VkSpecializationMapEntry entries[5] = {{0, 0, 4}, {1, 4, 4}, {2, 8, 4}, {3, 12, 4}, {4, 16, 4}};
-    VkSpecializationInfo si = {.mapEntryCount = kv ? 5 : 2, .pMapEntries = entries,
-                               .dataSize = (kv ? 5 : 2) * sizeof *spec_data, .pData = spec_data};
+    VkSpecializationInfo si = {.mapEntryCount = extra ? 5 : 2, .pMapEntries = entries,
+                               .dataSize = (extra ? 5 : 2) * sizeof *spec_data, .pData = spec_data};
     VkComputePipelineCreateInfo pci = {
         .sType = VK_STRUCTURE_TYPE_COMPUTE_PIPELINE_CREATE_INFO,
         .stage = {.sType = VK_STRUCTURE_TYPE_PIPELINE_SHADER_STAGE_CREATE_INFO, .stage = VK_SHADER_STAGE_COMPUTE_BIT,
-                  .module = mod, .pName = "main", .pSpecializationInfo = spec->subgroup_wg || kv ? &si : NULL},
+                  .module = mod, .pName = "main", .pSpecializationInfo = spec->subgroup_wg || extra ? &si : NULL},
         .layout = p->layout[id]};
     VkPipeline pipe = VK_NULL_HANDLE;
     VkResult r = vkCreateComputePipelines(vk->dev, VK_NULL_HANDLE, 1, &pci, NULL, &pipe);
