@@ -121,6 +121,15 @@ uint64_t wk_kv_layout_seq_peak_bytes(const wk_kv_layout *l, uint64_t n_tokens, u
     return (full * blocks + (uint64_t)l->swa_groups * swa) * l->bytes_per_block + l->window_bytes;
 }
 
+uint64_t wk_kv_peak_bytes(const wk_model_info *info, uint64_t n_tokens, uint64_t chunk) {
+    if (info->kv_block_tokens <= 0 || info->kv_block_bytes == 0) return 0;
+    /* The fields the bound reads, as the engine filled them from this layout. */
+    wk_kv_layout l = {.block_tokens = info->kv_block_tokens, .n_groups = info->kv_layer_groups > 0 ? info->kv_layer_groups : 1,
+                      .swa_groups = info->kv_swa_groups, .swa_window = info->kv_swa_window,
+                      .bytes_per_block = info->kv_block_bytes, .window_bytes = info->kv_window_bytes};
+    return wk_kv_layout_seq_peak_bytes(&l, n_tokens, chunk);
+}
+
 double wk_kv_layout_bits_per_element(const wk_kv_layout *l, uint64_t n_tokens) {
     if (n_tokens == 0) return l->block_bits_per_element;
     return (double)wk_kv_layout_seq_bytes(l, n_tokens) * 8.0 / ((double)n_tokens * (double)l->elements_per_token);

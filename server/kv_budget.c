@@ -9,10 +9,8 @@ void kv_budget_init(kv_budget *b, const wk_model_info *info, int max_seqs, int r
     b->paged = info->kv_block_tokens > 0 && info->kv_block_bytes > 0;
     b->block_tokens = b->paged ? info->kv_block_tokens : report_block_tokens;
     b->block_bytes = info->kv_block_bytes;
-    b->layer_groups = info->kv_layer_groups > 0 ? info->kv_layer_groups : 1;
-    b->swa_groups = info->kv_swa_groups;
-    b->swa_window = info->kv_swa_window;
     b->chunk = chunk > 0 ? chunk : 1;
+    b->info = *info;
     b->window_bytes = info->kv_window_bytes;
     b->pool_bytes = info->kv_pool_bytes;
     b->pool_blocks = info->kv_pool_blocks;
@@ -28,20 +26,12 @@ int kv_budget_blocks(const kv_budget *b, int tokens) {
     return (int)(((int64_t)tokens + b->block_tokens - 1) / b->block_tokens);
 }
 
-uint64_t kv_budget_pool_blocks(const kv_budget *b, int tokens) {
-    const uint64_t blocks = (uint64_t)kv_budget_blocks(b, tokens), bt = (uint64_t)b->block_tokens;
-    uint64_t swa = blocks;
-    if (b->swa_groups > 0) {
-        /* A step writing c tokens at len spans [len - window + 1, len + c): window - 1 + c tokens
-         * from any offset in a block. */
-        const uint64_t live = ((uint64_t)b->swa_window + (uint64_t)b->chunk + 2 * bt - 3) / bt;
-        if (live < swa) swa = live;
-    }
-    return (uint64_t)(b->layer_groups - b->swa_groups) * blocks + (uint64_t)b->swa_groups * swa;
+uint64_t kv_budget_seq_bytes(const kv_budget *b, int tokens) {
+    return b->paged ? wk_kv_peak_bytes(&b->info, tokens > 0 ? (uint64_t)tokens : 0, (uint64_t)b->chunk) : 0;
 }
 
-uint64_t kv_budget_seq_bytes(const kv_budget *b, int tokens) {
-    return kv_budget_pool_blocks(b, tokens) * b->block_bytes + b->window_bytes;
+uint64_t kv_budget_pool_blocks(const kv_budget *b, int tokens) {
+    return b->paged ? (kv_budget_seq_bytes(b, tokens) - b->window_bytes) / b->block_bytes : 0;
 }
 
 bool kv_budget_fits(const kv_budget *b, uint64_t claimed, int tokens) {

@@ -22,9 +22,8 @@ typedef struct kv_budget {
     bool paged;            /* int2/3/4: one pool of blocks shared by all sequences */
     int block_tokens;      /* the pool's block; for f16 the block usage is reported in */
     uint64_t block_bytes;  /* paged: bytes of one pool block (one layer group, K and V) */
-    int layer_groups;      /* paged: pool blocks per block of tokens */
-    int swa_groups, swa_window; /* paged: groups of sliding-window layers, which keep only their last blocks */
     int chunk;             /* tokens one step writes into a sequence at most (the engine's batch) */
+    wk_model_info info;    /* what wk_kv_peak_bytes reads */
     uint64_t window_bytes; /* paged: each sequence's f16 window slot (0 without windows) */
     uint64_t pool_bytes, pool_blocks;
     uint64_t fp16_bytes_per_token; /* what an f16 cache would hold: the "vs f16" of usage */
@@ -38,9 +37,9 @@ void kv_budget_init(kv_budget *b, const wk_model_info *info, int max_seqs, int r
 
 /* Blocks of tokens covering `tokens` (rounded up): what usage.kv_cache.blocks reports. */
 int kv_budget_blocks(const kv_budget *b, int tokens);
-/* The most bytes a sequence growing to `tokens` holds in the paged pool (as the engine's
- * wk_kv_layout_seq_peak_bytes): whole blocks of every layer group, a sliding group's only as far
- * back as its window reaches, plus its window slot. */
+/* The most bytes a sequence growing to `tokens` holds in the paged pool (wk_kv_peak_bytes): whole
+ * blocks of every layer group, a sliding group's only as far back as its window reaches, plus its
+ * window slot. */
 uint64_t kv_budget_seq_bytes(const kv_budget *b, int tokens);
 /* The pool blocks behind kv_budget_seq_bytes (window slot not counted). */
 uint64_t kv_budget_pool_blocks(const kv_budget *b, int tokens);

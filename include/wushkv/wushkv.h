@@ -93,6 +93,11 @@ typedef struct wk_model_info {
     uint64_t kv_block_bytes, kv_window_bytes, kv_pool_blocks;
 } wk_model_info;
 
+/* The most bytes the paged pool of `info` holds for one sequence growing to n_tokens in steps of
+ * at most chunk tokens (full-attention groups keep every block, sliding groups the window and
+ * one step's blocks, plus the window slot): what admission must count. 0 for the f16 cache. */
+uint64_t wk_kv_peak_bytes(const wk_model_info *info, uint64_t n_tokens, uint64_t chunk);
+
 void wk_engine_params_default(wk_engine_params *p);
 int wk_engine_open(const wk_engine_params *p, wk_engine **out, char *err, size_t errlen);
 void wk_engine_close(wk_engine *e);
@@ -106,9 +111,9 @@ const char *wk_engine_chat_template(const wk_engine *e);
  * again with a bigger buffer), or a negative wk_status. */
 int wk_tokenize(const wk_engine *e, const char *text, size_t len, bool add_special, bool parse_special,
                 int32_t *out, int max);
-/* The same into an array it allocates to fit (*out, free() it; NULL when 0 tokens may still be a
- * valid allocation). Returns the token count or a negative wk_status (WK_ERR_NOMEM, or
- * WK_ERR_INVALID for a text longer than INT32_MAX tokens could be); *out untouched on error. */
+/* The same into an array it allocates to fit: on success *out is a malloc'd array (even for 0
+ * tokens; the caller frees it) and the token count is returned. On error a negative wk_status
+ * (WK_ERR_NOMEM, or WK_ERR_INVALID for a text too long for INT32_MAX tokens) and *out untouched. */
 int wk_tokenize_alloc(const wk_engine *e, const char *text, size_t len, bool add_special, bool parse_special,
                       int32_t **out);
 /* Bytes of one token's text (not NUL-terminated); special tokens are empty unless render_special.
