@@ -3,8 +3,8 @@
 #ifndef WK_ENGINE_INT_H
 #define WK_ENGINE_INT_H
 
-#include "gguf.h"
-#include "model.h"
+#include "model/gguf.h"
+#include "model/model.h"
 #include "wushkv/wushkv.h"
 
 /* Both live as long as the engine. */

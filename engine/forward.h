@@ -3,11 +3,11 @@
 #ifndef WK_FORWARD_H
 #define WK_FORWARD_H
 
-#include "attention_plan.h"
-#include "kv_cache.h"
-#include "kv_transform.h"
-#include "shader_params.h"
-#include "vk_pipelines.h"
+#include "kv/attention_plan.h"
+#include "kv/kv_cache.h"
+#include "kv/kv_transform.h"
+#include "vulkan/shader_params.h"
+#include "vulkan/vk_pipelines.h"
 #include "weights.h"
 
 typedef struct wk_acts {

@@ -7,7 +7,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "quant.h"
+#include "model/quant.h"
 #include "wushkv/wushkv.h"
 
 static int upload_vector(wk_vk *vk, const wk_gguf_tensor *t, wk_buf *b, uint64_t *bytes, char *err, size_t errlen) {

@@ -3,9 +3,9 @@
 #ifndef WK_WEIGHTS_H
 #define WK_WEIGHTS_H
 
-#include "kv_transform.h"
-#include "model.h"
-#include "vk_device.h"
+#include "kv/kv_transform.h"
+#include "model/model.h"
+#include "vulkan/vk_device.h"
 
 typedef enum { WK_WFMT_Q8A = 0, WK_WFMT_F16 = 1 } wk_wfmt;
 

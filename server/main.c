@@ -3,13 +3,13 @@
 #include <stdio.h>
 #include <string.h>
 
-#include "cli_args.h"
+#include "cli/cli_args.h"
 
 #ifndef WUSHKV_VERSION
 #define WUSHKV_VERSION "unknown" /* meson passes the project version */
 #endif
 
-/* Implemented in cmd_*.c; argv[0] is the command's name, as for a program of its own. */
+/* Implemented in cli/cmd_*.c and bench/cmd_bench.c; argv[0] is the command's name, as for a program of its own. */
 int cmd_generate(int argc, char **argv);
 int cmd_perplexity(int argc, char **argv);
 int cmd_serve(int argc, char **argv);

@@ -5,8 +5,8 @@
 
 #include <stddef.h>
 #include <stdint.h>
-#include "gguf.h"
-#include "gguf_write.h"
+#include "model/gguf.h"
+#include "model/gguf_write.h"
 
 /* n_elems elements of random but well-formed blocks of `type` (finite, modest f16 scales),
  * for tests that exercise every block format. rng: xorshift state, advanced. */

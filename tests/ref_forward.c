@@ -3,14 +3,14 @@
  * Activations are f32 like ggml's; every dot product and reduction is summed in double so the
  * reference is at least as precise as anything it is compared with. */
 #include "ref_forward.h"
-#include "kv_quant.h"
+#include "kv/kv_quant.h"
 
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
-#include "quant.h"
+#include "model/quant.h"
 
 /* ------------------------------------------------------------------------------------------
  * Model: hyperparameters and f32 copies of every weight. Matrices are row-major with one row

@@ -7,8 +7,8 @@
 #include <stddef.h>
 #include <stdint.h>
 
-#include "gguf.h"
-#include "model.h"
+#include "model/gguf.h"
+#include "model/model.h"
 
 typedef struct ref_model ref_model;
 

@@ -8,14 +8,14 @@
 #include <string.h>
 #include <unistd.h>
 
-#include "calibrate.h"
-#include "gguf.h"
-#include "model.h"
-#include "quant.h"
+#include "wush/wush_sidecar.h"
+#include "model/gguf.h"
+#include "model/model.h"
+#include "model/quant.h"
 #include "ref_forward.h"
 #include "test_util.h"
 #include "tiny_model.h"
-#include "wush_transform.h"
+#include "wush/wush_transform.h"
 #include "wushkv/wushkv.h"
 
 enum { N_TOK = 24, BLOCK = 32 }; /* 24 > the tiny model's window of 16: the window matters */

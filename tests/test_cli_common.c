@@ -3,7 +3,7 @@
  * read them, and a given model path is used as is. Messages and exit codes are test_cli.sh's. */
 #include <string.h>
 
-#include "cli_common.h"
+#include "cli/cli_common.h"
 #include "test_util.h"
 
 /* Parses args (NULL-terminated, after the command name) into f with the flags `takes`; false at

@@ -10,8 +10,8 @@
 #include <unistd.h>
 
 #include "forward.h"
-#include "gguf.h"
-#include "model.h"
+#include "model/gguf.h"
+#include "model/model.h"
 #include "ref_forward.h"
 #include "test_util.h"
 #include "tiny_model.h"

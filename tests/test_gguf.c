@@ -5,9 +5,9 @@
 #include <time.h>
 #include <unistd.h>
 
-#include "gguf.h"
+#include "model/gguf.h"
 #include "gguf_writer.h"
-#include "quant.h"
+#include "model/quant.h"
 #include "test_util.h"
 
 static char err[512];

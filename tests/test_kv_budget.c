@@ -5,8 +5,8 @@
 #include <stdint.h>
 #include <string.h>
 
-#include "kv_budget.h"
-#include "kv_pool.h"
+#include "sched/kv_budget.h"
+#include "kv/kv_pool.h"
 #include "test_util.h"
 
 /* Gemma 3 270M: 18 layers, 1 KV head, head_dim 256, 16-token blocks; as the engine groups its

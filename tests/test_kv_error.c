@@ -12,11 +12,11 @@
 #include <string.h>
 #include <unistd.h>
 
-#include "calibrate.h"
-#include "gguf.h"
-#include "kv_quant.h"
-#include "model.h"
-#include "quant.h"
+#include "wush/wush_sidecar.h"
+#include "model/gguf.h"
+#include "kv/kv_quant.h"
+#include "model/model.h"
+#include "model/quant.h"
 #include "test_util.h"
 #include "tiny_model.h"
 #include "wushkv/wushkv.h"

@@ -3,7 +3,7 @@
  * cannot open yet). Messages and exit codes are test_cli.sh's. */
 #include <string.h>
 
-#include "kv_flags.h"
+#include "cli/kv_flags.h"
 #include "test_util.h"
 
 /* Parses args (NULL-terminated, after the command name) into f; the result of finish, or false at

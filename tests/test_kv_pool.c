@@ -8,7 +8,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "kv_pool.h"
+#include "kv/kv_pool.h"
 #include "test_rng.h"
 #include "test_util.h"
 #include "wushkv/wushkv.h"

@@ -6,8 +6,8 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "kv_quant.h"
-#include "quant.h"
+#include "kv/kv_quant.h"
+#include "model/quant.h"
 #include "test_rng.h"
 #include "test_util.h"
 

@@ -9,12 +9,12 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "kv_quant.h"
-#include "quant.h"
+#include "kv/kv_quant.h"
+#include "model/quant.h"
 #include "spv_kv_quant_test.h"
 #include "test_rng.h"
 #include "test_util.h"
-#include "vk_device.h"
+#include "vulkan/vk_device.h"
 #include "wushkv/wushkv.h"
 
 #define NGROUPS 4096 /* encoded groups per (kind, bits, G, rho) */

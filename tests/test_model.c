@@ -2,9 +2,9 @@
  * pattern, and clear refusals (unknown architecture, missing or misshapen tensors). */
 #include <string.h>
 
-#include "gguf.h"
+#include "model/gguf.h"
 #include "gguf_writer.h"
-#include "model.h"
+#include "model/model.h"
 #include "test_util.h"
 #include "tiny_model.h"
 #include "wushkv/wushkv.h"

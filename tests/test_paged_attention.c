@@ -12,12 +12,12 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "attention_plan.h"
-#include "kv_quant.h"
-#include "quant.h"
-#include "shader_params.h"
+#include "kv/attention_plan.h"
+#include "kv/kv_quant.h"
+#include "model/quant.h"
+#include "vulkan/shader_params.h"
 #include "test_util.h"
-#include "vk_pipelines.h"
+#include "vulkan/vk_pipelines.h"
 #include "wushkv/wushkv.h"
 
 static uint64_t rng = 88172645463325252ull;

@@ -4,7 +4,7 @@
 #include <stdint.h>
 #include <string.h>
 
-#include "quant.h"
+#include "model/quant.h"
 #include "test_util.h"
 #include "gguf_writer.h"
 

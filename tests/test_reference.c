@@ -9,9 +9,9 @@
 #include <string.h>
 #include <time.h>
 
-#include "gguf.h"
+#include "model/gguf.h"
 #include "gguf_writer.h"
-#include "quant.h"
+#include "model/quant.h"
 #include "ref_forward.h"
 #include "test_util.h"
 #include "tiny_model.h"

@@ -7,10 +7,10 @@
 #include <string.h>
 #include <time.h>
 
-#include "gguf.h"
+#include "model/gguf.h"
 #include "gguf_writer.h"
 #include "test_util.h"
-#include "tokenizer.h"
+#include "tokenizer/tokenizer.h"
 
 static char err[512];
 

@@ -8,10 +8,10 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "kv_quant.h"
+#include "kv/kv_quant.h"
 #include "test_rng.h"
 #include "test_util.h"
-#include "wush_transform.h"
+#include "wush/wush_transform.h"
 
 /* d = 8 Grams and the reference's T, T^-T and predicted gain, from:
  *   python3 - <<'EOF'

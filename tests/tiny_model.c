@@ -10,9 +10,9 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "gguf.h"
+#include "model/gguf.h"
 #include "gguf_writer.h"
-#include "quant.h"
+#include "model/quant.h"
 
 /* ------------------------------------------------------------------------------------------
  * Random numbers: splitmix64, so a seed fully determines the file. */

@@ -7,7 +7,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
-#include "gguf.h"
+#include "model/gguf.h"
 
 /* Fixed sizes: n_embd 256, n_head 4, n_head_kv 2, head_dim 64, n_ff 512, vocab 512, ctx 2048. */
 #define TINY_N_EMBD 256

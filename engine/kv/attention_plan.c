@@ -1,0 +1,59 @@
+/* Tiles and key splits for attention_paged (see attention_plan.h). */
+#include "kv/attention_plan.h"
+
+static uint32_t min_u32(uint32_t a, uint32_t b) { return a < b ? a : b; }
+static uint32_t max_u32(uint32_t a, uint32_t b) { return a > b ? a : b; }
+
+int wk_attn_plan_make(const wk_row_info *rows, const uint32_t *win_words, uint32_t T, uint32_t n_head,
+                      uint32_t n_head_kv, uint32_t head_dim, uint32_t subgroup, wk_attn_tile *tiles, wk_attn_plan *out) {
+    const uint32_t chunks = head_dim / 4, ncl = (chunks + subgroup - 1) / subgroup;
+    if (ncl > WK_ATTN_MAXC || ncl == 0) return -1;
+    const uint32_t hpk = n_head / n_head_kv;
+    /* A GQA group larger than a tile is cut into head chunks (more workgroups along y). */
+    const uint32_t head_rows = min_u32(hpk, WK_ATTN_MAXR);
+    const uint32_t per_tile = max_u32(1, WK_ATTN_MAXR / head_rows);
+    uint32_t n = 0, chunk_row0 = 0;
+    for (uint32_t t = 0; t < T;) {
+        if (t == 0 || rows[t].kv_base != rows[t - 1].kv_base || rows[t].pos != rows[t - 1].pos + 1) chunk_row0 = t;
+        uint32_t len = 1;
+        while (len < per_tile && t + len < T && rows[t + len].kv_base == rows[t].kv_base &&
+               rows[t + len].pos == rows[t].pos + len)
+            len++;
+        tiles[n++] = (wk_attn_tile){.row0 = t, .n_tok = len, .win_word = win_words ? win_words[t] : 0,
+                                    .chunk_row0 = chunk_row0};
+        t += len;
+    }
+    *out = (wk_attn_plan){.n_tiles = n, .head_rows = head_rows,
+                          .groups_y = n_head_kv * ((hpk + head_rows - 1) / head_rows), .max_tile = per_tile};
+    return 0;
+}
+
+uint32_t wk_attn_plan_splits(const wk_attn_plan *p, const wk_row_info *rows, uint32_t T, uint32_t n_head,
+                             uint32_t window, uint64_t part_rows) {
+    uint32_t keys = 0;
+    for (uint32_t t = 0; t < T; t++) {
+        uint32_t k = rows[t].pos + 1;
+        if (window && k > window) k = window;
+        if (k > keys) keys = k;
+    }
+    /* A tile's keys span its first row's window start to its last row's position. */
+    keys += p->max_tile;
+    const uint32_t need = (keys + WK_ATTN_MAX_KEYS - 1) / WK_ATTN_MAX_KEYS;
+    const uint32_t wgs = p->n_tiles * p->groups_y;
+    const uint64_t room = part_rows / ((uint64_t)T * n_head);
+    uint32_t n = 1;
+    if (wgs < WK_ATTN_TARGET_WG) {
+        /* Each split keeps at least 4 key tiles, or the reduce pass costs more than it saves. */
+        n = (WK_ATTN_TARGET_WG + wgs - 1) / wgs;
+        n = min_u32(n, (keys + 4 * WK_ATTN_KT - 1) / (4 * WK_ATTN_KT));
+        n = min_u32(n, WK_ATTN_MAX_SPLIT);
+        if (n > room) n = (uint32_t)room;
+    }
+    return max_u32(max_u32(n, need), 1);
+}
+
+uint64_t wk_attn_part_rows(uint32_t max_tokens, uint32_t n_head, uint32_t max_ctx) {
+    const uint64_t need = ((uint64_t)max_ctx + 16 + WK_ATTN_MAX_KEYS - 1) / WK_ATTN_MAX_KEYS;
+    const uint64_t rows = need > 1 ? (uint64_t)max_tokens * n_head * need : 0;
+    return rows > WK_ATTN_PART_ROWS ? rows : WK_ATTN_PART_ROWS;
+}

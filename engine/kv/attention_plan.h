@@ -1,0 +1,43 @@
+/* How one attention_paged dispatch covers a step: query tiles (consecutive tokens of one sequence
+ * that share every key and value decode), how many query heads each tile token brings, and how
+ * many ways the keys are split -- when a step has too few tiles to fill the device (decode), and
+ * always beyond WK_ATTN_MAX_KEYS keys per workgroup (llvmpipe's loop limiter: LAVAPIPE.md). The
+ * limits mirror the constants at the top of shaders/attention_paged.comp. */
+#ifndef WK_ATTENTION_PLAN_H
+#define WK_ATTENTION_PLAN_H
+
+#include <stdint.h>
+
+#include "vulkan/shader_params.h"
+
+enum {
+    WK_ATTN_MAXC = 8,          /* 4-dim chunks per lane */
+    WK_ATTN_MAXR = 16,         /* rows (token, head) per tile */
+    WK_ATTN_KT = 16,           /* keys per softmax tile */
+    WK_ATTN_MAX_KEYS = 16384,  /* keys one workgroup walks at most */
+    WK_ATTN_MAX_SPLIT = 32,    /* splits chosen for parallelism (more only for WK_ATTN_MAX_KEYS) */
+    WK_ATTN_TARGET_WG = 64,    /* workgroups a split dispatch aims for */
+    WK_ATTN_PART_ROWS = 1024   /* (token, head, split) partials the split buffer holds at least */
+};
+
+typedef struct wk_attn_plan {
+    uint32_t n_tiles;
+    uint32_t head_rows;  /* query heads per tile token */
+    uint32_t groups_y;   /* n_head_kv * ceil(heads per KV head / head_rows) */
+    uint32_t max_tile;   /* tokens per tile at most */
+} wk_attn_plan;
+
+/* Tiles for T rows (tiles has room for T); win_words[t] (NULL: no windows) is the f16 window slot
+ * of row t's sequence as a pool word offset. A sequence's tokens in a step are consecutive rows
+ * with consecutive positions. Returns 0, or -1 when head_dim needs more than WK_ATTN_MAXC chunks
+ * per lane at this subgroup size. */
+int wk_attn_plan_make(const wk_row_info *rows, const uint32_t *win_words, uint32_t T, uint32_t n_head,
+                      uint32_t n_head_kv, uint32_t head_dim, uint32_t subgroup, wk_attn_tile *tiles, wk_attn_plan *out);
+/* Key splits for one layer (window 0: the whole context); 1 means no reduce pass. part_rows: the
+ * (token, head, split) partials the caller's buffer holds (wk_attn_part_rows). */
+uint32_t wk_attn_plan_splits(const wk_attn_plan *p, const wk_row_info *rows, uint32_t T, uint32_t n_head,
+                             uint32_t window, uint64_t part_rows);
+/* Partials a buffer needs for steps of up to max_tokens over contexts of up to max_ctx. */
+uint64_t wk_attn_part_rows(uint32_t max_tokens, uint32_t n_head, uint32_t max_ctx);
+
+#endif

@@ -1,0 +1,104 @@
+/* KV cache storage. f16: one key and one value buffer per layer, each sized for every sequence
+ * slot at the full context, so a token's cache row is slot*max_ctx + pos. Paged: the block pool of
+ * engine/kv_pool.h in one device buffer, read and written through R32UI texel views. */
+#include "kv/kv_cache.h"
+
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "wushkv/wushkv.h"
+
+int wk_kv_cache_create(wk_vk *vk, wk_kv_cache *kv, const wk_hparams *hp, int n_slots, int max_ctx, char *err,
+                       size_t errlen) {
+    memset(kv, 0, sizeof *kv);
+    kv->format = WK_KV_F16;
+    kv->n_layer = hp->n_layer;
+    kv->n_slots = n_slots;
+    kv->max_ctx = max_ctx;
+    kv->n_head_kv = hp->n_head_kv;
+    kv->head_dim = hp->head_dim;
+    const uint64_t row = (uint64_t)hp->n_head_kv * hp->head_dim * 2;
+    kv->bytes_per_token = row * 2 * (uint64_t)hp->n_layer;
+    const uint64_t per_layer = row * (uint64_t)n_slots * (uint64_t)max_ctx;
+    if (per_layer > vk->props.limits.maxStorageBufferRange) {
+        snprintf(err, errlen, "KV cache of %d slots x %d tokens needs %llu bytes per layer, over the device's "
+                 "%u-byte storage buffer limit: lower --ctx or the number of sequences", n_slots, max_ctx,
+                 (unsigned long long)per_layer, vk->props.limits.maxStorageBufferRange);
+        return WK_ERR_INVALID;
+    }
+    kv->k = calloc((size_t)kv->n_layer, sizeof *kv->k);
+    kv->v = calloc((size_t)kv->n_layer, sizeof *kv->v);
+    if (!kv->k || !kv->v) {
+        wk_kv_cache_destroy(vk, kv);
+        return snprintf(err, errlen, "out of memory"), WK_ERR_NOMEM;
+    }
+    for (int il = 0; il < kv->n_layer; il++) {
+        int rc = wk_vk_buffer_create(vk, &kv->k[il], per_layer, WK_MEM_DEVICE, VK_FORMAT_R32G32_UINT, err, errlen);
+        if (!rc) rc = wk_vk_buffer_create(vk, &kv->v[il], per_layer, WK_MEM_DEVICE, VK_FORMAT_R32G32_UINT, err, errlen);
+        if (rc) {
+            wk_kv_cache_destroy(vk, kv);
+            return rc;
+        }
+        kv->bytes += kv->k[il].bytes + kv->v[il].bytes;
+    }
+    return 0;
+}
+
+int wk_kv_cache_create_paged(wk_vk *vk, wk_kv_cache *kv, const wk_hparams *hp, const wk_kv_fmt *fmt, float rho_k,
+                             float rho_v, uint64_t budget, int n_slots, int max_ctx, int max_batch, char *err,
+                             size_t errlen) {
+    memset(kv, 0, sizeof *kv);
+    kv->format = WK_KV_PAGED;
+    kv->fmt = *fmt;
+    kv->n_layer = hp->n_layer;
+    kv->n_slots = n_slots;
+    kv->max_ctx = max_ctx;
+    kv->n_head_kv = hp->n_head_kv;
+    kv->head_dim = hp->head_dim;
+    wk_kv_geom geom = {.n_layer = hp->n_layer, .n_head_kv = hp->n_head_kv, .head_dim = hp->head_dim, .block_tokens = 16};
+    /* Sliding-window layers get their own groups, so their old blocks can go back to the pool. */
+    wk_kv_layer_groups(hp->is_swa, hp->n_layer, hp->sliding_window, max_ctx, kv->group_of, kv->slot_of, &geom);
+    if (wk_kv_layout_get(&geom, fmt, &kv->layout) != 0)
+        return snprintf(err, errlen, "KV format int%d %s group %d does not fit head_dim %d", fmt->bits,
+                        wk_kvq_kind_name(fmt->kind), fmt->group, hp->head_dim), WK_ERR_INVALID;
+    const uint64_t bt = (uint64_t)kv->layout.block_tokens;
+    const bool windows = fmt->sink + fmt->recent > 0;
+    if (budget == 0) /* room for every slot's whole context at its peak */
+        budget = wk_kv_layout_seq_peak_bytes(&kv->layout, (uint64_t)max_ctx, (uint64_t)max_batch) * (uint64_t)n_slots;
+    wk_kv_pool_params pp;
+    wk_kv_pool_params_from_layout(&kv->layout, budget, (uint32_t)n_slots, &pp);
+    /* With windows every sequence takes one of n_slots window slots; without, the engine's slots
+     * bound the sequences. */
+    pp.max_seqs = windows ? (uint32_t)n_slots : 0;
+    if (windows && budget < pp.max_seqs * kv->layout.window_bytes + kv->layout.n_groups * kv->layout.bytes_per_block)
+        return snprintf(err, errlen, "KV pool of %llu bytes cannot hold %u f16 window slots of %llu bytes (one per "
+                        "sequence) and a block: raise --kv-mem or lower --kv-sink/--kv-recent",
+                        (unsigned long long)budget, pp.max_seqs, (unsigned long long)kv->layout.window_bytes),
+               WK_ERR_INVALID;
+    int st = wk_kv_pool_create(&pp, &kv->pool);
+    if (st) return snprintf(err, errlen, "KV pool of %llu bytes: %s", (unsigned long long)budget, wk_kv_pool_strerror(st)), WK_ERR_INVALID;
+    int rc = wk_vk_buffer_create(vk, &kv->pool_buf, wk_kv_pool_device_bytes(kv->pool), WK_MEM_DEVICE, VK_FORMAT_R32_UINT,
+                                 err, errlen);
+    if (rc) {
+        wk_kv_cache_destroy(vk, kv);
+        return rc;
+    }
+    kv->bytes = kv->pool_buf.bytes;
+    kv->bytes_per_token = kv->layout.n_groups * kv->layout.bytes_per_block / bt;
+    kv->rank_k = wk_kvq_percentile_rank(rho_k, fmt->group);
+    kv->rank_v = wk_kvq_percentile_rank(rho_v, fmt->group);
+    return 0;
+}
+
+void wk_kv_cache_destroy(wk_vk *vk, wk_kv_cache *kv) {
+    wk_vk_buffer_destroy(vk, &kv->pool_buf);
+    wk_kv_pool_destroy(kv->pool);
+    for (int il = 0; il < kv->n_layer; il++) {
+        if (kv->k) wk_vk_buffer_destroy(vk, &kv->k[il]);
+        if (kv->v) wk_vk_buffer_destroy(vk, &kv->v[il]);
+    }
+    free(kv->k);
+    free(kv->v);
+    memset(kv, 0, sizeof *kv);
+}

@@ -1,0 +1,39 @@
+/* KV cache storage: per layer, per sequence slot, per position, the keys and values of every KV
+ * head. This issue's format is f16 in fixed per-sequence slots; the paged 2-bit WUSH-KV pool
+ * replaces it behind the same two bindings the attention and store shaders use. */
+#ifndef WK_KV_CACHE_H
+#define WK_KV_CACHE_H
+
+#include "kv/kv_pool.h"
+#include "model/model.h"
+#include "vulkan/vk_device.h"
+
+typedef enum { WK_KV_F16 = 0, WK_KV_PAGED = 1 } wk_kv_format;
+
+typedef struct wk_kv_cache {
+    wk_kv_format format;
+    int n_layer, n_slots, max_ctx, n_head_kv, head_dim;
+    wk_buf *k, *v;             /* per layer: [slot*max_ctx + pos][n_head_kv][head_dim] f16, RG32UI view */
+    uint64_t bytes;            /* device bytes held */
+    uint64_t bytes_per_token;  /* all layers, keys and values */
+    /* WK_KV_PAGED: packed 2/3/4-bit codes in blocks of one pool allocation (engine/kv_pool.h) */
+    wk_kv_fmt fmt;
+    wk_kv_layout layout;
+    wk_kv_pool *pool;
+    wk_buf pool_buf;           /* R32UI view, read by attention_paged and written by kv_store_quant */
+    /* Layer groups (wk_kv_layer_groups): layer il's blocks are its sequence's group_of[il] table
+     * entries, its slabs slot_of[il] in each; the last layout.swa_groups groups slide. */
+    int group_of[WK_MAX_LAYERS], slot_of[WK_MAX_LAYERS];
+    int rank_k, rank_v;        /* percentile clip ranks (wk_kvq_percentile_rank) */
+} wk_kv_cache;
+
+int wk_kv_cache_create(wk_vk *vk, wk_kv_cache *kv, const wk_hparams *hp, int n_slots, int max_ctx, char *err,
+                       size_t errlen);
+/* The paged, quantized cache: budget bytes of blocks (0: room for n_slots full contexts written in
+ * steps of up to max_batch tokens). rho_k, rho_v: percentile clip quantiles (that quantizer only). */
+int wk_kv_cache_create_paged(wk_vk *vk, wk_kv_cache *kv, const wk_hparams *hp, const wk_kv_fmt *fmt, float rho_k,
+                             float rho_v, uint64_t budget, int n_slots, int max_ctx, int max_batch, char *err,
+                             size_t errlen);
+void wk_kv_cache_destroy(wk_vk *vk, wk_kv_cache *kv);
+
+#endif

@@ -1,0 +1,404 @@
+/* Vulkan device: picks a physical device (discrete > integrated > virtual > CPU, or an explicit
+ * index), creates one compute queue, and provides buffers, texel views and step submission.
+ * Nothing here assumes a GPU or its absence: memory is chosen by property flags, and buffers
+ * that cannot be mapped are filled through a staging copy. */
+#include "vulkan/vk_device.h"
+
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "wushkv/wushkv.h"
+
+const char *wk_vk_result_name(VkResult r) {
+    switch (r) {
+#define C(x) case x: return #x;
+        C(VK_SUCCESS) C(VK_NOT_READY) C(VK_TIMEOUT) C(VK_INCOMPLETE) C(VK_ERROR_OUT_OF_HOST_MEMORY)
+        C(VK_ERROR_OUT_OF_DEVICE_MEMORY) C(VK_ERROR_INITIALIZATION_FAILED) C(VK_ERROR_DEVICE_LOST)
+        C(VK_ERROR_MEMORY_MAP_FAILED) C(VK_ERROR_LAYER_NOT_PRESENT) C(VK_ERROR_EXTENSION_NOT_PRESENT)
+        C(VK_ERROR_FEATURE_NOT_PRESENT) C(VK_ERROR_INCOMPATIBLE_DRIVER) C(VK_ERROR_TOO_MANY_OBJECTS)
+        C(VK_ERROR_FORMAT_NOT_SUPPORTED) C(VK_ERROR_FRAGMENTED_POOL) C(VK_ERROR_OUT_OF_POOL_MEMORY)
+#undef C
+    default: return "VK_ERROR_UNKNOWN";
+    }
+}
+
+#define VKCALL(expr, what)                                   \
+    do {                                                     \
+        VkResult r_ = (expr);                                \
+        if (r_ != VK_SUCCESS) {                              \
+            WK_VK_CHECK_MSG(r_, what, err, errlen);          \
+            return WK_ERR_VULKAN;                            \
+        }                                                    \
+    } while (0)
+
+static VKAPI_ATTR VkBool32 VKAPI_CALL on_validation(VkDebugUtilsMessageSeverityFlagBitsEXT severity,
+                                                    VkDebugUtilsMessageTypeFlagsEXT type,
+                                                    const VkDebugUtilsMessengerCallbackDataEXT *data, void *user) {
+    (void)type;
+    wk_vk *vk = user;
+    if (severity >= VK_DEBUG_UTILS_MESSAGE_SEVERITY_WARNING_BIT_EXT) {
+        vk->validation_messages++;
+        fprintf(stderr, "wushkv: vulkan validation: %s\n", data->pMessage);
+    }
+    return VK_FALSE;
+}
+
+static bool layer_available(const char *name) {
+    uint32_t n = 0;
+    if (vkEnumerateInstanceLayerProperties(&n, NULL) != VK_SUCCESS || n == 0) return false;
+    VkLayerProperties *props = calloc(n, sizeof *props);
+    if (!props) return false;
+    bool found = false;
+    if (vkEnumerateInstanceLayerProperties(&n, props) == VK_SUCCESS)
+        for (uint32_t i = 0; i < n && !found; i++) found = strcmp(props[i].layerName, name) == 0;
+    free(props);
+    return found;
+}
+
+static int type_rank(VkPhysicalDeviceType t) {
+    switch (t) {
+    case VK_PHYSICAL_DEVICE_TYPE_DISCRETE_GPU: return 4;
+    case VK_PHYSICAL_DEVICE_TYPE_INTEGRATED_GPU: return 3;
+    case VK_PHYSICAL_DEVICE_TYPE_VIRTUAL_GPU: return 2;
+    case VK_PHYSICAL_DEVICE_TYPE_CPU: return 1;
+    default: return 0;
+    }
+}
+
+static int create_instance(wk_vk *vk, char *err, size_t errlen) {
+    const char *layer = "VK_LAYER_KHRONOS_validation";
+    if (vk->validation && !layer_available(layer)) {
+        snprintf(err, errlen, "validation requested but %s is not installed (Debian: vulkan-validationlayers)", layer);
+        return WK_ERR_VULKAN;
+    }
+    VkApplicationInfo app = {.sType = VK_STRUCTURE_TYPE_APPLICATION_INFO, .pApplicationName = "wushkv",
+                             .pEngineName = "wushkv", .apiVersion = VK_API_VERSION_1_2};
+    const char *exts[] = {VK_EXT_DEBUG_UTILS_EXTENSION_NAME};
+    VkInstanceCreateInfo ici = {.sType = VK_STRUCTURE_TYPE_INSTANCE_CREATE_INFO, .pApplicationInfo = &app};
+    if (vk->validation) {
+        ici.enabledLayerCount = 1;
+        ici.ppEnabledLayerNames = &layer;
+        ici.enabledExtensionCount = 1;
+        ici.ppEnabledExtensionNames = exts;
+    }
+    VKCALL(vkCreateInstance(&ici, NULL, &vk->instance), "vkCreateInstance");
+    if (vk->validation) {
+        PFN_vkCreateDebugUtilsMessengerEXT create =
+            (PFN_vkCreateDebugUtilsMessengerEXT)vkGetInstanceProcAddr(vk->instance, "vkCreateDebugUtilsMessengerEXT");
+        if (!create) {
+            snprintf(err, errlen, "vkCreateDebugUtilsMessengerEXT is unavailable");
+            return WK_ERR_VULKAN;
+        }
+        VkDebugUtilsMessengerCreateInfoEXT mci = {
+            .sType = VK_STRUCTURE_TYPE_DEBUG_UTILS_MESSENGER_CREATE_INFO_EXT,
+            .messageSeverity = VK_DEBUG_UTILS_MESSAGE_SEVERITY_WARNING_BIT_EXT | VK_DEBUG_UTILS_MESSAGE_SEVERITY_ERROR_BIT_EXT,
+            .messageType = VK_DEBUG_UTILS_MESSAGE_TYPE_GENERAL_BIT_EXT | VK_DEBUG_UTILS_MESSAGE_TYPE_VALIDATION_BIT_EXT |
+                           VK_DEBUG_UTILS_MESSAGE_TYPE_PERFORMANCE_BIT_EXT,
+            .pfnUserCallback = on_validation,
+            .pUserData = vk};
+        VKCALL(create(vk->instance, &mci, NULL, &vk->messenger), "vkCreateDebugUtilsMessengerEXT");
+    }
+    return 0;
+}
+
+static int pick_device(wk_vk *vk, int device_index, char *err, size_t errlen) {
+    uint32_t n = 0;
+    VKCALL(vkEnumeratePhysicalDevices(vk->instance, &n, NULL), "vkEnumeratePhysicalDevices");
+    if (n == 0) {
+        snprintf(err, errlen, "no Vulkan device found (install mesa-vulkan-drivers for the CPU driver lavapipe)");
+        return WK_ERR_VULKAN;
+    }
+    VkPhysicalDevice devs[16];
+    if (n > 16) n = 16;
+    VkResult r = vkEnumeratePhysicalDevices(vk->instance, &n, devs);
+    if (r != VK_SUCCESS && r != VK_INCOMPLETE) {
+        WK_VK_CHECK_MSG(r, "vkEnumeratePhysicalDevices", err, errlen);
+        return WK_ERR_VULKAN;
+    }
+    if (device_index < 0) {
+        const char *env = getenv("WUSHKV_DEVICE");
+        if (env && *env) {
+            char *end;
+            long v = strtol(env, &end, 10);
+            if (*end || v < 0) {
+                snprintf(err, errlen, "WUSHKV_DEVICE='%s' is not a device index", env);
+                return WK_ERR_INVALID;
+            }
+            device_index = (int)v;
+        }
+    }
+    if (device_index >= (int)n) {
+        snprintf(err, errlen, "device %d requested but only %u Vulkan device(s) exist", device_index, n);
+        return WK_ERR_INVALID;
+    }
+    int best = device_index;
+    if (best < 0) {
+        int best_rank = -1;
+        for (uint32_t i = 0; i < n; i++) {
+            VkPhysicalDeviceProperties p;
+            vkGetPhysicalDeviceProperties(devs[i], &p);
+            if (type_rank(p.deviceType) > best_rank) best_rank = type_rank(p.deviceType), best = (int)i;
+        }
+    }
+    vk->phys = devs[best];
+    vkGetPhysicalDeviceProperties(vk->phys, &vk->props);
+    vkGetPhysicalDeviceMemoryProperties(vk->phys, &vk->mem_props);
+    return 0;
+}
+
+static int create_device(wk_vk *vk, char *err, size_t errlen) {
+    uint32_t nq = 0;
+    vkGetPhysicalDeviceQueueFamilyProperties(vk->phys, &nq, NULL);
+    VkQueueFamilyProperties qf[16];
+    if (nq > 16) nq = 16;
+    vkGetPhysicalDeviceQueueFamilyProperties(vk->phys, &nq, qf);
+    vk->queue_family = UINT32_MAX;
+    for (uint32_t i = 0; i < nq; i++)
+        if (qf[i].queueFlags & VK_QUEUE_COMPUTE_BIT) {
+            vk->queue_family = i;
+            break;
+        }
+    if (vk->queue_family == UINT32_MAX) {
+        snprintf(err, errlen, "device %s has no compute queue", vk->props.deviceName);
+        return WK_ERR_VULKAN;
+    }
+    VkPhysicalDeviceSubgroupProperties sg = {.sType = VK_STRUCTURE_TYPE_PHYSICAL_DEVICE_SUBGROUP_PROPERTIES};
+    VkPhysicalDeviceProperties2 p2 = {.sType = VK_STRUCTURE_TYPE_PHYSICAL_DEVICE_PROPERTIES_2, .pNext = &sg};
+    vkGetPhysicalDeviceProperties2(vk->phys, &p2);
+    const VkSubgroupFeatureFlags need = VK_SUBGROUP_FEATURE_BASIC_BIT | VK_SUBGROUP_FEATURE_ARITHMETIC_BIT;
+    if (!(sg.supportedStages & VK_SHADER_STAGE_COMPUTE_BIT) || (sg.supportedOperations & need) != need) {
+        snprintf(err, errlen, "device %s lacks subgroup arithmetic in compute shaders", vk->props.deviceName);
+        return WK_ERR_UNSUPPORTED;
+    }
+    vk->subgroup_size = sg.subgroupSize;
+    if (vk->subgroup_size < 4 || vk->subgroup_size > 128) {
+        snprintf(err, errlen, "unusual subgroup size %u", vk->subgroup_size);
+        return WK_ERR_UNSUPPORTED;
+    }
+    /* The KV cache is written as f16 from shaders. */
+    VkPhysicalDevice16BitStorageFeatures s16 = {.sType = VK_STRUCTURE_TYPE_PHYSICAL_DEVICE_16BIT_STORAGE_FEATURES};
+    VkPhysicalDeviceFeatures2 f2 = {.sType = VK_STRUCTURE_TYPE_PHYSICAL_DEVICE_FEATURES_2, .pNext = &s16};
+    vkGetPhysicalDeviceFeatures2(vk->phys, &f2);
+    if (!s16.storageBuffer16BitAccess) {
+        snprintf(err, errlen, "device %s lacks storageBuffer16BitAccess", vk->props.deviceName);
+        return WK_ERR_UNSUPPORTED;
+    }
+    VkPhysicalDevice16BitStorageFeatures s16_on = {.sType = VK_STRUCTURE_TYPE_PHYSICAL_DEVICE_16BIT_STORAGE_FEATURES,
+                                                   .storageBuffer16BitAccess = VK_TRUE};
+    float prio = 1.0f;
+    VkDeviceQueueCreateInfo qci = {.sType = VK_STRUCTURE_TYPE_DEVICE_QUEUE_CREATE_INFO,
+                                   .queueFamilyIndex = vk->queue_family, .queueCount = 1, .pQueuePriorities = &prio};
+    VkDeviceCreateInfo dci = {.sType = VK_STRUCTURE_TYPE_DEVICE_CREATE_INFO, .pNext = &s16_on, .queueCreateInfoCount = 1,
+                              .pQueueCreateInfos = &qci};
+    VKCALL(vkCreateDevice(vk->phys, &dci, NULL, &vk->dev), "vkCreateDevice");
+    vkGetDeviceQueue(vk->dev, vk->queue_family, 0, &vk->queue);
+    VkCommandPoolCreateInfo pci = {.sType = VK_STRUCTURE_TYPE_COMMAND_POOL_CREATE_INFO,
+                                   .flags = VK_COMMAND_POOL_CREATE_RESET_COMMAND_BUFFER_BIT,
+                                   .queueFamilyIndex = vk->queue_family};
+    VKCALL(vkCreateCommandPool(vk->dev, &pci, NULL, &vk->cmd_pool), "vkCreateCommandPool");
+    VkCommandBufferAllocateInfo cai = {.sType = VK_STRUCTURE_TYPE_COMMAND_BUFFER_ALLOCATE_INFO,
+                                       .commandPool = vk->cmd_pool, .level = VK_COMMAND_BUFFER_LEVEL_PRIMARY,
+                                       .commandBufferCount = 1};
+    VKCALL(vkAllocateCommandBuffers(vk->dev, &cai, &vk->cmd), "vkAllocateCommandBuffers");
+    VkFenceCreateInfo fci = {.sType = VK_STRUCTURE_TYPE_FENCE_CREATE_INFO};
+    VKCALL(vkCreateFence(vk->dev, &fci, NULL, &vk->fence), "vkCreateFence");
+    return 0;
+}
+
+int wk_vk_init(wk_vk *vk, int device_index, bool validation, bool verbose, char *err, size_t errlen) {
+    memset(vk, 0, sizeof *vk);
+    const char *env = getenv("WUSHKV_VALIDATION");
+    vk->validation = validation || (env && strcmp(env, "1") == 0);
+    int rc;
+    if ((rc = create_instance(vk, err, errlen)) || (rc = pick_device(vk, device_index, err, errlen)) ||
+        (rc = create_device(vk, err, errlen))) {
+        wk_vk_destroy(vk);
+        return rc;
+    }
+    if (verbose)
+        fprintf(stderr, "wushkv: device %s (Vulkan %u.%u, subgroup %u)%s\n", vk->props.deviceName,
+                VK_API_VERSION_MAJOR(vk->props.apiVersion), VK_API_VERSION_MINOR(vk->props.apiVersion),
+                vk->subgroup_size, vk->validation ? ", validation on" : "");
+    return 0;
+}
+
+void wk_vk_destroy(wk_vk *vk) {
+    if (vk->dev) {
+        vkDeviceWaitIdle(vk->dev);
+        if (vk->fence) vkDestroyFence(vk->dev, vk->fence, NULL);
+        if (vk->cmd_pool) vkDestroyCommandPool(vk->dev, vk->cmd_pool, NULL);
+        vkDestroyDevice(vk->dev, NULL);
+    }
+    if (vk->messenger) {
+        PFN_vkDestroyDebugUtilsMessengerEXT destroy =
+            (PFN_vkDestroyDebugUtilsMessengerEXT)vkGetInstanceProcAddr(vk->instance, "vkDestroyDebugUtilsMessengerEXT");
+        if (destroy) destroy(vk->instance, vk->messenger, NULL);
+    }
+    if (vk->instance) vkDestroyInstance(vk->instance, NULL);
+    int msgs = vk->validation_messages;
+    memset(vk, 0, sizeof *vk);
+    vk->validation_messages = msgs; /* tests read it after teardown */
+}
+
+static int find_memory_type(const wk_vk *vk, uint32_t bits, VkMemoryPropertyFlags want, VkMemoryPropertyFlags avoid) {
+    for (uint32_t i = 0; i < vk->mem_props.memoryTypeCount; i++) {
+        VkMemoryPropertyFlags f = vk->mem_props.memoryTypes[i].propertyFlags;
+        if ((bits & (1u << i)) && (f & want) == want && !(f & avoid)) return (int)i;
+    }
+    return -1;
+}
+
+int wk_vk_buffer_create(wk_vk *vk, wk_buf *b, VkDeviceSize size, wk_mem_kind kind, VkFormat texel_format, char *err,
+                        size_t errlen) {
+    memset(b, 0, sizeof *b);
+    if (size == 0) size = 16;
+    size = (size + 15) & ~(VkDeviceSize)15;
+    VkBufferCreateInfo bci = {.sType = VK_STRUCTURE_TYPE_BUFFER_CREATE_INFO, .size = size,
+                              .usage = VK_BUFFER_USAGE_STORAGE_BUFFER_BIT | VK_BUFFER_USAGE_UNIFORM_TEXEL_BUFFER_BIT |
+                                       VK_BUFFER_USAGE_STORAGE_TEXEL_BUFFER_BIT |
+                                       VK_BUFFER_USAGE_TRANSFER_SRC_BIT | VK_BUFFER_USAGE_TRANSFER_DST_BIT,
+                              .sharingMode = VK_SHARING_MODE_EXCLUSIVE};
+    VKCALL(vkCreateBuffer(vk->dev, &bci, NULL, &b->buf), "vkCreateBuffer");
+    b->size = size;
+    VkMemoryRequirements req;
+    vkGetBufferMemoryRequirements(vk->dev, b->buf, &req);
+    int type = -1;
+    if (kind == WK_MEM_HOST) {
+        /* Readback wants cached memory; uploads are fine either way. */
+        type = find_memory_type(vk, req.memoryTypeBits,
+                                VK_MEMORY_PROPERTY_HOST_VISIBLE_BIT | VK_MEMORY_PROPERTY_HOST_COHERENT_BIT |
+                                    VK_MEMORY_PROPERTY_HOST_CACHED_BIT, 0);
+        if (type < 0)
+            type = find_memory_type(vk, req.memoryTypeBits,
+                                    VK_MEMORY_PROPERTY_HOST_VISIBLE_BIT | VK_MEMORY_PROPERTY_HOST_COHERENT_BIT, 0);
+    } else {
+        type = find_memory_type(vk, req.memoryTypeBits, VK_MEMORY_PROPERTY_DEVICE_LOCAL_BIT, 0);
+        if (type < 0) type = find_memory_type(vk, req.memoryTypeBits, 0, 0);
+    }
+    if (type < 0) {
+        wk_vk_buffer_destroy(vk, b);
+        snprintf(err, errlen, "no suitable memory type for a %llu-byte buffer", (unsigned long long)size);
+        return WK_ERR_VULKAN;
+    }
+    VkMemoryAllocateInfo mai = {.sType = VK_STRUCTURE_TYPE_MEMORY_ALLOCATE_INFO, .allocationSize = req.size,
+                                .memoryTypeIndex = (uint32_t)type};
+    VkResult r = vkAllocateMemory(vk->dev, &mai, NULL, &b->mem);
+    if (r != VK_SUCCESS) {
+        wk_vk_buffer_destroy(vk, b);
+        snprintf(err, errlen, "allocating %llu bytes of device memory failed: %s", (unsigned long long)req.size,
+                 wk_vk_result_name(r));
+        return r == VK_ERROR_OUT_OF_DEVICE_MEMORY || r == VK_ERROR_OUT_OF_HOST_MEMORY ? WK_ERR_NOMEM : WK_ERR_VULKAN;
+    }
+    vk->bytes_allocated += req.size;
+    b->bytes = req.size;
+    r = vkBindBufferMemory(vk->dev, b->buf, b->mem, 0);
+    if (r == VK_SUCCESS && (vk->mem_props.memoryTypes[type].propertyFlags & VK_MEMORY_PROPERTY_HOST_VISIBLE_BIT))
+        r = vkMapMemory(vk->dev, b->mem, 0, VK_WHOLE_SIZE, 0, &b->map);
+    if (r != VK_SUCCESS) {
+        wk_vk_buffer_destroy(vk, b);
+        WK_VK_CHECK_MSG(r, "binding/mapping buffer memory", err, errlen);
+        return WK_ERR_VULKAN;
+    }
+    if (texel_format != VK_FORMAT_UNDEFINED) {
+        int rc = wk_vk_view_create(vk, b, texel_format, 0, VK_WHOLE_SIZE, &b->view, err, errlen);
+        if (rc) {
+            wk_vk_buffer_destroy(vk, b);
+            return rc;
+        }
+    }
+    return 0;
+}
+
+void wk_vk_buffer_destroy(wk_vk *vk, wk_buf *b) {
+    if (!vk->dev) return;
+    if (b->view) vkDestroyBufferView(vk->dev, b->view, NULL);
+    if (b->buf) vkDestroyBuffer(vk->dev, b->buf, NULL);
+    if (b->mem) vkFreeMemory(vk->dev, b->mem, NULL);
+    vk->bytes_allocated -= b->bytes;
+    memset(b, 0, sizeof *b);
+}
+
+static uint32_t texel_bytes(VkFormat f) {
+    switch (f) {
+    case VK_FORMAT_R32G32B32A32_UINT:
+    case VK_FORMAT_R32G32B32A32_SFLOAT: return 16;
+    case VK_FORMAT_R32G32_UINT:
+    case VK_FORMAT_R32G32_SFLOAT: return 8;
+    case VK_FORMAT_R32_UINT:
+    case VK_FORMAT_R32_SFLOAT: return 4;
+    default: return 0;
+    }
+}
+
+int wk_vk_view_create(wk_vk *vk, const wk_buf *b, VkFormat fmt, VkDeviceSize offset, VkDeviceSize range,
+                      VkBufferView *out, char *err, size_t errlen) {
+    uint32_t tb = texel_bytes(fmt);
+    VkDeviceSize bytes = range == VK_WHOLE_SIZE ? b->size - offset : range;
+    bytes -= bytes % (tb ? tb : 1);
+    if (!tb || bytes == 0 || bytes / tb > vk->props.limits.maxTexelBufferElements) {
+        snprintf(err, errlen, "texel view of %llu bytes exceeds the device limit of %u elements",
+                 (unsigned long long)bytes, vk->props.limits.maxTexelBufferElements);
+        return WK_ERR_UNSUPPORTED;
+    }
+    VkBufferViewCreateInfo vci = {.sType = VK_STRUCTURE_TYPE_BUFFER_VIEW_CREATE_INFO, .buffer = b->buf,
+                                  .format = fmt, .offset = offset, .range = bytes};
+    VKCALL(vkCreateBufferView(vk->dev, &vci, NULL, out), "vkCreateBufferView");
+    return 0;
+}
+
+int wk_vk_begin(wk_vk *vk, char *err, size_t errlen) {
+    VKCALL(vkResetCommandBuffer(vk->cmd, 0), "vkResetCommandBuffer");
+    VkCommandBufferBeginInfo bi = {.sType = VK_STRUCTURE_TYPE_COMMAND_BUFFER_BEGIN_INFO,
+                                   .flags = VK_COMMAND_BUFFER_USAGE_ONE_TIME_SUBMIT_BIT};
+    VKCALL(vkBeginCommandBuffer(vk->cmd, &bi), "vkBeginCommandBuffer");
+    return 0;
+}
+
+int wk_vk_submit_wait(wk_vk *vk, char *err, size_t errlen) {
+    VKCALL(vkEndCommandBuffer(vk->cmd), "vkEndCommandBuffer");
+    VkSubmitInfo si = {.sType = VK_STRUCTURE_TYPE_SUBMIT_INFO, .commandBufferCount = 1, .pCommandBuffers = &vk->cmd};
+    VKCALL(vkResetFences(vk->dev, 1, &vk->fence), "vkResetFences");
+    VKCALL(vkQueueSubmit(vk->queue, 1, &si, vk->fence), "vkQueueSubmit");
+    VKCALL(vkWaitForFences(vk->dev, 1, &vk->fence, VK_TRUE, UINT64_MAX), "vkWaitForFences");
+    return 0;
+}
+
+void wk_vk_barrier(wk_vk *vk) {
+    VkMemoryBarrier mb = {.sType = VK_STRUCTURE_TYPE_MEMORY_BARRIER,
+                          .srcAccessMask = VK_ACCESS_SHADER_WRITE_BIT | VK_ACCESS_TRANSFER_WRITE_BIT,
+                          .dstAccessMask = VK_ACCESS_SHADER_READ_BIT | VK_ACCESS_SHADER_WRITE_BIT |
+                                           VK_ACCESS_TRANSFER_READ_BIT | VK_ACCESS_HOST_READ_BIT};
+    vkCmdPipelineBarrier(vk->cmd, VK_PIPELINE_STAGE_COMPUTE_SHADER_BIT | VK_PIPELINE_STAGE_TRANSFER_BIT,
+                         VK_PIPELINE_STAGE_COMPUTE_SHADER_BIT | VK_PIPELINE_STAGE_TRANSFER_BIT |
+                             VK_PIPELINE_STAGE_HOST_BIT,
+                         0, 1, &mb, 0, NULL, 0, NULL);
+}
+
+int wk_vk_upload(wk_vk *vk, wk_buf *b, VkDeviceSize offset, const void *data, VkDeviceSize size, char *err,
+                 size_t errlen) {
+    if (offset + size > b->size) {
+        snprintf(err, errlen, "upload of %llu bytes at %llu overflows a %llu-byte buffer", (unsigned long long)size,
+                 (unsigned long long)offset, (unsigned long long)b->size);
+        return WK_ERR_INVALID;
+    }
+    if (b->map) {
+        memcpy((char *)b->map + offset, data, size);
+        return 0;
+    }
+    /* Not mappable (a discrete GPU's VRAM): copy through a host buffer in pieces. */
+    const VkDeviceSize piece = 64u << 20;
+    wk_buf staging;
+    int rc = wk_vk_buffer_create(vk, &staging, size < piece ? size : piece, WK_MEM_HOST, VK_FORMAT_UNDEFINED, err, errlen);
+    if (rc) return rc;
+    for (VkDeviceSize done = 0; done < size && !rc; done += piece) {
+        VkDeviceSize n = size - done < piece ? size - done : piece;
+        memcpy(staging.map, (const char *)data + done, n);
+        if ((rc = wk_vk_begin(vk, err, errlen))) break;
+        VkBufferCopy region = {.srcOffset = 0, .dstOffset = offset + done, .size = n};
+        vkCmdCopyBuffer(vk->cmd, staging.buf, b->buf, 1, &region);
+        rc = wk_vk_submit_wait(vk, err, errlen);
+    }
+    wk_vk_buffer_destroy(vk, &staging);
+    return rc;
+}

@@ -1,0 +1,296 @@
+/* Pipeline table: for every embedded shader its bindings (texel view or storage buffer), its
+ * push-constant size and its workgroup-size specialisation; plus a descriptor-set cache, since a
+ * model's steps bind the same few hundred (pipeline, buffers) tuples over and over. */
+#include "vulkan/vk_pipelines.h"
+
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "vulkan/shader_params.h"
+#include "spv_add_norm.h"
+#include "spv_attention_f16.h"
+#include "spv_attention_paged.h"
+#include "spv_attention_reduce.h"
+#include "spv_kv_store_window.h"
+#include "spv_kv_store_f16.h"
+#include "spv_kv_store_quant.h"
+#include "spv_kv_transform.h"
+#include "spv_embed_f16.h"
+#include "spv_embed_q8a.h"
+#include "spv_glu.h"
+#include "spv_matmul_f16.h"
+#include "spv_matmul_q8a.h"
+#include "spv_matvec_f16.h"
+#include "spv_matvec_q8a.h"
+#include "spv_qk_norm_rope.h"
+#include "spv_rmsnorm.h"
+#include "wushkv/wushkv.h"
+
+#define T 'T' /* uniform texel buffer */
+#define S 'S' /* storage buffer */
+#define I 'I' /* storage texel buffer (the KV pool: past the storage-buffer range limit) */
+
+typedef struct {
+    const char *name;
+    const uint32_t *spirv;
+    size_t spirv_bytes;
+    const char *bindings; /* one letter per binding */
+    uint32_t push_size;
+    bool subgroup_wg;     /* local_size_x (constant 0) = subgroup size */
+} pipe_spec;
+
+#define SPV(x) x, sizeof(x)
+static const pipe_spec specs[WK_PIPE_COUNT] = {
+    [WK_PIPE_EMBED_Q8A] = {"embed_q8a", SPV(wk_spv_embed_q8a), "TTSS", sizeof(wk_pc_embed), false},
+    [WK_PIPE_EMBED_F16] = {"embed_f16", SPV(wk_spv_embed_f16), "TTSS", sizeof(wk_pc_embed), false},
+    [WK_PIPE_RMSNORM] = {"rmsnorm", SPV(wk_spv_rmsnorm), "SSS", sizeof(wk_pc_rmsnorm), true},
+    [WK_PIPE_ADD_NORM] = {"add_norm", SPV(wk_spv_add_norm), "SSSSS", sizeof(wk_pc_add_norm), true},
+    [WK_PIPE_MATMUL_Q8A] = {"matmul_q8a", SPV(wk_spv_matmul_q8a), "TTTS", sizeof(wk_pc_matmul), false},
+    [WK_PIPE_MATMUL_F16] = {"matmul_f16", SPV(wk_spv_matmul_f16), "TTTS", sizeof(wk_pc_matmul), false},
+    [WK_PIPE_MATVEC_Q8A] = {"matvec_q8a", SPV(wk_spv_matvec_q8a), "TTTS", sizeof(wk_pc_matmul), true},
+    [WK_PIPE_MATVEC_F16] = {"matvec_f16", SPV(wk_spv_matvec_f16), "TTTS", sizeof(wk_pc_matmul), true},
+    [WK_PIPE_QK_NORM_ROPE] = {"qk_norm_rope", SPV(wk_spv_qk_norm_rope), "SSSSSTSSS", sizeof(wk_pc_qk_norm_rope), true},
+    [WK_PIPE_ATTENTION_F16] = {"attention_f16", SPV(wk_spv_attention_f16), "SSTTSSS", sizeof(wk_pc_attention_paged), true},
+    [WK_PIPE_ATTENTION_PAGED] = {"attention_paged", SPV(wk_spv_attention_paged), "SSSTSSSSS", sizeof(wk_pc_attention_paged), true},
+    [WK_PIPE_KV_STORE_WINDOW] = {"kv_store_window", SPV(wk_spv_kv_store_window), "SSSI", sizeof(wk_pc_kv_store_window), false},
+    [WK_PIPE_ATTENTION_REDUCE] = {"attention_reduce", SPV(wk_spv_attention_reduce), "SS", sizeof(wk_pc_attention_reduce), true},
+    [WK_PIPE_KV_STORE_QUANT] = {"kv_store_quant", SPV(wk_spv_kv_store_quant), "SSSSI", sizeof(wk_pc_kv_store_quant), false},
+    [WK_PIPE_KV_TRANSFORM] = {"kv_transform", SPV(wk_spv_kv_transform), "SST", sizeof(wk_pc_kv_transform), true},
+    [WK_PIPE_KV_STORE_F16] = {"kv_store_f16", SPV(wk_spv_kv_store_f16), "SSSSS", sizeof(wk_pc_kv_store_f16), false},
+    [WK_PIPE_GLU] = {"glu", SPV(wk_spv_glu), "SSS", sizeof(wk_pc_glu), false},
+};
+#undef SPV
+
+const char *wk_pipe_name(wk_pipe_id id) { return id < WK_PIPE_COUNT ? specs[id].name : "?"; }
+
+#define VKCALL(expr, what)                                   \
+    do {                                                     \
+        VkResult r_ = (expr);                                \
+        if (r_ != VK_SUCCESS) {                              \
+            snprintf(err, errlen, "%s (%s) failed: %s", what, spec->name, wk_vk_result_name(r_)); \
+            return WK_ERR_VULKAN;                            \
+        }                                                    \
+    } while (0)
+
+/* The pipeline of `id` on its existing layout. Specialisation constants: 0 the workgroup size
+ * (subgroup_wg), 1 matvec rows, 2..4 `extra`, what a shader specialises on (attention_paged: the
+ * KV format's kind, bits, group; kv_transform: its block); NULL leaves the shader's defaults,
+ * which read those from the push constants. Constants a shader does not declare are ignored. */
+static int create_pipeline(wk_vk *vk, wk_pipelines *p, wk_pipe_id id, const int32_t extra[3], char *err,
+                           size_t errlen) {
+    const pipe_spec *spec = &specs[id];
+    VkShaderModuleCreateInfo sci = {.sType = VK_STRUCTURE_TYPE_SHADER_MODULE_CREATE_INFO,
+                                    .codeSize = spec->spirv_bytes, .pCode = spec->spirv};
+    VkShaderModule mod;
+    VKCALL(vkCreateShaderModule(vk->dev, &sci, NULL, &mod), "vkCreateShaderModule");
+    uint32_t spec_data[5] = {vk->subgroup_size, p->matvec_rows, 0, 0, 0};
+    if (extra) memcpy(&spec_data[2], extra, 3 * sizeof *extra);
+    VkSpecializationMapEntry entries[5] = {{0, 0, 4}, {1, 4, 4}, {2, 8, 4}, {3, 12, 4}, {4, 16, 4}};
+    VkSpecializationInfo si = {.mapEntryCount = extra ? 5 : 2, .pMapEntries = entries,
+                               .dataSize = (extra ? 5 : 2) * sizeof *spec_data, .pData = spec_data};
+    VkComputePipelineCreateInfo pci = {
+        .sType = VK_STRUCTURE_TYPE_COMPUTE_PIPELINE_CREATE_INFO,
+        .stage = {.sType = VK_STRUCTURE_TYPE_PIPELINE_SHADER_STAGE_CREATE_INFO, .stage = VK_SHADER_STAGE_COMPUTE_BIT,
+                  .module = mod, .pName = "main", .pSpecializationInfo = spec->subgroup_wg || extra ? &si : NULL},
+        .layout = p->layout[id]};
+    VkPipeline pipe = VK_NULL_HANDLE;
+    VkResult r = vkCreateComputePipelines(vk->dev, VK_NULL_HANDLE, 1, &pci, NULL, &pipe);
+    vkDestroyShaderModule(vk->dev, mod, NULL);
+    VKCALL(r, "vkCreateComputePipelines");
+    if (p->pipe[id]) vkDestroyPipeline(vk->dev, p->pipe[id], NULL);
+    p->pipe[id] = pipe;
+    return 0;
+}
+
+static int create_one(wk_vk *vk, wk_pipelines *p, wk_pipe_id id, char *err, size_t errlen) {
+    const pipe_spec *spec = &specs[id];
+    VkDescriptorSetLayoutBinding b[WK_MAX_BINDINGS];
+    uint32_t n = (uint32_t)strlen(spec->bindings);
+    for (uint32_t i = 0; i < n; i++)
+        b[i] = (VkDescriptorSetLayoutBinding){
+            .binding = i,
+            .descriptorType = spec->bindings[i] == T   ? VK_DESCRIPTOR_TYPE_UNIFORM_TEXEL_BUFFER
+                              : spec->bindings[i] == I ? VK_DESCRIPTOR_TYPE_STORAGE_TEXEL_BUFFER
+                                                       : VK_DESCRIPTOR_TYPE_STORAGE_BUFFER,
+            .descriptorCount = 1,
+            .stageFlags = VK_SHADER_STAGE_COMPUTE_BIT};
+    VkDescriptorSetLayoutCreateInfo dci = {.sType = VK_STRUCTURE_TYPE_DESCRIPTOR_SET_LAYOUT_CREATE_INFO,
+                                           .bindingCount = n, .pBindings = b};
+    VKCALL(vkCreateDescriptorSetLayout(vk->dev, &dci, NULL, &p->dsl[id]), "vkCreateDescriptorSetLayout");
+    VkPushConstantRange pcr = {.stageFlags = VK_SHADER_STAGE_COMPUTE_BIT, .offset = 0, .size = spec->push_size};
+    VkPipelineLayoutCreateInfo lci = {.sType = VK_STRUCTURE_TYPE_PIPELINE_LAYOUT_CREATE_INFO, .setLayoutCount = 1,
+                                      .pSetLayouts = &p->dsl[id], .pushConstantRangeCount = 1,
+                                      .pPushConstantRanges = &pcr};
+    VKCALL(vkCreatePipelineLayout(vk->dev, &lci, NULL, &p->layout[id]), "vkCreatePipelineLayout");
+    return create_pipeline(vk, p, id, NULL, err, errlen);
+}
+
+int wk_pipelines_create(wk_vk *vk, wk_pipelines *p, char *err, size_t errlen) {
+    memset(p, 0, sizeof *p);
+    p->matvec_rows = 16;
+    for (int id = 0; id < WK_PIPE_COUNT; id++) {
+        int rc = create_one(vk, p, (wk_pipe_id)id, err, errlen);
+        if (rc) {
+            wk_pipelines_destroy(vk, p);
+            return rc;
+        }
+    }
+    const char *prof = getenv("WUSHKV_PROFILE");
+    if (prof && strcmp(prof, "1") == 0 && vk->props.limits.timestampComputeAndGraphics) {
+        VkQueryPoolCreateInfo qci = {.sType = VK_STRUCTURE_TYPE_QUERY_POOL_CREATE_INFO,
+                                     .queryType = VK_QUERY_TYPE_TIMESTAMP, .queryCount = 4096};
+        p->profile = vkCreateQueryPool(vk->dev, &qci, NULL, &p->queries) == VK_SUCCESS;
+    }
+    p->cache_cap = 8192;
+    p->cache = calloc(p->cache_cap, sizeof *p->cache);
+    VkDescriptorPoolSize sizes[3] = {{VK_DESCRIPTOR_TYPE_UNIFORM_TEXEL_BUFFER, p->cache_cap * 4},
+                                     {VK_DESCRIPTOR_TYPE_STORAGE_BUFFER, p->cache_cap * 6},
+                                     {VK_DESCRIPTOR_TYPE_STORAGE_TEXEL_BUFFER, p->cache_cap}};
+    VkDescriptorPoolCreateInfo dpi = {.sType = VK_STRUCTURE_TYPE_DESCRIPTOR_POOL_CREATE_INFO,
+                                      .maxSets = p->cache_cap, .poolSizeCount = 3, .pPoolSizes = sizes};
+    VkResult r = p->cache ? vkCreateDescriptorPool(vk->dev, &dpi, NULL, &p->pool) : VK_ERROR_OUT_OF_HOST_MEMORY;
+    if (r != VK_SUCCESS) {
+        snprintf(err, errlen, "vkCreateDescriptorPool failed: %s", wk_vk_result_name(r));
+        wk_pipelines_destroy(vk, p);
+        return WK_ERR_VULKAN;
+    }
+    return 0;
+}
+
+int wk_pipelines_specialize_kv(wk_vk *vk, wk_pipelines *p, int kind, int bits, int group, char *err, size_t errlen) {
+    const int32_t kv[3] = {kind, bits, group};
+    return create_pipeline(vk, p, WK_PIPE_ATTENTION_PAGED, kv, err, errlen);
+}
+
+int wk_pipelines_specialize_transform(wk_vk *vk, wk_pipelines *p, int block, char *err, size_t errlen) {
+    const int32_t c[3] = {block, 0, 0};
+    return create_pipeline(vk, p, WK_PIPE_KV_TRANSFORM, c, err, errlen);
+}
+
+void wk_pipelines_destroy(wk_vk *vk, wk_pipelines *p) {
+    if (!vk->dev) return;
+    if (p->pool) vkDestroyDescriptorPool(vk->dev, p->pool, NULL);
+    if (p->queries) vkDestroyQueryPool(vk->dev, p->queries, NULL);
+    for (int id = 0; id < WK_PIPE_COUNT; id++) {
+        if (p->pipe[id]) vkDestroyPipeline(vk->dev, p->pipe[id], NULL);
+        if (p->layout[id]) vkDestroyPipelineLayout(vk->dev, p->layout[id], NULL);
+        if (p->dsl[id]) vkDestroyDescriptorSetLayout(vk->dev, p->dsl[id], NULL);
+    }
+    free(p->cache);
+    memset(p, 0, sizeof *p);
+}
+
+static uint64_t hash_args(int pipe, const wk_arg *a, uint32_t n) {
+    uint64_t h = 1469598103934665603ull ^ (uint64_t)pipe;
+    for (uint32_t i = 0; i < n; i++) {
+        uint64_t v[4] = {(uint64_t)(uintptr_t)a[i].view, (uint64_t)(uintptr_t)a[i].buf, a[i].offset, a[i].range};
+        for (int j = 0; j < 4; j++) h = (h ^ v[j]) * 1099511628211ull, h ^= h >> 29;
+    }
+    return h;
+}
+
+static int get_set(wk_vk *vk, wk_pipelines *p, wk_pipe_id id, const wk_arg *args, VkDescriptorSet *out, char *err,
+                   size_t errlen) {
+    const pipe_spec *spec = &specs[id];
+    uint32_t n = (uint32_t)strlen(spec->bindings);
+    uint64_t h = hash_args((int)id, args, n);
+    uint32_t mask = p->cache_cap - 1;
+    for (uint32_t i = (uint32_t)h & mask;; i = (i + 1) & mask) {
+        wk_desc_entry *e = &p->cache[i];
+        if (e->set == VK_NULL_HANDLE) {
+            if (p->cache_used + 1 >= p->cache_cap / 2) {
+                snprintf(err, errlen, "descriptor cache full (%u sets)", p->cache_used);
+                return WK_ERR_NOMEM;
+            }
+            VkDescriptorSetAllocateInfo ai = {.sType = VK_STRUCTURE_TYPE_DESCRIPTOR_SET_ALLOCATE_INFO,
+                                              .descriptorPool = p->pool, .descriptorSetCount = 1,
+                                              .pSetLayouts = &p->dsl[id]};
+            VkResult r = vkAllocateDescriptorSets(vk->dev, &ai, &e->set);
+            if (r != VK_SUCCESS) {
+                e->set = VK_NULL_HANDLE;
+                snprintf(err, errlen, "vkAllocateDescriptorSets (%s) failed: %s", spec->name, wk_vk_result_name(r));
+                return WK_ERR_VULKAN;
+            }
+            VkWriteDescriptorSet w[WK_MAX_BINDINGS];
+            VkDescriptorBufferInfo bi[WK_MAX_BINDINGS];
+            for (uint32_t b = 0; b < n; b++) {
+                w[b] = (VkWriteDescriptorSet){.sType = VK_STRUCTURE_TYPE_WRITE_DESCRIPTOR_SET, .dstSet = e->set,
+                                              .dstBinding = b, .descriptorCount = 1};
+                if (spec->bindings[b] == T || spec->bindings[b] == I) {
+                    w[b].descriptorType = spec->bindings[b] == T ? VK_DESCRIPTOR_TYPE_UNIFORM_TEXEL_BUFFER
+                                                                 : VK_DESCRIPTOR_TYPE_STORAGE_TEXEL_BUFFER;
+                    w[b].pTexelBufferView = &args[b].view;
+                } else {
+                    bi[b] = (VkDescriptorBufferInfo){.buffer = args[b].buf, .offset = args[b].offset,
+                                                     .range = args[b].range ? args[b].range : VK_WHOLE_SIZE};
+                    w[b].descriptorType = VK_DESCRIPTOR_TYPE_STORAGE_BUFFER;
+                    w[b].pBufferInfo = &bi[b];
+                }
+            }
+            vkUpdateDescriptorSets(vk->dev, n, w, 0, NULL);
+            e->hash = h;
+            e->pipe = (int)id;
+            memcpy(e->args, args, n * sizeof *args);
+            p->cache_used++;
+            *out = e->set;
+            return 0;
+        }
+        if (e->hash == h && e->pipe == (int)id && memcmp(e->args, args, n * sizeof *args) == 0) {
+            *out = e->set;
+            return 0;
+        }
+    }
+}
+
+int wk_dispatch(wk_vk *vk, wk_pipelines *p, wk_pipe_id id, const wk_arg *args, const void *push, uint32_t push_size,
+                uint32_t gx, uint32_t gy, uint32_t gz, char *err, size_t errlen) {
+    if (push_size != specs[id].push_size) {
+        snprintf(err, errlen, "internal: push constants for %s are %u bytes, expected %u", specs[id].name, push_size,
+                 specs[id].push_size);
+        return WK_ERR_INVALID;
+    }
+    VkDescriptorSet set;
+    int rc = get_set(vk, p, id, args, &set, err, errlen);
+    if (rc) return rc;
+    vkCmdBindPipeline(vk->cmd, VK_PIPELINE_BIND_POINT_COMPUTE, p->pipe[id]);
+    vkCmdBindDescriptorSets(vk->cmd, VK_PIPELINE_BIND_POINT_COMPUTE, p->layout[id], 0, 1, &set, 0, NULL);
+    vkCmdPushConstants(vk->cmd, p->layout[id], VK_SHADER_STAGE_COMPUTE_BIT, 0, push_size, push);
+    vkCmdDispatch(vk->cmd, gx, gy, gz);
+    if (p->profile && p->n_queries < 4096) {
+        p->query_pipe[p->n_queries] = (uint8_t)id;
+        vkCmdWriteTimestamp(vk->cmd, VK_PIPELINE_STAGE_COMPUTE_SHADER_BIT, p->queries, p->n_queries++);
+    }
+    return 0;
+}
+
+void wk_prof_begin(wk_vk *vk, wk_pipelines *p) {
+    if (!p->profile) return;
+    vkCmdResetQueryPool(vk->cmd, p->queries, 0, 4096);
+    p->n_queries = 0;
+    p->query_pipe[p->n_queries] = WK_PIPE_COUNT; /* start mark */
+    vkCmdWriteTimestamp(vk->cmd, VK_PIPELINE_STAGE_TOP_OF_PIPE_BIT, p->queries, p->n_queries++);
+}
+
+void wk_prof_collect(wk_vk *vk, wk_pipelines *p) {
+    if (!p->profile || p->n_queries < 2) return;
+    uint64_t ts[4096];
+    if (vkGetQueryPoolResults(vk->dev, p->queries, 0, p->n_queries, sizeof ts, ts, sizeof(uint64_t),
+                              VK_QUERY_RESULT_64_BIT) != VK_SUCCESS)
+        return;
+    const double ns = vk->props.limits.timestampPeriod;
+    for (uint32_t i = 1; i < p->n_queries; i++) {
+        p->prof_ms[p->query_pipe[i]] += (double)(ts[i] - ts[i - 1]) * ns * 1e-6;
+        p->prof_calls[p->query_pipe[i]]++;
+    }
+    p->n_queries = 0;
+}
+
+void wk_prof_print(const wk_pipelines *p) {
+    if (!p->profile) return;
+    fprintf(stderr, "wushkv profile (GPU time per pipeline):\n");
+    for (int id = 0; id < WK_PIPE_COUNT; id++)
+        if (p->prof_calls[id])
+            fprintf(stderr, "  %-16s %9.1f ms  %7llu dispatches  %8.3f ms each\n", specs[id].name, p->prof_ms[id],
+                    (unsigned long long)p->prof_calls[id], p->prof_ms[id] / (double)p->prof_calls[id]);
+}

@@ -1,0 +1,85 @@
+/* Compute pipelines built from the embedded SPIR-V, and dispatch with cached descriptor sets.
+ * The table in vk_pipelines.c names each shader's bindings and push-constant size. */
+#ifndef WK_VK_PIPELINES_H
+#define WK_VK_PIPELINES_H
+
+#include "vulkan/vk_device.h"
+
+typedef enum {
+    WK_PIPE_EMBED_Q8A,
+    WK_PIPE_EMBED_F16,
+    WK_PIPE_RMSNORM,
+    WK_PIPE_ADD_NORM,
+    WK_PIPE_MATMUL_Q8A,
+    WK_PIPE_MATMUL_F16,
+    WK_PIPE_MATVEC_Q8A,
+    WK_PIPE_MATVEC_F16,
+    WK_PIPE_QK_NORM_ROPE,
+    WK_PIPE_ATTENTION_F16,
+    WK_PIPE_ATTENTION_PAGED,
+    WK_PIPE_ATTENTION_REDUCE,
+    WK_PIPE_KV_STORE_WINDOW,
+    WK_PIPE_KV_STORE_QUANT,
+    WK_PIPE_KV_TRANSFORM,
+    WK_PIPE_KV_STORE_F16,
+    WK_PIPE_GLU,
+    WK_PIPE_COUNT
+} wk_pipe_id;
+
+#define WK_MAX_BINDINGS 10
+
+/* One binding argument: a texel view, or a storage-buffer range (range 0 = whole buffer). */
+typedef struct wk_arg {
+    VkBufferView view;
+    VkBuffer buf;
+    VkDeviceSize offset, range;
+} wk_arg;
+
+typedef struct wk_desc_entry {
+    uint64_t hash;
+    int pipe;
+    wk_arg args[WK_MAX_BINDINGS];
+    VkDescriptorSet set;
+} wk_desc_entry;
+
+typedef struct wk_pipelines {
+    VkDescriptorSetLayout dsl[WK_PIPE_COUNT];
+    VkPipelineLayout layout[WK_PIPE_COUNT];
+    VkPipeline pipe[WK_PIPE_COUNT];
+    VkDescriptorPool pool;
+    wk_desc_entry *cache; /* open addressing; sets are created once per distinct binding tuple */
+    uint32_t cache_cap, cache_used;
+    uint32_t matvec_rows;  /* rows per matvec workgroup */
+    /* Optional GPU-time profile per pipeline (WUSHKV_PROFILE=1): a timestamp after each dispatch. */
+    bool profile;
+    VkQueryPool queries;
+    uint32_t n_queries;
+    uint8_t query_pipe[4096];
+    double prof_ms[WK_PIPE_COUNT];
+    uint64_t prof_calls[WK_PIPE_COUNT];
+} wk_pipelines;
+
+int wk_pipelines_create(wk_vk *vk, wk_pipelines *p, char *err, size_t errlen);
+/* Rebuilds attention_paged for one KV format (kind, bits, group as specialisation constants), so
+ * its decode compiles to straight-line code for that format: ~1.5x faster on lavapipe than reading
+ * the format from push constants. Dispatches must then pass the same format. */
+int wk_pipelines_specialize_kv(wk_vk *vk, wk_pipelines *p, int kind, int bits, int group, char *err, size_t errlen);
+/* The same for kv_transform and the transform's block. */
+int wk_pipelines_specialize_transform(wk_vk *vk, wk_pipelines *p, int block, char *err, size_t errlen);
+void wk_pipelines_destroy(wk_vk *vk, wk_pipelines *p);
+/* Records bind + push + dispatch into vk->cmd. args has one entry per binding of the pipeline. */
+int wk_dispatch(wk_vk *vk, wk_pipelines *p, wk_pipe_id id, const wk_arg *args, const void *push, uint32_t push_size,
+                uint32_t gx, uint32_t gy, uint32_t gz, char *err, size_t errlen);
+const char *wk_pipe_name(wk_pipe_id id);
+/* Profiling: call begin right after wk_vk_begin and collect after the submit completed. */
+void wk_prof_begin(wk_vk *vk, wk_pipelines *p);
+void wk_prof_collect(wk_vk *vk, wk_pipelines *p);
+void wk_prof_print(const wk_pipelines *p);
+
+static inline wk_arg wk_arg_view(VkBufferView v) { return (wk_arg){.view = v}; }
+static inline wk_arg wk_arg_buf(VkBuffer b) { return (wk_arg){.buf = b}; }
+static inline wk_arg wk_arg_range(VkBuffer b, VkDeviceSize off, VkDeviceSize range) {
+    return (wk_arg){.buf = b, .offset = off, .range = range};
+}
+
+#endif

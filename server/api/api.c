@@ -1,0 +1,566 @@
+/* The API on the loop thread: a route table in front of the handlers; generation requests
+ * become engine jobs and their events become OpenAI JSON or SSE chunks (api_response.c builds
+ * them). A request's state (a "call") lives until the engine's last event for it, even when its
+ * client has gone, so the in-flight count behind 429 is exact. */
+#include "api/api.h"
+
+#include <inttypes.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#include <cjson/cJSON.h>
+
+#include "api/api_int.h"
+#include "api/chat_template.h"
+#include "metrics/metrics.h"
+#include "metrics/mono_clock.h"
+#include "api/openai_request.h"
+#include "http/sse.h"
+#include "sched/text_stream.h"
+
+/* ---- replies ----------------------------------------------------------------------------------- */
+
+static const char *extra_headers(api_server *a) { return a->cors_headers[0] ? a->cors_headers : NULL; }
+
+static void reply(api_server *a, http_conn *c, int status, const char *type, const char *body, size_t len,
+                  const char *more_headers) {
+    char headers[1024];
+    snprintf(headers, sizeof headers, "%s%s", a->cors_headers, more_headers ? more_headers : "");
+    metrics_http_response(a->m, status);
+    http_respond(c, status, type, body, len, headers);
+}
+
+static void reply_json(api_server *a, http_conn *c, int status, cJSON *obj, const char *more_headers) {
+    char *s = obj ? cJSON_PrintUnformatted(obj) : NULL;
+    if (!s) {
+        static const char oom[] = "{\"error\":{\"message\":\"out of memory\",\"type\":\"server_error\",\"param\":null,"
+                                  "\"code\":null}}";
+        reply(a, c, 500, "application/json", oom, sizeof oom - 1, NULL);
+    } else {
+        reply(a, c, status, "application/json", s, strlen(s), more_headers);
+        cJSON_free(s);
+    }
+    cJSON_Delete(obj);
+}
+
+static void reply_error(api_server *a, http_conn *c, int status, const char *message, const char *param,
+                        const char *code, const char *more_headers) {
+    reply_json(a, c, status, error_object(status, NULL, message, param, code), more_headers);
+}
+
+static void reply_api_error(api_server *a, http_conn *c, const api_error *e) {
+    reply_json(a, c, e->status, error_object(e->status, e->type, e->message, e->param, e->code), NULL);
+}
+
+/* ---- calls ------------------------------------------------------------------------------------- */
+
+static call *call_find(api_server *a, uint64_t id) {
+    for (call *c = a->calls; c; c = c->next)
+        if (id >= c->id && id < c->id + (uint64_t)(c->n_choices > 0 ? c->n_choices : 1)) return c;
+    return NULL;
+}
+
+static void call_free(api_server *a, call *k) {
+    for (call **p = &a->calls; *p; p = &(*p)->next)
+        if (*p == k) {
+            *p = k->next;
+            break;
+        }
+    a->n_gen_calls -= k->n_choices;
+    if (k->conn) http_conn_set_request_data(k->conn, NULL, NULL);
+    for (int i = 0; i < k->n_choices; i++) {
+        text_buf_free(&k->choices[i].text);
+        cJSON_Delete(k->choices[i].lp);
+    }
+    free(k->choices);
+    free(k);
+}
+
+/* Before the last answer: ending the response may start the connection's next (pipelined)
+ * request at once, whose own state must not be cleared by call_free. */
+static void detach(call *k) {
+    if (k->conn) http_conn_set_request_data(k->conn, NULL, NULL);
+    k->conn = NULL;
+}
+
+/* The client went away: the engine drops the sequence now; the call waits for its last event. */
+static void cancel_choices(call *k) {
+    if (k->n_choices == 0) return; /* tokenize calls finish on their own */
+    for (int i = 0; i < k->n_choices; i++)
+        if (!k->choices[i].done) sched_cancel(k->api->sched, k->id + (uint64_t)i);
+}
+
+static void on_abort(http_conn *c, void *data) {
+    (void)c;
+    call *k = data;
+    k->conn = NULL;
+    cancel_choices(k);
+}
+
+static call *call_new(api_server *a, http_conn *c, call_kind kind, int n_choices) {
+    call *k = calloc(1, sizeof *k);
+    if (!k) return NULL;
+    if (n_choices > 0 && !(k->choices = calloc((size_t)n_choices, sizeof *k->choices))) {
+        free(k);
+        return NULL;
+    }
+    k->n_choices = n_choices;
+    k->id = a->next_id + 1;
+    a->next_id += (uint64_t)(n_choices > 0 ? n_choices : 1);
+    k->kind = kind;
+    k->api = a;
+    k->conn = c;
+    k->t_start = mono_now_s();
+    k->created = (long)time(NULL);
+    snprintf(k->resp_id, sizeof k->resp_id, "%s-%08lx%06" PRIx64, kind == CALL_CHAT ? "chatcmpl" : "cmpl",
+             (unsigned long)a->started_at, k->id);
+    k->next = a->calls;
+    a->calls = k;
+    a->n_gen_calls += n_choices;
+    http_conn_set_request_data(c, k, on_abort);
+    return k;
+}
+
+/* ---- engine events ----------------------------------------------------------------------------- */
+
+static void on_ready(api_server *a) {
+    const model_summary *ms = sched_model(a->sched);
+    if (a->cfg.served_name) {
+        snprintf(a->model_id, sizeof a->model_id, "%s", a->cfg.served_name);
+    } else {
+        const char *base = strrchr(a->cfg.engine.model_path, '/');
+        base = base ? base + 1 : a->cfg.engine.model_path;
+        snprintf(a->model_id, sizeof a->model_id, "%s", base);
+        size_t n = strlen(a->model_id);
+        if (n > 5 && strcmp(a->model_id + n - 5, ".gguf") == 0) a->model_id[n - 5] = 0;
+    }
+    a->model.id = a->model_id;
+    a->model.alias = ms->name;
+    a->model.max_ctx = ms->max_ctx;
+    a->model.chat = chat_format_detect(ms->chat_template, ms->arch);
+    a->ready = true;
+    char kv[384], groups[128] = "";
+    const char *fmt = a->cfg.kv_desc;
+    double mib = (double)ms->kv_pool_bytes / 1048576.0;
+    if (ms->kv_layer_groups > 1)
+        snprintf(groups, sizeof groups, " of one of %d layer groups; %d groups slide over %d tokens",
+                 ms->kv_layer_groups, ms->kv_swa_groups, ms->kv_swa_window);
+    if (a->cfg.engine.kv_bits == 16)
+        snprintf(kv, sizeof kv, "KV %s (%.1f MiB, a full context per sequence)", fmt, mib);
+    else
+        snprintf(kv, sizeof kv, "KV %s (%.4g bits/element, %.1f MiB pool = %llu blocks of 16 tokens%s)", fmt,
+                 ms->kv_bits_per_element, mib, (unsigned long long)ms->kv_pool_blocks, groups);
+    fprintf(stderr, "wushkv: ready: model '%s' (%s, %s) on %s, context %d, chat format %s%s, %d sequences, %s, http://%s:%d\n",
+            a->model_id, ms->name, ms->arch, ms->device, ms->max_ctx, chat_format_name(a->model.chat),
+            ms->chat_template ? "" : " (no template in the model: its architecture's default)", a->cfg.engine.max_seqs,
+            kv, a->cfg.host, http_server_port(a->http));
+}
+
+static void send_chunk(call *k, cJSON *o) {
+    if (k->conn) sse_send_json(k->conn, o);
+    cJSON_Delete(o);
+}
+
+/* Every choice ended: the usage chunk and [DONE], or the whole JSON response. */
+static void finish_call(api_server *a, call *k, const sched_event *last) {
+    log_request(k, last, 200);
+    http_conn *c = k->conn;
+    detach(k);
+    if (c && k->stream) {
+        if (k->include_usage) {
+            cJSON *o = usage_chunk(k);
+            sse_send_json(c, o);
+            cJSON_Delete(o);
+        }
+        sse_end(c); /* a no-op when the writes above found the client gone */
+    } else if (c) {
+        reply_json(a, c, 200, whole_response(k), NULL);
+    }
+    call_free(a, k);
+}
+
+/* Events of one choice (index i) of a generation. Choices are submitted together, so each one's
+ * EV_ACCEPTED or EV_ERROR arrives before any of them produces text. */
+static void on_gen_event(api_server *a, call *k, int i, sched_event *ev) {
+    bool chat = k->kind == CALL_CHAT;
+    choice *ci = &k->choices[i];
+    switch (ev->kind) {
+    case EV_ACCEPTED:
+        ci->accepted = true;
+        ci->prompt_tokens = ev->prompt_tokens;
+        if (++k->n_accepted == k->n_choices && k->conn && k->stream && !k->failed) {
+            k->started = true;
+            metrics_http_response(a->m, 200);
+            sse_begin(k->conn, extra_headers(a));
+            if (chat)
+                for (int j = 0; j < k->n_choices; j++) send_chunk(k, stream_chunk(k, j, "", NULL, NULL, true));
+        }
+        break;
+    case EV_TEXT:
+        if (!k->conn || k->failed) break;
+        if (k->stream) {
+            if (ev->text_len == 0 && ev->n_logprobs == 0) break; /* held back (a possible stop string) */
+            send_chunk(k, stream_chunk(k, i, ev->text ? ev->text : "", NULL, ev, false));
+        } else {
+            if (ev->text_len) text_buf_add(&ci->text, ev->text, ev->text_len);
+            if (ev->n_logprobs) collect_logprobs(k, i, ev);
+        }
+        break;
+    case EV_DONE:
+        ci->done = true;
+        ci->finish_reason = ev->finish_reason;
+        ci->completion_tokens = ev->completion_tokens;
+        ci->kv = ev->kv;
+        if (k->stream && k->started && !k->failed)
+            send_chunk(k, stream_chunk(k, i, chat ? NULL : "", ev->finish_reason, NULL, false));
+        if (++k->n_done < k->n_choices) break;
+        if (k->failed) call_free(a, k); /* the error went out already */
+        else finish_call(a, k, ev);
+        break;
+    case EV_ERROR: {
+        ci->done = true;
+        bool first = !k->failed;
+        k->failed = true;
+        if (first) {
+            /* One choice failed: the request fails, and its other choices stop now. */
+            log_request(k, ev, ev->status);
+            http_conn *c = k->conn;
+            detach(k);
+            cancel_choices(k);
+            if (c && k->started) {
+                /* The stream's status line is gone already: the error travels as an event. */
+                cJSON *o = error_object(ev->status, NULL, ev->message, ev->param, ev->code);
+                sse_send_json(c, o);
+                cJSON_Delete(o);
+                sse_end(c);
+            } else if (c) {
+                reply_error(a, c, ev->status, ev->message, ev->param, ev->code, NULL);
+            }
+        }
+        if (++k->n_done == k->n_choices) call_free(a, k);
+        break;
+    }
+    default: break;
+    }
+}
+
+static void on_event(sched_event *ev, void *data) {
+    api_server *a = data;
+    if (ev->kind == EV_READY) {
+        on_ready(a);
+    } else if (ev->kind == EV_FATAL) {
+        fprintf(stderr, "wushkv serve: %s\n", ev->message);
+        a->fatal = true;
+        if (a->on_fatal) a->on_fatal(a->fatal_data);
+    } else {
+        call *k = call_find(a, ev->id);
+        if (k && (k->kind == CALL_COMPLETION || k->kind == CALL_CHAT)) {
+            on_gen_event(a, k, (int)(ev->id - k->id), ev);
+        } else if (k) {
+            http_conn *c = k->conn;
+            detach(k);
+            if (c && ev->kind == EV_ERROR) {
+                reply_error(a, c, ev->status, ev->message, ev->param, ev->code, NULL);
+            } else if (c && ev->kind == EV_TOKENS) {
+                cJSON *o = cJSON_CreateObject();
+                cJSON *t = cJSON_AddArrayToObject(o, "tokens");
+                for (int i = 0; i < ev->n_tokens; i++) cJSON_AddItemToArray(t, cJSON_CreateNumber(ev->tokens[i]));
+                cJSON_AddNumberToObject(o, "count", ev->n_tokens);
+                cJSON_AddNumberToObject(o, "max_model_len", a->model.max_ctx);
+                reply_json(a, c, 200, o, NULL);
+            } else if (c && ev->kind == EV_DETOKENIZED) {
+                cJSON *o = cJSON_CreateObject();
+                cJSON_AddStringToObject(o, "prompt", ev->text ? ev->text : "");
+                reply_json(a, c, 200, o, NULL);
+            }
+            call_free(a, k);
+        }
+    }
+    sched_event_free(ev);
+}
+
+/* ---- handlers ---------------------------------------------------------------------------------- */
+
+static void handle_generation(api_server *a, http_conn *c, http_request *r, bool chat) {
+    openai_request req;
+    api_error err = {0};
+    if (!openai_parse_generation(r->body, chat, &a->model, &req, &err)) {
+        reply_api_error(a, c, &err);
+        return;
+    }
+    /* Each choice is a sequence: the limit counts choices. */
+    int limit = a->cfg.engine.max_seqs + a->cfg.max_queue;
+    if (req.n_gens > limit) {
+        char msg[200];
+        snprintf(msg, sizeof msg, "%d choices exceed what this server holds at once (%d)", req.n_gens, limit);
+        reply_error(a, c, 400, msg, "n", "invalid_value", NULL);
+        openai_request_free(&req);
+        return;
+    }
+    if (a->n_gen_calls + req.n_gens > limit) {
+        reply_error(a, c, 429, "the server is at its queue limit; retry shortly", NULL, "queue_full",
+                    "Retry-After: 1\r\n");
+        openai_request_free(&req);
+        return;
+    }
+    /* The jobs go to the engine as one chain, so it sees every choice before its next step. */
+    sched_job *head = NULL, **tail = &head;
+    bool oom = false;
+    for (int i = 0; i < req.n_gens && !oom; i++) {
+        *tail = calloc(1, sizeof **tail);
+        if (*tail) tail = &(*tail)->next;
+        else oom = true;
+    }
+    call *k = oom ? NULL : call_new(a, c, chat ? CALL_CHAT : CALL_COMPLETION, req.n_gens);
+    if (!k) {
+        while (head) {
+            sched_job *next = head->next;
+            free(head);
+            head = next;
+        }
+        openai_request_free(&req);
+        reply_error(a, c, 500, "out of memory", NULL, NULL, NULL);
+        return;
+    }
+    k->n_per_prompt = req.n;
+    k->stream = req.stream;
+    k->include_usage = req.stream && req.include_usage;
+    k->chat_logprobs = req.chat_logprobs;
+    if (a->cfg.log_prompts && req.gens[0].prompt_text) {
+        /* One line per request: newlines and quotes escaped, long prompts cut. */
+        size_t j = 0;
+        k->prompt_log[j++] = '"';
+        for (const char *s = req.gens[0].prompt_text; *s && j + 4 < sizeof k->prompt_log; s++) {
+            if (*s == '\n') k->prompt_log[j++] = '\\', k->prompt_log[j++] = 'n';
+            else if (*s == '"' || *s == '\\') k->prompt_log[j++] = '\\', k->prompt_log[j++] = *s;
+            else k->prompt_log[j++] = *s;
+        }
+        k->prompt_log[j++] = '"';
+        k->prompt_log[j] = 0;
+    }
+    int i = 0;
+    for (sched_job *j = head; j; j = j->next, i++) {
+        j->kind = JOB_GENERATE;
+        j->id = k->id + (uint64_t)i;
+        j->t_arrival = k->t_start;
+        j->gen = req.gens[i]; /* moved */
+    }
+    free(req.gens);
+    sched_submit(a->sched, head);
+}
+
+static void handle_tokenize(api_server *a, http_conn *c, http_request *r, bool detokenize) {
+    gen_params g;
+    api_error err = {0};
+    if (!(detokenize ? openai_parse_detokenize(r->body, &g, &err) : openai_parse_tokenize(r->body, &g, &err))) {
+        reply_api_error(a, c, &err);
+        return;
+    }
+    sched_job *job = calloc(1, sizeof *job);
+    call *k = job ? call_new(a, c, detokenize ? CALL_DETOKENIZE : CALL_TOKENIZE, 0) : NULL;
+    if (!k) {
+        free(job);
+        gen_params_free(&g);
+        reply_error(a, c, 500, "out of memory", NULL, NULL, NULL);
+        return;
+    }
+    job->kind = detokenize ? JOB_DETOKENIZE : JOB_TOKENIZE;
+    job->id = k->id;
+    job->gen = g;
+    sched_submit(a->sched, job);
+}
+
+static void handle_health(api_server *a, http_conn *c) {
+    const char *state = a->draining ? "draining" : a->ready ? "ok" : "loading";
+    char body[64];
+    int n = snprintf(body, sizeof body, "{\"status\":\"%s\"}", state);
+    reply(a, c, a->ready && !a->draining ? 200 : 503, "application/json", body, (size_t)n, NULL);
+}
+
+static cJSON *model_object(api_server *a) {
+    cJSON *m = cJSON_CreateObject();
+    cJSON_AddStringToObject(m, "id", a->model_id);
+    cJSON_AddStringToObject(m, "object", "model");
+    cJSON_AddNumberToObject(m, "created", (double)a->started_at);
+    cJSON_AddStringToObject(m, "owned_by", "wushkv");
+    cJSON_AddNumberToObject(m, "max_model_len", a->model.max_ctx);
+    return m;
+}
+
+static void handle_models(api_server *a, http_conn *c, const char *path) {
+    if (strcmp(path, "/v1/models") == 0) {
+        cJSON *o = cJSON_CreateObject();
+        cJSON_AddStringToObject(o, "object", "list");
+        cJSON_AddItemToArray(cJSON_AddArrayToObject(o, "data"), model_object(a));
+        reply_json(a, c, 200, o, NULL);
+    } else if (strcmp(path + strlen("/v1/models/"), a->model_id) == 0) {
+        reply_json(a, c, 200, model_object(a), NULL);
+    } else {
+        char msg[400];
+        snprintf(msg, sizeof msg, "The model '%.200s' does not exist", path + strlen("/v1/models/"));
+        reply_error(a, c, 404, msg, "model", "model_not_found", NULL);
+    }
+}
+
+static void handle_metrics(api_server *a, http_conn *c) {
+    size_t len = 0;
+    metrics_http_response(a->m, 200);
+    char *text = metrics_render(a->m, a->ready ? a->model_id : "", &len);
+    if (!text) {
+        reply_error(a, c, 500, "out of memory", NULL, NULL, NULL);
+        return;
+    }
+    http_respond(c, 200, "text/plain; version=0.0.4; charset=utf-8", text, len, extra_headers(a));
+    free(text);
+}
+
+typedef enum { R_HEALTH, R_MODELS, R_MODEL, R_METRICS, R_COMPLETIONS, R_CHAT, R_TOKENIZE, R_DETOKENIZE } route_id;
+
+typedef struct route {
+    const char *path; /* exact, or a prefix when it ends with '/' */
+    const char *method;
+    route_id id;
+    bool auth;  /* needs the API key when one is set */
+    bool model; /* needs the engine ready (else 503) */
+} route;
+
+static const route k_routes[] = {
+    {"/health", "GET", R_HEALTH, false, false},
+    {"/metrics", "GET", R_METRICS, false, false},
+    {"/v1/models", "GET", R_MODELS, true, true},
+    {"/v1/models/", "GET", R_MODEL, true, true},
+    {"/v1/completions", "POST", R_COMPLETIONS, true, true},
+    {"/v1/chat/completions", "POST", R_CHAT, true, true},
+    {"/tokenize", "POST", R_TOKENIZE, true, true},
+    {"/detokenize", "POST", R_DETOKENIZE, true, true},
+};
+enum { N_ROUTES = sizeof k_routes / sizeof k_routes[0] };
+
+static bool path_matches(const route *rt, const char *path) {
+    size_t n = strlen(rt->path);
+    if (rt->path[n - 1] == '/') return strncmp(path, rt->path, n) == 0 && path[n] != 0;
+    return strcmp(path, rt->path) == 0;
+}
+
+static bool authorized(api_server *a, http_request *r) {
+    if (!a->cfg.api_key) return true;
+    const char *h = http_header_get(r, "authorization");
+    if (!h || strncasecmp(h, "Bearer ", 7) != 0) return false;
+    /* Constant-time comparison: the key's bytes must not leak through timing. */
+    const char *given = h + 7, *key = a->cfg.api_key;
+    size_t gl = strlen(given), kl = strlen(key);
+    unsigned diff = (unsigned)(gl != kl);
+    for (size_t i = 0; i < kl; i++) diff |= (unsigned char)key[i] ^ (unsigned char)(i < gl ? given[i] : 0);
+    return diff == 0;
+}
+
+static void on_request(http_conn *c, http_request *r, void *data) {
+    api_server *a = data;
+    if (strcmp(r->method, "OPTIONS") == 0 && a->cfg.cors_origin) {
+        /* CORS preflight: browsers ask before a POST with a JSON body or an Authorization header. */
+        reply(a, c, 204, "text/plain", "", 0,
+              "Access-Control-Allow-Methods: GET, POST, OPTIONS\r\n"
+              "Access-Control-Allow-Headers: Authorization, Content-Type\r\n"
+              "Access-Control-Max-Age: 600\r\n");
+        return;
+    }
+    const route *rt = NULL;
+    const char *allow = NULL;
+    for (int i = 0; i < N_ROUTES; i++)
+        if (path_matches(&k_routes[i], r->path)) {
+            if (strcmp(r->method, k_routes[i].method) == 0) rt = &k_routes[i];
+            else allow = k_routes[i].method;
+        }
+    if (!rt && allow) {
+        char hdr[64], msg[160];
+        snprintf(hdr, sizeof hdr, "Allow: %s\r\n", allow);
+        snprintf(msg, sizeof msg, "method %s is not allowed on %.80s (use %s)", r->method, r->path, allow);
+        reply_error(a, c, 405, msg, NULL, "method_not_allowed", hdr);
+        return;
+    }
+    if (!rt) {
+        char msg[160];
+        snprintf(msg, sizeof msg, "no such endpoint: %.100s", r->path);
+        reply_error(a, c, 404, msg, NULL, "not_found", NULL);
+        return;
+    }
+    if (rt->auth && !authorized(a, r)) {
+        reply_error(a, c, 401, "invalid or missing API key (Authorization: Bearer KEY)", NULL, "invalid_api_key",
+                    "WWW-Authenticate: Bearer\r\n");
+        return;
+    }
+    if (rt->model && (a->draining || !a->ready)) {
+        reply_error(a, c, 503, a->draining ? "the server is shutting down" : "the model is loading; retry shortly",
+                    NULL, a->draining ? "draining" : "loading", "Retry-After: 1\r\n");
+        return;
+    }
+    switch (rt->id) {
+    case R_HEALTH: handle_health(a, c); break;
+    case R_METRICS: handle_metrics(a, c); break;
+    case R_MODELS:
+    case R_MODEL: handle_models(a, c, r->path); break;
+    case R_COMPLETIONS: handle_generation(a, c, r, false); break;
+    case R_CHAT: handle_generation(a, c, r, true); break;
+    case R_TOKENIZE: handle_tokenize(a, c, r, false); break;
+    case R_DETOKENIZE: handle_tokenize(a, c, r, true); break;
+    }
+}
+
+/* ---- lifecycle --------------------------------------------------------------------------------- */
+
+api_server *api_start(uv_loop_t *loop, const serve_config *cfg, api_fatal_cb on_fatal, void *data) {
+    api_server *a = calloc(1, sizeof *a);
+    if (!a) return NULL;
+    a->loop = loop;
+    a->cfg = *cfg;
+    a->on_fatal = on_fatal;
+    a->fatal_data = data;
+    a->started_at = (long)time(NULL);
+    a->model.max_ctx = 1;
+    if (cfg->cors_origin)
+        snprintf(a->cors_headers, sizeof a->cors_headers, "Access-Control-Allow-Origin: %.400s\r\nVary: Origin\r\n",
+                 cfg->cors_origin);
+    a->m = metrics_create();
+    if (!a->m) {
+        free(a);
+        return NULL;
+    }
+    char err[256] = "";
+    int rc = http_server_start(&a->http, loop, cfg->host, cfg->port, &cfg->limits, on_request, a, err, sizeof err);
+    if (rc) {
+        fprintf(stderr, "wushkv serve: %s\n", err);
+        metrics_free(a->m);
+        free(a);
+        return NULL;
+    }
+    fprintf(stderr, "wushkv: listening on http://%s:%d (loading the model)\n", cfg->host, http_server_port(a->http));
+    sched_config sc = {.max_seqs = cfg->engine.max_seqs, .max_batch_tokens = cfg->engine.max_batch_tokens,
+                       .kv_block_tokens = 16, .engine = cfg->engine};
+    if (sched_start(&a->sched, loop, &sc, a->m, on_event, a) != 0) {
+        fprintf(stderr, "wushkv serve: cannot start the engine thread\n");
+        http_server_close(a->http);
+        metrics_free(a->m);
+        free(a);
+        return NULL;
+    }
+    return a;
+}
+
+void api_begin_drain(api_server *a) {
+    a->draining = true;
+    http_server_stop_accepting(a->http);
+}
+
+int api_in_flight(const api_server *a) { return a->n_gen_calls; }
+int api_exit_status(const api_server *a) { return a->fatal ? 1 : 0; }
+
+void api_stop(api_server *a) {
+    /* Connections first: their abort callbacks cancel into the scheduler, which still exists. */
+    http_server_close(a->http);
+    sched_stop(a->sched);
+    while (a->calls) call_free(a, a->calls);
+    metrics_free(a->m);
+    free(a);
+}

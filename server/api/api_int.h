@@ -1,0 +1,86 @@
+/* What api.c (routing, calls, engine events) and api_response.c (the JSON of responses) share:
+ * the server's state, its calls and their choices, and the builders api.c sends. */
+#ifndef WUSHKV_API_INT_H
+#define WUSHKV_API_INT_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include <cjson/cJSON.h>
+#include <uv.h>
+
+#include "api/api.h"
+#include "http/http.h"
+#include "metrics/metrics.h"
+#include "api/openai_request.h"
+#include "sched/scheduler.h"
+#include "sched/text_stream.h"
+
+typedef enum { CALL_COMPLETION, CALL_CHAT, CALL_TOKENIZE, CALL_DETOKENIZE } call_kind;
+
+/* One choice of a generation request: one engine sequence. */
+typedef struct choice {
+    bool accepted, done;
+    const char *finish_reason;
+    int prompt_tokens, completion_tokens;
+    kv_usage kv;
+    text_buf text;   /* non-streamed: the whole completion */
+    cJSON *lp;       /* non-streamed logprobs being collected (chat: content array; completions: object) */
+    size_t text_off; /* completions logprobs text_offset */
+} choice;
+
+/* One request waiting on the engine. A generation with k choices owns engine ids id..id+k-1. */
+typedef struct call {
+    uint64_t id;
+    call_kind kind;
+    api_server *api;
+    http_conn *conn; /* NULL once the client is gone */
+    bool stream, include_usage, chat_logprobs, started, failed;
+    int n_choices, n_per_prompt, n_accepted, n_done;
+    choice *choices; /* n_choices; NULL for tokenize calls */
+    char resp_id[40];
+    long created;
+    double t_start;
+    char prompt_log[120];
+    struct call *next;
+} call;
+
+struct api_server {
+    uv_loop_t *loop;
+    serve_config cfg;
+    http_server *http;
+    scheduler *sched;
+    metrics *m;
+    api_fatal_cb on_fatal;
+    void *fatal_data;
+    bool ready, draining, fatal;
+    api_model model;
+    char model_id[256];
+    long started_at;
+    call *calls;
+    int n_gen_calls; /* completions + chats in flight: the queue limit counts these */
+    uint64_t next_id;
+    char cors_headers[512];
+};
+
+/* ---- the JSON of responses (api_response.c) ---------------------------------------------------- */
+/* The objects returned are the caller's to send and free. */
+
+/* {"error": {message, type, param, code}}; a NULL type is derived from the status. */
+cJSON *error_object(int status, const char *type, const char *message, const char *param, const char *code);
+/* One streamed chunk of choice `index`: a text delta and/or a finish reason, with lp_ev's
+ * logprobs when it has any; role: the chat opening delta. */
+cJSON *stream_chunk(call *k, int index, const char *text, const char *finish, const sched_event *lp_ev,
+                    bool role);
+/* The last chunk of a stream with include_usage: no choices, the usage over all of them. */
+cJSON *usage_chunk(const call *k);
+/* Adds ev's logprobs to choice `index`'s collection for its non-streamed response. */
+void collect_logprobs(call *k, int index, const sched_event *ev);
+/* The non-streamed response once every choice is done; takes the choices' collected logprobs. */
+cJSON *whole_response(call *k);
+/* One stderr line per request (no prompt text unless --log-prompts); ev: the last event (NULL
+ * allowed when status is not 200). */
+void log_request(call *k, const sched_event *ev, int status);
+
+#endif

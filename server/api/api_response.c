@@ -1,0 +1,246 @@
+/* The JSON of generation responses, from a call's state and the engine's events: OpenAI's
+ * completion and chat objects, their stream chunks, logprobs and usage, error objects, and the
+ * one log line per request. api.c decides when to send them and owns the calls. */
+#include "api/api_int.h"
+
+#include <inttypes.h>
+#include <stdio.h>
+#include <stdlib.h>
+
+#include "metrics/mono_clock.h"
+#include "sched/text_stream.h"
+
+cJSON *error_object(int status, const char *type, const char *message, const char *param, const char *code) {
+    if (!type)
+        type = status == 401   ? "authentication_error"
+               : status == 404 ? "not_found_error"
+               : status == 429 ? "rate_limit_error"
+               : status >= 500 ? "server_error"
+                               : "invalid_request_error";
+    cJSON *root = cJSON_CreateObject();
+    cJSON *e = cJSON_AddObjectToObject(root, "error");
+    cJSON_AddStringToObject(e, "message", message);
+    cJSON_AddStringToObject(e, "type", type);
+    if (param) cJSON_AddStringToObject(e, "param", param);
+    else cJSON_AddNullToObject(e, "param");
+    if (code) cJSON_AddStringToObject(e, "code", code);
+    else cJSON_AddNullToObject(e, "code");
+    return root;
+}
+
+/* Valid UTF-8 for JSON from raw token bytes (a byte-fallback token alone is not). */
+static char *sanitize(const char *bytes, size_t n) {
+    text_stream ts;
+    text_stream_init(&ts, NULL, 0);
+    text_buf out = {0};
+    bool oom = false;
+    text_stream_feed(&ts, bytes, n, &out, &oom);
+    text_stream_finish(&ts, &out, &oom);
+    text_stream_free(&ts);
+    if (oom || !text_buf_add(&out, "", 0)) {
+        text_buf_free(&out);
+        return NULL;
+    }
+    return out.p;
+}
+
+static cJSON *bytes_array(const char *p, int n) {
+    cJSON *a = cJSON_CreateArray();
+    for (int i = 0; i < n; i++) cJSON_AddItemToArray(a, cJSON_CreateNumber((unsigned char)p[i]));
+    return a;
+}
+
+/* Each prompt counted once (as OpenAI does for n > 1), completions summed, KV bytes and blocks
+ * summed over the choices' peaks (their sequences run side by side). */
+static cJSON *usage_object(const call *k) {
+    int prompt = 0, completion = 0, blocks = 0;
+    uint64_t bytes = 0, fp16 = 0;
+    double bits = 16.0;
+    for (int i = 0; i < k->n_choices; i++) {
+        const choice *c = &k->choices[i];
+        if (i % k->n_per_prompt == 0) prompt += c->prompt_tokens;
+        completion += c->completion_tokens;
+        bytes += c->kv.bytes;
+        fp16 += c->kv.fp16_bytes;
+        blocks += c->kv.blocks;
+        if (c->kv.bits_per_element > 0) bits = c->kv.bits_per_element;
+    }
+    cJSON *u = cJSON_CreateObject();
+    cJSON_AddNumberToObject(u, "prompt_tokens", prompt);
+    cJSON_AddNumberToObject(u, "completion_tokens", completion);
+    cJSON_AddNumberToObject(u, "total_tokens", prompt + completion);
+    cJSON *kv = cJSON_AddObjectToObject(u, "kv_cache");
+    cJSON_AddNumberToObject(kv, "bytes", (double)bytes);
+    cJSON_AddNumberToObject(kv, "fp16_bytes", (double)fp16);
+    cJSON_AddNumberToObject(kv, "blocks", blocks);
+    cJSON_AddNumberToObject(kv, "bits_per_element", bits);
+    return u;
+}
+
+static cJSON *envelope(const call *k, const char *object) {
+    cJSON *o = cJSON_CreateObject();
+    cJSON_AddStringToObject(o, "id", k->resp_id);
+    cJSON_AddStringToObject(o, "object", object);
+    cJSON_AddNumberToObject(o, "created", (double)k->created);
+    cJSON_AddStringToObject(o, "model", k->api->model_id);
+    return o;
+}
+
+/* Chat logprobs entries for one event: [{token, logprob, bytes, top_logprobs: [...]}]. */
+static void chat_logprobs_add(cJSON *content, const sched_event *ev) {
+    for (int i = 0; i < ev->n_logprobs; i++) {
+        const token_logprob *lp = &ev->logprobs[i];
+        cJSON *e = cJSON_CreateObject();
+        char *t = sanitize(lp->piece, (size_t)lp->piece_len);
+        cJSON_AddStringToObject(e, "token", t ? t : "");
+        free(t);
+        cJSON_AddNumberToObject(e, "logprob", lp->logprob);
+        cJSON_AddItemToObject(e, "bytes", bytes_array(lp->piece, lp->piece_len));
+        cJSON *top = cJSON_AddArrayToObject(e, "top_logprobs");
+        for (int j = 0; j < lp->n_top; j++) {
+            cJSON *a = cJSON_CreateObject();
+            char *tt = sanitize(lp->top_piece[j], (size_t)lp->top_piece_len[j]);
+            cJSON_AddStringToObject(a, "token", tt ? tt : "");
+            free(tt);
+            cJSON_AddNumberToObject(a, "logprob", lp->top_logprob[j]);
+            cJSON_AddItemToObject(a, "bytes", bytes_array(lp->top_piece[j], lp->top_piece_len[j]));
+            cJSON_AddItemToArray(top, a);
+        }
+        cJSON_AddItemToArray(content, e);
+    }
+}
+
+/* Completions logprobs (the legacy shape): parallel arrays tokens / token_logprobs /
+ * top_logprobs (token -> logprob maps) / text_offset. */
+static void completion_logprobs_add(cJSON *obj, const sched_event *ev, size_t *text_off) {
+    cJSON *tokens = cJSON_GetObjectItem(obj, "tokens"), *lps = cJSON_GetObjectItem(obj, "token_logprobs");
+    cJSON *tops = cJSON_GetObjectItem(obj, "top_logprobs"), *offs = cJSON_GetObjectItem(obj, "text_offset");
+    for (int i = 0; i < ev->n_logprobs; i++) {
+        const token_logprob *lp = &ev->logprobs[i];
+        char *t = sanitize(lp->piece, (size_t)lp->piece_len);
+        cJSON_AddItemToArray(tokens, cJSON_CreateString(t ? t : ""));
+        free(t);
+        cJSON_AddItemToArray(lps, cJSON_CreateNumber(lp->logprob));
+        cJSON *m = cJSON_CreateObject();
+        for (int j = 0; j < lp->n_top; j++) {
+            char *tt = sanitize(lp->top_piece[j], (size_t)lp->top_piece_len[j]);
+            if (tt && !cJSON_GetObjectItemCaseSensitive(m, tt)) cJSON_AddNumberToObject(m, tt, lp->top_logprob[j]);
+            free(tt);
+        }
+        cJSON_AddItemToArray(tops, m);
+        cJSON_AddItemToArray(offs, cJSON_CreateNumber((double)*text_off));
+        *text_off += (size_t)lp->piece_len;
+    }
+}
+
+static cJSON *completion_logprobs_new(void) {
+    cJSON *o = cJSON_CreateObject();
+    cJSON_AddArrayToObject(o, "tokens");
+    cJSON_AddArrayToObject(o, "token_logprobs");
+    cJSON_AddArrayToObject(o, "top_logprobs");
+    cJSON_AddArrayToObject(o, "text_offset");
+    return o;
+}
+
+void collect_logprobs(call *k, int index, const sched_event *ev) {
+    bool chat = k->kind == CALL_CHAT;
+    choice *ci = &k->choices[index];
+    if (!ci->lp) ci->lp = chat ? cJSON_CreateArray() : completion_logprobs_new();
+    if (chat) chat_logprobs_add(ci->lp, ev);
+    else completion_logprobs_add(ci->lp, ev, &ci->text_off);
+}
+
+cJSON *stream_chunk(call *k, int index, const char *text, const char *finish, const sched_event *lp_ev,
+                    bool role) {
+    bool chat = k->kind == CALL_CHAT;
+    cJSON *o = envelope(k, chat ? "chat.completion.chunk" : "text_completion");
+    cJSON *choices = cJSON_AddArrayToObject(o, "choices");
+    cJSON *ch = cJSON_CreateObject();
+    cJSON_AddNumberToObject(ch, "index", index);
+    if (chat) {
+        cJSON *d = cJSON_AddObjectToObject(ch, "delta");
+        if (role) cJSON_AddStringToObject(d, "role", "assistant");
+        if (text) cJSON_AddStringToObject(d, "content", text);
+    } else {
+        cJSON_AddStringToObject(ch, "text", text ? text : "");
+    }
+    if (lp_ev && lp_ev->n_logprobs) {
+        if (chat) {
+            cJSON *l = cJSON_AddObjectToObject(ch, "logprobs");
+            chat_logprobs_add(cJSON_AddArrayToObject(l, "content"), lp_ev);
+        } else {
+            cJSON *l = completion_logprobs_new();
+            completion_logprobs_add(l, lp_ev, &k->choices[index].text_off);
+            cJSON_AddItemToObject(ch, "logprobs", l);
+        }
+    } else {
+        cJSON_AddNullToObject(ch, "logprobs");
+    }
+    if (finish) cJSON_AddStringToObject(ch, "finish_reason", finish);
+    else cJSON_AddNullToObject(ch, "finish_reason");
+    cJSON_AddItemToArray(choices, ch);
+    if (k->include_usage) cJSON_AddNullToObject(o, "usage"); /* as OpenAI: null until the usage chunk */
+    return o;
+}
+
+cJSON *usage_chunk(const call *k) {
+    cJSON *o = envelope(k, k->kind == CALL_CHAT ? "chat.completion.chunk" : "text_completion");
+    cJSON_AddArrayToObject(o, "choices");
+    cJSON_AddItemToObject(o, "usage", usage_object(k));
+    return o;
+}
+
+cJSON *whole_response(call *k) {
+    bool chat = k->kind == CALL_CHAT;
+    cJSON *o = envelope(k, chat ? "chat.completion" : "text_completion");
+    cJSON *choices = cJSON_AddArrayToObject(o, "choices");
+    for (int i = 0; i < k->n_choices; i++) {
+        choice *ci = &k->choices[i];
+        cJSON *ch = cJSON_CreateObject();
+        cJSON_AddNumberToObject(ch, "index", i);
+        if (chat) {
+            cJSON *msg = cJSON_AddObjectToObject(ch, "message");
+            cJSON_AddStringToObject(msg, "role", "assistant");
+            cJSON_AddStringToObject(msg, "content", ci->text.p ? ci->text.p : "");
+        } else {
+            cJSON_AddStringToObject(ch, "text", ci->text.p ? ci->text.p : "");
+        }
+        if (ci->lp) {
+            if (chat) cJSON_AddItemToObject(cJSON_AddObjectToObject(ch, "logprobs"), "content", ci->lp);
+            else cJSON_AddItemToObject(ch, "logprobs", ci->lp);
+            ci->lp = NULL;
+        } else if (chat && k->chat_logprobs) {
+            cJSON_AddArrayToObject(cJSON_AddObjectToObject(ch, "logprobs"), "content");
+        } else {
+            cJSON_AddNullToObject(ch, "logprobs");
+        }
+        cJSON_AddStringToObject(ch, "finish_reason", ci->finish_reason ? ci->finish_reason : "stop");
+        cJSON_AddItemToArray(choices, ch);
+    }
+    cJSON_AddItemToObject(o, "usage", usage_object(k));
+    return o;
+}
+
+void log_request(call *k, const sched_event *ev, int status) {
+    api_server *a = k->api;
+    double dt = mono_now_s() - k->t_start;
+    const char *kind = k->kind == CALL_CHAT ? "chat" : "completion";
+    if (status == 200) {
+        int prompt = 0, completion = 0;
+        uint64_t bytes = 0;
+        for (int i = 0; i < k->n_choices; i++) {
+            if (i % k->n_per_prompt == 0) prompt += k->choices[i].prompt_tokens;
+            completion += k->choices[i].completion_tokens;
+            bytes += k->choices[i].kv.bytes;
+        }
+        fprintf(stderr,
+                "wushkv: %s %s status=200 choices=%d prompt=%d completion=%d finish=%s kv_bytes=%" PRIu64
+                " queue=%.3fs ttft=%.3fs time=%.3fs%s%s\n",
+                k->resp_id, kind, k->n_choices, prompt, completion, ev->finish_reason, bytes, ev->queue_s,
+                ev->ttft_s < 0 ? 0.0 : ev->ttft_s, dt, a->cfg.log_prompts ? " prompt=" : "",
+                a->cfg.log_prompts ? k->prompt_log : "");
+    } else {
+        fprintf(stderr, "wushkv: %s %s status=%d error=\"%s\" time=%.3fs\n", k->resp_id, kind, status,
+                ev ? ev->message : "", dt);
+    }
+}

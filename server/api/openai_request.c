@@ -1,0 +1,549 @@
+/* Validation of OpenAI request bodies with cJSON. Every refusal names its field (param) and
+ * says what was expected, as OpenAI's own 400s do; unknown fields are ignored, as OpenAI's
+ * clients send fields that servers may not know. */
+#include "api/openai_request.h"
+
+#include <math.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#include <cjson/cJSON.h>
+
+#include "sched/text_stream.h"
+
+/* Completions' max_tokens default (OpenAI's legacy endpoint uses 16). */
+#define COMPLETIONS_DEFAULT_MAX_TOKENS 16
+
+static bool fail(api_error *e, int status, const char *param, const char *code, const char *fmt, ...)
+    __attribute__((format(printf, 5, 6)));
+static bool fail(api_error *e, int status, const char *param, const char *code, const char *fmt, ...) {
+    e->status = status;
+    e->type = status == 404 ? "not_found_error" : "invalid_request_error";
+    e->param = param;
+    e->code = code;
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(e->message, sizeof e->message, fmt, ap);
+    va_end(ap);
+    return false;
+}
+
+static const char *type_name(const cJSON *v) {
+    if (cJSON_IsString(v)) return "a string";
+    if (cJSON_IsNumber(v)) return "a number";
+    if (cJSON_IsBool(v)) return "a boolean";
+    if (cJSON_IsArray(v)) return "an array";
+    if (cJSON_IsObject(v)) return "an object";
+    if (cJSON_IsNull(v)) return "null";
+    return "an invalid value";
+}
+
+/* Absent or null fields keep their defaults (OpenAI's clients send null for "not given"). */
+static const cJSON *field(const cJSON *obj, const char *name) {
+    const cJSON *v = cJSON_GetObjectItemCaseSensitive(obj, name);
+    return v && !cJSON_IsNull(v) ? v : NULL;
+}
+
+static bool get_number(const cJSON *obj, const char *name, double lo, double hi, float *out, api_error *e) {
+    const cJSON *v = field(obj, name);
+    if (!v) return true;
+    if (!cJSON_IsNumber(v)) return fail(e, 400, name, "invalid_type", "%s must be a number, not %s", name, type_name(v));
+    if (!(v->valuedouble >= lo && v->valuedouble <= hi))
+        return fail(e, 400, name, "invalid_value", "%s must be between %g and %g, got %g", name, lo, hi, v->valuedouble);
+    *out = (float)v->valuedouble;
+    return true;
+}
+
+static bool is_integer(const cJSON *v) {
+    return cJSON_IsNumber(v) && v->valuedouble == floor(v->valuedouble) && fabs(v->valuedouble) < 9.007199254740992e15;
+}
+
+static bool get_int(const cJSON *obj, const char *name, long lo, long hi, int *out, bool *given, api_error *e) {
+    const cJSON *v = field(obj, name);
+    if (!v) return true;
+    if (!is_integer(v))
+        return fail(e, 400, name, "invalid_type", "%s must be an integer, not %s", name,
+                    cJSON_IsNumber(v) ? "a fraction" : type_name(v));
+    if (v->valuedouble < (double)lo || v->valuedouble > (double)hi)
+        return fail(e, 400, name, "invalid_value", "%s must be between %ld and %ld, got %.0f", name, lo, hi,
+                    v->valuedouble);
+    *out = (int)v->valuedouble;
+    if (given) *given = true;
+    return true;
+}
+
+static bool get_bool(const cJSON *obj, const char *name, bool *out, api_error *e) {
+    const cJSON *v = field(obj, name);
+    if (!v) return true;
+    if (!cJSON_IsBool(v)) return fail(e, 400, name, "invalid_type", "%s must be a boolean, not %s", name, type_name(v));
+    *out = cJSON_IsTrue(v);
+    return true;
+}
+
+/* An array of token ids (range-checked against the vocabulary on the engine thread). */
+static bool token_array(const cJSON *arr, const char *param, int32_t **out, int *n, api_error *e) {
+    int count = cJSON_GetArraySize(arr);
+    int32_t *t = malloc(((size_t)count + 1) * sizeof *t);
+    if (!t) return fail(e, 500, NULL, NULL, "out of memory");
+    int i = 0;
+    const cJSON *v;
+    cJSON_ArrayForEach(v, arr) {
+        if (!is_integer(v) || v->valuedouble < 0 || v->valuedouble > INT32_MAX) {
+            free(t);
+            return fail(e, 400, param, "invalid_type", "%s must hold token ids (integers >= 0); element %d is not", param,
+                        i);
+        }
+        t[i++] = (int32_t)v->valuedouble;
+    }
+    *out = t;
+    *n = count;
+    return true;
+}
+
+/* One prompt of a completions request: text, or token ids used as given. */
+typedef struct prompt_in {
+    char *text;
+    int32_t *tokens;
+    int n_tokens;
+} prompt_in;
+
+static bool add_text_prompt(prompt_in *p, const char *text, api_error *e) {
+    p->text = strdup(text);
+    return p->text ? true : fail(e, 500, NULL, NULL, "out of memory");
+}
+
+/* prompt: a string, an array of strings, an array of token ids, or an array of such arrays. */
+static bool parse_prompts(const cJSON *root, prompt_in *out, int *n_out, api_error *e) {
+    const cJSON *p = field(root, "prompt");
+    if (!p) return fail(e, 400, "prompt", "missing_required_parameter", "prompt is required");
+    if (cJSON_IsString(p)) {
+        *n_out = 1;
+        return add_text_prompt(&out[0], p->valuestring, e);
+    }
+    if (!cJSON_IsArray(p))
+        return fail(e, 400, "prompt", "invalid_type",
+                    "prompt must be a string, an array of strings or an array of token ids, not %s", type_name(p));
+    int n = cJSON_GetArraySize(p);
+    if (n == 0) return fail(e, 400, "prompt", "invalid_value", "prompt must not be an empty array");
+    if (cJSON_IsNumber(cJSON_GetArrayItem(p, 0))) {
+        *n_out = 1;
+        return token_array(p, "prompt", &out[0].tokens, &out[0].n_tokens, e);
+    }
+    if (n > OPENAI_MAX_CHOICES)
+        return fail(e, 400, "prompt", "invalid_value", "at most %d prompts per request (got %d)", OPENAI_MAX_CHOICES, n);
+    int i = 0;
+    const cJSON *item;
+    cJSON_ArrayForEach(item, p) {
+        *n_out = i + 1; /* what is filled so far is freed by the caller on failure */
+        if (cJSON_IsString(item)) {
+            if (!add_text_prompt(&out[i], item->valuestring, e)) return false;
+        } else if (cJSON_IsArray(item)) {
+            if (cJSON_GetArraySize(item) == 0)
+                return fail(e, 400, "prompt", "invalid_value", "prompt[%d] must not be empty", i);
+            if (!token_array(item, "prompt", &out[i].tokens, &out[i].n_tokens, e)) return false;
+        } else {
+            return fail(e, 400, "prompt", "invalid_type",
+                        "prompt must be a string, an array of strings or an array of token ids; element %d is %s", i,
+                        type_name(item));
+        }
+        i++;
+    }
+    return true;
+}
+
+/* Content: a string, or an array of {"type":"text","text":...} parts joined as they come. */
+static bool message_text(const cJSON *content, int index, text_buf *out, api_error *e) {
+    static char param[] = "messages";
+    if (!content) return true; /* an assistant turn with only tool calls has none */
+    if (cJSON_IsString(content)) return text_buf_add(out, content->valuestring, strlen(content->valuestring));
+    if (!cJSON_IsArray(content))
+        return fail(e, 400, param, "invalid_type", "messages[%d].content must be a string or an array of parts, not %s",
+                    index, type_name(content));
+    const cJSON *part;
+    int j = 0;
+    cJSON_ArrayForEach(part, content) {
+        const cJSON *type = cJSON_GetObjectItemCaseSensitive(part, "type");
+        const cJSON *text = cJSON_GetObjectItemCaseSensitive(part, "text");
+        if (!cJSON_IsObject(part) || !cJSON_IsString(type))
+            return fail(e, 400, param, "invalid_type", "messages[%d].content[%d] must be an object with a type", index, j);
+        if (strcmp(type->valuestring, "text") != 0)
+            return fail(e, 400, param, "unsupported_value",
+                        "messages[%d].content[%d]: content parts of type '%s' are not supported (text only)", index, j,
+                        type->valuestring);
+        if (!cJSON_IsString(text))
+            return fail(e, 400, param, "invalid_type", "messages[%d].content[%d].text must be a string", index, j);
+        if (!text_buf_add(out, text->valuestring, strlen(text->valuestring)))
+            return fail(e, 500, NULL, NULL, "out of memory");
+        j++;
+    }
+    return true;
+}
+
+static bool parse_messages(const cJSON *root, chat_format fmt, gen_params *g, api_error *e) {
+    const cJSON *msgs = field(root, "messages");
+    if (!msgs) return fail(e, 400, "messages", "missing_required_parameter", "messages is required");
+    if (!cJSON_IsArray(msgs)) return fail(e, 400, "messages", "invalid_type", "messages must be an array, not %s", type_name(msgs));
+    int n = cJSON_GetArraySize(msgs);
+    if (n == 0) return fail(e, 400, "messages", "invalid_value", "messages must not be empty");
+    chat_msg *cm = calloc((size_t)n, sizeof *cm);
+    text_buf *texts = calloc((size_t)n, sizeof *texts);
+    bool ok = cm && texts;
+    if (!ok) fail(e, 500, NULL, NULL, "out of memory");
+    int i = 0;
+    const cJSON *m;
+    cJSON_ArrayForEach(m, msgs) {
+        if (!ok) break;
+        const cJSON *role = cJSON_GetObjectItemCaseSensitive(m, "role");
+        if (!cJSON_IsObject(m)) {
+            ok = fail(e, 400, "messages", "invalid_type", "messages[%d] must be an object, not %s", i, type_name(m));
+        } else if (!cJSON_IsString(role)) {
+            ok = fail(e, 400, "messages", "invalid_type", "messages[%d].role must be a string", i);
+        } else if (strcmp(role->valuestring, "system") && strcmp(role->valuestring, "developer") &&
+                   strcmp(role->valuestring, "user") && strcmp(role->valuestring, "assistant")) {
+            ok = fail(e, 400, "messages", "invalid_value",
+                      "messages[%d].role '%.40s' is not supported (system, developer, user, assistant)", i,
+                      role->valuestring);
+        } else {
+            ok = message_text(field(m, "content"), i, &texts[i], e) && text_buf_add(&texts[i], "", 0);
+            cm[i].role = role->valuestring;
+            cm[i].content = texts[i].p;
+        }
+        i++;
+    }
+    if (ok) {
+        g->prompt_text = chat_render(fmt, cm, n);
+        g->add_special = true;
+        if (!g->prompt_text) ok = fail(e, 500, NULL, NULL, "out of memory");
+    }
+    for (int k = 0; texts && k < n; k++) text_buf_free(&texts[k]);
+    free(texts);
+    free(cm);
+    return ok;
+}
+
+static bool parse_stop(const cJSON *root, gen_params *g, api_error *e) {
+    const cJSON *stop = field(root, "stop");
+    if (!stop) return true;
+    const cJSON *one = cJSON_IsString(stop) ? stop : NULL;
+    if (!one && !cJSON_IsArray(stop))
+        return fail(e, 400, "stop", "invalid_type", "stop must be a string or an array of strings, not %s", type_name(stop));
+    if (!one && cJSON_GetArraySize(stop) > SCHED_MAX_STOP)
+        return fail(e, 400, "stop", "invalid_value", "at most %d stop strings are supported", SCHED_MAX_STOP);
+    const cJSON *s;
+    cJSON *wrap = NULL;
+    if (one) {
+        wrap = cJSON_CreateArray();
+        if (!wrap) return fail(e, 500, NULL, NULL, "out of memory");
+        cJSON_AddItemReferenceToArray(wrap, (cJSON *)one);
+    }
+    bool ok = true;
+    const cJSON *list = one ? wrap : stop;
+    cJSON_ArrayForEach(s, list) {
+        if (!cJSON_IsString(s)) {
+            ok = fail(e, 400, "stop", "invalid_type", "stop must hold strings only");
+            break;
+        }
+        if (!s->valuestring[0]) continue; /* an empty stop string would match at once: ignored */
+        if (strlen(s->valuestring) > 256) {
+            ok = fail(e, 400, "stop", "invalid_value", "stop strings are limited to 256 bytes");
+            break;
+        }
+        if (!(g->stop[g->n_stop] = strdup(s->valuestring))) {
+            ok = fail(e, 500, NULL, NULL, "out of memory");
+            break;
+        }
+        g->n_stop++;
+    }
+    cJSON_Delete(wrap);
+    return ok;
+}
+
+static bool parse_logit_bias(const cJSON *root, gen_params *g, api_error *e) {
+    const cJSON *b = field(root, "logit_bias");
+    if (!b) return true;
+    if (!cJSON_IsObject(b)) return fail(e, 400, "logit_bias", "invalid_type", "logit_bias must be an object, not %s", type_name(b));
+    int n = cJSON_GetArraySize(b);
+    if (n > 1024) return fail(e, 400, "logit_bias", "invalid_value", "logit_bias is limited to 1024 tokens");
+    g->bias_tokens = malloc(((size_t)n + 1) * sizeof *g->bias_tokens);
+    g->bias_values = malloc(((size_t)n + 1) * sizeof *g->bias_values);
+    if (!g->bias_tokens || !g->bias_values) return fail(e, 500, NULL, NULL, "out of memory");
+    const cJSON *v;
+    cJSON_ArrayForEach(v, b) {
+        char *end;
+        long id = strtol(v->string, &end, 10);
+        if (!v->string[0] || *end || id < 0 || id > INT32_MAX)
+            return fail(e, 400, "logit_bias", "invalid_value", "logit_bias keys must be token ids, got '%.40s'", v->string);
+        if (!cJSON_IsNumber(v) || v->valuedouble < -100 || v->valuedouble > 100)
+            return fail(e, 400, "logit_bias", "invalid_value", "logit_bias values must be numbers from -100 to 100");
+        g->bias_tokens[g->n_bias] = (int32_t)id;
+        g->bias_values[g->n_bias++] = (float)v->valuedouble;
+    }
+    return true;
+}
+
+/* Features with no implementation yet are refused plainly rather than silently ignored. */
+static bool refuse_unsupported(const cJSON *root, bool chat, api_error *e) {
+    if (!chat) {
+        int best_of = 1;
+        bool echo = false;
+        if (!get_int(root, "best_of", 1, 128, &best_of, NULL, e)) return false;
+        if (best_of != 1) return fail(e, 400, "best_of", "unsupported_value", "only best_of=1 is supported");
+        if (!get_bool(root, "echo", &echo, e)) return false;
+        if (echo) return fail(e, 400, "echo", "unsupported_value", "echo is not supported");
+        if (field(root, "suffix")) return fail(e, 400, "suffix", "unsupported_value", "suffix is not supported");
+    } else {
+        const cJSON *tools = field(root, "tools");
+        if (tools && (!cJSON_IsArray(tools) || cJSON_GetArraySize(tools) > 0))
+            return fail(e, 400, "tools", "unsupported_value", "tools (function calling) are not supported");
+        const cJSON *rf = field(root, "response_format");
+        const cJSON *rft = rf ? cJSON_GetObjectItemCaseSensitive(rf, "type") : NULL;
+        if (rf && !(cJSON_IsString(rft) && strcmp(rft->valuestring, "text") == 0))
+            return fail(e, 400, "response_format", "unsupported_value", "only response_format {\"type\": \"text\"} is supported");
+    }
+    return true;
+}
+
+/* A deep copy of base with its own prompt. */
+static bool copy_params(gen_params *d, const gen_params *base, const prompt_in *p) {
+    *d = *base;
+    d->prompt_text = NULL;
+    d->prompt_tokens = NULL;
+    d->bias_tokens = NULL;
+    d->bias_values = NULL;
+    d->n_stop = 0;
+    bool ok = true;
+    if (p->text) {
+        ok &= (d->prompt_text = strdup(p->text)) != NULL;
+        d->add_special = true; /* the model's BOS before text prompts */
+    } else {
+        ok &= (d->prompt_tokens = malloc(((size_t)p->n_tokens + 1) * sizeof *d->prompt_tokens)) != NULL;
+        if (ok) memcpy(d->prompt_tokens, p->tokens, (size_t)p->n_tokens * sizeof *d->prompt_tokens);
+        d->n_prompt_tokens = p->n_tokens;
+        d->add_special = false; /* token prompts are used as given */
+    }
+    if (base->n_bias) {
+        ok &= (d->bias_tokens = malloc((size_t)base->n_bias * sizeof *d->bias_tokens)) != NULL;
+        ok &= (d->bias_values = malloc((size_t)base->n_bias * sizeof *d->bias_values)) != NULL;
+        if (ok) {
+            memcpy(d->bias_tokens, base->bias_tokens, (size_t)base->n_bias * sizeof *d->bias_tokens);
+            memcpy(d->bias_values, base->bias_values, (size_t)base->n_bias * sizeof *d->bias_values);
+        }
+    }
+    for (int i = 0; i < base->n_stop; i++) {
+        d->stop[i] = strdup(base->stop[i]);
+        if (!d->stop[i]) {
+            ok = false;
+            break;
+        }
+        d->n_stop++;
+    }
+    return ok;
+}
+
+/* prompts x n generations. With a seed, choice j of every prompt samples with seed + j: each
+ * prompt's first choice equals the same request with n=1, and its n choices differ. */
+static bool expand(openai_request *out, const gen_params *base, const prompt_in *prompts, int n_prompts, bool seed_given,
+                   api_error *err) {
+    out->n_prompts = n_prompts;
+    out->gens = calloc((size_t)(n_prompts * out->n), sizeof *out->gens);
+    if (!out->gens) return fail(err, 500, NULL, NULL, "out of memory");
+    for (int p = 0; p < n_prompts; p++)
+        for (int j = 0; j < out->n; j++) {
+            gen_params *g = &out->gens[out->n_gens++];
+            if (!copy_params(g, base, &prompts[p])) return fail(err, 500, NULL, NULL, "out of memory");
+            if (seed_given) g->sampling.seed = base->sampling.seed + (uint64_t)j;
+            else g->sampling.seed = base->sampling.seed ^ (0x9E3779B97F4A7C15ull * (uint64_t)(p * out->n + j + 1));
+        }
+    return true;
+}
+
+bool openai_parse_generation(const char *body, bool chat, const api_model *m, openai_request *out, api_error *err) {
+    memset(out, 0, sizeof *out);
+    out->chat = chat;
+    gen_params base = {0}, *g = &base;
+    prompt_in prompts[OPENAI_MAX_CHOICES] = {{0}};
+    int n_prompts = 0;
+    g->max_tokens = chat ? -1 : COMPLETIONS_DEFAULT_MAX_TOKENS;
+    /* OpenAI's defaults: temperature 1, top_p 1; top_k and min_p off. */
+    g->sampling = (wk_sampler_params){.temperature = 1.0f, .top_p = 1.0f, .top_k = 0, .min_p = 0.0f};
+    g->repetition_penalty = 1.0f;
+    g->logprobs = -1;
+
+    cJSON *root = cJSON_Parse(body);
+    if (!root) {
+        fail(err, 400, NULL, "invalid_json", "the body is not valid JSON (near byte %ld)",
+             (long)(cJSON_GetErrorPtr() ? cJSON_GetErrorPtr() - body : 0));
+        return false;
+    }
+    bool ok = true;
+    if (!cJSON_IsObject(root)) {
+        ok = fail(err, 400, NULL, "invalid_type", "the body must be a JSON object, not %s", type_name(root));
+        goto out;
+    }
+    const cJSON *model = field(root, "model");
+    if (model && !cJSON_IsString(model)) {
+        ok = fail(err, 400, "model", "invalid_type", "model must be a string, not %s", type_name(model));
+        goto out;
+    }
+    if (model && strcmp(model->valuestring, m->id) != 0 && !(m->alias && strcmp(model->valuestring, m->alias) == 0)) {
+        ok = fail(err, 404, "model", "model_not_found", "The model '%.200s' does not exist; this server serves '%s'",
+                  model->valuestring, m->id);
+        goto out;
+    }
+    if (!refuse_unsupported(root, chat, err)) {
+        ok = false;
+        goto out;
+    }
+    out->n = 1;
+    if (!get_int(root, "n", 1, OPENAI_MAX_CHOICES, &out->n, NULL, err)) {
+        ok = false;
+        goto out;
+    }
+    bool given = false;
+    int max_tokens = 0;
+    ok = get_int(root, "max_tokens", 1, 1L << 30, &max_tokens, &given, err) &&
+         (!chat || get_int(root, "max_completion_tokens", 1, 1L << 30, &max_tokens, &given, err));
+    if (ok && given) {
+        if (max_tokens >= m->max_ctx) {
+            ok = fail(err, 400, "max_tokens", "context_length_exceeded",
+                      "max_tokens is %d but the context holds %d tokens (prompt + completion)", max_tokens, m->max_ctx);
+            goto out;
+        }
+        g->max_tokens = max_tokens;
+    }
+    int top_k = 0;
+    int64_t seed = 0;
+    bool seed_given = false;
+    ok = ok && get_number(root, "temperature", 0.0, 2.0, &g->sampling.temperature, err) &&
+         get_number(root, "top_p", 0.0, 1.0, &g->sampling.top_p, err) &&
+         get_number(root, "min_p", 0.0, 1.0, &g->sampling.min_p, err) &&
+         get_int(root, "top_k", -1, INT32_MAX, &top_k, NULL, err) &&
+         get_number(root, "presence_penalty", -2.0, 2.0, &g->presence_penalty, err) &&
+         get_number(root, "frequency_penalty", -2.0, 2.0, &g->frequency_penalty, err) &&
+         get_number(root, "repetition_penalty", 0.01, 100.0, &g->repetition_penalty, err) &&
+         get_bool(root, "stream", &out->stream, err);
+    if (!ok) goto out;
+    if (g->sampling.top_p <= 0.0f) {
+        ok = fail(err, 400, "top_p", "invalid_value", "top_p must be greater than 0");
+        goto out;
+    }
+    g->sampling.top_k = top_k < 0 ? 0 : top_k; /* -1 (vLLM's "off") and 0 both disable */
+    const cJSON *sv = field(root, "seed");
+    if (sv) {
+        if (!is_integer(sv)) {
+            ok = fail(err, 400, "seed", "invalid_type", "seed must be an integer, not %s", type_name(sv));
+            goto out;
+        }
+        seed = (int64_t)sv->valuedouble;
+        seed_given = true;
+    }
+    if (seed_given) g->sampling.seed = (uint64_t)seed;
+    else {
+        /* No seed: a fresh one per request from the clock and an address (no shared RNG state
+         * across threads). */
+        struct timespec ts;
+        clock_gettime(CLOCK_REALTIME, &ts);
+        g->sampling.seed = ((uint64_t)ts.tv_sec * 1000000007ull) ^ (uint64_t)ts.tv_nsec ^ (uint64_t)(uintptr_t)out;
+    }
+    const cJSON *so = field(root, "stream_options");
+    if (so) {
+        if (!cJSON_IsObject(so)) {
+            ok = fail(err, 400, "stream_options", "invalid_type", "stream_options must be an object, not %s", type_name(so));
+            goto out;
+        }
+        if (!get_bool(so, "include_usage", &out->include_usage, err)) {
+            err->param = "stream_options.include_usage";
+            ok = false;
+            goto out;
+        }
+    }
+    /* logprobs: an integer (0..20 alternatives) on completions; a boolean plus top_logprobs on chat. */
+    if (chat) {
+        int top = 0;
+        bool top_given = false;
+        ok = get_bool(root, "logprobs", &out->chat_logprobs, err) &&
+             get_int(root, "top_logprobs", 0, SCHED_MAX_TOP_LOGPROBS, &top, &top_given, err);
+        if (ok && top_given && !out->chat_logprobs)
+            ok = fail(err, 400, "top_logprobs", "invalid_value", "top_logprobs needs logprobs set to true");
+        if (ok && out->chat_logprobs) g->logprobs = top;
+    } else {
+        int lp = -1;
+        ok = get_int(root, "logprobs", 0, SCHED_MAX_TOP_LOGPROBS, &lp, NULL, err);
+        g->logprobs = lp;
+    }
+    const cJSON *user = field(root, "user");
+    if (ok && user && !cJSON_IsString(user))
+        ok = fail(err, 400, "user", "invalid_type", "user must be a string, not %s", type_name(user));
+    ok = ok && parse_stop(root, g, err) && parse_logit_bias(root, g, err) &&
+         (chat ? parse_messages(root, m->chat, g, err) : parse_prompts(root, prompts, &n_prompts, err));
+    if (ok && chat) {
+        /* The rendered conversation is the one prompt. */
+        prompts[0].text = g->prompt_text;
+        g->prompt_text = NULL;
+        n_prompts = 1;
+    }
+    if (ok && n_prompts * out->n > OPENAI_MAX_CHOICES)
+        ok = fail(err, 400, "n", "invalid_value", "%d prompts x n=%d is more than %d choices per request", n_prompts,
+                  out->n, OPENAI_MAX_CHOICES);
+    if (ok) ok = expand(out, g, prompts, n_prompts, seed_given, err);
+
+out:
+    cJSON_Delete(root);
+    gen_params_free(g);
+    for (int i = 0; i < OPENAI_MAX_CHOICES; i++) {
+        free(prompts[i].text);
+        free(prompts[i].tokens);
+    }
+    if (!ok) openai_request_free(out);
+    return ok;
+}
+
+void openai_request_free(openai_request *r) {
+    for (int i = 0; i < r->n_gens; i++) gen_params_free(&r->gens[i]);
+    free(r->gens);
+    r->gens = NULL;
+    r->n_gens = 0;
+}
+
+static cJSON *parse_object(const char *body, api_error *err) {
+    cJSON *root = cJSON_Parse(body);
+    if (!root) fail(err, 400, NULL, "invalid_json", "the body is not valid JSON");
+    else if (!cJSON_IsObject(root)) {
+        fail(err, 400, NULL, "invalid_type", "the body must be a JSON object, not %s", type_name(root));
+        cJSON_Delete(root);
+        root = NULL;
+    }
+    return root;
+}
+
+bool openai_parse_tokenize(const char *body, gen_params *out, api_error *err) {
+    memset(out, 0, sizeof *out);
+    cJSON *root = parse_object(body, err);
+    if (!root) return false;
+    const char *name = field(root, "prompt") ? "prompt" : "text";
+    const cJSON *p = field(root, name);
+    bool ok = true;
+    out->add_special = true;
+    if (!p) ok = fail(err, 400, "prompt", "missing_required_parameter", "prompt (the text to tokenize) is required");
+    else if (!cJSON_IsString(p)) ok = fail(err, 400, name, "invalid_type", "%s must be a string, not %s", name, type_name(p));
+    ok = ok && get_bool(root, "add_special", &out->add_special, err);
+    if (ok && !(out->prompt_text = strdup(p->valuestring))) ok = fail(err, 500, NULL, NULL, "out of memory");
+    cJSON_Delete(root);
+    return ok;
+}
+
+bool openai_parse_detokenize(const char *body, gen_params *out, api_error *err) {
+    memset(out, 0, sizeof *out);
+    cJSON *root = parse_object(body, err);
+    if (!root) return false;
+    const cJSON *t = field(root, "tokens");
+    bool ok;
+    if (!t) ok = fail(err, 400, "tokens", "missing_required_parameter", "tokens is required");
+    else if (!cJSON_IsArray(t)) ok = fail(err, 400, "tokens", "invalid_type", "tokens must be an array, not %s", type_name(t));
+    else ok = token_array(t, "tokens", &out->prompt_tokens, &out->n_prompt_tokens, err);
+    cJSON_Delete(root);
+    return ok;
+}

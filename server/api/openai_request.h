@@ -1,0 +1,47 @@
+/* OpenAI request bodies (completions, chat completions, tokenize, detokenize) -> validated
+ * parameters, or an OpenAI-shaped error naming the offending field. Pure: no I/O, no engine. */
+#ifndef WUSHKV_OPENAI_REQUEST_H
+#define WUSHKV_OPENAI_REQUEST_H
+
+#include <stdbool.h>
+
+#include "api/chat_template.h"
+#include "sched/scheduler.h"
+
+typedef struct api_error {
+    int status;
+    const char *type;  /* "invalid_request_error", "not_found_error", ... */
+    const char *param; /* the field, or NULL */
+    const char *code;  /* a machine-readable code, or NULL */
+    char message[512];
+} api_error;
+
+/* What validation needs to know about the server. */
+typedef struct api_model {
+    const char *id;    /* the served model name */
+    const char *alias; /* also accepted (the GGUF's general.name), or NULL */
+    int max_ctx;
+    chat_format chat;
+} api_model;
+
+#define OPENAI_MAX_CHOICES 16 /* prompts x n in one request */
+
+typedef struct openai_request {
+    bool chat, stream, include_usage;
+    bool chat_logprobs; /* chat: logprobs requested (top_logprobs in gens[i].logprobs) */
+    int n;              /* choices per prompt */
+    int n_prompts;      /* completions: a batch of prompts; chat: 1 */
+    gen_params *gens;   /* n_prompts * n generations; choice index = prompt * n + j */
+    int n_gens;
+} openai_request;
+
+/* Returns true and fills out (free it with openai_request_free), or false and fills err. */
+bool openai_parse_generation(const char *body, bool chat, const api_model *m, openai_request *out, api_error *err);
+void openai_request_free(openai_request *r);
+
+/* POST /tokenize: {"prompt"|"text": string, "add_special": bool} -> prompt_text + add_special. */
+bool openai_parse_tokenize(const char *body, gen_params *out, api_error *err);
+/* POST /detokenize: {"tokens": [ints]} -> prompt_tokens. */
+bool openai_parse_detokenize(const char *body, gen_params *out, api_error *err);
+
+#endif

@@ -1,0 +1,205 @@
+/* KV-cache format flags: one parser for serve, generate, perplexity and bench, so the names, values,
+ * defaults and errors are the same everywhere (see kv_flags.h). */
+#include "cli/kv_flags.h"
+
+#include <limits.h>
+#include <stdarg.h>
+#include <string.h>
+
+static const char *const bits_names[] = {"f16", "int2", "int3", "int4"};
+static const int bits_values[] = {16, 2, 3, 4};
+static const char *const quant_names[] = {"quest", "percentile", "absmax"}; /* wk_kv_quant order */
+static const char *const group_names[] = {"16", "32", "64", "128", "256"};  /* 16 << index */
+static const char *const transform_names[] = {"none", "hadamard", "wush"};  /* wk_kv_transform order */
+
+/* Every flag with its help: the value's name, then lines that kv_flags_usage indents. */
+static const struct {
+    const char *flag, *value, *help;
+} flags[] = {
+    {"--kv", "FMT",
+     "KV cache format: f16 (a fixed --ctx slot per sequence) or int2,\n"
+     "int3, int4 (a paged pool of packed codes with per-group f16\n"
+     "parameters) (default: int2 with --wush, else f16)"},
+    {"--kv-quant", "Q", "quantizer of int2/3/4: quest (default), percentile, absmax"},
+    {"--kv-group", "G",
+     "elements of a head vector per quantization group (and Hadamard\n"
+     "block): 16, 32 (default), 64, 128, 256"},
+    {"--kv-mem", "BYTES",
+     "int2/3/4 pool size, e.g. 256MiB (default: room for every\n"
+     "sequence's full context)"},
+    {"--kv-transform", "T",
+     "none, hadamard (random signs, blocks of --kv-group) or wush\n"
+     "(default: wush with --wush, else none)"},
+    {"--wush", "FILE",
+     "WUSH-KV transforms from `wushkv calibrate` for this model;\n"
+     "makes int2 the default format and wush the default transform"},
+    {"--kv-sink", "S", "int2/3/4: keep the first S tokens' keys and values in f16\n(default 0)"},
+    {"--kv-recent", "R", "int2/3/4: keep the last R tokens' keys and values in f16\n(default 0)"},
+    {"--kv-rho-k", "X", "percentile quantizer: clip quantile of keys, in (0, 1]\n(default 0.96)"},
+    {"--kv-rho-v", "X", "percentile quantizer: clip quantile of values, in (0, 1]\n(default 0.92)"},
+};
+enum { N_FLAGS = sizeof flags / sizeof flags[0] };
+
+void kv_flags_init(kv_flags *f) {
+    memset(f, 0, sizeof *f);
+    f->bits = 16;
+    f->quant = WK_KV_QUANT_QUEST;
+    f->group = 32;
+    f->transform = WK_KV_TRANSFORM_NONE;
+}
+
+bool kv_flags_is(const cli *c) {
+    for (int i = 0; i < N_FLAGS; i++)
+        if (cli_is(c, NULL, flags[i].flag)) return true;
+    return false;
+}
+
+/* A clip quantile: a number in (0, 1]. 0 would mean the engine's default, so it is refused, as
+ * is anything that rounds to 0 as a float. */
+static bool quantile(cli *c, float *out) {
+    const char *s;
+    if (!cli_str(c, &s)) return false;
+    double v;
+    if (!cli_parse_double(s, &v) || !(v > 0.0 && v <= 1.0) || !((float)v > 0.0f)) {
+        cli_error(c, "%s: expected a number in (0, 1], got '%s'", c->name, s);
+        return false;
+    }
+    *out = (float)v;
+    return true;
+}
+
+bool kv_flags_parse(cli *c, kv_flags *f) {
+    int i;
+    if (cli_is(c, NULL, "--kv")) {
+        if (!cli_choice(c, bits_names, 4, &i)) return false;
+        f->bits = bits_values[i];
+        f->bits_given = true;
+        return true;
+    }
+    if (cli_is(c, NULL, "--kv-group")) {
+        if (!cli_choice(c, group_names, 5, &i)) return false;
+        f->group = 16 << i;
+        f->group_given = true;
+        return true;
+    }
+    if (cli_is(c, NULL, "--kv-transform")) {
+        f->transform_given = true;
+        return cli_choice(c, transform_names, 3, &f->transform);
+    }
+    if (cli_is(c, NULL, "--wush")) return cli_str(c, &f->wush_path);
+    /* The rest apply to a quantized cache only; kv_flags_finish checks that. */
+    const char *name = NULL;
+    bool ok = false;
+    if (cli_is(c, NULL, "--kv-quant")) {
+        name = "--kv-quant";
+        ok = cli_choice(c, quant_names, 3, &f->quant);
+    } else if (cli_is(c, NULL, "--kv-mem")) {
+        name = "--kv-mem";
+        ok = cli_size(c, &f->mem);
+    } else if (cli_is(c, NULL, "--kv-sink")) {
+        name = "--kv-sink";
+        ok = cli_int(c, 0, INT_MAX, &f->sink);
+    } else if (cli_is(c, NULL, "--kv-recent")) {
+        name = "--kv-recent";
+        ok = cli_int(c, 0, INT_MAX, &f->recent);
+    } else if (cli_is(c, NULL, "--kv-rho-k")) {
+        name = f->percentile_only = "--kv-rho-k";
+        ok = quantile(c, &f->rho_k);
+    } else if (cli_is(c, NULL, "--kv-rho-v")) {
+        name = f->percentile_only = "--kv-rho-v";
+        ok = quantile(c, &f->rho_v);
+    } else {
+        cli_unknown(c); /* a caller that skipped kv_flags_is */
+        return false;
+    }
+    f->quantized_only = name;
+    return ok;
+}
+
+bool kv_flags_finish(const cli *c, kv_flags *f) {
+    /* A sidecar makes WUSH the transform and int2 the format unless they were named. */
+    if (f->wush_path && !f->transform_given) f->transform = WK_KV_TRANSFORM_WUSH;
+    if (f->wush_path && !f->bits_given) f->bits = 2;
+    if (f->transform == WK_KV_TRANSFORM_WUSH && !f->wush_path) {
+        cli_error(c, "--kv-transform wush needs --wush FILE (the sidecar `wushkv calibrate` writes)");
+        return false;
+    }
+    if (f->bits == 16 && f->quantized_only) {
+        cli_error(c, "%s applies to a quantized KV cache (--kv int2, int3 or int4), not to f16", f->quantized_only);
+        return false;
+    }
+    if (f->bits == 16 && f->group_given && f->transform != WK_KV_TRANSFORM_HADAMARD) {
+        cli_error(c, "--kv-group applies to a quantized KV cache (--kv int2, int3 or int4) or to --kv-transform "
+                  "hadamard, not to f16 alone");
+        return false;
+    }
+    if (f->percentile_only && f->quant != WK_KV_QUANT_PERCENTILE) {
+        cli_error(c, "%s applies to the percentile quantizer (--kv-quant percentile), not to %s", f->percentile_only,
+                  quant_names[f->quant]);
+        return false;
+    }
+    return true;
+}
+
+void kv_flags_apply(const kv_flags *f, wk_engine_params *p) {
+    p->kv_bits = f->bits;
+    p->kv_quant = f->quant;
+    p->kv_group = f->group;
+    p->kv_mem = f->mem;
+    p->kv_transform = f->transform;
+    p->wush_path = f->wush_path;
+    p->kv_sink = f->sink;
+    p->kv_recent = f->recent;
+    p->kv_rho_k = f->rho_k;
+    p->kv_rho_v = f->rho_v;
+}
+
+/* Appends to buf at *len, keeping it NUL-terminated when it runs out. */
+static void append(char *buf, size_t cap, size_t *len, const char *fmt, ...) __attribute__((format(printf, 4, 5)));
+static void append(char *buf, size_t cap, size_t *len, const char *fmt, ...) {
+    if (*len >= cap) return;
+    va_list ap;
+    va_start(ap, fmt);
+    int w = vsnprintf(buf + *len, cap - *len, fmt, ap);
+    va_end(ap);
+    if (w > 0) *len = *len + (size_t)w < cap ? *len + (size_t)w : cap;
+}
+
+const char *kv_flags_describe(const kv_flags *f, char *buf, size_t cap) {
+    size_t len = 0;
+    if (cap == 0) return buf;
+    buf[0] = '\0';
+    const bool quantized = f->bits != 16;
+    if (quantized)
+        append(buf, cap, &len, "int%d %s G%d", f->bits, quant_names[f->quant], f->group);
+    else
+        append(buf, cap, &len, "f16");
+    if (quantized && f->rho_k > 0) append(buf, cap, &len, " rho_k%g", (double)f->rho_k);
+    if (quantized && f->rho_v > 0) append(buf, cap, &len, " rho_v%g", (double)f->rho_v);
+    if (f->transform != WK_KV_TRANSFORM_NONE) append(buf, cap, &len, " %s", transform_names[f->transform]);
+    if (!quantized && f->transform == WK_KV_TRANSFORM_HADAMARD) append(buf, cap, &len, " G%d", f->group);
+    if (f->sink) append(buf, cap, &len, " sink%d", f->sink);
+    if (f->recent) append(buf, cap, &len, " recent%d", f->recent);
+    return buf;
+}
+
+void kv_flags_usage(FILE *out, int col) {
+    for (int i = 0; i < N_FLAGS; i++) {
+        char head[64];
+        snprintf(head, sizeof head, "%s %s", flags[i].flag, flags[i].value);
+        /* The flag from column 2, its help from col (on a line of its own if the flag reaches
+         * col), continuation lines indented to col. */
+        if ((int)strlen(head) + 3 > col)
+            fprintf(out, "  %s\n%*s", head, col, "");
+        else
+            fprintf(out, "  %-*s", col - 2, head);
+        for (const char *line = flags[i].help;;) {
+            const char *nl = strchr(line, '\n');
+            int n = nl ? (int)(nl - line) : (int)strlen(line);
+            fprintf(out, "%.*s\n", n, line);
+            if (!nl) break;
+            line = nl + 1;
+            fprintf(out, "%*s", col, "");
+        }
+    }
+}

@@ -1,0 +1,49 @@
+/* The KV-cache flags every model-running command shares (serve, generate, perplexity, bench): --kv,
+ * --kv-quant, --kv-group, --kv-mem, --kv-transform, --wush, --kv-sink, --kv-recent, --kv-rho-k,
+ * --kv-rho-v. One parser, one set of defaults and messages, one help text. */
+#ifndef WUSHKV_KV_FLAGS_H
+#define WUSHKV_KV_FLAGS_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <stdio.h>
+
+#include "cli/cli_args.h"
+#include "wushkv/wushkv.h"
+
+typedef struct kv_flags {
+    /* The values, as wk_engine_params takes them (kv_flags_apply copies them there). */
+    int bits;              /* 16: f16, a fixed slot per sequence; 2, 3, 4: the paged pool of codes */
+    int quant;             /* wk_kv_quant */
+    int group;             /* elements per quantization group (and Hadamard block) */
+    uint64_t mem;          /* pool bytes; 0: the engine's default */
+    int transform;         /* wk_kv_transform */
+    const char *wush_path; /* the `wushkv calibrate` sidecar; NULL: none */
+    int sink, recent;      /* f16 windows of a quantized cache, in tokens (0: off) */
+    float rho_k, rho_v;    /* percentile clip quantiles; 0: the engine's (0.96, 0.92) */
+    /* What kv_flags_finish's defaults and checks depend on. */
+    bool bits_given, group_given, transform_given;
+    const char *quantized_only;  /* the last flag given that only an int2/3/4 cache takes */
+    const char *percentile_only; /* the last of --kv-rho-k / --kv-rho-v given */
+} kv_flags;
+
+/* The defaults: f16, quest, group 32, no transform, no windows. */
+void kv_flags_init(kv_flags *f);
+/* Whether the current option is one of the KV flags. */
+bool kv_flags_is(const cli *c);
+/* Parses the current option (one kv_flags_is accepts) into f; false after printing the error. */
+bool kv_flags_parse(cli *c, kv_flags *f);
+/* After the last option: applies the defaults that depend on other flags (--wush without --kv
+ * means int2; --wush without --kv-transform means wush) and refuses flags the chosen format does
+ * not take. False after printing the error (a command-line mistake: exit CLI_EXIT_USAGE). */
+bool kv_flags_finish(const cli *c, kv_flags *f);
+/* Copies the KV fields into engine params (the others are left alone). */
+void kv_flags_apply(const kv_flags *f, wk_engine_params *p);
+/* "f16", "f16 wush", "int2 quest G32 wush sink4 recent64", "int3 percentile G32 rho_k0.9" ...
+ * for logs and --json. Returns buf. */
+const char *kv_flags_describe(const kv_flags *f, char *buf, size_t cap);
+/* The flags' help lines, descriptions starting at column `col` as the command's other flags. */
+void kv_flags_usage(FILE *out, int col);
+
+#endif

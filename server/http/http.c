@@ -1,0 +1,588 @@
+/* HTTP/1.1 connections on libuv: read -> llhttp -> one request at a time to the handler ->
+ * response writes; keep-alive, pipelining (later requests wait, parsed, in a buffer), limits and
+ * timeouts. The handler may answer later (after the engine works): until it does, the
+ * connection keeps reading so that a client that goes away is noticed at once. */
+#include "http/http.h"
+
+#include <ctype.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include <llhttp.h>
+
+#include "http/text_buf.h"
+
+/* Bytes a client may send ahead (pipelined requests) while its current request is answered. */
+#define PIPELINE_BUFFER_MAX (64 * 1024)
+
+typedef enum { C_IDLE, C_READING, C_BUSY, C_CLOSING } conn_state;
+
+struct http_conn {
+    uv_tcp_t tcp;
+    uv_timer_t timer;
+    http_server *srv;
+    http_conn *prev, *next; /* the server's list */
+    int open_handles;       /* freed when both handles are closed */
+    conn_state state;
+    llhttp_t parser;
+
+    /* the request being parsed */
+    text_buf url, field, value, body;
+    bool in_value; /* last header callback was a value: a new field starts a new header */
+    size_t header_bytes;
+    int error_status; /* a limit hit while parsing: 413 or 431 */
+    bool message_done;
+    http_request req;
+
+    text_buf pending; /* received but not parsed (pipelined requests) */
+    bool processing; /* inside conn_process: re-entry only sets more work */
+
+    /* the response */
+    bool keep_alive, streaming, chunked;
+    void *req_data;
+    http_abort_cb on_abort;
+};
+
+struct http_server {
+    uv_loop_t *loop;
+    uv_tcp_t listener;
+    bool listening;
+    http_limits limits;
+    http_handler handler;
+    void *data;
+    http_conn *conns;
+    int n_conns;
+    bool closing;
+    int port;
+};
+
+typedef struct write_req {
+    uv_write_t req;
+    http_conn *c;
+    char data[];
+} write_req;
+
+static void conn_process(http_conn *c);
+static void conn_close(http_conn *c);
+
+void http_limits_default(http_limits *l) {
+    l->max_header_bytes = 16 * 1024;
+    l->max_body_bytes = 8 * 1024 * 1024;
+    l->idle_timeout_ms = 60 * 1000;
+    l->request_timeout_ms = 30 * 1000;
+    l->max_write_queue = 8 * 1024 * 1024;
+}
+
+const char *http_status_text(int status) {
+    switch (status) {
+    case 100: return "Continue";
+    case 200: return "OK";
+    case 204: return "No Content";
+    case 400: return "Bad Request";
+    case 401: return "Unauthorized";
+    case 403: return "Forbidden";
+    case 404: return "Not Found";
+    case 405: return "Method Not Allowed";
+    case 408: return "Request Timeout";
+    case 413: return "Payload Too Large";
+    case 415: return "Unsupported Media Type";
+    case 429: return "Too Many Requests";
+    case 431: return "Request Header Fields Too Large";
+    case 500: return "Internal Server Error";
+    case 501: return "Not Implemented";
+    case 503: return "Service Unavailable";
+    default: return "Unknown";
+    }
+}
+
+static char *trim_dup(const char *s, size_t n, bool lower) {
+    while (n && (*s == ' ' || *s == '\t')) s++, n--;
+    while (n && (s[n - 1] == ' ' || s[n - 1] == '\t')) n--;
+    char *d = malloc(n + 1);
+    if (!d) return NULL;
+    for (size_t i = 0; i < n; i++) d[i] = lower ? (char)tolower((unsigned char)s[i]) : s[i];
+    d[n] = 0;
+    return d;
+}
+
+/* ---- timers ------------------------------------------------------------------------------------ */
+
+static void on_timeout(uv_timer_t *t) {
+    http_conn *c = t->data;
+    if (c->state == C_READING) {
+        /* A slow (or stalled) request: tell the client why before closing. */
+        static const char msg[] = "HTTP/1.1 408 Request Timeout\r\nContent-Length: 0\r\nConnection: close\r\n\r\n";
+        uv_buf_t b = uv_buf_init((char *)msg, sizeof msg - 1);
+        uv_try_write((uv_stream_t *)&c->tcp, &b, 1);
+    }
+    conn_close(c);
+}
+
+/* Idle: the keep-alive timeout; reading: the whole-request deadline, armed at the request's first
+ * byte and never extended (a client trickling one byte at a time gains nothing); busy: none,
+ * since generation may take long and the client's disconnect is seen anyway. */
+static void set_state(http_conn *c, conn_state s) {
+    conn_state old = c->state;
+    c->state = s;
+    if (s == C_IDLE) uv_timer_start(&c->timer, on_timeout, c->srv->limits.idle_timeout_ms, 0);
+    else if (s == C_READING && old != C_READING) uv_timer_start(&c->timer, on_timeout, c->srv->limits.request_timeout_ms, 0);
+    else if (s == C_BUSY) uv_timer_stop(&c->timer);
+}
+
+/* ---- closing ----------------------------------------------------------------------------------- */
+
+static void request_free(http_conn *c) {
+    text_buf_free(&c->url);
+    text_buf_free(&c->field);
+    text_buf_free(&c->value);
+    text_buf_free(&c->body);
+    for (int i = 0; i < c->req.n_headers; i++) {
+        free(c->req.headers[i].name);
+        free(c->req.headers[i].value);
+    }
+    free(c->req.path);
+    free(c->req.query);
+    memset(&c->req, 0, sizeof c->req);
+    c->in_value = false;
+    c->header_bytes = 0;
+    c->error_status = 0;
+    c->message_done = false;
+    c->streaming = c->chunked = false;
+    c->req_data = NULL;
+    c->on_abort = NULL;
+}
+
+static void on_handle_closed(uv_handle_t *h) {
+    http_conn *c = h->data;
+    if (--c->open_handles > 0) return;
+    http_server *s = c->srv;
+    request_free(c);
+    text_buf_free(&c->pending);
+    if (c->prev) c->prev->next = c->next;
+    else s->conns = c->next;
+    if (c->next) c->next->prev = c->prev;
+    s->n_conns--;
+    free(c);
+    if (s->closing && s->n_conns == 0 && !s->listening) free(s);
+}
+
+static void conn_close(http_conn *c) {
+    if (c->state == C_CLOSING) return;
+    c->state = C_CLOSING;
+    if (c->on_abort) {
+        http_abort_cb cb = c->on_abort;
+        c->on_abort = NULL;
+        cb(c, c->req_data);
+    }
+    uv_close((uv_handle_t *)&c->tcp, on_handle_closed);
+    uv_close((uv_handle_t *)&c->timer, on_handle_closed);
+}
+
+static void on_shutdown(uv_shutdown_t *req, int status) {
+    (void)status;
+    http_conn *c = req->data;
+    free(req);
+    conn_close(c);
+}
+
+/* Closes after the queued writes are sent (uv_close alone would cancel them). */
+static void conn_close_after_writes(http_conn *c) {
+    if (c->state == C_CLOSING) return;
+    uv_shutdown_t *req = malloc(sizeof *req);
+    uv_read_stop((uv_stream_t *)&c->tcp);
+    uv_timer_stop(&c->timer);
+    if (!req || (req->data = c, uv_shutdown(req, (uv_stream_t *)&c->tcp, on_shutdown) != 0)) {
+        free(req);
+        conn_close(c);
+        return;
+    }
+    /* Nothing more may be written or dispatched; on_abort is not due (the response ended). */
+    c->state = C_CLOSING;
+    c->on_abort = NULL;
+}
+
+/* ---- writing ----------------------------------------------------------------------------------- */
+
+static void on_written(uv_write_t *req, int status) {
+    write_req *w = (write_req *)req;
+    if (status < 0 && status != UV_ECANCELED) conn_close(w->c);
+    free(w);
+}
+
+static bool conn_write(http_conn *c, const char *data, size_t len) {
+    if (c->state == C_CLOSING) return false;
+    if (uv_stream_get_write_queue_size((uv_stream_t *)&c->tcp) > c->srv->limits.max_write_queue) {
+        conn_close(c); /* the client stopped reading: do not buffer without bound */
+        return false;
+    }
+    write_req *w = malloc(sizeof *w + len);
+    if (!w) {
+        conn_close(c);
+        return false;
+    }
+    w->c = c;
+    memcpy(w->data, data, len);
+    uv_buf_t b = uv_buf_init(w->data, (unsigned)len);
+    if (uv_write(&w->req, (uv_stream_t *)&c->tcp, &b, 1, on_written) != 0) {
+        free(w);
+        conn_close(c);
+        return false;
+    }
+    return true;
+}
+
+static bool conn_printf(http_conn *c, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+static bool conn_printf(http_conn *c, const char *fmt, ...) {
+    char small[1024];
+    va_list ap;
+    va_start(ap, fmt);
+    int n = vsnprintf(small, sizeof small, fmt, ap);
+    va_end(ap);
+    if (n < 0) return false;
+    if ((size_t)n < sizeof small) return conn_write(c, small, (size_t)n);
+    char *big = malloc((size_t)n + 1);
+    if (!big) return false;
+    va_start(ap, fmt);
+    vsnprintf(big, (size_t)n + 1, fmt, ap);
+    va_end(ap);
+    bool ok = conn_write(c, big, (size_t)n);
+    free(big);
+    return ok;
+}
+
+/* The response ended: the next pipelined request (if any) is parsed, else the connection idles. */
+static void response_done(http_conn *c) {
+    if (c->state == C_CLOSING) return;
+    request_free(c);
+    if (!c->keep_alive || c->srv->closing) {
+        conn_close_after_writes(c);
+        return;
+    }
+    set_state(c, C_IDLE);
+    llhttp_resume(&c->parser);
+    conn_process(c);
+}
+
+void http_respond(http_conn *c, int status, const char *content_type, const char *body, size_t len,
+                  const char *extra_headers) {
+    if (c->state != C_BUSY) return;
+    conn_printf(c, "HTTP/1.1 %d %s\r\nContent-Type: %s\r\nContent-Length: %zu\r\nConnection: %s\r\n%s\r\n", status,
+                http_status_text(status), content_type, len, c->keep_alive ? "keep-alive" : "close",
+                extra_headers ? extra_headers : "");
+    if (len) conn_write(c, body, len);
+    response_done(c);
+}
+
+void http_stream_begin(http_conn *c, int status, const char *content_type, const char *extra_headers) {
+    if (c->state != C_BUSY) return;
+    c->streaming = true;
+    c->chunked = c->req.http_minor >= 1;
+    if (!c->chunked) c->keep_alive = false; /* HTTP/1.0: the end of the body is the close */
+    conn_printf(c, "HTTP/1.1 %d %s\r\nContent-Type: %s\r\nCache-Control: no-cache\r\n%sConnection: %s\r\n%s\r\n",
+                status, http_status_text(status), content_type, c->chunked ? "Transfer-Encoding: chunked\r\n" : "",
+                c->keep_alive ? "keep-alive" : "close", extra_headers ? extra_headers : "");
+}
+
+bool http_stream_write(http_conn *c, const char *data, size_t len) {
+    if (c->state != C_BUSY || !c->streaming) return false;
+    if (len == 0) return true; /* an empty chunk would end the body */
+    if (!c->chunked) return conn_write(c, data, len);
+    return conn_printf(c, "%zx\r\n", len) && conn_write(c, data, len) && conn_write(c, "\r\n", 2);
+}
+
+void http_stream_end(http_conn *c) {
+    if (c->state != C_BUSY || !c->streaming) return;
+    if (c->chunked) conn_write(c, "0\r\n\r\n", 5);
+    response_done(c);
+}
+
+void http_conn_set_request_data(http_conn *c, void *data, http_abort_cb on_abort) {
+    c->req_data = data;
+    c->on_abort = on_abort;
+}
+
+const char *http_header_get(const http_request *r, const char *lower_name) {
+    for (int i = 0; i < r->n_headers; i++)
+        if (strcmp(r->headers[i].name, lower_name) == 0) return r->headers[i].value;
+    return NULL;
+}
+
+/* ---- parsing ----------------------------------------------------------------------------------- */
+
+static http_conn *conn_of(llhttp_t *p) { return p->data; }
+
+/* Every byte of the request line and headers counts against the header limit. */
+static int count_header_bytes(http_conn *c, size_t n) {
+    c->header_bytes += n;
+    if (c->header_bytes > c->srv->limits.max_header_bytes) {
+        c->error_status = 431;
+        return -1;
+    }
+    return 0;
+}
+
+static int on_message_begin(llhttp_t *p) {
+    http_conn *c = conn_of(p);
+    set_state(c, C_READING);
+    return 0;
+}
+
+static int on_url(llhttp_t *p, const char *at, size_t n) {
+    http_conn *c = conn_of(p);
+    if (count_header_bytes(c, n)) return -1;
+    return text_buf_add(&c->url, at, n) ? 0 : -1;
+}
+
+static int push_header(http_conn *c) {
+    if (!c->in_value) return 0;
+    c->in_value = false;
+    if (c->req.n_headers == HTTP_MAX_HEADERS) {
+        c->error_status = 431;
+        return -1;
+    }
+    http_header *h = &c->req.headers[c->req.n_headers];
+    h->name = trim_dup(c->field.p ? c->field.p : "", c->field.len, true);
+    h->value = trim_dup(c->value.p ? c->value.p : "", c->value.len, false);
+    if (!h->name || !h->value) {
+        free(h->name);
+        free(h->value);
+        return -1;
+    }
+    c->req.n_headers++;
+    c->field.len = c->value.len = 0;
+    return 0;
+}
+
+static int on_header_field(llhttp_t *p, const char *at, size_t n) {
+    http_conn *c = conn_of(p);
+    if (count_header_bytes(c, n) || push_header(c)) return -1;
+    return text_buf_add(&c->field, at, n) ? 0 : -1;
+}
+
+static int on_header_value(llhttp_t *p, const char *at, size_t n) {
+    http_conn *c = conn_of(p);
+    if (count_header_bytes(c, n)) return -1;
+    c->in_value = true;
+    return text_buf_add(&c->value, at, n) ? 0 : -1;
+}
+
+static int on_headers_complete(llhttp_t *p) {
+    http_conn *c = conn_of(p);
+    if (push_header(c)) return -1;
+    /* A declared length over the limit is refused before the body is read. */
+    if ((p->flags & F_CONTENT_LENGTH) && p->content_length > c->srv->limits.max_body_bytes) {
+        c->error_status = 413;
+        return -1;
+    }
+    const char *expect = http_header_get(&c->req, "expect");
+    if (expect && strcasecmp(expect, "100-continue") == 0)
+        conn_write(c, "HTTP/1.1 100 Continue\r\n\r\n", 25); /* curl waits a second for this otherwise */
+    return 0;
+}
+
+static int on_body(llhttp_t *p, const char *at, size_t n) {
+    http_conn *c = conn_of(p);
+    if (c->body.len + n > c->srv->limits.max_body_bytes) {
+        c->error_status = 413; /* chunked bodies have no declared length: counted as they come */
+        return -1;
+    }
+    return text_buf_add(&c->body, at, n) ? 0 : -1;
+}
+
+static int on_message_complete(llhttp_t *p) {
+    http_conn *c = conn_of(p);
+    c->message_done = true;
+    return HPE_PAUSED; /* one request at a time: later bytes wait in `pending` */
+}
+
+static const llhttp_settings_t *parser_settings(void) {
+    static llhttp_settings_t s;
+    static bool init;
+    if (!init) {
+        llhttp_settings_init(&s);
+        s.on_message_begin = on_message_begin;
+        s.on_url = on_url;
+        s.on_header_field = on_header_field;
+        s.on_header_value = on_header_value;
+        s.on_headers_complete = on_headers_complete;
+        s.on_body = on_body;
+        s.on_message_complete = on_message_complete;
+        init = true;
+    }
+    return &s;
+}
+
+/* A request the parser refused: answer with a small JSON error and close (the stream position is
+ * lost, so the connection cannot be reused). */
+static void reject(http_conn *c, int status, const char *message) {
+    char body[512];
+    int n = snprintf(body, sizeof body,
+                     "{\"error\":{\"message\":\"%s\",\"type\":\"invalid_request_error\",\"param\":null,\"code\":null}}",
+                     message);
+    c->keep_alive = false;
+    set_state(c, C_BUSY);
+    http_respond(c, status, "application/json", body, (size_t)n, NULL);
+}
+
+static bool finish_request(http_conn *c) {
+    http_request *r = &c->req;
+    r->method = llhttp_method_name((llhttp_method_t)c->parser.method);
+    r->http_minor = c->parser.http_minor;
+    const char *url = c->url.p ? c->url.p : "/";
+    const char *q = strchr(url, '?');
+    size_t plen = q ? (size_t)(q - url) : strlen(url);
+    r->path = trim_dup(url, plen, false);
+    r->query = strdup(q ? q + 1 : "");
+    if (!c->body.p && !text_buf_add(&c->body, "", 0)) return false;
+    r->body = c->body.p;
+    r->body_len = c->body.len;
+    c->keep_alive = llhttp_should_keep_alive(&c->parser);
+    return r->path && r->query;
+}
+
+/* Parses pending bytes and dispatches complete requests, one at a time. */
+static void conn_process(http_conn *c) {
+    if (c->processing) return; /* called from inside a handler: the loop below goes on */
+    c->processing = true;
+    while ((c->state == C_IDLE || c->state == C_READING) && c->pending.len > 0) {
+        llhttp_errno_t e = llhttp_execute(&c->parser, c->pending.p, c->pending.len);
+        size_t used = c->pending.len;
+        if (e == HPE_PAUSED) used = (size_t)(llhttp_get_error_pos(&c->parser) - c->pending.p);
+        if (e != HPE_OK && e != HPE_PAUSED) {
+            if (c->error_status == 413) reject(c, 413, "request body too large");
+            else if (c->error_status == 431) reject(c, 431, "request headers too large");
+            else {
+                char msg[200];
+                snprintf(msg, sizeof msg, "malformed HTTP request (%s)", llhttp_errno_name(e));
+                reject(c, 400, msg);
+            }
+            break;
+        }
+        memmove(c->pending.p, c->pending.p + used, c->pending.len - used);
+        c->pending.len -= used;
+        if (!c->message_done) continue;
+        if (!finish_request(c)) {
+            conn_close(c);
+            break;
+        }
+        set_state(c, C_BUSY);
+        c->srv->handler(c, &c->req, c->srv->data); /* may answer at once: then state is IDLE again */
+    }
+    c->processing = false;
+}
+
+/* ---- reading and accepting --------------------------------------------------------------------- */
+
+static void on_alloc(uv_handle_t *h, size_t suggested, uv_buf_t *b) {
+    (void)h;
+    (void)suggested;
+    static char slab[64 * 1024]; /* the loop thread reads one buffer at a time; copied out at once */
+    *b = uv_buf_init(slab, sizeof slab);
+}
+
+static void on_read(uv_stream_t *s, ssize_t n, const uv_buf_t *b) {
+    http_conn *c = s->data;
+    if (n == 0) return;
+    if (n < 0) {
+        /* EOF or error: idle -> a normal close; reading -> a request cut off; busy -> the client
+         * went away mid-response, which the abort callback turns into a cancellation. */
+        conn_close(c);
+        return;
+    }
+    if (c->state == C_CLOSING) return;
+    if (c->state == C_BUSY && c->pending.len + (size_t)n > PIPELINE_BUFFER_MAX) {
+        conn_close(c); /* a client pushing data while its request is served is not pipelining */
+        return;
+    }
+    if (!text_buf_add(&c->pending, b->base, (size_t)n)) {
+        conn_close(c);
+        return;
+    }
+    if (c->state == C_IDLE && c->pending.len) set_state(c, C_READING);
+    conn_process(c);
+}
+
+static void on_connection(uv_stream_t *l, int status) {
+    http_server *s = l->data;
+    if (status < 0) return;
+    http_conn *c = calloc(1, sizeof *c);
+    if (!c) return;
+    c->srv = s;
+    uv_tcp_init(s->loop, &c->tcp);
+    uv_timer_init(s->loop, &c->timer);
+    c->tcp.data = c->timer.data = c;
+    c->open_handles = 2;
+    c->next = s->conns;
+    if (s->conns) s->conns->prev = c;
+    s->conns = c;
+    s->n_conns++;
+    if (uv_accept(l, (uv_stream_t *)&c->tcp) != 0) {
+        conn_close(c);
+        return;
+    }
+    uv_tcp_nodelay(&c->tcp, 1); /* SSE chunks are small and latency matters */
+    llhttp_init(&c->parser, HTTP_REQUEST, parser_settings());
+    c->parser.data = c;
+    set_state(c, C_IDLE);
+    uv_read_start((uv_stream_t *)&c->tcp, on_alloc, on_read);
+}
+
+int http_server_start(http_server **out, uv_loop_t *loop, const char *host, int port, const http_limits *limits,
+                      http_handler handler, void *server_data, char *err, size_t errlen) {
+    *out = NULL;
+    http_server *s = calloc(1, sizeof *s);
+    if (!s) return snprintf(err, errlen, "out of memory"), UV_ENOMEM;
+    s->loop = loop;
+    s->limits = *limits;
+    s->handler = handler;
+    s->data = server_data;
+    struct sockaddr_storage addr;
+    int rc = uv_ip4_addr(host, port, (struct sockaddr_in *)&addr);
+    if (rc) rc = uv_ip6_addr(host, port, (struct sockaddr_in6 *)&addr);
+    if (rc) {
+        snprintf(err, errlen, "'%s' is not an IPv4 or IPv6 address", host);
+        free(s);
+        return rc;
+    }
+    uv_tcp_init(loop, &s->listener);
+    s->listener.data = s;
+    s->listening = true;
+    rc = uv_tcp_bind(&s->listener, (const struct sockaddr *)&addr, 0);
+    if (!rc) rc = uv_listen((uv_stream_t *)&s->listener, 512, on_connection);
+    if (rc) {
+        snprintf(err, errlen, "cannot listen on %s:%d: %s", host, port, uv_strerror(rc));
+        s->closing = true;
+        http_server_stop_accepting(s);
+        return rc;
+    }
+    struct sockaddr_storage bound;
+    int len = sizeof bound;
+    uv_tcp_getsockname(&s->listener, (struct sockaddr *)&bound, &len);
+    s->port = ntohs(bound.ss_family == AF_INET6 ? ((struct sockaddr_in6 *)&bound)->sin6_port
+                                                : ((struct sockaddr_in *)&bound)->sin_port);
+    *out = s;
+    return 0;
+}
+
+int http_server_port(const http_server *s) { return s->port; }
+int http_server_n_conns(const http_server *s) { return s->n_conns; }
+
+static void on_listener_closed(uv_handle_t *h) {
+    http_server *s = h->data;
+    s->listening = false;
+    if (s->closing && s->n_conns == 0) free(s);
+}
+
+void http_server_stop_accepting(http_server *s) {
+    if (!s->listening || uv_is_closing((uv_handle_t *)&s->listener)) return;
+    uv_close((uv_handle_t *)&s->listener, on_listener_closed);
+}
+
+void http_server_close(http_server *s) {
+    s->closing = true;
+    for (http_conn *c = s->conns; c; c = c->next) conn_close(c);
+    if (s->listening) http_server_stop_accepting(s);
+    else if (s->n_conns == 0) free(s);
+}

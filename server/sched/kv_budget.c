@@ -1,0 +1,66 @@
+/* KV cache accounting for the scheduler (see kv_budget.h): admission arithmetic, per-request usage
+ * and the pool gauge, from the engine's wk_model_info alone. */
+#include "sched/kv_budget.h"
+
+#include <string.h>
+
+void kv_budget_init(kv_budget *b, const wk_model_info *info, int max_seqs, int report_block_tokens, int chunk) {
+    memset(b, 0, sizeof *b);
+    b->paged = info->kv_block_tokens > 0 && info->kv_block_bytes > 0;
+    b->block_tokens = b->paged ? info->kv_block_tokens : report_block_tokens;
+    b->block_bytes = info->kv_block_bytes;
+    b->chunk = chunk > 0 ? chunk : 1;
+    b->info = *info;
+    b->window_bytes = info->kv_window_bytes;
+    b->pool_bytes = info->kv_pool_bytes;
+    b->pool_blocks = info->kv_pool_blocks;
+    /* K and V, 2 bytes each, every layer and KV head. */
+    b->fp16_bytes_per_token = 2ull * (uint64_t)info->n_layer * (uint64_t)info->n_head_kv * (uint64_t)info->head_dim * 2ull;
+    b->bits_per_element = info->kv_bits_per_element;
+    b->max_ctx = info->max_ctx;
+    b->max_seqs = max_seqs;
+}
+
+int kv_budget_blocks(const kv_budget *b, int tokens) {
+    if (tokens <= 0) return 0;
+    return (int)(((int64_t)tokens + b->block_tokens - 1) / b->block_tokens);
+}
+
+uint64_t kv_budget_seq_bytes(const kv_budget *b, int tokens) {
+    return b->paged ? wk_kv_peak_bytes(&b->info, tokens > 0 ? (uint64_t)tokens : 0, (uint64_t)b->chunk) : 0;
+}
+
+uint64_t kv_budget_pool_blocks(const kv_budget *b, int tokens) {
+    return b->paged ? (kv_budget_seq_bytes(b, tokens) - b->window_bytes) / b->block_bytes : 0;
+}
+
+bool kv_budget_fits(const kv_budget *b, uint64_t claimed, int tokens) {
+    uint64_t need = kv_budget_seq_bytes(b, tokens);
+    return claimed <= b->pool_bytes && need <= b->pool_bytes - claimed;
+}
+
+kv_usage kv_budget_usage(const kv_budget *b, int peak_len, uint64_t peak_bytes) {
+    kv_usage u = {
+        .bytes = peak_bytes,
+        .fp16_bytes = (uint64_t)(peak_len > 0 ? peak_len : 0) * b->fp16_bytes_per_token,
+        .blocks = kv_budget_blocks(b, peak_len),
+        .bits_per_element = b->bits_per_element,
+    };
+    return u;
+}
+
+void kv_budget_gauge(const kv_budget *b, int n_running, uint64_t used_bytes, int f16_used_blocks,
+                     metrics_pool *p) {
+    p->kv_used_bytes = used_bytes;
+    p->kv_capacity_bytes = b->pool_bytes;
+    if (b->paged) {
+        /* Every running sequence holds a window slot when windows are on; the rest is blocks. */
+        uint64_t windows = (uint64_t)(n_running > 0 ? n_running : 0) * b->window_bytes;
+        uint64_t in_blocks = used_bytes > windows ? used_bytes - windows : 0;
+        p->kv_used_blocks = (int)(in_blocks / b->block_bytes);
+        p->kv_capacity_blocks = (int)b->pool_blocks;
+    } else {
+        p->kv_used_blocks = f16_used_blocks;
+        p->kv_capacity_blocks = b->max_seqs * kv_budget_blocks(b, b->max_ctx);
+    }
+}

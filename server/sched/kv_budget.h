@@ -1,0 +1,55 @@
+/* KV cache accounting for the scheduler: the blocks and bytes a sequence of n tokens holds, whether
+ * a waiting sequence fits beside what the running ones claim, the usage a finished request reports
+ * and the pool gauge of /metrics. Pure arithmetic over the engine's wk_model_info, so the numbers
+ * that decide admission are unit-tested without an engine (tests/test_kv_budget.c). */
+#ifndef WUSHKV_KV_BUDGET_H
+#define WUSHKV_KV_BUDGET_H
+
+#include <stdbool.h>
+#include <stdint.h>
+
+#include "metrics/metrics.h"
+#include "wushkv/wushkv.h"
+
+/* What one request's sequence held at its peak (usage.kv_cache in the response). */
+typedef struct kv_usage {
+    uint64_t bytes, fp16_bytes;
+    int blocks;
+    double bits_per_element;
+} kv_usage;
+
+typedef struct kv_budget {
+    bool paged;            /* int2/3/4: one pool of blocks shared by all sequences */
+    int block_tokens;      /* the pool's block; for f16 the block usage is reported in */
+    uint64_t block_bytes;  /* paged: bytes of one pool block (one layer group, K and V) */
+    int chunk;             /* tokens one step writes into a sequence at most (the engine's batch) */
+    wk_model_info info;    /* what wk_kv_peak_bytes reads */
+    uint64_t window_bytes; /* paged: each sequence's f16 window slot (0 without windows) */
+    uint64_t pool_bytes, pool_blocks;
+    uint64_t fp16_bytes_per_token; /* what an f16 cache would hold: the "vs f16" of usage */
+    double bits_per_element;
+    int max_ctx, max_seqs;
+} kv_budget;
+
+/* report_block_tokens: the block f16 usage is counted in (the paged pool uses its own); chunk: the
+ * most tokens one step writes into a sequence (the batch-token budget). */
+void kv_budget_init(kv_budget *b, const wk_model_info *info, int max_seqs, int report_block_tokens, int chunk);
+
+/* Blocks of tokens covering `tokens` (rounded up): what usage.kv_cache.blocks reports. */
+int kv_budget_blocks(const kv_budget *b, int tokens);
+/* The most bytes a sequence growing to `tokens` holds in the paged pool (wk_kv_peak_bytes): whole
+ * blocks of every layer group, a sliding group's only as far back as its window reaches, plus its
+ * window slot. */
+uint64_t kv_budget_seq_bytes(const kv_budget *b, int tokens);
+/* The pool blocks behind kv_budget_seq_bytes (window slot not counted). */
+uint64_t kv_budget_pool_blocks(const kv_budget *b, int tokens);
+/* Whether a sequence of `tokens` fits beside `claimed` bytes held or promised to others. */
+bool kv_budget_fits(const kv_budget *b, uint64_t claimed, int tokens);
+/* Usage of a sequence that held at most peak_len tokens and peak_bytes device bytes. */
+kv_usage kv_budget_usage(const kv_budget *b, int peak_len, uint64_t peak_bytes);
+/* The pool gauge: used_bytes held by n_running sequences; f16_used_blocks (f16 cache only) the
+ * blocks their lengths cover. */
+void kv_budget_gauge(const kv_budget *b, int n_running, uint64_t used_bytes, int f16_used_blocks,
+                     metrics_pool *p);
+
+#endif

@@ -1,0 +1,65 @@
+/* Logits edits before sampling and log-probabilities after: plain loops over one row of
+ * n_vocab floats (262k for Gemma 3), cheap next to the forward step that produced it. */
+#include "sched/logits.h"
+
+#include <math.h>
+
+void logits_penalize(float *logits, const int32_t *prompt, int n_prompt, const int32_t *gen, int n_gen,
+                     float presence, float frequency, float repetition, int *scratch) {
+    if (repetition != 1.0f) {
+        /* scratch marks each token once so a token seen twice is penalised once. */
+        for (int pass = 0; pass < 2; pass++) {
+            const int32_t *t = pass ? gen : prompt;
+            int n = pass ? n_gen : n_prompt;
+            for (int i = 0; i < n; i++) {
+                if (scratch[t[i]]) continue;
+                scratch[t[i]] = 1;
+                float *l = &logits[t[i]];
+                *l = *l > 0 ? *l / repetition : *l * repetition;
+            }
+        }
+        for (int i = 0; i < n_prompt; i++) scratch[prompt[i]] = 0;
+        for (int i = 0; i < n_gen; i++) scratch[gen[i]] = 0;
+    }
+    if (presence != 0.0f || frequency != 0.0f) {
+        for (int i = 0; i < n_gen; i++) scratch[gen[i]]++;
+        for (int i = 0; i < n_gen; i++) {
+            int c = scratch[gen[i]];
+            if (!c) continue; /* already applied for this token */
+            logits[gen[i]] -= (float)c * frequency + presence;
+            scratch[gen[i]] = 0;
+        }
+    }
+}
+
+void logits_bias(float *logits, int n_vocab, const int32_t *tokens, const float *values, int n) {
+    for (int i = 0; i < n; i++)
+        if (tokens[i] >= 0 && tokens[i] < n_vocab) logits[tokens[i]] += values[i];
+}
+
+float logits_logprobs(const float *logits, int n_vocab, int32_t chosen, int n_top, int32_t *top_tokens,
+                      float *top_logprobs) {
+    float mx = -INFINITY;
+    for (int i = 0; i < n_vocab; i++)
+        if (logits[i] > mx) mx = logits[i];
+    double sum = 0.0;
+    for (int i = 0; i < n_vocab; i++) sum += exp((double)(logits[i] - mx));
+    float lse = mx + (float)log(sum);
+    /* Top n by insertion into a short sorted list: n <= 20, so this is one pass. Ties keep the
+     * lower id first, as the sampler orders them. */
+    int have = 0;
+    for (int i = 0; i < n_vocab && n_top > 0; i++) {
+        float v = logits[i];
+        if (have == n_top && v <= top_logprobs[have - 1]) continue;
+        int j = have < n_top ? have++ : have - 1;
+        while (j > 0 && top_logprobs[j - 1] < v) {
+            top_logprobs[j] = top_logprobs[j - 1];
+            top_tokens[j] = top_tokens[j - 1];
+            j--;
+        }
+        top_logprobs[j] = v;
+        top_tokens[j] = i;
+    }
+    for (int i = 0; i < have; i++) top_logprobs[i] -= lse;
+    return logits[chosen] - lse;
+}

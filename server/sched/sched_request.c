@@ -1,0 +1,278 @@
+/* The life of one request on the engine thread: the checks that need the tokenizer and the model
+ * (prompt length against the context and the KV pool, token ids, logit_bias), the tokenize and
+ * detokenize jobs, cancellation, and the end of a request (last text, usage, metrics, its
+ * sequence freed at once). */
+#include "sched/scheduler_int.h"
+#include "metrics/mono_clock.h"
+
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+/* Tokenizes, growing the buffer when the first guess is short. Returns the count or a wk_status. */
+int sched_piece(scheduler *s, int32_t tok) {
+    int n = wk_token_to_piece(s->e, tok, false, s->piece, s->piece_cap);
+    if (n > s->piece_cap) {
+        char *p = realloc(s->piece, (size_t)n);
+        if (!p) return WK_ERR_NOMEM;
+        s->piece = p;
+        s->piece_cap = n;
+        n = wk_token_to_piece(s->e, tok, false, s->piece, s->piece_cap);
+    }
+    return n;
+}
+
+char *sched_dup_piece(scheduler *s, int32_t tok, int *len) {
+    int n = sched_piece(s, tok);
+    if (n < 0) n = 0;
+    char *p = malloc((size_t)n + 1);
+    if (p) {
+        memcpy(p, s->piece, (size_t)n);
+        p[n] = 0;
+    }
+    *len = n;
+    return p;
+}
+
+void req_free(req *r) {
+    if (r->seq) wk_seq_destroy(r->seq);
+    wk_sampler_destroy(r->sampler);
+    text_stream_free(&r->ts);
+    gen_params_free(&r->g);
+    free(r->prompt);
+    free(r->replay);
+    free(r->gen);
+    free(r);
+}
+
+void req_unlink(req **head, req *r) {
+    for (req **p = head; *p; p = &(*p)->next)
+        if (*p == r) {
+            *p = r->next;
+            return;
+        }
+}
+
+void req_remove(scheduler *s, req *r) {
+    if (r->state == R_WAITING) {
+        req_unlink(&s->waiting, r);
+        s->waiting_tail = NULL;
+        for (req *q = s->waiting; q; q = q->next) s->waiting_tail = q;
+        s->n_waiting--;
+    } else {
+        req_unlink(&s->running, r);
+        s->n_running--;
+    }
+}
+
+/* Ends a request: last text, usage, metrics; frees its sequence at once. */
+void req_finish(scheduler *s, req *r, const char *reason) {
+    bool oom = false;
+    if (strcmp(reason, "abort") != 0) {
+        text_buf tail = {0};
+        text_stream_finish(&r->ts, &tail, &oom);
+        if (tail.len) {
+            sched_event *ev = sched_ev_new(EV_TEXT, r->id);
+            if (ev) {
+                ev->text = tail.p;
+                ev->text_len = tail.len;
+                tail.p = NULL;
+            }
+            sched_ev_post(s, ev);
+        }
+        text_buf_free(&tail);
+    }
+    double now = mono_now_s();
+    double queue = (r->t_admit > 0 ? r->t_admit : now) - r->t_arrival;
+    double ttft = r->t_first > 0 ? r->t_first - r->t_arrival : -1;
+    sched_event *ev = sched_ev_new(EV_DONE, r->id);
+    if (ev) {
+        ev->finish_reason = reason;
+        ev->prompt_tokens = r->n_prompt;
+        ev->completion_tokens = r->n_gen;
+        ev->kv = kv_budget_usage(&s->kv, r->peak_len, r->peak_bytes);
+        ev->queue_s = queue;
+        ev->ttft_s = ttft;
+        sched_ev_post(s, ev);
+    }
+    double tpot = r->n_gen > 1 ? (r->t_last - r->t_first) / (r->n_gen - 1) : -1;
+    metrics_request_done(s->m, reason, r->n_prompt, r->n_gen, queue, ttft, tpot, now - r->t_arrival,
+                         r->peak_bytes);
+    req_remove(s, r);
+    req_free(r);
+}
+
+void req_fail(scheduler *s, req *r, const char *what, int rc, const char *err) {
+    sched_post_error(s, r->id, 500, NULL, "engine_error", "%s: %s%s%.400s", what, wk_strerror(rc), err && err[0] ? ": " : "",
+               err ? err : "");
+    metrics_request_done(s->m, "error", r->n_prompt, r->n_gen, 0, -1, -1, mono_now_s() - r->t_arrival, 0);
+    req_remove(s, r);
+    req_free(r);
+}
+
+/* ---- jobs -------------------------------------------------------------------------------------- */
+
+static void job_generate(scheduler *s, sched_job *j) {
+    const wk_model_info *info = s->info;
+    req *r = calloc(1, sizeof *r);
+    if (!r) {
+        sched_post_error(s, j->id, 500, NULL, NULL, "out of memory");
+        gen_params_free(&j->gen);
+        return;
+    }
+    r->id = j->id;
+    r->g = j->gen;
+    memset(&j->gen, 0, sizeof j->gen);
+    r->t_arrival = j->t_arrival;
+    r->state = R_WAITING;
+    if (r->g.prompt_text) {
+        /* parse_special: control tokens such as <start_of_turn> in the text become their ids, as
+         * the chat template needs (llama.cpp's server does the same for plain prompts). */
+        int n = wk_tokenize_alloc(s->e, r->g.prompt_text, strlen(r->g.prompt_text), r->g.add_special, true,
+                                  &r->prompt);
+        if (n < 0) {
+            sched_post_error(s, r->id, 400, "prompt", NULL, "the prompt cannot be tokenized: %s", wk_strerror(n));
+            req_free(r);
+            return;
+        }
+        r->n_prompt = n;
+    } else {
+        r->prompt = r->g.prompt_tokens;
+        r->n_prompt = r->g.n_prompt_tokens;
+        r->g.prompt_tokens = NULL;
+        for (int i = 0; i < r->n_prompt; i++)
+            if (r->prompt[i] < 0 || r->prompt[i] >= info->n_vocab) {
+                sched_post_error(s, r->id, 400, "prompt", NULL, "token id %d at position %d is outside the vocabulary (0..%d)",
+                           (int)r->prompt[i], i, info->n_vocab - 1);
+                req_free(r);
+                return;
+            }
+    }
+    if (r->n_prompt == 0) {
+        sched_post_error(s, r->id, 400, "prompt", NULL, "the prompt is empty (0 tokens)");
+        req_free(r);
+        return;
+    }
+    /* The whole request must fit the context: a prompt that leaves no room, or room for fewer
+     * tokens than max_tokens asks, is refused now rather than cut short later. */
+    int room = info->max_ctx - r->n_prompt;
+    if (room <= 0 || (r->g.max_tokens > 0 && r->g.max_tokens > room)) {
+        sched_post_error(s, r->id, 400, r->g.max_tokens > 0 && room > 0 ? "max_tokens" : "prompt", "context_length_exceeded",
+                   "This model's maximum context length is %d tokens. However, you requested %d tokens (%d in the "
+                   "prompt, %d for the completion). Please reduce the prompt or max_tokens.",
+                   info->max_ctx, r->n_prompt + (r->g.max_tokens > 0 ? r->g.max_tokens : 1), r->n_prompt,
+                   r->g.max_tokens > 0 ? r->g.max_tokens : 1);
+        req_free(r);
+        return;
+    }
+    /* The paged pool is shared: a prompt that needs more blocks than the whole pool could never be
+     * admitted, whatever else runs. (One that fits is admitted once enough blocks are free.) */
+    if (s->kv.paged) {
+        if (!kv_budget_fits(&s->kv, 0, r->n_prompt)) {
+            uint64_t need = kv_budget_seq_bytes(&s->kv, r->n_prompt);
+            sched_post_error(s, r->id, 400, "prompt", "kv_cache_exceeded",
+                       "The prompt of %d tokens needs %d KV cache blocks (%llu bytes) but the server's whole KV "
+                       "pool holds %llu blocks (%llu bytes, --kv-mem). Please shorten the prompt.",
+                       r->n_prompt, (int)kv_budget_pool_blocks(&s->kv, r->n_prompt), (unsigned long long)need,
+                       (unsigned long long)info->kv_pool_blocks, (unsigned long long)info->kv_pool_bytes);
+            req_free(r);
+            return;
+        }
+    }
+    r->n_fill = r->n_prompt;
+    r->max_tokens = r->g.max_tokens > 0 ? r->g.max_tokens : room;
+    for (int i = 0; i < r->g.n_bias; i++)
+        if (r->g.bias_tokens[i] < 0 || r->g.bias_tokens[i] >= info->n_vocab) {
+            sched_post_error(s, r->id, 400, "logit_bias", NULL, "logit_bias token id %d is outside the vocabulary (0..%d)",
+                       (int)r->g.bias_tokens[i], info->n_vocab - 1);
+            req_free(r);
+            return;
+        }
+    r->sampler = wk_sampler_create(&r->g.sampling, info->n_vocab);
+    if (!r->sampler) {
+        sched_post_error(s, r->id, 500, NULL, NULL, "out of memory");
+        req_free(r);
+        return;
+    }
+    text_stream_init(&r->ts, r->g.stop, r->g.n_stop);
+    sched_event *ev = sched_ev_new(EV_ACCEPTED, r->id);
+    if (ev) ev->prompt_tokens = r->n_prompt;
+    sched_ev_post(s, ev);
+    if (s->waiting_tail) s->waiting_tail->next = r;
+    else s->waiting = r;
+    s->waiting_tail = r;
+    s->n_waiting++;
+}
+
+static req *find_req(scheduler *s, uint64_t id) {
+    for (req *r = s->running; r; r = r->next)
+        if (r->id == id) return r;
+    for (req *r = s->waiting; r; r = r->next)
+        if (r->id == id) return r;
+    return NULL;
+}
+
+static void job_tokenize(scheduler *s, sched_job *j) {
+    int32_t *toks = NULL;
+    const char *text = j->gen.prompt_text ? j->gen.prompt_text : "";
+    int n = wk_tokenize_alloc(s->e, text, strlen(text), j->gen.add_special, true, &toks);
+    if (n < 0) {
+        sched_post_error(s, j->id, 400, "prompt", NULL, "the text cannot be tokenized: %s", wk_strerror(n));
+        return;
+    }
+    sched_event *ev = sched_ev_new(EV_TOKENS, j->id);
+    if (!ev) {
+        free(toks);
+        return;
+    }
+    ev->tokens = toks;
+    ev->n_tokens = n;
+    sched_ev_post(s, ev);
+}
+
+static void job_detokenize(scheduler *s, sched_job *j) {
+    text_stream ts;
+    text_stream_init(&ts, NULL, 0);
+    text_buf out = {0};
+    bool oom = false;
+    for (int i = 0; i < j->gen.n_prompt_tokens; i++) {
+        int32_t t = j->gen.prompt_tokens[i];
+        int n = t >= 0 && t < s->info->n_vocab ? sched_piece(s, t) : WK_ERR_INVALID;
+        if (n < 0) {
+            sched_post_error(s, j->id, 400, "tokens", NULL, "token id %d at position %d is outside the vocabulary (0..%d)",
+                       (int)t, i, s->info->n_vocab - 1);
+            text_stream_free(&ts);
+            text_buf_free(&out);
+            return;
+        }
+        text_stream_feed(&ts, s->piece, (size_t)n, &out, &oom);
+    }
+    text_stream_finish(&ts, &out, &oom);
+    text_stream_free(&ts);
+    sched_event *ev = sched_ev_new(EV_DETOKENIZED, j->id);
+    if (!ev || oom || !text_buf_add(&out, "", 0)) {
+        text_buf_free(&out);
+        free(ev);
+        sched_post_error(s, j->id, 500, NULL, NULL, "out of memory");
+        return;
+    }
+    ev->text = out.p;
+    ev->text_len = out.len;
+    sched_ev_post(s, ev);
+}
+
+void sched_handle_job(scheduler *s, sched_job *j) {
+    switch (j->kind) {
+    case JOB_GENERATE: job_generate(s, j); break;
+    case JOB_CANCEL: {
+        req *r = find_req(s, j->id);
+        if (r) req_finish(s, r, "abort");
+        break;
+    }
+    case JOB_TOKENIZE: job_tokenize(s, j); break;
+    case JOB_DETOKENIZE: job_detokenize(s, j); break;
+    case JOB_QUIT: break;
+    }
+    gen_params_free(&j->gen);
+    free(j);
+}

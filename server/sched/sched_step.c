@@ -1,0 +1,254 @@
+/* One iteration of continuous batching: FCFS admission (with the paged pool, only while the KV
+ * blocks of the head's prefill are free beside what the running sequences claim), one wk_forward
+ * carrying a decode token for every running sequence plus prefill chunks under the token budget,
+ * preemption by recompute when the pool runs out, and the sampled tokens handed to their requests. */
+#include "sched/scheduler_int.h"
+
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "sched/logits.h"
+#include "metrics/mono_clock.h"
+
+/* KV bytes the running sequences hold now (a preempted, waiting one holds none). */
+static uint64_t kv_used(const scheduler *s) {
+    uint64_t used = 0;
+    for (const req *r = s->running; r; r = r->next) used += wk_seq_kv_bytes(r->seq);
+    return used;
+}
+
+/* The pool gauge of /metrics, after every step. */
+void sched_publish_pool(scheduler *s) {
+    metrics_pool p = {.running = s->n_running, .waiting = s->n_waiting};
+    int f16_blocks = 0;
+    if (!s->kv.paged)
+        for (req *r = s->running; r; r = r->next) f16_blocks += kv_budget_blocks(&s->kv, wk_seq_len(r->seq));
+    kv_budget_gauge(&s->kv, s->n_running, kv_used(s), f16_blocks, &p);
+    metrics_set_pool(s->m, &p);
+}
+
+/* A sampled token: record, show its text, decide whether the request ends. */
+static void take_token(scheduler *s, req *r, const float *row) {
+    int32_t tok = wk_sampler_sample(r->sampler, row);
+    double now = mono_now_s();
+    if (r->t_first == 0) r->t_first = now;
+    r->t_last = now;
+    if (wk_token_is_eog(s->e, tok)) {
+        req_finish(s, r, "stop");
+        return;
+    }
+    if (r->n_gen == r->cap_gen) {
+        int cap = r->cap_gen ? r->cap_gen * 2 : 64;
+        int32_t *g = realloc(r->gen, (size_t)cap * sizeof *g);
+        if (!g) {
+            req_fail(s, r, "out of memory", WK_ERR_NOMEM, NULL);
+            return;
+        }
+        r->gen = g;
+        r->cap_gen = cap;
+    }
+    r->gen[r->n_gen++] = tok;
+    metrics_tokens(s->m, 0, 1);
+
+    sched_event *ev = sched_ev_new(EV_TEXT, r->id);
+    if (!ev) {
+        req_fail(s, r, "out of memory", WK_ERR_NOMEM, NULL);
+        return;
+    }
+    if (r->g.logprobs >= 0 && (ev->logprobs = calloc(1, sizeof *ev->logprobs))) {
+        token_logprob *lp = ev->logprobs;
+        ev->n_logprobs = 1;
+        lp->token = tok;
+        lp->n_top = r->g.logprobs;
+        lp->logprob = logits_logprobs(row, s->info->n_vocab, tok, lp->n_top, lp->top_token, lp->top_logprob);
+        lp->piece = sched_dup_piece(s, tok, &lp->piece_len);
+        for (int i = 0; i < lp->n_top; i++) lp->top_piece[i] = sched_dup_piece(s, lp->top_token[i], &lp->top_piece_len[i]);
+    }
+    int n = sched_piece(s, tok);
+    text_buf delta = {0};
+    bool oom = false, stopped = false;
+    if (n > 0) stopped = text_stream_feed(&r->ts, s->piece, (size_t)n, &delta, &oom);
+    ev->text = delta.p;
+    ev->text_len = delta.len;
+    sched_ev_post(s, ev);
+    if (oom) req_fail(s, r, "out of memory", WK_ERR_NOMEM, NULL);
+    else if (stopped) req_finish(s, r, "stop");
+    else if (r->n_gen >= r->max_tokens || wk_seq_len(r->seq) >= s->info->max_ctx) req_finish(s, r, "length");
+    else {
+        r->last = tok;
+        r->state = R_DECODE;
+    }
+}
+
+/* KV bytes a running sequence holds or is about to: a sequence still prefilling will hold the
+ * blocks of its whole prefill (prompt, or prompt + generated tokens after a preemption). */
+static uint64_t kv_claim(const scheduler *s, const req *r) {
+    uint64_t held = wk_seq_kv_bytes(r->seq);
+    if (r->state != R_PREFILL) return held;
+    uint64_t fill = kv_budget_seq_bytes(&s->kv, r->n_fill);
+    return fill > held ? fill : held;
+}
+
+/* FCFS admission into a sequence slot. With the paged pool the head of the queue also waits until
+ * the blocks its prefill needs are free beside what the running sequences hold or are about to
+ * (nobody overtakes it). With nothing running it is admitted regardless: its prompt fits the
+ * pool (job_generate checked), and a replay that cannot fit alone ends in sched_step(). */
+static void admit(scheduler *s) {
+    while (s->waiting && s->n_running < s->cfg.max_seqs) {
+        req *r = s->waiting;
+        if (s->kv.paged && s->running) {
+            uint64_t claimed = 0;
+            for (req *q = s->running; q; q = q->next) claimed += kv_claim(s, q);
+            if (!kv_budget_fits(&s->kv, claimed, r->n_fill)) break;
+        }
+        if (!r->seq) { /* a preempted request keeps its (reset) sequence */
+            wk_seq *seq;
+            if (wk_seq_create(s->e, &seq) < 0) break;
+            r->seq = seq;
+        }
+        s->waiting = r->next;
+        if (!s->waiting) s->waiting_tail = NULL;
+        s->n_waiting--;
+        r->state = R_PREFILL;
+        r->n_prefilled = 0;
+        if (r->t_admit == 0) r->t_admit = mono_now_s(); /* queue time: the first wait only */
+        r->next = NULL;
+        req **tail = &s->running;
+        while (*tail) tail = &(*tail)->next;
+        *tail = r; /* admission order: older requests get prefill budget first */
+        s->n_running++;
+    }
+}
+
+/* Preemption by recompute: frees r's KV blocks and puts it at the front of the queue. When it is
+ * readmitted it prefills its prompt and the tokens it generated (the last of which it had not fed
+ * yet), so its next logits are those its next decode step would have given. Returns false when
+ * out of memory (r is then failed). */
+static bool preempt(scheduler *s, req *r, uint64_t used_before) {
+    int32_t *replay = NULL;
+    if (r->n_gen > 0) {
+        replay = malloc((size_t)(r->n_prompt + r->n_gen) * sizeof *replay);
+        if (!replay) {
+            req_fail(s, r, "out of memory", WK_ERR_NOMEM, NULL);
+            return false;
+        }
+        memcpy(replay, r->prompt, (size_t)r->n_prompt * sizeof *replay);
+        memcpy(replay + r->n_prompt, r->gen, (size_t)r->n_gen * sizeof *replay);
+    }
+    fprintf(stderr,
+            "wushkv: KV pool full (%llu of %llu bytes held): preempting sequence %llu (%d tokens; %d prompt + %d "
+            "generated are recomputed when blocks are free)\n",
+            (unsigned long long)used_before, (unsigned long long)s->info->kv_pool_bytes, (unsigned long long)r->id,
+            wk_seq_len(r->seq), r->n_prompt, r->n_gen);
+    wk_seq_reset(r->seq);
+    free(r->replay);
+    r->replay = replay;
+    r->n_fill = r->n_prompt + r->n_gen;
+    r->n_prefilled = r->chunk = 0;
+    req_unlink(&s->running, r);
+    s->n_running--;
+    r->state = R_WAITING;
+    r->next = s->waiting;
+    s->waiting = r;
+    if (!s->waiting_tail) s->waiting_tail = r;
+    s->n_waiting++;
+    metrics_preemption(s->m);
+    return true;
+}
+
+/* Decode tokens first (one each: they keep streaming), then prefill chunks in FCFS order with
+ * what is left of the budget. Returns the item count; *tokens gets the tokens carried. */
+static int build_batch(scheduler *s, int *tokens) {
+    int n = 0, budget = s->cfg.max_batch_tokens;
+    for (req *r = s->running; r; r = r->next) {
+        r->chunk = 0;
+        if (r->state == R_DECODE) {
+            s->items[n] = (wk_batch_item){.seq = r->seq, .tokens = &r->last, .n_tokens = 1};
+            s->item_req[n++] = r;
+            budget--;
+        }
+    }
+    for (req *r = s->running; r && budget > 0; r = r->next)
+        if (r->state == R_PREFILL) {
+            const int32_t *src = r->replay ? r->replay : r->prompt;
+            int k = r->n_fill - r->n_prefilled;
+            if (k > budget) k = budget;
+            r->chunk = k;
+            s->items[n] = (wk_batch_item){.seq = r->seq, .tokens = src + r->n_prefilled, .n_tokens = k};
+            s->item_req[n++] = r;
+            budget -= k;
+        }
+    *tokens = s->cfg.max_batch_tokens - budget;
+    return n;
+}
+
+void sched_step(scheduler *s) {
+    admit(s);
+
+    int n, tokens, rc;
+    char err[WK_ERRMSG_LEN];
+    for (;;) {
+        n = build_batch(s, &tokens);
+        if (n == 0) return;
+        err[0] = 0;
+        double t0 = mono_now_s();
+        rc = wk_forward(s->e, s->items, n, s->logits, err, sizeof err);
+        if (rc != WK_ERR_KV_FULL) {
+            metrics_step(s->m, n, tokens, mono_now_s() - t0);
+            break;
+        }
+        /* No free block (nothing was computed; sequences earlier in the batch may keep blocks they
+         * reserved, which they use on the retry). Free the newest sequence's blocks and retry. */
+        req *victim = s->running;
+        while (victim && victim->next) victim = victim->next;
+        if (s->n_running > 1) {
+            preempt(s, victim, kv_used(s));
+            continue;
+        }
+        /* Alone and still no room: the pool cannot hold this sequence any longer. */
+        if (victim->n_gen > 0) {
+            fprintf(stderr, "wushkv: KV pool full with sequence %llu alone (%d tokens): it ends with 'length'\n",
+                    (unsigned long long)victim->id, wk_seq_len(victim->seq));
+            req_finish(s, victim, "length");
+        } else {
+            sched_post_error(s, victim->id, 400, "prompt", "kv_cache_exceeded",
+                       "The prompt of %d tokens does not fit the server's KV pool (%llu bytes, --kv-mem)",
+                       victim->n_prompt, (unsigned long long)s->info->kv_pool_bytes);
+            metrics_request_done(s->m, "error", victim->n_prompt, 0, 0, -1, -1, mono_now_s() - victim->t_arrival, 0);
+            req_remove(s, victim);
+            req_free(victim);
+        }
+        return;
+    }
+    if (rc < 0) {
+        /* No sequence changed; the requests of this batch cannot go on. */
+        for (int i = 0; i < n; i++) req_fail(s, s->item_req[i], "forward step failed", rc, err);
+        return;
+    }
+    int prefilled = 0;
+    for (int i = 0; i < n; i++) {
+        req *r = s->item_req[i];
+        int len = wk_seq_len(r->seq);
+        uint64_t bytes = wk_seq_kv_peak_bytes(r->seq); /* since its last (re)admission */
+        if (len > r->peak_len) r->peak_len = len;
+        if (bytes > r->peak_bytes) r->peak_bytes = bytes;
+        if (r->state == R_PREFILL) {
+            r->n_prefilled += r->chunk;
+            int counted = r->n_prefilled < r->n_prompt ? r->n_prefilled : r->n_prompt;
+            if (counted > r->n_prompt_counted) {
+                prefilled += counted - r->n_prompt_counted;
+                r->n_prompt_counted = counted;
+            }
+            if (r->n_prefilled < r->n_fill) continue; /* this row's logits are not needed */
+            free(r->replay); /* prefilled: decode goes on from r->gen */
+            r->replay = NULL;
+        }
+        float *row = s->logits + (size_t)i * (size_t)s->info->n_vocab;
+        if (r->g.n_bias) logits_bias(row, s->info->n_vocab, r->g.bias_tokens, r->g.bias_values, r->g.n_bias);
+        logits_penalize(row, r->prompt, r->n_prompt, r->gen, r->n_gen, r->g.presence_penalty, r->g.frequency_penalty,
+                        r->g.repetition_penalty, s->scratch);
+        take_token(s, r, row); /* may finish (and free) r */
+    }
+    if (prefilled) metrics_tokens(s->m, prefilled, 0);
+}

@@ -1,0 +1,129 @@
+/* The engine thread and its two queues: jobs in (loop thread -> engine thread, a mutex and a
+ * condition variable) and events out (engine thread -> loop thread, a mutex and a uv_async).
+ * Only the engine thread touches the wk_engine; only the loop thread touches sockets. */
+#ifndef WUSHKV_SCHEDULER_H
+#define WUSHKV_SCHEDULER_H
+
+#include <stdbool.h>
+#include <stdint.h>
+
+#include <uv.h>
+
+#include "sched/kv_budget.h"
+#include "metrics/metrics.h"
+#include "wushkv/wushkv.h"
+
+#define SCHED_MAX_STOP 8     /* stop strings per request (OpenAI allows 4) */
+#define SCHED_MAX_TOP_LOGPROBS 20
+
+/* What one generation asks for, already validated (openai_request.c) except for what needs the
+ * tokenizer: the prompt's length against the context. */
+typedef struct gen_params {
+    char *prompt_text;       /* tokenized on the engine thread, or NULL when prompt_tokens is given */
+    int32_t *prompt_tokens;  /* owned */
+    int n_prompt_tokens;
+    bool add_special;        /* the model's BOS before prompt_text */
+    int max_tokens;          /* -1: until the context is full */
+    wk_sampler_params sampling;
+    float presence_penalty, frequency_penalty, repetition_penalty; /* 0, 0, 1: off */
+    int n_bias;
+    int32_t *bias_tokens; /* owned */
+    float *bias_values;   /* owned */
+    char *stop[SCHED_MAX_STOP];
+    int n_stop;
+    int logprobs; /* -1: none; else the number of alternatives per token (0..SCHED_MAX_TOP_LOGPROBS) */
+} gen_params;
+
+void gen_params_free(gen_params *g);
+
+typedef enum { JOB_GENERATE, JOB_CANCEL, JOB_TOKENIZE, JOB_DETOKENIZE, JOB_QUIT } job_kind;
+
+typedef struct sched_job {
+    job_kind kind;
+    uint64_t id;
+    double t_arrival; /* monotonic seconds (mono_now_s) when the HTTP request was complete */
+    gen_params gen;   /* JOB_GENERATE; JOB_TOKENIZE uses prompt_text + add_special, JOB_DETOKENIZE prompt_tokens */
+    struct sched_job *next;
+} sched_job;
+
+typedef enum {
+    EV_READY,       /* the engine is open and warmed up: info is valid */
+    EV_FATAL,       /* the engine could not open; message says why */
+    EV_ACCEPTED,    /* a generation passed the checks that need the tokenizer: prompt_tokens */
+    EV_TEXT,        /* text produced by one request (may be empty when only token counts moved) */
+    EV_DONE,        /* a generation ended: finish_reason and usage */
+    EV_ERROR,       /* a request refused or failed: status, message, param, code */
+    EV_TOKENS,      /* JOB_TOKENIZE's answer */
+    EV_DETOKENIZED, /* JOB_DETOKENIZE's answer (text) */
+} event_kind;
+
+/* One token's log-probability with its best alternatives (for logprobs). */
+typedef struct token_logprob {
+    int32_t token;
+    float logprob;
+    char *piece; /* the token's bytes (owned; alone they may not be valid UTF-8: a byte token) */
+    int piece_len;
+    int n_top;
+    int32_t top_token[SCHED_MAX_TOP_LOGPROBS];
+    float top_logprob[SCHED_MAX_TOP_LOGPROBS];
+    char *top_piece[SCHED_MAX_TOP_LOGPROBS]; /* owned */
+    int top_piece_len[SCHED_MAX_TOP_LOGPROBS];
+} token_logprob;
+
+typedef struct sched_event {
+    event_kind kind;
+    uint64_t id;
+    char *text; /* EV_TEXT, EV_DETOKENIZED; owned */
+    size_t text_len;
+    int32_t *tokens; /* EV_TOKENS; owned */
+    int n_tokens;
+    token_logprob *logprobs; /* EV_TEXT with logprobs; owned; n_logprobs entries */
+    int n_logprobs;
+    int status;              /* EV_ERROR: HTTP status */
+    char message[512];       /* EV_ERROR, EV_FATAL */
+    const char *param, *code; /* EV_ERROR: static strings or NULL */
+    const char *finish_reason; /* EV_DONE: "stop", "length", "abort" */
+    int prompt_tokens, completion_tokens;
+    kv_usage kv;             /* EV_DONE: peak held by the sequence */
+    double queue_s, ttft_s;  /* EV_DONE: waited for a slot; arrival -> first token (-1: none) */
+    struct sched_event *next;
+} sched_event;
+
+void sched_event_free(sched_event *ev);
+
+/* What the loop thread needs to know about the model, copied once the engine is ready. */
+typedef struct model_summary {
+    char name[256], arch[64], device[256];
+    int max_ctx, n_vocab;
+    uint64_t kv_bytes_per_token; /* as stored (a 16-token block of the paged pool is 16 of these) */
+    uint64_t kv_pool_bytes;      /* the whole KV cache */
+    uint64_t kv_pool_blocks;     /* the paged pool's blocks (0 for f16) */
+    int kv_layer_groups, kv_swa_groups, kv_swa_window; /* wk_model_info's */
+    double kv_bits_per_element;
+    char *chat_template; /* owned copy, or NULL */
+} model_summary;
+
+typedef struct sched_config {
+    wk_engine_params engine;
+    int max_seqs;         /* sequences decoded together */
+    int max_batch_tokens; /* tokens per forward step (decode tokens + a prefill chunk) */
+    int kv_block_tokens;  /* the block usage.kv_cache.blocks counts an f16 cache in (the paged pool has its own) */
+} sched_config;
+
+typedef struct scheduler scheduler;
+typedef void (*sched_event_cb)(sched_event *ev, void *data); /* takes ownership of ev */
+
+/* Starts the engine thread, which opens the engine, warms it up and sends EV_READY or EV_FATAL.
+ * on_event runs on the loop thread. */
+int sched_start(scheduler **out, uv_loop_t *loop, const sched_config *cfg, metrics *m, sched_event_cb on_event,
+                void *data);
+/* Queues a job, or a chain of jobs linked by next, at once (takes ownership); never blocks on
+ * the engine. */
+void sched_submit(scheduler *s, sched_job *job);
+void sched_cancel(scheduler *s, uint64_t id);
+/* Asks the engine thread to stop (cancelling whatever runs), joins it and frees everything. */
+void sched_stop(scheduler *s);
+const model_summary *sched_model(const scheduler *s); /* valid after EV_READY */
+
+
+#endif

@@ -1,0 +1,96 @@
+/* The scheduler's internals shared by its three files: the request and scheduler structs and the
+ * functions each file offers the others. scheduler.c owns the thread, the queues and the events;
+ * sched_request.c the life of a request (checks, jobs, finishing); sched_step.c one forward step
+ * (admission, preemption, batching, sampling). Not for use outside the scheduler. */
+#ifndef WUSHKV_SCHEDULER_INT_H
+#define WUSHKV_SCHEDULER_INT_H
+
+#include <pthread.h>
+
+#include "sched/kv_budget.h"
+#include "sched/scheduler.h"
+#include "sched/text_stream.h"
+
+typedef enum { R_WAITING, R_PREFILL, R_DECODE } req_state;
+
+/* One generation as the engine thread sees it. */
+typedef struct req {
+    uint64_t id;
+    gen_params g;
+    int32_t *prompt; /* owned (g.prompt_tokens moved here) */
+    int n_prompt;
+    int32_t *gen; /* tokens generated so far */
+    int n_gen, cap_gen;
+    int max_tokens;
+    req_state state;
+    wk_seq *seq;
+    wk_sampler *sampler;
+    /* Prefill source: the prompt, or after a preemption prompt + generated tokens (replay,
+     * owned). n_fill tokens of it; n_prefilled already in the KV cache; chunk in this step's item. */
+    int32_t *replay;
+    int n_fill, n_prefilled, chunk;
+    int n_prompt_counted;   /* prompt tokens counted in prompt_tokens_total (recompute is not) */
+    int32_t last;           /* the token the next decode step feeds */
+    text_stream ts;
+    int peak_len;           /* most tokens the sequence held (its KV cache) */
+    uint64_t peak_bytes;    /* most KV bytes it held (wk_seq_kv_bytes: whole blocks when paged) */
+    double t_arrival, t_admit, t_first, t_last;
+    struct req *next;
+} req;
+
+struct scheduler {
+    uv_loop_t *loop;
+    uv_async_t async;
+    pthread_t thread;
+    bool thread_started;
+    pthread_mutex_t mu;
+    pthread_cond_t cv;
+    sched_job *jobs, *jobs_tail; /* guarded by mu */
+    sched_event *events, *events_tail;
+    bool quit;
+    sched_config cfg;
+    metrics *m;
+    sched_event_cb on_event;
+    void *data;
+    model_summary model; /* written before EV_READY, read-only afterwards */
+
+    /* engine thread only */
+    wk_engine *e;
+    const wk_model_info *info;
+    kv_budget kv; /* the KV accounting admission uses, from info */
+    req *waiting, *waiting_tail, *running;
+    int n_waiting, n_running;
+    float *logits; /* max_seqs rows of n_vocab */
+    int *scratch;  /* n_vocab zeros for logits_penalize */
+    char *piece;
+    int piece_cap;
+    wk_batch_item *items;
+    req **item_req;
+};
+
+/* scheduler.c: events to the loop thread (queued during a step, handed over by sched_ev_flush). */
+sched_event *sched_ev_new(event_kind kind, uint64_t id);
+void sched_ev_post(scheduler *s, sched_event *ev);
+void sched_ev_flush(scheduler *s);
+void sched_post_error(scheduler *s, uint64_t id, int status, const char *param, const char *code, const char *fmt, ...)
+    __attribute__((format(printf, 6, 7)));
+
+/* sched_request.c */
+void sched_handle_job(scheduler *s, sched_job *j);
+/* One token's bytes into s->piece; returns the length or a negative wk_status. */
+int sched_piece(scheduler *s, int32_t tok);
+/* One token's bytes as a new string (empty when it has none); *len gets the length. */
+char *sched_dup_piece(scheduler *s, int32_t tok, int *len);
+void req_unlink(req **head, req *r);
+/* Takes r out of the waiting or running list. */
+void req_remove(scheduler *s, req *r);
+void req_free(req *r);
+void req_finish(scheduler *s, req *r, const char *reason);
+void req_fail(scheduler *s, req *r, const char *what, int rc, const char *err);
+
+/* sched_step.c */
+/* Admits what fits, runs one forward step, hands out its tokens. */
+void sched_step(scheduler *s);
+void sched_publish_pool(scheduler *s);
+
+#endif
