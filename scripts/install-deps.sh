@@ -5,7 +5,7 @@
 # Works as root, or as a user with sudo.
 set -euo pipefail
 
-# From DESIGN.md "Dependencies" (+ compiler, Python and curl for the tests).
+# From docs/design.md section 3, "Dependencies" (+ compiler, Python and curl for the tests).
 DEBS=(
     libuv1-dev libcjson-dev node-llhttp
     libvulkan-dev mesa-vulkan-drivers glslang-tools spirv-tools vulkan-validationlayers vulkan-tools

@@ -5,15 +5,26 @@
 # run (one capture for every format), printed as markdown, one row per format.
 #   bash scripts/kv_layer_error.sh WUSH_SIDECAR [CTX=2048] [SINK=4] [RECENT=64]
 # FORMATS="int2:quest:wush,..." replaces the default list (FMT:QUANT:TRANSFORM[:SINK:RECENT]).
-# The sidecar comes from `wushkv calibrate -f ../shared/data/tinyshakespeare/input.txt -o FILE`
-# (calibration text, never the evaluation text).
+# WIKITEXT (required) names the WikiText-2 raw test file, wiki.test.raw, which the repository does
+# not ship. The sidecar comes from `wushkv calibrate -f "$CALIB_TEXT" -o FILE` (calibration text,
+# never the evaluation text; see the README, "Evaluation and calibration texts"). WIKITEXT is
+# taken relative to the current directory, WUSH_SIDECAR relative to the repository root.
 set -euo pipefail
+text=${WIKITEXT:-}
+if [[ -z $text ]]; then
+    echo "kv_layer_error.sh: set WIKITEXT to the WikiText-2 raw test file (wiki.test.raw, not shipped with wushkv)" >&2
+    exit 2
+fi
+if [[ ! -f $text || ! -r $text ]]; then
+    echo "kv_layer_error.sh: WIKITEXT=$text is not a readable file" >&2
+    exit 2
+fi
+[[ $text == /* ]] || text=$PWD/$text # relative to the caller's directory, not the repository's
 cd "$(dirname "${BASH_SOURCE[0]}")/.."
 wush=${1:?usage: kv_layer_error.sh WUSH_SIDECAR [CTX] [SINK] [RECENT]}
 ctx=${2:-2048}
 sink=${3:-4}
 recent=${4:-64}
-text=${WIKITEXT:-../shared/data/wikitext-2-raw/wiki.test.raw}
 bin=${WUSHKV_BIN:-build/wushkv}
 
 if [[ -z ${FORMATS:-} ]]; then

@@ -3,9 +3,21 @@
 # and quantizer, one `wushkv perplexity --json` run each, printed as a markdown table row per run.
 #   bash scripts/kv_quality.sh WUSH_SIDECAR [CTX=2048] [CHUNKS=10] [BITS="2 3 4"] [QUANTS="quest percentile absmax"] [EXTRA]
 # EXTRA: more flags for every quantized row, e.g. "--kv-sink 4 --kv-recent 64" (the f16 row is skipped then).
-# The sidecar comes from `wushkv calibrate -f ../shared/data/tinyshakespeare/input.txt -o FILE`
-# (calibration text, never the evaluation text).
+# WIKITEXT (required) names the WikiText-2 raw test file, wiki.test.raw, which the repository does
+# not ship. The sidecar comes from `wushkv calibrate -f "$CALIB_TEXT" -o FILE` (calibration text,
+# never the evaluation text; see the README, "Evaluation and calibration texts"). WIKITEXT is
+# taken relative to the current directory, WUSH_SIDECAR relative to the repository root.
 set -euo pipefail
+text=${WIKITEXT:-}
+if [[ -z $text ]]; then
+    echo "kv_quality.sh: set WIKITEXT to the WikiText-2 raw test file (wiki.test.raw, not shipped with wushkv)" >&2
+    exit 2
+fi
+if [[ ! -f $text || ! -r $text ]]; then
+    echo "kv_quality.sh: WIKITEXT=$text is not a readable file" >&2
+    exit 2
+fi
+[[ $text == /* ]] || text=$PWD/$text # relative to the caller's directory, not the repository's
 cd "$(dirname "${BASH_SOURCE[0]}")/.."
 wush=${1:?usage: kv_quality.sh WUSH_SIDECAR [CTX] [CHUNKS] [BITS] [QUANTS]}
 ctx=${2:-2048}
@@ -13,7 +25,6 @@ chunks=${3:-10}
 bits=${4:-2 3 4}
 quants=${5:-quest percentile absmax}
 extra=${6:-}
-text=${WIKITEXT:-../shared/data/wikitext-2-raw/wiki.test.raw}
 bin=${WUSHKV_BIN:-build/wushkv}
 
 row() { # label, then wushkv flags

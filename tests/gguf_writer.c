@@ -1,5 +1,5 @@
 /* Test-side GGUF helpers: random well-formed quant blocks (the writer itself is the engine's,
- * engine/gguf_write.c). */
+ * engine/model/gguf_write.c). */
 #include "gguf_writer.h"
 
 #include <string.h>

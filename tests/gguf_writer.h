@@ -1,4 +1,4 @@
-/* Test-side GGUF helpers: the engine's GGUF writer (engine/gguf_write.h, which tests use to
+/* Test-side GGUF helpers: the engine's GGUF writer (engine/model/gguf_write.h, which tests use to
  * build small model files) plus random well-formed quant blocks for tests of every format. */
 #ifndef WK_TEST_GGUF_WRITER_H
 #define WK_TEST_GGUF_WRITER_H

@@ -17,7 +17,7 @@ typedef struct ref_model ref_model;
 ref_model *ref_model_load(const wk_gguf *g, char *err, size_t errlen);
 void ref_model_free(ref_model *m);
 const wk_hparams *ref_model_hparams(const ref_model *m);
-/* Attention reads K and V through the KV quantizer (engine/kv_quant.h: bits 2..4, a wk_kvq_kind,
+/* Attention reads K and V through the KV quantizer (engine/kv/kv_quant.h: bits 2..4, a wk_kvq_kind,
  * group G) instead of f16 rounding; bits 0 restores the f16 cache. */
 void ref_model_set_kv_quant(ref_model *m, int bits, int kind, int group);
 

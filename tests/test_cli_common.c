@@ -1,4 +1,4 @@
-/* server/cli_common.c without a model: each command takes only the common flags it names (another
+/* server/cli/cli_common.c without a model: each command takes only the common flags it names (another
  * stays unknown to it, as before the flags were shared), the values land where the engine params
  * read them, and a given model path is used as is. Messages and exit codes are test_cli.sh's. */
 #include <string.h>

@@ -1,5 +1,5 @@
-/* The scheduler's KV accounting (server/kv_budget.c) against the engine's own pool layout
- * (engine/kv_pool.c): a sequence's bytes for every length, how many 2048-token sequences the
+/* The scheduler's KV accounting (server/sched/kv_budget.c) against the engine's own pool layout
+ * (engine/kv/kv_pool.c): a sequence's bytes for every length, how many 2048-token sequences the
  * admission arithmetic lets into 256 MiB (the figure docs/wush-kv.md gives), the exact boundary of
  * "fits", usage against f16, and the /metrics pool gauge with and without f16 windows. */
 #include <stdint.h>

@@ -1,4 +1,4 @@
-/* server/kv_flags.c without a model: argv -> parse -> finish -> the engine params and the format
+/* server/cli/kv_flags.c without a model: argv -> parse -> finish -> the engine params and the format
  * name that --json and the serve log print (sink and recent windows included, which the engine
  * cannot open yet). Messages and exit codes are test_cli.sh's. */
 #include <string.h>

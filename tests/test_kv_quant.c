@@ -1,6 +1,6 @@
 /* KV quantizer tests: each format against an independent re-statement of its rule in double
  * precision, hand-made groups, packing of every bit width, group and slab round trips,
- * bits/element, and Gaussian MSE against the numpy reference (../shared/reference/wushkv_ref.py). */
+ * bits/element, and Gaussian MSE against the numpy reference (docs/design.md appendix A). */
 #include <math.h>
 #include <stdint.h>
 #include <stdlib.h>
@@ -378,7 +378,7 @@ static void test_round_trips(void) {
 
 /* Gaussian MSE per (bits, group, quantizer) against the reference. Literals from:
  *   python3 - <<'EOF'
- *   import sys; sys.path.insert(0, '/work/shared/reference'); import numpy as np, wushkv_ref as r
+ *   import numpy as np, wush_ref as r  # docs/design.md appendix A, saved as wush_ref.py
  *   rng = np.random.default_rng(1); z = rng.standard_normal(400000 * 32)
  *   for b in (2, 3, 4):
  *       for name, fn in (("quest", lambda x, g: r.quest(x, b, g)), ("absmax", lambda x, g: r.absmax(x, b, g)),

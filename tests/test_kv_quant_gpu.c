@@ -1,4 +1,4 @@
-/* GPU twin test of the KV quantizers: shaders/kv_quant.glsl (through kv_quant_test.comp) must give
+/* GPU twin test of the KV quantizers: shaders/kv/kv_quant.glsl (through kv_quant_test.comp) must give
  * the same bytes as wk_kvq_encode and the same float bits as wk_kvq_decode, for every kind x bits x
  * G, over groups built to hit the hard cases (outliers, zeros, constants, denormals, f16 overflow,
  * values exactly on code thresholds, f16 rounding ties, duplicates). Needs a Vulkan device and the

@@ -1,9 +1,9 @@
-/* Paged attention shader (shaders/attention_paged.comp, + attention_reduce.comp when the keys are
+/* Paged attention shader (shaders/kv/attention_paged.comp, + attention_reduce.comp when the keys are
  * split) against a C reference: keys and values are encoded into a block pool with the C
  * quantizers (kv_quant.c), block tables are scattered, and every query row's output must equal
  * softmax attention (in double) over the values the C decoder reads back — for every quantizer,
  * bit width, two group sizes, GQA 4:1 / 2:1 / 32:1 (head chunks), sliding window, decode rows and
- * prefill rows of different sequences in one dispatch (query tiles from engine/attention_plan.c),
+ * prefill rows of different sequences in one dispatch (query tiles from engine/kv/attention_plan.c),
  * unsplit and split three ways. The block tables are those of a pool with three layer groups (the
  * layer reads every third entry; the others name decoy blocks), and with a sliding window the
  * entries of blocks no query can see are WK_KV_NO_BLOCK, as the engine leaves them once released. */

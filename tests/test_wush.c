@@ -1,5 +1,5 @@
 /* WUSH transform tests: exactness (T^-T^T T = I, scores unchanged), balanced transformed second
- * moments, gain >= 1 and hand-computed gains, agreement with wushkv_ref.py's wush() on fixed Grams,
+ * moments, gain >= 1 and hand-computed gains, agreement with the reference's wush() on fixed Grams,
  * second-moment accumulator, Hadamard, and the reference selftest's synthetic 2-bit score-error
  * experiment reproduced in C (printed, with its ordering checked). */
 #include <lapacke.h>
@@ -15,7 +15,7 @@
 
 /* d = 8 Grams and the reference's T, T^-T and predicted gain, from:
  *   python3 - <<'EOF'
- *   import sys; sys.path.insert(0, '/work/shared/reference'); import numpy as np, wushkv_ref as r
+ *   import numpy as np, wush_ref as r  # docs/design.md appendix A, saved as wush_ref.py
  *   rng = np.random.default_rng(8)
  *   d = 8
  *   a = rng.standard_normal((d, 64)) * np.array([3, 1, 1, 0.5, 2, 1, 0.2, 1])[:, None]

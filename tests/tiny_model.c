@@ -31,7 +31,7 @@ static float rng_uniform(uint64_t *s, float lo, float hi) {
 
 /* ------------------------------------------------------------------------------------------
  * Quantizers: f32 -> ggml blocks, n a multiple of the block size. Each one is the inverse of the
- * dequantization loop in notes/GEMMA3_GGUF.md section 2. */
+ * dequantization loop in docs/gemma3-gguf.md section 2. */
 
 static void put_f16(uint8_t *p, float f) {
     uint16_t h = wk_f32_to_f16(f);

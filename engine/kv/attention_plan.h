@@ -1,8 +1,8 @@
 /* How one attention_paged dispatch covers a step: query tiles (consecutive tokens of one sequence
  * that share every key and value decode), how many query heads each tile token brings, and how
  * many ways the keys are split -- when a step has too few tiles to fill the device (decode), and
- * always beyond WK_ATTN_MAX_KEYS keys per workgroup (llvmpipe's loop limiter: LAVAPIPE.md). The
- * limits mirror the constants at the top of shaders/attention_paged.comp. */
+ * always beyond WK_ATTN_MAX_KEYS keys per workgroup (llvmpipe's loop limiter: docs/engine.md). The
+ * limits mirror the constants at the top of shaders/kv/attention_paged.comp. */
 #ifndef WK_ATTENTION_PLAN_H
 #define WK_ATTENTION_PLAN_H
 

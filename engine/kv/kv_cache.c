@@ -1,6 +1,6 @@
 /* KV cache storage. f16: one key and one value buffer per layer, each sized for every sequence
  * slot at the full context, so a token's cache row is slot*max_ctx + pos. Paged: the block pool of
- * engine/kv_pool.h in one device buffer, read and written through R32UI texel views. */
+ * engine/kv/kv_pool.h in one device buffer, read and written through R32UI texel views. */
 #include "kv/kv_cache.h"
 
 #include <stdio.h>

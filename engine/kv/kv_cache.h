@@ -16,7 +16,7 @@ typedef struct wk_kv_cache {
     wk_buf *k, *v;             /* per layer: [slot*max_ctx + pos][n_head_kv][head_dim] f16, RG32UI view */
     uint64_t bytes;            /* device bytes held */
     uint64_t bytes_per_token;  /* all layers, keys and values */
-    /* WK_KV_PAGED: packed 2/3/4-bit codes in blocks of one pool allocation (engine/kv_pool.h) */
+    /* WK_KV_PAGED: packed 2/3/4-bit codes in blocks of one pool allocation (engine/kv/kv_pool.h) */
     wk_kv_fmt fmt;
     wk_kv_layout layout;
     wk_kv_pool *pool;

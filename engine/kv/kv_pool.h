@@ -1,7 +1,7 @@
 /* Paged KV pool bookkeeping on the host: which fixed-size block of the one KV allocation belongs
  * to which sequence, and exactly how many bytes everyone holds. It never touches a device: it
  * hands out block indices and byte offsets, and tells the caller which device copies to make
- * (copy-on-write, fork of an f16 window). DESIGN.md section 6; issue 3 "Paged KV pool".
+ * (copy-on-write, fork of an f16 window). docs/design.md section 6; issue 3 "Paged KV pool".
  *
  * Device allocation this module describes (the caller makes ONE buffer of
  * wk_kv_pool_device_bytes() bytes):

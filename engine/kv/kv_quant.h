@@ -28,7 +28,7 @@
  *   step_h = f16 nearest to sqrt(v2) (exact real sqrt, ties to even), saturated to 65504.
  *   q      = clamp(floor(x/step_h), -L/2, L/2-1) in exact arithmetic; stored u = q + L/2.
  *   decode   (u - L/2 + 0.5) * step_h  (exact in f32).  step_h == 0 => every u = L/2, decodes 0.
- *   This is s = alpha_b*rms, step = 2s/(L-1) of DESIGN.md section 5, rounded once to f16.
+ *   This is s = alpha_b*rms, step = 2s/(L-1) of docs/design.md section 5.5, rounded once to f16.
  *
  * absmax (symmetric RTN, the baseline), one f16 per group: step_h.
  *   step_h = f16(max|x| * WK_KVQ_ABSMAX_C[b]) (f32 product, then RNE to f16; C = 2/(L-1) in f32);
@@ -36,7 +36,7 @@
  *   and floor(x/step) is round-to-nearest onto the levels.
  *
  * percentile (clipped affine, OSCAR style), two f16 per group: scale_h, then min_h.
- *   r      = wk_kvq_percentile_rank(rho, G) = min(floor(rho*G), G-1) (as wushkv_ref.py); t = the
+ *   r      = wk_kvq_percentile_rank(rho, G) = min(floor(rho*G), G-1) (as the numpy reference); t = the
  *            element of 0-based rank r of the ascending |x| of the GROUP (the reference takes it
  *            over the whole row; the two agree when G equals the head dim).
  *   xc     = clamp(x, -t, t); lo = min xc; hi = max xc;

@@ -22,9 +22,9 @@ typedef struct {
     uint32_t head_dim, n_head, n_head_kv, window, n_tokens, layer;
     int32_t kind, bits, group;
     uint32_t block_tokens, slab_words, block_words, params_words, code_words;
-    uint32_t head_rows, n_split; /* engine/attention_plan.h (attention_f16 uses this block too) */
+    uint32_t head_rows, n_split; /* engine/kv/attention_plan.h (attention_f16 uses this block too) */
     uint32_t sink, recent, f16_row_words; /* f16 windows */
-    /* Layer groups (engine/kv_pool.h): the layer's slabs are slab_layer's in its blocks, and block
+    /* Layer groups (engine/kv/kv_pool.h): the layer's slabs are slab_layer's in its blocks, and block
      * i of a sequence is table entry i * table_stride + table_col. */
     uint32_t slab_layer, table_stride, table_col;
 } wk_pc_attention_paged;

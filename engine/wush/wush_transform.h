@@ -2,15 +2,15 @@
  * (LAPACKE, double precision), the randomized-sign Hadamard transform, and helpers to apply them.
  *
  * Transforms are block-diagonal: a head of dim D with quantizer group G gets D/G blocks of G x G
- * (DESIGN.md: "the transform block size follows" the group size), so a quantizer group never mixes
+ * (docs/design.md 5.2: the block follows the quantizer's group), so a quantizer group never mixes
  * with another and a block is a power of two that Sylvester's Hadamard exists for. block = D gives
- * one dense transform per head (what wushkv_ref.py's selftest uses).
+ * one dense transform per head (what the reference selftest of docs/design.md appendix A uses).
  *
  * Storage ("compact blocks"): a block-diagonal D x D matrix with block B is nb = D/B row-major
  * B x B matrices, one after another: element (i, j) of block k is m[(k*B + i)*B + j] and stands for
  * entry (k*B + i, k*B + j) of the full matrix. Grams from wk_moments use the same layout.
  *
- * WUSH (DESIGN.md section 5), per block, for the product w.x with x quantized:
+ * WUSH (docs/design.md section 5.1), per block, for the product w.x with x quantized:
  *   damp both Grams by ratio * mean(diag) * I; W' = chol_lower(G_w); M = W'^T G_x W' = U L U^T;
  *   T = H L^(-1/4) U^T W'^T (applied to x), T^-T = H L^(1/4) U^T W'^-1 (applied to w),
  * so (T^-T w).(T x) = w.x, and both transformed second moments equal H L^(1/2) H^T (equal
@@ -25,7 +25,7 @@
 
 #include "wushkv/wushkv.h"
 
-#define WK_WUSH_DAMP 0.01 /* damping ratio of DESIGN.md: 1% of the mean diagonal */
+#define WK_WUSH_DAMP 0.01 /* damping ratio of docs/design.md 5.1: 1% of the mean diagonal */
 
 /* ---- streaming second moments: vectors in float, sums in double ---- */
 typedef struct wk_moments {

@@ -196,13 +196,13 @@ typedef struct wk_kv_error_layer {
 int wk_kv_layer_error(wk_engine *e, const int32_t *tokens, int n, const wk_kv_error_format *fmts, int n_fmt,
                       int n_threads, wk_kv_error_layer *out, char *err, size_t errlen);
 
-/* WUSH-KV calibration (`wushkv calibrate`, DESIGN.md section 5). A calibrator runs chunks of
+/* WUSH-KV calibration (`wushkv calibrate`, docs/design.md section 5). A calibrator runs chunks of
  * calibration text through the engine with capture on and accumulates, per layer and KV head, the
  * second moments of post-RoPE keys (G_k), of post-RoPE queries pooled over the GQA group (G_q) and
  * of values (G_v: plain, and weighted per token by the attention it receives); at the end it adds
  * the Gram of the head's W_o column block, builds T_K = WUSH(G_w = G_q, G_x = G_k) and
  * T_V = WUSH(G_w = Gram(W_o block), G_x = the chosen G_v) and writes the sidecar (a GGUF file;
- * layout in engine/calibrate.h). Same engine, tokens and params: a byte-identical file.
+ * layout in engine/wush/wush_sidecar.h). Same engine, tokens and params: a byte-identical file.
  *
  * Value weightings. With p_hij the attention of query head h at position i on key j, token j's
  * value is weighted by

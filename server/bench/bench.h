@@ -12,13 +12,13 @@
 
 /* Engine throughput, as llama-bench measures it (bench_engine.c). */
 typedef struct bench_engine_opts {
-    cli_common common;     /* -m, --device, --json, --validation, -v (server/cli_common.h) */
+    cli_common common;     /* -m, --device, --json, --validation, -v (server/cli/cli_common.h) */
     int n_prompt;          /* -p: tokens per prefill run; 0 skips the prefill test */
     int n_gen;             /* -n: tokens decoded one at a time per run; 0 skips the decode test */
     int reps;              /* -r: timed runs after the warm-up */
     int ctx;               /* 0: max(n_prompt, n_gen) */
     int batch_tokens;      /* tokens per prefill forward step (the engine's batch size) */
-    kv_flags kv;           /* --kv and friends (server/kv_flags.h) */
+    kv_flags kv;           /* --kv and friends (server/cli/kv_flags.h) */
     const char *peer;      /* path of llama-bench, or NULL */
 } bench_engine_opts;
 

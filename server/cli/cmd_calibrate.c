@@ -24,7 +24,7 @@ static void calibrate_usage(FILE *f) {
     fprintf(f,
             "usage: wushkv calibrate -f TEXT -o FILE [options]\n"
             "\n"
-            "Builds the WUSH-KV transforms (DESIGN.md section 5) from calibration text and writes them\n"
+            "Builds the WUSH-KV transforms (docs/design.md section 5) from calibration text and writes them\n"
             "to a sidecar FILE for --wush. The text is cut into chunks, each evaluated as a fresh\n"
             "sequence with BOS first and f16 KV; per layer and KV head it accumulates the second\n"
             "moments of post-RoPE keys and queries, of values, and the Gram of the head's W_o block.\n"

@@ -1,5 +1,5 @@
 /* `wushkv perplexity`: perplexity of a text file by llama.cpp's llama-perplexity method (see
- * shared/notes/GEMMA3_GGUF.md section 6), so our number can stand beside llama.cpp's. */
+ * docs/gemma3-gguf.md section 6), so our number can stand beside llama.cpp's. */
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>

@@ -1,22 +1,22 @@
 #version 450
 // Causal attention over the paged, quantized KV pool (issue 3 "Paged attention shaders").
 // One subgroup-sized workgroup per (query tile, KV head [x head chunk], key split):
-//   - a query tile is up to a few consecutive tokens of ONE sequence (engine/attention_plan.c), and
+//   - a query tile is up to a few consecutive tokens of ONE sequence (engine/kv/attention_plan.c), and
 //     its rows are every (token, query head) of the tile that shares this KV head (GQA). Each key
 //     and value is dequantized once per tile and used by all its rows: decoding costs more than
-//     the dot products, so sharing it is where the speed comes from (LAVAPIPE.md: registers, no
+//     the dot products, so sharing it is where the speed comes from (docs/lavapipe.md: registers, no
 //     shared memory).
 //   - keys are taken 16 at a time: scores first, then one online-softmax rescale per row, then
 //     the values, so the rescale of the accumulators is paid per 16 keys, not per key.
 //   - a long context with few tiles (decode) is split over gl_WorkGroupID.z; each split writes
 //     its (max, sum, unnormalised output) per row and attention_reduce.comp combines them.
 // f16 windows (--kv-sink S, --kv-recent R): a row at position p reads key/value j in f16 when
-// j < S or j > p - R, from its sequence's window slot (engine/kv_pool.h: sinks in rows 0..S-1, a
+// j < S or j > p - R, from its sequence's window slot (engine/kv/kv_pool.h: sinks in rows 0..S-1, a
 // ring of the last R positions after them) or, for this step's own tokens, from the K/V
 // activations rounded to f16 exactly as kv_store_window.comp stores them after this pass.
 // Lanes own contiguous 4-dim chunks of the head vector, so a lane's chunks usually sit in one
 // quantizer group (one parameter fetch per key). Decoding is kv_quant.glsl's, bit-identical to
-// the C twin. Pool layout (engine/kv_pool.h): block b holds, for every (layer, K|V, KV head), a
+// the C twin. Pool layout (engine/kv/kv_pool.h): block b holds, for every (layer, K|V, KV head), a
 // slab of block_tokens tokens: their packed codes, then their f16 group parameters (kv_quant.h).
 #extension GL_GOOGLE_include_directive : require
 #extension GL_KHR_shader_subgroup_arithmetic : require
@@ -38,7 +38,7 @@ const uint KT = 16;     // keys per softmax tile
 // llvmpipe stops EVERY loop of an invocation once 65535 loop iterations have run in total (its
 // loop limiter is one counter per shader invocation, never reset), silently. So the loops over
 // chunks and rows below have constant bounds and are unrolled, leaving ~33 counted iterations per
-// 16 keys, and the host caps the keys one workgroup walks (attention_plan.h); see LAVAPIPE.md.
+// 16 keys, and the host caps the keys one workgroup walks (attention_plan.h); see docs/engine.md.
 struct RowInfo { uint pos; uint table_off; };
 struct Tile { uint row0; uint n_tok; uint win_word; uint chunk_row0; };
 layout(std430, binding = 0) readonly buffer Q { vec4 q4[]; };        // [T][n_head][D/4]

@@ -1,5 +1,5 @@
-// KV-cache quantizers in GLSL: the bit-exact twins of engine/kv_quant.c (the contract is in
-// engine/kv_quant.h): f16 parameters, codes, the packed group layout, and the cheap per-element
+// KV-cache quantizers in GLSL: the bit-exact twins of engine/kv/kv_quant.c (the contract is in
+// engine/kv/kv_quant.h): f16 parameters, codes, the packed group layout, and the cheap per-element
 // decode used inside attention loops. Needs no optional feature (32-bit types only).
 //
 // How exactness is kept on any Vulkan implementation (why the code looks the way it does):

@@ -1,6 +1,6 @@
 #version 450
 // Writes this step's keys and values, rounded to f16, into their sequences' f16 window rows
-// (--kv-sink / --kv-recent; layout in engine/kv_pool.h), after the attention of the layer has read
+// (--kv-sink / --kv-recent; layout in engine/kv/kv_pool.h), after the attention of the layer has read
 // the window as it was before the step. The host gives each token its destination row (a word
 // offset into the pool), or ~0 for tokens that no window keeps (a ring row written twice in one
 // step would race, so only the last `recent` tokens of a chunk get one).

@@ -2,7 +2,7 @@
 // Key transform after RoPE: k' = T_K k for key heads, q' = T_K^-T q for query heads (so q'.k' =
 // q.k), in place. T is block-diagonal (blocks of B), one matrix pair per KV head of this layer.
 // One subgroup-sized workgroup per (token, head); a lane owns output rows lane, lane + nl, ...
-// Per LAVAPIPE.md the matrices are read through a texel buffer (RGBA32F: four entries of a row
+// Per docs/lavapipe.md the matrices are read through a texel buffer (RGBA32F: four entries of a row
 // per fetch) and each lane loads a block of x once for all its rows in that block (storage
 // buffer loads are per-lane loops on lavapipe). The workgroup barrier lets every lane finish
 // reading x before any lane overwrites it.

@@ -1,6 +1,6 @@
 #version 450
 // Y[t][n] = W[n] . X[t] for a batch (prefill): each invocation computes a 4-token x 4-row register
-// tile, reading weights and activations through texel buffers and no shared memory (LAVAPIPE.md).
+// tile, reading weights and activations through texel buffers and no shared memory (docs/lavapipe.md).
 #extension GL_GOOGLE_include_directive : require
 #include "common.glsl"
 layout(local_size_x = 8, local_size_y = 8) in;
