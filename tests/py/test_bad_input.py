@@ -222,3 +222,99 @@ def test_expect_100_continue_and_http10(server):
     # HTTP/1.0: answered, then closed (no keep-alive unless asked).
     out = raw(server, b"GET /health HTTP/1.0\r\n\r\n")
     assert out.startswith(b"HTTP/1.1 200 OK") and b"Connection: close" in out and out.endswith(b'{"status":"ok"}')
+
+
+# ---- HTTP/1.1 framing (RFC 9110, RFC 9112) -----------------------------------------------------
+
+def responses(out, heads=0):
+    """Splits raw bytes holding several Content-Length-framed responses: [(status line, headers, body)].
+    The first `heads` answer HEAD requests: their Content-Length frames no body."""
+    parts = []
+    while out:
+        head, _, rest = out.partition(b"\r\n\r\n")
+        lines = head.split(b"\r\n")
+        headers = {k.lower(): v for k, v in (l.decode().split(": ", 1) for l in lines[1:])}
+        n = 0 if len(parts) < heads else int(headers.get("content-length", 0))
+        parts.append((lines[0].decode(), headers, rest[:n]))
+        out = rest[n:]
+    return parts
+
+
+def test_head_has_no_body_and_keeps_the_connection_in_step(server):
+    # HEAD on a GET route: GET's status and headers, no body, and the next response on the same
+    # connection starts where it should (a body after HEAD would be read as the next response).
+    out = raw(server, b"HEAD /health HTTP/1.1\r\nHost: x\r\n\r\nGET /health HTTP/1.1\r\nHost: x\r\n"
+                      b"Connection: close\r\n\r\n")
+    (s1, h1, b1), (s2, h2, b2) = responses(out, heads=1)
+    assert s1 == "HTTP/1.1 200 OK" and int(h1["content-length"]) == len(b2) and b1 == b""
+    assert s2 == "HTTP/1.1 200 OK" and b2 == b'{"status":"ok"}'
+    # HEAD on a POST route: 405 naming the methods, still without a body.
+    out = raw(server, b"HEAD /v1/completions HTTP/1.1\r\nHost: x\r\n\r\nGET /health HTTP/1.1\r\nHost: x\r\n"
+                      b"Connection: close\r\n\r\n")
+    (s1, h1, b1), (s2, _, b2) = responses(out, heads=1)
+    assert s1.startswith("HTTP/1.1 405 ") and h1["allow"] == "POST" and b1 == b""
+    assert s2 == "HTTP/1.1 200 OK" and b2 == b'{"status":"ok"}'
+    assert requests.head(server.url + "/v1/models", timeout=10).status_code == 200
+
+
+def test_absolute_form_target(server):
+    # RFC 9112 3.2.2: a server MUST accept the absolute form (what a request via a proxy carries).
+    for target in (f"http://127.0.0.1:{server.port}/health", f"HTTP://localhost:{server.port}/health?x=1"):
+        out = raw(server, f"GET {target} HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n".encode())
+        assert out.startswith(b"HTTP/1.1 200 OK") and out.endswith(b'{"status":"ok"}'), out
+    body = b'{"prompt":"Hi"}'
+    out = raw(server, f"POST http://127.0.0.1:{server.port}/tokenize HTTP/1.1\r\nHost: x\r\nConnection: close\r\n"
+                      f"Content-Length: {len(body)}\r\n\r\n".encode() + body)
+    assert out.startswith(b"HTTP/1.1 200 OK") and b'"tokens"' in out, out
+
+
+def test_upgrade_request_is_ignored(server):
+    # Upgrade: h2c (or websocket) is declined by answering in HTTP/1.1; the connection goes on.
+    out = raw(server, b"GET /health HTTP/1.1\r\nHost: x\r\nUpgrade: h2c\r\nConnection: Upgrade, HTTP2-Settings\r\n"
+                      b"HTTP2-Settings: AAMAAABkAARAAAAAAAIAAAAA\r\n\r\n"
+                      b"GET /health HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n")
+    got = responses(out)
+    assert [s for s, _, _ in got] == ["HTTP/1.1 200 OK"] * 2 and all(b == b'{"status":"ok"}' for _, _, b in got)
+    body = b'{"prompt":"Hi"}'
+    out = raw(server, b"POST /tokenize HTTP/1.1\r\nHost: x\r\nUpgrade: websocket\r\nConnection: Upgrade\r\n"
+                      b"Content-Length: " + str(len(body)).encode() + b"\r\n\r\n" + body +
+                      b"GET /health HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n")
+    got = responses(out)
+    assert [s for s, _, _ in got] == ["HTTP/1.1 200 OK"] * 2 and b'"tokens"' in got[0][2], out
+
+
+@pytest.mark.parametrize("line,status", [
+    (b"GET /health HTTP/2.0", 505), (b"GET /health HTTP/3.0", 505), (b"GET /health", 400),
+    (b"GET /health HTTP/0.9", 400),
+])
+def test_unsupported_http_versions(server, line, status):
+    out = raw(server, line + b"\r\nHost: x\r\n\r\n")
+    assert out.startswith(f"HTTP/1.1 {status} ".encode()), out
+    assert json.loads(out.split(b"\r\n\r\n", 1)[1])["error"]["message"]
+    still_serving(server)
+
+
+# ---- JSON bodies: one JSON value, UTF-8, nothing after it ---------------------------------------
+
+@pytest.mark.parametrize("path", ["/v1/completions", "/v1/chat/completions", "/tokenize", "/detokenize"])
+@pytest.mark.parametrize("body", [
+    b'{"prompt":"Hi","messages":[{"role":"user","content":"Hi"}],"tokens":[1]} trailing',
+    b'{"prompt":"Hi","messages":[{"role":"user","content":"Hi"}],"tokens":[1]}{}',
+    b'{"prompt":"Hi","messages":[{"role":"user","content":"Hi"}],"tokens":[1]}\x00garbage',
+    b'{"prompt":"H\xffi","messages":[{"role":"user","content":"Hi"}],"tokens":[1]}',
+    b'{"prompt":"H\xc0\xafi","messages":[{"role":"user","content":"Hi"}],"tokens":[1]}',  # overlong '/'
+    b'{"prompt":"H\xed\xa0\x80i","messages":[{"role":"user","content":"Hi"}],"tokens":[1]}',  # a surrogate
+    b'{"prompt":"Hi","messages":[{"role":"user","content":"H\x00i"}],"tokens":[1]}',
+])
+def test_body_is_one_valid_json_value(server, path, body):
+    e = assert_error(post(server, path, body), 400)
+    assert e["code"] == "invalid_json", e
+    # Trailing white space is still fine.
+    ok = post(server, "/tokenize", b'{"prompt":"Hi"}\r\n \t\n')
+    assert ok.status_code == 200
+
+
+def test_detokenize_of_no_tokens(server):
+    # Zero tokens are valid and give "" (the sanitizer build once saw a NULL passed to memmove here).
+    r = post(server, "/detokenize", {"tokens": []})
+    assert r.status_code == 200 and r.json()["prompt"] == ""
