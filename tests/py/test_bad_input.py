@@ -4,12 +4,13 @@
 import json
 import socket
 import subprocess
+import threading
 import time
 
 import pytest
 import requests
 
-from conftest import metric, wait_idle
+from conftest import Server, metric, wait_idle
 
 
 def post(server, path, body, **kw):
@@ -96,6 +97,44 @@ def test_prompt_longer_than_context(server):
     r = post(server, "/v1/completions", {"prompt": "hello", "max_tokens": 511})
     assert_error(r, 400, "max_tokens", "context_length_exceeded")
     still_serving(server)
+
+
+def test_prompt_bytes_alone_too_long(server):
+    # ~430 KB of text cannot be 512 tokens: refused from its byte length, before tokenizing, for
+    # every choice at once; /tokenize has the same bound.
+    r = post(server, "/v1/completions", {"prompt": "The quick brown fox. " * 20000, "n": 4, "max_tokens": 1})
+    e = assert_error(r, 400, "prompt", "context_length_exceeded")
+    assert "bytes" in e["message"] and "maximum context length" in e["message"]
+    e = assert_error(post(server, "/tokenize", {"prompt": "The quick brown fox. " * 20000}), 400, "prompt",
+                     "context_length_exceeded")
+    assert "bytes" in e["message"]
+    still_serving(server)
+
+
+def test_small_request_not_stalled_by_a_huge_prompt():
+    # A prompt just under the byte bound of a 4096-token context, with n = 16, is tokenized once
+    # and off the engine thread: a one-token request sent meanwhile is not held up by it (before:
+    # 16 tokenizations of 190 KB on the engine thread, 7-8 s, in front of the small request).
+    s = Server("--ctx", "4096", "--max-batch", "1", "--max-queue", "16")
+    try:
+        def small():
+            t = time.time()
+            r = post(s, "/v1/completions", {"prompt": "Hello", "max_tokens": 1, "temperature": 0})
+            assert r.status_code == 200, r.text
+            return time.time() - t
+        alone = min(small() for _ in range(3))
+        big = ("The quick brown fox jumps over the lazy dog. " * 5000)[:190000]
+        out = {}
+        t = threading.Thread(target=lambda: out.setdefault("r", post(s, "/v1/completions",
+                                                                      {"prompt": big, "n": 16, "max_tokens": 1})))
+        t.start()
+        time.sleep(0.05)
+        during = small()
+        t.join()
+        assert_error(out["r"], 400, "prompt", "context_length_exceeded")  # ~42k tokens, found by tokenizing
+        assert during < max(3 * alone, alone + 2.0), (alone, during)
+    finally:
+        assert s.stop() == 0, s.log()
 
 
 def test_wrong_method_and_path(server):
