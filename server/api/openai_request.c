@@ -106,6 +106,8 @@ static bool token_array(const cJSON *arr, const char *param, int32_t **out, int 
 /* One prompt of a completions request: text, or token ids used as given. */
 typedef struct prompt_in {
     char *text;
+    wk_text_range *plain; /* chat: the messages' words in text (see chat_render) */
+    int n_plain;
     int32_t *tokens;
     int n_tokens;
 } prompt_in;
@@ -214,7 +216,7 @@ static bool parse_messages(const cJSON *root, chat_format fmt, gen_params *g, ap
         i++;
     }
     if (ok) {
-        g->prompt_text = chat_render(fmt, cm, n);
+        g->prompt_text = chat_render(fmt, cm, n, &g->plain, &g->n_plain);
         g->add_special = true;
         if (!g->prompt_text) ok = fail(e, 500, NULL, NULL, "out of memory");
     }
@@ -310,6 +312,8 @@ static bool refuse_unsupported(const cJSON *root, bool chat, api_error *e) {
 static bool copy_params(gen_params *d, const gen_params *base, const prompt_in *p) {
     *d = *base;
     d->prompt_text = NULL;
+    d->plain = NULL;
+    d->n_plain = 0;
     d->prompt_tokens = NULL;
     d->bias_tokens = NULL;
     d->bias_values = NULL;
@@ -318,6 +322,13 @@ static bool copy_params(gen_params *d, const gen_params *base, const prompt_in *
     if (p->text) {
         ok &= (d->prompt_text = strdup(p->text)) != NULL;
         d->add_special = true; /* the model's BOS before text prompts */
+        if (p->n_plain) {
+            ok &= (d->plain = malloc((size_t)p->n_plain * sizeof *d->plain)) != NULL;
+            if (d->plain) {
+                memcpy(d->plain, p->plain, (size_t)p->n_plain * sizeof *d->plain);
+                d->n_plain = p->n_plain;
+            }
+        }
     } else {
         ok &= (d->prompt_tokens = malloc(((size_t)p->n_tokens + 1) * sizeof *d->prompt_tokens)) != NULL;
         if (ok) memcpy(d->prompt_tokens, p->tokens, (size_t)p->n_tokens * sizeof *d->prompt_tokens);
@@ -534,7 +545,11 @@ bool openai_parse_generation(const char *body, size_t body_len, bool chat, const
     if (ok && chat) {
         /* The rendered conversation is the one prompt. */
         prompts[0].text = g->prompt_text;
+        prompts[0].plain = g->plain;
+        prompts[0].n_plain = g->n_plain;
         g->prompt_text = NULL;
+        g->plain = NULL;
+        g->n_plain = 0;
         n_prompts = 1;
     }
     if (ok && n_prompts * out->n > OPENAI_MAX_CHOICES)
@@ -547,6 +562,7 @@ out:
     gen_params_free(g);
     for (int i = 0; i < OPENAI_MAX_CHOICES; i++) {
         free(prompts[i].text);
+        free(prompts[i].plain);
         free(prompts[i].tokens);
     }
     if (!ok) openai_request_free(out);

@@ -46,14 +46,18 @@ static bool tokenize_prompt(scheduler *s, sched_job *j, const sched_job *prev) {
     int n;
     int32_t *toks = NULL;
     if (prev && prev->kind == JOB_GENERATE && prev->gen.prompt_tokens && prev->gen.add_special == g->add_special &&
-        prev->gen.from_text && strcmp(prev->gen.from_text, g->prompt_text) == 0) {
+        prev->gen.from_text && strcmp(prev->gen.from_text, g->prompt_text) == 0 && prev->gen.n_plain == g->n_plain &&
+        (!g->n_plain || memcmp(prev->gen.plain, g->plain, (size_t)g->n_plain * sizeof *g->plain) == 0)) {
         n = prev->gen.n_prompt_tokens;
         toks = malloc((size_t)(n > 0 ? n : 1) * sizeof *toks);
         if (!toks) n = WK_ERR_NOMEM;
         else memcpy(toks, prev->gen.prompt_tokens, (size_t)n * sizeof *toks);
+    } else if (g->plain) {
+        /* A chat: the template's control tokens become their ids, the messages' words stay text. */
+        n = wk_tokenize_alloc_plain(s->e, g->prompt_text, len, g->add_special, g->plain, g->n_plain, &toks);
     } else {
-        /* parse_special: control tokens such as <start_of_turn> in the text become their ids, as
-         * the chat template needs (llama.cpp's server does the same for plain prompts). */
+        /* A completions prompt: control tokens such as <start_of_turn> in it become their ids, as
+         * llama.cpp's server and Hugging Face tokenizers do for plain prompts. */
         n = wk_tokenize_alloc(s->e, g->prompt_text, len, g->add_special, true, &toks);
     }
     if (n < 0) {

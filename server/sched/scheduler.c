@@ -20,6 +20,7 @@
 void gen_params_free(gen_params *g) {
     free(g->prompt_text);
     free(g->from_text);
+    free(g->plain);
     free(g->prompt_tokens);
     free(g->bias_tokens);
     free(g->bias_values);
