@@ -257,8 +257,9 @@ int wk_tokenize(const wk_engine *e, const char *text, size_t len, bool add_speci
     return n < 0 ? WK_ERR_INVALID : n;
 }
 
-int wk_tokenize_alloc(const wk_engine *e, const char *text, size_t len, bool add_special, bool parse_special,
-                      int32_t **out) {
+/* Tokenizes into an array grown to fit (see wk_tokenize_alloc). */
+static int tokenize_alloc(const wk_engine *e, const char *text, size_t len, bool add_special, bool parse_special,
+                          const wk_text_range *plain, int n_plain, int32_t **out) {
     /* A token takes at least a byte, plus the few specials add_special may put around the text;
      * wk_tokenize says how many it needed when that guess is short. */
     size_t cap = len + 16;
@@ -266,7 +267,10 @@ int wk_tokenize_alloc(const wk_engine *e, const char *text, size_t len, bool add
         if (cap > (size_t)INT32_MAX) return WK_ERR_INVALID;
         int32_t *toks = malloc(cap * sizeof *toks);
         if (!toks) return WK_ERR_NOMEM;
-        int n = wk_tokenize(e, text, len, add_special, parse_special, toks, (int)cap);
+        int n = text || !len ? wk_tokenizer_encode_plain(e->tok, text ? text : "", len, add_special, parse_special,
+                                                         plain, n_plain, toks, (int)cap)
+                             : -1;
+        if (n < 0) n = WK_ERR_INVALID;
         if (n >= 0 && (size_t)n <= cap) {
             *out = toks;
             return n;
@@ -275,6 +279,16 @@ int wk_tokenize_alloc(const wk_engine *e, const char *text, size_t len, bool add
         if (n < 0) return n;
         cap = (size_t)n;
     }
+}
+
+int wk_tokenize_alloc(const wk_engine *e, const char *text, size_t len, bool add_special, bool parse_special,
+                      int32_t **out) {
+    return tokenize_alloc(e, text, len, add_special, parse_special, NULL, 0, out);
+}
+
+int wk_tokenize_alloc_plain(const wk_engine *e, const char *text, size_t len, bool add_special,
+                            const wk_text_range *plain, int n_plain, int32_t **out) {
+    return tokenize_alloc(e, text, len, add_special, true, plain, n_plain, out);
 }
 
 int wk_token_to_piece(const wk_engine *e, int32_t token, bool render_special, char *buf, int cap) {

@@ -271,6 +271,19 @@ static void test_spm_synthetic(void) {
     CHECK_IDS(ids, n, T_CTL);
     n = enc(t, "", true, true);
     CHECK_IDS(ids, n, T_BOS);
+    /* Plain ranges (a user's words inside a template): a CONTROL token overlapping one is text;
+     * the same token outside them is still parsed, and USER_DEFINED ones split either way. */
+    {
+        const char *s = "<ctl>a<ctl><tag>";
+        wk_text_range plain = {5, 6}; /* "a<ctl>" */
+        n = wk_tokenizer_encode_plain(t, s, strlen(s), false, true, &plain, 1, ids, (int)(sizeof ids / sizeof ids[0]));
+        CHECK_IDS(ids, n, T_CTL, T_SPA, T_BYTE0 + '<', T_C, T_BYTE0 + 't', T_BYTE0 + 'l', T_BYTE0 + '>', T_TAG);
+        wk_text_range partial = {3, 1}; /* one byte inside the first "<ctl>" is enough */
+        n = wk_tokenizer_encode_plain(t, "<ctl>", 5, false, true, &partial, 1, ids, (int)(sizeof ids / sizeof ids[0]));
+        CHECK_IDS(ids, n, T_SP, T_BYTE0 + '<', T_C, T_BYTE0 + 't', T_BYTE0 + 'l', T_BYTE0 + '>');
+        n = wk_tokenizer_encode_plain(t, "<ctl>", 5, false, true, NULL, 0, ids, (int)(sizeof ids / sizeof ids[0]));
+        CHECK_IDS(ids, n, T_CTL);
+    }
     /* Truncated output still reports the full count and writes only max ids. */
     ids[1] = -7;
     CHECK_EQ_INT(wk_tokenizer_encode(t, "abc", 3, true, false, ids, 1), 3);

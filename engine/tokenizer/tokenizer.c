@@ -296,7 +296,15 @@ static int frag_new(frag_list *l, size_t off, size_t len, int32_t token, int nex
 /* Splits every raw fragment at each special token's occurrences, one token at a time in cache
  * order, exactly as llama.cpp does (the order matters when matches overlap). A bitmap of the byte
  * pairs in the text skips the thousands of tokens (Gemma's <unusedN>) that cannot occur. */
-static int partition(const wk_tokenizer *t, const char *text, size_t len, bool parse_special, frag_list *l) {
+/* Whether [off, off+n) overlaps one of the plain ranges. */
+static bool in_plain(const wk_text_range *plain, int n_plain, size_t off, size_t n) {
+    for (int i = 0; i < n_plain; i++)
+        if (off < plain[i].off + plain[i].len && plain[i].off < off + n) return true;
+    return false;
+}
+
+static int partition(const wk_tokenizer *t, const char *text, size_t len, bool parse_special,
+                     const wk_text_range *plain, int n_plain, frag_list *l) {
     uint8_t *pairs = calloc(8192, 1), present[32] = {0};
     if (!pairs) return -1;
     for (size_t i = 0; i < len; i++) {
@@ -311,7 +319,8 @@ static int partition(const wk_tokenizer *t, const char *text, size_t len, bool p
     for (int k = 0; k < t->n_special; k++) {
         int32_t id = t->special[k];
         const wk_tok_entry *e = &t->tok[id];
-        if (!parse_special && (e->attr & (WK_ATTR_CONTROL | WK_ATTR_UNKNOWN))) continue;
+        const bool control = e->attr & (WK_ATTR_CONTROL | WK_ATTR_UNKNOWN);
+        if (!parse_special && control) continue;
         if (e->len > len) continue;
         unsigned a = (unsigned char)e->text[0];
         if (!(present[a >> 3] & (1u << (a & 7)))) continue;
@@ -320,10 +329,15 @@ static int partition(const wk_tokenizer *t, const char *text, size_t len, bool p
             if (!(pairs[pr >> 3] & (1u << (pr & 7)))) continue;
         }
         for (int f = 0; f != -1; f = l->v[f].next) {
+            size_t skip = 0; /* bytes of fragment f searched past: matches inside plain text */
             while (l->v[f].token < 0) {
                 size_t off = l->v[f].off, flen = l->v[f].len;
-                const char *m = memmem(text + off, flen, e->text, e->len);
+                const char *m = skip < flen ? memmem(text + off + skip, flen - skip, e->text, e->len) : NULL;
                 if (!m) break;
+                if (control && n_plain && in_plain(plain, n_plain, (size_t)(m - text), e->len)) {
+                    skip = (size_t)(m - text) - off + 1; /* a user typed it: text, not a control token */
+                    continue;
+                }
                 /* Pieces: [off, off+llen) raw, the token, [roff, roff+rlen) raw; LSTRIP/RSTRIP
                  * tokens swallow the whitespace next to them. */
                 size_t mo = (size_t)(m - text), llen = mo - off, roff = mo + e->len, rlen = off + flen - roff;
@@ -345,6 +359,7 @@ static int partition(const wk_tokenizer *t, const char *text, size_t len, bool p
                 }
                 if (right < 0) break;
                 f = right;
+                skip = 0;
             }
         }
     }
@@ -524,10 +539,15 @@ static void spm_fragment(const wk_tokenizer *t, const char *text, size_t len, bo
 
 int wk_tokenizer_encode(const wk_tokenizer *t, const char *text, size_t len, bool add_special,
                         bool parse_special, int32_t *out, int max) {
-    if (!t || (!text && len) || max < 0 || (!out && max > 0)) return -1;
+    return wk_tokenizer_encode_plain(t, text, len, add_special, parse_special, NULL, 0, out, max);
+}
+
+int wk_tokenizer_encode_plain(const wk_tokenizer *t, const char *text, size_t len, bool add_special,
+                              bool parse_special, const wk_text_range *plain, int n_plain, int32_t *out, int max) {
+    if (!t || (!text && len) || max < 0 || (!out && max > 0) || n_plain < 0 || (!plain && n_plain)) return -1;
     wk_tok_sink sink = {out, max, 0, false};
     frag_list fl = {0};
-    if (len && partition(t, text, len, parse_special, &fl) < 0) return -1;
+    if (len && partition(t, text, len, parse_special, plain, n_plain, &fl) < 0) return -1;
 
     if (add_special && t->add_bos) wk_sink_push(&sink, t->bos);
     bool prev_special = true; /* SPM: a leading space goes before the first fragment too */

@@ -6,6 +6,7 @@
 #include <stddef.h>
 #include <stdint.h>
 #include "model/gguf.h"
+#include "wushkv/wushkv.h"
 
 typedef enum { WK_TOK_SPM = 1, WK_TOK_BPE = 2 } wk_tok_kind;
 typedef enum {
@@ -33,6 +34,11 @@ int32_t wk_tokenizer_find(const wk_tokenizer *t, const char *text, size_t len);
  * (which may exceed max: the first max are written), or -1 on invalid input. */
 int wk_tokenizer_encode(const wk_tokenizer *t, const char *text, size_t len, bool add_special,
                         bool parse_special, int32_t *out, int max);
+/* The same, except that with parse_special a CONTROL (or UNKNOWN) token is not recognised where
+ * its text would overlap one of the n_plain byte ranges [off, off+len) of text (sorted or not): a
+ * user's words inside a prompt whose template supplies the control tokens. */
+int wk_tokenizer_encode_plain(const wk_tokenizer *t, const char *text, size_t len, bool add_special,
+                              bool parse_special, const wk_text_range *plain, int n_plain, int32_t *out, int max);
 /* As llama.cpp's token_to_piece. Returns the piece length (may exceed cap), -1 for a bad id. */
 int wk_tokenizer_piece(const wk_tokenizer *t, int32_t id, bool render_special, char *buf, int cap);
 

@@ -116,6 +116,16 @@ int wk_tokenize(const wk_engine *e, const char *text, size_t len, bool add_speci
  * (WK_ERR_NOMEM, or WK_ERR_INVALID for a text too long for INT32_MAX tokens) and *out untouched. */
 int wk_tokenize_alloc(const wk_engine *e, const char *text, size_t len, bool add_special, bool parse_special,
                       int32_t **out);
+/* A byte range [off, off + len) of a text. */
+typedef struct wk_text_range {
+    size_t off, len;
+} wk_text_range;
+/* wk_tokenize_alloc with parse_special, except that a control token's text is tokenized as text
+ * where it overlaps one of the n_plain `plain` ranges: the words a user wrote, inside a prompt
+ * whose chat template supplies the real control tokens (a user cannot forge a turn). Returns and
+ * *out as wk_tokenize_alloc. */
+int wk_tokenize_alloc_plain(const wk_engine *e, const char *text, size_t len, bool add_special,
+                            const wk_text_range *plain, int n_plain, int32_t **out);
 /* Bytes of one token's text (not NUL-terminated); special tokens are empty unless render_special.
  * Returns the length (may exceed cap), or a negative wk_status. */
 int wk_token_to_piece(const wk_engine *e, int32_t token, bool render_special, char *buf, int cap);

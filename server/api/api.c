@@ -286,7 +286,7 @@ static void on_event(sched_event *ev, void *data) {
 static void handle_generation(api_server *a, http_conn *c, http_request *r, bool chat) {
     openai_request req;
     api_error err = {0};
-    if (!openai_parse_generation(r->body, chat, &a->model, &req, &err)) {
+    if (!openai_parse_generation(r->body, r->body_len, chat, &a->model, &req, &err)) {
         reply_api_error(a, c, &err);
         return;
     }
@@ -354,7 +354,7 @@ static void handle_generation(api_server *a, http_conn *c, http_request *r, bool
 static void handle_tokenize(api_server *a, http_conn *c, http_request *r, bool detokenize) {
     gen_params g;
     api_error err = {0};
-    if (!(detokenize ? openai_parse_detokenize(r->body, &g, &err) : openai_parse_tokenize(r->body, &g, &err))) {
+    if (!(detokenize ? openai_parse_detokenize(r->body, r->body_len, &g, &err) : openai_parse_tokenize(r->body, r->body_len, &g, &err))) {
         reply_api_error(a, c, &err);
         return;
     }
@@ -444,6 +444,12 @@ static bool path_matches(const route *rt, const char *path) {
     return strcmp(path, rt->path) == 0;
 }
 
+/* HEAD is GET without the body (RFC 9110 9.3.2): a GET route answers it, and the HTTP layer
+ * leaves the body out. */
+static bool method_matches(const route *rt, const char *method) {
+    return strcmp(method, rt->method) == 0 || (strcmp(rt->method, "GET") == 0 && strcmp(method, "HEAD") == 0);
+}
+
 static bool authorized(api_server *a, http_request *r) {
     if (!a->cfg.api_key) return true;
     const char *h = http_header_get(r, "authorization");
@@ -470,8 +476,8 @@ static void on_request(http_conn *c, http_request *r, void *data) {
     const char *allow = NULL;
     for (int i = 0; i < N_ROUTES; i++)
         if (path_matches(&k_routes[i], r->path)) {
-            if (strcmp(r->method, k_routes[i].method) == 0) rt = &k_routes[i];
-            else allow = k_routes[i].method;
+            if (method_matches(&k_routes[i], r->method)) rt = &k_routes[i];
+            else allow = strcmp(k_routes[i].method, "GET") == 0 ? "GET, HEAD" : k_routes[i].method;
         }
     if (!rt && allow) {
         char hdr[64], msg[160];

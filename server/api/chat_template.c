@@ -36,9 +36,32 @@ static bool is_system(const chat_msg *m) { return !strcmp(m->role, "system") || 
 
 static bool add(text_buf *b, const char *s) { return text_buf_add(b, s, strlen(s)); }
 
+/* The rendering so far and where the messages' own words are in it. */
+typedef struct render {
+    text_buf b;
+    wk_text_range *plain;
+    int n_plain, cap_plain;
+} render;
+
+/* Template text: control tokens in it are meant. */
+static bool tmpl(render *r, const char *s) { return add(&r->b, s); }
+
+/* A message's words: recorded as a plain range. */
+static bool words(render *r, const char *s) {
+    if (r->n_plain == r->cap_plain) {
+        int cap = r->cap_plain ? 2 * r->cap_plain : 8;
+        wk_text_range *p = realloc(r->plain, (size_t)cap * sizeof *p);
+        if (!p) return false;
+        r->plain = p;
+        r->cap_plain = cap;
+    }
+    r->plain[r->n_plain++] = (wk_text_range){r->b.len, strlen(s)};
+    return add(&r->b, s);
+}
+
 /* Gemma and Mistral have no system turn: their templates put the system text, then a blank
  * line, before the first user message. */
-static bool render_folded(chat_format f, const chat_msg *msgs, int n, text_buf *b) {
+static bool render_folded(chat_format f, const chat_msg *msgs, int n, render *r) {
     bool ok = true;
     const char *system = NULL;
     int i = 0;
@@ -47,49 +70,54 @@ static bool render_folded(chat_format f, const chat_msg *msgs, int n, text_buf *
         const chat_msg *m = &msgs[i];
         bool user = strcmp(m->role, "assistant") != 0;
         if (f == CHAT_GEMMA) {
-            ok &= add(b, user ? "<start_of_turn>user\n" : "<start_of_turn>model\n");
+            ok &= tmpl(r, user ? "<start_of_turn>user\n" : "<start_of_turn>model\n");
             if (system && user) {
-                ok &= add(b, system) && add(b, "\n\n");
+                ok &= words(r, system) && tmpl(r, "\n\n");
                 system = NULL;
             }
-            ok &= add(b, m->content) && add(b, "<end_of_turn>\n");
+            ok &= words(r, m->content) && tmpl(r, "<end_of_turn>\n");
         } else if (user) {
-            ok &= add(b, "[INST] ");
+            ok &= tmpl(r, "[INST] ");
             if (system) {
-                ok &= add(b, system) && add(b, "\n\n");
+                ok &= words(r, system) && tmpl(r, "\n\n");
                 system = NULL;
             }
-            ok &= add(b, m->content) && add(b, " [/INST]");
+            ok &= words(r, m->content) && tmpl(r, " [/INST]");
         } else {
-            ok &= add(b, m->content) && add(b, "</s>");
+            ok &= words(r, m->content) && tmpl(r, "</s>");
         }
     }
-    if (f == CHAT_GEMMA) ok &= add(b, "<start_of_turn>model\n");
+    if (f == CHAT_GEMMA) ok &= tmpl(r, "<start_of_turn>model\n");
     return ok;
 }
 
-char *chat_render(chat_format f, const chat_msg *msgs, int n) {
-    text_buf b = {0};
-    bool ok = text_buf_add(&b, "", 0);
+char *chat_render(chat_format f, const chat_msg *msgs, int n, wk_text_range **plain, int *n_plain) {
+    render r = {0};
+    bool ok = text_buf_add(&r.b, "", 0);
     switch (f) {
     case CHAT_GEMMA:
-    case CHAT_MISTRAL: ok &= render_folded(f, msgs, n, &b); break;
+    case CHAT_MISTRAL: ok &= render_folded(f, msgs, n, &r); break;
     case CHAT_LLAMA3:
         for (int i = 0; i < n; i++)
-            ok &= add(&b, "<|start_header_id|>") && add(&b, is_system(&msgs[i]) ? "system" : msgs[i].role) &&
-                  add(&b, "<|end_header_id|>\n\n") && add(&b, msgs[i].content) && add(&b, "<|eot_id|>");
-        ok &= add(&b, "<|start_header_id|>assistant<|end_header_id|>\n\n");
+            ok &= tmpl(&r, "<|start_header_id|>") && tmpl(&r, is_system(&msgs[i]) ? "system" : msgs[i].role) &&
+                  tmpl(&r, "<|end_header_id|>\n\n") && words(&r, msgs[i].content) && tmpl(&r, "<|eot_id|>");
+        ok &= tmpl(&r, "<|start_header_id|>assistant<|end_header_id|>\n\n");
         break;
     case CHAT_CHATML:
         for (int i = 0; i < n; i++)
-            ok &= add(&b, "<|im_start|>") && add(&b, is_system(&msgs[i]) ? "system" : msgs[i].role) && add(&b, "\n") &&
-                  add(&b, msgs[i].content) && add(&b, "<|im_end|>\n");
-        ok &= add(&b, "<|im_start|>assistant\n");
+            ok &= tmpl(&r, "<|im_start|>") && tmpl(&r, is_system(&msgs[i]) ? "system" : msgs[i].role) &&
+                  tmpl(&r, "\n") && words(&r, msgs[i].content) && tmpl(&r, "<|im_end|>\n");
+        ok &= tmpl(&r, "<|im_start|>assistant\n");
         break;
     }
     if (!ok) {
-        text_buf_free(&b);
+        text_buf_free(&r.b);
+        free(r.plain);
+        *plain = NULL;
+        *n_plain = 0;
         return NULL;
     }
-    return b.p;
+    *plain = r.plain;
+    *n_plain = r.n_plain;
+    return r.b.p;
 }

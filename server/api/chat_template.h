@@ -7,6 +7,8 @@
 
 #include <stdbool.h>
 
+#include "wushkv/wushkv.h"
+
 typedef enum { CHAT_GEMMA, CHAT_LLAMA3, CHAT_CHATML, CHAT_MISTRAL } chat_format;
 
 typedef struct chat_msg {
@@ -17,7 +19,9 @@ typedef struct chat_msg {
 chat_format chat_format_detect(const char *jinja_template, const char *arch);
 const char *chat_format_name(chat_format f);
 /* The prompt (malloc'd), ending with the assistant turn's opening so the model answers. The BOS
- * token is not included: the tokenizer adds it. NULL when out of memory. */
-char *chat_render(chat_format f, const chat_msg *msgs, int n);
+ * token is not included: the tokenizer adds it. *plain gets the byte ranges of the messages'
+ * content (malloc'd, *n_plain of them): text the tokenizer must not read control tokens from, so
+ * a user typing "<start_of_turn>" cannot forge a turn. NULL (and *plain NULL) when out of memory. */
+char *chat_render(chat_format f, const chat_msg *msgs, int n, wk_text_range **plain, int *n_plain);
 
 #endif

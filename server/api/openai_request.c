@@ -106,6 +106,8 @@ static bool token_array(const cJSON *arr, const char *param, int32_t **out, int 
 /* One prompt of a completions request: text, or token ids used as given. */
 typedef struct prompt_in {
     char *text;
+    wk_text_range *plain; /* chat: the messages' words in text (see chat_render) */
+    int n_plain;
     int32_t *tokens;
     int n_tokens;
 } prompt_in;
@@ -214,7 +216,7 @@ static bool parse_messages(const cJSON *root, chat_format fmt, gen_params *g, ap
         i++;
     }
     if (ok) {
-        g->prompt_text = chat_render(fmt, cm, n);
+        g->prompt_text = chat_render(fmt, cm, n, &g->plain, &g->n_plain);
         g->add_special = true;
         if (!g->prompt_text) ok = fail(e, 500, NULL, NULL, "out of memory");
     }
@@ -310,6 +312,8 @@ static bool refuse_unsupported(const cJSON *root, bool chat, api_error *e) {
 static bool copy_params(gen_params *d, const gen_params *base, const prompt_in *p) {
     *d = *base;
     d->prompt_text = NULL;
+    d->plain = NULL;
+    d->n_plain = 0;
     d->prompt_tokens = NULL;
     d->bias_tokens = NULL;
     d->bias_values = NULL;
@@ -318,6 +322,13 @@ static bool copy_params(gen_params *d, const gen_params *base, const prompt_in *
     if (p->text) {
         ok &= (d->prompt_text = strdup(p->text)) != NULL;
         d->add_special = true; /* the model's BOS before text prompts */
+        if (p->n_plain) {
+            ok &= (d->plain = malloc((size_t)p->n_plain * sizeof *d->plain)) != NULL;
+            if (d->plain) {
+                memcpy(d->plain, p->plain, (size_t)p->n_plain * sizeof *d->plain);
+                d->n_plain = p->n_plain;
+            }
+        }
     } else {
         ok &= (d->prompt_tokens = malloc(((size_t)p->n_tokens + 1) * sizeof *d->prompt_tokens)) != NULL;
         if (ok) memcpy(d->prompt_tokens, p->tokens, (size_t)p->n_tokens * sizeof *d->prompt_tokens);
@@ -360,7 +371,63 @@ static bool expand(openai_request *out, const gen_params *base, const prompt_in 
     return true;
 }
 
-bool openai_parse_generation(const char *body, bool chat, const api_model *m, openai_request *out, api_error *err) {
+/* Length of the valid UTF-8 prefix of s (RFC 3629: no overlong forms, no surrogates, nothing
+ * above U+10FFFF); n when all of it is valid. */
+static size_t utf8_valid_prefix(const unsigned char *s, size_t n) {
+    size_t i = 0;
+    while (i < n) {
+        unsigned char b = s[i];
+        size_t len;
+        unsigned lo = 0x80, hi = 0xBF; /* the range of the second byte */
+        if (b < 0x80) len = 1;
+        else if (b >= 0xC2 && b <= 0xDF) len = 2;
+        else if (b >= 0xE0 && b <= 0xEF) len = 3, lo = b == 0xE0 ? 0xA0 : 0x80, hi = b == 0xED ? 0x9F : 0xBF;
+        else if (b >= 0xF0 && b <= 0xF4) len = 4, lo = b == 0xF0 ? 0x90 : 0x80, hi = b == 0xF4 ? 0x8F : 0xBF;
+        else return i;
+        if (i + len > n) return i;
+        for (size_t k = 1; k < len; k++) {
+            unsigned c = s[i + k];
+            if (k == 1 ? (c < lo || c > hi) : (c < 0x80 || c > 0xBF)) return i;
+        }
+        i += len;
+    }
+    return n;
+}
+
+/* The whole body as one JSON value, strictly: JSON text is UTF-8 (RFC 8259 8.1) with no raw NUL,
+ * and nothing but white space may follow the value. A body that breaks any of these is refused
+ * rather than read up to where it stops making sense. NULL after filling err. */
+static cJSON *parse_body(const char *body, size_t len, api_error *err) {
+    const char *nul = memchr(body, 0, len);
+    if (nul) {
+        fail(err, 400, NULL, "invalid_json", "the body has a NUL byte at byte %zu (JSON text cannot; write \\u0000 "
+             "inside a string)", (size_t)(nul - body));
+        return NULL;
+    }
+    size_t valid = utf8_valid_prefix((const unsigned char *)body, len);
+    if (valid < len) {
+        fail(err, 400, NULL, "invalid_json", "the body is not valid UTF-8 (at byte %zu)", valid);
+        return NULL;
+    }
+    const char *end = NULL;
+    cJSON *root = cJSON_ParseWithLengthOpts(body, len, &end, false);
+    if (!root) {
+        const char *at = cJSON_GetErrorPtr();
+        fail(err, 400, NULL, "invalid_json", "the body is not valid JSON (near byte %zu)",
+             at && at >= body && at <= body + len ? (size_t)(at - body) : (size_t)0);
+        return NULL;
+    }
+    while (end < body + len && (*end == ' ' || *end == '\t' || *end == '\n' || *end == '\r')) end++;
+    if (end < body + len) {
+        fail(err, 400, NULL, "invalid_json", "the body has more after its JSON value (at byte %zu)",
+             (size_t)(end - body));
+        cJSON_Delete(root);
+        return NULL;
+    }
+    return root;
+}
+
+bool openai_parse_generation(const char *body, size_t body_len, bool chat, const api_model *m, openai_request *out, api_error *err) {
     memset(out, 0, sizeof *out);
     out->chat = chat;
     gen_params base = {0}, *g = &base;
@@ -372,12 +439,8 @@ bool openai_parse_generation(const char *body, bool chat, const api_model *m, op
     g->repetition_penalty = 1.0f;
     g->logprobs = -1;
 
-    cJSON *root = cJSON_Parse(body);
-    if (!root) {
-        fail(err, 400, NULL, "invalid_json", "the body is not valid JSON (near byte %ld)",
-             (long)(cJSON_GetErrorPtr() ? cJSON_GetErrorPtr() - body : 0));
-        return false;
-    }
+    cJSON *root = parse_body(body, body_len, err);
+    if (!root) return false;
     bool ok = true;
     if (!cJSON_IsObject(root)) {
         ok = fail(err, 400, NULL, "invalid_type", "the body must be a JSON object, not %s", type_name(root));
@@ -482,7 +545,11 @@ bool openai_parse_generation(const char *body, bool chat, const api_model *m, op
     if (ok && chat) {
         /* The rendered conversation is the one prompt. */
         prompts[0].text = g->prompt_text;
+        prompts[0].plain = g->plain;
+        prompts[0].n_plain = g->n_plain;
         g->prompt_text = NULL;
+        g->plain = NULL;
+        g->n_plain = 0;
         n_prompts = 1;
     }
     if (ok && n_prompts * out->n > OPENAI_MAX_CHOICES)
@@ -495,6 +562,7 @@ out:
     gen_params_free(g);
     for (int i = 0; i < OPENAI_MAX_CHOICES; i++) {
         free(prompts[i].text);
+        free(prompts[i].plain);
         free(prompts[i].tokens);
     }
     if (!ok) openai_request_free(out);
@@ -508,10 +576,9 @@ void openai_request_free(openai_request *r) {
     r->n_gens = 0;
 }
 
-static cJSON *parse_object(const char *body, api_error *err) {
-    cJSON *root = cJSON_Parse(body);
-    if (!root) fail(err, 400, NULL, "invalid_json", "the body is not valid JSON");
-    else if (!cJSON_IsObject(root)) {
+static cJSON *parse_object(const char *body, size_t len, api_error *err) {
+    cJSON *root = parse_body(body, len, err);
+    if (root && !cJSON_IsObject(root)) {
         fail(err, 400, NULL, "invalid_type", "the body must be a JSON object, not %s", type_name(root));
         cJSON_Delete(root);
         root = NULL;
@@ -519,9 +586,9 @@ static cJSON *parse_object(const char *body, api_error *err) {
     return root;
 }
 
-bool openai_parse_tokenize(const char *body, gen_params *out, api_error *err) {
+bool openai_parse_tokenize(const char *body, size_t len, gen_params *out, api_error *err) {
     memset(out, 0, sizeof *out);
-    cJSON *root = parse_object(body, err);
+    cJSON *root = parse_object(body, len, err);
     if (!root) return false;
     const char *name = field(root, "prompt") ? "prompt" : "text";
     const cJSON *p = field(root, name);
@@ -535,9 +602,9 @@ bool openai_parse_tokenize(const char *body, gen_params *out, api_error *err) {
     return ok;
 }
 
-bool openai_parse_detokenize(const char *body, gen_params *out, api_error *err) {
+bool openai_parse_detokenize(const char *body, size_t len, gen_params *out, api_error *err) {
     memset(out, 0, sizeof *out);
-    cJSON *root = parse_object(body, err);
+    cJSON *root = parse_object(body, len, err);
     if (!root) return false;
     const cJSON *t = field(root, "tokens");
     bool ok;

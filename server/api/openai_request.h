@@ -36,12 +36,12 @@ typedef struct openai_request {
 } openai_request;
 
 /* Returns true and fills out (free it with openai_request_free), or false and fills err. */
-bool openai_parse_generation(const char *body, bool chat, const api_model *m, openai_request *out, api_error *err);
+bool openai_parse_generation(const char *body, size_t body_len, bool chat, const api_model *m, openai_request *out, api_error *err);
 void openai_request_free(openai_request *r);
 
 /* POST /tokenize: {"prompt"|"text": string, "add_special": bool} -> prompt_text + add_special. */
-bool openai_parse_tokenize(const char *body, gen_params *out, api_error *err);
+bool openai_parse_tokenize(const char *body, size_t len, gen_params *out, api_error *err);
 /* POST /detokenize: {"tokens": [ints]} -> prompt_tokens. */
-bool openai_parse_detokenize(const char *body, gen_params *out, api_error *err);
+bool openai_parse_detokenize(const char *body, size_t len, gen_params *out, api_error *err);
 
 #endif

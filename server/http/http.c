@@ -41,6 +41,7 @@ struct http_conn {
 
     /* the response */
     bool keep_alive, streaming, chunked;
+    bool head; /* a HEAD request: the headers GET would get, never a body (RFC 9110 9.3.2) */
     void *req_data;
     http_abort_cb on_abort;
 };
@@ -93,6 +94,7 @@ const char *http_status_text(int status) {
     case 500: return "Internal Server Error";
     case 501: return "Not Implemented";
     case 503: return "Service Unavailable";
+    case 505: return "HTTP Version Not Supported";
     default: return "Unknown";
     }
 }
@@ -147,6 +149,7 @@ static void request_free(http_conn *c) {
     memset(&c->req, 0, sizeof c->req);
     c->in_value = false;
     c->header_bytes = 0;
+    c->head = false;
     c->error_status = 0;
     c->message_done = false;
     c->streaming = c->chunked = false;
@@ -271,7 +274,7 @@ void http_respond(http_conn *c, int status, const char *content_type, const char
     conn_printf(c, "HTTP/1.1 %d %s\r\nContent-Type: %s\r\nContent-Length: %zu\r\nConnection: %s\r\n%s\r\n", status,
                 http_status_text(status), content_type, len, c->keep_alive ? "keep-alive" : "close",
                 extra_headers ? extra_headers : "");
-    if (len) conn_write(c, body, len);
+    if (len && !c->head) conn_write(c, body, len);
     response_done(c);
 }
 
@@ -287,14 +290,14 @@ void http_stream_begin(http_conn *c, int status, const char *content_type, const
 
 bool http_stream_write(http_conn *c, const char *data, size_t len) {
     if (c->state != C_BUSY || !c->streaming) return false;
-    if (len == 0) return true; /* an empty chunk would end the body */
+    if (len == 0 || c->head) return true; /* an empty chunk would end the body; HEAD has none */
     if (!c->chunked) return conn_write(c, data, len);
     return conn_printf(c, "%zx\r\n", len) && conn_write(c, data, len) && conn_write(c, "\r\n", 2);
 }
 
 void http_stream_end(http_conn *c) {
     if (c->state != C_BUSY || !c->streaming) return;
-    if (c->chunked) conn_write(c, "0\r\n\r\n", 5);
+    if (c->chunked && !c->head) conn_write(c, "0\r\n\r\n", 5);
     response_done(c);
 }
 
@@ -371,6 +374,12 @@ static int on_header_value(llhttp_t *p, const char *at, size_t n) {
 static int on_headers_complete(llhttp_t *p) {
     http_conn *c = conn_of(p);
     if (push_header(c)) return -1;
+    /* HTTP/1.0 and 1.1 only: a 0.9-style line (no version) or another major version would be
+     * answered in a framing the client does not speak (RFC 9112 2.3: 505 for a major we lack). */
+    if (p->http_major != 1) {
+        c->error_status = p->http_major >= 2 ? 505 : 400;
+        return -1;
+    }
     /* A declared length over the limit is refused before the body is read. */
     if ((p->flags & F_CONTENT_LENGTH) && p->content_length > c->srv->limits.max_body_bytes) {
         c->error_status = 413;
@@ -426,20 +435,32 @@ static void reject(http_conn *c, int status, const char *message) {
     http_respond(c, status, "application/json", body, (size_t)n, NULL);
 }
 
+/* The request target -> path and query. The absolute form (RFC 9112 3.2.2, "GET
+ * http://host:port/path?q") MUST be accepted by a server: its route is what follows the authority
+ * ("/" when nothing does). */
+static bool split_target(const char *url, http_request *r) {
+    const char *sep = url[0] != '/' ? strstr(url, "://") : NULL;
+    size_t scheme = sep ? (size_t)(sep - url) : 0;
+    if ((scheme == 4 && strncasecmp(url, "http", 4) == 0) || (scheme == 5 && strncasecmp(url, "https", 5) == 0))
+        url = sep + 3 + strcspn(sep + 3, "/?");
+    const char *q = strchr(url, '?');
+    size_t plen = q ? (size_t)(q - url) : strlen(url);
+    r->path = plen ? trim_dup(url, plen, false) : strdup("/");
+    r->query = strdup(q ? q + 1 : "");
+    return r->path && r->query;
+}
+
 static bool finish_request(http_conn *c) {
     http_request *r = &c->req;
     r->method = llhttp_method_name((llhttp_method_t)c->parser.method);
     r->http_minor = c->parser.http_minor;
-    const char *url = c->url.p ? c->url.p : "/";
-    const char *q = strchr(url, '?');
-    size_t plen = q ? (size_t)(q - url) : strlen(url);
-    r->path = trim_dup(url, plen, false);
-    r->query = strdup(q ? q + 1 : "");
+    c->head = c->parser.method == HTTP_HEAD;
+    if (!split_target(c->url.p ? c->url.p : "/", r)) return false;
     if (!c->body.p && !text_buf_add(&c->body, "", 0)) return false;
     r->body = c->body.p;
     r->body_len = c->body.len;
     c->keep_alive = llhttp_should_keep_alive(&c->parser);
-    return r->path && r->query;
+    return true;
 }
 
 /* Parses pending bytes and dispatches complete requests, one at a time. */
@@ -449,10 +470,20 @@ static void conn_process(http_conn *c) {
     while ((c->state == C_IDLE || c->state == C_READING) && c->pending.len > 0) {
         llhttp_errno_t e = llhttp_execute(&c->parser, c->pending.p, c->pending.len);
         size_t used = c->pending.len;
+        if (e == HPE_PAUSED_UPGRADE) {
+            /* A request asking to switch protocols (Upgrade: h2c, websocket). We speak only
+             * HTTP/1.1, which RFC 9110 7.8 lets a server do by ignoring the header: the bytes
+             * after it are the next HTTP/1.1 request, so the parser goes on as usual. */
+            llhttp_resume_after_upgrade(&c->parser);
+            e = HPE_PAUSED;
+        }
         if (e == HPE_PAUSED) used = (size_t)(llhttp_get_error_pos(&c->parser) - c->pending.p);
         if (e != HPE_OK && e != HPE_PAUSED) {
             if (c->error_status == 413) reject(c, 413, "request body too large");
             else if (c->error_status == 431) reject(c, 431, "request headers too large");
+            else if (c->error_status == 505 || e == HPE_INVALID_VERSION)
+                reject(c, 505, "HTTP version not supported (use HTTP/1.1)");
+            else if (c->error_status == 400) reject(c, 400, "malformed HTTP request line (no HTTP/1.x version)");
             else {
                 char msg[200];
                 snprintf(msg, sizeof msg, "malformed HTTP request (%s)", llhttp_errno_name(e));

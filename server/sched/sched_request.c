@@ -1,7 +1,7 @@
-/* The life of one request on the engine thread: the checks that need the tokenizer and the model
- * (prompt length against the context and the KV pool, token ids, logit_bias), the tokenize and
- * detokenize jobs, cancellation, and the end of a request (last text, usage, metrics, its
- * sequence freed at once). */
+/* The life of one request on the engine thread: the checks that need the model (prompt length
+ * against the context and the KV pool, token ids, logit_bias), cancellation, and the end of a
+ * request (last text, usage, metrics, its sequence freed at once). Text work (tokenizing prompts,
+ * the tokenize and detokenize jobs) happens before, on the front thread (sched_front.c). */
 #include "sched/scheduler_int.h"
 #include "metrics/mono_clock.h"
 
@@ -10,17 +10,19 @@
 #include <string.h>
 
 /* Tokenizes, growing the buffer when the first guess is short. Returns the count or a wk_status. */
-int sched_piece(scheduler *s, int32_t tok) {
-    int n = wk_token_to_piece(s->e, tok, false, s->piece, s->piece_cap);
-    if (n > s->piece_cap) {
-        char *p = realloc(s->piece, (size_t)n);
+int token_piece(const wk_engine *e, int32_t tok, char **buf, int *cap) {
+    int n = wk_token_to_piece(e, tok, false, *buf, *cap);
+    if (n > *cap) {
+        char *p = realloc(*buf, (size_t)n);
         if (!p) return WK_ERR_NOMEM;
-        s->piece = p;
-        s->piece_cap = n;
-        n = wk_token_to_piece(s->e, tok, false, s->piece, s->piece_cap);
+        *buf = p;
+        *cap = n;
+        n = wk_token_to_piece(e, tok, false, *buf, *cap);
     }
     return n;
 }
+
+int sched_piece(scheduler *s, int32_t tok) { return token_piece(s->e, tok, &s->piece, &s->piece_cap); }
 
 char *sched_dup_piece(scheduler *s, int32_t tok, int *len) {
     int n = sched_piece(s, tok);
@@ -125,29 +127,17 @@ static void job_generate(scheduler *s, sched_job *j) {
     memset(&j->gen, 0, sizeof j->gen);
     r->t_arrival = j->t_arrival;
     r->state = R_WAITING;
-    if (r->g.prompt_text) {
-        /* parse_special: control tokens such as <start_of_turn> in the text become their ids, as
-         * the chat template needs (llama.cpp's server does the same for plain prompts). */
-        int n = wk_tokenize_alloc(s->e, r->g.prompt_text, strlen(r->g.prompt_text), r->g.add_special, true,
-                                  &r->prompt);
-        if (n < 0) {
-            sched_post_error(s, r->id, 400, "prompt", NULL, "the prompt cannot be tokenized: %s", wk_strerror(n));
+    /* The front thread (sched_front.c) turned a text prompt into tokens already. */
+    r->prompt = r->g.prompt_tokens;
+    r->n_prompt = r->g.n_prompt_tokens;
+    r->g.prompt_tokens = NULL;
+    for (int i = 0; i < r->n_prompt; i++)
+        if (r->prompt[i] < 0 || r->prompt[i] >= info->n_vocab) {
+            sched_post_error(s, r->id, 400, "prompt", NULL, "token id %d at position %d is outside the vocabulary (0..%d)",
+                       (int)r->prompt[i], i, info->n_vocab - 1);
             req_free(r);
             return;
         }
-        r->n_prompt = n;
-    } else {
-        r->prompt = r->g.prompt_tokens;
-        r->n_prompt = r->g.n_prompt_tokens;
-        r->g.prompt_tokens = NULL;
-        for (int i = 0; i < r->n_prompt; i++)
-            if (r->prompt[i] < 0 || r->prompt[i] >= info->n_vocab) {
-                sched_post_error(s, r->id, 400, "prompt", NULL, "token id %d at position %d is outside the vocabulary (0..%d)",
-                           (int)r->prompt[i], i, info->n_vocab - 1);
-                req_free(r);
-                return;
-            }
-    }
     if (r->n_prompt == 0) {
         sched_post_error(s, r->id, 400, "prompt", NULL, "the prompt is empty (0 tokens)");
         req_free(r);
@@ -212,55 +202,6 @@ static req *find_req(scheduler *s, uint64_t id) {
     return NULL;
 }
 
-static void job_tokenize(scheduler *s, sched_job *j) {
-    int32_t *toks = NULL;
-    const char *text = j->gen.prompt_text ? j->gen.prompt_text : "";
-    int n = wk_tokenize_alloc(s->e, text, strlen(text), j->gen.add_special, true, &toks);
-    if (n < 0) {
-        sched_post_error(s, j->id, 400, "prompt", NULL, "the text cannot be tokenized: %s", wk_strerror(n));
-        return;
-    }
-    sched_event *ev = sched_ev_new(EV_TOKENS, j->id);
-    if (!ev) {
-        free(toks);
-        return;
-    }
-    ev->tokens = toks;
-    ev->n_tokens = n;
-    sched_ev_post(s, ev);
-}
-
-static void job_detokenize(scheduler *s, sched_job *j) {
-    text_stream ts;
-    text_stream_init(&ts, NULL, 0);
-    text_buf out = {0};
-    bool oom = false;
-    for (int i = 0; i < j->gen.n_prompt_tokens; i++) {
-        int32_t t = j->gen.prompt_tokens[i];
-        int n = t >= 0 && t < s->info->n_vocab ? sched_piece(s, t) : WK_ERR_INVALID;
-        if (n < 0) {
-            sched_post_error(s, j->id, 400, "tokens", NULL, "token id %d at position %d is outside the vocabulary (0..%d)",
-                       (int)t, i, s->info->n_vocab - 1);
-            text_stream_free(&ts);
-            text_buf_free(&out);
-            return;
-        }
-        text_stream_feed(&ts, s->piece, (size_t)n, &out, &oom);
-    }
-    text_stream_finish(&ts, &out, &oom);
-    text_stream_free(&ts);
-    sched_event *ev = sched_ev_new(EV_DETOKENIZED, j->id);
-    if (!ev || oom || !text_buf_add(&out, "", 0)) {
-        text_buf_free(&out);
-        free(ev);
-        sched_post_error(s, j->id, 500, NULL, NULL, "out of memory");
-        return;
-    }
-    ev->text = out.p;
-    ev->text_len = out.len;
-    sched_ev_post(s, ev);
-}
-
 void sched_handle_job(scheduler *s, sched_job *j) {
     switch (j->kind) {
     case JOB_GENERATE: job_generate(s, j); break;
@@ -269,8 +210,8 @@ void sched_handle_job(scheduler *s, sched_job *j) {
         if (r) req_finish(s, r, "abort");
         break;
     }
-    case JOB_TOKENIZE: job_tokenize(s, j); break;
-    case JOB_DETOKENIZE: job_detokenize(s, j); break;
+    case JOB_TOKENIZE: /* answered by the front thread; never forwarded */
+    case JOB_DETOKENIZE:
     case JOB_QUIT: break;
     }
     gen_params_free(&j->gen);

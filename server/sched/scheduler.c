@@ -19,6 +19,8 @@
 
 void gen_params_free(gen_params *g) {
     free(g->prompt_text);
+    free(g->from_text);
+    free(g->plain);
     free(g->prompt_tokens);
     free(g->bias_tokens);
     free(g->bias_values);
@@ -46,10 +48,10 @@ void sched_submit(scheduler *s, sched_job *job) {
     sched_job *last = job;
     while (last->next) last = last->next;
     pthread_mutex_lock(&s->mu);
-    if (s->jobs_tail) s->jobs_tail->next = job;
-    else s->jobs = job;
-    s->jobs_tail = last;
-    pthread_cond_signal(&s->cv);
+    if (s->front_tail) s->front_tail->next = job;
+    else s->front_jobs = job;
+    s->front_tail = last;
+    pthread_cond_signal(&s->front_cv);
     pthread_mutex_unlock(&s->mu);
 }
 
@@ -192,6 +194,15 @@ static void *engine_main(void *arg) {
         sched_ev_flush(s);
         goto out;
     }
+    rc = sched_front_start(s);
+    if (rc < 0) {
+        free(ready);
+        sched_event *ev = sched_ev_new(EV_FATAL, 0);
+        if (ev) snprintf(ev->message, sizeof ev->message, "cannot start the front thread: %s", wk_strerror(rc));
+        sched_ev_post(s, ev);
+        sched_ev_flush(s);
+        goto out;
+    }
     sched_publish_pool(s);
     sched_ev_post(s, ready);
     sched_ev_flush(s);
@@ -215,6 +226,7 @@ static void *engine_main(void *arg) {
     }
 
 out:
+    sched_front_join(s); /* it tokenizes with the engine: gone before the engine is */
     while (s->running) req_finish(s, s->running, "abort");
     while (s->waiting) req_finish(s, s->waiting, "abort");
     free(s->logits);
@@ -239,6 +251,7 @@ int sched_start(scheduler **out, uv_loop_t *loop, const sched_config *cfg, metri
     s->data = data;
     pthread_mutex_init(&s->mu, NULL);
     pthread_cond_init(&s->cv, NULL);
+    pthread_cond_init(&s->front_cv, NULL);
     uv_async_init(loop, &s->async, on_async);
     s->async.data = s;
     if (pthread_create(&s->thread, NULL, engine_main, s) != 0) {
@@ -261,15 +274,17 @@ static void on_async_closed(uv_handle_t *h) {
         sched_event_free(ev);
         ev = next;
     }
-    while (s->jobs) {
-        sched_job *next = s->jobs->next;
-        gen_params_free(&s->jobs->gen);
-        free(s->jobs);
-        s->jobs = next;
-    }
+    for (sched_job **q = &s->jobs; q; q = q == &s->jobs ? &s->front_jobs : NULL)
+        while (*q) {
+            sched_job *next = (*q)->next;
+            gen_params_free(&(*q)->gen);
+            free(*q);
+            *q = next;
+        }
     free(s->model.chat_template);
     pthread_mutex_destroy(&s->mu);
     pthread_cond_destroy(&s->cv);
+    pthread_cond_destroy(&s->front_cv);
     free(s);
 }
 
@@ -278,6 +293,7 @@ void sched_stop(scheduler *s) {
     pthread_mutex_lock(&s->mu);
     s->quit = true;
     pthread_cond_signal(&s->cv);
+    pthread_cond_signal(&s->front_cv);
     pthread_mutex_unlock(&s->mu);
     /* The current step finishes first (a forward pass cannot be interrupted): well under a second
      * for decode steps. */

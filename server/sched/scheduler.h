@@ -19,7 +19,11 @@
 /* What one generation asks for, already validated (openai_request.c) except for what needs the
  * tokenizer: the prompt's length against the context. */
 typedef struct gen_params {
-    char *prompt_text;       /* tokenized on the engine thread, or NULL when prompt_tokens is given */
+    char *prompt_text;       /* tokenized on the front thread (sched_front.c), or NULL when prompt_tokens is given */
+    char *from_text;         /* the front thread's: the text prompt_tokens came from (owned) */
+    wk_text_range *plain;    /* owned: ranges of prompt_text that are a user's words (chat), where
+                              * control tokens are text; NULL: control tokens parsed everywhere */
+    int n_plain;
     int32_t *prompt_tokens;  /* owned */
     int n_prompt_tokens;
     bool add_special;        /* the model's BOS before prompt_text */

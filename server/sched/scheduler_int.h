@@ -45,7 +45,15 @@ struct scheduler {
     bool thread_started;
     pthread_mutex_t mu;
     pthread_cond_t cv;
-    sched_job *jobs, *jobs_tail; /* guarded by mu */
+    sched_job *jobs, *jobs_tail; /* guarded by mu: jobs the front thread passed on */
+    /* The front thread (sched_front.c): every submitted job goes through it first. */
+    pthread_t front;
+    bool front_started;
+    pthread_cond_t front_cv;
+    sched_job *front_jobs, *front_tail; /* guarded by mu: submitted, not yet looked at */
+    size_t max_piece_bytes; /* the most text bytes one token stands for (written before the front starts) */
+    char *front_piece;      /* the front thread's piece buffer */
+    int front_piece_cap;
     sched_event *events, *events_tail;
     bool quit;
     sched_config cfg;
@@ -77,6 +85,12 @@ void sched_post_error(scheduler *s, uint64_t id, int status, const char *param, 
 
 /* sched_request.c */
 void sched_handle_job(scheduler *s, sched_job *j);
+/* The front thread: started by the engine thread once the engine is open (the bound it needs is
+ * computed then); joined by it before the engine closes. */
+int sched_front_start(scheduler *s);
+void sched_front_join(scheduler *s);
+/* A token's text into *buf (grown as needed, *cap its size). Returns its length or a wk_status. */
+int token_piece(const wk_engine *e, int32_t tok, char **buf, int *cap);
 /* One token's bytes into s->piece; returns the length or a negative wk_status. */
 int sched_piece(scheduler *s, int32_t tok);
 /* One token's bytes as a new string (empty when it has none); *len gets the length. */

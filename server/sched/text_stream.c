@@ -62,6 +62,7 @@ static bool gate(text_stream *t, const char *data, size_t n) {
 
 /* Moves the first n held bytes to out. */
 static bool release(text_stream *t, size_t n, text_buf *out) {
+    if (n == 0) return true; /* held.p may still be NULL: memmove must not see it */
     bool ok = text_buf_add(out, t->held.p, n);
     memmove(t->held.p, t->held.p + n, t->held.len - n);
     t->held.len -= n;
