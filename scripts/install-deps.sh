@@ -11,6 +11,7 @@ DEBS=(
     libvulkan-dev mesa-vulkan-drivers glslang-tools spirv-tools vulkan-validationlayers vulkan-tools
     liblapacke-dev libopenblas-dev
     meson ninja-build pkg-config gcc
+    clang libclang-rt-14-dev
     python3 python3-pip python3-numpy curl
 )
 # PyPI name -> import name.

@@ -416,16 +416,6 @@ static void handle_metrics(api_server *a, http_conn *c) {
     free(text);
 }
 
-typedef enum { R_HEALTH, R_MODELS, R_MODEL, R_METRICS, R_COMPLETIONS, R_CHAT, R_TOKENIZE, R_DETOKENIZE } route_id;
-
-typedef struct route {
-    const char *path; /* exact, or a prefix when it ends with '/' */
-    const char *method;
-    route_id id;
-    bool auth;  /* needs the API key when one is set */
-    bool model; /* needs the engine ready (else 503) */
-} route;
-
 static const route k_routes[] = {
     {"/health", "GET", R_HEALTH, false, false},
     {"/metrics", "GET", R_METRICS, false, false},
@@ -450,6 +440,17 @@ static bool method_matches(const route *rt, const char *method) {
     return strcmp(method, rt->method) == 0 || (strcmp(rt->method, "GET") == 0 && strcmp(method, "HEAD") == 0);
 }
 
+const route *api_route_match(const char *method, const char *path, const char **allow) {
+    const route *rt = NULL;
+    *allow = NULL;
+    for (int i = 0; i < N_ROUTES; i++)
+        if (path_matches(&k_routes[i], path)) {
+            if (method_matches(&k_routes[i], method)) rt = &k_routes[i];
+            else *allow = strcmp(k_routes[i].method, "GET") == 0 ? "GET, HEAD" : k_routes[i].method;
+        }
+    return rt;
+}
+
 static bool authorized(api_server *a, http_request *r) {
     if (!a->cfg.api_key) return true;
     const char *h = http_header_get(r, "authorization");
@@ -472,13 +473,8 @@ static void on_request(http_conn *c, http_request *r, void *data) {
               "Access-Control-Max-Age: 600\r\n");
         return;
     }
-    const route *rt = NULL;
     const char *allow = NULL;
-    for (int i = 0; i < N_ROUTES; i++)
-        if (path_matches(&k_routes[i], r->path)) {
-            if (method_matches(&k_routes[i], r->method)) rt = &k_routes[i];
-            else allow = strcmp(k_routes[i].method, "GET") == 0 ? "GET, HEAD" : k_routes[i].method;
-        }
+    const route *rt = api_route_match(r->method, r->path, &allow);
     if (!rt && allow) {
         char hdr[64], msg[160];
         snprintf(hdr, sizeof hdr, "Allow: %s\r\n", allow);

@@ -83,4 +83,19 @@ cJSON *whole_response(call *k);
  * allowed when status is not 200). */
 void log_request(call *k, const sched_event *ev, int status);
 
+/* The routes (api.c). */
+typedef enum { R_HEALTH, R_MODELS, R_MODEL, R_METRICS, R_COMPLETIONS, R_CHAT, R_TOKENIZE, R_DETOKENIZE } route_id;
+
+typedef struct route {
+    const char *path; /* exact, or a prefix when it ends with '/' */
+    const char *method;
+    route_id id;
+    bool auth;  /* needs the API key when one is set */
+    bool model; /* needs the engine ready (else 503) */
+} route;
+
+/* The route for a method and path, or NULL; *allow gets the methods the path takes when it exists
+ * but not with this method (a 405), else NULL. */
+const route *api_route_match(const char *method, const char *path, const char **allow);
+
 #endif

@@ -4,14 +4,12 @@
  * connection keeps reading so that a client that goes away is noticed at once. */
 #include "http/http.h"
 
-#include <ctype.h>
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
-#include <llhttp.h>
-
+#include "http/http_reader.h"
 #include "http/text_buf.h"
 
 /* Bytes a client may send ahead (pipelined requests) while its current request is answered. */
@@ -26,15 +24,7 @@ struct http_conn {
     http_conn *prev, *next; /* the server's list */
     int open_handles;       /* freed when both handles are closed */
     conn_state state;
-    llhttp_t parser;
-
-    /* the request being parsed */
-    text_buf url, field, value, body;
-    bool in_value; /* last header callback was a value: a new field starts a new header */
-    size_t header_bytes;
-    int error_status; /* a limit hit while parsing: 413 or 431 */
-    bool message_done;
-    http_request req;
+    http_reader rd; /* the request being parsed (and, while busy, answered) */
 
     text_buf pending; /* received but not parsed (pipelined requests) */
     bool processing; /* inside conn_process: re-entry only sets more work */
@@ -99,16 +89,6 @@ const char *http_status_text(int status) {
     }
 }
 
-static char *trim_dup(const char *s, size_t n, bool lower) {
-    while (n && (*s == ' ' || *s == '\t')) s++, n--;
-    while (n && (s[n - 1] == ' ' || s[n - 1] == '\t')) n--;
-    char *d = malloc(n + 1);
-    if (!d) return NULL;
-    for (size_t i = 0; i < n; i++) d[i] = lower ? (char)tolower((unsigned char)s[i]) : s[i];
-    d[n] = 0;
-    return d;
-}
-
 /* ---- timers ------------------------------------------------------------------------------------ */
 
 static void on_timeout(uv_timer_t *t) {
@@ -136,22 +116,8 @@ static void set_state(http_conn *c, conn_state s) {
 /* ---- closing ----------------------------------------------------------------------------------- */
 
 static void request_free(http_conn *c) {
-    text_buf_free(&c->url);
-    text_buf_free(&c->field);
-    text_buf_free(&c->value);
-    text_buf_free(&c->body);
-    for (int i = 0; i < c->req.n_headers; i++) {
-        free(c->req.headers[i].name);
-        free(c->req.headers[i].value);
-    }
-    free(c->req.path);
-    free(c->req.query);
-    memset(&c->req, 0, sizeof c->req);
-    c->in_value = false;
-    c->header_bytes = 0;
+    http_reader_reset(&c->rd);
     c->head = false;
-    c->error_status = 0;
-    c->message_done = false;
     c->streaming = c->chunked = false;
     c->req_data = NULL;
     c->on_abort = NULL;
@@ -264,7 +230,7 @@ static void response_done(http_conn *c) {
         return;
     }
     set_state(c, C_IDLE);
-    llhttp_resume(&c->parser);
+    http_reader_next(&c->rd);
     conn_process(c);
 }
 
@@ -281,7 +247,7 @@ void http_respond(http_conn *c, int status, const char *content_type, const char
 void http_stream_begin(http_conn *c, int status, const char *content_type, const char *extra_headers) {
     if (c->state != C_BUSY) return;
     c->streaming = true;
-    c->chunked = c->req.http_minor >= 1;
+    c->chunked = c->rd.req.http_minor >= 1;
     if (!c->chunked) c->keep_alive = false; /* HTTP/1.0: the end of the body is the close */
     conn_printf(c, "HTTP/1.1 %d %s\r\nContent-Type: %s\r\nCache-Control: no-cache\r\n%sConnection: %s\r\n%s\r\n",
                 status, http_status_text(status), content_type, c->chunked ? "Transfer-Encoding: chunked\r\n" : "",
@@ -312,116 +278,11 @@ const char *http_header_get(const http_request *r, const char *lower_name) {
     return NULL;
 }
 
-/* ---- parsing ----------------------------------------------------------------------------------- */
+/* ---- parsing (http_reader.c) ------------------------------------------------------------------ */
 
-static http_conn *conn_of(llhttp_t *p) { return p->data; }
+static void on_request_begin(void *owner) { set_state(owner, C_READING); }
 
-/* Every byte of the request line and headers counts against the header limit. */
-static int count_header_bytes(http_conn *c, size_t n) {
-    c->header_bytes += n;
-    if (c->header_bytes > c->srv->limits.max_header_bytes) {
-        c->error_status = 431;
-        return -1;
-    }
-    return 0;
-}
-
-static int on_message_begin(llhttp_t *p) {
-    http_conn *c = conn_of(p);
-    set_state(c, C_READING);
-    return 0;
-}
-
-static int on_url(llhttp_t *p, const char *at, size_t n) {
-    http_conn *c = conn_of(p);
-    if (count_header_bytes(c, n)) return -1;
-    return text_buf_add(&c->url, at, n) ? 0 : -1;
-}
-
-static int push_header(http_conn *c) {
-    if (!c->in_value) return 0;
-    c->in_value = false;
-    if (c->req.n_headers == HTTP_MAX_HEADERS) {
-        c->error_status = 431;
-        return -1;
-    }
-    http_header *h = &c->req.headers[c->req.n_headers];
-    h->name = trim_dup(c->field.p ? c->field.p : "", c->field.len, true);
-    h->value = trim_dup(c->value.p ? c->value.p : "", c->value.len, false);
-    if (!h->name || !h->value) {
-        free(h->name);
-        free(h->value);
-        return -1;
-    }
-    c->req.n_headers++;
-    c->field.len = c->value.len = 0;
-    return 0;
-}
-
-static int on_header_field(llhttp_t *p, const char *at, size_t n) {
-    http_conn *c = conn_of(p);
-    if (count_header_bytes(c, n) || push_header(c)) return -1;
-    return text_buf_add(&c->field, at, n) ? 0 : -1;
-}
-
-static int on_header_value(llhttp_t *p, const char *at, size_t n) {
-    http_conn *c = conn_of(p);
-    if (count_header_bytes(c, n)) return -1;
-    c->in_value = true;
-    return text_buf_add(&c->value, at, n) ? 0 : -1;
-}
-
-static int on_headers_complete(llhttp_t *p) {
-    http_conn *c = conn_of(p);
-    if (push_header(c)) return -1;
-    /* HTTP/1.0 and 1.1 only: a 0.9-style line (no version) or another major version would be
-     * answered in a framing the client does not speak (RFC 9112 2.3: 505 for a major we lack). */
-    if (p->http_major != 1) {
-        c->error_status = p->http_major >= 2 ? 505 : 400;
-        return -1;
-    }
-    /* A declared length over the limit is refused before the body is read. */
-    if ((p->flags & F_CONTENT_LENGTH) && p->content_length > c->srv->limits.max_body_bytes) {
-        c->error_status = 413;
-        return -1;
-    }
-    const char *expect = http_header_get(&c->req, "expect");
-    if (expect && strcasecmp(expect, "100-continue") == 0)
-        conn_write(c, "HTTP/1.1 100 Continue\r\n\r\n", 25); /* curl waits a second for this otherwise */
-    return 0;
-}
-
-static int on_body(llhttp_t *p, const char *at, size_t n) {
-    http_conn *c = conn_of(p);
-    if (c->body.len + n > c->srv->limits.max_body_bytes) {
-        c->error_status = 413; /* chunked bodies have no declared length: counted as they come */
-        return -1;
-    }
-    return text_buf_add(&c->body, at, n) ? 0 : -1;
-}
-
-static int on_message_complete(llhttp_t *p) {
-    http_conn *c = conn_of(p);
-    c->message_done = true;
-    return HPE_PAUSED; /* one request at a time: later bytes wait in `pending` */
-}
-
-static const llhttp_settings_t *parser_settings(void) {
-    static llhttp_settings_t s;
-    static bool init;
-    if (!init) {
-        llhttp_settings_init(&s);
-        s.on_message_begin = on_message_begin;
-        s.on_url = on_url;
-        s.on_header_field = on_header_field;
-        s.on_header_value = on_header_value;
-        s.on_headers_complete = on_headers_complete;
-        s.on_body = on_body;
-        s.on_message_complete = on_message_complete;
-        init = true;
-    }
-    return &s;
-}
+static void on_expect_continue(void *owner) { conn_write(owner, "HTTP/1.1 100 Continue\r\n\r\n", 25); }
 
 /* A request the parser refused: answer with a small JSON error and close (the stream position is
  * lost, so the connection cannot be reused). */
@@ -435,71 +296,30 @@ static void reject(http_conn *c, int status, const char *message) {
     http_respond(c, status, "application/json", body, (size_t)n, NULL);
 }
 
-/* The request target -> path and query. The absolute form (RFC 9112 3.2.2, "GET
- * http://host:port/path?q") MUST be accepted by a server: its route is what follows the authority
- * ("/" when nothing does). */
-static bool split_target(const char *url, http_request *r) {
-    const char *sep = url[0] != '/' ? strstr(url, "://") : NULL;
-    size_t scheme = sep ? (size_t)(sep - url) : 0;
-    if ((scheme == 4 && strncasecmp(url, "http", 4) == 0) || (scheme == 5 && strncasecmp(url, "https", 5) == 0))
-        url = sep + 3 + strcspn(sep + 3, "/?");
-    const char *q = strchr(url, '?');
-    size_t plen = q ? (size_t)(q - url) : strlen(url);
-    r->path = plen ? trim_dup(url, plen, false) : strdup("/");
-    r->query = strdup(q ? q + 1 : "");
-    return r->path && r->query;
-}
-
-static bool finish_request(http_conn *c) {
-    http_request *r = &c->req;
-    r->method = llhttp_method_name((llhttp_method_t)c->parser.method);
-    r->http_minor = c->parser.http_minor;
-    c->head = c->parser.method == HTTP_HEAD;
-    if (!split_target(c->url.p ? c->url.p : "/", r)) return false;
-    if (!c->body.p && !text_buf_add(&c->body, "", 0)) return false;
-    r->body = c->body.p;
-    r->body_len = c->body.len;
-    c->keep_alive = llhttp_should_keep_alive(&c->parser);
-    return true;
-}
-
 /* Parses pending bytes and dispatches complete requests, one at a time. */
 static void conn_process(http_conn *c) {
     if (c->processing) return; /* called from inside a handler: the loop below goes on */
     c->processing = true;
     while ((c->state == C_IDLE || c->state == C_READING) && c->pending.len > 0) {
-        llhttp_errno_t e = llhttp_execute(&c->parser, c->pending.p, c->pending.len);
-        size_t used = c->pending.len;
-        if (e == HPE_PAUSED_UPGRADE) {
-            /* A request asking to switch protocols (Upgrade: h2c, websocket). We speak only
-             * HTTP/1.1, which RFC 9110 7.8 lets a server do by ignoring the header: the bytes
-             * after it are the next HTTP/1.1 request, so the parser goes on as usual. */
-            llhttp_resume_after_upgrade(&c->parser);
-            e = HPE_PAUSED;
-        }
-        if (e == HPE_PAUSED) used = (size_t)(llhttp_get_error_pos(&c->parser) - c->pending.p);
-        if (e != HPE_OK && e != HPE_PAUSED) {
-            if (c->error_status == 413) reject(c, 413, "request body too large");
-            else if (c->error_status == 431) reject(c, 431, "request headers too large");
-            else if (c->error_status == 505 || e == HPE_INVALID_VERSION)
-                reject(c, 505, "HTTP version not supported (use HTTP/1.1)");
-            else if (c->error_status == 400) reject(c, 400, "malformed HTTP request line (no HTTP/1.x version)");
-            else {
-                char msg[200];
-                snprintf(msg, sizeof msg, "malformed HTTP request (%s)", llhttp_errno_name(e));
-                reject(c, 400, msg);
-            }
+        size_t used;
+        int status;
+        char msg[200];
+        http_read_result rr = http_reader_feed(&c->rd, c->pending.p, c->pending.len, &used, &status, msg, sizeof msg);
+        if (rr == HTTP_READ_ERROR) {
+            reject(c, status, msg);
             break;
         }
         memmove(c->pending.p, c->pending.p + used, c->pending.len - used);
         c->pending.len -= used;
-        if (!c->message_done) continue;
-        if (!finish_request(c)) {
+        if (rr == HTTP_READ_MORE) continue;
+        if (rr == HTTP_READ_NOMEM) {
             conn_close(c);
             break;
         }
+        c->head = c->rd.head;
+        c->keep_alive = c->rd.keep_alive;
         set_state(c, C_BUSY);
-        c->srv->handler(c, &c->req, c->srv->data); /* may answer at once: then state is IDLE again */
+        c->srv->handler(c, &c->rd.req, c->srv->data); /* may answer at once: then state is IDLE again */
     }
     c->processing = false;
 }
@@ -554,8 +374,7 @@ static void on_connection(uv_stream_t *l, int status) {
         return;
     }
     uv_tcp_nodelay(&c->tcp, 1); /* SSE chunks are small and latency matters */
-    llhttp_init(&c->parser, HTTP_REQUEST, parser_settings());
-    c->parser.data = c;
+    http_reader_init(&c->rd, &s->limits, on_request_begin, on_expect_continue, c);
     set_state(c, C_IDLE);
     uv_read_start((uv_stream_t *)&c->tcp, on_alloc, on_read);
 }

@@ -1,0 +1,219 @@
+/* The request side of an HTTP/1.x connection (see http_reader.h): llhttp's callbacks collect the
+ * target, headers and body under the limits, and a complete message becomes an http_request. */
+#include "http/http_reader.h"
+
+#include <ctype.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <strings.h>
+
+static char *trim_dup(const char *s, size_t n, bool lower) {
+    while (n && (*s == ' ' || *s == '\t')) s++, n--;
+    while (n && (s[n - 1] == ' ' || s[n - 1] == '\t')) n--;
+    char *d = malloc(n + 1);
+    if (!d) return NULL;
+    for (size_t i = 0; i < n; i++) d[i] = lower ? (char)tolower((unsigned char)s[i]) : s[i];
+    d[n] = 0;
+    return d;
+}
+
+static http_reader *reader_of(llhttp_t *p) { return p->data; }
+
+/* Every byte of the request line and headers counts against the header limit. */
+static int count_header_bytes(http_reader *r, size_t n) {
+    r->header_bytes += n;
+    if (r->header_bytes > r->limits->max_header_bytes) {
+        r->error_status = 431;
+        return -1;
+    }
+    return 0;
+}
+
+static int on_message_begin(llhttp_t *p) {
+    http_reader *r = reader_of(p);
+    if (r->on_begin) r->on_begin(r->owner);
+    return 0;
+}
+
+static int on_url(llhttp_t *p, const char *at, size_t n) {
+    http_reader *r = reader_of(p);
+    if (count_header_bytes(r, n)) return -1;
+    return text_buf_add(&r->url, at, n) ? 0 : -1;
+}
+
+static int push_header(http_reader *r) {
+    if (!r->in_value) return 0;
+    r->in_value = false;
+    if (r->req.n_headers == HTTP_MAX_HEADERS) {
+        r->error_status = 431;
+        return -1;
+    }
+    http_header *h = &r->req.headers[r->req.n_headers];
+    h->name = trim_dup(r->field.p ? r->field.p : "", r->field.len, true);
+    h->value = trim_dup(r->value.p ? r->value.p : "", r->value.len, false);
+    if (!h->name || !h->value) {
+        free(h->name);
+        free(h->value);
+        h->name = h->value = NULL;
+        return -1;
+    }
+    r->req.n_headers++;
+    r->field.len = r->value.len = 0;
+    return 0;
+}
+
+static int on_header_field(llhttp_t *p, const char *at, size_t n) {
+    http_reader *r = reader_of(p);
+    if (count_header_bytes(r, n) || push_header(r)) return -1;
+    return text_buf_add(&r->field, at, n) ? 0 : -1;
+}
+
+static int on_header_value(llhttp_t *p, const char *at, size_t n) {
+    http_reader *r = reader_of(p);
+    if (count_header_bytes(r, n)) return -1;
+    r->in_value = true;
+    return text_buf_add(&r->value, at, n) ? 0 : -1;
+}
+
+static int on_headers_complete(llhttp_t *p) {
+    http_reader *r = reader_of(p);
+    if (push_header(r)) return -1;
+    /* HTTP/1.0 and 1.1 only: a 0.9-style line (no version) or another major version would be
+     * answered in a framing the client does not speak (RFC 9112 2.3: 505 for a major we lack). */
+    if (p->http_major != 1) {
+        r->error_status = p->http_major >= 2 ? 505 : 400;
+        return -1;
+    }
+    /* A declared length over the limit is refused before the body is read. */
+    if ((p->flags & F_CONTENT_LENGTH) && p->content_length > r->limits->max_body_bytes) {
+        r->error_status = 413;
+        return -1;
+    }
+    const char *expect = http_header_get(&r->req, "expect");
+    if (expect && strcasecmp(expect, "100-continue") == 0 && r->on_continue)
+        r->on_continue(r->owner); /* curl waits a second for this otherwise */
+    return 0;
+}
+
+static int on_body(llhttp_t *p, const char *at, size_t n) {
+    http_reader *r = reader_of(p);
+    if (r->body.len + n > r->limits->max_body_bytes) {
+        r->error_status = 413; /* chunked bodies have no declared length: counted as they come */
+        return -1;
+    }
+    return text_buf_add(&r->body, at, n) ? 0 : -1;
+}
+
+static int on_message_complete(llhttp_t *p) {
+    http_reader *r = reader_of(p);
+    r->message_done = true;
+    return HPE_PAUSED; /* one request at a time: later bytes wait for http_reader_next */
+}
+
+static const llhttp_settings_t *parser_settings(void) {
+    static llhttp_settings_t s;
+    static bool init;
+    if (!init) {
+        llhttp_settings_init(&s);
+        s.on_message_begin = on_message_begin;
+        s.on_url = on_url;
+        s.on_header_field = on_header_field;
+        s.on_header_value = on_header_value;
+        s.on_headers_complete = on_headers_complete;
+        s.on_body = on_body;
+        s.on_message_complete = on_message_complete;
+        init = true;
+    }
+    return &s;
+}
+
+void http_reader_init(http_reader *r, const http_limits *limits, void (*on_begin)(void *), void (*on_continue)(void *),
+                      void *owner) {
+    memset(r, 0, sizeof *r);
+    r->limits = limits;
+    r->on_begin = on_begin;
+    r->on_continue = on_continue;
+    r->owner = owner;
+    llhttp_init(&r->parser, HTTP_REQUEST, parser_settings());
+    r->parser.data = r;
+}
+
+/* The request target -> path and query. The absolute form (RFC 9112 3.2.2, "GET
+ * http://host:port/path?q") MUST be accepted by a server: its route is what follows the authority
+ * ("/" when nothing does). */
+static bool split_target(const char *url, http_request *q) {
+    const char *sep = url[0] != '/' ? strstr(url, "://") : NULL;
+    size_t scheme = sep ? (size_t)(sep - url) : 0;
+    if ((scheme == 4 && strncasecmp(url, "http", 4) == 0) || (scheme == 5 && strncasecmp(url, "https", 5) == 0))
+        url = sep + 3 + strcspn(sep + 3, "/?");
+    const char *qm = strchr(url, '?');
+    size_t plen = qm ? (size_t)(qm - url) : strlen(url);
+    q->path = plen ? trim_dup(url, plen, false) : strdup("/");
+    q->query = strdup(qm ? qm + 1 : "");
+    return q->path && q->query;
+}
+
+static bool finish_request(http_reader *r) {
+    http_request *q = &r->req;
+    q->method = llhttp_method_name((llhttp_method_t)r->parser.method);
+    q->http_minor = r->parser.http_minor;
+    r->head = r->parser.method == HTTP_HEAD;
+    if (!split_target(r->url.p ? r->url.p : "/", q)) return false;
+    if (!r->body.p && !text_buf_add(&r->body, "", 0)) return false;
+    q->body = r->body.p;
+    q->body_len = r->body.len;
+    r->keep_alive = llhttp_should_keep_alive(&r->parser);
+    return true;
+}
+
+http_read_result http_reader_feed(http_reader *r, const char *data, size_t len, size_t *used, int *status, char *msg,
+                                  size_t msgcap) {
+    llhttp_errno_t e = llhttp_execute(&r->parser, data, len);
+    *used = len;
+    if (e == HPE_PAUSED_UPGRADE) {
+        /* A request asking to switch protocols (Upgrade: h2c, websocket). We speak only
+         * HTTP/1.1, which RFC 9110 7.8 lets a server do by ignoring the header: the bytes
+         * after it are the next HTTP/1.1 request, so the parser goes on as usual. */
+        llhttp_resume_after_upgrade(&r->parser);
+        e = HPE_PAUSED;
+    }
+    if (e == HPE_PAUSED) *used = (size_t)(llhttp_get_error_pos(&r->parser) - data);
+    if (e != HPE_OK && e != HPE_PAUSED) {
+        *used = 0;
+        if (r->error_status == 413) *status = 413, snprintf(msg, msgcap, "request body too large");
+        else if (r->error_status == 431) *status = 431, snprintf(msg, msgcap, "request headers too large");
+        else if (r->error_status == 505 || e == HPE_INVALID_VERSION)
+            *status = 505, snprintf(msg, msgcap, "HTTP version not supported (use HTTP/1.1)");
+        else if (r->error_status == 400)
+            *status = 400, snprintf(msg, msgcap, "malformed HTTP request line (no HTTP/1.x version)");
+        else *status = 400, snprintf(msg, msgcap, "malformed HTTP request (%s)", llhttp_errno_name(e));
+        return HTTP_READ_ERROR;
+    }
+    if (!r->message_done) return HTTP_READ_MORE;
+    return finish_request(r) ? HTTP_READ_REQUEST : HTTP_READ_NOMEM;
+}
+
+void http_reader_reset(http_reader *r) {
+    text_buf_free(&r->url);
+    text_buf_free(&r->field);
+    text_buf_free(&r->value);
+    text_buf_free(&r->body);
+    for (int i = 0; i < r->req.n_headers; i++) {
+        free(r->req.headers[i].name);
+        free(r->req.headers[i].value);
+    }
+    free(r->req.path);
+    free(r->req.query);
+    memset(&r->req, 0, sizeof r->req);
+    r->in_value = false;
+    r->header_bytes = 0;
+    r->error_status = 0;
+    r->message_done = false;
+    r->keep_alive = r->head = false;
+}
+
+void http_reader_next(http_reader *r) {
+    http_reader_reset(r);
+    llhttp_resume(&r->parser);
+}

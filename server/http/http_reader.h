@@ -1,0 +1,50 @@
+/* The request side of an HTTP/1.x connection without the socket: bytes in, llhttp with our
+ * callbacks (limits, headers, body), complete http_request values out. http.c feeds it what a
+ * connection reads; the HTTP fuzz target (tests/fuzz/fuzz_http.c) feeds it arbitrary bytes. */
+#ifndef WUSHKV_HTTP_READER_H
+#define WUSHKV_HTTP_READER_H
+
+#include <stdbool.h>
+#include <stddef.h>
+
+#include <llhttp.h>
+
+#include "http/http.h"
+#include "http/text_buf.h"
+
+typedef struct http_reader {
+    llhttp_t parser;
+    const http_limits *limits; /* not owned; must outlive the reader */
+    /* the request being parsed */
+    text_buf url, field, value, body;
+    bool in_value; /* last header callback was a value: a new field starts a new header */
+    size_t header_bytes;
+    int error_status; /* a limit hit while parsing: 413, 431, 505 or 400 */
+    bool message_done;
+    http_request req;
+    /* set by a complete request */
+    bool keep_alive, head;
+    /* hooks (either may be NULL): a request's first byte; "Expect: 100-continue" in its headers */
+    void (*on_begin)(void *owner);
+    void (*on_continue)(void *owner);
+    void *owner;
+} http_reader;
+
+typedef enum {
+    HTTP_READ_MORE,    /* every byte used, no complete request yet */
+    HTTP_READ_REQUEST, /* a complete request in r->req (answer it, then http_reader_next) */
+    HTTP_READ_ERROR,   /* malformed or over a limit: *status and msg say what to answer; the stream is lost */
+    HTTP_READ_NOMEM,   /* out of memory */
+} http_read_result;
+
+void http_reader_init(http_reader *r, const http_limits *limits, void (*on_begin)(void *), void (*on_continue)(void *),
+                      void *owner);
+/* Parses from data[0, len); *used gets the bytes consumed (the rest belongs to later requests). */
+http_read_result http_reader_feed(http_reader *r, const char *data, size_t len, size_t *used, int *status, char *msg,
+                                  size_t msgcap);
+/* Forgets the current request (frees it) and lets the parser go on to the next one. */
+void http_reader_next(http_reader *r);
+/* Frees the current request's memory (the reader may be dropped afterwards). */
+void http_reader_reset(http_reader *r);
+
+#endif

@@ -1,0 +1,86 @@
+/* Fuzz target: chat-template rendering (server/api/chat_template.c): format detection from an
+ * arbitrary template text and architecture name, and chat_render of arbitrary messages in every
+ * format. Input: byte 0 picks the format, then messages separated by 0x1E, each a role byte and
+ * its content (a C string: NUL ends it). Invariants: the plain ranges lie inside the prompt, in
+ * order, without overlap, one per message holding its content exactly, in message order (Gemma
+ * and Mistral: a leading system message folded into the first user turn). */
+#include <stdbool.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "api/chat_template.h"
+
+#define FUZZ_CHECK(c)                                                                             \
+    do {                                                                                          \
+        if (!(c)) {                                                                               \
+            fprintf(stderr, "fuzz_chat_template: invariant failed: %s (line %d)\n", #c, __LINE__); \
+            abort();                                                                              \
+        }                                                                                         \
+    } while (0)
+
+#define MAX_MSGS 64
+
+int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
+    if (size < 1 || size > 1 << 16) return 0;
+    char *s = malloc(size + 1);
+    if (!s) return 0;
+    memcpy(s, data, size);
+    s[size] = 0;
+
+    /* Detection: the whole input as a template, its tail as an architecture name. */
+    chat_format d = chat_format_detect(s + 1, s + size / 2);
+    FUZZ_CHECK(d == CHAT_GEMMA || d == CHAT_LLAMA3 || d == CHAT_CHATML || d == CHAT_MISTRAL);
+    FUZZ_CHECK(strcmp(chat_format_name(d), "?") != 0);
+
+    static const char *const roles[] = {"system", "developer", "user", "assistant"};
+    chat_format f = (chat_format)(data[0] % 4);
+    chat_msg msgs[MAX_MSGS];
+    int n = 0;
+    for (char *p = s + 1, *end = s + size; p < end && n < MAX_MSGS;) {
+        char *sep = memchr(p, 0x1e, (size_t)(end - p));
+        if (!sep) sep = end;
+        *sep = 0;
+        msgs[n].role = roles[(uint8_t)p[0] % 4];
+        msgs[n].content = p + (p < sep ? 1 : 0);
+        n++;
+        p = sep + 1;
+    }
+
+    wk_text_range *plain = NULL;
+    int n_plain = -1;
+    char *out = chat_render(f, msgs, n, &plain, &n_plain);
+    if (out) {
+        size_t len = strlen(out);
+        FUZZ_CHECK(n_plain >= 0 && n_plain <= n);
+        FUZZ_CHECK(n_plain == 0 || plain != NULL);
+        /* The contents the ranges must hold, in order. Gemma and Mistral have no system turn: a
+         * leading system message goes before the first user-side message's words (not at all
+         * when none follows, as Gemma's own template drops it); later messages in order. */
+        const char *want[MAX_MSGS];
+        int n_want = 0, i0 = 0;
+        const char *sys = NULL;
+        bool folded = f == CHAT_GEMMA || f == CHAT_MISTRAL;
+        if (folded && n > 0 && (!strcmp(msgs[0].role, "system") || !strcmp(msgs[0].role, "developer")))
+            sys = msgs[i0++].content;
+        for (int i = i0; i < n; i++) {
+            if (sys && strcmp(msgs[i].role, "assistant") != 0) want[n_want++] = sys, sys = NULL;
+            want[n_want++] = msgs[i].content;
+        }
+        FUZZ_CHECK(n_plain == n_want);
+        size_t prev_end = 0;
+        for (int i = 0; i < n_plain; i++) {
+            FUZZ_CHECK(plain[i].off >= prev_end);
+            FUZZ_CHECK(plain[i].off <= len && plain[i].len <= len - plain[i].off);
+            prev_end = plain[i].off + plain[i].len;
+            FUZZ_CHECK(strlen(want[i]) == plain[i].len && memcmp(out + plain[i].off, want[i], plain[i].len) == 0);
+        }
+    } else {
+        FUZZ_CHECK(plain == NULL && n_plain == 0);
+    }
+    free(out);
+    free(plain);
+    free(s);
+    return 0;
+}

@@ -1,0 +1,81 @@
+/* OpenAI request validation as the HTTP and OpenAI-request fuzz targets drive it: a body for one
+ * endpoint through server/api/openai_request.c, with the invariants of what it returns. Header-only
+ * (static functions): each target includes it once. */
+#ifndef WK_FUZZ_OPENAI_H
+#define WK_FUZZ_OPENAI_H
+
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "api/openai_request.h"
+
+#define FZ_CHECK(c)                                                                       \
+    do {                                                                                  \
+        if (!(c)) {                                                                       \
+            fprintf(stderr, "fuzz: invariant failed: %s (%s:%d)\n", #c, __FILE__, __LINE__); \
+            abort();                                                                      \
+        }                                                                                 \
+    } while (0)
+
+typedef enum { FZ_EP_COMPLETIONS, FZ_EP_CHAT, FZ_EP_TOKENIZE, FZ_EP_DETOKENIZE } fz_endpoint;
+
+static inline void fz_check_error(const api_error *e) {
+    FZ_CHECK(e->status >= 400 && e->status <= 599);
+    FZ_CHECK(e->type != NULL);
+    FZ_CHECK(memchr(e->message, 0, sizeof e->message) != NULL && e->message[0] != 0);
+}
+
+static inline void fz_check_gen(const gen_params *g, bool chat) {
+    FZ_CHECK(g->prompt_text != NULL || g->prompt_tokens != NULL);
+    FZ_CHECK(g->n_prompt_tokens >= 0);
+    if (g->prompt_tokens == NULL) FZ_CHECK(g->n_prompt_tokens == 0);
+    if (chat) FZ_CHECK(g->prompt_text != NULL);
+    if (g->prompt_text) {
+        size_t len = strlen(g->prompt_text);
+        FZ_CHECK(g->n_plain >= 0 && (g->n_plain == 0 || g->plain != NULL));
+        for (int i = 0; i < g->n_plain; i++)
+            FZ_CHECK(g->plain[i].off <= len && g->plain[i].len <= len - g->plain[i].off);
+    }
+    FZ_CHECK(g->max_tokens >= -1);
+    FZ_CHECK(g->n_stop >= 0 && g->n_stop <= SCHED_MAX_STOP);
+    for (int i = 0; i < g->n_stop; i++) FZ_CHECK(g->stop[i] != NULL);
+    FZ_CHECK(g->n_bias >= 0 && (g->n_bias == 0 || (g->bias_tokens && g->bias_values)));
+    FZ_CHECK(g->logprobs >= -1 && g->logprobs <= SCHED_MAX_TOP_LOGPROBS);
+}
+
+/* Validates body as a request to endpoint ep of a server with model "m" (alias "alias"),
+ * context 2048 and chat format `fmt`. */
+static inline void fz_openai(fz_endpoint ep, chat_format fmt, const char *body, size_t len) {
+    api_model m = {.id = "m", .alias = "alias", .max_ctx = 2048, .chat = fmt};
+    api_error err;
+    memset(&err, 0, sizeof err);
+    if (ep == FZ_EP_COMPLETIONS || ep == FZ_EP_CHAT) {
+        openai_request r;
+        bool chat = ep == FZ_EP_CHAT;
+        if (openai_parse_generation(body, len, chat, &m, &r, &err)) {
+            FZ_CHECK(r.chat == chat);
+            FZ_CHECK(r.n >= 1 && r.n_prompts >= 1);
+            FZ_CHECK(r.n_gens == r.n * r.n_prompts && r.n_gens <= OPENAI_MAX_CHOICES && r.gens != NULL);
+            if (chat) FZ_CHECK(r.n_prompts == 1);
+            for (int i = 0; i < r.n_gens; i++) fz_check_gen(&r.gens[i], chat);
+            openai_request_free(&r);
+        } else {
+            fz_check_error(&err);
+        }
+        return;
+    }
+    gen_params g;
+    memset(&g, 0, sizeof g);
+    bool ok = ep == FZ_EP_TOKENIZE ? openai_parse_tokenize(body, len, &g, &err)
+                                   : openai_parse_detokenize(body, len, &g, &err);
+    if (ok) {
+        if (ep == FZ_EP_TOKENIZE) FZ_CHECK(g.prompt_text != NULL);
+        else FZ_CHECK(g.n_prompt_tokens >= 0 && (g.n_prompt_tokens == 0 || g.prompt_tokens != NULL));
+        gen_params_free(&g);
+    } else {
+        fz_check_error(&err);
+    }
+}
+
+#endif
