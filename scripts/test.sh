@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # THE test command: installs what is missing, builds release and ASan+UBSan, runs every meson
-# suite (release), the unit suite again under ASan+UBSan, and the Python tests when there are
-# any; ends with one line "N passed, N failed[, N skipped]" and a non-zero exit on any failure.
+# suite (release), the unit suite again under ASan+UBSan, the fuzz targets for a short bound
+# (scripts/fuzz.sh, FUZZ_SECONDS per target, default 30; 0 skips), and the Python tests when
+# there are any; ends with one line "N passed, N failed[, N skipped]" and a non-zero exit on any failure.
 set -uo pipefail
 cd "$(dirname "${BASH_SOURCE[0]}")/.."
 
@@ -78,6 +79,25 @@ ASAN_OPTIONS=detect_leaks=1:halt_on_error=1:abort_on_error=1:print_summary=1 \
     UBSAN_OPTIONS=halt_on_error=1:abort_on_error=1:print_stacktrace=1:print_summary=1 \
     meson test -C build-asan --suite unit --print-errorlogs --timeout-multiplier 3
 count_meson build-asan $?
+
+# Fuzzing: each target's kept crash inputs replayed, then FUZZ_SECONDS of fuzzing per target, two
+# targets at a time (about 3 x FUZZ_SECONDS plus the clang build); each target counts as one test.
+fuzz_seconds=${FUZZ_SECONDS:-30}
+if [[ $fuzz_seconds =~ ^[0-9]+$ ]] && ((fuzz_seconds > 0)); then
+    echo "== scripts/fuzz.sh $fuzz_seconds (seconds per target)" >&2
+    mkdir -p build
+    fuzz_log=build/fuzz-summary.txt
+    FUZZ_JOBS=${FUZZ_JOBS:-2} bash scripts/fuzz.sh "$fuzz_seconds" | tee "$fuzz_log"
+    fuzz_rc=${PIPESTATUS[0]}
+    fp=0 ff=0
+    while read -r _ target execs _ crashes _; do
+        if [[ $crashes == 0 ]]; then fp=$((fp + 1)); else ff=$((ff + 1)); fi
+    done < <(grep -E '^fuzz [a-z_]+: [0-9]+ executions, [0-9]+ crashes$' "$fuzz_log")
+    # the script failing with no target failed means the build or the setup did
+    ((fuzz_rc != 0 && ff == 0)) && ff=1
+    passed=$((passed + fp))
+    failed=$((failed + ff))
+fi
 
 if [[ -d tests/py ]] && find tests/py -name 'test_*.py' -o -name '*_test.py' | grep -q .; then
     echo "== pytest tests/py" >&2

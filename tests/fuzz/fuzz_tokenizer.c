@@ -1,7 +1,7 @@
 /* Fuzz target: the tokenizer (engine/tokenizer/), SentencePiece and GPT-2 byte-level BPE with
  * each pre-tokenizer family, encode (plain, with special tokens parsed, with "plain" user ranges)
  * and decode (token pieces). Input: one flags byte, then the text. Invariants: ids in the
- * vocabulary; a piece's length is the same whatever the buffer; and, for valid UTF-8 encoded
+ * vocabulary; a short output buffer gets the same count and a prefix of the ids; a piece's length is the same whatever the buffer; and, for valid UTF-8 encoded
  * without special tokens, decode(encode(x)) == x (SPM: " " + x, the space prefix; text with
  * U+2581 excluded, which SPM decodes to a space by design; Gemma's SPM has no space prefix). */
 #include <stdbool.h>
@@ -120,6 +120,14 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
     }
     if (n < 0) return 0;
     FUZZ_CHECK(n <= MAX_IDS);
+    /* A short output buffer: the same count, its first ids written (wk_tokenizer_encode's contract). */
+    if (!use_plain && n > 0) {
+        int32_t few[3] = {-5, -5, -5};
+        int cap = n > 2 ? 2 : n - 1;
+        int n2 = wk_tokenizer_encode(t, text, len, add_special, parse_special, few, cap);
+        FUZZ_CHECK(n2 == n);
+        FUZZ_CHECK(memcmp(few, ids, (size_t)cap * sizeof *few) == 0 && few[cap] == -5);
+    }
 
     /* Decode: every id a vocabulary id, every piece the same length whatever the buffer. */
     static char out[MAX_IDS * 64];
