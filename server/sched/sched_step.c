@@ -52,14 +52,15 @@ void sched_publish_pool(scheduler *s) {
 /* A sampled token: record, show its text, decide whether the request ends. */
 static void take_token(scheduler *s, req *r, const float *row) {
     int32_t tok = wk_sampler_sample(r->sampler, row);
-    double now = mono_now_s();
+    double now = mono_now_s(), prev = r->t_last;
     if (r->t_first == 0) r->t_first = now;
-    else metrics_inter_token(s->m, now - r->t_last);
     r->t_last = now;
     if (wk_token_is_eog(s->e, tok)) {
         req_finish(s, r, "stop");
         return;
     }
+    /* One gap per output token after the first, so the count is completion_tokens - 1. */
+    if (r->n_gen > 0) metrics_inter_token(s->m, now - prev);
     if (r->n_gen == r->cap_gen) {
         int cap = r->cap_gen ? r->cap_gen * 2 : 64;
         int32_t *g = realloc(r->gen, (size_t)cap * sizeof *g);

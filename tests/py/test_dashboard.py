@@ -146,3 +146,29 @@ def test_dashboard_in_a_browser(int2_server):
         stop.set()
         for t in threads:
             t.join()
+
+
+def metric_sum(server, name):
+    text = requests.get(server.url + "/metrics", timeout=10).text
+    return sum(float(l.rsplit(" ", 1)[1]) for l in text.splitlines() if l.startswith("wushkv:" + name + "{"))
+
+
+def test_vllm_latency_metrics(int2_server):
+    # vLLM's per-request and per-token series: one ITL sample per output token after the first,
+    # one prefill/decode/TPOT/max_tokens sample per request.
+    names = ["inter_token_latency_seconds_count", "request_prefill_time_seconds_count",
+             "request_decode_time_seconds_count", "request_time_per_output_token_seconds_count",
+             "request_params_max_tokens_count", "request_params_max_tokens_sum", "iteration_tokens_total_count"]
+    before = {n: metric_sum(int2_server, n) for n in names}
+    r = requests.post(int2_server.url + "/v1/completions", json={"prompt": "The capital of France is",
+                      "max_tokens": 12, "temperature": 0, "logit_bias": {"1": -100, "106": -100}}, timeout=120)
+    assert r.status_code == 200, r.text
+    n = r.json()["usage"]["completion_tokens"]
+    assert n >= 2
+    time.sleep(0.2)
+    d = {k: metric_sum(int2_server, k) - before[k] for k in names}
+    assert d["inter_token_latency_seconds_count"] == n - 1, d
+    assert d["request_prefill_time_seconds_count"] == d["request_decode_time_seconds_count"] == 1, d
+    assert d["request_time_per_output_token_seconds_count"] == 1, d
+    assert d["request_params_max_tokens_count"] == 1 and d["request_params_max_tokens_sum"] == 12, d
+    assert d["iteration_tokens_total_count"] >= n, d
