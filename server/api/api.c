@@ -416,9 +416,37 @@ static void handle_metrics(api_server *a, http_conn *c) {
     free(text);
 }
 
+/* The dashboard page, embedded at build time from api/dashboard.html (embed_file.py). */
+extern const char dashboard_html[];
+extern const size_t dashboard_html_len;
+
+/* What the dashboard polls: the metrics' live state plus what the page shows of the model. */
+static void handle_dashboard_state(api_server *a, http_conn *c) {
+    cJSON *o = metrics_state(a->m);
+    char *text = NULL;
+    if (o) {
+        const model_summary *ms = a->ready ? sched_model(a->sched) : NULL;
+        cJSON_AddNumberToObject(o, "time", mono_now_s());
+        cJSON_AddStringToObject(o, "model", a->ready ? a->model_id : "");
+        cJSON_AddStringToObject(o, "kv_format", a->cfg.kv_desc);
+        cJSON_AddNumberToObject(o, "bits_per_element", ms ? ms->kv_bits_per_element : 0);
+        cJSON_AddBoolToObject(o, "ready", a->ready);
+        text = cJSON_PrintUnformatted(o);
+        cJSON_Delete(o);
+    }
+    if (!text) {
+        reply_error(a, c, 500, "out of memory", NULL, NULL, NULL);
+        return;
+    }
+    reply(a, c, 200, "application/json", text, strlen(text), "Cache-Control: no-store\r\n");
+    free(text);
+}
+
 static const route k_routes[] = {
     {"/health", "GET", R_HEALTH, false, false},
     {"/metrics", "GET", R_METRICS, false, false},
+    {"/dashboard", "GET", R_DASHBOARD, false, false},
+    {"/dashboard/state", "GET", R_DASHBOARD_STATE, false, false},
     {"/v1/models", "GET", R_MODELS, true, true},
     {"/v1/models/", "GET", R_MODEL, true, true},
     {"/v1/completions", "POST", R_COMPLETIONS, true, true},
@@ -501,6 +529,8 @@ static void on_request(http_conn *c, http_request *r, void *data) {
     switch (rt->id) {
     case R_HEALTH: handle_health(a, c); break;
     case R_METRICS: handle_metrics(a, c); break;
+    case R_DASHBOARD: reply(a, c, 200, "text/html; charset=utf-8", dashboard_html, dashboard_html_len, NULL); break;
+    case R_DASHBOARD_STATE: handle_dashboard_state(a, c); break;
     case R_MODELS:
     case R_MODEL: handle_models(a, c, r->path); break;
     case R_COMPLETIONS: handle_generation(a, c, r, false); break;

@@ -84,7 +84,18 @@ cJSON *whole_response(call *k);
 void log_request(call *k, const sched_event *ev, int status);
 
 /* The routes (api.c). */
-typedef enum { R_HEALTH, R_MODELS, R_MODEL, R_METRICS, R_COMPLETIONS, R_CHAT, R_TOKENIZE, R_DETOKENIZE } route_id;
+typedef enum {
+    R_HEALTH,
+    R_MODELS,
+    R_MODEL,
+    R_METRICS,
+    R_DASHBOARD,
+    R_DASHBOARD_STATE,
+    R_COMPLETIONS,
+    R_CHAT,
+    R_TOKENIZE,
+    R_DETOKENIZE
+} route_id;
 
 typedef struct route {
     const char *path; /* exact, or a prefix when it ends with '/' */

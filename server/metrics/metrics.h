@@ -6,13 +6,44 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include <cjson/cJSON.h>
+
 typedef struct metrics metrics;
+
+/* One live request as the dashboard lists it. */
+typedef struct metrics_live {
+    uint64_t id;
+    char state;          /* 'w' waiting, 'p' prefilling, 'd' decoding */
+    int prompt_tokens, generated_tokens;
+    uint64_t kv_bytes;   /* device bytes its sequence holds now */
+    uint64_t fp16_bytes; /* what an f16 cache would hold for its tokens */
+    double age_s;        /* since it arrived */
+} metrics_live;
+
+#define METRICS_MAX_LIVE 64
 
 typedef struct metrics_pool {
     int running, waiting;
     uint64_t kv_used_bytes, kv_capacity_bytes;
+    uint64_t kv_fp16_bytes; /* what an f16 cache would hold for the same tokens */
     int kv_used_blocks, kv_capacity_blocks;
+    int n_live;             /* requests listed in live (the first METRICS_MAX_LIVE) */
+    metrics_live live[METRICS_MAX_LIVE];
 } metrics_pool;
+
+/* A finished request's figures; a time < 0 was not measured (no token, or fewer than two). */
+typedef struct metrics_request {
+    const char *finish_reason; /* stop, length, abort, error */
+    int prompt_tokens, generation_tokens;
+    int max_tokens;       /* its max_tokens parameter (the context's room when it gave none) */
+    double queue_s;       /* arrival -> first admitted */
+    double ttft_s;        /* arrival -> first token */
+    double prefill_s;     /* first admitted -> first token */
+    double decode_s;      /* first token -> last token */
+    double tpot_s;        /* decode_s / (generation_tokens - 1) */
+    double e2e_s;         /* arrival -> end */
+    uint64_t kv_bytes;    /* peak KV bytes its sequence held */
+} metrics_request;
 
 metrics *metrics_create(void);
 void metrics_free(metrics *m);
@@ -23,13 +54,18 @@ void metrics_tokens(metrics *m, int prompt_tokens, int generation_tokens);
 /* A running sequence was preempted (its KV blocks freed; it is recomputed when readmitted). */
 void metrics_preemption(metrics *m);
 /* ttft / tpot < 0: not measured (no token produced / fewer than two). */
-void metrics_request_done(metrics *m, const char *finish_reason, int prompt_tokens, int generation_tokens,
-                          double queue_s, double ttft_s, double tpot_s, double e2e_s, uint64_t kv_bytes);
+void metrics_request_done(metrics *m, const metrics_request *r);
+/* One output token of a request came `seconds` after its previous one. */
+void metrics_inter_token(metrics *m, double seconds);
 void metrics_step(metrics *m, int batch_sequences, int batch_tokens, double seconds);
 
 /* Loop thread. */
 void metrics_http_response(metrics *m, int status);
 /* The whole exposition, malloc'd (caller frees), *len its length. */
 char *metrics_render(metrics *m, const char *model_name, size_t *len);
+/* The dashboard's state as JSON: the pool (bytes used, capacity, the f16 equivalent), running and
+ * waiting, cumulative token and latency counters (the page turns them into rates and means per
+ * interval) and the live requests. NULL when out of memory. Any thread. */
+cJSON *metrics_state(metrics *m);
 
 #endif

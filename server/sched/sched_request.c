@@ -97,9 +97,20 @@ void req_finish(scheduler *s, req *r, const char *reason) {
         ev->ttft_s = ttft;
         sched_ev_post(s, ev);
     }
-    double tpot = r->n_gen > 1 ? (r->t_last - r->t_first) / (r->n_gen - 1) : -1;
-    metrics_request_done(s->m, reason, r->n_prompt, r->n_gen, queue, ttft, tpot, now - r->t_arrival,
-                         r->peak_bytes);
+    metrics_request m = {
+        .finish_reason = reason,
+        .prompt_tokens = r->n_prompt,
+        .generation_tokens = r->n_gen,
+        .max_tokens = r->max_tokens,
+        .queue_s = queue,
+        .ttft_s = ttft,
+        .prefill_s = r->t_first > 0 && r->t_admit > 0 ? r->t_first - r->t_admit : -1,
+        .decode_s = r->t_first > 0 ? r->t_last - r->t_first : -1,
+        .tpot_s = r->n_gen > 1 ? (r->t_last - r->t_first) / (r->n_gen - 1) : -1,
+        .e2e_s = now - r->t_arrival,
+        .kv_bytes = r->peak_bytes,
+    };
+    metrics_request_done(s->m, &m);
     req_remove(s, r);
     req_free(r);
 }
@@ -107,7 +118,10 @@ void req_finish(scheduler *s, req *r, const char *reason) {
 void req_fail(scheduler *s, req *r, const char *what, int rc, const char *err) {
     sched_post_error(s, r->id, 500, NULL, "engine_error", "%s: %s%s%.400s", what, wk_strerror(rc), err && err[0] ? ": " : "",
                err ? err : "");
-    metrics_request_done(s->m, "error", r->n_prompt, r->n_gen, 0, -1, -1, mono_now_s() - r->t_arrival, 0);
+    metrics_request m = {.finish_reason = "error", .prompt_tokens = r->n_prompt, .generation_tokens = r->n_gen,
+                         .max_tokens = r->max_tokens, .queue_s = -1, .ttft_s = -1, .prefill_s = -1, .decode_s = -1,
+                         .tpot_s = -1, .e2e_s = mono_now_s() - r->t_arrival};
+    metrics_request_done(s->m, &m);
     req_remove(s, r);
     req_free(r);
 }

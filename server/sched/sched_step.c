@@ -18,12 +18,33 @@ static uint64_t kv_used(const scheduler *s) {
     return used;
 }
 
-/* The pool gauge of /metrics, after every step. */
+/* One request as the dashboard lists it. */
+static void live_entry(const scheduler *s, const req *r, double now, metrics_pool *p) {
+    if (p->n_live == METRICS_MAX_LIVE) return;
+    int len = r->seq ? wk_seq_len(r->seq) : 0;
+    p->live[p->n_live++] = (metrics_live){
+        .id = r->id,
+        .state = r->state == R_WAITING ? 'w' : r->state == R_PREFILL ? 'p' : 'd',
+        .prompt_tokens = r->n_prompt,
+        .generated_tokens = r->n_gen,
+        .kv_bytes = r->seq ? wk_seq_kv_bytes(r->seq) : 0,
+        .fp16_bytes = (uint64_t)len * s->kv.fp16_bytes_per_token,
+        .age_s = now - r->t_arrival,
+    };
+}
+
+/* The pool gauge of /metrics and the dashboard's live requests, after every step. */
 void sched_publish_pool(scheduler *s) {
     metrics_pool p = {.running = s->n_running, .waiting = s->n_waiting};
     int f16_blocks = 0;
-    if (!s->kv.paged)
-        for (req *r = s->running; r; r = r->next) f16_blocks += kv_budget_blocks(&s->kv, wk_seq_len(r->seq));
+    double now = mono_now_s();
+    for (req *r = s->running; r; r = r->next) {
+        int len = wk_seq_len(r->seq);
+        if (!s->kv.paged) f16_blocks += kv_budget_blocks(&s->kv, len);
+        p.kv_fp16_bytes += (uint64_t)len * s->kv.fp16_bytes_per_token;
+        live_entry(s, r, now, &p);
+    }
+    for (req *r = s->waiting; r; r = r->next) live_entry(s, r, now, &p);
     kv_budget_gauge(&s->kv, s->n_running, kv_used(s), f16_blocks, &p);
     metrics_set_pool(s->m, &p);
 }
@@ -31,13 +52,15 @@ void sched_publish_pool(scheduler *s) {
 /* A sampled token: record, show its text, decide whether the request ends. */
 static void take_token(scheduler *s, req *r, const float *row) {
     int32_t tok = wk_sampler_sample(r->sampler, row);
-    double now = mono_now_s();
+    double now = mono_now_s(), prev = r->t_last;
     if (r->t_first == 0) r->t_first = now;
     r->t_last = now;
     if (wk_token_is_eog(s->e, tok)) {
         req_finish(s, r, "stop");
         return;
     }
+    /* One gap per output token after the first, so the count is completion_tokens - 1. */
+    if (r->n_gen > 0) metrics_inter_token(s->m, now - prev);
     if (r->n_gen == r->cap_gen) {
         int cap = r->cap_gen ? r->cap_gen * 2 : 64;
         int32_t *g = realloc(r->gen, (size_t)cap * sizeof *g);
@@ -215,7 +238,10 @@ void sched_step(scheduler *s) {
             sched_post_error(s, victim->id, 400, "prompt", "kv_cache_exceeded",
                        "The prompt of %d tokens does not fit the server's KV pool (%llu bytes, --kv-mem)",
                        victim->n_prompt, (unsigned long long)s->info->kv_pool_bytes);
-            metrics_request_done(s->m, "error", victim->n_prompt, 0, 0, -1, -1, mono_now_s() - victim->t_arrival, 0);
+            metrics_request m = {.finish_reason = "error", .prompt_tokens = victim->n_prompt, .queue_s = -1,
+                                 .ttft_s = -1, .prefill_s = -1, .decode_s = -1, .tpot_s = -1,
+                                 .e2e_s = mono_now_s() - victim->t_arrival};
+            metrics_request_done(s->m, &m);
             req_remove(s, victim);
             req_free(victim);
         }

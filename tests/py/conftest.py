@@ -39,7 +39,13 @@ class Server:
         self.log_path = pathlib.Path(os.environ.get("TMPDIR", "/tmp")) / f"wushkv-serve-{self.port}.log"
         self.log_file = open(self.log_path, "w")
         self.proc = subprocess.Popen(args, stdout=self.log_file, stderr=subprocess.STDOUT)
-        self.wait_ready()
+        try:
+            self.wait_ready()
+        except BaseException:
+            # A server that never became ready must not outlive the test that started it.
+            self.proc.kill()
+            self.proc.wait()
+            raise
 
     def wait_ready(self, timeout=120):
         deadline = time.time() + timeout
