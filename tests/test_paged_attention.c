@@ -16,15 +16,13 @@
 #include "kv/kv_quant.h"
 #include "model/quant.h"
 #include "vulkan/shader_params.h"
+#include "test_rng.h"
 #include "test_util.h"
 #include "vulkan/vk_pipelines.h"
 #include "wushkv/wushkv.h"
 
 static uint64_t rng = 88172645463325252ull;
-static double uniform(void) {
-    rng ^= rng << 13, rng ^= rng >> 7, rng ^= rng << 17;
-    return (double)(rng >> 11) / 9007199254740992.0;
-}
+static double uniform(void) { return (double)(rng_xorshift64(&rng) >> 11) / 9007199254740992.0; }
 static float gauss(void) {
     double u = uniform() + 1e-12, v = uniform();
     return (float)(sqrt(-2 * log(u)) * cos(6.283185307179586 * v));

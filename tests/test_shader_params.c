@@ -40,19 +40,6 @@ static const char *glsl_type(const char *c_type) {
     return c_type;
 }
 
-static char *read_text(const char *path) {
-    FILE *f = fopen(path, "rb");
-    if (!f) return NULL;
-    fseek(f, 0, SEEK_END);
-    long len = ftell(f);
-    fseek(f, 0, SEEK_SET);
-    char *s = len >= 0 ? malloc((size_t)len + 1) : NULL;
-    size_t n = s ? fread(s, 1, (size_t)len, f) : 0;
-    if (s) s[n] = 0;
-    fclose(f);
-    return s;
-}
-
 /* Comments become spaces, so that they can hide no field. */
 static void blank_comments(char *s) {
     for (char *p = s; *p; p++) {
@@ -114,7 +101,8 @@ static bool ends_with_path(const char *path, const char *rel) {
 }
 
 static void check_shader(const char *path) {
-    char *src = read_text(path);
+    size_t len;
+    char *src = slurp(path, &len);
     CHECK(src != NULL);
     if (!src) {
         fprintf(stderr, "%s: cannot read\n", path);
