@@ -255,7 +255,7 @@ static int op_attention(rec *r, int il, uint32_t T) {
     wk_pc_attention_paged pc = {.head_dim = (uint32_t)hp->head_dim, .n_head = (uint32_t)hp->n_head,
                                 .n_head_kv = (uint32_t)hp->n_head_kv,
                                 .window = hp->is_swa[il] ? (uint32_t)hp->sliding_window : 0,
-                                .n_tokens = f->plan.n_tiles, .layer = (uint32_t)il, .head_rows = f->plan.head_rows};
+                                .n_tiles = f->plan.n_tiles, .layer = (uint32_t)il, .head_rows = f->plan.head_rows};
     pc.n_split = wk_attn_plan_splits(&f->plan, f->step_rows, T, pc.n_head, pc.window, f->attn_part_rows);
     wk_arg args[7] = {S(&f->a.q), S(&f->a.rows), TV(&f->kv->k[il]), TV(&f->kv->v[il]), S(&f->a.attn), S(&f->a.tiles),
                       S(&f->a.attn_part)};
@@ -265,12 +265,12 @@ static int op_attention(rec *r, int il, uint32_t T) {
 }
 
 /* Fills the paged-cache push constants shared by the store and the attention. */
-static void paged_geometry(const wk_fwd *f, int il, uint32_t T, wk_pc_attention_paged *pc) {
+static void paged_geometry(const wk_fwd *f, int il, wk_pc_attention_paged *pc) {
     const wk_kv_cache *kv = f->kv;
     const wk_hparams *hp = f->hp;
     *pc = (wk_pc_attention_paged){
         .head_dim = (uint32_t)hp->head_dim, .n_head = (uint32_t)hp->n_head, .n_head_kv = (uint32_t)hp->n_head_kv,
-        .window = hp->is_swa[il] ? (uint32_t)hp->sliding_window : 0, .n_tokens = T, .layer = (uint32_t)il,
+        .window = hp->is_swa[il] ? (uint32_t)hp->sliding_window : 0, .layer = (uint32_t)il,
         .kind = (int32_t)kv->fmt.kind, .bits = kv->fmt.bits, .group = kv->fmt.group,
         .block_tokens = (uint32_t)kv->layout.block_tokens, .slab_words = (uint32_t)(kv->layout.slab_bytes / 4),
         .block_words = (uint32_t)(kv->layout.bytes_per_block / 4), .params_words = (uint32_t)(kv->layout.q.params_offset / 4),
@@ -282,7 +282,7 @@ static void paged_geometry(const wk_fwd *f, int il, uint32_t T, wk_pc_attention_
 static int op_kv_store_quant(rec *r, int il, uint32_t T) {
     wk_fwd *f = r->f;
     wk_pc_attention_paged g;
-    paged_geometry(f, il, T, &g);
+    paged_geometry(f, il, &g);
     wk_pc_kv_store_quant pc = {.head_dim = g.head_dim, .n_head_kv = g.n_head_kv, .n_tokens = T,
                                .slab_layer = g.slab_layer, .kind = g.kind, .bits = g.bits, .group = g.group,
                                .rank_k = f->kv->rank_k, .rank_v = f->kv->rank_v, .block_tokens = g.block_tokens,
@@ -298,8 +298,8 @@ static int op_kv_store_quant(rec *r, int il, uint32_t T) {
 static int op_attention_paged(rec *r, int il, uint32_t T) {
     wk_fwd *f = r->f;
     wk_pc_attention_paged pc;
-    paged_geometry(f, il, T, &pc);
-    pc.n_tokens = f->plan.n_tiles;
+    paged_geometry(f, il, &pc);
+    pc.n_tiles = f->plan.n_tiles;
     pc.head_rows = f->plan.head_rows;
     pc.n_split = wk_attn_plan_splits(&f->plan, f->step_rows, T, pc.n_head, pc.window, f->attn_part_rows);
     pc.sink = (uint32_t)f->kv->layout.sink;

@@ -4,15 +4,13 @@
 
 #include <string.h>
 
+#include "test_rng.h"
+
 /* ---- random blocks ---- */
 
 static uint64_t xs(uint64_t *s) {
     if (!*s) *s = 0x9E3779B97F4A7C15ull; /* xorshift is stuck at 0 */
-    uint64_t x = *s;
-    x ^= x << 13;
-    x ^= x >> 7;
-    x ^= x << 17;
-    return *s = x;
+    return rng_xorshift64(s);
 }
 
 /* A finite fp16 block scale: mostly normal in [2^-10, 2^4) with either sign, sometimes zero or

@@ -20,12 +20,6 @@
 
 enum { N_TOK = 24, BLOCK = 32 }; /* 24 > the tiny model's window of 16: the window matters */
 
-static void temp_path(char *buf, size_t cap, const char *tag) {
-    snprintf(buf, cap, "/tmp/wk_test_calibrate_%s_XXXXXX", tag);
-    int fd = mkstemp(buf);
-    if (fd >= 0) close(fd);
-}
-
 /* A tensor as f32; matrices (2-D) of a float type rounded to f16, because that is how weights.c
  * stores them on the device (the tiny model's matrices are F32). */
 static float *dequant(const wk_gguf_tensor *t) {
@@ -52,37 +46,6 @@ static double f16_err(const float *got, const float *want, size_t n) {
         if (e > worst || isnan(e)) worst = isnan(e) ? INFINITY : e;
     }
     return worst;
-}
-
-/* Max |a - b| over max |b|. */
-static double rel_err(const float *a, const float *b, size_t n) {
-    double num = 0, den = 0;
-    for (size_t i = 0; i < n; i++) {
-        double d = fabs((double)a[i] - b[i]);
-        if (d > num || isnan(d)) num = isnan(d) ? INFINITY : d;
-        if (fabs(b[i]) > den) den = fabs(b[i]);
-    }
-    return den > 0 ? num / den : num;
-}
-
-static uint8_t *slurp(const char *path, size_t *n) {
-    FILE *f = fopen(path, "rb");
-    if (!f) return NULL;
-    fseek(f, 0, SEEK_END);
-    long len = ftell(f);
-    fseek(f, 0, SEEK_SET);
-    uint8_t *b = malloc(len > 0 ? (size_t)len : 1);
-    *n = b ? fread(b, 1, (size_t)len, f) : 0;
-    fclose(f);
-    return b;
-}
-
-static void tokens_for(int32_t *tok, int n, uint64_t seed) {
-    tok[0] = TINY_TOKEN_BOS;
-    for (int i = 1; i < n; i++) {
-        seed = seed * 6364136223846793005ull + 1442695040888963407ull;
-        tok[i] = TINY_TOKEN_BYTE0 + (int32_t)((seed >> 33) % (TINY_N_VOCAB - TINY_TOKEN_BYTE0));
-    }
 }
 
 /* (a) Layer 0 from the weights on the host: embedding * scale -> RMSNorm * attn_norm -> W_q/W_k/W_v
@@ -300,7 +263,7 @@ static int calibrate(wk_engine *e, int threads, wk_calib_v_moments vm, int chunk
     int rc = wk_calib_create(e, &p, &c, err, sizeof err);
     int32_t tok[N_TOK];
     for (int k = 0; !rc && k < chunks; k++) {
-        tokens_for(tok, N_TOK, 1000 + (uint64_t)k);
+        tiny_model_tokens(tok, N_TOK, 1000 + (uint64_t)k);
         rc = wk_calib_add(c, tok, N_TOK, err, sizeof err);
     }
     if (!rc) rc = wk_calib_finish(c, path, rep, err, sizeof err);
@@ -312,21 +275,18 @@ static int calibrate(wk_engine *e, int threads, wk_calib_v_moments vm, int chunk
 
 int main(void) {
     char model_a[64], model_b[64], side1[64], side2[64], side3[64];
-    temp_path(model_a, sizeof model_a, "a");
-    temp_path(model_b, sizeof model_b, "b");
-    temp_path(side1, sizeof side1, "s1");
-    temp_path(side2, sizeof side2, "s2");
-    temp_path(side3, sizeof side3, "s3");
+    temp_path(model_a, sizeof model_a, "calibrate_a");
+    temp_path(model_b, sizeof model_b, "calibrate_b");
+    temp_path(side1, sizeof side1, "calibrate_s1");
+    temp_path(side2, sizeof side2, "calibrate_s2");
+    temp_path(side3, sizeof side3, "calibrate_s3");
     tiny_model_opts oa = {.arch = "gemma3", .seed = 7}, ob = {.arch = "gemma3", .seed = 8};
     CHECK(tiny_model_write(&oa, model_a));
     CHECK(tiny_model_write(&ob, model_b));
 
     char err[WK_ERRMSG_LEN] = "";
     wk_engine_params ep;
-    wk_engine_params_default(&ep);
-    ep.model_path = model_a;
-    ep.max_ctx = 64;
-    ep.max_batch_tokens = 64;
+    tiny_engine_params(&ep, model_a);
     ep.validation = true;
     wk_engine *e = NULL;
     int rc = wk_engine_open(&ep, &e, err, sizeof err);
@@ -347,14 +307,14 @@ int main(void) {
     wk_seq *seq = NULL;
     CHECK_EQ_INT(wk_seq_create(e, &seq), 0);
     int32_t tok[N_TOK];
-    tokens_for(tok, N_TOK, 1000);
+    tiny_model_tokens(tok, N_TOK, 1000);
     wk_capture cap;
     CHECK_EQ_INT(wk_capture_run(e, seq, tok, N_TOK, &cap, err, sizeof err), 0);
     CHECK_EQ_INT(cap.n_tokens, N_TOK);
     check_capture_layer0(&cap, da, tok, N_TOK);
     wk_seq_destroy(seq); /* the calibrator needs the engine's only sequence */
 
-    /* mass weighting: a calibrator fed exactly this chunk (tokens_for(1000)) */
+    /* mass weighting: a calibrator fed exactly this chunk (tiny_model_tokens seed 1000) */
     wk_calib_report rep1;
     wk_calib *c0 = NULL; /* the report's heads live as long as the calibrator */
     CHECK_EQ_INT(calibrate(e, 2, WK_CALIB_V_MASS, 1, side3, &c0, &rep1), 0);

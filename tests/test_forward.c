@@ -13,20 +13,10 @@
 #include "model/gguf.h"
 #include "model/model.h"
 #include "ref_forward.h"
+#include "test_rng.h"
 #include "test_util.h"
 #include "tiny_model.h"
 #include "wushkv/wushkv.h"
-
-/* Max |a-b| over max |b|: the error relative to the tensor's scale. */
-static double rel_err(const float *a, const float *b, size_t n) {
-    double num = 0, den = 0;
-    for (size_t i = 0; i < n; i++) {
-        double d = fabs((double)a[i] - b[i]);
-        if (d > num || isnan(d)) num = isnan(d) ? INFINITY : d;
-        if (fabs(b[i]) > den) den = fabs(b[i]);
-    }
-    return den > 0 ? num / den : num;
-}
 
 static int argmax(const float *x, int n) {
     int best = 0;
@@ -104,10 +94,7 @@ static void tiny_case(const char *arch, uint64_t seed, int window) {
     const int V = hp->n_vocab, E = hp->n_embd, L = hp->n_layer;
     uint64_t rng = seed * 2654435761u + 1;
     int32_t tok[N];
-    for (int i = 0; i < N; i++) {
-        rng ^= rng << 13, rng ^= rng >> 7, rng ^= rng << 17;
-        tok[i] = (int32_t)(rng % (uint64_t)V);
-    }
+    for (int i = 0; i < N; i++) tok[i] = (int32_t)(rng_xorshift64(&rng) % (uint64_t)V);
     tok[0] = 1; /* BOS */
 
     float *ref_logits = malloc(sizeof(float) * N * V), *vk_logits = malloc(sizeof(float) * N * V);
@@ -260,10 +247,7 @@ static void paged_case(const char *arch, uint64_t seed, int bits, wk_kvq_kind ki
     const int V = s.desc.hp.n_vocab, N = PN;
     uint64_t r = seed * 2654435761u + 3;
     int32_t tok[PN];
-    for (int i = 0; i < N; i++) {
-        r ^= r << 13, r ^= r >> 7, r ^= r << 17;
-        tok[i] = (int32_t)(r % (uint64_t)V);
-    }
+    for (int i = 0; i < N; i++) tok[i] = (int32_t)(rng_xorshift64(&r) % (uint64_t)V);
     tok[0] = 1;
     float *want = malloc(sizeof(float) * N * V), *got = malloc(sizeof(float) * N * V);
     float *want_f16 = malloc(sizeof(float) * N * V), *flat = malloc(sizeof(float) * N * V);
@@ -482,8 +466,7 @@ int main(void) {
     window_case("gemma3", 21, 4, 40, true);  /* sinks + ring cover all 40 positions */
     window_case("llama", 22, 0, 40, true);
     window_case("gemma3", 23, 2, 5, false);  /* most keys from the 2-bit codes */
-    const char *model = getenv("WUSHKV_MODEL");
-    if (model && *model) real_model_case(model);
-    else printf("WUSHKV_MODEL not set: real-model check skipped\n");
+    const char *model = real_model_path("the real-model check");
+    if (model) real_model_case(model);
     TEST_MAIN_END();
 }

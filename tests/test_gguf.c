@@ -8,6 +8,7 @@
 #include "model/gguf.h"
 #include "gguf_writer.h"
 #include "model/quant.h"
+#include "test_rng.h"
 #include "test_util.h"
 
 static char err[512];
@@ -574,7 +575,7 @@ static void test_corruption(void) {
         memcpy(q, p, n);
         int flips = 1 + it % 4;
         for (int f = 0; f < flips; f++) {
-            s ^= s << 13, s ^= s >> 7, s ^= s << 17;
+            rng_xorshift64(&s);
             q[(s >> 8) % n] = (uint8_t)(s >> 40);
         }
         wk_gguf *g = open_copy(q, n);
@@ -674,8 +675,7 @@ int main(void) {
     test_malformed();
     test_truncation();
     test_corruption();
-    const char *model = getenv("WUSHKV_MODEL");
-    if (model && *model) test_model(model);
-    else printf("  WUSHKV_MODEL not set: real-model check skipped\n");
+    const char *model = real_model_path("the real-model check");
+    if (model) test_model(model);
     TEST_MAIN_END();
 }

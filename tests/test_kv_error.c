@@ -23,20 +23,6 @@
 
 enum { N_TOK = 40, BLOCK = 32 }; /* 40 > the tiny model's window of 16: the window matters */
 
-static void temp_path(char *buf, size_t cap, const char *tag) {
-    snprintf(buf, cap, "/tmp/wk_test_kv_error_%s_XXXXXX", tag);
-    int fd = mkstemp(buf);
-    if (fd >= 0) close(fd);
-}
-
-static void tokens_for(int32_t *tok, int n, uint64_t seed) {
-    tok[0] = TINY_TOKEN_BOS;
-    for (int i = 1; i < n; i++) {
-        seed = seed * 6364136223846793005ull + 1442695040888963407ull;
-        tok[i] = TINY_TOKEN_BYTE0 + (int32_t)((seed >> 33) % (TINY_N_VOCAB - TINY_TOKEN_BYTE0));
-    }
-}
-
 static wk_kv_error_format fmt(int bits, int quant, int transform, const char *wush, int sink, int recent) {
     return (wk_kv_error_format){.bits = bits, .quant = quant, .group = 32, .transform = transform,
                                 .wush_path = wush, .sink = sink, .recent = recent};
@@ -181,17 +167,14 @@ static void independent(const wk_capture *cap, const wk_model_desc *d, const wk_
 
 int main(void) {
     char model[64], side[64];
-    temp_path(model, sizeof model, "model");
-    temp_path(side, sizeof side, "wush");
+    temp_path(model, sizeof model, "kv_error_model");
+    temp_path(side, sizeof side, "kv_error_wush");
     tiny_model_opts mo = {.arch = "gemma3", .seed = 11};
     CHECK(tiny_model_write(&mo, model));
 
     char err[WK_ERRMSG_LEN] = "";
     wk_engine_params ep;
-    wk_engine_params_default(&ep);
-    ep.model_path = model;
-    ep.max_ctx = 64;
-    ep.max_batch_tokens = 64;
+    tiny_engine_params(&ep, model);
     ep.skip_warmup = true;
     wk_engine *e = NULL;
     int rc = wk_engine_open(&ep, &e, err, sizeof err);
@@ -216,12 +199,12 @@ int main(void) {
     int32_t tok[N_TOK];
     CHECK_EQ_INT(wk_calib_create(e, &cp, &c, err, sizeof err), 0);
     for (int k = 0; k < 3; k++) {
-        tokens_for(tok, N_TOK, 500 + (uint64_t)k);
+        tiny_model_tokens(tok, N_TOK, 500 + (uint64_t)k);
         CHECK_EQ_INT(wk_calib_add(c, tok, N_TOK, err, sizeof err), 0);
     }
     CHECK_EQ_INT(wk_calib_finish(c, side, NULL, err, sizeof err), 0);
     wk_calib_destroy(c);
-    tokens_for(tok, N_TOK, 42);
+    tiny_model_tokens(tok, N_TOK, 42);
 
     const int X[3] = {WK_KV_TRANSFORM_NONE, WK_KV_TRANSFORM_HADAMARD, WK_KV_TRANSFORM_WUSH};
     static const char *const xname[3] = {"none", "hadamard", "wush"};

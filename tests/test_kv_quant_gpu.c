@@ -14,6 +14,7 @@
 #include "spv_kv_quant_test.h"
 #include "test_rng.h"
 #include "test_util.h"
+#include "vulkan/shader_params.h"
 #include "vulkan/vk_device.h"
 #include "wushkv/wushkv.h"
 
@@ -289,12 +290,7 @@ static void gen_group(int cat, wk_kvq_kind kind, int bits, int G, int rank, floa
     }
 }
 
-/* ---- minimal pipeline over the embedded SPIR-V ---- */
-typedef struct {
-    int32_t mode, kind, bits, G, rank;
-    uint32_t ngroups, slot;
-} push_t;
-
+/* ---- minimal pipeline over the embedded SPIR-V (push constants: wk_pc_kv_quant_test) ---- */
 typedef struct {
     VkDescriptorSetLayout dsl;
     VkPipelineLayout layout;
@@ -320,7 +316,7 @@ static int kernel_create(wk_vk *vk, kernel *k, wk_buf *bufs[4]) {
     VkDescriptorSetLayoutCreateInfo dci = {.sType = VK_STRUCTURE_TYPE_DESCRIPTOR_SET_LAYOUT_CREATE_INFO,
                                            .bindingCount = 4, .pBindings = b};
     VK_TRY(vkCreateDescriptorSetLayout(vk->dev, &dci, NULL, &k->dsl), "vkCreateDescriptorSetLayout");
-    VkPushConstantRange pcr = {.stageFlags = VK_SHADER_STAGE_COMPUTE_BIT, .offset = 0, .size = sizeof(push_t)};
+    VkPushConstantRange pcr = {.stageFlags = VK_SHADER_STAGE_COMPUTE_BIT, .offset = 0, .size = sizeof(wk_pc_kv_quant_test)};
     VkPipelineLayoutCreateInfo lci = {.sType = VK_STRUCTURE_TYPE_PIPELINE_LAYOUT_CREATE_INFO, .setLayoutCount = 1,
                                       .pSetLayouts = &k->dsl, .pushConstantRangeCount = 1, .pPushConstantRanges = &pcr};
     VK_TRY(vkCreatePipelineLayout(vk->dev, &lci, NULL, &k->layout), "vkCreatePipelineLayout");
@@ -362,7 +358,7 @@ static void kernel_destroy(wk_vk *vk, kernel *k) {
     if (k->dsl) vkDestroyDescriptorSetLayout(vk->dev, k->dsl, NULL);
 }
 
-static void dispatch(wk_vk *vk, kernel *k, const push_t *pc, uint32_t n) {
+static void dispatch(wk_vk *vk, kernel *k, const wk_pc_kv_quant_test *pc, uint32_t n) {
     vkCmdPushConstants(vk->cmd, k->layout, VK_SHADER_STAGE_COMPUTE_BIT, 0, sizeof *pc, pc);
     vkCmdDispatch(vk->cmd, (n + 63) / 64, 1, 1);
 }
@@ -498,7 +494,9 @@ static long run_config(wk_vk *vk, kernel *k, wk_buf *bx, wk_buf *benc, wk_buf *b
     memset(enc, 0xA5, (size_t)NGROUPS * slot * 4); /* poison: every byte must be written */
 
     char err[256];
-    push_t pe = {0, (int32_t)kind, bits, G, rank, NGROUPS, slot}, pd = pe;
+    wk_pc_kv_quant_test pe = {.mode = 0, .kind = (int32_t)kind, .bits = bits, .group = G, .rank = rank,
+                              .ngroups = NGROUPS, .slot = slot};
+    wk_pc_kv_quant_test pd = pe;
     pd.mode = 1;
     pd.ngroups = ndec;
     if (wk_vk_begin(vk, err, sizeof err)) {

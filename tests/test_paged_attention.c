@@ -16,15 +16,13 @@
 #include "kv/kv_quant.h"
 #include "model/quant.h"
 #include "vulkan/shader_params.h"
+#include "test_rng.h"
 #include "test_util.h"
 #include "vulkan/vk_pipelines.h"
 #include "wushkv/wushkv.h"
 
 static uint64_t rng = 88172645463325252ull;
-static double uniform(void) {
-    rng ^= rng << 13, rng ^= rng >> 7, rng ^= rng << 17;
-    return (double)(rng >> 11) / 9007199254740992.0;
-}
+static double uniform(void) { return (double)(rng_xorshift64(&rng) >> 11) / 9007199254740992.0; }
 static float gauss(void) {
     double u = uniform() + 1e-12, v = uniform();
     return (float)(sqrt(-2 * log(u)) * cos(6.283185307179586 * v));
@@ -149,7 +147,7 @@ static double run_case(wk_vk *vk, wk_pipelines *p, const cfg *c, uint32_t force_
                           wk_arg_buf(bva.buf)};
         wk_pc_attention_paged pc = {
             .head_dim = (uint32_t)D, .n_head = (uint32_t)Hq, .n_head_kv = (uint32_t)Hk, .window = (uint32_t)c->window,
-            .n_tokens = plan.n_tiles, .layer = LAYER, .kind = c->kind, .bits = c->bits, .group = c->G,
+            .n_tiles = plan.n_tiles, .layer = LAYER, .kind = c->kind, .bits = c->bits, .group = c->G,
             .block_tokens = BT, .slab_words = (uint32_t)(slab / 4), .block_words = (uint32_t)(block / 4),
             .params_words = (uint32_t)(lay.params_offset / 4), .code_words = (uint32_t)(lay.code_bytes_per_token / 4),
             .head_rows = plan.head_rows, .n_split = n_split, .sink = (uint32_t)c->S, .recent = (uint32_t)c->R,

@@ -13,16 +13,11 @@
 #include "gguf_writer.h"
 #include "model/quant.h"
 #include "ref_forward.h"
+#include "test_rng.h"
 #include "test_util.h"
 #include "tiny_model.h"
 
 #define SPM_SPACE_UTF8 "\xe2\x96\x81" /* U+2581, SentencePiece's space */
-
-static double now_s(void) {
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (double)ts.tv_sec + ts.tv_nsec * 1e-9;
-}
 
 static float max_abs(const float *x, size_t n) {
     float m = 0;
@@ -99,10 +94,7 @@ typedef struct hand_model {
 } hand_model;
 
 static void fill(float *x, size_t n, uint64_t *s, float lo, float hi) {
-    for (size_t i = 0; i < n; i++) {
-        *s = *s * 6364136223846793005ull + 1442695040888963407ull;
-        x[i] = lo + (hi - lo) * (float)((*s >> 40) / 16777216.0);
-    }
+    for (size_t i = 0; i < n; i++) x[i] = lo + (hi - lo) * (float)((rng_lcg64(s) >> 40) / 16777216.0);
 }
 
 static void hand_init(hand_model *h, bool gemma, uint64_t seed) {
@@ -350,10 +342,7 @@ static ref_model *load_tiny(const tiny_model_opts *o) {
 }
 
 static void random_tokens(int32_t *t, int n, uint64_t seed) {
-    for (int i = 0; i < n; i++) {
-        seed = seed * 6364136223846793005ull + 1442695040888963407ull;
-        t[i] = 3 + (int32_t)((seed >> 33) % (TINY_N_VOCAB - 3));
-    }
+    for (int i = 0; i < n; i++) t[i] = 3 + (int32_t)((rng_lcg64(&seed) >> 33) % (TINY_N_VOCAB - 3));
 }
 
 /* Runs n tokens, keeping logits and every layer's output. */
@@ -684,11 +673,8 @@ static void real_prompt_check(ref_model *m, const wk_gguf_kv *toks, const char *
 }
 
 static void test_real_model(void) {
-    const char *path = getenv("WUSHKV_MODEL");
-    if (!path || !*path) {
-        printf("WUSHKV_MODEL unset: real-model checks skipped\n");
-        return;
-    }
+    const char *path = real_model_path("the real-model checks");
+    if (!path) return;
     if (!getenv("WUSHKV_LLAMA_CPP_BIN"))
         printf("WUSHKV_LLAMA_CPP_BIN unset: prompt ids and continuations are llama.cpp's recorded ones, not re-run\n");
     char err[512] = "";

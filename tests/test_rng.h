@@ -1,5 +1,8 @@
 /* The tests' deterministic random numbers (xoshiro256** seeded by splitmix64, Box-Muller
- * normals): reproducible on every libc, one generator state per test program. */
+ * normals): reproducible on every libc, one generator state per test program. Plus the two
+ * one-word generators older tests draw their data from, so that those data stay what they were:
+ * a step of xorshift64 and of Knuth's MMIX LCG on a state the caller keeps. (tests/tiny_model.c
+ * has its own splitmix64: it defines the tiny models' bytes.) */
 #ifndef WK_TEST_RNG_H
 #define WK_TEST_RNG_H
 
@@ -41,6 +44,20 @@ static inline double rng_gauss(void) {
     spare = r * sin(2.0 * M_PI * v);
     have = 1;
     return r * cos(2.0 * M_PI * v);
+}
+
+/* xorshift64 (13, 7, 17): the new state, which is also the draw. A zero state stays zero. */
+static inline uint64_t rng_xorshift64(uint64_t *s) {
+    *s ^= *s << 13;
+    *s ^= *s >> 7;
+    *s ^= *s << 17;
+    return *s;
+}
+
+/* Knuth's MMIX LCG: the new state; its high bits are the good ones. */
+static inline uint64_t rng_lcg64(uint64_t *s) {
+    *s = *s * 6364136223846793005ull + 1442695040888963407ull;
+    return *s;
 }
 
 #endif

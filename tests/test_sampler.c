@@ -4,6 +4,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "test_rng.h"
 #include "test_util.h"
 #include "wushkv/wushkv.h"
 
@@ -47,8 +48,7 @@ static void test_top_k_1_is_greedy(void) {
     uint64_t x = 12345;
     for (int round = 0; round < 20; round++) {
         for (int i = 0; i < N; i++) {
-            x = x * 6364136223846793005ull + 1442695040888963407ull;
-            logits[i] = (float)((x >> 40) % 10000) / 1000.0f;
+            logits[i] = (float)((rng_lcg64(&x) >> 40) % 10000) / 1000.0f;
         }
         wk_sampler_params g = params(0.0f, 0, 1.0f, 0.0f, 0);
         wk_sampler_params k1 = params(1.5f, 1, 0.9f, 0.0f, (uint64_t)round);
@@ -148,8 +148,7 @@ static void test_large_vocab(void) {
     if (!logits) return;
     uint64_t x = 99;
     for (int i = 0; i < N; i++) {
-        x = x * 6364136223846793005ull + 1442695040888963407ull;
-        logits[i] = (float)((x >> 40) % 1000) / 250.0f - 10.0f; /* tail in [-10, -6) */
+        logits[i] = (float)((rng_lcg64(&x) >> 40) % 1000) / 250.0f - 10.0f; /* tail in [-10, -6) */
     }
     logits[777] = 8.0f;
     logits[123456] = 7.0f;

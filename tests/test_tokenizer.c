@@ -9,6 +9,7 @@
 
 #include "model/gguf.h"
 #include "gguf_writer.h"
+#include "test_rng.h"
 #include "test_util.h"
 #include "tokenizer/tokenizer.h"
 
@@ -67,10 +68,7 @@ static bool round_trip(const wk_tokenizer *t, const char *s, size_t len, const c
 }
 
 static uint64_t rng = 0x9E3779B97F4A7C15ull;
-static uint32_t rnd(void) {
-    rng ^= rng << 13; rng ^= rng >> 7; rng ^= rng << 17;
-    return (uint32_t)(rng >> 11);
-}
+static uint32_t rnd(void) { return (uint32_t)(rng_xorshift64(&rng) >> 11); }
 
 static size_t put_utf8(uint32_t cp, char *o) {
     if (cp < 0x80) { o[0] = (char)cp; return 1; }
@@ -541,12 +539,6 @@ static int count_ids(const int32_t *v) {
     return n;
 }
 
-static double now_s(void) {
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
-}
-
 static void test_gemma(const char *path) {
     wk_gguf *g = wk_gguf_open(path, err, sizeof err);
     CHECK(g != NULL);
@@ -629,18 +621,6 @@ static void test_gemma(const char *path) {
  * WUSHKV_LLAMA_VOCABS=<llama.cpp>/models runs test-tokenizer-0's cases: ggml-vocab-X.gguf with
  * X.gguf.inp (inputs separated by "\n__ggml_vocab_test__\n") and X.gguf.out (expected ids per
  * line, from the original HF tokenizers), encode(add_special=false, parse_special=false). */
-static char *slurp(const char *path, size_t *n) {
-    FILE *f = fopen(path, "rb");
-    if (!f) return NULL;
-    fseek(f, 0, SEEK_END);
-    long l = ftell(f);
-    fseek(f, 0, SEEK_SET);
-    char *b = l >= 0 ? malloc((size_t)l + 1) : NULL;
-    *n = b ? fread(b, 1, (size_t)l, f) : 0;
-    if (b) b[*n] = 0;
-    fclose(f);
-    return b;
-}
 
 static void test_llama_vocab(const char *dir, const char *name) {
     char path[1024];
@@ -695,9 +675,8 @@ int main(void) {
     test_malformed();
     test_spm_synthetic();
     test_bpe_synthetic();
-    const char *model = getenv("WUSHKV_MODEL");
-    if (model && *model) test_gemma(model);
-    else printf("WUSHKV_MODEL not set: skipping the Gemma 3 vocabulary checks\n");
+    const char *model = real_model_path("the Gemma 3 vocabulary checks");
+    if (model) test_gemma(model);
     const char *vocabs = getenv("WUSHKV_LLAMA_VOCABS");
     static const char *const names[] = {"llama-spm", "phi-3", "gpt-2", "llama-bpe", "qwen2", "starcoder",
                                         "refact", "command-r", "mpt"};

@@ -8,32 +8,21 @@
 #include <string.h>
 #include <unistd.h>
 
+#include "test_rng.h"
 #include "test_util.h"
 #include "tiny_model.h"
 #include "wushkv/wushkv.h"
 
 enum { N = 40 };
 
-static void temp_path(char *buf, size_t cap, const char *tag) {
-    snprintf(buf, cap, "/tmp/wk_test_transform_%s_XXXXXX", tag);
-    int fd = mkstemp(buf);
-    if (fd >= 0) close(fd);
-}
-
 static void tokens(int32_t *t, int n, uint64_t seed) {
-    for (int i = 0; i < n; i++) {
-        seed ^= seed << 13, seed ^= seed >> 7, seed ^= seed << 17;
-        t[i] = (int32_t)(3 + seed % 500);
-    }
+    for (int i = 0; i < n; i++) t[i] = (int32_t)(3 + rng_xorshift64(&seed) % 500);
     t[0] = 1;
 }
 
 static wk_engine *open_engine(const char *model, int bits, int transform, const char *wush, char *err, size_t errlen) {
     wk_engine_params p;
-    wk_engine_params_default(&p);
-    p.model_path = model;
-    p.max_ctx = 64;
-    p.max_batch_tokens = 64;
+    tiny_engine_params(&p, model);
     p.validation = true;
     p.kv_bits = bits;
     p.kv_transform = transform;
@@ -57,21 +46,12 @@ static float *run(wk_engine *e, const int32_t *tok) {
     return out;
 }
 
-static double rel_err(const float *a, const float *b, size_t n) {
-    double num = 0, den = 0;
-    for (size_t i = 0; i < n; i++) {
-        num = fmax(num, fabs((double)a[i] - b[i]));
-        den = fmax(den, fabs(b[i]));
-    }
-    return num / den;
-}
-
 int main(void) {
     char model_a[64], model_b[64], side_a[64], side_b[64], err[WK_ERRMSG_LEN] = "";
-    temp_path(model_a, sizeof model_a, "a");
-    temp_path(model_b, sizeof model_b, "b");
-    temp_path(side_a, sizeof side_a, "sa");
-    temp_path(side_b, sizeof side_b, "sb");
+    temp_path(model_a, sizeof model_a, "transform_a");
+    temp_path(model_b, sizeof model_b, "transform_b");
+    temp_path(side_a, sizeof side_a, "transform_sa");
+    temp_path(side_b, sizeof side_b, "transform_sb");
     tiny_model_opts oa = {.arch = "gemma3", .seed = 21, .mixed_quants = true}, ob = {.arch = "gemma3", .seed = 22};
     CHECK(tiny_model_write(&oa, model_a));
     CHECK(tiny_model_write(&ob, model_b));

@@ -1,10 +1,13 @@
-/* Minimal test harness: CHECK macros that print both values, a per-binary pass/fail tally. */
+/* Minimal test harness: CHECK macros that print both values, a per-binary pass/fail tally; and
+ * the small helpers more than one test needs (errors, files, time, the real model). */
 #ifndef WK_TEST_UTIL_H
 #define WK_TEST_UTIL_H
 
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
+#include <time.h>
+#include <unistd.h>
 
 static int wk_test_failures, wk_test_checks;
 
@@ -45,5 +48,55 @@ static int wk_test_failures, wk_test_checks;
         printf("%d checks, %d failed\n", wk_test_checks, wk_test_failures);               \
         return wk_test_failures ? 1 : 0;                                                  \
     } while (0)
+
+/* ---- helpers ---- */
+
+/* Max |a - b| over max |b|: the error relative to the tensor's scale (a NaN makes it infinite). */
+static inline double rel_err(const float *a, const float *b, size_t n) {
+    double num = 0, den = 0;
+    for (size_t i = 0; i < n; i++) {
+        double d = fabs((double)a[i] - b[i]);
+        if (d > num || isnan(d)) num = isnan(d) ? INFINITY : d;
+        if (fabs(b[i]) > den) den = fabs(b[i]);
+    }
+    return den > 0 ? num / den : num;
+}
+
+/* A new empty file /tmp/wk_test_<name>_XXXXXX; its path into buf (cap bytes). */
+static inline void temp_path(char *buf, size_t cap, const char *name) {
+    snprintf(buf, cap, "/tmp/wk_test_%s_XXXXXX", name);
+    int fd = mkstemp(buf);
+    if (fd >= 0) close(fd);
+}
+
+/* A whole file in a new buffer (free()) with a NUL after its *n bytes; NULL if it cannot be read. */
+static inline void *slurp(const char *path, size_t *n) {
+    FILE *f = fopen(path, "rb");
+    if (!f) return NULL;
+    fseek(f, 0, SEEK_END);
+    long len = ftell(f);
+    fseek(f, 0, SEEK_SET);
+    char *b = len >= 0 ? malloc((size_t)len + 1) : NULL;
+    *n = b ? fread(b, 1, (size_t)len, f) : 0;
+    if (b) b[*n] = 0;
+    fclose(f);
+    return b;
+}
+
+/* Seconds on the monotonic clock. */
+static inline double now_s(void) {
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
+}
+
+/* The real Gemma 3 270M for the checks that need it: WUSHKV_MODEL (scripts/test.sh sets it), or
+ * NULL after printing that `what` is skipped. */
+static inline const char *real_model_path(const char *what) {
+    const char *path = getenv("WUSHKV_MODEL");
+    if (path && *path) return path;
+    printf("WUSHKV_MODEL not set: %s skipped\n", what);
+    return NULL;
+}
 
 #endif

@@ -13,6 +13,7 @@
 #include "model/gguf.h"
 #include "gguf_writer.h"
 #include "model/quant.h"
+#include "test_rng.h"
 
 /* ------------------------------------------------------------------------------------------
  * Random numbers: splitmix64, so a seed fully determines the file. */
@@ -421,4 +422,20 @@ uint8_t *tiny_model_bytes(const tiny_model_opts *o, size_t *size) {
     uint8_t *bytes = wk_gw_bytes(w, size);
     wk_gw_free(w);
     return bytes;
+}
+
+/* ------------------------------------------------------------------------------------------
+ * For the tests that run an engine on these files. */
+
+void tiny_model_tokens(int32_t *tok, int n, uint64_t seed) {
+    tok[0] = TINY_TOKEN_BOS;
+    for (int i = 1; i < n; i++)
+        tok[i] = TINY_TOKEN_BYTE0 + (int32_t)((rng_lcg64(&seed) >> 33) % (TINY_N_VOCAB - TINY_TOKEN_BYTE0));
+}
+
+void tiny_engine_params(wk_engine_params *p, const char *path) {
+    wk_engine_params_default(p);
+    p->model_path = path;
+    p->max_ctx = 64;
+    p->max_batch_tokens = 64;
 }

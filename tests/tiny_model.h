@@ -8,6 +8,7 @@
 #include <stdint.h>
 
 #include "model/gguf.h"
+#include "wushkv/wushkv.h"
 
 /* Fixed sizes: n_embd 256, n_head 4, n_head_kv 2, head_dim 64, n_ff 512, vocab 512, ctx 2048. */
 #define TINY_N_EMBD 256
@@ -44,5 +45,11 @@ uint8_t *tiny_model_bytes(const tiny_model_opts *o, size_t *size);
  * `type` in a new buffer (free()); simple round-to-nearest, not ggml's error-minimizing search.
  * NULL for types it cannot write. */
 uint8_t *tiny_encode(wk_ggml_type type, const float *x, size_t n);
+
+/* n tokens of the tiny vocabulary drawn from seed: BOS, then byte and piece tokens. */
+void tiny_model_tokens(int32_t *tok, int n, uint64_t seed);
+
+/* Engine parameters for a tiny model file: the defaults with a 64-token context and batch. */
+void tiny_engine_params(wk_engine_params *p, const char *path);
 
 #endif

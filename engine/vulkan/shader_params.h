@@ -1,49 +1,124 @@
-/* Push-constant blocks of every shader, mirrored field for field by the `PC` blocks in shaders/.
- * All fields are 32-bit so std430 push-constant layout equals the C layout. */
+/* Push-constant blocks of every shader, mirrored field for field (same names, same order, same
+ * types) by the `layout(push_constant) uniform PC` blocks in shaders/.
+ *
+ * Each block is written once, as a field list X(s, type, name) in the shader's order; the struct
+ * is that list expanded. All fields are 32-bit, so the std430 push-constant layout is the C
+ * layout; the _Static_asserts below hold every field at 4 * its place and every block at 4 bytes
+ * a field (and within the 128 bytes Vulkan guarantees). tests/test_shader_params.c reads the
+ * shaders' PC blocks and compares them with these lists: a field renamed, reordered, retyped,
+ * added or removed on one side only fails it. A new block goes into WK_PC_BLOCKS with its
+ * shader sources. */
 #ifndef WK_SHADER_PARAMS_H
 #define WK_SHADER_PARAMS_H
 
+#include <stddef.h>
 #include <stdint.h>
 
-typedef struct { uint32_t n_embd, n_tokens; float scale; } wk_pc_embed;
-typedef struct { uint32_t n, n_rows; float eps; } wk_pc_rmsnorm;
+#define WK_PC_MEMBER(s, type, name) type name;
+
+/* embed: x[t] = W[tokens[t]] * scale */
+#define WK_PC_EMBED(X, s) X(s, uint32_t, n_embd) X(s, uint32_t, n_tokens) X(s, float, scale)
+typedef struct { WK_PC_EMBED(WK_PC_MEMBER, ) } wk_pc_embed;
+
+#define WK_PC_RMSNORM(X, s) X(s, uint32_t, n) X(s, uint32_t, n_rows) X(s, float, eps)
+typedef struct { WK_PC_RMSNORM(WK_PC_MEMBER, ) } wk_pc_rmsnorm;
+
 /* add_norm: h += has_post ? rmsnorm(a)*w_post : a; y = rmsnorm(h)*w_next */
-typedef struct { uint32_t n, n_rows; float eps; uint32_t has_post; } wk_pc_add_norm;
-/* y[t][n] = sum_k W[n][k] x[t][k]; x rows of K floats, y rows of N floats */
-typedef struct { uint32_t N, K, T; } wk_pc_matmul;
-typedef struct {
-    uint32_t head_dim, n_head, n_head_kv, n_rot;
-    uint32_t rope_neox, has_norm, n_tokens, rope_table_offset; /* rope table offset in (cos,sin) pairs */
-    float eps, q_scale;
-    uint32_t kv_inplace; /* 1: keys back into the k buffer (paged cache), 0: k, v into the f16 cache */
-} wk_pc_qk_norm_rope;
-typedef struct { uint32_t n, act; } wk_pc_glu; /* act: 0 SiLU (SwiGLU), 1 tanh-GELU (GeGLU) */
-typedef struct {
-    uint32_t head_dim, n_head, n_head_kv, window, n_tokens, layer;
-    int32_t kind, bits, group;
-    uint32_t block_tokens, slab_words, block_words, params_words, code_words;
-    uint32_t head_rows, n_split; /* engine/kv/attention_plan.h (attention_f16 uses this block too) */
-    uint32_t sink, recent, f16_row_words; /* f16 windows */
-    /* Layer groups (engine/kv/kv_pool.h): the layer's slabs are slab_layer's in its blocks, and block
-     * i of a sequence is table entry i * table_stride + table_col. */
-    uint32_t slab_layer, table_stride, table_col;
-} wk_pc_attention_paged;
-typedef struct { uint32_t head_dim, n_head_kv, n_tokens, layer; } wk_pc_kv_store_window;
-typedef struct { uint32_t head_dim, n_head, n_tokens, n_split; } wk_pc_attention_reduce;
+#define WK_PC_ADD_NORM(X, s) X(s, uint32_t, n) X(s, uint32_t, n_rows) X(s, float, eps) X(s, uint32_t, has_post)
+typedef struct { WK_PC_ADD_NORM(WK_PC_MEMBER, ) } wk_pc_add_norm;
+
+/* matmul, matvec: y[t][n] = sum_k W[n][k] x[t][k]; x rows of K floats, y rows of N floats */
+#define WK_PC_MATMUL(X, s) X(s, uint32_t, N) X(s, uint32_t, K) X(s, uint32_t, T)
+typedef struct { WK_PC_MATMUL(WK_PC_MEMBER, ) } wk_pc_matmul;
+
+#define WK_PC_QK_NORM_ROPE(X, s)                                                                    \
+    X(s, uint32_t, head_dim) X(s, uint32_t, n_head) X(s, uint32_t, n_head_kv) X(s, uint32_t, n_rot) \
+    X(s, uint32_t, rope_neox) X(s, uint32_t, has_norm) X(s, uint32_t, n_tokens)                     \
+    X(s, uint32_t, rope_table_offset) /* rope table offset in (cos,sin) pairs */                   \
+    X(s, float, eps) X(s, float, q_scale)                                                           \
+    X(s, uint32_t, kv_inplace) /* 1: keys back into the k buffer (paged cache), 0: k, v into the f16 cache */
+typedef struct { WK_PC_QK_NORM_ROPE(WK_PC_MEMBER, ) } wk_pc_qk_norm_rope;
+
+/* act: 0 SiLU (SwiGLU), 1 tanh-GELU (GeGLU) */
+#define WK_PC_GLU(X, s) X(s, uint32_t, n) X(s, uint32_t, act)
+typedef struct { WK_PC_GLU(WK_PC_MEMBER, ) } wk_pc_glu;
+
+/* attention_paged and attention_f16 (the same source built with WK_ATTN_F16). n_tiles: query
+ * tiles (wk_attn_tile), one workgroup each. */
+#define WK_PC_ATTENTION_PAGED(X, s)                                                                   \
+    X(s, uint32_t, head_dim) X(s, uint32_t, n_head) X(s, uint32_t, n_head_kv) X(s, uint32_t, window) \
+    X(s, uint32_t, n_tiles) X(s, uint32_t, layer)                                                     \
+    X(s, int32_t, kind) X(s, int32_t, bits) X(s, int32_t, group)                                      \
+    X(s, uint32_t, block_tokens) X(s, uint32_t, slab_words) X(s, uint32_t, block_words)               \
+    X(s, uint32_t, params_words) X(s, uint32_t, code_words)                                           \
+    X(s, uint32_t, head_rows) X(s, uint32_t, n_split) /* engine/kv/attention_plan.h */                \
+    X(s, uint32_t, sink) X(s, uint32_t, recent) X(s, uint32_t, f16_row_words) /* f16 windows */       \
+    /* Layer groups (engine/kv/kv_pool.h): the layer's slabs are slab_layer's in its blocks, and       \
+     * block i of a sequence is table entry i * table_stride + table_col. */                          \
+    X(s, uint32_t, slab_layer) X(s, uint32_t, table_stride) X(s, uint32_t, table_col)
+typedef struct { WK_PC_ATTENTION_PAGED(WK_PC_MEMBER, ) } wk_pc_attention_paged;
+
+#define WK_PC_KV_STORE_WINDOW(X, s) X(s, uint32_t, head_dim) X(s, uint32_t, n_head_kv) X(s, uint32_t, n_tokens) X(s, uint32_t, layer)
+typedef struct { WK_PC_KV_STORE_WINDOW(WK_PC_MEMBER, ) } wk_pc_kv_store_window;
+
+#define WK_PC_ATTENTION_REDUCE(X, s) X(s, uint32_t, head_dim) X(s, uint32_t, n_head) X(s, uint32_t, n_tokens) X(s, uint32_t, n_split)
+typedef struct { WK_PC_ATTENTION_REDUCE(WK_PC_MEMBER, ) } wk_pc_attention_reduce;
+
+#define WK_PC_KV_STORE_QUANT(X, s)                                                                      \
+    X(s, uint32_t, head_dim) X(s, uint32_t, n_head_kv) X(s, uint32_t, n_tokens) X(s, uint32_t, slab_layer) \
+    X(s, int32_t, kind) X(s, int32_t, bits) X(s, int32_t, group) X(s, int32_t, rank_k) X(s, int32_t, rank_v) \
+    X(s, uint32_t, block_tokens) X(s, uint32_t, slab_words) X(s, uint32_t, block_words)                 \
+    X(s, uint32_t, params_words) X(s, uint32_t, code_words)                                             \
+    X(s, uint32_t, table_stride) X(s, uint32_t, table_col) /* as in wk_pc_attention_paged */
+typedef struct { WK_PC_KV_STORE_QUANT(WK_PC_MEMBER, ) } wk_pc_kv_store_quant;
+
+#define WK_PC_KV_TRANSFORM(X, s)                                                                    \
+    X(s, uint32_t, head_dim) X(s, uint32_t, n_head) X(s, uint32_t, n_head_kv) X(s, uint32_t, n_tokens) \
+    X(s, uint32_t, block) X(s, uint32_t, mat_base)
+typedef struct { WK_PC_KV_TRANSFORM(WK_PC_MEMBER, ) } wk_pc_kv_transform;
+
+#define WK_PC_KV_STORE_F16(X, s) X(s, uint32_t, row_elems) X(s, uint32_t, n_tokens)
+typedef struct { WK_PC_KV_STORE_F16(WK_PC_MEMBER, ) } wk_pc_kv_store_f16;
+
+/* kv_quant_test (tests/test_kv_quant_gpu.c only): mode 0 encodes, 1 decodes ngroups groups of
+ * slot words each. */
+#define WK_PC_KV_QUANT_TEST(X, s)                                                                  \
+    X(s, int32_t, mode) X(s, int32_t, kind) X(s, int32_t, bits) X(s, int32_t, group) X(s, int32_t, rank) \
+    X(s, uint32_t, ngroups) X(s, uint32_t, slot)
+typedef struct { WK_PC_KV_QUANT_TEST(WK_PC_MEMBER, ) } wk_pc_kv_quant_test;
+
+/* Every block: B(struct, field list, shader sources under shaders/ that declare it). */
+#define WK_PC_BLOCKS(B)                                                               \
+    B(wk_pc_embed, WK_PC_EMBED, "model/embed.comp")                                   \
+    B(wk_pc_rmsnorm, WK_PC_RMSNORM, "model/rmsnorm.comp")                             \
+    B(wk_pc_add_norm, WK_PC_ADD_NORM, "model/add_norm.comp")                          \
+    B(wk_pc_matmul, WK_PC_MATMUL, "model/matmul.comp", "model/matvec.comp")           \
+    B(wk_pc_qk_norm_rope, WK_PC_QK_NORM_ROPE, "model/qk_norm_rope.comp")              \
+    B(wk_pc_glu, WK_PC_GLU, "model/glu.comp")                                         \
+    B(wk_pc_attention_paged, WK_PC_ATTENTION_PAGED, "kv/attention_paged.comp")        \
+    B(wk_pc_kv_store_window, WK_PC_KV_STORE_WINDOW, "kv/kv_store_window.comp")        \
+    B(wk_pc_attention_reduce, WK_PC_ATTENTION_REDUCE, "kv/attention_reduce.comp")     \
+    B(wk_pc_kv_store_quant, WK_PC_KV_STORE_QUANT, "kv/kv_store_quant.comp")           \
+    B(wk_pc_kv_transform, WK_PC_KV_TRANSFORM, "kv/kv_transform.comp")                 \
+    B(wk_pc_kv_store_f16, WK_PC_KV_STORE_F16, "kv/kv_store_f16.comp")                 \
+    B(wk_pc_kv_quant_test, WK_PC_KV_QUANT_TEST, "kv/kv_quant_test.comp")
+
+/* The static checks: field k of a block (its place, from a struct of one char a field) sits at
+ * byte 4k and is 4 bytes; the block is 4 bytes a field and fits 128 bytes. */
+#define WK_PC_PLACE(s, type, name) char name;
+#define WK_PC_CHECK_FIELD(s, type, name)                                                     \
+    _Static_assert(sizeof(((s *)0)->name) == 4 && offsetof(s, name) == 4 * offsetof(struct s##_places, name), \
+                   #s "." #name ": not at its std430 offset");
+#define WK_PC_CHECK_BLOCK(s, LIST, ...)                                                        \
+    struct s##_places { LIST(WK_PC_PLACE, s) };                                              \
+    LIST(WK_PC_CHECK_FIELD, s)                                                                 \
+    _Static_assert(sizeof(s) == 4 * sizeof(struct s##_places) && sizeof(s) <= 128, #s ": not the shader's size");
+WK_PC_BLOCKS(WK_PC_CHECK_BLOCK)
+
 /* A query tile of attention_paged: n_tok consecutive tokens of one sequence from batch row row0;
  * chunk_row0 is the batch row of that sequence's first token in the step, win_word the word
- * offset of its f16 window slot in the pool (windows only). */
+ * offset of its f16 window slot in the pool (windows only). Mirrored by `Tile` in the shader. */
 typedef struct { uint32_t row0, n_tok, win_word, chunk_row0; } wk_attn_tile;
-typedef struct {
-    uint32_t head_dim, n_head_kv, n_tokens, slab_layer;
-    int32_t kind, bits, group, rank_k, rank_v;
-    uint32_t block_tokens, slab_words, block_words, params_words, code_words;
-    uint32_t table_stride, table_col; /* as in wk_pc_attention_paged */
-} wk_pc_kv_store_quant;
-typedef struct { uint32_t head_dim, n_head, n_head_kv, n_tokens, block, mat_base; } wk_pc_kv_transform;
-typedef struct { uint32_t row_elems, n_tokens; } wk_pc_kv_store_f16;
-
-_Static_assert(sizeof(wk_pc_qk_norm_rope) <= 128, "push constants must fit 128 bytes");
 
 /* Per token of a step: where it sits. Mirrored by `RowInfo` in the shaders. */
 /* kv_base: f16 cache, the first cache row of its sequence; paged cache, where its sequence's block

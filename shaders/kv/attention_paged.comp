@@ -59,7 +59,7 @@ layout(std430, binding = 5) readonly buffer Tiles { Tile tiles[]; };
 layout(std430, binding = 6) writeonly buffer Part { vec4 part[]; };   // split partials (n_split > 1)
 layout(push_constant) uniform PC {
     uint head_dim; uint n_head; uint n_head_kv; uint window; uint n_tiles; uint layer;
-    int kind; int bits; int G; uint block_tokens;
+    int kind; int bits; int group; uint block_tokens;
     uint slab_words;        // one (layer, K|V, head) slab
     uint block_words;       // one block
     uint params_words;      // offset of the parameters inside a slab
@@ -102,7 +102,7 @@ uint word(uint at) { return texelFetch(Pool, int(at)).x; }
 // This lane's chunks of token tt of the slab at word `slab` into kbuf.
 void decode_lane(uint slab, uint tt, uint ch0, uint ncl) {
     int kind = SC_BITS != 0 ? SC_KIND : pc.kind, bits = SC_BITS != 0 ? SC_BITS : pc.bits;
-    uint GS = SC_BITS != 0 ? uint(SC_G) : uint(pc.G);
+    uint GS = SC_BITS != 0 ? uint(SC_G) : uint(pc.group);
     uint C = pc.head_dim / 4u;
     uint P = uint(wk_kvq_params_per_group(kind));
     uint groups = pc.head_dim / GS;

@@ -12,12 +12,12 @@ layout(std430, binding = 1) writeonly buffer E { uint enc[]; };     // ngroups *
 layout(std430, binding = 2) readonly buffer D { uint dec_in[]; };   // ngroups * slot words (decode in)
 layout(std430, binding = 3) writeonly buffer Y { float y[]; };      // ngroups * G floats (decode out)
 // slot: words per group in both byte buffers (>= wk_kvq_group_words); rank: percentile rank.
-layout(push_constant) uniform PC { int mode; int kind; int bits; int G; int rank; uint ngroups; uint slot; } pc;
+layout(push_constant) uniform PC { int mode; int kind; int bits; int group; int rank; uint ngroups; uint slot; } pc;
 
 void main() {
     uint g = gl_GlobalInvocationID.x;
     if (g >= pc.ngroups) return;
-    int G = pc.G, bits = pc.bits;
+    int G = pc.group, bits = pc.bits;
     if (pc.mode == 0) {
         for (int i = 0; i < G; i++) wk_kvq_x[i] = x[g * uint(G) + uint(i)];
         wk_kvq_encode_group(pc.kind, bits, G, pc.rank);

@@ -17,7 +17,7 @@ layout(binding = 4, r32ui) uniform uimageBuffer Pool; // not writeonly: the atom
 layout(push_constant) uniform PC {
     uint head_dim; uint n_head_kv; uint n_tokens;
     uint slab_layer;   // the layer's place in its layer group: its slabs in a block
-    int kind; int bits; int G; int rank_k; int rank_v;
+    int kind; int bits; int group; int rank_k; int rank_v;
     uint block_tokens; uint slab_words; uint block_words; uint params_words; uint code_words;
     uint table_stride; // block-table entries per block of tokens (layer groups)
     uint table_col;    // the layer's group: its entry among them
@@ -33,8 +33,8 @@ void main() {
     uint blk = tables[ri.table_off + (ri.pos / pc.block_tokens) * pc.table_stride + pc.table_col];
     uint tt = ri.pos % pc.block_tokens;
     uint slab = blk * pc.block_words + ((pc.slab_layer * 2u + kv) * pc.n_head_kv + kh) * pc.slab_words;
-    uint D = pc.head_dim, G = uint(pc.G), ngroups = D / G, bits = uint(pc.bits);
-    uint P = uint(wk_kvq_params_per_group(pc.kind)), cb = wk_kvq_code_bytes(pc.bits, pc.G);
+    uint D = pc.head_dim, G = uint(pc.group), ngroups = D / G, bits = uint(pc.bits);
+    uint P = uint(wk_kvq_params_per_group(pc.kind)), cb = wk_kvq_code_bytes(pc.bits, pc.group);
     uint src = (t * pc.n_head_kv + kh) * D;
     uint words[MAXW];
     for (uint w = 0u; w < pc.code_words; ++w) words[w] = 0u;
@@ -44,7 +44,7 @@ void main() {
     uint pword = 0u;
     for (uint g = 0u; g < ngroups; ++g) {
         for (uint i = 0u; i < G; ++i) wk_kvq_x[i] = kv == 0u ? k[src + g * G + i] : v[src + g * G + i];
-        wk_kvq_encode_group(pc.kind, pc.bits, pc.G, kv == 0u ? pc.rank_k : pc.rank_v);
+        wk_kvq_encode_group(pc.kind, pc.bits, pc.group, kv == 0u ? pc.rank_k : pc.rank_v);
         // The group's G*b code bits go to token bit g*G*b (a 3-bit group of 16 straddles words).
         uint gbits = G * bits, at = g * gbits;
         for (uint b = 0u; b < gbits; b += 32u) {

@@ -113,11 +113,11 @@ def metric(server, name, label=None):
     return total
 
 
-def wait_idle(server, timeout=30):
-    """Waits until no sequence runs and no KV block is held."""
+def wait_idle(server, timeout=30, held="kv_cache_used_blocks"):
+    """Waits until no sequence runs and the KV gauge `held` (blocks, or kv_cache_used_bytes) is 0."""
     deadline = time.time() + timeout
     while time.time() < deadline:
-        if metric(server, "num_requests_running") == 0 and metric(server, "kv_cache_used_blocks") == 0:
+        if metric(server, "num_requests_running") == 0 and metric(server, held) == 0:
             return
         time.sleep(0.1)
-    raise AssertionError("sequences still running:\n" + requests.get(server.url + "/metrics").text)
+    raise AssertionError(f"sequences still running or {held} not 0:\n" + requests.get(server.url + "/metrics").text)

@@ -13,12 +13,11 @@
 import concurrent.futures as cf
 import os
 import subprocess
-import time
 
 import pytest
 import requests
 
-from conftest import BIN, MODEL, Server, free_port, metric
+from conftest import BIN, MODEL, Server, free_port, metric, wait_idle
 
 PROMPTS = [
     "Counting in words: one, two, three, four, five, six, seven, eight, nine, ten, eleven, twelve, thirteen, "
@@ -48,15 +47,6 @@ def complete(server, prompt):
     return r.json()
 
 
-def wait_kv_free(server, timeout=30):
-    deadline = time.time() + timeout
-    while time.time() < deadline:
-        if metric(server, "num_requests_running") == 0 and metric(server, "kv_cache_used_bytes") == 0:
-            return
-        time.sleep(0.1)
-    raise AssertionError("KV bytes still held:\n" + requests.get(server.url + "/metrics").text)
-
-
 def test_pool_gauges(kv_server):
     assert metric(kv_server, "kv_cache_used_bytes") == 0
     cap = metric(kv_server, "kv_cache_capacity_bytes")
@@ -77,7 +67,7 @@ def test_preemption_keeps_outputs(kv_server):
         fp16_per_token = kv["fp16_bytes"] // tokens
         assert kv["fp16_bytes"] == tokens * fp16_per_token
         assert kv["bytes"] == kv["blocks"] * 16 * fp16_per_token * 4.5 / 16
-    wait_kv_free(kv_server)
+    wait_idle(kv_server, held="kv_cache_used_bytes")
     preempted = metric(kv_server, "num_preemptions_total")
 
     with cf.ThreadPoolExecutor(len(PROMPTS)) as ex:
@@ -89,7 +79,7 @@ def test_preemption_keeps_outputs(kv_server):
     # The pool cannot hold all four at their full length: someone was preempted and recomputed.
     assert metric(kv_server, "num_preemptions_total") > preempted, kv_server.log()
     assert "preempting sequence" in kv_server.log()
-    wait_kv_free(kv_server)
+    wait_idle(kv_server, held="kv_cache_used_bytes")
     assert metric(kv_server, "kv_cache_used_blocks") == 0
 
 
@@ -100,7 +90,7 @@ def test_prompt_longer_than_pool_400(kv_server):
     assert r.status_code == 400, r.text
     err = r.json()["error"]
     assert err["code"] == "kv_cache_exceeded" and "KV pool" in err["message"] and err["param"] == "prompt"
-    wait_kv_free(kv_server)
+    wait_idle(kv_server, held="kv_cache_used_bytes")
 
 
 def run_serve(*args, timeout=120):
@@ -171,7 +161,7 @@ def test_windows_cover_context_equal_f16(server):
         window = 260 * 18 * 2 * 256 * 2               # 4 + 256 f16 rows
         assert kv["bytes"] == kv["blocks"] * block + window
         assert kv["bits_per_element"] > 2.5
-        wait_kv_free(s)
+        wait_idle(s, held="kv_cache_used_bytes")
         assert metric(s, "kv_cache_used_blocks") == 0
         assert metric(s, "kv_cache_total_blocks") == (8 * 1024 * 1024 - window) // block  # one slot
     finally:
@@ -202,7 +192,7 @@ def test_sliding_window_layers_release_blocks():
         assert kv["blocks"] == full
         assert (full + 5 * 32) * block <= kv["bytes"] <= (full + 5 * 37) * block, (kv, tokens)
         assert kv["bytes"] < 6 * full * block
-        wait_kv_free(s)
+        wait_idle(s, held="kv_cache_used_bytes")
         assert metric(s, "kv_cache_used_blocks") == 0
         assert metric(s, "kv_cache_total_blocks") == 8 * 1024 * 1024 // block
     finally:
