@@ -1,5 +1,6 @@
 /* The public engine API (wushkv.h): opens a GGUF model onto a Vulkan device, owns the tokenizer,
- * the KV cache slots and the forward pass, and turns batches of sequence items into steps. */
+ * the KV cache slots and the forward pass, and turns batches of sequence items into steps. Also
+ * the two calls of research.h that need the engine's insides: wk_capture_run and wk_engine_wo. */
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -14,7 +15,7 @@
 #include "vulkan/vk_device.h"
 #include "vulkan/vk_pipelines.h"
 #include "weights.h"
-#include "wushkv/wushkv.h"
+#include "wushkv/research.h"
 
 struct wk_engine {
     wk_gguf *gguf;

@@ -16,7 +16,7 @@
 #include "test_util.h"
 #include "tiny_model.h"
 #include "wush/wush_transform.h"
-#include "wushkv/wushkv.h"
+#include "wushkv/research.h"
 
 enum { N_TOK = 24, BLOCK = 32 }; /* 24 > the tiny model's window of 16: the window matters */
 

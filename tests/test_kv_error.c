@@ -19,7 +19,7 @@
 #include "model/quant.h"
 #include "test_util.h"
 #include "tiny_model.h"
-#include "wushkv/wushkv.h"
+#include "wushkv/research.h"
 
 enum { N_TOK = 40, BLOCK = 32 }; /* 40 > the tiny model's window of 16: the window matters */
 

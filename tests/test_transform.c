@@ -10,7 +10,7 @@
 
 #include "test_util.h"
 #include "tiny_model.h"
-#include "wushkv/wushkv.h"
+#include "wushkv/research.h"
 
 enum { N = 40 };
 

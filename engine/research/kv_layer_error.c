@@ -1,4 +1,4 @@
-/* Layerwise reconstruction error of a quantized KV cache (wushkv.h's wk_kv_layer_error): from one
+/* Layerwise reconstruction error of a quantized KV cache (research.h's wk_kv_layer_error): from one
  * capture of the f16 model, each layer's attention output with its keys and values transformed and
  * quantized on the host exactly as a KV format would store them, against the f16 output, before
  * and after W_o. The quantizers are the engine's C twins (kv_quant.c, bit-identical to the GLSL
@@ -20,7 +20,7 @@
 #include "kv/kv_quant.h"
 #include "kv/kv_transform.h"
 #include "base/status.h"
-#include "wushkv/wushkv.h"
+#include "wushkv/research.h"
 
 /* One format, ready to apply: kind NONE of x is the identity. */
 typedef struct fmt_state {

@@ -13,7 +13,7 @@
 #include "cli/text_file.h"
 #include "cli/kv_flags.h"
 #include "cli/layer_error.h"
-#include "wushkv/wushkv.h"
+#include "wushkv/research.h"
 
 typedef struct ppl_opts {
     cli_common common; /* -m, -f, --device, --threads, --json, --validation, -v */
