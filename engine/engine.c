@@ -122,8 +122,8 @@ int wk_engine_open(const wk_engine_params *p, wk_engine **out, char *err, size_t
         snprintf(err, errlen, "the WUSH transform needs a sidecar file (wushkv calibrate -o FILE, then --wush FILE)");
         rc = WK_ERR_INVALID;
     }
-    if (!rc && (p->kv_transform < 0 || p->kv_transform > 2))
-        rc = WK_ERR_INVALID, snprintf(err, errlen, "unknown KV transform %d", p->kv_transform);
+    if (!rc && (unsigned)p->kv_transform > WK_KV_TRANSFORM_WUSH)
+        rc = WK_ERR_INVALID, snprintf(err, errlen, "unknown KV transform %d", (int)p->kv_transform);
     if (!rc)
         rc = wk_kv_xform_load(&e->xform, (wk_xform_kind)p->kv_transform, p->wush_path, e->gguf, hp,
                               p->kv_group ? p->kv_group : 32, p->kv_transform_seed ? p->kv_transform_seed : WK_KV_TRANSFORM_SEED_DEFAULT,
@@ -140,7 +140,7 @@ int wk_engine_open(const wk_engine_params *p, wk_engine **out, char *err, size_t
         }
         if (!rc && !wk_kvq_valid(fmt.kind, fmt.bits, fmt.group)) {
             snprintf(err, errlen, "KV format: %d bits, quantizer %d, group %d is not one of 2/3/4 bits, "
-                     "quest/percentile/absmax, group 16..256", fmt.bits, p->kv_quant, fmt.group);
+                     "quest/percentile/absmax, group 16..256", fmt.bits, (int)p->kv_quant, fmt.group);
             rc = WK_ERR_INVALID;
         }
         if (!rc)

@@ -311,7 +311,7 @@ static void paged_case(const char *arch, uint64_t seed, int bits, wk_kvq_kind ki
         p.model_path = path;
         p.max_ctx = PCTX;
         p.max_batch_tokens = 13;
-        p.kv_bits = bits, p.kv_quant = (int)kind, p.kv_group = G;
+        p.kv_bits = bits, p.kv_quant = (wk_kv_quant)kind, p.kv_group = G;
         wk_engine *e = NULL;
         wk_seq *seq = NULL;
         rc = wk_engine_open(&p, &e, err, sizeof err);

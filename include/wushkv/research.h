@@ -1,7 +1,7 @@
 /* wushkv research API: the offline tools on top of the engine that `wushkv calibrate` and
  * `wushkv perplexity --layer-error` use, not the daemon: capturing a layer's queries, keys and
  * values, the layerwise reconstruction error of a KV format, WUSH-KV calibration and the sidecar
- * check. Conventions (errors, messages) as in wushkv.h. */
+ * check. Conventions (errors, messages, "engine thread" and "any thread") as in wushkv.h. */
 #ifndef WUSHKV_RESEARCH_H
 #define WUSHKV_RESEARCH_H
 
@@ -12,18 +12,25 @@ extern "C" {
 #endif
 
 /* Calibration capture (for `wushkv calibrate`): evaluates n tokens (at most the engine's batch
- * size) as the sequence `seq` from position 0 (it is reset first) and returns, for every layer,
- * the post-RoPE queries with the attention scale divided out, and the keys (post-RoPE) and values
- * exactly as the f16 cache stores them. Layout [layer][token][head][head_dim]. */
+ * size) as the sequence `seq` from position 0 (its length is set to 0 first) and returns, for
+ * every layer, the post-RoPE queries with the attention scale divided out, and the keys
+ * (post-RoPE) and values exactly as the f16 cache stores them. Layout [layer][token][head][head_dim]. */
 typedef struct wk_capture {
     int n_tokens, n_layer, n_head, n_head_kv, head_dim;
     float *q;     /* n_layer * n_tokens * n_head * head_dim */
     float *k, *v; /* n_layer * n_tokens * n_head_kv * head_dim */
 } wk_capture;
+/* On success *out holds the capture (free it with wk_capture_free) and seq the n tokens. On error
+ * *out is zeroed (nothing to free), err gets a message and seq's length is unspecified: reset it
+ * before reuse. Engine thread. */
 int wk_capture_run(wk_engine *e, wk_seq *seq, const int32_t *tokens, int n, wk_capture *out, char *err,
                    size_t errlen);
+/* Frees the arrays and zeroes *c (a zeroed capture may be freed again). Touches no engine: any
+ * thread that owns c. */
 void wk_capture_free(wk_capture *c);
-/* Layer il's attention output projection W_o as f32: n_embd rows of n_head*head_dim (row-major). */
+/* Layer il's attention output projection W_o as f32: n_embd rows of n_head*head_dim (row-major),
+ * into out (that many floats). On error (no such layer, a weight type it cannot read) out is
+ * untouched and err gets a message. Any thread. */
 int wk_engine_wo(const wk_engine *e, int layer, float *out, char *err, size_t errlen);
 
 /* Layerwise reconstruction error of a quantized KV cache (`wushkv perplexity --layer-error`).
@@ -41,10 +48,10 @@ int wk_engine_wo(const wk_engine *e, int layer, float *out, char *err, size_t er
  * accumulated from earlier layers' errors. Arithmetic in double (scores, softmax, outputs). */
 typedef struct wk_kv_error_format {
     int bits;                /* 2, 3, 4; 0 or 16: no quantization (the transform alone: error ~0) */
-    int quant;               /* wk_kv_quant */
+    wk_kv_quant quant;
     int group;               /* elements per quantization group (Hadamard block); 0: 32 */
     float rho_k, rho_v;      /* percentile clip quantiles; 0: 0.96 and 0.92 */
-    int transform;           /* wk_kv_transform */
+    wk_kv_transform transform;
     const char *wush_path;   /* the WUSH sidecar (transform WK_KV_TRANSFORM_WUSH) */
     uint64_t transform_seed; /* Hadamard signs; 0: the engine's default (as wk_engine_params) */
     int sink, recent;        /* f16 windows, as wk_engine_params kv_sink / kv_recent; 0: off */
@@ -59,7 +66,9 @@ typedef struct wk_kv_error_layer {
 
 /* Evaluates n_fmt formats on one capture (the reference is computed once). out receives
  * n_fmt * n_layer entries, format-major. n_threads 0: online CPUs (results do not depend on it).
- * Takes one free sequence of the engine for the call. */
+ * Takes one free sequence of the engine for the call. On error err gets a message and out's
+ * n_fmt * n_layer entries are zeroed (out untouched when it is NULL or n_fmt <= 0). Engine thread
+ * (its n_threads host threads are its own). */
 int wk_kv_layer_error(wk_engine *e, const int32_t *tokens, int n, const wk_kv_error_format *fmts, int n_fmt,
                       int n_threads, wk_kv_error_layer *out, char *err, size_t errlen);
 
@@ -69,7 +78,7 @@ int wk_kv_layer_error(wk_engine *e, const int32_t *tokens, int n, const wk_kv_er
  * of values (G_v: plain, and weighted per token by the attention it receives); at the end it adds
  * the Gram of the head's W_o column block, builds T_K = WUSH(G_w = G_q, G_x = G_k) and
  * T_V = WUSH(G_w = Gram(W_o block), G_x = the chosen G_v) and writes the sidecar (a GGUF file;
- * layout in engine/calibrate.h). Same engine, tokens and params: a byte-identical file.
+ * layout in engine/wush/wush_sidecar.h). Same engine, tokens and params: a byte-identical file.
  *
  * Value weightings. With p_hij the attention of query head h at position i on key j, token j's
  * value is weighted by
@@ -102,20 +111,27 @@ typedef struct wk_calib_report {
     char fingerprint[32];         /* the model's, as the sidecar records it */
 } wk_calib_report;
 
+/* Fills *p with the defaults: block 32, v_moments WK_CALIB_V_MASS, the rest 0 / NULL. Any thread. */
 void wk_calib_params_default(wk_calib_params *p);
-/* Takes one of the engine's sequences until wk_calib_destroy. */
+/* A calibrator on e: *out, or on error NULL and err gets a message. Takes one of the engine's
+ * sequences until wk_calib_destroy. A calibrator is driven like its engine: engine thread (it
+ * starts host threads of its own for the moments). */
 int wk_calib_create(wk_engine *e, const wk_calib_params *p, wk_calib **out, char *err, size_t errlen);
 /* Evaluates tokens (1..max_batch_tokens of them, a fresh sequence from position 0: put BOS first)
- * and accumulates their moments. */
+ * and accumulates their moments. On error err gets a message and nothing was accumulated (the
+ * calibrator can go on). Engine thread. */
 int wk_calib_add(wk_calib *c, const int32_t *tokens, int n, char *err, size_t errlen);
 /* Builds the transforms and writes the sidecar to out_path (via a temporary file and rename, so a
- * failed run leaves no half-written sidecar). report may be NULL. */
+ * failed run leaves no half-written sidecar). report may be NULL; on error it is untouched and
+ * err gets a message. Engine thread. */
 int wk_calib_finish(wk_calib *c, const char *out_path, wk_calib_report *report, char *err, size_t errlen);
+/* Frees the calibrator and gives its sequence back; c may be NULL. Engine thread. */
 void wk_calib_destroy(wk_calib *c);
 /* Whether the sidecar at path belongs to the engine's model (fingerprint and shapes) and holds
  * every transform. WK_OK, WK_ERR_INVALID (another model's; the message names both),
  * WK_ERR_UNSUPPORTED (another sidecar version) or WK_ERR_FORMAT (unreadable, not a sidecar, or
- * incomplete). *block_size (may be NULL) gets the sidecar's block size. */
+ * incomplete). *block_size (may be NULL) gets the sidecar's block size; on error it is untouched
+ * and err gets a message. Reads the file and what is fixed in the engine: any thread. */
 int wk_wush_sidecar_check(const wk_engine *e, const char *path, int *block_size, char *err, size_t errlen);
 
 #ifdef __cplusplus
