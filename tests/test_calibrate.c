@@ -13,6 +13,7 @@
 #include "model/model.h"
 #include "model/quant.h"
 #include "ref_forward.h"
+#include "test_engine_env.h"
 #include "test_util.h"
 #include "tiny_model.h"
 #include "wush/wush_transform.h"
@@ -328,6 +329,7 @@ int main(void) {
     ep.max_ctx = 64;
     ep.max_batch_tokens = 64;
     ep.validation = true;
+    test_engine_params_from_env(&ep);
     wk_engine *e = NULL;
     int rc = wk_engine_open(&ep, &e, err, sizeof err);
     if (rc) {

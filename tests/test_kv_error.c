@@ -17,6 +17,7 @@
 #include "kv/kv_quant.h"
 #include "model/model.h"
 #include "model/quant.h"
+#include "test_engine_env.h"
 #include "test_util.h"
 #include "tiny_model.h"
 #include "wushkv/research.h"
@@ -193,6 +194,7 @@ int main(void) {
     ep.max_ctx = 64;
     ep.max_batch_tokens = 64;
     ep.skip_warmup = true;
+    test_engine_params_from_env(&ep);
     wk_engine *e = NULL;
     int rc = wk_engine_open(&ep, &e, err, sizeof err);
     if (rc) {

@@ -56,13 +56,18 @@ typedef enum { WK_KV_TRANSFORM_NONE = 0, WK_KV_TRANSFORM_HADAMARD = 1, WK_KV_TRA
 
 typedef struct wk_engine_params {
     const char *model_path;
-    int device_index;      /* -1: pick by type (discrete > integrated > virtual > cpu), or WUSHKV_DEVICE env */
+    int device_index;      /* -1: pick by type (discrete > integrated > virtual > cpu) */
     int max_ctx;           /* tokens per sequence; 0: min(model's trained context, 4096) */
     int max_batch_tokens;  /* tokens one forward step may carry (prefill chunk); 0: 512 */
     int max_seqs;          /* sequences that may exist at once; 0: 1 */
-    bool validation;       /* enable the Khronos validation layer (also WUSHKV_VALIDATION=1) */
+    bool validation;       /* enable the Khronos validation layer */
     bool verbose;          /* device and model summary on stderr */
     bool skip_warmup;      /* don't run every shader once at open (lavapipe compiles on first use) */
+    /* GPU time per pipeline: a timestamp after every dispatch (where the device has compute
+     * timestamps), the sums printed on stderr by wk_engine_close. The engine reads no environment:
+     * the CLI sets this from WUSHKV_PROFILE=1, as it sets device_index from WUSHKV_DEVICE and
+     * validation from WUSHKV_VALIDATION=1. */
+    bool profile;
     /* KV cache format. kv_bits 0 or 16: f16, a fixed slot per sequence. 2, 3, 4: the paged pool of
      * packed codes with per-group f16 parameters, quantized by kv_quant in groups of
      * kv_group (0: 32) elements of a head vector; kv_mem bytes of blocks (0: every sequence's full
@@ -118,7 +123,8 @@ void wk_engine_params_default(wk_engine_params *p);
  * success *out is the engine; on error *out is NULL and err gets a message. Any thread (the
  * engine is then driven by one thread at a time, see Threads above). */
 int wk_engine_open(const wk_engine_params *p, wk_engine **out, char *err, size_t errlen);
-/* Frees the engine and its device; e may be NULL. Destroy its sequences (and calibrators) first.
+/* Frees the engine and its device (first printing the profile when it was opened with profile);
+ * e may be NULL. Destroy its sequences (and calibrators) first.
  * Engine thread, with no other call on e running or to come. */
 void wk_engine_close(wk_engine *e);
 /* The model and cache description; valid until wk_engine_close. No error. Any thread. */
