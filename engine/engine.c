@@ -1,5 +1,6 @@
 /* The public engine API (wushkv.h): opens a GGUF model onto a Vulkan device, owns the tokenizer,
- * the KV cache slots and the forward pass, and turns batches of sequence items into steps. */
+ * the KV cache slots and the forward pass, and turns batches of sequence items into steps. Also
+ * the two calls of research.h that need the engine's insides: wk_capture_run and wk_engine_wo. */
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -14,7 +15,7 @@
 #include "vulkan/vk_device.h"
 #include "vulkan/vk_pipelines.h"
 #include "weights.h"
-#include "wushkv/wushkv.h"
+#include "wushkv/research.h"
 
 struct wk_engine {
     wk_gguf *gguf;
@@ -117,12 +118,13 @@ int wk_engine_open(const wk_engine_params *p, wk_engine **out, char *err, size_t
     }
     if (!rc) rc = wk_vk_init(&e->vk, p->device_index, p->validation, p->verbose, err, errlen);
     if (!rc) rc = wk_pipelines_create(&e->vk, &e->pipes, err, errlen);
+    if (!rc && p->profile) wk_pipelines_enable_profile(&e->vk, &e->pipes);
     if (!rc && p->kv_transform == WK_KV_TRANSFORM_WUSH && !p->wush_path) {
         snprintf(err, errlen, "the WUSH transform needs a sidecar file (wushkv calibrate -o FILE, then --wush FILE)");
         rc = WK_ERR_INVALID;
     }
-    if (!rc && (p->kv_transform < 0 || p->kv_transform > 2))
-        rc = WK_ERR_INVALID, snprintf(err, errlen, "unknown KV transform %d", p->kv_transform);
+    if (!rc && (unsigned)p->kv_transform > WK_KV_TRANSFORM_WUSH)
+        rc = WK_ERR_INVALID, snprintf(err, errlen, "unknown KV transform %d", (int)p->kv_transform);
     if (!rc)
         rc = wk_kv_xform_load(&e->xform, (wk_xform_kind)p->kv_transform, p->wush_path, e->gguf, hp,
                               p->kv_group ? p->kv_group : 32, p->kv_transform_seed ? p->kv_transform_seed : WK_KV_TRANSFORM_SEED_DEFAULT,
@@ -139,7 +141,7 @@ int wk_engine_open(const wk_engine_params *p, wk_engine **out, char *err, size_t
         }
         if (!rc && !wk_kvq_valid(fmt.kind, fmt.bits, fmt.group)) {
             snprintf(err, errlen, "KV format: %d bits, quantizer %d, group %d is not one of 2/3/4 bits, "
-                     "quest/percentile/absmax, group 16..256", fmt.bits, p->kv_quant, fmt.group);
+                     "quest/percentile/absmax, group 16..256", fmt.bits, (int)p->kv_quant, fmt.group);
             rc = WK_ERR_INVALID;
         }
         if (!rc)

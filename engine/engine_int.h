@@ -1,5 +1,5 @@
 /* Engine internals for engine-side modules that work on an open engine (calibration): the parsed
- * model and its GGUF file. server/ never sees this header; it has wushkv.h only. */
+ * model and its GGUF file. server/ never sees this header; it has include/wushkv/ only. */
 #ifndef WK_ENGINE_INT_H
 #define WK_ENGINE_INT_H
 

@@ -13,10 +13,11 @@
 #include "model/model.h"
 #include "model/quant.h"
 #include "ref_forward.h"
+#include "test_engine_env.h"
 #include "test_util.h"
 #include "tiny_model.h"
 #include "wush/wush_transform.h"
-#include "wushkv/wushkv.h"
+#include "wushkv/research.h"
 
 enum { N_TOK = 24, BLOCK = 32 }; /* 24 > the tiny model's window of 16: the window matters */
 
@@ -288,6 +289,7 @@ int main(void) {
     wk_engine_params ep;
     tiny_engine_params(&ep, model_a);
     ep.validation = true;
+    test_engine_params_from_env(&ep);
     wk_engine *e = NULL;
     int rc = wk_engine_open(&ep, &e, err, sizeof err);
     if (rc) {

@@ -1,6 +1,8 @@
 /* server/cli/cli_common.c without a model: each command takes only the common flags it names (another
  * stays unknown to it, as before the flags were shared), the values land where the engine params
- * read them, and a given model path is used as is. Messages and exit codes are test_cli.sh's. */
+ * read them, so do the environment's (WUSHKV_DEVICE, _VALIDATION, _PROFILE), and a given model
+ * path is used as is. Messages and exit codes are test_cli.sh's. */
+#include <stdlib.h>
 #include <string.h>
 
 #include "cli/cli_common.h"
@@ -93,9 +95,42 @@ static void test_apply(void) {
     CHECK(strcmp(buf, "unchanged") == 0); /* a given path never looks for the default */
 }
 
+/* The environment's engine settings, read by the CLI (the engine reads none), as `wushkv --help`
+ * documents them. */
+static void test_env(void) {
+    char err[WK_ERRMSG_LEN] = "";
+    wk_engine_params p;
+    unsetenv("WUSHKV_DEVICE"), unsetenv("WUSHKV_VALIDATION"), unsetenv("WUSHKV_PROFILE");
+    wk_engine_params_default(&p);
+    CHECK_EQ_INT(cli_engine_env(&p, err, sizeof err), WK_OK);
+    CHECK(p.device_index == -1 && !p.validation && !p.profile);
+
+    setenv("WUSHKV_DEVICE", "2", 1), setenv("WUSHKV_VALIDATION", "1", 1), setenv("WUSHKV_PROFILE", "1", 1);
+    CHECK_EQ_INT(cli_engine_env(&p, err, sizeof err), WK_OK);
+    CHECK(p.device_index == 2 && p.validation && p.profile);
+    p.device_index = 0; /* --device given: the variable does not count */
+    CHECK_EQ_INT(cli_engine_env(&p, err, sizeof err), WK_OK);
+    CHECK_EQ_INT(p.device_index, 0);
+
+    setenv("WUSHKV_DEVICE", "", 1), setenv("WUSHKV_VALIDATION", "0", 1), setenv("WUSHKV_PROFILE", "yes", 1);
+    wk_engine_params_default(&p);
+    p.validation = true; /* a variable never turns a given switch off */
+    CHECK_EQ_INT(cli_engine_env(&p, err, sizeof err), WK_OK);
+    CHECK(p.device_index == -1 && p.validation && !p.profile);
+
+    setenv("WUSHKV_DEVICE", "gpu", 1);
+    wk_engine_params_default(&p);
+    CHECK_EQ_INT(cli_engine_env(&p, err, sizeof err), WK_ERR_INVALID);
+    CHECK(strcmp(err, "WUSHKV_DEVICE='gpu' is not a device index") == 0);
+    setenv("WUSHKV_DEVICE", "-1", 1);
+    CHECK_EQ_INT(cli_engine_env(&p, err, sizeof err), WK_ERR_INVALID);
+    unsetenv("WUSHKV_DEVICE"), unsetenv("WUSHKV_VALIDATION"), unsetenv("WUSHKV_PROFILE");
+}
+
 int main(void) {
     test_values();
     test_takes();
     test_apply();
+    test_env();
     TEST_MAIN_END();
 }

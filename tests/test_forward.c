@@ -14,6 +14,7 @@
 #include "model/model.h"
 #include "ref_forward.h"
 #include "test_rng.h"
+#include "test_engine_env.h"
 #include "test_util.h"
 #include "tiny_model.h"
 #include "wushkv/wushkv.h"
@@ -40,7 +41,7 @@ static bool stack_open(stack *s, wk_gguf *g, int slots, int max_ctx, int max_tok
     memset(s, 0, sizeof *s);
     s->g = g;
     int rc = wk_model_desc_load(g, &s->desc, err, sizeof err);
-    if (!rc) rc = wk_vk_init(&s->vk, -1, true, false, err, sizeof err);
+    if (!rc) rc = wk_vk_init(&s->vk, test_engine_env_device(), true, false, err, sizeof err);
     if (!rc) rc = wk_pipelines_create(&s->vk, &s->pipes, err, sizeof err);
     if (!rc) rc = wk_weights_upload(&s->vk, &s->desc, NULL, &s->w, err, sizeof err);
     if (!rc) rc = wk_kv_cache_create(&s->vk, &s->kv, &s->desc.hp, slots, max_ctx, err, sizeof err);
@@ -227,7 +228,7 @@ static void paged_case(const char *arch, uint64_t seed, int bits, wk_kvq_kind ki
     memset(&s, 0, sizeof s);
     wk_kv_fmt fmt = {.bits = bits, .kind = kind, .group = G};
     int rc = wk_model_desc_load(g, &s.desc, err, sizeof err);
-    if (!rc) rc = wk_vk_init(&s.vk, -1, true, false, err, sizeof err);
+    if (!rc) rc = wk_vk_init(&s.vk, test_engine_env_device(), true, false, err, sizeof err);
     if (!rc) rc = wk_pipelines_create(&s.vk, &s.pipes, err, sizeof err);
     if (!rc) rc = wk_weights_upload(&s.vk, &s.desc, NULL, &s.w, err, sizeof err);
     if (!rc)
@@ -295,7 +296,8 @@ static void paged_case(const char *arch, uint64_t seed, int bits, wk_kvq_kind ki
         p.model_path = path;
         p.max_ctx = PCTX;
         p.max_batch_tokens = 13;
-        p.kv_bits = bits, p.kv_quant = (int)kind, p.kv_group = G;
+        p.kv_bits = bits, p.kv_quant = (wk_kv_quant)kind, p.kv_group = G;
+        test_engine_params_from_env(&p);
         wk_engine *e = NULL;
         wk_seq *seq = NULL;
         rc = wk_engine_open(&p, &e, err, sizeof err);
@@ -371,6 +373,7 @@ static void window_case(const char *arch, uint64_t seed, int sink, int recent, b
         p.max_seqs = 2;
         p.validation = true;
         if (pass == 0) p.kv_bits = 2, p.kv_sink = sink, p.kv_recent = recent;
+        test_engine_params_from_env(&p);
         char err[WK_ERRMSG_LEN] = "";
         wk_engine *e = NULL;
         int rc = wk_engine_open(&p, &e, err, sizeof err);

@@ -17,9 +17,10 @@
 #include "kv/kv_quant.h"
 #include "model/model.h"
 #include "model/quant.h"
+#include "test_engine_env.h"
 #include "test_util.h"
 #include "tiny_model.h"
-#include "wushkv/wushkv.h"
+#include "wushkv/research.h"
 
 enum { N_TOK = 40, BLOCK = 32 }; /* 40 > the tiny model's window of 16: the window matters */
 
@@ -176,6 +177,7 @@ int main(void) {
     wk_engine_params ep;
     tiny_engine_params(&ep, model);
     ep.skip_warmup = true;
+    test_engine_params_from_env(&ep);
     wk_engine *e = NULL;
     int rc = wk_engine_open(&ep, &e, err, sizeof err);
     if (rc) {

@@ -13,6 +13,7 @@
 #include "model/quant.h"
 #include "spv_kv_quant_test.h"
 #include "test_rng.h"
+#include "test_engine_env.h"
 #include "test_util.h"
 #include "vulkan/shader_params.h"
 #include "vulkan/vk_device.h"
@@ -549,7 +550,7 @@ static long run_config(wk_vk *vk, kernel *k, wk_buf *bx, wk_buf *benc, wk_buf *b
 int main(void) {
     char err[WK_ERRMSG_LEN] = "";
     wk_vk vk;
-    if (wk_vk_init(&vk, -1, true, false, err, sizeof err)) {
+    if (wk_vk_init(&vk, test_engine_env_device(), true, false, err, sizeof err)) {
         fprintf(stderr, "vulkan: %s\n", err);
         return 1;
     }

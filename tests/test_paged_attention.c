@@ -17,6 +17,7 @@
 #include "model/quant.h"
 #include "vulkan/shader_params.h"
 #include "test_rng.h"
+#include "test_engine_env.h"
 #include "test_util.h"
 #include "vulkan/vk_pipelines.h"
 #include "wushkv/wushkv.h"
@@ -207,7 +208,7 @@ int main(void) {
     wk_vk vk;
     wk_pipelines p;
     char err[WK_ERRMSG_LEN] = "";
-    if (wk_vk_init(&vk, -1, true, false, err, sizeof err) || wk_pipelines_create(&vk, &p, err, sizeof err)) {
+    if (wk_vk_init(&vk, test_engine_env_device(), true, false, err, sizeof err) || wk_pipelines_create(&vk, &p, err, sizeof err)) {
         fprintf(stderr, "vulkan: %s\n", err);
         CHECK(false);
         TEST_MAIN_END();

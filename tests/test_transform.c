@@ -9,9 +9,10 @@
 #include <unistd.h>
 
 #include "test_rng.h"
+#include "test_engine_env.h"
 #include "test_util.h"
 #include "tiny_model.h"
-#include "wushkv/wushkv.h"
+#include "wushkv/research.h"
 
 enum { N = 40 };
 
@@ -27,6 +28,7 @@ static wk_engine *open_engine(const char *model, int bits, int transform, const 
     p.kv_bits = bits;
     p.kv_transform = transform;
     p.wush_path = wush;
+    test_engine_params_from_env(&p);
     wk_engine *e = NULL;
     return wk_engine_open(&p, &e, err, errlen) == 0 ? e : NULL;
 }

@@ -1,4 +1,4 @@
-/* WUSH-KV calibration (wushkv.h's wk_calib_*): accumulates per layer and KV head the second
+/* WUSH-KV calibration (research.h's wk_calib_*): accumulates per layer and KV head the second
  * moments of captured queries, keys and values, builds T_K and T_V by the WUSH construction and
  * writes the sidecar (format: wush/wush_sidecar.h); and wk_wush_sidecar_check, which checks a file
  * against an open engine. */
@@ -16,7 +16,7 @@
 #include "wush/wush_sidecar.h"
 #include "model/gguf_write.h"
 #include "wush/wush_transform.h"
-#include "wushkv/wushkv.h"
+#include "wushkv/research.h"
 
 int wk_wush_sidecar_check(const wk_engine *e, const char *path, int *block_size, char *err, size_t errlen) {
     char gerr[WK_ERRMSG_LEN];

@@ -1,4 +1,4 @@
-/* Layerwise reconstruction error of a quantized KV cache (wushkv.h's wk_kv_layer_error): from one
+/* Layerwise reconstruction error of a quantized KV cache (research.h's wk_kv_layer_error): from one
  * capture of the f16 model, each layer's attention output with its keys and values transformed and
  * quantized on the host exactly as a KV format would store them, against the f16 output, before
  * and after W_o. The quantizers are the engine's C twins (kv_quant.c, bit-identical to the GLSL
@@ -20,7 +20,7 @@
 #include "kv/kv_quant.h"
 #include "kv/kv_transform.h"
 #include "base/status.h"
-#include "wushkv/wushkv.h"
+#include "wushkv/research.h"
 
 /* One format, ready to apply: kind NONE of x is the identity. */
 typedef struct fmt_state {
@@ -347,8 +347,8 @@ static void prep_q_item(layer_ctx *c, int t, double *scratch) {
 
 static int check_format(const wk_kv_error_format *f, int D, int idx, char *err, size_t errlen) {
     const int G = f->group ? f->group : 32;
-    if (f->transform < WK_KV_TRANSFORM_NONE || f->transform > WK_KV_TRANSFORM_WUSH)
-        return wk_fail(err, errlen, WK_ERR_INVALID, "format %d: unknown KV transform %d", idx, f->transform);
+    if ((unsigned)f->transform > WK_KV_TRANSFORM_WUSH)
+        return wk_fail(err, errlen, WK_ERR_INVALID, "format %d: unknown KV transform %d", idx, (int)f->transform);
     if (f->transform == WK_KV_TRANSFORM_WUSH && !f->wush_path)
         return wk_fail(err, errlen, WK_ERR_INVALID, "format %d: the WUSH transform needs a sidecar file", idx);
     if (f->sink < 0 || f->recent < 0)
@@ -359,7 +359,7 @@ static int check_format(const wk_kv_error_format *f, int D, int idx, char *err, 
     if (!wk_kvq_valid((wk_kvq_kind)f->quant, f->bits, G) || D % G)
         return wk_fail(err, errlen, WK_ERR_INVALID,
                     "format %d: %d bits, quantizer %d, group %d is not one of 2/3/4 bits, quest/percentile/absmax, "
-                    "a group 16..256 dividing head_dim %d", idx, f->bits, f->quant, G, D);
+                    "a group 16..256 dividing head_dim %d", idx, f->bits, (int)f->quant, G, D);
     return WK_OK;
 }
 
@@ -384,8 +384,8 @@ static double ratio(const double *num, const double *den, int n) {
     return b > 0 ? a / b : a > 0 ? INFINITY : 0;
 }
 
-int wk_kv_layer_error(wk_engine *e, const int32_t *tokens, int n, const wk_kv_error_format *fmts, int n_fmt,
-                      int n_threads, wk_kv_error_layer *out, char *err, size_t errlen) {
+static int layer_error(wk_engine *e, const int32_t *tokens, int n, const wk_kv_error_format *fmts, int n_fmt,
+                       int n_threads, wk_kv_error_layer *out, char *err, size_t errlen) {
     const wk_hparams *hp = &wk_engine_desc(e)->hp;
     const wk_model_info *info = wk_engine_info(e);
     const int L = hp->n_layer, Hq = hp->n_head, Hk = hp->n_head_kv, D = hp->head_dim, E = hp->n_embd;
@@ -490,5 +490,13 @@ int wk_kv_layer_error(wk_engine *e, const int32_t *tokens, int n, const wk_kv_er
     wk_capture_free(&cap);
     for (int f = 0; f < loaded; f++) wk_kv_xform_free(&fs[f].x);
     free(fs);
+    return rc;
+}
+
+/* As layer_error, with no partial results on error: out is all zeros then. */
+int wk_kv_layer_error(wk_engine *e, const int32_t *tokens, int n, const wk_kv_error_format *fmts, int n_fmt,
+                      int n_threads, wk_kv_error_layer *out, char *err, size_t errlen) {
+    int rc = layer_error(e, tokens, n, fmts, n_fmt, n_threads, out, err, errlen);
+    if (rc && out && n_fmt > 0) memset(out, 0, (size_t)n_fmt * (size_t)wk_engine_desc(e)->hp.n_layer * sizeof *out);
     return rc;
 }

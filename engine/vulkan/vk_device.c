@@ -116,18 +116,6 @@ static int pick_device(wk_vk *vk, int device_index, char *err, size_t errlen) {
         WK_VK_CHECK_MSG(r, "vkEnumeratePhysicalDevices", err, errlen);
         return WK_ERR_VULKAN;
     }
-    if (device_index < 0) {
-        const char *env = getenv("WUSHKV_DEVICE");
-        if (env && *env) {
-            char *end;
-            long v = strtol(env, &end, 10);
-            if (*end || v < 0) {
-                snprintf(err, errlen, "WUSHKV_DEVICE='%s' is not a device index", env);
-                return WK_ERR_INVALID;
-            }
-            device_index = (int)v;
-        }
-    }
     if (device_index >= (int)n) {
         snprintf(err, errlen, "device %d requested but only %u Vulkan device(s) exist", device_index, n);
         return WK_ERR_INVALID;
@@ -208,8 +196,7 @@ static int create_device(wk_vk *vk, char *err, size_t errlen) {
 
 int wk_vk_init(wk_vk *vk, int device_index, bool validation, bool verbose, char *err, size_t errlen) {
     memset(vk, 0, sizeof *vk);
-    const char *env = getenv("WUSHKV_VALIDATION");
-    vk->validation = validation || (env && strcmp(env, "1") == 0);
+    vk->validation = validation;
     int rc;
     if ((rc = create_instance(vk, err, errlen)) || (rc = pick_device(vk, device_index, err, errlen)) ||
         (rc = create_device(vk, err, errlen))) {

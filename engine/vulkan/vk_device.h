@@ -41,7 +41,7 @@ typedef enum {
     WK_MEM_HOST = 1,     /* host-visible, coherent (uploads of small per-step data, readback) */
 } wk_mem_kind;
 
-/* device_index < 0: discrete > integrated > virtual > cpu, or the WUSHKV_DEVICE env override. */
+/* device_index < 0: discrete > integrated > virtual > cpu. */
 int wk_vk_init(wk_vk *vk, int device_index, bool validation, bool verbose, char *err, size_t errlen);
 void wk_vk_destroy(wk_vk *vk);
 

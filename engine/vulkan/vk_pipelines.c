@@ -136,12 +136,6 @@ int wk_pipelines_create(wk_vk *vk, wk_pipelines *p, char *err, size_t errlen) {
             return rc;
         }
     }
-    const char *prof = getenv("WUSHKV_PROFILE");
-    if (prof && strcmp(prof, "1") == 0 && vk->props.limits.timestampComputeAndGraphics) {
-        VkQueryPoolCreateInfo qci = {.sType = VK_STRUCTURE_TYPE_QUERY_POOL_CREATE_INFO,
-                                     .queryType = VK_QUERY_TYPE_TIMESTAMP, .queryCount = 4096};
-        p->profile = vkCreateQueryPool(vk->dev, &qci, NULL, &p->queries) == VK_SUCCESS;
-    }
     p->cache_cap = 8192;
     p->cache = calloc(p->cache_cap, sizeof *p->cache);
     VkDescriptorPoolSize sizes[3] = {{VK_DESCRIPTOR_TYPE_UNIFORM_TEXEL_BUFFER, p->cache_cap * 4},
@@ -156,6 +150,13 @@ int wk_pipelines_create(wk_vk *vk, wk_pipelines *p, char *err, size_t errlen) {
         return WK_ERR_VULKAN;
     }
     return 0;
+}
+
+void wk_pipelines_enable_profile(wk_vk *vk, wk_pipelines *p) {
+    if (p->queries || !vk->props.limits.timestampComputeAndGraphics) return;
+    VkQueryPoolCreateInfo qci = {.sType = VK_STRUCTURE_TYPE_QUERY_POOL_CREATE_INFO,
+                                 .queryType = VK_QUERY_TYPE_TIMESTAMP, .queryCount = 4096};
+    p->profile = vkCreateQueryPool(vk->dev, &qci, NULL, &p->queries) == VK_SUCCESS;
 }
 
 int wk_pipelines_specialize_kv(wk_vk *vk, wk_pipelines *p, int kind, int bits, int group, char *err, size_t errlen) {

@@ -50,7 +50,8 @@ typedef struct wk_pipelines {
     wk_desc_entry *cache; /* open addressing; sets are created once per distinct binding tuple */
     uint32_t cache_cap, cache_used;
     uint32_t matvec_rows;  /* rows per matvec workgroup */
-    /* Optional GPU-time profile per pipeline (WUSHKV_PROFILE=1): a timestamp after each dispatch. */
+    /* Optional GPU-time profile per pipeline (wk_pipelines_enable_profile): a timestamp after each
+     * dispatch. */
     bool profile;
     VkQueryPool queries;
     uint32_t n_queries;
@@ -60,6 +61,10 @@ typedef struct wk_pipelines {
 } wk_pipelines;
 
 int wk_pipelines_create(wk_vk *vk, wk_pipelines *p, char *err, size_t errlen);
+/* Turns the profile on (wk_engine_params.profile): a GPU timestamp after every dispatch, summed
+ * per pipeline and printed by wk_prof_print. Stays off, silently, on a device without compute
+ * timestamps or when the query pool cannot be made. */
+void wk_pipelines_enable_profile(wk_vk *vk, wk_pipelines *p);
 /* Rebuilds attention_paged for one KV format (kind, bits, group as specialisation constants), so
  * its decode compiles to straight-line code for that format: ~1.5x faster on lavapipe than reading
  * the format from push constants. Dispatches must then pass the same format. */

@@ -1,6 +1,17 @@
-/* wushkv public API: the whole contract between server/ (CLI, HTTP) and engine/.
- * Errors are negative wk_status values; wk_strerror() names them. Functions that
- * return an error also fill a human-readable message where they take one. */
+/* wushkv public API: the contract between the daemon (server/: the CLI and the HTTP server) and
+ * engine/. The offline research API on top of it (capture, layer error, calibration) is in
+ * wushkv/research.h.
+ *
+ * Errors are negative wk_status values; wk_strerror() names them. A function that takes err and
+ * errlen writes a NUL-terminated message there when it fails; each function's comment says what
+ * its other out parameters hold on error.
+ *
+ * Threads. An engine, with its sequences (and research.h's calibrators), is driven by one thread
+ * at a time: calls marked "engine thread" must not overlap on the same engine (the daemon makes
+ * them on its engine thread, a command-line tool on its main thread). Calls marked "any thread"
+ * read only what is fixed from wk_engine_open to wk_engine_close, so they may run on any thread at
+ * the same time as any other call on that engine except wk_engine_close. Engines share no state:
+ * different engines can be driven from different threads at once. */
 #ifndef WUSHKV_WUSHKV_H
 #define WUSHKV_WUSHKV_H
 
@@ -30,6 +41,7 @@ typedef enum {
 #undef WK_STATUS_ENUM
 } wk_status;
 
+/* The text of a wk_status ("unknown error" for any other value): a static string. Any thread. */
 const char *wk_strerror(int status);
 
 /* Room for an error message that names the problem (file offset, tensor, limit). */
@@ -38,27 +50,36 @@ const char *wk_strerror(int status);
 typedef struct wk_engine wk_engine; /* model weights on a device + tokenizer */
 typedef struct wk_seq wk_seq;       /* one sequence's KV cache and position */
 
+/* KV cache quantizers and transforms (wk_engine_params kv_quant and kv_transform). */
+typedef enum { WK_KV_QUANT_QUEST = 0, WK_KV_QUANT_PERCENTILE = 1, WK_KV_QUANT_ABSMAX = 2 } wk_kv_quant;
+typedef enum { WK_KV_TRANSFORM_NONE = 0, WK_KV_TRANSFORM_HADAMARD = 1, WK_KV_TRANSFORM_WUSH = 2 } wk_kv_transform;
+
 typedef struct wk_engine_params {
     const char *model_path;
-    int device_index;      /* -1: pick by type (discrete > integrated > virtual > cpu), or WUSHKV_DEVICE env */
+    int device_index;      /* -1: pick by type (discrete > integrated > virtual > cpu) */
     int max_ctx;           /* tokens per sequence; 0: min(model's trained context, 4096) */
     int max_batch_tokens;  /* tokens one forward step may carry (prefill chunk); 0: 512 */
     int max_seqs;          /* sequences that may exist at once; 0: 1 */
-    bool validation;       /* enable the Khronos validation layer (also WUSHKV_VALIDATION=1) */
+    bool validation;       /* enable the Khronos validation layer */
     bool verbose;          /* device and model summary on stderr */
     bool skip_warmup;      /* don't run every shader once at open (lavapipe compiles on first use) */
+    /* GPU time per pipeline: a timestamp after every dispatch (where the device has compute
+     * timestamps), the sums printed on stderr by wk_engine_close. The engine reads no environment:
+     * the CLI sets this from WUSHKV_PROFILE=1, as it sets device_index from WUSHKV_DEVICE and
+     * validation from WUSHKV_VALIDATION=1. */
+    bool profile;
     /* KV cache format. kv_bits 0 or 16: f16, a fixed slot per sequence. 2, 3, 4: the paged pool of
-     * packed codes with per-group f16 parameters, quantized by kv_quant (wk_kv_quant) in groups of
+     * packed codes with per-group f16 parameters, quantized by kv_quant in groups of
      * kv_group (0: 32) elements of a head vector; kv_mem bytes of blocks (0: every sequence's full
      * context). */
     int kv_bits;
-    int kv_quant;
+    wk_kv_quant kv_quant;
     int kv_group;
     uint64_t kv_mem;
-    /* Transform of keys (after RoPE) and values (folded into W_v/W_o): wk_kv_transform. WUSH reads
+    /* Transform of keys (after RoPE) and values (folded into W_v/W_o). WUSH reads
      * wush_path (a `wushkv calibrate` sidecar for this model); Hadamard uses blocks of kv_group
      * (0: 32) and signs from kv_transform_seed. Works with every KV format. */
-    int kv_transform;
+    wk_kv_transform kv_transform;
     const char *wush_path;
     uint64_t kv_transform_seed;
     /* f16 windows of a quantized cache: a query at position p reads keys and values j < kv_sink
@@ -67,9 +88,6 @@ typedef struct wk_engine_params {
     /* Percentile quantizer clip quantiles for keys and values (0: 0.96 and 0.92). */
     float kv_rho_k, kv_rho_v;
 } wk_engine_params;
-
-typedef enum { WK_KV_QUANT_QUEST = 0, WK_KV_QUANT_PERCENTILE = 1, WK_KV_QUANT_ABSMAX = 2 } wk_kv_quant;
-typedef enum { WK_KV_TRANSFORM_NONE = 0, WK_KV_TRANSFORM_HADAMARD = 1, WK_KV_TRANSFORM_WUSH = 2 } wk_kv_transform;
 
 typedef struct wk_model_info {
     const char *arch;          /* "gemma3", "llama" */
@@ -95,25 +113,37 @@ typedef struct wk_model_info {
 
 /* The most bytes the paged pool of `info` holds for one sequence growing to n_tokens in steps of
  * at most chunk tokens (full-attention groups keep every block, sliding groups the window and
- * one step's blocks, plus the window slot): what admission must count. 0 for the f16 cache. */
+ * one step's blocks, plus the window slot): what admission must count. 0 for the f16 cache.
+ * A pure function of its arguments: any thread. */
 uint64_t wk_kv_peak_bytes(const wk_model_info *info, uint64_t n_tokens, uint64_t chunk);
 
+/* Fills *p with the defaults: every field 0, false or NULL but device_index -1. Any thread. */
 void wk_engine_params_default(wk_engine_params *p);
+/* Loads the model of p onto a device (and, unless p->skip_warmup, runs every shader once). On
+ * success *out is the engine; on error *out is NULL and err gets a message. Any thread (the
+ * engine is then driven by one thread at a time, see Threads above). */
 int wk_engine_open(const wk_engine_params *p, wk_engine **out, char *err, size_t errlen);
+/* Frees the engine and its device (first printing the profile when it was opened with profile);
+ * e may be NULL. Destroy its sequences (and calibrators) first.
+ * Engine thread, with no other call on e running or to come. */
 void wk_engine_close(wk_engine *e);
+/* The model and cache description; valid until wk_engine_close. No error. Any thread. */
 const wk_model_info *wk_engine_info(const wk_engine *e);
 /* The model's tokenizer.chat_template (a Jinja source) or NULL when the file has none. Fixed for
- * the engine's lifetime. */
+ * the engine's lifetime. Any thread. */
 const char *wk_engine_chat_template(const wk_engine *e);
 
 /* Tokenizer. add_special: BOS (and EOS where the vocab asks); parse_special: turn control-token
  * text such as "<start_of_turn>" into its id. Returns the token count (may exceed max: then call
- * again with a bigger buffer), or a negative wk_status. */
+ * again with a bigger buffer; out may be NULL when max is 0), or a negative wk_status. On success
+ * out[0 .. min(count, max)) holds the first tokens; on error out's contents are unspecified.
+ * Any thread. */
 int wk_tokenize(const wk_engine *e, const char *text, size_t len, bool add_special, bool parse_special,
                 int32_t *out, int max);
 /* The same into an array it allocates to fit: on success *out is a malloc'd array (even for 0
  * tokens; the caller frees it) and the token count is returned. On error a negative wk_status
- * (WK_ERR_NOMEM, or WK_ERR_INVALID for a text too long for INT32_MAX tokens) and *out untouched. */
+ * (WK_ERR_NOMEM, or WK_ERR_INVALID for a text too long for INT32_MAX tokens) and *out untouched.
+ * Any thread. */
 int wk_tokenize_alloc(const wk_engine *e, const char *text, size_t len, bool add_special, bool parse_special,
                       int32_t **out);
 /* A byte range [off, off + len) of a text. */
@@ -123,29 +153,43 @@ typedef struct wk_text_range {
 /* wk_tokenize_alloc with parse_special, except that a control token's text is tokenized as text
  * where it overlaps one of the n_plain `plain` ranges: the words a user wrote, inside a prompt
  * whose chat template supplies the real control tokens (a user cannot forge a turn). Returns and
- * *out as wk_tokenize_alloc. */
+ * *out as wk_tokenize_alloc. Any thread. */
 int wk_tokenize_alloc_plain(const wk_engine *e, const char *text, size_t len, bool add_special,
                             const wk_text_range *plain, int n_plain, int32_t **out);
 /* Bytes of one token's text (not NUL-terminated); special tokens are empty unless render_special.
- * Returns the length (may exceed cap), or a negative wk_status. */
+ * Returns the length (may exceed cap: buf gets the first cap bytes), or a negative wk_status (a
+ * token outside the vocabulary, out of memory) with buf untouched. Any thread. */
 int wk_token_to_piece(const wk_engine *e, int32_t token, bool render_special, char *buf, int cap);
+/* Whether token ends a generation (EOS, end of turn, ...); false for an id outside the vocabulary.
+ * No error. Any thread. */
 bool wk_token_is_eog(const wk_engine *e, int32_t token);
 
-/* Sequences. A sequence owns its KV cache slot; reset clears it for reuse. */
+/* Sequences. A sequence owns its KV cache slot; reset clears it for reuse. Every call below is
+ * engine thread: a sequence's state changes with every wk_forward that carries it. */
+/* A new empty sequence: *out, or on error NULL and WK_ERR_CONTEXT_FULL (every one of max_seqs is
+ * in use), WK_ERR_KV_FULL (the paged pool has no room for it) or WK_ERR_NOMEM. Engine thread. */
 int wk_seq_create(wk_engine *e, wk_seq **out);
+/* Frees the sequence and gives its KV cache back; s may be NULL. No error. Engine thread. */
 void wk_seq_destroy(wk_seq *s);
+/* Empties the sequence (length 0, its paged blocks back to the pool, peak 0). No error. Engine
+ * thread. */
 void wk_seq_reset(wk_seq *s);
+/* Tokens evaluated into the sequence. No error. Engine thread. */
 int wk_seq_len(const wk_seq *s);
-/* Device bytes of KV cache this sequence holds now (whole blocks for the paged cache). */
+/* Device bytes of KV cache this sequence holds now (whole blocks for the paged cache). No error.
+ * Engine thread. */
 uint64_t wk_seq_kv_bytes(const wk_seq *s);
 /* The most it held since it was created or reset, during a step included (the paged cache's
- * sliding-window layers hold a step's blocks before they release the ones out of every window). */
+ * sliding-window layers hold a step's blocks before they release the ones out of every window).
+ * No error. Engine thread. */
 uint64_t wk_seq_kv_peak_bytes(const wk_seq *s);
 
 /* One forward step over a batch: item i appends n_tokens tokens to seq (at positions
- * seq_len..seq_len+n-1). logits may be NULL (prefill without logits). Logits rows (n_vocab floats each) are written for every token when
- * all_logits, else for the last token only, in item order, into `logits`. Returns the number of
- * logit rows written or a negative wk_status (then no sequence changed). */
+ * seq_len..seq_len+n-1). logits may be NULL (prefill without logits). Logits rows (n_vocab floats
+ * each) are written for every token when all_logits, else for the last token only, in item order,
+ * into `logits`. Returns the number of logit rows written, or a negative wk_status: then err gets
+ * a message, logits' contents are unspecified and no sequence's tokens changed (a paged sequence
+ * may keep blocks it reserved for the step as spare capacity). Engine thread. */
 typedef struct wk_batch_item {
     wk_seq *seq;
     const int32_t *tokens;
@@ -154,122 +198,22 @@ typedef struct wk_batch_item {
 } wk_batch_item;
 int wk_forward(wk_engine *e, const wk_batch_item *items, int n_items, float *logits, char *err, size_t errlen);
 
-/* Calibration capture (for `wushkv calibrate`): evaluates n tokens (at most the engine's batch
- * size) as the sequence `seq` from position 0 (it is reset first) and returns, for every layer,
- * the post-RoPE queries with the attention scale divided out, and the keys (post-RoPE) and values
- * exactly as the f16 cache stores them. Layout [layer][token][head][head_dim]. */
-typedef struct wk_capture {
-    int n_tokens, n_layer, n_head, n_head_kv, head_dim;
-    float *q;     /* n_layer * n_tokens * n_head * head_dim */
-    float *k, *v; /* n_layer * n_tokens * n_head_kv * head_dim */
-} wk_capture;
-int wk_capture_run(wk_engine *e, wk_seq *seq, const int32_t *tokens, int n, wk_capture *out, char *err,
-                   size_t errlen);
-void wk_capture_free(wk_capture *c);
-/* Layer il's attention output projection W_o as f32: n_embd rows of n_head*head_dim (row-major). */
-int wk_engine_wo(const wk_engine *e, int layer, float *out, char *err, size_t errlen);
-
-/* Layerwise reconstruction error of a quantized KV cache (`wushkv perplexity --layer-error`).
- * The engine must have the f16 KV cache and no transform (the format is applied on the host, in
- * C, with the engine's quantizer twins and transform matrices). One wk_capture_run over the n
- * tokens (BOS first; n <= the engine's batch tokens) gives every layer's post-RoPE queries, keys
- * and values; then per layer and format:
- *   reference  y_ref = W_o attn(q, k, v): causal softmax attention per query head (GQA, the
- *              layer's sliding window), scaled by the model's attention scale, f16 k and v;
- *   quantized  k' = T_K k, q' = T_K^-T q, v' = T_V v, each group of k' and v' quantized and
- *              dequantized (keys and values j < sink or j > p - recent of a query at p stay
- *              exact), o' = attn(q', k'^, v'^), o = T_V^-1 o', y_q = W_o o;
- *   rel_mse = sum_t ||y_q - y_ref||^2 / sum_t ||y_ref||^2 and the same on o before W_o.
- * Each layer's inputs are the f16 model's activations, so each layer's error is its own, not
- * accumulated from earlier layers' errors. Arithmetic in double (scores, softmax, outputs). */
-typedef struct wk_kv_error_format {
-    int bits;                /* 2, 3, 4; 0 or 16: no quantization (the transform alone: error ~0) */
-    int quant;               /* wk_kv_quant */
-    int group;               /* elements per quantization group (Hadamard block); 0: 32 */
-    float rho_k, rho_v;      /* percentile clip quantiles; 0: 0.96 and 0.92 */
-    int transform;           /* wk_kv_transform */
-    const char *wush_path;   /* the WUSH sidecar (transform WK_KV_TRANSFORM_WUSH) */
-    uint64_t transform_seed; /* Hadamard signs; 0: the engine's default (as wk_engine_params) */
-    int sink, recent;        /* f16 windows, as wk_engine_params kv_sink / kv_recent; 0: off */
-} wk_kv_error_format;
-
-typedef struct wk_kv_error_layer {
-    int layer;
-    bool swa;              /* sliding-window layer */
-    double rel_mse;        /* after W_o: sum ||y_q - y_ref||^2 / sum ||y_ref||^2 over tokens */
-    double rel_mse_attn;   /* before W_o: the same on the attention output, query heads pooled */
-} wk_kv_error_layer;
-
-/* Evaluates n_fmt formats on one capture (the reference is computed once). out receives
- * n_fmt * n_layer entries, format-major. n_threads 0: online CPUs (results do not depend on it).
- * Takes one free sequence of the engine for the call. */
-int wk_kv_layer_error(wk_engine *e, const int32_t *tokens, int n, const wk_kv_error_format *fmts, int n_fmt,
-                      int n_threads, wk_kv_error_layer *out, char *err, size_t errlen);
-
-/* WUSH-KV calibration (`wushkv calibrate`, docs/design.md section 5). A calibrator runs chunks of
- * calibration text through the engine with capture on and accumulates, per layer and KV head, the
- * second moments of post-RoPE keys (G_k), of post-RoPE queries pooled over the GQA group (G_q) and
- * of values (G_v: plain, and weighted per token by the attention it receives); at the end it adds
- * the Gram of the head's W_o column block, builds T_K = WUSH(G_w = G_q, G_x = G_k) and
- * T_V = WUSH(G_w = Gram(W_o block), G_x = the chosen G_v) and writes the sidecar (a GGUF file;
- * layout in engine/wush/wush_sidecar.h). Same engine, tokens and params: a byte-identical file.
- *
- * Value weightings. With p_hij the attention of query head h at position i on key j, token j's
- * value is weighted by
- *   plain: 1;   mass: sum_{h in group, i} p_hij;   mass2: sum_{h in group, i} p_hij^2.
- * mass2 is what the output error sees when the quantization errors of different tokens are
- * independent (the error of o_hi = sum_j p_hij v_j has variance sum_j p_hij^2 var(e_j)). */
-typedef struct wk_calib wk_calib;
-typedef enum { WK_CALIB_V_PLAIN = 0, WK_CALIB_V_MASS = 1, WK_CALIB_V_MASS2 = 2 } wk_calib_v_moments;
-typedef struct wk_calib_params {
-    int block;                    /* transform block = quantizer group: a power of two dividing head_dim; 0: 32 */
-    wk_calib_v_moments v_moments; /* which G_v builds T_V (default WK_CALIB_V_MASS) */
-    int n_threads;                /* host threads for the moments; 0: online CPUs. The file does not depend on it */
-    const char *text_name;        /* calibration text's name, recorded in the sidecar; NULL: "" */
-} wk_calib_params;
-
-typedef struct wk_calib_head {
-    int layer, kv_head;
-    bool swa;                     /* sliding-window layer */
-    double gain_k;                /* predicted gain of T_K: tr(G_k) tr(G_q) / (sum s)^2 (>= 1) */
-    double gain_v;                /* the same for the stored T_V */
-    double gain_v_by[3];          /* the gain T_V would have with each wk_calib_v_moments */
-    double sink_mass;             /* share of the attention mass on position 0 (BOS) */
-} wk_calib_head;
-
-typedef struct wk_calib_report {
-    int n_layer, n_head_kv, head_dim, block;
-    wk_calib_v_moments v_moments;
-    uint64_t n_tokens, n_chunks;  /* tokens evaluated (BOS included) and chunks */
-    const wk_calib_head *heads;   /* n_layer * n_head_kv, layer-major; valid until wk_calib_destroy */
-    char fingerprint[32];         /* the model's, as the sidecar records it */
-} wk_calib_report;
-
-void wk_calib_params_default(wk_calib_params *p);
-/* Takes one of the engine's sequences until wk_calib_destroy. */
-int wk_calib_create(wk_engine *e, const wk_calib_params *p, wk_calib **out, char *err, size_t errlen);
-/* Evaluates tokens (1..max_batch_tokens of them, a fresh sequence from position 0: put BOS first)
- * and accumulates their moments. */
-int wk_calib_add(wk_calib *c, const int32_t *tokens, int n, char *err, size_t errlen);
-/* Builds the transforms and writes the sidecar to out_path (via a temporary file and rename, so a
- * failed run leaves no half-written sidecar). report may be NULL. */
-int wk_calib_finish(wk_calib *c, const char *out_path, wk_calib_report *report, char *err, size_t errlen);
-void wk_calib_destroy(wk_calib *c);
-/* Whether the sidecar at path belongs to the engine's model (fingerprint and shapes) and holds
- * every transform. WK_OK, WK_ERR_INVALID (another model's; the message names both),
- * WK_ERR_UNSUPPORTED (another sidecar version) or WK_ERR_FORMAT (unreadable, not a sidecar, or
- * incomplete). *block_size (may be NULL) gets the sidecar's block size. */
-int wk_wush_sidecar_check(const wk_engine *e, const char *path, int *block_size, char *err, size_t errlen);
-
-/* Sampling on one logits row. temp <= 0 is greedy; top_k <= 0 and top_p >= 1 disable those. */
+/* Sampling on one logits row. temp <= 0 is greedy; top_k <= 0 and top_p >= 1 disable those.
+ * A sampler belongs to no engine: each one is used by one thread at a time, and different
+ * samplers may run on different threads at once. */
 typedef struct wk_sampler_params {
     float temperature, top_p, min_p;
     int top_k;
     uint64_t seed;
 } wk_sampler_params;
 typedef struct wk_sampler wk_sampler;
+/* A sampler over n_vocab logits, or NULL on error (p NULL, n_vocab <= 0, out of memory). Any
+ * thread. */
 wk_sampler *wk_sampler_create(const wk_sampler_params *p, int n_vocab);
+/* Frees it; s may be NULL. No error. The thread that uses s, once it is done. */
 void wk_sampler_destroy(wk_sampler *s);
+/* One token id from logits (n_vocab floats, not modified); a draw (temperature > 0) advances the
+ * sampler's random state. No error. One thread at a time per sampler. */
 int32_t wk_sampler_sample(wk_sampler *s, const float *logits);
 
 #ifdef __cplusplus

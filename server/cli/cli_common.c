@@ -70,6 +70,24 @@ void cli_common_apply(const cli_common *f, wk_engine_params *p) {
     p->verbose = f->verbose;
 }
 
+int cli_engine_env(wk_engine_params *p, char *err, size_t errlen) {
+    const char *device = getenv("WUSHKV_DEVICE");
+    if (p->device_index < 0 && device && *device) {
+        char *end;
+        long v = strtol(device, &end, 10);
+        if (*end || v < 0) {
+            snprintf(err, errlen, "WUSHKV_DEVICE='%s' is not a device index", device);
+            return WK_ERR_INVALID;
+        }
+        p->device_index = (int)v;
+    }
+    const char *validation = getenv("WUSHKV_VALIDATION");
+    if (validation && strcmp(validation, "1") == 0) p->validation = true;
+    const char *profile = getenv("WUSHKV_PROFILE");
+    if (profile && strcmp(profile, "1") == 0) p->profile = true;
+    return WK_OK;
+}
+
 const char *cli_model_path(const char *cmd, const char *model, char *buf, size_t cap) {
     if (model) return model;
     char err[WK_ERRMSG_LEN] = "";
@@ -83,7 +101,9 @@ const char *cli_model_path(const char *cmd, const char *model, char *buf, size_t
 wk_engine *cli_engine_open(const char *cmd, const wk_engine_params *p) {
     char err[WK_ERRMSG_LEN] = "";
     wk_engine *e = NULL;
-    int st = wk_engine_open(p, &e, err, sizeof err);
+    wk_engine_params with_env = *p;
+    int st = cli_engine_env(&with_env, err, sizeof err);
+    if (st == WK_OK) st = wk_engine_open(&with_env, &e, err, sizeof err);
     if (st < 0) {
         fprintf(stderr, "wushkv %s: cannot open %s: %s%s%s\n", cmd, p->model_path, wk_strerror(st), err[0] ? ": " : "",
                 err);

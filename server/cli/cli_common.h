@@ -28,7 +28,7 @@ typedef struct cli_common {
     unsigned takes;     /* the CLI_* flags the command accepts */
     const char *model;  /* NULL: cli_default_model_path (see cli_model_path) */
     const char *file;   /* NULL: not given */
-    int device;         /* -1: automatic / $WUSHKV_DEVICE */
+    int device;         /* -1: automatic / $WUSHKV_DEVICE (cli_engine_env) */
     int threads;        /* 0: all CPUs */
     bool json, validation, verbose;
 } cli_common;
@@ -41,11 +41,18 @@ unsigned cli_common_is(const cli *c, const cli_common *f);
 bool cli_common_parse(cli *c, cli_common *f);
 /* Copies the model, device, validation and verbose into engine params (the others are left alone). */
 void cli_common_apply(const cli_common *f, wk_engine_params *p);
+/* The engine settings the environment gives every model-running command (the engine library
+ * reads no environment): WUSHKV_DEVICE (a device index, used when p->device_index < 0, i.e. no
+ * --device), WUSHKV_VALIDATION=1 (validation on) and WUSHKV_PROFILE=1 (profile on). WK_OK, or
+ * WK_ERR_INVALID with a message in err for a WUSHKV_DEVICE that is not a number >= 0 (p may then
+ * hold the other two). */
+int cli_engine_env(wk_engine_params *p, char *err, size_t errlen);
 
 /* model, or when it is NULL the default (cli_default_model_path) written to buf. NULL after
  * printing "wushkv CMD: reason". */
 const char *cli_model_path(const char *cmd, const char *model, char *buf, size_t cap);
-/* wk_engine_open, or NULL after printing "wushkv CMD: cannot open MODEL: reason". */
+/* wk_engine_open of p with cli_engine_env applied, or NULL after printing "wushkv CMD: cannot open
+ * MODEL: reason". */
 wk_engine *cli_engine_open(const char *cmd, const wk_engine_params *p);
 /* All the tokens of text[0..len) (wk_tokenize's add_special and parse_special), their count in
  * *n_out. NULL after printing "wushkv CMD: ...". The caller frees. */

@@ -1,6 +1,6 @@
 /* `wushkv calibrate`: the command-line face of the engine's WUSH-KV calibrator (wk_calib_* in
- * wushkv.h): reads and tokenizes the calibration text, feeds it in chunks with a progress bar,
- * writes the sidecar and prints each head's predicted gains. */
+ * wushkv/research.h): reads and tokenizes the calibration text, feeds it in chunks with a progress
+ * bar, writes the sidecar and prints each head's predicted gains. */
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -11,7 +11,7 @@
 #include "cli/cli_common.h"
 #include "metrics/mono_clock.h"
 #include "cli/text_file.h"
-#include "wushkv/wushkv.h"
+#include "wushkv/research.h"
 
 typedef struct calib_opts {
     cli_common common; /* -m, -f, --threads, --device, --validation, -v */

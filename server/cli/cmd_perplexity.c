@@ -13,7 +13,7 @@
 #include "cli/text_file.h"
 #include "cli/kv_flags.h"
 #include "cli/layer_error.h"
-#include "wushkv/wushkv.h"
+#include "wushkv/research.h"
 
 typedef struct ppl_opts {
     cli_common common; /* -m, -f, --device, --threads, --json, --validation, -v */
@@ -247,7 +247,9 @@ int cmd_perplexity(int argc, char **argv) {
     ep.max_ctx = o.ctx;
     ep.max_batch_tokens = o.batch;
     if (o.layer_error) { /* the layer error applies the format itself to an f16 capture of one window */
-        ep.kv_bits = ep.kv_quant = ep.kv_group = ep.kv_transform = ep.kv_sink = ep.kv_recent = 0;
+        ep.kv_bits = ep.kv_group = ep.kv_sink = ep.kv_recent = 0;
+        ep.kv_quant = WK_KV_QUANT_QUEST;
+        ep.kv_transform = WK_KV_TRANSFORM_NONE;
         ep.kv_rho_k = ep.kv_rho_v = 0;
         ep.kv_mem = 0;
         ep.wush_path = NULL;

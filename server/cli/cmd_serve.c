@@ -221,6 +221,12 @@ int cmd_serve(int argc, char **argv) {
     if (rc >= 0) return rc;
     s.cfg.engine.model_path = cli_model_path("serve", s.cfg.engine.model_path, model, sizeof model);
     if (!s.cfg.engine.model_path) return 1;
+    char err[WK_ERRMSG_LEN] = "";
+    rc = cli_engine_env(&s.cfg.engine, err, sizeof err);
+    if (rc < 0) { /* as the engine thread reports a failed open */
+        fprintf(stderr, "wushkv serve: cannot open %.200s: %s: %.250s\n", s.cfg.engine.model_path, wk_strerror(rc), err);
+        return 1;
+    }
 
     uv_loop_init(&s.loop);
     uv_signal_init(&s.loop, &s.sigint);

@@ -84,7 +84,9 @@ bool kv_flags_parse(cli *c, kv_flags *f) {
     }
     if (cli_is(c, NULL, "--kv-transform")) {
         f->transform_given = true;
-        return cli_choice(c, transform_names, 3, &f->transform);
+        if (!cli_choice(c, transform_names, 3, &i)) return false;
+        f->transform = (wk_kv_transform)i; /* cli_choice gave 0..2 */
+        return true;
     }
     if (cli_is(c, NULL, "--wush")) return cli_str(c, &f->wush_path);
     /* The rest apply to a quantized cache only; kv_flags_finish checks that. */
@@ -92,7 +94,8 @@ bool kv_flags_parse(cli *c, kv_flags *f) {
     bool ok = false;
     if (cli_is(c, NULL, "--kv-quant")) {
         name = "--kv-quant";
-        ok = cli_choice(c, quant_names, 3, &f->quant);
+        ok = cli_choice(c, quant_names, 3, &i);
+        if (ok) f->quant = (wk_kv_quant)i; /* cli_choice gave 0..2 */
     } else if (cli_is(c, NULL, "--kv-mem")) {
         name = "--kv-mem";
         ok = cli_size(c, &f->mem);

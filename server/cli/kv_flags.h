@@ -15,10 +15,10 @@
 typedef struct kv_flags {
     /* The values, as wk_engine_params takes them (kv_flags_apply copies them there). */
     int bits;              /* 16: f16, a fixed slot per sequence; 2, 3, 4: the paged pool of codes */
-    int quant;             /* wk_kv_quant */
+    wk_kv_quant quant;
     int group;             /* elements per quantization group (and Hadamard block) */
     uint64_t mem;          /* pool bytes; 0: the engine's default */
-    int transform;         /* wk_kv_transform */
+    wk_kv_transform transform;
     const char *wush_path; /* the `wushkv calibrate` sidecar; NULL: none */
     int sink, recent;      /* f16 windows of a quantized cache, in tokens (0: off) */
     float rho_k, rho_v;    /* percentile clip quantiles; 0: the engine's (0.96, 0.92) */

@@ -13,8 +13,14 @@
 #include "cli/cli_common.h"
 #include "metrics/mono_clock.h"
 
-static const char *const quant_names[] = {"quest", "percentile", "absmax"};
-static const char *const transform_names[] = {"none", "hadamard", "wush"};
+static const char *const quant_names[] = {"quest", "percentile", "absmax"}; /* wk_kv_quant order */
+static const char *const transform_names[] = {"none", "hadamard", "wush"};  /* wk_kv_transform order */
+
+/* The names of a format's quantizer and transform; the first name for a value out of range. */
+static const char *quant_name(wk_kv_quant q) { return quant_names[(unsigned)q <= WK_KV_QUANT_ABSMAX ? q : 0]; }
+static const char *transform_name(wk_kv_transform t) {
+    return transform_names[(unsigned)t <= WK_KV_TRANSFORM_WUSH ? t : 0];
+}
 
 void layer_error_format_from_flags(const wk_engine_params *kv, wk_kv_error_format *f) {
     *f = (wk_kv_error_format){.bits = kv->kv_bits == 0 ? 16 : kv->kv_bits,
@@ -69,8 +75,9 @@ int layer_error_parse_formats(const char *list, const wk_engine_params *kv, wk_k
             bool ok = true;
             if (k == 0) ok = (v = lookup(field, len, bits_names, 4)) >= 0 && (f.bits = bits_of[v], true);
             else if (len == 0 && k < 5) ok = true; /* empty: from the flags */
-            else if (k == 1) ok = (f.quant = lookup(field, len, quant_names, 3)) >= 0;
-            else if (k == 2) ok = (f.transform = lookup(field, len, transform_names, 3)) >= 0;
+            else if (k == 1) ok = (v = lookup(field, len, quant_names, 3)) >= 0 && (f.quant = (wk_kv_quant)v, true);
+            else if (k == 2) ok = (v = lookup(field, len, transform_names, 3)) >= 0 &&
+                                  (f.transform = (wk_kv_transform)v, true);
             else if (k == 3) ok = parse_window(field, len, &f.sink);
             else if (k == 4) ok = parse_window(field, len, &f.recent);
             else ok = false;
@@ -91,12 +98,11 @@ int layer_error_parse_formats(const char *list, const wk_engine_params *kv, wk_k
 
 /* "int2 quest g32 wush", "f16 hadamard", then " sink S recent R" when a window is on. */
 static void describe(const wk_kv_error_format *f, char *buf, size_t cap) {
-    const char *t = transform_names[f->transform >= 0 && f->transform <= 2 ? f->transform : 0];
+    const char *t = transform_name(f->transform);
     int len;
     if (f->bits == 16 || f->bits == 0) len = snprintf(buf, cap, "f16 %s", t);
     else
-        len = snprintf(buf, cap, "int%d %s g%d %s", f->bits, quant_names[f->quant >= 0 && f->quant <= 2 ? f->quant : 0],
-                       f->group ? f->group : 32, t);
+        len = snprintf(buf, cap, "int%d %s g%d %s", f->bits, quant_name(f->quant), f->group ? f->group : 32, t);
     if ((f->sink || f->recent) && len > 0 && (size_t)len < cap)
         snprintf(buf + len, cap - (size_t)len, " sink %d recent %d", f->sink, f->recent);
 }
@@ -109,9 +115,8 @@ static void print_json(const wk_kv_error_format *f, const wk_kv_error_layer *r, 
     if (!obj || !layers) return;
     cJSON_AddStringToObject(obj, "format", name);
     cJSON_AddNumberToObject(obj, "bits", f->bits == 0 ? 16 : f->bits);
-    cJSON_AddStringToObject(obj, "quant", quant_names[f->quant >= 0 && f->quant <= 2 ? f->quant : 0]);
-    cJSON_AddStringToObject(obj, "transform",
-                            transform_names[f->transform >= 0 && f->transform <= 2 ? f->transform : 0]);
+    cJSON_AddStringToObject(obj, "quant", quant_name(f->quant));
+    cJSON_AddStringToObject(obj, "transform", transform_name(f->transform));
     cJSON_AddNumberToObject(obj, "group", f->group ? f->group : 32);
     cJSON_AddNumberToObject(obj, "sink", f->sink);
     cJSON_AddNumberToObject(obj, "recent", f->recent);

@@ -8,7 +8,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
-#include "wushkv/wushkv.h"
+#include "wushkv/research.h"
 
 #define LAYER_ERROR_MAX_FORMATS 64
 

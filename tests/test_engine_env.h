@@ -1,0 +1,38 @@
+/* The engine settings a test takes from the environment, as `wushkv` does for every command
+ * (server/cli/cli_common.c cli_engine_env): the engine library reads no environment, so a test
+ * that opens an engine or a device itself asks here. WUSHKV_DEVICE picks the device,
+ * WUSHKV_VALIDATION=1 turns the validation layer on, WUSHKV_PROFILE=1 the per-pipeline profile. */
+#ifndef WK_TEST_ENGINE_ENV_H
+#define WK_TEST_ENGINE_ENV_H
+
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "wushkv/wushkv.h"
+
+/* WUSHKV_DEVICE as a device index, or -1 (pick by type) when it is unset or empty. A value that
+ * is not a number >= 0 ends the test (status 1) with a message. */
+static inline int test_engine_env_device(void) {
+    const char *s = getenv("WUSHKV_DEVICE");
+    if (!s || !*s) return -1;
+    char *end;
+    long v = strtol(s, &end, 10);
+    if (*end || v < 0) {
+        fprintf(stderr, "WUSHKV_DEVICE='%s' is not a device index\n", s);
+        exit(1);
+    }
+    return (int)v;
+}
+
+/* Applies the environment to params a test built: the device when p->device_index < 0,
+ * validation and profile switched on (never off). */
+static inline void test_engine_params_from_env(wk_engine_params *p) {
+    if (p->device_index < 0) p->device_index = test_engine_env_device();
+    const char *v = getenv("WUSHKV_VALIDATION");
+    if (v && strcmp(v, "1") == 0) p->validation = true;
+    const char *prof = getenv("WUSHKV_PROFILE");
+    if (prof && strcmp(prof, "1") == 0) p->profile = true;
+}
+
+#endif
