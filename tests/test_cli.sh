@@ -18,9 +18,11 @@ out=
 rc=0
 
 # run ARGS...: wushkv ARGS with stdout+stderr in $out and the exit status in $rc. The timeout
-# keeps a serve that wrongly accepted its flags from hanging the test.
+# keeps a serve that wrongly accepted its flags from hanging the test; it is long because the
+# first run of a KV format compiles its specialised shaders in lavapipe (LLVM), about 2-3 minutes
+# on a 2-core machine with a cold Mesa shader cache (then cached across runs).
 run() {
-    out=$(timeout 120 "$exe" "$@" 2>&1 </dev/null)
+    out=$(timeout 400 "$exe" "$@" 2>&1 </dev/null)
     rc=$?
 }
 

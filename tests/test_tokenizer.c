@@ -10,6 +10,7 @@
 #include "model/gguf.h"
 #include "gguf_writer.h"
 #include "test_rng.h"
+#include "test_text.h"
 #include "test_util.h"
 #include "tokenizer/tokenizer.h"
 
@@ -70,17 +71,6 @@ static bool round_trip(const wk_tokenizer *t, const char *s, size_t len, const c
 static uint64_t rng = 0x9E3779B97F4A7C15ull;
 static uint32_t rnd(void) { return (uint32_t)(rng_xorshift64(&rng) >> 11); }
 
-static size_t put_utf8(uint32_t cp, char *o) {
-    if (cp < 0x80) { o[0] = (char)cp; return 1; }
-    if (cp < 0x800) { o[0] = (char)(0xC0 | cp >> 6); o[1] = (char)(0x80 | (cp & 0x3F)); return 2; }
-    if (cp < 0x10000) {
-        o[0] = (char)(0xE0 | cp >> 12); o[1] = (char)(0x80 | (cp >> 6 & 0x3F)); o[2] = (char)(0x80 | (cp & 0x3F));
-        return 3;
-    }
-    o[0] = (char)(0xF0 | cp >> 18); o[1] = (char)(0x80 | (cp >> 12 & 0x3F));
-    o[2] = (char)(0x80 | (cp >> 6 & 0x3F)); o[3] = (char)(0x80 | (cp & 0x3F));
-    return 4;
-}
 
 /* Random valid UTF-8 mixing ASCII, whitespace runs, Latin, CJK and emoji; never U+2581, which
  * SPM decodes to a space by design, and never NUL (C strings in the test). */
@@ -95,7 +85,7 @@ static size_t random_utf8(char *o, size_t max_cps) {
         else if (r < 8) cp = 0x1F300 + rnd() % 0x300;
         else if (r < 9) cp = 0x2000 + rnd() % 0x70;
         else { do cp = 1 + rnd() % 0x10FFFF; while ((cp >= 0xD800 && cp <= 0xDFFF) || cp == 0x2581); }
-        n += put_utf8(cp, o + n);
+        n += test_put_utf8(cp, o + n);
     }
     o[n] = 0;
     return n;
@@ -314,21 +304,6 @@ static void test_spm_synthetic(void) {
 /* ---- a small GPT-2 byte-level BPE vocabulary ---- */
 
 /* GPT-2 bytes_to_unicode, written out independently of the engine's version. */
-static uint32_t gpt2_byte_cp(int b) {
-    static uint32_t map[256];
-    static bool init;
-    if (!init) {
-        int n = 0;
-        for (int c = 0; c < 256; c++) {
-            bool printable = (c >= '!' && c <= '~') || (c >= 0xA1 && c <= 0xAC) || (c >= 0xAE && c <= 0xFF);
-            map[c] = printable ? (uint32_t)c : 0;
-        }
-        for (int c = 0; c < 256; c++)
-            if (!map[c] && !((c >= '!' && c <= '~') || (c >= 0xA1 && c <= 0xAC) || (c >= 0xAE))) map[c] = 256 + (uint32_t)n++;
-        init = true;
-    }
-    return map[b];
-}
 
 /* Merges, in rank order; merge k creates token 256 + k. "Ġ" is the space byte, "Ċ" the newline. */
 #define G "\xc4\xa0"
@@ -347,7 +322,7 @@ static wk_tokenizer *bpe_vocab(const char *pre, bool set_add_bos, wk_gguf **g, u
     const char *toks[B_NTOK];
     int32_t types[B_NTOK];
     for (int b = 0; b < 256; b++) {
-        bytes[b][put_utf8(gpt2_byte_cp(b), bytes[b])] = 0;
+        bytes[b][test_put_utf8(test_gpt2_byte_cp(b), bytes[b])] = 0;
         toks[b] = bytes[b];
         types[b] = 1;
     }

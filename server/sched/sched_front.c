@@ -173,16 +173,7 @@ static void *front_main(void *arg) {
             free(j->gen.from_text);
             j->gen.from_text = NULL;
         }
-        if (pass) {
-            sched_job *last = pass;
-            while (last->next) last = last->next;
-            pthread_mutex_lock(&s->mu);
-            if (s->jobs_tail) s->jobs_tail->next = pass;
-            else s->jobs = pass;
-            s->jobs_tail = last;
-            pthread_cond_signal(&s->cv);
-            pthread_mutex_unlock(&s->mu);
-        }
+        if (pass) sched_queue_push(s, &s->jobs, &s->jobs_tail, &s->cv, pass);
     }
     return NULL;
 }

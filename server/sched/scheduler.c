@@ -44,15 +44,19 @@ const model_summary *sched_model(const scheduler *s) { return &s->model; }
 
 /* ---- queues ------------------------------------------------------------------------------------ */
 
-void sched_submit(scheduler *s, sched_job *job) {
-    sched_job *last = job;
+void sched_queue_push(scheduler *s, sched_job **head, sched_job **tail, pthread_cond_t *cv, sched_job *chain) {
+    sched_job *last = chain;
     while (last->next) last = last->next;
     pthread_mutex_lock(&s->mu);
-    if (s->front_tail) s->front_tail->next = job;
-    else s->front_jobs = job;
-    s->front_tail = last;
-    pthread_cond_signal(&s->front_cv);
+    if (*tail) (*tail)->next = chain;
+    else *head = chain;
+    *tail = last;
+    pthread_cond_signal(cv);
     pthread_mutex_unlock(&s->mu);
+}
+
+void sched_submit(scheduler *s, sched_job *job) {
+    sched_queue_push(s, &s->front_jobs, &s->front_tail, &s->front_cv, job);
 }
 
 void sched_cancel(scheduler *s, uint64_t id) {

@@ -84,6 +84,9 @@ void sched_post_error(scheduler *s, uint64_t id, int status, const char *param, 
     __attribute__((format(printf, 6, 7)));
 
 /* sched_request.c */
+/* Appends a chain of jobs (linked by next) to the queue head/tail under s->mu and wakes the
+ * thread waiting on cv: the front queue's (sched_submit) or the engine's (the front thread). */
+void sched_queue_push(scheduler *s, sched_job **head, sched_job **tail, pthread_cond_t *cv, sched_job *chain);
 void sched_handle_job(scheduler *s, sched_job *j);
 /* The front thread: started by the engine thread once the engine is open (the bound it needs is
  * computed then); joined by it before the engine closes. */

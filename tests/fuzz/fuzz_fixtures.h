@@ -13,6 +13,7 @@
 #include "model/gguf.h"
 #include "model/gguf_write.h"
 #include "model/model.h"
+#include "test_text.h"
 
 /* ---- the sidecar target's model: 2 layers, 2 query heads, 1 KV head, head_dim 8 ---- */
 
@@ -48,32 +49,7 @@ static inline uint8_t *fz_sidecar_model(size_t *size) {
 
 /* ---- the tokenizer target's GPT-2 byte-level BPE vocabulary (as tests/test_tokenizer.c's) ---- */
 
-static inline size_t fz_put_utf8(uint32_t cp, char *o) {
-    if (cp < 0x80) { o[0] = (char)cp; return 1; }
-    if (cp < 0x800) { o[0] = (char)(0xC0 | cp >> 6); o[1] = (char)(0x80 | (cp & 0x3F)); return 2; }
-    if (cp < 0x10000) {
-        o[0] = (char)(0xE0 | cp >> 12); o[1] = (char)(0x80 | (cp >> 6 & 0x3F)); o[2] = (char)(0x80 | (cp & 0x3F));
-        return 3;
-    }
-    o[0] = (char)(0xF0 | cp >> 18); o[1] = (char)(0x80 | (cp >> 12 & 0x3F));
-    o[2] = (char)(0x80 | (cp >> 6 & 0x3F)); o[3] = (char)(0x80 | (cp & 0x3F));
-    return 4;
-}
 
-/* GPT-2 bytes_to_unicode. */
-static inline uint32_t fz_gpt2_byte_cp(int b) {
-    static uint32_t map[256];
-    static bool init;
-    if (!init) {
-        int n = 0;
-        for (int c = 0; c < 256; c++) {
-            bool printable = (c >= '!' && c <= '~') || (c >= 0xA1 && c <= 0xAC) || (c >= 0xAE && c <= 0xFF);
-            map[c] = printable ? (uint32_t)c : 256 + (uint32_t)n++;
-        }
-        init = true;
-    }
-    return map[b];
-}
 
 #define FZ_G "\xc4\xa0"
 #define FZ_NL "\xc4\x8a"
@@ -91,7 +67,7 @@ static inline uint8_t *fz_bpe_vocab(const char *pre, size_t *size) {
     const char *toks[NTOK];
     int32_t types[NTOK];
     for (int b = 0; b < 256; b++) {
-        bytes[b][fz_put_utf8(fz_gpt2_byte_cp(b), bytes[b])] = 0;
+        bytes[b][test_put_utf8(test_gpt2_byte_cp(b), bytes[b])] = 0;
         toks[b] = bytes[b];
         types[b] = 1;
     }

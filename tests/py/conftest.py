@@ -47,7 +47,9 @@ class Server:
             self.proc.wait()
             raise
 
-    def wait_ready(self, timeout=120):
+    # Long enough for a cold Mesa shader cache: lavapipe's first compile of a KV format's
+    # specialised shaders takes 2-3 minutes on a 2-core machine (then it is cached).
+    def wait_ready(self, timeout=420):
         deadline = time.time() + timeout
         while time.time() < deadline:
             if self.proc.poll() is not None:
