@@ -66,15 +66,45 @@ if [[ -n $writer ]]; then
 
     # --json names the format the engine was given; bits_per_element is the engine's own.
     ppl=(perplexity -m "$model" -f "$text" --ctx 32 --chunks 2 --json)
-    expect 0 '"kv":"f16","bits_per_element":16,' -- "${ppl[@]}"
-    # --wush without --kv: int2 (and the wush transform); a named format or transform still counts.
-    expect 0 '"kv":"int2 quest G32 wush","bits_per_element":2.5,' -- "${ppl[@]}" --wush "$wush"
+    nowin=(--kv-sink 0 --kv-recent 0) # the default's f16 windows off
+    expect 0 '"kv":"f16","bits_per_element":16,' -- "${ppl[@]}" --kv f16
+    # --wush: the wush transform; a named format or transform still counts.
+    expect 0 '"kv":"int2 quest G32 wush","bits_per_element":2.5,' -- "${ppl[@]}" --wush "$wush" "${nowin[@]}"
     expect 0 '"kv":"f16 wush","bits_per_element":16,' -- "${ppl[@]}" --wush "$wush" --kv f16
-    expect 0 '"kv":"int4 quest G32 wush","bits_per_element":4.5,' -- "${ppl[@]}" --kv int4 --wush "$wush"
-    expect 0 '"kv":"int2 quest G32 hadamard","bits_per_element":2.5,' -- "${ppl[@]}" --wush "$wush" --kv-transform hadamard
-    expect 0 '"kv":"int3 absmax G16","bits_per_element":4,' -- "${ppl[@]}" --kv int3 --kv-quant absmax --kv-group 16
-    expect 0 '"kv":"int2 quest G32 wush","bits_per_element":2.5,' -- generate -m "$model" -p "the fox" -n 2 --json --wush "$wush"
+    expect 0 '"kv":"int4 quest G32 wush","bits_per_element":4.5,' -- "${ppl[@]}" --kv int4 --wush "$wush" "${nowin[@]}"
+    expect 0 '"kv":"int2 quest G32 hadamard","bits_per_element":2.5,' -- "${ppl[@]}" --wush "$wush" --kv-transform hadamard "${nowin[@]}"
+    expect 0 '"kv":"int3 absmax G16","bits_per_element":4,' -- "${ppl[@]}" --kv int3 --kv-quant absmax --kv-group 16 --kv-transform none "${nowin[@]}"
+    expect 0 '"kv":"int2 quest G32 wush","bits_per_element":2.5,' -- generate -m "$model" -p "the fox" -n 2 --json --wush "$wush" "${nowin[@]}"
     expect 0 'KV int2 quest G32 wush' -- generate -m "$model" -p "the fox" -n 2 --wush "$wush"
+
+    # The default format (int2 QuEST G32 + WUSH, f16 windows 4 / 64) with no --wush: the sidecar is
+    # calibrated into the cache directory on the first run (from the built-in text; 512 tokens here
+    # to keep the test short), reused on the next without calibrating, and a corrupt or another
+    # model's file is refused with a message and replaced. Evidence: the log lines and the file.
+    export WUSHKV_CACHE_DIR=$tmp/cache WUSHKV_CALIB_TOKENS=512
+    expect 0 'no WUSH-KV sidecar for this model in .*/cache: calibrating' -- "${ppl[@]}"
+    if grep -q '"kv":"int2 quest G32 wush sink4 recent64"' <<<"$out"; then ok; else ko 'the default format in --json' "${ppl[@]}"; fi
+    cached=("$tmp"/cache/*.g32.t512.wush)
+    if [[ ${#cached[@]} -eq 1 && -s ${cached[0]} && -z $(find "$tmp/cache" -name '*.tmp') ]]; then ok
+    else ko "one cached sidecar *.g32.t512.wush and no temporary file" "ls $tmp/cache: $(ls "$tmp/cache")"; fi
+    stamp=$(stat -c %y "${cached[0]}")
+    expect 0 "WUSH-KV sidecar ${cached[0]} \(cached\)" -- "${ppl[@]}"
+    if ! grep -q calibrat <<<"$out" && [[ $(stat -c %y "${cached[0]}") == "$stamp" ]]; then ok
+    else ko "the second run reuses the file (no calibration, same mtime)" "${ppl[@]}"; fi
+    expect 0 "WUSH-KV sidecar ${cached[0]} \(cached\)" -- generate -m "$model" -p "the fox" -n 2
+    printf 'not a sidecar' >"${cached[0]}"
+    expect 0 "refusing the cached WUSH-KV sidecar ${cached[0]}: .*calibrating a new one" -- "${ppl[@]}"
+    expect 0 "WUSH-KV sidecar ${cached[0]} \(cached\)" -- "${ppl[@]}"
+    "$writer" "$tmp/other.gguf" gemma3 8 >/dev/null
+    expect 0 'fingerprint' -- calibrate -m "$tmp/other.gguf" -f "$text" -o "$tmp/other.wush" --tokens 128 --chunk 64
+    cp "$tmp/other.wush" "${cached[0]}"
+    expect 0 "refusing the cached WUSH-KV sidecar ${cached[0]}: .*calibrating a new one" -- "${ppl[@]}"
+    expect 0 "WUSH-KV sidecar ${cached[0]} \(cached\)" -- "${ppl[@]}"
+    # --kv f16 and --wush FILE never look in the cache; a cache that cannot be made is a clear error.
+    WUSHKV_CACHE_DIR=/proc/wushkv-none expect 0 '"kv":"f16",' -- "${ppl[@]}" --kv f16
+    WUSHKV_CACHE_DIR=/proc/wushkv-none expect 0 '"kv":"int2 quest G32 wush sink4 recent64"' -- "${ppl[@]}" --wush "$wush"
+    WUSHKV_CACHE_DIR=/proc/wushkv-none expect 1 'cannot create the cache directory /proc/wushkv-none' -- "${ppl[@]}"
+    unset WUSHKV_CACHE_DIR WUSHKV_CALIB_TOKENS
 
     # --kv-rho-k/-v reach the percentile quantizer: the documented defaults (0.96, 0.92) change
     # nothing, other values change the perplexity.
@@ -83,7 +113,7 @@ if [[ -n $writer ]]; then
         val=$(sed -n 's/^{"ppl":\([^,]*\),.*/\1/p' <<<"$out")
         [[ $rc -eq 0 && -n $val ]] || ko "rc=0 and a ppl" "$@"
     }
-    pq=("${ppl[@]}" --wush "$wush" --kv-quant percentile)
+    pq=("${ppl[@]}" --wush "$wush" --kv-quant percentile "${nowin[@]}")
     ppl_of "${pq[@]}" && base=$val
     ppl_of "${pq[@]}" --kv-rho-k 0.96 --kv-rho-v 0.92
     if [[ $val == "$base" ]] && grep -q '"kv":"int2 percentile G32 rho_k0.96 rho_v0.92 wush"' <<<"$out"; then ok
@@ -199,16 +229,23 @@ done
 expect 2 "--layer-error-formats: format 'int5': expected FMT" -- perplexity -f x --layer-error-formats int2,int5
 expect 2 "format 'int2:quest:none:4:x': expected" -- perplexity -f x --layer-error-formats int2:quest:none:4:x
 expect 2 "format 'int2:quest:none:4:8:1': expected" -- perplexity -f x --layer-error-formats int2:quest:none:4:8:1
-expect 2 "format 'int2::wush': the wush transform needs --wush FILE" -- perplexity -f x --layer-error-formats int2::wush
+expect 1 "cannot open /nonexistent/x" -- perplexity -f /nonexistent/x --layer-error-formats int2::wush # the cache's sidecar
 expect 2 "--layer-error takes no value" -- perplexity -f x --layer-error=int2
 expect 2 "--threads: expected an integer" -- perplexity -f x --layer-error --threads 0
 
 
 # ---- the KV flags: one parser for serve, generate and perplexity ----------------------------
 for flag in -m --host --port --ctx --max-batch --device -v \
-    --kv --kv-quant --kv-group --kv-mem --kv-transform --wush --kv-sink --kv-recent --kv-rho-k --kv-rho-v; do
+    --kv --kv-quant --kv-group --kv-mem --kv-transform --wush --kv-sink --kv-recent --kv-rho-k --kv-rho-v \
+    --temp --top-k --top-p --min-p --repeat-penalty --repeat-last-n; do
     expect 0 "(^|[ ,])$flag[ ,]" -- serve --help
 done
+# serve's sampling defaults: bad values refused before anything is loaded or listened on.
+expect_only 2 "wushkv serve: --temp: expected a number in [0, 2], got '3'" -- serve --temp 3
+expect_only 2 "wushkv serve: --top-p: expected a number in (0, 1], got '0'" -- serve --top-p 0
+expect_only 2 "wushkv serve: --top-k: expected an integer >= 0, got '-1'" -- serve --top-k -1
+expect_only 2 "wushkv serve: --min-p: expected a number in [0, 1], got 'x'" -- serve --min-p x
+expect_only 2 "wushkv serve: --repeat-last-n: expected an integer in [-1, 1048576], got '-2'" -- serve --repeat-last-n -2
 # The serve issue's case: refused before anything is loaded or listened on.
 expect_only 2 "wushkv serve: --kv-rho-k: expected a number in (0, 1], got '2'" -- serve --kv-rho-k 2
 
@@ -240,15 +277,16 @@ for cmd in serve generate perplexity; do
 
     # Flags the chosen format does not take.
     f16="applies to a quantized KV cache (--kv int2, int3 or int4), not to f16"
-    expect_only 2 "${w}--kv-sink $f16" -- "${base[@]}" --kv-sink 4
+    # (The default is quantized: --kv f16 opts out, and then these are refused.)
+    expect_only 2 "${w}--kv-sink $f16" -- "${base[@]}" --kv-sink 4 --kv f16
     expect_only 2 "${w}--kv-recent $f16" -- "${base[@]}" --kv f16 --kv-recent 64
-    expect_only 2 "${w}--kv-rho-k $f16" -- "${base[@]}" --kv-rho-k 0.9
-    expect_only 2 "${w}--kv-mem $f16" -- "${base[@]}" --kv-mem 1MiB
+    expect_only 2 "${w}--kv-rho-k $f16" -- "${base[@]}" --kv f16 --kv-rho-k 0.9
+    expect_only 2 "${w}--kv-mem $f16" -- "${base[@]}" --kv f16 --kv-mem 1MiB
     expect_only 2 "${w}--kv-quant $f16" -- "${base[@]}" --kv f16 --kv-quant absmax
-    expect_only 2 "${w}--kv-group applies to a quantized KV cache (--kv int2, int3 or int4) or to --kv-transform hadamard, not to f16 alone" -- "${base[@]}" --kv-group 64
+    expect_only 2 "${w}--kv-group applies to a quantized KV cache (--kv int2, int3 or int4) or to --kv-transform hadamard, not to f16 alone" -- "${base[@]}" --kv f16 --kv-group 64
     expect_only 2 "${w}--kv-rho-k applies to the percentile quantizer (--kv-quant percentile), not to quest" -- "${q[@]}" --kv-rho-k 0.9
     expect_only 2 "${w}--kv-rho-v applies to the percentile quantizer (--kv-quant percentile), not to absmax" -- "${q[@]}" --kv-quant absmax --kv-rho-v 0.9
-    expect_only 2 "${w}--kv-transform wush needs --wush FILE (the sidecar \`wushkv calibrate\` writes)" -- "${q[@]}" --kv-transform wush
+    expect_only 2 "${w}--kv-rho-k applies to the percentile quantizer (--kv-quant percentile), not to quest" -- "${base[@]}" --kv-rho-k 0.9
 
     # The older flags' bad values.
     expect_only 2 "${w}--kv: expected f16, int2, int3 or int4, got 'int5'" -- "${base[@]}" --kv int5
@@ -258,8 +296,10 @@ for cmd in serve generate perplexity; do
     expect_only 2 "${w}--kv-transform: expected none, hadamard or wush, got 'x'" -- "${q[@]}" --kv-transform x
     expect_only 2 "${w}--kv-mem: expected a size such as 4096, 256MiB or 2GiB, got '2XB'" -- "${q[@]}" --kv-mem 2XB
 
-    # Accepted (exit 1: the model or text is missing). --wush without --kv means int2, so the
-    # pool's --kv-mem is taken; with --kv f16 it is not.
+    # Accepted (exit 1: the model or text is missing). The default is int2, so the pool's
+    # --kv-mem and the windows are taken (the sidecar comes from the cache); with --kv f16 they are not.
+    expect 1 "cannot open /nonexistent/" -- "${base[@]}" --kv-mem 1MiB --kv-sink 8 --kv-recent 16
+    expect 1 "cannot open /nonexistent/" -- "${base[@]}" --kv-transform wush
     expect 1 "cannot open /nonexistent/" -- "${base[@]}" --wush /nonexistent/x.wush --kv-mem 1MiB
     expect_only 2 "${w}--kv-mem $f16" -- "${base[@]}" --wush /nonexistent/x.wush --kv f16 --kv-mem 1MiB
     expect 1 "cannot open /nonexistent/" -- "${base[@]}" --kv f16 --kv-transform hadamard --kv-group 64

@@ -36,23 +36,35 @@ static const char *describe(const char *const *args, char *buf, size_t cap) {
     } while (0)
 
 static void test_describe(void) {
-    CHECK_DESCRIBE("f16", NULL);
-    CHECK_DESCRIBE("int2 quest G32", "--kv", "int2");
-    CHECK_DESCRIBE("int2 quest G32 wush", "--wush", "s.wush");            /* --wush: int2 and wush */
-    CHECK_DESCRIBE("f16 wush", "--wush", "s.wush", "--kv", "f16");
-    CHECK_DESCRIBE("int4 quest G32 hadamard", "--kv-transform", "hadamard", "--wush", "s", "--kv=int4");
-    CHECK_DESCRIBE("f16 hadamard G64", "--kv-transform", "hadamard", "--kv-group", "64");
-    CHECK_DESCRIBE("int2 quest G32 wush sink4 recent64", "--wush", "s", "--kv-sink", "4", "--kv-recent", "64");
-    CHECK_DESCRIBE("int3 absmax G16 recent8", "--kv", "int3", "--kv-quant", "absmax", "--kv-group", "16",
+    /* No flags: THE default, int2 QuEST G32 after WUSH with f16 windows 4 / 64. */
+    CHECK_DESCRIBE("int2 quest G32 wush sink4 recent64", NULL);
+    /* --kv f16 opts out: the default transform and windows go with it. */
+    CHECK_DESCRIBE("f16", "--kv", "f16");
+    CHECK_DESCRIBE("f16", "--kv=int2", "--kv", "f16");                    /* the last one counts */
+    /* Each explicit flag overrides its own part of the default only. */
+    CHECK_DESCRIBE("int4 quest G32 wush sink4 recent64", "--kv", "int4");
+    CHECK_DESCRIBE("int2 quest G32 sink4 recent64", "--kv-transform", "none");
+    CHECK_DESCRIBE("int2 quest G32 wush recent64", "--kv-sink", "0");
+    CHECK_DESCRIBE("int2 quest G64 wush sink4 recent8", "--kv-group", "64", "--kv-recent", "8");
+    CHECK_DESCRIBE("int2 absmax G32 wush sink4 recent64", "--kv-quant", "absmax");
+    CHECK_DESCRIBE("int2 quest G32", "--kv", "int2", "--kv-transform", "none", "--kv-sink", "0", "--kv-recent", "0");
+    CHECK_DESCRIBE("int2 quest G32 wush sink4 recent64", "--wush", "s.wush");
+    CHECK_DESCRIBE("f16 wush", "--wush", "s.wush", "--kv", "f16");        /* a sidecar keeps wush on f16 */
+    CHECK_DESCRIBE("f16 wush", "--kv", "f16", "--kv-transform", "wush");  /* ... and so does naming it */
+    CHECK_DESCRIBE("int4 quest G32 hadamard sink4 recent64", "--kv-transform", "hadamard", "--wush", "s", "--kv=int4");
+    CHECK_DESCRIBE("f16 hadamard G64", "--kv", "f16", "--kv-transform", "hadamard", "--kv-group", "64");
+    CHECK_DESCRIBE("int3 absmax G16 wush sink4 recent8", "--kv", "int3", "--kv-quant", "absmax", "--kv-group", "16",
                    "--kv-recent", "8");
-    CHECK_DESCRIBE("int2 percentile G32 rho_k0.9 rho_v0.5", "--kv", "int2", "--kv-quant", "percentile", "--kv-rho-k",
-                   "0.9", "--kv-rho-v=0.5");
-    CHECK_DESCRIBE("int2 quest G32", "--kv", "int4", "--kv", "int2");      /* the last one counts */
-    /* Refused: "" (the message goes to stderr). */
-    CHECK_DESCRIBE("", "--kv-sink", "4");
+    CHECK_DESCRIBE("int2 percentile G32 rho_k0.9 rho_v0.5 wush sink4 recent64", "--kv", "int2", "--kv-quant",
+                   "percentile", "--kv-rho-k", "0.9", "--kv-rho-v=0.5");
+    /* Refused: "" (the message goes to stderr). A flag only a quantized cache takes, given with
+     * --kv f16, is refused even though the default would have taken it. */
+    CHECK_DESCRIBE("", "--kv", "f16", "--kv-sink", "4");
+    CHECK_DESCRIBE("", "--kv-recent", "64", "--kv", "f16");
+    CHECK_DESCRIBE("", "--kv", "f16", "--kv-mem", "1MiB");
+    CHECK_DESCRIBE("", "--kv", "f16", "--kv-group", "64");
     CHECK_DESCRIBE("", "--kv", "int2", "--kv-rho-k", "0.9");
     CHECK_DESCRIBE("", "--kv", "int2", "--kv-quant", "percentile", "--kv-rho-v", "0");
-    CHECK_DESCRIBE("", "--kv-transform", "wush");
     /* A short buffer is cut, never overrun. */
     kv_flags f;
     CHECK(parse((const char *const[]){"--wush", "s", "--kv-sink", "4", NULL}, &f));
@@ -85,8 +97,23 @@ static void test_apply(void) {
     CHECK_NEAR(p.kv_rho_v, 0.8, 1e-7);
     CHECK_EQ_INT(p.max_ctx, 77); /* the rest is left alone */
 
-    /* No flags: f16, and the engine's quantile defaults (0). */
+    /* No flags: the default format, WUSH with no sidecar path (the cache finds or makes it), and
+     * the engine's quantile defaults (0). */
     CHECK(parse((const char *const[]){NULL}, &f));
+    wk_engine_params_default(&p);
+    kv_flags_apply(&f, &p);
+    CHECK_EQ_INT(p.kv_bits, 2);
+    CHECK_EQ_INT(p.kv_quant, WK_KV_QUANT_QUEST);
+    CHECK_EQ_INT(p.kv_group, 32);
+    CHECK_EQ_INT(p.kv_transform, WK_KV_TRANSFORM_WUSH);
+    CHECK(p.wush_path == NULL);
+    CHECK_EQ_INT(p.kv_sink, 4);
+    CHECK_EQ_INT(p.kv_recent, 64);
+    CHECK_EQ_INT(p.kv_mem, 0);
+    CHECK(p.kv_rho_k == 0.0f && p.kv_rho_v == 0.0f);
+
+    /* --kv f16: the plain f16 cache, nothing of the default left. */
+    CHECK(parse((const char *const[]){"--kv", "f16", NULL}, &f));
     wk_engine_params_default(&p);
     kv_flags_apply(&f, &p);
     CHECK_EQ_INT(p.kv_bits, 16);
@@ -94,7 +121,6 @@ static void test_apply(void) {
     CHECK(p.wush_path == NULL);
     CHECK_EQ_INT(p.kv_sink, 0);
     CHECK_EQ_INT(p.kv_recent, 0);
-    CHECK(p.kv_rho_k == 0.0f && p.kv_rho_v == 0.0f);
 }
 
 int main(void) {

@@ -1,7 +1,7 @@
 /* WUSH-KV calibration (research.h's wk_calib_*): accumulates per layer and KV head the second
  * moments of captured queries, keys and values, builds T_K and T_V by the WUSH construction and
  * writes the sidecar (format: wush/wush_sidecar.h); and wk_wush_sidecar_check, which checks a file
- * against an open engine. */
+ * against an open engine (or a model file), and the model file's fingerprint. */
 
 #include <math.h>
 #include <pthread.h>
@@ -25,6 +25,37 @@ int wk_wush_sidecar_check(const wk_engine *e, const char *path, int *block_size,
     int rc = wk_wush_sidecar_check_gguf(wk_engine_gguf(e), &wk_engine_desc(e)->hp, sc, block_size, err, errlen);
     wk_gguf_close(sc);
     return rc;
+}
+
+int wk_wush_sidecar_check_file(const char *model_path, const char *path, int *block_size, char *err,
+                               size_t errlen) {
+    char gerr[WK_ERRMSG_LEN];
+    wk_gguf *model = wk_gguf_open(model_path, gerr, sizeof gerr);
+    if (!model) return wk_fail(err, errlen, WK_ERR_IO, "model %s: %s", model_path, gerr);
+    /* The description is only needed for the hyperparameters the check compares. */
+    wk_model_desc *desc = malloc(sizeof *desc);
+    int rc = desc ? wk_model_desc_load(model, desc, err, errlen) : wk_fail(err, errlen, WK_ERR_NOMEM, "out of memory");
+    wk_gguf *sc = NULL;
+    if (rc == WK_OK) {
+        sc = wk_gguf_open(path, gerr, sizeof gerr);
+        if (!sc) rc = wk_fail(err, errlen, WK_ERR_FORMAT, "WUSH-KV sidecar %s: %s", path, gerr);
+    }
+    if (rc == WK_OK) rc = wk_wush_sidecar_check_gguf(model, &desc->hp, sc, block_size, err, errlen);
+    if (sc) wk_gguf_close(sc);
+    free(desc);
+    wk_gguf_close(model);
+    return rc;
+}
+
+_Static_assert(WK_FINGERPRINT_LEN == WK_MODEL_FINGERPRINT_LEN, "one fingerprint size");
+
+int wk_model_fingerprint_file(const char *model_path, char out[WK_FINGERPRINT_LEN], char *err, size_t errlen) {
+    char gerr[WK_ERRMSG_LEN];
+    wk_gguf *model = wk_gguf_open(model_path, gerr, sizeof gerr);
+    if (!model) return wk_fail(err, errlen, WK_ERR_IO, "model %s: %s", model_path, gerr);
+    wk_model_fingerprint(model, out);
+    wk_gguf_close(model);
+    return WK_OK;
 }
 
 /* ---- the calibrator -------------------------------------------------------------------------- */

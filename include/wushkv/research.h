@@ -133,6 +133,18 @@ void wk_calib_destroy(wk_calib *c);
  * incomplete). *block_size (may be NULL) gets the sidecar's block size; on error it is untouched
  * and err gets a message. Reads the file and what is fixed in the engine: any thread. */
 int wk_wush_sidecar_check(const wk_engine *e, const char *path, int *block_size, char *err, size_t errlen);
+/* The same check against the model file at model_path, without an engine or a device (reads the
+ * GGUF's metadata and the first 4 KiB of each tensor): what a cache of sidecars checks before it
+ * hands one to wk_engine_open. Errors as wk_wush_sidecar_check, plus WK_ERR_IO for a model that
+ * cannot be read. Any thread. */
+int wk_wush_sidecar_check_file(const char *model_path, const char *path, int *block_size, char *err, size_t errlen);
+/* Room for a model fingerprint ("fnv1a64:" + 16 hex digits + NUL). */
+#define WK_MODEL_FINGERPRINT_LEN 32
+/* The fingerprint a sidecar records for the model file at model_path (a hash of its architecture,
+ * tensor names, types and shapes, and the first 4 KiB of each tensor's data), without a device:
+ * the key of a sidecar cache. WK_OK, or WK_ERR_IO with a message when the file cannot be read as
+ * GGUF. Any thread. */
+int wk_model_fingerprint_file(const char *model_path, char out[WK_MODEL_FINGERPRINT_LEN], char *err, size_t errlen);
 
 #ifdef __cplusplus
 }

@@ -140,6 +140,7 @@ static void on_ready(api_server *a) {
     a->model.alias = ms->name;
     a->model.max_ctx = ms->max_ctx;
     a->model.chat = chat_format_detect(ms->chat_template, ms->arch);
+    a->model.sampling = &a->cfg.sampling;
     a->ready = true;
     char kv[384], groups[128] = "";
     const char *fmt = a->cfg.kv_desc;
@@ -147,15 +148,21 @@ static void on_ready(api_server *a) {
     if (ms->kv_layer_groups > 1)
         snprintf(groups, sizeof groups, " of one of %d layer groups; %d groups slide over %d tokens",
                  ms->kv_layer_groups, ms->kv_swa_groups, ms->kv_swa_window);
+    const double ctx_mib = (double)ms->kv_context_bytes / 1048576.0;
     if (a->cfg.engine.kv_bits == 16)
-        snprintf(kv, sizeof kv, "KV %s (%.1f MiB, a full context per sequence)", fmt, mib);
+        snprintf(kv, sizeof kv, "KV %s (16 bits/element, %.2f MiB per full context; %.1f MiB, a full context per "
+                 "sequence)", fmt, ctx_mib, mib);
     else
-        snprintf(kv, sizeof kv, "KV %s (%.4g bits/element, %.1f MiB pool = %llu blocks of 16 tokens%s)", fmt,
-                 ms->kv_bits_per_element, mib, (unsigned long long)ms->kv_pool_blocks, groups);
-    fprintf(stderr, "wushkv: ready: model '%s' (%s, %s) on %s, context %d, chat format %s%s, %d sequences, %s, http://%s:%d\n",
+        snprintf(kv, sizeof kv, "KV %s (%.4g bits/element, %.2f MiB per full context; %.1f MiB pool = %llu blocks "
+                 "of 16 tokens%s)", fmt, ms->kv_bits_per_element, ctx_mib, mib,
+                 (unsigned long long)ms->kv_pool_blocks, groups);
+    const api_sampling *sp = &a->cfg.sampling;
+    fprintf(stderr, "wushkv: ready: model '%s' (%s, %s) on %s, context %d, chat format %s%s, %d sequences, %s, "
+            "sampling defaults temp %g top_k %d top_p %g min_p %g repeat_penalty %g (last %d), http://%s:%d\n",
             a->model_id, ms->name, ms->arch, ms->device, ms->max_ctx, chat_format_name(a->model.chat),
             ms->chat_template ? "" : " (no template in the model: its architecture's default)", a->cfg.engine.max_seqs,
-            kv, a->cfg.host, http_server_port(a->http));
+            kv, (double)sp->temperature, sp->top_k, (double)sp->top_p, (double)sp->min_p, (double)sp->repeat_penalty,
+            sp->repeat_last_n, a->cfg.host, http_server_port(a->http));
 }
 
 static void send_chunk(call *k, cJSON *o) {
@@ -250,6 +257,8 @@ static void on_event(sched_event *ev, void *data) {
     api_server *a = data;
     if (ev->kind == EV_READY) {
         on_ready(a);
+    } else if (ev->kind == EV_STARTING) {
+        snprintf(a->starting, sizeof a->starting, "%.31s", ev->message);
     } else if (ev->kind == EV_FATAL) {
         fprintf(stderr, "wushkv serve: %s\n", ev->message);
         a->fatal = true;
@@ -373,10 +382,18 @@ static void handle_tokenize(api_server *a, http_conn *c, http_request *r, bool d
 }
 
 static void handle_health(api_server *a, http_conn *c) {
-    const char *state = a->draining ? "draining" : a->ready ? "ok" : "loading";
+    const char *state = a->draining ? "draining" : a->ready ? "ok" : a->starting[0] ? a->starting : "loading";
     char body[64];
     int n = snprintf(body, sizeof body, "{\"status\":\"%s\"}", state);
     reply(a, c, a->ready && !a->draining ? 200 : 503, "application/json", body, (size_t)n, NULL);
+}
+
+/* A float setting as JSON shows it: 0.8f is 0.800000011920929 as a double; its shortest %g form is
+ * what the user typed. */
+static double as_typed(float x) {
+    char b[32];
+    snprintf(b, sizeof b, "%g", (double)x);
+    return strtod(b, NULL);
 }
 
 static cJSON *model_object(api_server *a) {
@@ -386,6 +403,24 @@ static cJSON *model_object(api_server *a) {
     cJSON_AddNumberToObject(m, "created", (double)a->started_at);
     cJSON_AddStringToObject(m, "owned_by", "wushkv");
     cJSON_AddNumberToObject(m, "max_model_len", a->model.max_ctx);
+    /* What the server runs (extensions to OpenAI's object): the KV cache format and what it costs,
+     * and the sampling a request gets for the fields it leaves out. */
+    const model_summary *ms = sched_model(a->sched);
+    cJSON *kv = cJSON_AddObjectToObject(m, "kv_cache");
+    cJSON_AddStringToObject(kv, "format", a->cfg.kv_desc);
+    cJSON_AddNumberToObject(kv, "bits_per_element", ms->kv_bits_per_element);
+    cJSON_AddNumberToObject(kv, "bytes_per_context", (double)ms->kv_context_bytes);
+    cJSON_AddNumberToObject(kv, "pool_bytes", (double)ms->kv_pool_bytes);
+    cJSON_AddStringToObject(kv, "wush_sidecar", a->cfg.engine.kv_transform == WK_KV_TRANSFORM_WUSH && ms->wush_path[0]
+                                                    ? ms->wush_path : "");
+    const api_sampling *sp = &a->cfg.sampling;
+    cJSON *sd = cJSON_AddObjectToObject(m, "sampling_defaults");
+    cJSON_AddNumberToObject(sd, "temperature", as_typed(sp->temperature));
+    cJSON_AddNumberToObject(sd, "top_k", sp->top_k);
+    cJSON_AddNumberToObject(sd, "top_p", as_typed(sp->top_p));
+    cJSON_AddNumberToObject(sd, "min_p", as_typed(sp->min_p));
+    cJSON_AddNumberToObject(sd, "repeat_penalty", as_typed(sp->repeat_penalty));
+    cJSON_AddNumberToObject(sd, "repeat_last_n", sp->repeat_last_n);
     return m;
 }
 
@@ -522,8 +557,13 @@ static void on_request(http_conn *c, http_request *r, void *data) {
         return;
     }
     if (rt->model && (a->draining || !a->ready)) {
-        reply_error(a, c, 503, a->draining ? "the server is shutting down" : "the model is loading; retry shortly",
-                    NULL, a->draining ? "draining" : "loading", "Retry-After: 1\r\n");
+        if (a->draining)
+            reply_error(a, c, 503, "the server is shutting down", NULL, "draining", "Retry-After: 1\r\n");
+        else if (strcmp(a->starting, "calibrating") == 0) /* minutes, once per model: no point retrying every second */
+            reply_error(a, c, 503, "the server is calibrating the WUSH-KV transforms for this model (once per model); "
+                        "retry later", NULL, "calibrating", "Retry-After: 10\r\n");
+        else
+            reply_error(a, c, 503, "the model is loading; retry shortly", NULL, "loading", "Retry-After: 1\r\n");
         return;
     }
     switch (rt->id) {
@@ -569,7 +609,8 @@ api_server *api_start(uv_loop_t *loop, const serve_config *cfg, api_fatal_cb on_
     }
     fprintf(stderr, "wushkv: listening on http://%s:%d (loading the model)\n", cfg->host, http_server_port(a->http));
     sched_config sc = {.max_seqs = cfg->engine.max_seqs, .max_batch_tokens = cfg->engine.max_batch_tokens,
-                       .kv_block_tokens = 16, .engine = cfg->engine};
+                       .kv_block_tokens = 16, .engine = cfg->engine, .prepare = cfg->prepare,
+                       .prepare_data = cfg->prepare_data};
     if (sched_start(&a->sched, loop, &sc, a->m, on_event, a) != 0) {
         fprintf(stderr, "wushkv serve: cannot start the engine thread\n");
         http_server_close(a->http);

@@ -11,6 +11,7 @@
 #include "http/http.h"
 #include "wushkv/wushkv.h"
 #include "sched/scheduler.h"
+#include "api/openai_request.h"
 
 typedef struct serve_config {
     /* What the engine opens: model, device, context, max_seqs (sequences decoded together),
@@ -18,6 +19,11 @@ typedef struct serve_config {
      * them. model_path must be set (the CLI resolves the default model). */
     wk_engine_params engine;
     char kv_desc[128];    /* the KV format in words ("int2 quest G32 wush"), for the ready line */
+    sched_prepare_fn prepare; /* run on the engine thread before it opens (the WUSH sidecar cache); NULL: none */
+    void *prepare_data;
+    /* Sampling for the request fields a client leaves out (serve --temp, --top-k, --top-p,
+     * --min-p, --repeat-penalty, --repeat-last-n); a field the request gives wins. */
+    api_sampling sampling;
     const char *host;
     int port;
     int max_queue;        /* requests waiting beyond engine.max_seqs; more: 429 */

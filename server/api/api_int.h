@@ -55,6 +55,7 @@ struct api_server {
     api_fatal_cb on_fatal;
     void *fatal_data;
     bool ready, draining, fatal;
+    char starting[32]; /* before ready: what the engine thread waits for ("calibrating"); "": loading */
     api_model model;
     char model_id[256];
     long started_at;

@@ -427,6 +427,11 @@ static cJSON *parse_body(const char *body, size_t len, api_error *err) {
     return root;
 }
 
+void api_sampling_default(api_sampling *s) {
+    *s = (api_sampling){.temperature = 0.8f, .top_k = 40, .top_p = 0.95f, .min_p = 0.05f, .repeat_penalty = 1.0f,
+                        .repeat_last_n = 64};
+}
+
 bool openai_parse_generation(const char *body, size_t body_len, bool chat, const api_model *m, openai_request *out, api_error *err) {
     memset(out, 0, sizeof *out);
     out->chat = chat;
@@ -434,9 +439,14 @@ bool openai_parse_generation(const char *body, size_t body_len, bool chat, const
     prompt_in prompts[OPENAI_MAX_CHOICES] = {{0}};
     int n_prompts = 0;
     g->max_tokens = chat ? -1 : COMPLETIONS_DEFAULT_MAX_TOKENS;
-    /* OpenAI's defaults: temperature 1, top_p 1; top_k and min_p off. */
-    g->sampling = (wk_sampler_params){.temperature = 1.0f, .top_p = 1.0f, .top_k = 0, .min_p = 0.0f};
-    g->repetition_penalty = 1.0f;
+    /* The server's defaults for omitted fields, else OpenAI's: temperature 1, top_p 1; top_k and
+     * min_p off. */
+    const api_sampling *d = m->sampling;
+    g->sampling = d ? (wk_sampler_params){.temperature = d->temperature, .top_p = d->top_p, .top_k = d->top_k,
+                                          .min_p = d->min_p}
+                    : (wk_sampler_params){.temperature = 1.0f, .top_p = 1.0f, .top_k = 0, .min_p = 0.0f};
+    g->repetition_penalty = d ? d->repeat_penalty : 1.0f;
+    g->repeat_last_n = d ? d->repeat_last_n : -1;
     g->logprobs = -1;
 
     cJSON *root = parse_body(body, body_len, err);
@@ -477,7 +487,7 @@ bool openai_parse_generation(const char *body, size_t body_len, bool chat, const
         }
         g->max_tokens = max_tokens;
     }
-    int top_k = 0;
+    int top_k = g->sampling.top_k;
     int64_t seed = 0;
     bool seed_given = false;
     ok = ok && get_number(root, "temperature", 0.0, 2.0, &g->sampling.temperature, err) &&
@@ -494,6 +504,7 @@ bool openai_parse_generation(const char *body, size_t body_len, bool chat, const
         goto out;
     }
     g->sampling.top_k = top_k < 0 ? 0 : top_k; /* -1 (vLLM's "off") and 0 both disable */
+    if (field(root, "repetition_penalty")) g->repeat_last_n = -1; /* the request's own repetition_penalty: vLLM's rule, every token */
     const cJSON *sv = field(root, "seed");
     if (sv) {
         if (!is_integer(sv)) {

@@ -16,12 +16,24 @@ typedef struct api_error {
     char message[512];
 } api_error;
 
+/* The server's sampling for the fields a request leaves out (serve --temp ...). */
+typedef struct api_sampling {
+    float temperature, top_p, min_p; /* as wk_sampler_params: temperature 0 greedy, top_p 1 and min_p 0 off */
+    int top_k;                       /* 0: off */
+    float repeat_penalty;            /* 1: off */
+    int repeat_last_n;               /* the tokens it looks at: the last N of prompt + output; -1: all */
+} api_sampling;
+/* llama-server's defaults (llama.cpp common/common.h, common_params_sampling): temperature 0.8,
+ * top_k 40, top_p 0.95, min_p 0.05, repeat penalty 1.0 over the last 64 tokens. */
+void api_sampling_default(api_sampling *s);
+
 /* What validation needs to know about the server. */
 typedef struct api_model {
     const char *id;    /* the served model name */
     const char *alias; /* also accepted (the GGUF's general.name), or NULL */
     int max_ctx;
     chat_format chat;
+    const api_sampling *sampling; /* defaults of omitted fields; NULL: OpenAI's (temperature 1, the rest off) */
 } api_model;
 
 #define OPENAI_MAX_CHOICES 16 /* prompts x n in one request */

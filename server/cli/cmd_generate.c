@@ -12,6 +12,7 @@
 #include "cli/cli_args.h"
 #include "cli/cli_common.h"
 #include "cli/kv_flags.h"
+#include "cli/wush_cache.h"
 #include "metrics/mono_clock.h"
 #include "sched/text_stream.h"
 #include "wushkv/wushkv.h"
@@ -334,6 +335,8 @@ int cmd_generate(int argc, char **argv) {
     ep.max_batch_tokens = PREFILL_CHUNK;
     ep.max_seqs = 1;
     if (o.common.verbose) fprintf(stderr, "model: %s\n", o.common.model);
+    char wush[4200];
+    if (wush_cache_prepare("generate", &ep, wush, sizeof wush, NULL, NULL) < 0) return 1;
     wk_engine *e = cli_engine_open("generate", &ep);
     if (!e) return 1;
     char kv[128];

@@ -12,6 +12,7 @@
 #include "metrics/mono_clock.h"
 #include "cli/text_file.h"
 #include "cli/kv_flags.h"
+#include "cli/wush_cache.h"
 #include "cli/layer_error.h"
 #include "wushkv/research.h"
 
@@ -246,6 +247,26 @@ int cmd_perplexity(int argc, char **argv) {
     kv_flags_apply(&o.kv, &ep);
     ep.max_ctx = o.ctx;
     ep.max_batch_tokens = o.batch;
+    char wush[4200];
+    if (wush_cache_prepare("perplexity", &ep, wush, sizeof wush, NULL, NULL) < 0) {
+        free(text);
+        return 1;
+    }
+    /* A layer-error format with the wush transform and no --wush gets its group's cached sidecar. */
+    static char le_wush[LAYER_ERROR_MAX_FORMATS][4200];
+    for (int i = 0; i < o.n_le_formats; i++) {
+        wk_kv_error_format *f = &o.le_formats[i];
+        if (f->transform != WK_KV_TRANSFORM_WUSH || f->wush_path) continue;
+        wk_engine_params fp = ep;
+        fp.kv_transform = WK_KV_TRANSFORM_WUSH;
+        fp.wush_path = NULL;
+        fp.kv_group = f->group ? f->group : 32;
+        if (wush_cache_prepare("perplexity", &fp, le_wush[i], sizeof le_wush[i], NULL, NULL) < 0) {
+            free(text);
+            return 1;
+        }
+        f->wush_path = le_wush[i];
+    }
     if (o.layer_error) { /* the layer error applies the format itself to an f16 capture of one window */
         ep.kv_bits = ep.kv_group = ep.kv_sink = ep.kv_recent = 0;
         ep.kv_quant = WK_KV_QUANT_QUEST;

@@ -11,6 +11,7 @@
 #include "cli/cli_args.h"
 #include "cli/cli_common.h"
 #include "cli/kv_flags.h"
+#include "cli/wush_cache.h"
 #include "wushkv/wushkv.h"
 
 static void serve_usage(FILE *f) {
@@ -44,11 +45,26 @@ static void serve_usage(FILE *f) {
             "                          (default 30)\n");
     kv_flags_usage(f, 26);
     fprintf(f,
+            "  --temp X                sampling temperature of a request that gives none; 0: greedy\n"
+            "                          (default 0.8)\n"
+            "  --top-k N               top_k of a request that gives none; 0: off (default 40)\n"
+            "  --top-p X               top_p of a request that gives none, in (0, 1]; 1: off\n"
+            "                          (default 0.95)\n"
+            "  --min-p X               min_p of a request that gives none, in [0, 1]; 0: off\n"
+            "                          (default 0.05)\n"
+            "  --repeat-penalty X      repetition penalty of a request that gives none; 1: off\n"
+            "                          (default 1.0)\n"
+            "  --repeat-last-n N       tokens that penalty looks at: the last N of prompt + output;\n"
+            "                          -1: all (default 64)\n");
+    fprintf(f,
             "  --device N              Vulkan device index (default: $WUSHKV_DEVICE, else the best)\n"
             "  --log-prompts           include (the start of) each prompt in the request log\n"
             "  -v, --verbose           device and model details on stderr\n"
             "  -h, --help              this text\n"
             "\n"
+            "The sampling defaults are llama-server's; a request's own fields win (temperature 0 too).\n"
+            "The default KV format is int2 with the WUSH transform: the first start with a model\n"
+            "calibrates its transforms (/health says \"calibrating\") and caches them; --kv f16 opts out.\n"
             "With --kv int2/3/4 the sequences share the pool in blocks of 16 tokens: a request waits\n"
             "for free blocks, and when the pool runs out the newest sequence is preempted and\n"
             "recomputed later.\n");
@@ -137,6 +153,7 @@ static int parse_serve(int argc, char **argv, serve_config *cfg, char *key_buf, 
     cfg->drain_timeout_s = 30;
     kv_flags kv;
     kv_flags_init(&kv);
+    api_sampling_default(&cfg->sampling);
     http_limits_default(&cfg->limits);
     cfg->api_key = getenv("WUSHKV_API_KEY");
     if (cfg->api_key && !cfg->api_key[0]) cfg->api_key = NULL;
@@ -188,6 +205,22 @@ static int parse_serve(int argc, char **argv, serve_config *cfg, char *key_buf, 
         } else if (cli_is(&c, NULL, "--drain-timeout")) {
             ok = cli_float(&c, 0, 86400, &secs);
             if (ok) cfg->drain_timeout_s = secs;
+        } else if (cli_is(&c, NULL, "--temp")) {
+            ok = cli_float(&c, 0, 2, &cfg->sampling.temperature);
+        } else if (cli_is(&c, NULL, "--top-k")) {
+            ok = cli_int(&c, 0, INT32_MAX, &cfg->sampling.top_k);
+        } else if (cli_is(&c, NULL, "--top-p")) {
+            ok = cli_float(&c, 0, 1, &cfg->sampling.top_p);
+            if (ok && !(cfg->sampling.top_p > 0)) {
+                cli_error(&c, "--top-p: expected a number in (0, 1], got '0'");
+                ok = false;
+            }
+        } else if (cli_is(&c, NULL, "--min-p")) {
+            ok = cli_float(&c, 0, 1, &cfg->sampling.min_p);
+        } else if (cli_is(&c, NULL, "--repeat-penalty")) {
+            ok = cli_float(&c, 0.01, 100, &cfg->sampling.repeat_penalty);
+        } else if (cli_is(&c, NULL, "--repeat-last-n")) {
+            ok = cli_int(&c, -1, 1 << 20, &cfg->sampling.repeat_last_n);
         } else if (cli_is(&c, NULL, "--log-prompts")) {
             ok = cli_switch(&c);
             cfg->log_prompts = true;
@@ -213,6 +246,25 @@ static int parse_serve(int argc, char **argv, serve_config *cfg, char *key_buf, 
     return -1;
 }
 
+/* The engine thread's first step (sched_prepare_fn): the WUSH sidecar from the cache, made there
+ * on a miss while /health says "calibrating". The path lives as long as the process. */
+typedef struct starting_ctx {
+    sched_starting_fn fn;
+    void *sched;
+} starting_ctx;
+
+static void calibrating(void *data) {
+    starting_ctx *ctx = data;
+    ctx->fn(ctx->sched, "calibrating");
+}
+
+static int prepare_engine(wk_engine_params *p, void *data, sched_starting_fn starting, void *sched) {
+    static char path[4200];
+    (void)data;
+    starting_ctx ctx = {starting, sched};
+    return wush_cache_prepare("serve", p, path, sizeof path, calibrating, &ctx);
+}
+
 int cmd_serve(int argc, char **argv) {
     static serve_state s; /* handles must outlive every callback: the loop runs to the end here */
     char key[512], model[4096];
@@ -228,6 +280,7 @@ int cmd_serve(int argc, char **argv) {
         return 1;
     }
 
+    s.cfg.prepare = prepare_engine;
     uv_loop_init(&s.loop);
     uv_signal_init(&s.loop, &s.sigint);
     uv_signal_init(&s.loop, &s.sigterm);

@@ -17,9 +17,9 @@ static const struct {
     const char *flag, *value, *help;
 } flags[] = {
     {"--kv", "FMT",
-     "KV cache format: f16 (a fixed --ctx slot per sequence) or int2,\n"
-     "int3, int4 (a paged pool of packed codes with per-group f16\n"
-     "parameters) (default: int2 with --wush, else f16)"},
+     "KV cache format: f16 (a fixed --ctx slot per sequence; drops the\n"
+     "default transform and windows) or int2, int3, int4 (a paged pool\n"
+     "of packed codes with per-group f16 parameters) (default int2)"},
     {"--kv-quant", "Q", "quantizer of int2/3/4: quest (default), percentile, absmax"},
     {"--kv-group", "G",
      "elements of a head vector per quantization group (and Hadamard\n"
@@ -29,23 +29,38 @@ static const struct {
      "sequence's full context)"},
     {"--kv-transform", "T",
      "none, hadamard (random signs, blocks of --kv-group) or wush\n"
-     "(default: wush with --wush, else none)"},
+     "(default wush; none with --kv f16)"},
     {"--wush", "FILE",
-     "WUSH-KV transforms from `wushkv calibrate` for this model;\n"
-     "makes int2 the default format and wush the default transform"},
-    {"--kv-sink", "S", "int2/3/4: keep the first S tokens' keys and values in f16\n(default 0)"},
-    {"--kv-recent", "R", "int2/3/4: keep the last R tokens' keys and values in f16\n(default 0)"},
+     "WUSH-KV transforms from `wushkv calibrate` for this model\n"
+     "(default: the model's sidecar in the cache directory,\n"
+     "$WUSHKV_CACHE_DIR, else $XDG_CACHE_HOME/wushkv, else\n"
+     "~/.cache/wushkv; made from the built-in text when missing)"},
+    {"--kv-sink", "S", "int2/3/4: keep the first S tokens' keys and values in f16\n(default 4; 0 with --kv f16)"},
+    {"--kv-recent", "R", "int2/3/4: keep the last R tokens' keys and values in f16\n(default 64; 0 with --kv f16)"},
     {"--kv-rho-k", "X", "percentile quantizer: clip quantile of keys, in (0, 1]\n(default 0.96)"},
     {"--kv-rho-v", "X", "percentile quantizer: clip quantile of values, in (0, 1]\n(default 0.92)"},
 };
 enum { N_FLAGS = sizeof flags / sizeof flags[0] };
 
+/* THE default KV format of every command (serve, generate, perplexity, bench): the best 2-bit
+ * format measured so far (docs/wush-kv.md): int2 QuEST in groups of 32 after the WUSH transform
+ * (its sidecar found or made by wush_cache.c when no --wush is given), with the first 4 and the
+ * last 64 tokens kept in f16. Change it here and nowhere else. */
+#define KV_DEFAULT_BITS 2
+#define KV_DEFAULT_QUANT WK_KV_QUANT_QUEST
+#define KV_DEFAULT_GROUP 32
+#define KV_DEFAULT_TRANSFORM WK_KV_TRANSFORM_WUSH
+#define KV_DEFAULT_SINK 4
+#define KV_DEFAULT_RECENT 64
+
 void kv_flags_init(kv_flags *f) {
     memset(f, 0, sizeof *f);
-    f->bits = 16;
-    f->quant = WK_KV_QUANT_QUEST;
-    f->group = 32;
-    f->transform = WK_KV_TRANSFORM_NONE;
+    f->bits = KV_DEFAULT_BITS;
+    f->quant = KV_DEFAULT_QUANT;
+    f->group = KV_DEFAULT_GROUP;
+    f->transform = KV_DEFAULT_TRANSFORM;
+    f->sink = KV_DEFAULT_SINK;
+    f->recent = KV_DEFAULT_RECENT;
 }
 
 bool kv_flags_is(const cli *c) {
@@ -102,9 +117,11 @@ bool kv_flags_parse(cli *c, kv_flags *f) {
     } else if (cli_is(c, NULL, "--kv-sink")) {
         name = "--kv-sink";
         ok = cli_int(c, 0, INT_MAX, &f->sink);
+        f->sink_given = true;
     } else if (cli_is(c, NULL, "--kv-recent")) {
         name = "--kv-recent";
         ok = cli_int(c, 0, INT_MAX, &f->recent);
+        f->recent_given = true;
     } else if (cli_is(c, NULL, "--kv-rho-k")) {
         name = f->percentile_only = "--kv-rho-k";
         ok = quantile(c, &f->rho_k);
@@ -120,12 +137,14 @@ bool kv_flags_parse(cli *c, kv_flags *f) {
 }
 
 bool kv_flags_finish(const cli *c, kv_flags *f) {
-    /* A sidecar makes WUSH the transform and int2 the format unless they were named. */
+    /* A sidecar makes WUSH the transform unless one was named. */
     if (f->wush_path && !f->transform_given) f->transform = WK_KV_TRANSFORM_WUSH;
-    if (f->wush_path && !f->bits_given) f->bits = 2;
-    if (f->transform == WK_KV_TRANSFORM_WUSH && !f->wush_path) {
-        cli_error(c, "--kv-transform wush needs --wush FILE (the sidecar `wushkv calibrate` writes)");
-        return false;
+    /* --kv f16 opts out of the quantized default: its transform and windows go too, unless they
+     * were named (then the checks below judge them). */
+    if (f->bits == 16 && f->bits_given) {
+        if (!f->transform_given && !f->wush_path) f->transform = WK_KV_TRANSFORM_NONE;
+        if (!f->sink_given) f->sink = 0;
+        if (!f->recent_given) f->recent = 0;
     }
     if (f->bits == 16 && f->quantized_only) {
         cli_error(c, "%s applies to a quantized KV cache (--kv int2, int3 or int4), not to f16", f->quantized_only);

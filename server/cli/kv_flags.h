@@ -23,20 +23,23 @@ typedef struct kv_flags {
     int sink, recent;      /* f16 windows of a quantized cache, in tokens (0: off) */
     float rho_k, rho_v;    /* percentile clip quantiles; 0: the engine's (0.96, 0.92) */
     /* What kv_flags_finish's defaults and checks depend on. */
-    bool bits_given, group_given, transform_given;
+    bool bits_given, group_given, transform_given, sink_given, recent_given;
     const char *quantized_only;  /* the last flag given that only an int2/3/4 cache takes */
     const char *percentile_only; /* the last of --kv-rho-k / --kv-rho-v given */
 } kv_flags;
 
-/* The defaults: f16, quest, group 32, no transform, no windows. */
+/* The defaults (one place: kv_flags.c's KV_DEFAULT_*): int2, quest, group 32, the WUSH transform
+ * with no sidecar path (wush_cache.c finds or makes it), sink 4, recent 64. */
 void kv_flags_init(kv_flags *f);
 /* Whether the current option is one of the KV flags. */
 bool kv_flags_is(const cli *c);
 /* Parses the current option (one kv_flags_is accepts) into f; false after printing the error. */
 bool kv_flags_parse(cli *c, kv_flags *f);
-/* After the last option: applies the defaults that depend on other flags (--wush without --kv
- * means int2; --wush without --kv-transform means wush) and refuses flags the chosen format does
- * not take. False after printing the error (a command-line mistake: exit CLI_EXIT_USAGE). */
+/* After the last option: applies the defaults that depend on other flags (--kv f16 drops the
+ * default transform and windows; --wush without --kv-transform means wush) and refuses flags the
+ * chosen format does not take. Transform wush without --wush leaves wush_path NULL: the caller
+ * finds or makes the sidecar (wush_cache_prepare). False after printing the error (a
+ * command-line mistake: exit CLI_EXIT_USAGE). */
 bool kv_flags_finish(const cli *c, kv_flags *f);
 /* Copies the KV fields into engine params (the others are left alone). */
 void kv_flags_apply(const kv_flags *f, wk_engine_params *p);

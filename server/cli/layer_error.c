@@ -88,8 +88,6 @@ int layer_error_parse_formats(const char *list, const wk_engine_params *kv, wk_k
             if (!colon) break;
             field = colon + 1;
         }
-        if (f.transform == WK_KV_TRANSFORM_WUSH && !f.wush_path)
-            return snprintf(err, errlen, "format '%.*s': the wush transform needs --wush FILE", (int)(end - p), p), -1;
         out[n++] = f;
         if (!*end) return n;
         p = end + 1;

@@ -5,13 +5,17 @@
 #include <math.h>
 
 void logits_penalize(float *logits, const int32_t *prompt, int n_prompt, const int32_t *gen, int n_gen,
-                     float presence, float frequency, float repetition, int *scratch) {
-    if (repetition != 1.0f) {
+                     float presence, float frequency, float repetition, int last_n, int *scratch) {
+    if (repetition != 1.0f && last_n != 0) {
+        /* The window's start in prompt ++ gen: skip the tokens before the last last_n. */
+        long skip = last_n < 0 ? 0 : (long)n_prompt + n_gen - last_n;
+        if (skip < 0) skip = 0;
         /* scratch marks each token once so a token seen twice is penalised once. */
         for (int pass = 0; pass < 2; pass++) {
             const int32_t *t = pass ? gen : prompt;
             int n = pass ? n_gen : n_prompt;
-            for (int i = 0; i < n; i++) {
+            int first = pass ? (skip > n_prompt ? (int)(skip - n_prompt) : 0) : (skip < n_prompt ? (int)skip : n_prompt);
+            for (int i = first; i < n; i++) {
                 if (scratch[t[i]]) continue;
                 scratch[t[i]] = 1;
                 float *l = &logits[t[i]];

@@ -6,10 +6,12 @@
 #include <stdint.h>
 
 /* presence/frequency (OpenAI's definition) count the generated tokens; repetition (the CTRL /
- * Hugging Face rule: divide a positive logit, multiply a negative one) looks at prompt and
- * generated tokens, as vLLM does. scratch: n_vocab ints, all zero, left all zero. */
+ * Hugging Face rule: divide a positive logit, multiply a negative one, once per distinct token)
+ * looks at the last `last_n` tokens of prompt followed by generated tokens (llama.cpp's
+ * repeat_last_n), or at all of them when last_n < 0 (vLLM's rule); last_n 0: none. scratch:
+ * n_vocab ints, all zero, left all zero. */
 void logits_penalize(float *logits, const int32_t *prompt, int n_prompt, const int32_t *gen, int n_gen,
-                     float presence, float frequency, float repetition, int *scratch);
+                     float presence, float frequency, float repetition, int last_n, int *scratch);
 void logits_bias(float *logits, int n_vocab, const int32_t *tokens, const float *values, int n);
 
 /* log softmax of `chosen`, and the n_top most likely tokens with theirs (best first). */

@@ -273,7 +273,7 @@ void sched_step(scheduler *s) {
         float *row = s->logits + (size_t)i * (size_t)s->info->n_vocab;
         if (r->g.n_bias) logits_bias(row, s->info->n_vocab, r->g.bias_tokens, r->g.bias_values, r->g.n_bias);
         logits_penalize(row, r->prompt, r->n_prompt, r->gen, r->n_gen, r->g.presence_penalty, r->g.frequency_penalty,
-                        r->g.repetition_penalty, s->scratch);
+                        r->g.repetition_penalty, r->g.repeat_last_n, s->scratch);
         take_token(s, r, row); /* may finish (and free) r */
     }
     if (prefilled) metrics_tokens(s->m, prefilled, 0);

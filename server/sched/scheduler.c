@@ -145,9 +145,26 @@ static int warm_up(scheduler *s, char *err, size_t errlen) {
     return rc < 0 ? rc : 0;
 }
 
+/* The prepare hook's way to say what the engine thread waits for (sched_starting_fn). */
+static void post_starting(void *sched, const char *state) {
+    scheduler *s = sched;
+    sched_event *ev = sched_ev_new(EV_STARTING, 0);
+    if (!ev) return;
+    snprintf(ev->message, sizeof ev->message, "%s", state);
+    sched_ev_post(s, ev);
+    sched_ev_flush(s);
+}
+
 static void *engine_main(void *arg) {
     scheduler *s = arg;
     char err[WK_ERRMSG_LEN] = "";
+    if (s->cfg.prepare && s->cfg.prepare(&s->cfg.engine, s->cfg.prepare_data, post_starting, s) < 0) {
+        sched_event *ev = sched_ev_new(EV_FATAL, 0);
+        if (ev) snprintf(ev->message, sizeof ev->message, "cannot prepare the KV cache format (see above)");
+        sched_ev_post(s, ev);
+        sched_ev_flush(s);
+        return NULL;
+    }
     int rc = wk_engine_open(&s->cfg.engine, &s->e, err, sizeof err);
     if (rc < 0) {
         sched_event *ev = sched_ev_new(EV_FATAL, 0);
@@ -172,6 +189,10 @@ static void *engine_main(void *arg) {
     m->kv_swa_groups = s->info->kv_swa_groups;
     m->kv_swa_window = s->info->kv_swa_window;
     m->kv_bits_per_element = s->info->kv_bits_per_element;
+    snprintf(m->wush_path, sizeof m->wush_path, "%s", s->cfg.engine.wush_path ? s->cfg.engine.wush_path : "");
+    m->kv_context_bytes = s->info->kv_pool_blocks
+                              ? wk_kv_peak_bytes(s->info, (uint64_t)s->info->max_ctx, (uint64_t)s->cfg.max_batch_tokens)
+                              : (uint64_t)s->info->max_ctx * s->info->kv_bytes_per_token;
     const char *tmpl = wk_engine_chat_template(s->e);
     m->chat_template = tmpl ? strdup(tmpl) : NULL;
 

@@ -30,6 +30,7 @@ typedef struct gen_params {
     int max_tokens;          /* -1: until the context is full */
     wk_sampler_params sampling;
     float presence_penalty, frequency_penalty, repetition_penalty; /* 0, 0, 1: off */
+    int repeat_last_n; /* repetition_penalty looks at the last N prompt + generated tokens; -1: all */
     int n_bias;
     int32_t *bias_tokens; /* owned */
     float *bias_values;   /* owned */
@@ -53,6 +54,7 @@ typedef struct sched_job {
 typedef enum {
     EV_READY,       /* the engine is open and warmed up: info is valid */
     EV_FATAL,       /* the engine could not open; message says why */
+    EV_STARTING,    /* before EV_READY: what the engine thread waits for now (message: "calibrating") */
     EV_ACCEPTED,    /* a generation passed the checks that need the tokenizer: prompt_tokens */
     EV_TEXT,        /* text produced by one request (may be empty when only token counts moved) */
     EV_DONE,        /* a generation ended: finish_reason and usage */
@@ -104,11 +106,22 @@ typedef struct model_summary {
     uint64_t kv_pool_blocks;     /* the paged pool's blocks (0 for f16) */
     int kv_layer_groups, kv_swa_groups, kv_swa_window; /* wk_model_info's */
     double kv_bits_per_element;
+    char wush_path[4096];        /* the WUSH sidecar the engine opened with ("" without) */
+    uint64_t kv_context_bytes;   /* held by one sequence of max_ctx tokens (wk_kv_peak_bytes; f16: its slot) */
     char *chat_template; /* owned copy, or NULL */
 } model_summary;
 
+/* Runs on the engine thread before the engine opens (serve: find or make the WUSH sidecar). It may
+ * change *p; strings it points p at must outlive the scheduler. starting(sched, "calibrating")
+ * tells the loop thread what it waits for (an EV_STARTING event). 0, or negative after printing
+ * why on stderr (then EV_FATAL). */
+typedef void (*sched_starting_fn)(void *sched, const char *state);
+typedef int (*sched_prepare_fn)(wk_engine_params *p, void *data, sched_starting_fn starting, void *sched);
+
 typedef struct sched_config {
     wk_engine_params engine;
+    sched_prepare_fn prepare; /* NULL: none */
+    void *prepare_data;
     int max_seqs;         /* sequences decoded together */
     int max_batch_tokens; /* tokens per forward step (decode tokens + a prefill chunk) */
     int kv_block_tokens;  /* the block usage.kv_cache.blocks counts an f16 cache in (the paged pool has its own) */
