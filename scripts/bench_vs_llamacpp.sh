@@ -23,7 +23,8 @@ echo
 
 best_pp=0 best_tg=0
 for r in $(seq 1 "$reps"); do
-    out=$("$wushkv" generate -m "$model" -p "$prompt" -n $((nd + 1)) --json 2>/dev/null)
+    # --kv f16: llama-bench's f16 cache, the like-for-like comparison (wushkv's default is int2 + WUSH)
+    out=$("$wushkv" generate -m "$model" -p "$prompt" -n $((nd + 1)) --kv f16 --json 2>/dev/null)
     read -r ptok pp tg < <(python3 -c 'import json,sys; j=json.loads(sys.argv[1]); print(j["prompt_tokens"], j["prefill_tokens_per_s"], j["decode_tokens_per_s"])' "$out")
     echo "wushkv run $r: prompt $ptok tokens, prefill $pp tok/s, decode $tg tok/s"
     best_pp=$(python3 -c "print(max($best_pp, $pp))")

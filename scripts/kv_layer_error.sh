@@ -31,7 +31,8 @@ if [[ -z ${FORMATS:-} ]]; then
     list=()
     for b in 2 3 4; do
         for q in quest percentile absmax; do
-            for t in none hadamard wush; do list+=("int$b:$q:$t"); done
+            # :0:0: no f16 windows (a format's empty fields come from the flags: the default's 4 / 64)
+            for t in none hadamard wush; do list+=("int$b:$q:$t:0:0"); done
         done
     done
     for q in quest percentile absmax; do

@@ -48,7 +48,10 @@ for b in $bits; do
     for q in $quants; do
         for t in none hadamard wush; do
             # shellcheck disable=SC2086 # extra is a list of flags
-            row "int$b $q $t${extra:+ $extra}" --kv "int$b" --kv-quant "$q" --kv-transform "$t" --wush "$wush" $extra
+            # --kv-sink 0 --kv-recent 0 first: no f16 windows (the default format has them) unless
+            # EXTRA names them (the last one counts).
+            row "int$b $q $t${extra:+ $extra}" --kv "int$b" --kv-quant "$q" --kv-transform "$t" --wush "$wush" \
+                --kv-sink 0 --kv-recent 0 $extra
         done
     done
 done

@@ -1,8 +1,8 @@
 #!/usr/bin/env python3
 """Measures whether a huge prompt holds up a small request (issue 14, item 2): the latency of a
 1-token completion alone, then while a 190 KB prompt with n=16 is being refused. Usage:
-python3 scripts/prompt_stall.py http://127.0.0.1:8080 against `wushkv serve` with its defaults
-(context 4096, room for 16 choices). Not a test: it prints the figures; the test with a bound is
+python3 scripts/prompt_stall.py http://127.0.0.1:8080 against `wushkv serve --kv f16` (the f16
+default of the time docs/reliability.md's figure was measured at; context 4096, room for 16 choices). Not a test: it prints the figures; the test with a bound is
 tests/py/test_bad_input.py::test_small_request_not_stalled_by_a_huge_prompt."""
 import sys
 import threading

@@ -66,6 +66,9 @@ bash scripts/build.sh --asan || die_step "scripts/build.sh --asan"
 
 # Tests that need the real model read it from here, and skip without it.
 export WUSHKV_MODEL=$model
+# One WUSH sidecar cache for the whole run (meson suites and pytest): a server or command in the
+# default format calibrates the real model once per run at most (kept in build/ between runs).
+export WUSHKV_CACHE_DIR=${WUSHKV_CACHE_DIR:-$PWD/build/wush-cache}
 
 echo "== meson test -C build (all suites)" >&2
 rm -f build/meson-logs/testlog.json

@@ -31,10 +31,13 @@ if not (eval(sys.argv[2])):
 }
 
 model=$tmp/tiny.gguf
+# The default KV format's WUSH sidecar: calibrated once into this test's own cache (512 tokens of
+# the built-in text: seconds on the tiny model), then reused.
+export WUSHKV_CACHE_DIR=$tmp/cache WUSHKV_CALIB_TOKENS=512
 "$writer" "$model" gemma3 || { echo "FAIL: cannot write the tiny model"; exit 1; }
 
 # 1. JSON: positive speeds, the token counts the sequence evaluated, the model's KV figures.
-out=$("$exe" bench -m "$model" -p 32 -n 8 -r 1 --json 2>"$tmp/err")
+out=$("$exe" bench -m "$model" -p 32 -n 8 -r 1 --kv f16 --json 2>"$tmp/err")
 rc=$?
 [[ $rc -eq 0 ]] && ok || bad "bench --json exit status $rc" "$(cat "$tmp/err")"
 check "json counts" "$out" 'j["n_prompt"] == 32 and j["n_gen"] == 8 and j["repetitions"] == 1'
@@ -43,12 +46,18 @@ check "json runs" "$out" 'len(j["prefill_runs_tokens_per_s"]) == 1 and len(j["de
 check "json kv" "$out" 'j["kv"] == "f16" and j["bits_per_element"] == 16 and j["kv_bytes_per_token"] > 0'
 check "json device" "$out" 'j["device"] != "" and j["model"] == "tiny-gemma3" and "peer" not in j'
 
-# 2. Quantized KV, several runs, prefill split into batches: counts and per-run speeds.
-out=$("$exe" bench -m "$model" -p 40 -n 4 -r 2 --batch-tokens 16 --kv int2 --json 2>"$tmp/err")
+# 2. The default KV format (int2 + WUSH from the cache, f16 windows), several runs, prefill split
+# into batches: counts and per-run speeds; then plain int2 (no transform, no windows).
+out=$("$exe" bench -m "$model" -p 40 -n 4 -r 2 --batch-tokens 16 --json 2>"$tmp/err")
+rc=$?
+[[ $rc -eq 0 ]] && ok || bad "bench (default KV) exit status $rc" "$(cat "$tmp/err")"
+check "default kv" "$out" 'j["kv"] == "int2 quest G32 wush sink4 recent64" and j["bits_per_element"] > 2.5'
+grep -q 'no WUSH-KV sidecar for this model' "$tmp/err" && ok || bad "bench calibrates the default's sidecar" "$(cat "$tmp/err")"
+out=$("$exe" bench -m "$model" -p 40 -n 4 -r 2 --batch-tokens 16 --kv int2 --kv-transform none --kv-sink 0 --kv-recent 0 --json 2>"$tmp/err")
 rc=$?
 [[ $rc -eq 0 ]] && ok || bad "bench --kv int2 exit status $rc" "$(cat "$tmp/err")"
 check "int2 counts" "$out" 'j["n_prompt"] == 40 and j["n_gen"] == 4 and j["batch_tokens"] == 16'
-check "int2 kv" "$out" 'j["kv"].startswith("int2") and j["bits_per_element"] < 4'
+check "int2 kv" "$out" 'j["kv"] == "int2 quest G32" and j["bits_per_element"] < 4'
 check "int2 runs" "$out" 'len(j["decode_runs_tokens_per_s"]) == 2 and min(j["decode_runs_tokens_per_s"]) > 0'
 [[ $(grep -c '^run [12]/2: prefill 40 tokens' "$tmp/err") -eq 2 ]] && ok || bad "progress lines" "$(cat "$tmp/err")"
 

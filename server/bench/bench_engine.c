@@ -118,7 +118,7 @@ static int measure_engine(const bench_engine_opts *o, const char *model, engine_
     kv_flags_describe(&o->kv, res->kv_desc, sizeof res->kv_desc);
 
     char wush[4200];
-    if (wush_cache_prepare("bench", &ep, wush, sizeof wush, NULL, NULL) < 0) return 1;
+    if (wush_cache_prepare("bench", &ep, wush, sizeof wush, NULL) < 0) return 1;
     wk_engine *e = cli_engine_open("bench", &ep);
     if (!e) return 1;
     const wk_model_info *info = wk_engine_info(e);

@@ -122,6 +122,11 @@ int calib_run(const char *cmd, wk_engine *e, const char *text, size_t len, const
         if (bos) chunk[m++] = info->bos;
         while (m < n && used < n_text) chunk[m++] = toks[used++];
         if (m < 2) break; /* BOS alone says nothing */
+        if (o->cancelled && o->cancelled(o->cancel_data)) {
+            fprintf(stderr, "%swushkv %s: calibration stopped after %d of %d chunks\n", tty ? "\n" : "", cmd, k,
+                    n_chunks);
+            goto out;
+        }
         st = wk_calib_add(cal, chunk, m, err, sizeof err);
         if (st < 0) {
             fprintf(stderr, "%swushkv %s: chunk %d: %s: %s\n", tty ? "\n" : "", cmd, k + 1, wk_strerror(st), err);

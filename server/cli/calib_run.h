@@ -17,13 +17,15 @@ typedef struct calib_run_opts {
     int threads;                  /* 0: all CPUs */
     const char *text_name;        /* recorded in the sidecar */
     bool print_report;            /* the per-head gains table on stdout */
+    bool (*cancelled)(void *data); /* asked before each chunk; true stops the run (NULL: never) */
+    void *cancel_data;
 } calib_run_opts;
 
 /* The defaults of `wushkv calibrate` (8192 tokens in chunks of 512, group 32, mass). */
 void calib_run_opts_default(calib_run_opts *o);
 /* Calibrates on e (opened with max_ctx = max_batch_tokens = o->chunk and the f16 cache) from
  * text[0..len) and writes the sidecar to out (via a temporary file and rename). 0, or -1 after
- * printing "wushkv CMD: ..." on stderr. */
+ * printing "wushkv CMD: ..." on stderr (also when o->cancelled stopped it: nothing written). */
 int calib_run(const char *cmd, wk_engine *e, const char *text, size_t len, const calib_run_opts *o, const char *out);
 
 #endif

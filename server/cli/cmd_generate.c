@@ -336,7 +336,7 @@ int cmd_generate(int argc, char **argv) {
     ep.max_seqs = 1;
     if (o.common.verbose) fprintf(stderr, "model: %s\n", o.common.model);
     char wush[4200];
-    if (wush_cache_prepare("generate", &ep, wush, sizeof wush, NULL, NULL) < 0) return 1;
+    if (wush_cache_prepare("generate", &ep, wush, sizeof wush, NULL) < 0) return 1;
     wk_engine *e = cli_engine_open("generate", &ep);
     if (!e) return 1;
     char kv[128];

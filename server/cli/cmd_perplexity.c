@@ -248,7 +248,7 @@ int cmd_perplexity(int argc, char **argv) {
     ep.max_ctx = o.ctx;
     ep.max_batch_tokens = o.batch;
     char wush[4200];
-    if (wush_cache_prepare("perplexity", &ep, wush, sizeof wush, NULL, NULL) < 0) {
+    if (wush_cache_prepare("perplexity", &ep, wush, sizeof wush, NULL) < 0) {
         free(text);
         return 1;
     }
@@ -261,7 +261,7 @@ int cmd_perplexity(int argc, char **argv) {
         fp.kv_transform = WK_KV_TRANSFORM_WUSH;
         fp.wush_path = NULL;
         fp.kv_group = f->group ? f->group : 32;
-        if (wush_cache_prepare("perplexity", &fp, le_wush[i], sizeof le_wush[i], NULL, NULL) < 0) {
+        if (wush_cache_prepare("perplexity", &fp, le_wush[i], sizeof le_wush[i], NULL) < 0) {
             free(text);
             return 1;
         }

@@ -247,22 +247,31 @@ static int parse_serve(int argc, char **argv, serve_config *cfg, char *key_buf, 
 }
 
 /* The engine thread's first step (sched_prepare_fn): the WUSH sidecar from the cache, made there
- * on a miss while /health says "calibrating". The path lives as long as the process. */
+ * on a miss while /health says "calibrating" (SIGINT/SIGTERM stop it between chunks). The path
+ * lives as long as the process. */
 typedef struct starting_ctx {
-    sched_starting_fn fn;
+    sched_starting_fn starting;
+    sched_stopping_fn stopping;
     void *sched;
 } starting_ctx;
 
 static void calibrating(void *data) {
     starting_ctx *ctx = data;
-    ctx->fn(ctx->sched, "calibrating");
+    ctx->starting(ctx->sched, "calibrating");
 }
 
-static int prepare_engine(wk_engine_params *p, void *data, sched_starting_fn starting, void *sched) {
+static bool cancelled(void *data) {
+    starting_ctx *ctx = data;
+    return ctx->stopping(ctx->sched);
+}
+
+static int prepare_engine(wk_engine_params *p, void *data, sched_starting_fn starting, sched_stopping_fn stopping,
+                          void *sched) {
     static char path[4200];
     (void)data;
-    starting_ctx ctx = {starting, sched};
-    return wush_cache_prepare("serve", p, path, sizeof path, calibrating, &ctx);
+    starting_ctx ctx = {starting, stopping, sched};
+    wush_cache_hooks hooks = {calibrating, cancelled, &ctx};
+    return wush_cache_prepare("serve", p, path, sizeof path, &hooks);
 }
 
 int cmd_serve(int argc, char **argv) {

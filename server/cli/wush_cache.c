@@ -59,7 +59,8 @@ static bool make_dirs(const char *path, char *err, size_t errlen) {
 }
 
 /* Opens an f16 engine of the model, calibrates into tmp, closes it. 0 or -1 (printed). */
-static int calibrate(const char *cmd, const wk_engine_params *p, int tokens, const char *tmp) {
+static int calibrate(const char *cmd, const wk_engine_params *p, int tokens, const wush_cache_hooks *hooks,
+                     const char *tmp) {
     wk_engine_params cp = *p;
     cp.kv_bits = 16; /* the calibrator captures the f16 cache's keys and values */
     cp.kv_transform = WK_KV_TRANSFORM_NONE;
@@ -77,6 +78,10 @@ static int calibrate(const char *cmd, const wk_engine_params *p, int tokens, con
     o.chunk = WUSH_CACHE_CHUNK;
     o.group = p->kv_group ? p->kv_group : 32;
     o.text_name = CALIB_TEXT_NAME;
+    if (hooks) {
+        o.cancelled = hooks->cancelled;
+        o.cancel_data = hooks->data;
+    }
     int rc = calib_run(cmd, e, calib_text, calib_text_len, &o, tmp);
     wk_engine_close(e);
     return rc;
@@ -96,7 +101,7 @@ static int calib_tokens(const char *cmd) {
 }
 
 int wush_cache_prepare(const char *cmd, wk_engine_params *p, char *path_buf, size_t cap,
-                       wush_cache_calibrating_fn on_calibrating, void *data) {
+                       const wush_cache_hooks *hooks) {
     if (p->kv_transform != WK_KV_TRANSFORM_WUSH || p->wush_path) return 0;
     const int tokens = calib_tokens(cmd);
     if (!tokens) return -1;
@@ -139,13 +144,13 @@ int wush_cache_prepare(const char *cmd, wk_engine_params *p, char *path_buf, siz
         fprintf(stderr, "wushkv %s: %s (or pass --wush FILE, or --kv f16)\n", cmd, err);
         return -1;
     }
-    if (on_calibrating) on_calibrating(data);
+    if (hooks && hooks->calibrating) hooks->calibrating(hooks->data);
     /* A name of this process's own, renamed over the final one when whole: another process
      * calibrating the same model at once, or a crash, never leaves a half file under the name. */
     char tmp[4200];
     snprintf(tmp, sizeof tmp, "%s.%ld.tmp", path_buf, (long)getpid());
     double t0 = mono_now_s();
-    if (calibrate(cmd, p, tokens, tmp) < 0) {
+    if (calibrate(cmd, p, tokens, hooks, tmp) < 0) {
         remove(tmp);
         return -1;
     }

@@ -21,8 +21,14 @@
  * (not created). False with a message in err when none can be named or it does not fit. */
 bool wush_cache_dir(char *buf, size_t cap, char *err, size_t errlen);
 
-/* Called once before a calibration starts (serve: /health turns to "calibrating"). */
-typedef void (*wush_cache_calibrating_fn)(void *data);
+/* What a caller hears of a calibration (any may be NULL): calibrating(data) once before it starts
+ * (serve: /health turns to "calibrating"); cancelled(data) before each chunk, true to stop it
+ * (serve: SIGINT/SIGTERM). */
+typedef struct wush_cache_hooks {
+    void (*calibrating)(void *data);
+    bool (*cancelled)(void *data);
+    void *data;
+} wush_cache_hooks;
 
 /* When p asks for the WUSH transform without a sidecar (kv_transform WUSH, wush_path NULL), finds
  * this model's sidecar in the cache or makes it (progress on stderr; written via a temporary file
@@ -30,6 +36,6 @@ typedef void (*wush_cache_calibrating_fn)(void *data);
  * is unreadable or another model's is reported on stderr, made again and replaced. Otherwise p is
  * left alone. p->model_path must be set. 0, or -1 after printing "wushkv CMD: ..." on stderr. */
 int wush_cache_prepare(const char *cmd, wk_engine_params *p, char *path_buf, size_t cap,
-                       wush_cache_calibrating_fn on_calibrating, void *data);
+                       const wush_cache_hooks *hooks);
 
 #endif

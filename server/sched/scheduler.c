@@ -155,10 +155,19 @@ static void post_starting(void *sched, const char *state) {
     sched_ev_flush(s);
 }
 
+/* The prepare hook's way to learn that the daemon is stopping (sched_stopping_fn). */
+static bool is_stopping(void *sched) {
+    scheduler *s = sched;
+    pthread_mutex_lock(&s->mu);
+    bool quit = s->quit;
+    pthread_mutex_unlock(&s->mu);
+    return quit;
+}
+
 static void *engine_main(void *arg) {
     scheduler *s = arg;
     char err[WK_ERRMSG_LEN] = "";
-    if (s->cfg.prepare && s->cfg.prepare(&s->cfg.engine, s->cfg.prepare_data, post_starting, s) < 0) {
+    if (s->cfg.prepare && s->cfg.prepare(&s->cfg.engine, s->cfg.prepare_data, post_starting, is_stopping, s) < 0) {
         sched_event *ev = sched_ev_new(EV_FATAL, 0);
         if (ev) snprintf(ev->message, sizeof ev->message, "cannot prepare the KV cache format (see above)");
         sched_ev_post(s, ev);

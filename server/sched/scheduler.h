@@ -113,10 +113,13 @@ typedef struct model_summary {
 
 /* Runs on the engine thread before the engine opens (serve: find or make the WUSH sidecar). It may
  * change *p; strings it points p at must outlive the scheduler. starting(sched, "calibrating")
- * tells the loop thread what it waits for (an EV_STARTING event). 0, or negative after printing
- * why on stderr (then EV_FATAL). */
+ * tells the loop thread what it waits for (an EV_STARTING event); stopping(sched) turns true once
+ * sched_stop was called (a long step should then give up). 0, or negative after printing why on
+ * stderr (then EV_FATAL). */
 typedef void (*sched_starting_fn)(void *sched, const char *state);
-typedef int (*sched_prepare_fn)(wk_engine_params *p, void *data, sched_starting_fn starting, void *sched);
+typedef bool (*sched_stopping_fn)(void *sched);
+typedef int (*sched_prepare_fn)(wk_engine_params *p, void *data, sched_starting_fn starting,
+                                sched_stopping_fn stopping, void *sched);
 
 typedef struct sched_config {
     wk_engine_params engine;

@@ -16,6 +16,12 @@ import requests
 ROOT = pathlib.Path(__file__).resolve().parents[2]
 BIN = os.environ.get("WUSHKV_BIN", str(ROOT / "build" / "wushkv"))
 MODEL = os.environ.get("WUSHKV_MODEL")
+# One WUSH sidecar cache for the whole run (scripts/test.sh sets the same one): a server in the
+# default format calibrates a model once, not once per test.
+os.environ.setdefault("WUSHKV_CACHE_DIR", str(ROOT / "build" / "wush-cache"))
+# The plain formats several tests' byte counts assume: the default's WUSH transform and f16
+# windows off (the default format itself: test_default_format.py).
+PLAIN = ("--kv-transform", "none", "--kv-sink", "0", "--kv-recent", "0")
 
 
 def free_port():
@@ -82,7 +88,8 @@ class Server:
 def server():
     # --max-queue 2 with --max-batch 4: six requests in flight at most, so the 429 test can reach
     # the limit cheaply; the concurrency test stays within it.
-    s = Server("--ctx", "512", "--max-batch", "4", "--max-queue", "2", "--max-body", "1MiB",
+    # --kv f16: the usage and byte counts these tests check are the f16 cache's.
+    s = Server("--kv", "f16", "--ctx", "512", "--max-batch", "4", "--max-queue", "2", "--max-body", "1MiB",
                "--request-timeout", "3")
     yield s
     rc = s.stop()

@@ -15,14 +15,14 @@ import time
 import pytest
 import requests
 
-from conftest import ROOT, Server, free_port
+from conftest import PLAIN, ROOT, Server, free_port
 
 CHROMIUM = shutil.which("chromium") or shutil.which("chromium-browser")
 
 
 @pytest.fixture(scope="module")
 def int2_server():
-    s = Server("--kv", "int2", "--ctx", "512", "--max-batch", "4", "--max-queue", "16")
+    s = Server("--kv", "int2", *PLAIN, "--ctx", "512", "--max-batch", "4", "--max-queue", "16")
     yield s
     assert s.stop() == 0, s.log()
 

@@ -17,7 +17,7 @@ import subprocess
 import pytest
 import requests
 
-from conftest import BIN, MODEL, Server, free_port, metric, wait_idle
+from conftest import BIN, MODEL, PLAIN, Server, free_port, metric, wait_idle
 
 PROMPTS = [
     "Counting in words: one, two, three, four, five, six, seven, eight, nine, ten, eleven, twelve, thirteen, "
@@ -34,7 +34,7 @@ MAX_TOKENS = 16
 
 @pytest.fixture(scope="module")
 def kv_server():
-    s = Server("--kv", "int4", "--kv-mem", "810KiB", "--ctx", "256", "--max-batch", "4")
+    s = Server("--kv", "int4", *PLAIN, "--kv-mem", "810KiB", "--ctx", "256", "--max-batch", "4")
     yield s
     rc = s.stop()
     assert rc == 0, f"server exit status {rc} after SIGTERM:\n{s.log()}"
@@ -110,14 +110,13 @@ def run_serve(*args, timeout=120):
     (["--kv", "int4", "--kv-group", "512"], "--kv-group"),
     (["--kv", "int4", "--kv-mem", "2XB"], "--kv-mem"),
     (["--kv", "int4", "--kv-mem", "-1"], "--kv-mem"),
-    (["--kv-mem", "2MiB"], "--kv-mem"),                   # f16 (the default) has no pool
+    (["--kv", "f16", "--kv-mem", "2MiB"], "--kv-mem"),    # f16 has no pool
     (["--kv", "f16", "--kv-quant", "absmax"], "--kv-quant"),
     (["--kv-rho-k", "2"], "--kv-rho-k"),
     (["--kv", "int2", "--kv-quant", "percentile", "--kv-rho-v", "0"], "--kv-rho-v"),
     (["--kv", "int2", "--kv-rho-k", "0.9"], "--kv-rho-k"),              # quest has no quantile
     (["--kv", "int2", "--kv-sink", "-1"], "--kv-sink"),
-    (["--kv-recent", "64"], "--kv-recent"),                              # f16 has no windows
-    (["--kv", "int2", "--kv-transform", "wush"], "--kv-transform"),      # no --wush sidecar
+    (["--kv", "f16", "--kv-recent", "64"], "--kv-recent"),               # f16 has no windows
     (["--wush", "x.wush", "--kv", "f16", "--kv-mem", "2MiB"], "--kv-mem"),
 ])
 def test_bad_kv_flags_exit_2(args, named):
@@ -129,7 +128,7 @@ def test_bad_kv_flags_exit_2(args, named):
 
 def test_engine_refuses_kv_format_exit_1():
     # A pool smaller than one block: the flags parse, the engine refuses with its own reason.
-    p = run_serve("--kv", "int2", "--kv-mem", "1KiB", "--ctx", "64", "--max-batch", "1")
+    p = run_serve("--kv", "int2", *PLAIN, "--kv-mem", "1KiB", "--ctx", "64", "--max-batch", "1")
     assert p.returncode == 1, p.stderr
     assert "KV pool of 1024 bytes" in p.stderr, p.stderr
 
@@ -148,7 +147,7 @@ def test_help_lists_kv_flags():
 def test_windows_cover_context_equal_f16(server):
     prompt = PROMPTS[0]
     ref = complete(server, prompt)["choices"][0]["text"]
-    s = Server("--kv", "int2", "--kv-sink", "4", "--kv-recent", "256", "--ctx", "256", "--max-batch", "1",
+    s = Server("--kv", "int2", "--kv-transform", "none", "--kv-sink", "4", "--kv-recent", "256", "--ctx", "256", "--max-batch", "1",
                "--kv-mem", "8MiB")
     try:
         assert "sink4 recent256" in s.log()
@@ -177,7 +176,7 @@ def test_windows_cover_context_equal_f16(server):
 # bound, well under the 6 x ceil(tokens / 16) a pool without release would hold; and everything
 # is back in the pool afterwards.
 def test_sliding_window_layers_release_blocks():
-    s = Server("--kv", "int2", "--ctx", "1024", "--max-batch", "1", "--batch-tokens", "64", "--kv-mem", "8MiB")
+    s = Server("--kv", "int2", *PLAIN, "--ctx", "1024", "--max-batch", "1", "--batch-tokens", "64", "--kv-mem", "8MiB")
     try:
         prompt = " ".join(f"item{i}" for i in range(190))
         r = requests.post(s.url + "/v1/completions",
