@@ -174,6 +174,7 @@ static void *engine_main(void *arg) {
         sched_ev_flush(s);
         return NULL;
     }
+    if (s->cfg.prepare) post_starting(s, "loading"); /* whatever the hook announced is over */
     int rc = wk_engine_open(&s->cfg.engine, &s->e, err, sizeof err);
     if (rc < 0) {
         sched_event *ev = sched_ev_new(EV_FATAL, 0);
