@@ -257,6 +257,10 @@ int cmd_perplexity(int argc, char **argv) {
     for (int i = 0; i < o.n_le_formats; i++) {
         wk_kv_error_format *f = &o.le_formats[i];
         if (f->transform != WK_KV_TRANSFORM_WUSH || f->wush_path) continue;
+        if (ep.wush_path && (f->group ? f->group : 32) == (ep.kv_group ? ep.kv_group : 32)) {
+            f->wush_path = ep.wush_path; /* the flags' own sidecar, found above */
+            continue;
+        }
         wk_engine_params fp = ep;
         fp.kv_transform = WK_KV_TRANSFORM_WUSH;
         fp.wush_path = NULL;
