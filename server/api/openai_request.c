@@ -225,7 +225,7 @@ static bool parse_messages(const cJSON *root, chat_format fmt, gen_params *g, ap
             ok = message_text(field(m, "content"), i, &texts[i], e) && text_buf_add(&texts[i], "", 0);
             cm[i].role = role->valuestring;
             cm[i].content = texts[i].p;
-            cm[i].content_len = texts[i].len - 1; /* without the NUL added above */
+            cm[i].content_len = texts[i].len; /* text_buf keeps a NUL after its bytes, uncounted */
         }
         i++;
     }
