@@ -102,11 +102,12 @@ if [[ $fuzz_seconds =~ ^[0-9]+$ ]] && ((fuzz_seconds > 0)); then
     failed=$((failed + ff))
 fi
 
-if [[ -d tests/py ]] && find tests/py -name 'test_*.py' -o -name '*_test.py' | grep -q .; then
-    echo "== pytest tests/py" >&2
-    junit=build/pytest-junit.xml
+# run_pytest JUNIT ARGS...: one pytest run, its results counted from its JUnit report.
+run_pytest() {
+    local junit=$1 rc p f s
+    shift
     rm -f "$junit"
-    python3 -m pytest tests/py -q -p no:cacheprovider --junitxml="$junit"
+    python3 -m pytest -q -p no:cacheprovider --junitxml="$junit" "$@"
     rc=$?
     if [[ -s $junit ]]; then
         read -r p f s < <(python3 - "$junit" <<'PY'
@@ -127,6 +128,19 @@ PY
     elif ((rc != 5)); then
         failed=$((failed + 1))
     fi
+}
+
+if [[ -d tests/py ]] && find tests/py -name 'test_*.py' -o -name '*_test.py' | grep -q .; then
+    echo "== pytest tests/py" >&2
+    run_pytest build/pytest-junit.xml tests/py
+    # The adversarial suite again against the ASan + UBSan daemon: any sanitizer report aborts the
+    # server, which fails the test in flight or the clean-exit check at the end (the options are
+    # docs/reliability.md's "Running the daemon under the sanitizers").
+    echo "== pytest tests/py/test_bad_input.py (daemon under ASan + UBSan)" >&2
+    WUSHKV_BIN=build-asan/wushkv \
+        ASAN_OPTIONS=detect_leaks=1:halt_on_error=1:abort_on_error=1:quarantine_size_mb=16 \
+        UBSAN_OPTIONS=halt_on_error=1:abort_on_error=1:print_stacktrace=1 \
+        run_pytest build-asan/pytest-junit.xml tests/py/test_bad_input.py
 fi
 
 finish

@@ -14,6 +14,7 @@
 
 #include "api/api_int.h"
 #include "api/chat_template.h"
+#include "api/json_text.h"
 #include "metrics/metrics.h"
 #include "metrics/mono_clock.h"
 #include "api/openai_request.h"
@@ -202,14 +203,14 @@ static void on_gen_event(api_server *a, call *k, int i, sched_event *ev) {
             metrics_http_response(a->m, 200);
             sse_begin(k->conn, extra_headers(a));
             if (chat)
-                for (int j = 0; j < k->n_choices; j++) send_chunk(k, stream_chunk(k, j, "", NULL, NULL, true));
+                for (int j = 0; j < k->n_choices; j++) send_chunk(k, stream_chunk(k, j, "", 0, NULL, NULL, true));
         }
         break;
     case EV_TEXT:
         if (!k->conn || k->failed) break;
         if (k->stream) {
             if (ev->text_len == 0 && ev->n_logprobs == 0) break; /* held back (a possible stop string) */
-            send_chunk(k, stream_chunk(k, i, ev->text ? ev->text : "", NULL, ev, false));
+            send_chunk(k, stream_chunk(k, i, ev->text ? ev->text : "", ev->text_len, NULL, ev, false));
         } else {
             if (ev->text_len) text_buf_add(&ci->text, ev->text, ev->text_len);
             if (ev->n_logprobs) collect_logprobs(k, i, ev);
@@ -221,7 +222,7 @@ static void on_gen_event(api_server *a, call *k, int i, sched_event *ev) {
         ci->completion_tokens = ev->completion_tokens;
         ci->kv = ev->kv;
         if (k->stream && k->started && !k->failed)
-            send_chunk(k, stream_chunk(k, i, chat ? NULL : "", ev->finish_reason, NULL, false));
+            send_chunk(k, stream_chunk(k, i, chat ? NULL : "", 0, ev->finish_reason, NULL, false));
         if (++k->n_done < k->n_choices) break;
         if (k->failed) call_free(a, k); /* the error went out already */
         else finish_call(a, k, ev);
@@ -281,7 +282,7 @@ static void on_event(sched_event *ev, void *data) {
                 reply_json(a, c, 200, o, NULL);
             } else if (c && ev->kind == EV_DETOKENIZED) {
                 cJSON *o = cJSON_CreateObject();
-                cJSON_AddStringToObject(o, "prompt", ev->text ? ev->text : "");
+                json_add_string_n(o, "prompt", ev->text, ev->text ? ev->text_len : 0);
                 reply_json(a, c, 200, o, NULL);
             }
             call_free(a, k);
@@ -341,8 +342,10 @@ static void handle_generation(api_server *a, http_conn *c, http_request *r, bool
         /* One line per request: newlines and quotes escaped, long prompts cut. */
         size_t j = 0;
         k->prompt_log[j++] = '"';
-        for (const char *s = req.gens[0].prompt_text; *s && j + 4 < sizeof k->prompt_log; s++) {
+        const char *p = req.gens[0].prompt_text, *end = p + req.gens[0].prompt_len;
+        for (const char *s = p; s < end && j + 8 < sizeof k->prompt_log; s++) {
             if (*s == '\n') k->prompt_log[j++] = '\\', k->prompt_log[j++] = 'n';
+            else if (*s == 0) memcpy(k->prompt_log + j, "\\u0000", 6), j += 6;
             else if (*s == '"' || *s == '\\') k->prompt_log[j++] = '\\', k->prompt_log[j++] = *s;
             else k->prompt_log[j++] = *s;
         }

@@ -70,10 +70,11 @@ struct api_server {
 
 /* {"error": {message, type, param, code}}; a NULL type is derived from the status. */
 cJSON *error_object(int status, const char *type, const char *message, const char *param, const char *code);
-/* One streamed chunk of choice `index`: a text delta and/or a finish reason, with lp_ev's
- * logprobs when it has any; role: the chat opening delta. */
-cJSON *stream_chunk(call *k, int index, const char *text, const char *finish, const sched_event *lp_ev,
-                    bool role);
+/* One streamed chunk of choice `index`: a text delta of text_len bytes (NULs allowed; text NULL: no
+ * chat delta content) and/or a finish reason, with lp_ev's logprobs when it has any; role: the
+ * chat opening delta. */
+cJSON *stream_chunk(call *k, int index, const char *text, size_t text_len, const char *finish,
+                    const sched_event *lp_ev, bool role);
 /* The last chunk of a stream with include_usage: no choices, the usage over all of them. */
 cJSON *usage_chunk(const call *k);
 /* Adds ev's logprobs to choice `index`'s collection for its non-streamed response. */

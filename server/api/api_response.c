@@ -7,6 +7,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 
+#include "api/json_text.h"
 #include "metrics/mono_clock.h"
 #include "sched/text_stream.h"
 
@@ -29,9 +30,9 @@ cJSON *error_object(int status, const char *type, const char *message, const cha
 }
 
 /* Valid UTF-8 for JSON from raw token bytes (a byte-fallback token alone is not). */
-static char *sanitize(const char *bytes, size_t n) {
+static char *sanitize(const char *bytes, size_t n, size_t *len) {
     text_stream ts;
-    text_stream_init(&ts, NULL, 0);
+    text_stream_init(&ts, NULL, NULL, 0);
     text_buf out = {0};
     bool oom = false;
     text_stream_feed(&ts, bytes, n, &out, &oom);
@@ -39,8 +40,10 @@ static char *sanitize(const char *bytes, size_t n) {
     text_stream_free(&ts);
     if (oom || !text_buf_add(&out, "", 0)) {
         text_buf_free(&out);
+        *len = 0;
         return NULL;
     }
+    *len = out.len - 1;
     return out.p;
 }
 
@@ -91,16 +94,18 @@ static void chat_logprobs_add(cJSON *content, const sched_event *ev) {
     for (int i = 0; i < ev->n_logprobs; i++) {
         const token_logprob *lp = &ev->logprobs[i];
         cJSON *e = cJSON_CreateObject();
-        char *t = sanitize(lp->piece, (size_t)lp->piece_len);
-        cJSON_AddStringToObject(e, "token", t ? t : "");
+        size_t tn;
+        char *t = sanitize(lp->piece, (size_t)lp->piece_len, &tn);
+        json_add_string_n(e, "token", t, tn);
         free(t);
         cJSON_AddNumberToObject(e, "logprob", lp->logprob);
         cJSON_AddItemToObject(e, "bytes", bytes_array(lp->piece, lp->piece_len));
         cJSON *top = cJSON_AddArrayToObject(e, "top_logprobs");
         for (int j = 0; j < lp->n_top; j++) {
             cJSON *a = cJSON_CreateObject();
-            char *tt = sanitize(lp->top_piece[j], (size_t)lp->top_piece_len[j]);
-            cJSON_AddStringToObject(a, "token", tt ? tt : "");
+            size_t ttn;
+            char *tt = sanitize(lp->top_piece[j], (size_t)lp->top_piece_len[j], &ttn);
+            json_add_string_n(a, "token", tt, ttn);
             free(tt);
             cJSON_AddNumberToObject(a, "logprob", lp->top_logprob[j]);
             cJSON_AddItemToObject(a, "bytes", bytes_array(lp->top_piece[j], lp->top_piece_len[j]));
@@ -117,13 +122,17 @@ static void completion_logprobs_add(cJSON *obj, const sched_event *ev, size_t *t
     cJSON *tops = cJSON_GetObjectItem(obj, "top_logprobs"), *offs = cJSON_GetObjectItem(obj, "text_offset");
     for (int i = 0; i < ev->n_logprobs; i++) {
         const token_logprob *lp = &ev->logprobs[i];
-        char *t = sanitize(lp->piece, (size_t)lp->piece_len);
-        cJSON_AddItemToArray(tokens, cJSON_CreateString(t ? t : ""));
+        size_t tn;
+        char *t = sanitize(lp->piece, (size_t)lp->piece_len, &tn);
+        cJSON_AddItemToArray(tokens, json_string_n(t, tn));
         free(t);
         cJSON_AddItemToArray(lps, cJSON_CreateNumber(lp->logprob));
         cJSON *m = cJSON_CreateObject();
         for (int j = 0; j < lp->n_top; j++) {
-            char *tt = sanitize(lp->top_piece[j], (size_t)lp->top_piece_len[j]);
+            size_t ttn;
+            char *tt = sanitize(lp->top_piece[j], (size_t)lp->top_piece_len[j], &ttn);
+            /* A map key is a C string in cJSON: a piece with a NUL byte is keyed by its text before
+             * the NUL (the arrays beside it, tokens and bytes, carry every byte). */
             if (tt && !cJSON_GetObjectItemCaseSensitive(m, tt)) cJSON_AddNumberToObject(m, tt, lp->top_logprob[j]);
             free(tt);
         }
@@ -150,8 +159,8 @@ void collect_logprobs(call *k, int index, const sched_event *ev) {
     else completion_logprobs_add(ci->lp, ev, &ci->text_off);
 }
 
-cJSON *stream_chunk(call *k, int index, const char *text, const char *finish, const sched_event *lp_ev,
-                    bool role) {
+cJSON *stream_chunk(call *k, int index, const char *text, size_t text_len, const char *finish,
+                    const sched_event *lp_ev, bool role) {
     bool chat = k->kind == CALL_CHAT;
     cJSON *o = envelope(k, chat ? "chat.completion.chunk" : "text_completion");
     cJSON *choices = cJSON_AddArrayToObject(o, "choices");
@@ -160,9 +169,9 @@ cJSON *stream_chunk(call *k, int index, const char *text, const char *finish, co
     if (chat) {
         cJSON *d = cJSON_AddObjectToObject(ch, "delta");
         if (role) cJSON_AddStringToObject(d, "role", "assistant");
-        if (text) cJSON_AddStringToObject(d, "content", text);
+        if (text) json_add_string_n(d, "content", text, text_len);
     } else {
-        cJSON_AddStringToObject(ch, "text", text ? text : "");
+        json_add_string_n(ch, "text", text, text ? text_len : 0);
     }
     if (lp_ev && lp_ev->n_logprobs) {
         if (chat) {
@@ -201,9 +210,9 @@ cJSON *whole_response(call *k) {
         if (chat) {
             cJSON *msg = cJSON_AddObjectToObject(ch, "message");
             cJSON_AddStringToObject(msg, "role", "assistant");
-            cJSON_AddStringToObject(msg, "content", ci->text.p ? ci->text.p : "");
+            json_add_string_n(msg, "content", ci->text.p, ci->text.len);
         } else {
-            cJSON_AddStringToObject(ch, "text", ci->text.p ? ci->text.p : "");
+            json_add_string_n(ch, "text", ci->text.p, ci->text.len);
         }
         if (ci->lp) {
             if (chat) cJSON_AddItemToObject(cJSON_AddObjectToObject(ch, "logprobs"), "content", ci->lp);

@@ -46,8 +46,8 @@ typedef struct render {
 /* Template text: control tokens in it are meant. */
 static bool tmpl(render *r, const char *s) { return add(&r->b, s); }
 
-/* A message's words: recorded as a plain range. */
-static bool words(render *r, const char *s) {
+/* A message's words (n bytes, NULs included): recorded as a plain range. */
+static bool words(render *r, const char *s, size_t n) {
     if (r->n_plain == r->cap_plain) {
         int cap = r->cap_plain ? 2 * r->cap_plain : 8;
         wk_text_range *p = realloc(r->plain, (size_t)cap * sizeof *p);
@@ -55,43 +55,43 @@ static bool words(render *r, const char *s) {
         r->plain = p;
         r->cap_plain = cap;
     }
-    r->plain[r->n_plain++] = (wk_text_range){r->b.len, strlen(s)};
-    return add(&r->b, s);
+    r->plain[r->n_plain++] = (wk_text_range){r->b.len, n};
+    return text_buf_add(&r->b, s, n);
 }
 
 /* Gemma and Mistral have no system turn: their templates put the system text, then a blank
  * line, before the first user message. */
 static bool render_folded(chat_format f, const chat_msg *msgs, int n, render *r) {
     bool ok = true;
-    const char *system = NULL;
+    const chat_msg *system = NULL;
     int i = 0;
-    if (n > 0 && is_system(&msgs[0])) system = msgs[i++].content;
+    if (n > 0 && is_system(&msgs[0])) system = &msgs[i++];
     for (; i < n; i++) {
         const chat_msg *m = &msgs[i];
         bool user = strcmp(m->role, "assistant") != 0;
         if (f == CHAT_GEMMA) {
             ok &= tmpl(r, user ? "<start_of_turn>user\n" : "<start_of_turn>model\n");
             if (system && user) {
-                ok &= words(r, system) && tmpl(r, "\n\n");
+                ok &= words(r, system->content, system->content_len) && tmpl(r, "\n\n");
                 system = NULL;
             }
-            ok &= words(r, m->content) && tmpl(r, "<end_of_turn>\n");
+            ok &= words(r, m->content, m->content_len) && tmpl(r, "<end_of_turn>\n");
         } else if (user) {
             ok &= tmpl(r, "[INST] ");
             if (system) {
-                ok &= words(r, system) && tmpl(r, "\n\n");
+                ok &= words(r, system->content, system->content_len) && tmpl(r, "\n\n");
                 system = NULL;
             }
-            ok &= words(r, m->content) && tmpl(r, " [/INST]");
+            ok &= words(r, m->content, m->content_len) && tmpl(r, " [/INST]");
         } else {
-            ok &= words(r, m->content) && tmpl(r, "</s>");
+            ok &= words(r, m->content, m->content_len) && tmpl(r, "</s>");
         }
     }
     if (f == CHAT_GEMMA) ok &= tmpl(r, "<start_of_turn>model\n");
     return ok;
 }
 
-char *chat_render(chat_format f, const chat_msg *msgs, int n, wk_text_range **plain, int *n_plain) {
+char *chat_render(chat_format f, const chat_msg *msgs, int n, size_t *len, wk_text_range **plain, int *n_plain) {
     render r = {0};
     bool ok = text_buf_add(&r.b, "", 0);
     switch (f) {
@@ -100,13 +100,13 @@ char *chat_render(chat_format f, const chat_msg *msgs, int n, wk_text_range **pl
     case CHAT_LLAMA3:
         for (int i = 0; i < n; i++)
             ok &= tmpl(&r, "<|start_header_id|>") && tmpl(&r, is_system(&msgs[i]) ? "system" : msgs[i].role) &&
-                  tmpl(&r, "<|end_header_id|>\n\n") && words(&r, msgs[i].content) && tmpl(&r, "<|eot_id|>");
+                  tmpl(&r, "<|end_header_id|>\n\n") && words(&r, msgs[i].content, msgs[i].content_len) && tmpl(&r, "<|eot_id|>");
         ok &= tmpl(&r, "<|start_header_id|>assistant<|end_header_id|>\n\n");
         break;
     case CHAT_CHATML:
         for (int i = 0; i < n; i++)
             ok &= tmpl(&r, "<|im_start|>") && tmpl(&r, is_system(&msgs[i]) ? "system" : msgs[i].role) &&
-                  tmpl(&r, "\n") && words(&r, msgs[i].content) && tmpl(&r, "<|im_end|>\n");
+                  tmpl(&r, "\n") && words(&r, msgs[i].content, msgs[i].content_len) && tmpl(&r, "<|im_end|>\n");
         ok &= tmpl(&r, "<|im_start|>assistant\n");
         break;
     }
@@ -115,8 +115,10 @@ char *chat_render(chat_format f, const chat_msg *msgs, int n, wk_text_range **pl
         free(r.plain);
         *plain = NULL;
         *n_plain = 0;
+        *len = 0;
         return NULL;
     }
+    *len = r.b.len;
     *plain = r.plain;
     *n_plain = r.n_plain;
     return r.b.p;

@@ -12,6 +12,7 @@
 
 #include <cjson/cJSON.h>
 
+#include "api/json_text.h"
 #include "sched/text_stream.h"
 
 /* Completions' max_tokens default (OpenAI's legacy endpoint uses 16). */
@@ -105,15 +106,27 @@ static bool token_array(const cJSON *arr, const char *param, int32_t **out, int 
 
 /* One prompt of a completions request: text, or token ids used as given. */
 typedef struct prompt_in {
-    char *text;
+    char *text;           /* NUL-terminated, but may hold NUL bytes: text_len counts them */
+    size_t text_len;
     wk_text_range *plain; /* chat: the messages' words in text (see chat_render) */
     int n_plain;
     int32_t *tokens;
     int n_tokens;
 } prompt_in;
 
-static bool add_text_prompt(prompt_in *p, const char *text, api_error *e) {
-    p->text = strdup(text);
+/* A copy of n bytes with a NUL after them (the bytes may hold NULs too); NULL when out of memory. */
+static char *memdup_text(const char *s, size_t n) {
+    char *d = malloc(n + 1);
+    if (d) {
+        memcpy(d, s, n);
+        d[n] = 0;
+    }
+    return d;
+}
+
+static bool add_text_prompt(prompt_in *p, const cJSON *text, api_error *e) {
+    p->text_len = json_str_len(text);
+    p->text = memdup_text(text->valuestring, p->text_len);
     return p->text ? true : fail(e, 500, NULL, NULL, "out of memory");
 }
 
@@ -123,7 +136,7 @@ static bool parse_prompts(const cJSON *root, prompt_in *out, int *n_out, api_err
     if (!p) return fail(e, 400, "prompt", "missing_required_parameter", "prompt is required");
     if (cJSON_IsString(p)) {
         *n_out = 1;
-        return add_text_prompt(&out[0], p->valuestring, e);
+        return add_text_prompt(&out[0], p, e);
     }
     if (!cJSON_IsArray(p))
         return fail(e, 400, "prompt", "invalid_type",
@@ -141,7 +154,7 @@ static bool parse_prompts(const cJSON *root, prompt_in *out, int *n_out, api_err
     cJSON_ArrayForEach(item, p) {
         *n_out = i + 1; /* what is filled so far is freed by the caller on failure */
         if (cJSON_IsString(item)) {
-            if (!add_text_prompt(&out[i], item->valuestring, e)) return false;
+            if (!add_text_prompt(&out[i], item, e)) return false;
         } else if (cJSON_IsArray(item)) {
             if (cJSON_GetArraySize(item) == 0)
                 return fail(e, 400, "prompt", "invalid_value", "prompt[%d] must not be empty", i);
@@ -160,7 +173,7 @@ static bool parse_prompts(const cJSON *root, prompt_in *out, int *n_out, api_err
 static bool message_text(const cJSON *content, int index, text_buf *out, api_error *e) {
     static char param[] = "messages";
     if (!content) return true; /* an assistant turn with only tool calls has none */
-    if (cJSON_IsString(content)) return text_buf_add(out, content->valuestring, strlen(content->valuestring));
+    if (cJSON_IsString(content)) return text_buf_add(out, content->valuestring, json_str_len(content));
     if (!cJSON_IsArray(content))
         return fail(e, 400, param, "invalid_type", "messages[%d].content must be a string or an array of parts, not %s",
                     index, type_name(content));
@@ -177,7 +190,7 @@ static bool message_text(const cJSON *content, int index, text_buf *out, api_err
                         type->valuestring);
         if (!cJSON_IsString(text))
             return fail(e, 400, param, "invalid_type", "messages[%d].content[%d].text must be a string", index, j);
-        if (!text_buf_add(out, text->valuestring, strlen(text->valuestring)))
+        if (!text_buf_add(out, text->valuestring, json_str_len(text)))
             return fail(e, 500, NULL, NULL, "out of memory");
         j++;
     }
@@ -212,11 +225,12 @@ static bool parse_messages(const cJSON *root, chat_format fmt, gen_params *g, ap
             ok = message_text(field(m, "content"), i, &texts[i], e) && text_buf_add(&texts[i], "", 0);
             cm[i].role = role->valuestring;
             cm[i].content = texts[i].p;
+            cm[i].content_len = texts[i].len; /* text_buf keeps a NUL after its bytes, uncounted */
         }
         i++;
     }
     if (ok) {
-        g->prompt_text = chat_render(fmt, cm, n, &g->plain, &g->n_plain);
+        g->prompt_text = chat_render(fmt, cm, n, &g->prompt_len, &g->plain, &g->n_plain);
         g->add_special = true;
         if (!g->prompt_text) ok = fail(e, 500, NULL, NULL, "out of memory");
     }
@@ -248,12 +262,14 @@ static bool parse_stop(const cJSON *root, gen_params *g, api_error *e) {
             ok = fail(e, 400, "stop", "invalid_type", "stop must hold strings only");
             break;
         }
-        if (!s->valuestring[0]) continue; /* an empty stop string would match at once: ignored */
-        if (strlen(s->valuestring) > 256) {
+        const size_t sl = json_str_len(s);
+        if (!sl) continue; /* an empty stop string would match at once: ignored */
+        if (sl > 256) {
             ok = fail(e, 400, "stop", "invalid_value", "stop strings are limited to 256 bytes");
             break;
         }
-        if (!(g->stop[g->n_stop] = strdup(s->valuestring))) {
+        g->stop_len[g->n_stop] = sl;
+        if (!(g->stop[g->n_stop] = memdup_text(s->valuestring, sl))) {
             ok = fail(e, 500, NULL, NULL, "out of memory");
             break;
         }
@@ -320,7 +336,8 @@ static bool copy_params(gen_params *d, const gen_params *base, const prompt_in *
     d->n_stop = 0;
     bool ok = true;
     if (p->text) {
-        ok &= (d->prompt_text = strdup(p->text)) != NULL;
+        ok &= (d->prompt_text = memdup_text(p->text, p->text_len)) != NULL;
+        d->prompt_len = p->text_len;
         d->add_special = true; /* the model's BOS before text prompts */
         if (p->n_plain) {
             ok &= (d->plain = malloc((size_t)p->n_plain * sizeof *d->plain)) != NULL;
@@ -344,7 +361,7 @@ static bool copy_params(gen_params *d, const gen_params *base, const prompt_in *
         }
     }
     for (int i = 0; i < base->n_stop; i++) {
-        d->stop[i] = strdup(base->stop[i]);
+        d->stop[i] = memdup_text(base->stop[i], base->stop_len[i]);
         if (!d->stop[i]) {
             ok = false;
             break;
@@ -411,6 +428,11 @@ static cJSON *parse_body(const char *body, size_t len, api_error *err) {
     }
     const char *end = NULL;
     cJSON *root = cJSON_ParseWithLengthOpts(body, len, &end, false);
+    if (root && !json_measure_strings(root, body, (size_t)(end - body))) { /* cannot happen: see json_text.h */
+        fail(err, 500, NULL, NULL, "internal: the body's strings could not be measured");
+        cJSON_Delete(root);
+        return NULL;
+    }
     if (!root) {
         const char *at = cJSON_GetErrorPtr();
         fail(err, 400, NULL, "invalid_json", "the body is not valid JSON (near byte %zu)",
@@ -556,6 +578,7 @@ bool openai_parse_generation(const char *body, size_t body_len, bool chat, const
     if (ok && chat) {
         /* The rendered conversation is the one prompt. */
         prompts[0].text = g->prompt_text;
+        prompts[0].text_len = g->prompt_len;
         prompts[0].plain = g->plain;
         prompts[0].n_plain = g->n_plain;
         g->prompt_text = NULL;
@@ -608,7 +631,9 @@ bool openai_parse_tokenize(const char *body, size_t len, gen_params *out, api_er
     if (!p) ok = fail(err, 400, "prompt", "missing_required_parameter", "prompt (the text to tokenize) is required");
     else if (!cJSON_IsString(p)) ok = fail(err, 400, name, "invalid_type", "%s must be a string, not %s", name, type_name(p));
     ok = ok && get_bool(root, "add_special", &out->add_special, err);
-    if (ok && !(out->prompt_text = strdup(p->valuestring))) ok = fail(err, 500, NULL, NULL, "out of memory");
+    if (ok) out->prompt_len = json_str_len(p);
+    if (ok && !(out->prompt_text = memdup_text(p->valuestring, out->prompt_len)))
+        ok = fail(err, 500, NULL, NULL, "out of memory");
     cJSON_Delete(root);
     return ok;
 }

@@ -184,7 +184,7 @@ static int run_generation(wk_engine *e, const gen_opts *o, gen_result *r) {
     wk_sampler *sampler = NULL;
     text_buf piece = {0};
     text_stream u;
-    text_stream_init(&u, NULL, 0);
+    text_stream_init(&u, NULL, NULL, 0);
 
     /* add_special: the model's BOS; parse_special: chat-template tokens typed in the prompt. */
     prompt = cli_tokenize("generate", e, o->prompt, strlen(o->prompt), !o->no_bos, true, &r->n_prompt);

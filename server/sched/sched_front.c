@@ -41,12 +41,13 @@ static bool fits_by_bytes(scheduler *s, uint64_t id, size_t len) {
  * in the same batch: the choices of one request carry the same text, tokenized once. */
 static bool tokenize_prompt(scheduler *s, sched_job *j, const sched_job *prev) {
     gen_params *g = &j->gen;
-    const size_t len = strlen(g->prompt_text);
+    const size_t len = g->prompt_len;
     if (!fits_by_bytes(s, j->id, len)) return false;
     int n;
     int32_t *toks = NULL;
     if (prev && prev->kind == JOB_GENERATE && prev->gen.prompt_tokens && prev->gen.add_special == g->add_special &&
-        prev->gen.from_text && strcmp(prev->gen.from_text, g->prompt_text) == 0 && prev->gen.n_plain == g->n_plain &&
+        prev->gen.from_text && prev->gen.from_len == len && memcmp(prev->gen.from_text, g->prompt_text, len) == 0 &&
+        prev->gen.n_plain == g->n_plain &&
         (!g->n_plain || memcmp(prev->gen.plain, g->plain, (size_t)g->n_plain * sizeof *g->plain) == 0)) {
         n = prev->gen.n_prompt_tokens;
         toks = malloc((size_t)(n > 0 ? n : 1) * sizeof *toks);
@@ -68,6 +69,7 @@ static bool tokenize_prompt(scheduler *s, sched_job *j, const sched_job *prev) {
     g->prompt_tokens = toks;
     g->n_prompt_tokens = n;
     g->from_text = g->prompt_text; /* kept for the next choice's comparison; freed with the job */
+    g->from_len = g->prompt_len;
     g->prompt_text = NULL;
     return true;
 }
@@ -75,9 +77,10 @@ static bool tokenize_prompt(scheduler *s, sched_job *j, const sched_job *prev) {
 static void job_tokenize(scheduler *s, sched_job *j) {
     int32_t *toks = NULL;
     const char *text = j->gen.prompt_text ? j->gen.prompt_text : "";
+    const size_t len = j->gen.prompt_text ? j->gen.prompt_len : 0;
     /* The same bound as a prompt's: no text longer than a context could hold is tokenized. */
-    if (!fits_by_bytes(s, j->id, strlen(text))) return;
-    int n = wk_tokenize_alloc(s->e, text, strlen(text), j->gen.add_special, true, &toks);
+    if (!fits_by_bytes(s, j->id, len)) return;
+    int n = wk_tokenize_alloc(s->e, text, len, j->gen.add_special, true, &toks);
     if (n < 0) {
         sched_post_error(s, j->id, 400, "prompt", NULL, "the text cannot be tokenized: %s", wk_strerror(n));
         return;
@@ -94,7 +97,7 @@ static void job_tokenize(scheduler *s, sched_job *j) {
 
 static void job_detokenize(scheduler *s, sched_job *j) {
     text_stream ts;
-    text_stream_init(&ts, NULL, 0);
+    text_stream_init(&ts, NULL, NULL, 0);
     text_buf out = {0};
     bool oom = false;
     for (int i = 0; i < j->gen.n_prompt_tokens; i++) {

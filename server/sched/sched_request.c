@@ -198,7 +198,7 @@ static void job_generate(scheduler *s, sched_job *j) {
         req_free(r);
         return;
     }
-    text_stream_init(&r->ts, r->g.stop, r->g.n_stop);
+    text_stream_init(&r->ts, r->g.stop, r->g.stop_len, r->g.n_stop);
     sched_event *ev = sched_ev_new(EV_ACCEPTED, r->id);
     if (ev) ev->prompt_tokens = r->n_prompt;
     sched_ev_post(s, ev);

@@ -19,8 +19,11 @@
 /* What one generation asks for, already validated (openai_request.c) except for what needs the
  * tokenizer: the prompt's length against the context. */
 typedef struct gen_params {
-    char *prompt_text;       /* tokenized on the front thread (sched_front.c), or NULL when prompt_tokens is given */
-    char *from_text;         /* the front thread's: the text prompt_tokens came from (owned) */
+    char *prompt_text;       /* tokenized on the front thread (sched_front.c), or NULL when prompt_tokens is given;
+                              * NUL-terminated, but it may hold NUL bytes (JSON's \u0000): prompt_len counts */
+    size_t prompt_len;
+    char *from_text;         /* the front thread's: the text prompt_tokens came from (owned), from_len bytes */
+    size_t from_len;
     wk_text_range *plain;    /* owned: ranges of prompt_text that are a user's words (chat), where
                               * control tokens are text; NULL: control tokens parsed everywhere */
     int n_plain;
@@ -34,7 +37,8 @@ typedef struct gen_params {
     int n_bias;
     int32_t *bias_tokens; /* owned */
     float *bias_values;   /* owned */
-    char *stop[SCHED_MAX_STOP];
+    char *stop[SCHED_MAX_STOP]; /* may hold NUL bytes: stop_len counts */
+    size_t stop_len[SCHED_MAX_STOP];
     int n_stop;
     int logprobs; /* -1: none; else the number of alternatives per token (0..SCHED_MAX_TOP_LOGPROBS) */
 } gen_params;

@@ -8,9 +8,10 @@
 
 static const char REPLACEMENT[] = "\xEF\xBF\xBD";
 
-void text_stream_init(text_stream *t, char *const *stop, int n_stop) {
+void text_stream_init(text_stream *t, char *const *stop, const size_t *stop_len, int n_stop) {
     memset(t, 0, sizeof *t);
     t->stop = stop;
+    t->stop_len = stop_len;
     t->n_stop = n_stop;
 }
 
@@ -74,7 +75,7 @@ static bool release(text_stream *t, size_t n, text_buf *out) {
 static size_t stop_prefix_suffix(const text_stream *t, const char *s, size_t len) {
     size_t best = 0;
     for (int i = 0; i < t->n_stop; i++) {
-        size_t sl = strlen(t->stop[i]);
+        size_t sl = t->stop_len[i];
         for (size_t k = sl - 1 < len ? sl - 1 : len; k > best; k--)
             if (memcmp(s + len - k, t->stop[i], k) == 0) {
                 best = k;
@@ -88,10 +89,11 @@ bool text_stream_feed(text_stream *t, const char *bytes, size_t n, text_buf *out
     if (t->stopped) return true;
     if (!gate(t, bytes, n)) *oom = true;
     if (t->held.len == 0) return false;
-    /* The earliest stop string wins; the text before it is the last shown. */
+    /* The earliest stop string wins; the text before it is the last shown. Text and stop strings
+     * may hold NUL bytes (a generated 0x00, JSON's \u0000): compared by length, never as C strings. */
     const char *first = NULL;
     for (int i = 0; i < t->n_stop; i++) {
-        const char *hit = strstr(t->held.p, t->stop[i]);
+        const char *hit = memmem(t->held.p, t->held.len, t->stop[i], t->stop_len[i]);
         if (hit && (!first || hit < first)) first = hit;
     }
     if (first) {

@@ -13,12 +13,13 @@ typedef struct text_stream {
     unsigned char pend[4]; /* an unfinished UTF-8 character */
     int npend, need;
     text_buf held;        /* complete text that may be the start of a stop string */
-    char *const *stop;    /* borrowed */
+    char *const *stop;    /* borrowed; stop[i] is stop_len[i] bytes (NULs allowed), at least 1 */
+    const size_t *stop_len;
     int n_stop;
     bool stopped;
 } text_stream;
 
-void text_stream_init(text_stream *t, char *const *stop, int n_stop);
+void text_stream_init(text_stream *t, char *const *stop, const size_t *stop_len, int n_stop);
 void text_stream_free(text_stream *t);
 /* Appends the text that can be shown to out. Returns true once a stop string appeared: the text
  * before it has been released and everything after it is dropped. false on out of memory is not

@@ -44,29 +44,31 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
         *sep = 0;
         msgs[n].role = roles[(uint8_t)p[0] % 4];
         msgs[n].content = p + (p < sep ? 1 : 0);
+        msgs[n].content_len = (size_t)(sep - msgs[n].content); /* NUL bytes included: they are text */
         n++;
         p = sep + 1;
     }
 
     wk_text_range *plain = NULL;
     int n_plain = -1;
-    char *out = chat_render(f, msgs, n, &plain, &n_plain);
+    size_t len = 0;
+    char *out = chat_render(f, msgs, n, &len, &plain, &n_plain);
     if (out) {
-        size_t len = strlen(out);
+        FUZZ_CHECK(out[len] == 0);
         FUZZ_CHECK(n_plain >= 0 && n_plain <= n);
         FUZZ_CHECK(n_plain == 0 || plain != NULL);
         /* The contents the ranges must hold, in order. Gemma and Mistral have no system turn: a
          * leading system message goes before the first user-side message's words (not at all
          * when none follows, as Gemma's own template drops it); later messages in order. */
-        const char *want[MAX_MSGS];
+        const chat_msg *want[MAX_MSGS];
         int n_want = 0, i0 = 0;
-        const char *sys = NULL;
+        const chat_msg *sys = NULL;
         bool folded = f == CHAT_GEMMA || f == CHAT_MISTRAL;
         if (folded && n > 0 && (!strcmp(msgs[0].role, "system") || !strcmp(msgs[0].role, "developer")))
-            sys = msgs[i0++].content;
+            sys = &msgs[i0++];
         for (int i = i0; i < n; i++) {
             if (sys && strcmp(msgs[i].role, "assistant") != 0) want[n_want++] = sys, sys = NULL;
-            want[n_want++] = msgs[i].content;
+            want[n_want++] = &msgs[i];
         }
         FUZZ_CHECK(n_plain == n_want);
         size_t prev_end = 0;
@@ -74,7 +76,8 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
             FUZZ_CHECK(plain[i].off >= prev_end);
             FUZZ_CHECK(plain[i].off <= len && plain[i].len <= len - plain[i].off);
             prev_end = plain[i].off + plain[i].len;
-            FUZZ_CHECK(strlen(want[i]) == plain[i].len && memcmp(out + plain[i].off, want[i], plain[i].len) == 0);
+            FUZZ_CHECK(want[i]->content_len == plain[i].len &&
+                       memcmp(out + plain[i].off, want[i]->content, plain[i].len) == 0);
         }
     } else {
         FUZZ_CHECK(plain == NULL && n_plain == 0);

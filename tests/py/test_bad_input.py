@@ -378,3 +378,76 @@ def test_control_tokens_typed_by_a_user_are_text(server):
     r = post(server, "/v1/completions", {"prompt": "<start_of_turn>", "max_tokens": 1, "temperature": 0})
     assert r.status_code == 200 and r.json()["usage"]["prompt_tokens"] == 2
     assert post(server, "/tokenize", {"prompt": "<start_of_turn>"}).json()["count"] == 2
+
+
+# ---- NUL bytes are text: nothing after one is lost (JSON's \u0000 in and out) -------------------
+
+def tokens_of(server, text, add_special=False):
+    r = post(server, "/tokenize", {"prompt": text, "add_special": add_special})
+    assert r.status_code == 200, r.text
+    return r.json()["tokens"]
+
+
+def nul_token(server):
+    t = tokens_of(server, "\x00")
+    assert len(t) == 1, t  # the byte-fallback token <0x00>
+    return t[0]
+
+
+def test_text_after_a_nul_is_tokenized(server):
+    cut, whole = tokens_of(server, "The sky is"), tokens_of(server, "The sky is\x00 blue")
+    assert whole[:len(cut)] == cut and len(whole) >= len(cut) + 2, (cut, whole)
+    assert nul_token(server) in whole and whole[-len(tokens_of(server, " blue")):] == tokens_of(server, " blue")
+
+
+def test_detokenize_keeps_nul_bytes(server):
+    for text in ["x\x00y", "\x00", "a\x00\x00b\x00", "caf\u00e9\x00\U0001F600!"]:
+        r = post(server, "/detokenize", {"tokens": tokens_of(server, text)})
+        assert r.status_code == 200 and r.json()["prompt"] == text, (text, r.text)
+
+
+def test_chat_and_prompt_arrays_keep_text_after_a_nul(server):
+    def chat_tokens(content):
+        r = post(server, "/v1/chat/completions", {"messages": [{"role": "user", "content": content}], "max_tokens": 1,
+                                                 "temperature": 0})
+        assert r.status_code == 200, r.text
+        return r.json()["usage"]["prompt_tokens"]
+    assert chat_tokens("Hello\x00 there, friend") >= chat_tokens("Hello") + 4
+    parts = [{"type": "text", "text": "Hello\x00 there, friend"}]
+    assert chat_tokens(parts) == chat_tokens("Hello\x00 there, friend")
+    r = post(server, "/v1/completions", {"prompt": ["Hi", "Hi\x00 there, friend"], "max_tokens": 1, "temperature": 0})
+    assert r.status_code == 200, r.text
+    # Each prompt counted once: BOS + "Hi" and BOS + "Hi" + NUL + the rest.
+    assert r.json()["usage"]["prompt_tokens"] >= 2 * 2 + 4
+
+
+@pytest.mark.parametrize("stream", [False, True])
+def test_generated_nul_bytes_are_sent(server, stream):
+    nul = nul_token(server)
+    body = {"prompt": "Zero bytes:", "max_tokens": 3, "temperature": 0, "logit_bias": {str(nul): 100}}
+    if not stream:
+        r = post(server, "/v1/completions", body)
+        assert r.status_code == 200, r.text
+        assert r.json()["choices"][0]["text"] == "\x00\x00\x00", r.text
+        assert "\\u0000" in r.text
+        r = post(server, "/v1/chat/completions", {"messages": [{"role": "user", "content": "Zero bytes:"}],
+                                                  "max_tokens": 2, "temperature": 0, "logit_bias": {str(nul): 100}})
+        assert r.status_code == 200 and r.json()["choices"][0]["message"]["content"] == "\x00\x00", r.text
+    else:
+        r = requests.post(server.url + "/v1/completions", json={**body, "stream": True}, stream=True, timeout=120)
+        text = ""
+        for line in r.iter_lines():
+            if line.startswith(b"data: {"):
+                text += json.loads(line[6:])["choices"][0]["text"]
+        assert text == "\x00\x00\x00", repr(text)
+
+
+def test_stop_string_with_a_nul(server):
+    # Forced NUL bytes; the stop string "\x00" (once read as an empty C string and ignored) ends
+    # the text at once. Stop strings found after a NUL in the text: tests/test_json_text.c.
+    nul = nul_token(server)
+    r = post(server, "/v1/completions", {"prompt": "x", "max_tokens": 4, "temperature": 0,
+                                         "logit_bias": {str(nul): 100}, "stop": ["\x00"]})
+    assert r.status_code == 200, r.text
+    ch = r.json()["choices"][0]
+    assert ch["finish_reason"] == "stop" and ch["text"] == "", r.text

@@ -1,0 +1,28 @@
+/* JSON strings as byte strings with a length, in both directions. cJSON hands strings out NUL-
+ * terminated and takes them in the same way, so a "\u0000" inside a request's text would cut
+ * everything after it, and a generated 0x00 byte would cut the answer. Reading: the decoded length
+ * of every string in a parsed body is recovered from the body itself (json_measure_strings) and
+ * read back with json_str_len. Writing: json_string_n makes a string item from any bytes, escaping
+ * a 0x00 as \u0000. */
+#ifndef WUSHKV_JSON_TEXT_H
+#define WUSHKV_JSON_TEXT_H
+
+#include <stdbool.h>
+#include <stddef.h>
+
+#include <cjson/cJSON.h>
+
+/* Records, in every string value of root (the tree cJSON parsed from body[0..len)), its decoded
+ * byte length. body must be the exact text root came from (the strings are found in document
+ * order). false when the body and the tree disagree (it cannot happen for a tree parsed from
+ * body; the caller treats it as an internal error). */
+bool json_measure_strings(cJSON *root, const char *body, size_t len);
+/* A string value's byte length: measured by json_measure_strings, else strlen. */
+size_t json_str_len(const cJSON *s);
+/* A JSON string item holding exactly the n bytes at p (NULL p with n 0: ""); NULL when out of
+ * memory. The bytes should be UTF-8 (text_stream.c makes generated text so). */
+cJSON *json_string_n(const char *p, size_t n);
+/* json_string_n added to object under key; false when out of memory. */
+bool json_add_string_n(cJSON *object, const char *key, const char *p, size_t n);
+
+#endif
