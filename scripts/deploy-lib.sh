@@ -42,14 +42,15 @@ ensure_base() {
     rm -rf "$dir" "$dir.log"
 }
 
-# build_image: the wushkv image from deploy/Dockerfile with the repository as context.
+# build_image [PODMAN_BUILD_ARGS...]: the wushkv image from deploy/Dockerfile, the repository as
+# context.
 # --format docker keeps the HEALTHCHECK (OCI drops it). When this machine's pip trusts an extra CA
 # (PIP_CERT, e.g. a TLS-intercepting proxy's), the model stage's pip gets it as the secret pip_ca.
 build_image() {
     ensure_base
     local secret=()
     [[ -n ${PIP_CERT:-} && -r ${PIP_CERT:-} ]] && secret=(--secret "id=pip_ca,src=$PIP_CERT")
-    nice -n 10 podman build --format docker --pull=never "${secret[@]}" \
+    nice -n 10 podman build --format docker --pull=never "${secret[@]}" "$@" \
         -f "$DEPLOY_ROOT/deploy/Dockerfile" -t "$IMAGE" "$DEPLOY_ROOT"
 }
 

@@ -4,15 +4,18 @@
 # checks it runs as non-root and its HEALTHCHECK passes, sends a completion and a streaming chat
 # with curl and checks the answers, then stops it (SIGTERM: drain, exit 0). Not in the default
 # test run: the build compiles everything inside the container (~10 min on 2 cores).
-# usage: scripts/deploy-test-image.sh [--no-build]    (as root; env: WUSHKV_IMAGE, PORT)
+# usage: scripts/deploy-test-image.sh [--no-build | --no-cache]   (as root; env: WUSHKV_IMAGE, PORT)
+# --no-build: test the image as it is; --no-cache: rebuild every layer (a cold build's time).
 # Results recorded in docs/deploy.md.
 set -euo pipefail
 source "$(dirname "${BASH_SOURCE[0]}")/deploy-lib.sh"
 
 build=1
+cache=()
 for arg in "$@"; do
     case $arg in
     --no-build) build=0 ;;
+    --no-cache) cache=(--no-cache) ;;
     -h | --help) sed -n '2,9p' "$0" | sed 's/^# \{0,1\}//'; exit 0 ;;
     *) dlog "unknown argument '$arg' (see --help)"; exit 2 ;;
     esac
@@ -25,7 +28,7 @@ t0=$SECONDS
 
 if ((build)); then
     dlog "building $IMAGE"
-    build_image
+    build_image "${cache[@]}"
     dlog "image built in $((SECONDS - t0)) s"
 fi
 podman image exists "$IMAGE" || { dlog "no image $IMAGE (run without --no-build)"; exit 1; }
