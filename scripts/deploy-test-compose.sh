@@ -55,7 +55,11 @@ dlog "images: $IMAGE, $PROMETHEUS_IMAGE ($((SECONDS - t0)) s)"
 
 # ---- up ---------------------------------------------------------------------------------------
 compose() { podman-compose -p "$PROJECT" -f "$DEPLOY_ROOT/deploy/compose.yaml" "$@"; }
-down() { compose down -v -t 40 >/dev/null 2>&1 || true; }
+# podman-compose 1.0.3's down leaves the project's network behind.
+down() {
+    compose down -v -t 40 >/dev/null 2>&1 || true
+    podman network rm -f "${PROJECT}_default" >/dev/null 2>&1 || true
+}
 down
 trap down EXIT
 t1=$SECONDS
