@@ -232,7 +232,7 @@ static void paged_case(const char *arch, uint64_t seed, int bits, wk_kvq_kind ki
     if (!rc) rc = wk_pipelines_create(&s.vk, &s.pipes, err, sizeof err);
     if (!rc) rc = wk_weights_upload(&s.vk, &s.desc, NULL, &s.w, err, sizeof err);
     if (!rc)
-        rc = wk_kv_cache_create_paged(&s.vk, &s.kv, &s.desc.hp, &fmt, WK_KVQ_RHO_K, WK_KVQ_RHO_V, 0, 2, PCTX, 13, err,
+        rc = wk_kv_cache_create_paged(&s.vk, &s.kv, &s.desc.hp, &fmt, 0, WK_KVQ_RHO_K, WK_KVQ_RHO_V, 0, 2, PCTX, 13, err,
                                       sizeof err);
     if (!rc) rc = wk_fwd_init(&s.fwd, &s.vk, &s.pipes, &s.desc.hp, &s.w, &s.kv, PCTX, PCTX, false, err, sizeof err);
     CHECK_EQ_INT(rc, 0);
@@ -330,7 +330,7 @@ static void paged_case(const char *arch, uint64_t seed, int bits, wk_kvq_kind ki
         flat_hp.sliding_window = PCTX;
         wk_fwd_free(&s.fwd);
         wk_kv_cache_destroy(&s.vk, &s.kv);
-        rc = wk_kv_cache_create_paged(&s.vk, &s.kv, &flat_hp, &fmt, WK_KVQ_RHO_K, WK_KVQ_RHO_V, 0, 2, PCTX, 13, err,
+        rc = wk_kv_cache_create_paged(&s.vk, &s.kv, &flat_hp, &fmt, 0, WK_KVQ_RHO_K, WK_KVQ_RHO_V, 0, 2, PCTX, 13, err,
                                       sizeof err);
         if (!rc) rc = wk_fwd_init(&s.fwd, &s.vk, &s.pipes, &s.desc.hp, &s.w, &s.kv, PCTX, PCTX, false, err, sizeof err);
         CHECK_EQ_INT(rc, 0);

@@ -48,6 +48,13 @@ static void test_describe(void) {
     CHECK_DESCRIBE("int2 percentile G32 rho_k0.9 rho_v0.5", "--kv", "int2", "--kv-quant", "percentile", "--kv-rho-k",
                    "0.9", "--kv-rho-v=0.5");
     CHECK_DESCRIBE("int2 quest G32", "--kv", "int4", "--kv", "int2");      /* the last one counts */
+    /* Per-layer-class formats: named only when they differ from --kv. */
+    CHECK_DESCRIBE("int2 quest G32 wush sink4 recent64 swa:int4", "--wush", "s", "--kv-sink", "4", "--kv-recent", "64",
+                   "--kv-swa", "int4");
+    CHECK_DESCRIBE("int3 quest G32", "--kv", "int3", "--kv-swa", "int3");
+    CHECK_DESCRIBE("", "--kv-swa", "int4");                                 /* f16 has no sliding format */
+    CHECK_DESCRIBE("", "--kv", "int2", "--kv-swa", "f16");                  /* int2, int3, int4 only */
+    CHECK_DESCRIBE("", "--kv", "int2", "--kv-swa", "int5");
     /* Refused: "" (the message goes to stderr). */
     CHECK_DESCRIBE("", "--kv-sink", "4");
     CHECK_DESCRIBE("", "--kv", "int2", "--kv-rho-k", "0.9");
@@ -67,7 +74,7 @@ static void test_apply(void) {
     kv_flags f;
     CHECK(parse((const char *const[]){"--wush", "s.wush", "--kv-quant", "percentile", "--kv-group", "64", "--kv-mem",
                                       "1MiB", "--kv-sink", "4", "--kv-recent", "64", "--kv-rho-k", "0.9",
-                                      "--kv-rho-v", "0.8", NULL},
+                                      "--kv-rho-v", "0.8", "--kv-swa", "int3", NULL},
                 &f));
     wk_engine_params p;
     wk_engine_params_default(&p);
@@ -83,6 +90,7 @@ static void test_apply(void) {
     CHECK_EQ_INT(p.kv_recent, 64);
     CHECK_NEAR(p.kv_rho_k, 0.9, 1e-7);
     CHECK_NEAR(p.kv_rho_v, 0.8, 1e-7);
+    CHECK_EQ_INT(p.kv_swa_bits, 3);
     CHECK_EQ_INT(p.max_ctx, 77); /* the rest is left alone */
 
     /* No flags: f16, and the engine's quantile defaults (0). */
@@ -95,6 +103,7 @@ static void test_apply(void) {
     CHECK_EQ_INT(p.kv_sink, 0);
     CHECK_EQ_INT(p.kv_recent, 0);
     CHECK(p.kv_rho_k == 0.0f && p.kv_rho_v == 0.0f);
+    CHECK_EQ_INT(p.kv_swa_bits, 0); /* the same format as --kv */
 }
 
 int main(void) {
