@@ -56,6 +56,20 @@
  * sequence's n_tokens only ever falls to 0, which resets first_live), so the block position
  * n_tokens falls in -- the only block a write can touch besides fresh ones -- is never dropped.
  *
+ * Per-layer-class formats (--kv-swa; engine/kv/kv_cache.h). A format per layer class would break
+ * "blocks stay uniform" if both classes shared one pool, so each class gets its own: the first pool
+ * holds the full-attention groups' blocks (and, as always, the window slots, whose rows span every
+ * layer), a second pool of another block size the sliding groups'. A sequence's group g is created
+ * in the pool of g's class; everything above (free list, refcounts, drop_before) is per pool and
+ * unchanged. The layout describes both for accounting: swa_bytes_per_block is the sliding groups'
+ * block and swa_pool says they live in the second pool, so seq_bytes / seq_peak_bytes /
+ * bits_per_element count both classes exactly and wk_kv_layout_pool_peak_bytes splits a sequence's
+ * peak between the pools (the engine splits --kv-mem in that proportion at full context, so both
+ * run out together; admission checks each). The device side is still ONE buffer: the second pool
+ * starts at a whole block of its own size after the first pool's blocks and windows, so the
+ * shaders keep one binding and reach the windows from every layer; only the table entries they
+ * read are offset by that base block (kv_cache.h).
+ *
  * Reference counts: refcount(b) = (number of block-table entries naming b over all sequences)
  *   + (external references taken with wk_kv_pool_share). A block with refcount 0 is on the free
  *   list exactly once. A sequence may only write into a block whose refcount is 1

@@ -141,17 +141,20 @@ static void on_ready(api_server *a) {
     a->model.max_ctx = ms->max_ctx;
     a->model.chat = chat_format_detect(ms->chat_template, ms->arch);
     a->ready = true;
-    char kv[384], groups[128] = "";
+    char kv[512], groups[128] = "", swa[128] = "";
     const char *fmt = a->cfg.kv_desc;
     double mib = (double)ms->kv_pool_bytes / 1048576.0;
     if (ms->kv_layer_groups > 1)
         snprintf(groups, sizeof groups, " of one of %d layer groups; %d groups slide over %d tokens",
                  ms->kv_layer_groups, ms->kv_swa_groups, ms->kv_swa_window);
+    if (ms->kv_swa_pool_blocks)
+        snprintf(swa, sizeof swa, " + %llu blocks of the sliding layers in int%d", (unsigned long long)ms->kv_swa_pool_blocks,
+                 ms->kv_swa_bits);
     if (a->cfg.engine.kv_bits == 16)
         snprintf(kv, sizeof kv, "KV %s (%.1f MiB, a full context per sequence)", fmt, mib);
     else
-        snprintf(kv, sizeof kv, "KV %s (%.4g bits/element, %.1f MiB pool = %llu blocks of 16 tokens%s)", fmt,
-                 ms->kv_bits_per_element, mib, (unsigned long long)ms->kv_pool_blocks, groups);
+        snprintf(kv, sizeof kv, "KV %s (%.4g bits/element, %.1f MiB pool = %llu blocks of 16 tokens%s%s)", fmt,
+                 ms->kv_bits_per_element, mib, (unsigned long long)ms->kv_pool_blocks, groups, swa);
     fprintf(stderr, "wushkv: ready: model '%s' (%s, %s) on %s, context %d, chat format %s%s, %d sequences, %s, http://%s:%d\n",
             a->model_id, ms->name, ms->arch, ms->device, ms->max_ctx, chat_format_name(a->model.chat),
             ms->chat_template ? "" : " (no template in the model: its architecture's default)", a->cfg.engine.max_seqs,
