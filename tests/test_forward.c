@@ -430,8 +430,9 @@ static void mixed_case(uint64_t seed) {
         printf("  gemma3 int2 + sliding int4: logits rel err %.2e vs the mixed reference (%.2e vs all int2, %.2e vs "
                "all int4)\n", worst, worst2, worst4);
         CHECK(worst < 0.1);
+        /* All int4 differs from the mixed format in one layer of six, hence the smaller margin. */
         CHECK(worst * 5 < worst2);
-        CHECK(worst * 5 < worst4);
+        CHECK(worst * 3 < worst4);
         /* 6 layers: 1 full-attention group (int2) and 5 sliding ones (int4) of one layer each. */
         CHECK_EQ_INT(info.kv_layer_groups, 6);
         CHECK_EQ_INT(info.kv_swa_groups, 5);
