@@ -106,7 +106,8 @@ typedef struct wk_model_info {
     uint64_t weight_bytes;     /* device bytes holding weights */
     uint64_t kv_bytes_per_token;  /* all layers, keys and values, as stored */
     double kv_bits_per_element;   /* codes + scales + zeros per stored K/V element (16 for f16) */
-    uint64_t kv_pool_bytes;       /* device bytes of the whole KV cache (both pools, below) */
+    uint64_t kv_pool_bytes;       /* device bytes of the whole KV cache (with per-layer-class formats both
+                                   * pools' bytes; their buffer adds less than one block between them) */
     /* The paged pool (kv_bits 2/3/4; zero for f16): the layers are split into kv_layer_groups
      * equal groups; for every kv_block_tokens tokens a sequence holds one block (kv_block_bytes)
      * per group, except that the last kv_swa_groups groups (sliding-window layers, window
