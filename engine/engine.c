@@ -139,15 +139,30 @@ int wk_engine_open(const wk_engine_params *p, wk_engine **out, char *err, size_t
             snprintf(err, errlen, "KV format: percentile quantiles must be in (0, 1] and windows >= 0");
             rc = WK_ERR_INVALID;
         }
+        if (!rc && p->kv_swa_bits && !wk_kvq_valid(fmt.kind, p->kv_swa_bits, fmt.group)) {
+            snprintf(err, errlen, "KV format of the sliding-window layers: %d bits is not one of 2/3/4", p->kv_swa_bits);
+            rc = WK_ERR_INVALID;
+        }
         if (!rc && !wk_kvq_valid(fmt.kind, fmt.bits, fmt.group)) {
             snprintf(err, errlen, "KV format: %d bits, quantizer %d, group %d is not one of 2/3/4 bits, "
                      "quest/percentile/absmax, group 16..256", fmt.bits, (int)p->kv_quant, fmt.group);
             rc = WK_ERR_INVALID;
         }
         if (!rc)
-            rc = wk_kv_cache_create_paged(&e->vk, &e->kv, hp, &fmt, rho_k, rho_v, p->kv_mem, e->max_seqs, max_ctx,
-                                          max_batch, err, errlen);
-        if (!rc) rc = wk_pipelines_specialize_kv(&e->vk, &e->pipes, (int)fmt.kind, fmt.bits, fmt.group, err, errlen);
+            rc = wk_kv_cache_create_paged(&e->vk, &e->kv, hp, &fmt, p->kv_swa_bits, rho_k, rho_v, p->kv_mem,
+                                          e->max_seqs, max_ctx, max_batch, err, errlen);
+        if (!rc) rc = wk_pipelines_specialize_kv(&e->vk, &e->pipes, false, (int)fmt.kind, e->kv.fmt.bits, fmt.group, err, errlen);
+        if (!rc && e->kv.swa_pool)
+            rc = wk_pipelines_specialize_kv(&e->vk, &e->pipes, true, (int)fmt.kind, e->kv.swa_fmt.bits, fmt.group, err,
+                                            errlen);
+        /* One command line serves every model: a format for layers the model lacks is no error. */
+        if (!rc && p->kv_swa_bits && p->kv_swa_bits != e->kv.fmt.bits && !e->kv.swa_pool)
+            fprintf(stderr, "wushkv: the model has no sliding-window layers: their KV format (int%d) has no effect, "
+                    "every layer uses int%d\n", p->kv_swa_bits, fmt.bits);
+    } else if (!rc && p->kv_swa_bits && p->kv_swa_bits != 16) {
+        snprintf(err, errlen, "a KV format for the sliding-window layers (--kv-swa) needs a quantized cache (--kv int2, "
+                 "int3 or int4)");
+        rc = WK_ERR_INVALID;
     } else if (!rc && (p->kv_sink || p->kv_recent)) {
         snprintf(err, errlen, "--kv-sink/--kv-recent keep f16 windows of a quantized cache (--kv int2, int3 or int4)");
         rc = WK_ERR_INVALID;
@@ -198,7 +213,9 @@ int wk_engine_open(const wk_engine_params *p, wk_engine **out, char *err, size_t
         int n = max_batch < 5 ? max_batch : 5;
         if (!scratch) rc = WK_ERR_NOMEM, snprintf(err, errlen, "out of memory");
         /* paged: scratch codes of every layer group into block 0, rewritten before any read */
-        static const uint32_t block0[WK_MAX_LAYERS] = {0};
+        uint32_t block0[WK_MAX_LAYERS] = {0};
+        for (int g = 0; paged && g < e->kv.layout.n_groups; g++)
+            if (wk_kv_cache_group_swa(&e->kv, g)) block0[g] = e->kv.swa_block_base;
         uint32_t win[5] = {0};
         if (paged && e->kv.layout.window_bytes)
             for (int k = 0; k < 5; k++) win[k] = (uint32_t)(wk_kv_pool_window_offset(e->kv.pool, 0) / 4);
@@ -243,6 +260,17 @@ int wk_engine_open(const wk_engine_params *p, wk_engine **out, char *err, size_t
         i->kv_swa_window = e->kv.layout.swa_window;
         i->kv_window_bytes = e->kv.layout.window_bytes;
         i->kv_pool_blocks = wk_kv_pool_n_blocks(e->kv.pool);
+        i->kv_bits = e->kv.fmt.bits;
+        i->kv_swa_bits = e->kv.swa_pool ? e->kv.swa_fmt.bits : e->kv.fmt.bits;
+        i->kv_swa_block_bytes = e->kv.layout.swa_bytes_per_block;
+        if (e->kv.swa_pool) {
+            i->kv_swa_pool_blocks = wk_kv_pool_n_blocks(e->kv.swa_pool);
+            i->kv_swa_pool_bytes = wk_kv_pool_device_bytes(e->kv.swa_pool);
+            /* The pools' own bytes, without the alignment gap before the second one. */
+            i->kv_pool_bytes = wk_kv_pool_device_bytes(e->kv.pool) + i->kv_swa_pool_bytes;
+        }
+    } else {
+        i->kv_bits = i->kv_swa_bits = 16;
     }
     if (p->verbose)
         fprintf(stderr, "wushkv: model %s (%s, %d layers, vocab %d), %.1f MiB weights, KV %.1f KiB/token, ctx %d\n",
@@ -311,7 +339,8 @@ int wk_seq_create(wk_engine *e, wk_seq **out) {
             if (e->kv.format == WK_KV_PAGED) {
                 int st = 0;
                 for (int g = 0; g < e->kv.layout.n_groups; g++) {
-                    q->kvs[g] = wk_kv_seq_create_ex(e->kv.pool, (uint32_t)e->fwd.max_ctx, g == 0, &st);
+                    wk_kv_pool *pool = wk_kv_cache_group_swa(&e->kv, g) ? e->kv.swa_pool : e->kv.pool;
+                    q->kvs[g] = wk_kv_seq_create_ex(pool, (uint32_t)e->fwd.max_ctx, g == 0, &st);
                     if (!q->kvs[g]) {
                         for (int k = 0; k < g; k++) wk_kv_seq_destroy(q->kvs[k]);
                         free(q);
@@ -349,6 +378,14 @@ uint64_t wk_seq_kv_bytes(const wk_seq *s) {
 
 uint64_t wk_seq_kv_peak_bytes(const wk_seq *s) { return s->peak_bytes; }
 
+uint64_t wk_seq_kv_pool_bytes(const wk_seq *s, int pool) {
+    if (!s->n_kvs) return pool == 0 ? wk_seq_kv_bytes(s) : 0;
+    uint64_t bytes = 0;
+    for (int g = 0; g < s->n_kvs; g++)
+        if ((wk_kv_cache_group_swa(&s->e->kv, g) ? 1 : 0) == pool) bytes += wk_kv_seq_bytes(s->kvs[g]);
+    return bytes;
+}
+
 static void seq_note_peak(wk_seq *s) {
     const uint64_t now = wk_seq_kv_bytes(s);
     if (now > s->peak_bytes) s->peak_bytes = now;
@@ -381,7 +418,9 @@ int wk_forward(wk_engine *e, const wk_batch_item *items, int n_items, float *log
                 wk_kv_copy copy;
                 int st = wk_kv_seq_prepare_write(it->seq->kvs[g], (uint32_t)it->n_tokens, &copy);
                 if (st == WK_ERR_KV_EXHAUSTED)
-                    return snprintf(err, errlen, "KV pool exhausted (%u blocks)", wk_kv_pool_n_blocks(e->kv.pool)),
+                    return snprintf(err, errlen, "KV pool%s exhausted (%u blocks)",
+                                    wk_kv_cache_group_swa(&e->kv, g) ? " of the sliding-window layers" : "",
+                                    wk_kv_pool_n_blocks(it->seq->kvs[g]->pool)),
                            WK_ERR_KV_FULL;
                 if (st) return snprintf(err, errlen, "KV pool: %s", wk_kv_pool_strerror(st)), st;
                 if (copy.bytes) /* only shared prefix blocks need a copy; nothing shares blocks yet */
@@ -392,11 +431,16 @@ int wk_forward(wk_engine *e, const wk_batch_item *items, int n_items, float *log
             if (it->seq->kvs[0]->window_slot != UINT32_MAX)
                 win = (uint32_t)(wk_kv_pool_window_offset(e->kv.pool, it->seq->kvs[0]->window_slot) / 4);
             /* Interleaved, as the shaders index them: block b of group g at b * G + g. A sliding
-             * group's released blocks are WK_KV_NO_BLOCK, outside every query's window. */
+             * group's released blocks are WK_KV_NO_BLOCK, outside every query's window. A second
+             * pool's blocks are named by their place in pool_buf (kv_cache.h). */
             const uint32_t bt = (uint32_t)e->kv.layout.block_tokens;
             const uint32_t nb = ((uint32_t)(it->seq->len + it->n_tokens) + bt - 1) / bt;
             for (uint32_t b = 0; b < nb; b++)
-                for (int g = 0; g < G; g++) e->step_tables[n_tables++] = it->seq->kvs[g]->table[b];
+                for (int g = 0; g < G; g++) {
+                    const uint32_t blk = it->seq->kvs[g]->table[b];
+                    e->step_tables[n_tables++] =
+                        blk != WK_KV_NO_BLOCK && wk_kv_cache_group_swa(&e->kv, g) ? blk + e->kv.swa_block_base : blk;
+                }
         }
         for (int j = 0; j < it->n_tokens; j++) {
             e->step_tokens[T] = it->tokens[j];

@@ -264,18 +264,23 @@ static int op_attention(rec *r, int il, uint32_t T) {
     return reduce_if_split(r, &pc, T);
 }
 
-/* Fills the paged-cache push constants shared by the store and the attention. */
+/* Fills the paged-cache push constants shared by the store and the attention, in the format of
+ * the layer's class (kv_cache.h: with per-layer-class formats a sliding layer's blocks are the
+ * second pool's, which table entries already name by their block in pool_buf). */
 static void paged_geometry(const wk_fwd *f, int il, wk_pc_attention_paged *pc) {
     const wk_kv_cache *kv = f->kv;
     const wk_hparams *hp = f->hp;
+    const bool own = wk_kv_cache_group_swa(kv, kv->group_of[il]);
+    const wk_kv_fmt *fmt = own ? &kv->swa_fmt : &kv->fmt;
+    const wk_kv_layout *l = own ? &kv->swa_layout : &kv->layout;
     *pc = (wk_pc_attention_paged){
         .head_dim = (uint32_t)hp->head_dim, .n_head = (uint32_t)hp->n_head, .n_head_kv = (uint32_t)hp->n_head_kv,
         .window = hp->is_swa[il] ? (uint32_t)hp->sliding_window : 0, .layer = (uint32_t)il,
-        .kind = (int32_t)kv->fmt.kind, .bits = kv->fmt.bits, .group = kv->fmt.group,
-        .block_tokens = (uint32_t)kv->layout.block_tokens, .slab_words = (uint32_t)(kv->layout.slab_bytes / 4),
-        .block_words = (uint32_t)(kv->layout.bytes_per_block / 4), .params_words = (uint32_t)(kv->layout.q.params_offset / 4),
-        .code_words = (uint32_t)(kv->layout.q.code_bytes_per_token / 4), .slab_layer = (uint32_t)kv->slot_of[il],
-        .table_stride = (uint32_t)kv->layout.n_groups, .table_col = (uint32_t)kv->group_of[il]};
+        .kind = (int32_t)fmt->kind, .bits = fmt->bits, .group = fmt->group,
+        .block_tokens = (uint32_t)l->block_tokens, .slab_words = (uint32_t)(l->slab_bytes / 4),
+        .block_words = (uint32_t)(l->bytes_per_block / 4), .params_words = (uint32_t)(l->q.params_offset / 4),
+        .code_words = (uint32_t)(l->q.code_bytes_per_token / 4), .slab_layer = (uint32_t)kv->slot_of[il],
+        .table_stride = (uint32_t)l->n_groups, .table_col = (uint32_t)kv->group_of[il]};
 }
 
 /* Quantizes this step's keys (post-RoPE, in a.k) and values into their blocks. */
@@ -283,9 +288,11 @@ static int op_kv_store_quant(rec *r, int il, uint32_t T) {
     wk_fwd *f = r->f;
     wk_pc_attention_paged g;
     paged_geometry(f, il, &g);
+    const bool own = wk_kv_cache_group_swa(f->kv, f->kv->group_of[il]);
     wk_pc_kv_store_quant pc = {.head_dim = g.head_dim, .n_head_kv = g.n_head_kv, .n_tokens = T,
                                .slab_layer = g.slab_layer, .kind = g.kind, .bits = g.bits, .group = g.group,
-                               .rank_k = f->kv->rank_k, .rank_v = f->kv->rank_v, .block_tokens = g.block_tokens,
+                               .rank_k = own ? f->kv->swa_rank_k : f->kv->rank_k,
+                               .rank_v = own ? f->kv->swa_rank_v : f->kv->rank_v, .block_tokens = g.block_tokens,
                                .slab_words = g.slab_words, .block_words = g.block_words,
                                .params_words = g.params_words, .code_words = g.code_words,
                                .table_stride = g.table_stride, .table_col = g.table_col};
@@ -307,7 +314,9 @@ static int op_attention_paged(rec *r, int il, uint32_t T) {
     pc.f16_row_words = (uint32_t)(f->kv->layout.f16_row_bytes / 4);
     wk_arg args[9] = {S(&f->a.q), S(&f->a.rows), S(&f->a.tables), TV(&f->kv->pool_buf), S(&f->a.attn), S(&f->a.tiles),
                       S(&f->a.attn_part), S(&f->a.k), S(&f->a.v)};
-    TRY(wk_dispatch(f->vk, f->pipes, WK_PIPE_ATTENTION_PAGED, args, &pc, sizeof pc, f->plan.n_tiles, f->plan.groups_y,
+    const wk_pipe_id pipe = wk_kv_cache_group_swa(f->kv, f->kv->group_of[il]) ? WK_PIPE_ATTENTION_PAGED_SWA
+                                                                             : WK_PIPE_ATTENTION_PAGED;
+    TRY(wk_dispatch(f->vk, f->pipes, pipe, args, &pc, sizeof pc, f->plan.n_tiles, f->plan.groups_y,
                     pc.n_split, r->err, r->errlen));
     return reduce_if_split(r, &pc, T);
 }

@@ -20,6 +20,9 @@ const wk_hparams *ref_model_hparams(const ref_model *m);
 /* Attention reads K and V through the KV quantizer (engine/kv/kv_quant.h: bits 2..4, a wk_kvq_kind,
  * group G) instead of f16 rounding; bits 0 restores the f16 cache. */
 void ref_model_set_kv_quant(ref_model *m, int bits, int kind, int group);
+/* Per-layer-class formats: the sliding-window layers' K and V through `bits` instead (0: the same
+ * as every layer). Call after ref_model_set_kv_quant, which resets it. */
+void ref_model_set_kv_swa_bits(ref_model *m, int bits);
 
 /* Evaluates tokens at positions 0..n-1 from an empty cache.
  * logits: NULL or n x n_vocab. layer_out: NULL or n_layer buffers of n x n_embd that receive the

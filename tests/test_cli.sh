@@ -133,6 +133,22 @@ if [[ -n $writer ]]; then
         python3 -c 'import json,sys; j=json.loads(sys.argv[1].splitlines()[-1]); sys.exit(0 if j["bits_per_element"] > 2.5 else 1)' "$out"; then ok
     else ko 'rc=0 with "sink4 recent8" in kv and bits_per_element > 2.5' "${ppl[@]}" --kv-sink 4 --kv-recent 8; fi
 
+    # --kv-swa reaches the engine: the sliding layers (5 of the tiny Gemma's 6) in int4 cost more
+    # bits and hold more bytes than all int2; --kv-swa equal to --kv is the plain format; a model
+    # without sliding layers says it has no effect.
+    run "${ppl[@]}" --wush "$wush" "${nowin[@]}" --kv-swa int4
+    if [[ $rc -eq 0 ]] && grep -q '"kv":"int2 quest G32 wush swa:int4"' <<<"$out" &&
+        python3 -c 'import json,sys; j=json.loads(sys.argv[1].splitlines()[-1]); sys.exit(0 if j["bits_per_element"] > 2.5 and j["seq_bytes_32768"] > j["seq_bytes_2048"] > 0 else 1)' "$out"; then ok
+    else ko 'rc=0 with "swa:int4" in kv, bits_per_element > 2.5 and seq_bytes_*' "${ppl[@]}" --wush "$wush" "${nowin[@]}" --kv-swa int4; fi
+    ppl_of "${ppl[@]}" --wush "$wush" "${nowin[@]}" && base=$val
+    ppl_of "${ppl[@]}" --wush "$wush" "${nowin[@]}" --kv-swa int2
+    if [[ $val == "$base" ]] && grep -q '"kv":"int2 quest G32 wush",' <<<"$out"; then ok
+    else ko "ppl $base (plain int2) and no swa in kv" "${ppl[@]}" --wush "$wush" "${nowin[@]}" --kv-swa int2; fi
+    llama=$tmp/llama.gguf
+    if "$writer" "$llama" llama 7; then
+        expect 0 'no sliding-window layers: their KV format \(int3\) has no effect' -- generate -m "$llama" -p "the fox" -n 2 --kv int2 --kv-swa int3
+    else ko "$writer $llama llama 7" ""; fi
+
     echo "$pass passed, $fail failed"
     [[ $fail -eq 0 ]]
     exit
@@ -182,7 +198,7 @@ expect 1 "^wushkv bench: cannot reach http://127.0.0.1:1: connect to 127.0.0.1:1
 expect 0 '--top-p' -- generate --help
 expect 0 '--min-p' -- help generate
 for flag in -m -p -n --temp --top-k --top-p --min-p --seed --ctx --device --json --no-bos --validation -v \
-    --kv --kv-quant --kv-group --kv-mem --kv-transform --wush --kv-sink --kv-recent --kv-rho-k --kv-rho-v; do
+    --kv --kv-quant --kv-group --kv-mem --kv-transform --wush --kv-sink --kv-recent --kv-rho-k --kv-rho-v --kv-swa; do
     expect 0 "(^|[ ,])$flag[ ,]" -- generate --help
 done
 expect 2 "--temp: expected a number >= 0, got 'abc'" -- generate -p hi --temp abc
@@ -214,7 +230,7 @@ expect 1 "cannot open /nonexistent/cal.txt" -- calibrate -m /nonexistent/model.g
 
 # perplexity
 for flag in -m -f --ctx --chunks --batch --json --device --validation -v \
-    --kv --kv-quant --kv-group --kv-mem --kv-transform --wush --kv-sink --kv-recent --kv-rho-k --kv-rho-v; do
+    --kv --kv-quant --kv-group --kv-mem --kv-transform --wush --kv-sink --kv-recent --kv-rho-k --kv-rho-v --kv-swa; do
     expect 0 "(^|[ ,])$flag[ ,]" -- perplexity --help
 done
 expect 2 "missing -f FILE" -- perplexity --ctx 512
@@ -236,7 +252,7 @@ expect 2 "--threads: expected an integer" -- perplexity -f x --layer-error --thr
 
 # ---- the KV flags: one parser for serve, generate and perplexity ----------------------------
 for flag in -m --host --port --ctx --max-batch --device -v \
-    --kv --kv-quant --kv-group --kv-mem --kv-transform --wush --kv-sink --kv-recent --kv-rho-k --kv-rho-v \
+    --kv --kv-quant --kv-group --kv-mem --kv-transform --wush --kv-sink --kv-recent --kv-rho-k --kv-rho-v --kv-swa \
     --temp --top-k --top-p --min-p --repeat-penalty --repeat-last-n; do
     expect 0 "(^|[ ,])$flag[ ,]" -- serve --help
 done
@@ -279,6 +295,8 @@ for cmd in serve generate perplexity; do
     f16="applies to a quantized KV cache (--kv int2, int3 or int4), not to f16"
     # (The default is quantized: --kv f16 opts out, and then these are refused.)
     expect_only 2 "${w}--kv-sink $f16" -- "${base[@]}" --kv-sink 4 --kv f16
+    expect_only 2 "${w}--kv-swa $f16" -- "${base[@]}" --kv f16 --kv-swa int4
+    expect_only 2 "${w}--kv-swa: expected int2, int3 or int4, got 'f16'" -- "${q[@]}" --kv-swa f16
     expect_only 2 "${w}--kv-recent $f16" -- "${base[@]}" --kv f16 --kv-recent 64
     expect_only 2 "${w}--kv-rho-k $f16" -- "${base[@]}" --kv f16 --kv-rho-k 0.9
     expect_only 2 "${w}--kv-mem $f16" -- "${base[@]}" --kv f16 --kv-mem 1MiB

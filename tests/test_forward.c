@@ -232,7 +232,7 @@ static void paged_case(const char *arch, uint64_t seed, int bits, wk_kvq_kind ki
     if (!rc) rc = wk_pipelines_create(&s.vk, &s.pipes, err, sizeof err);
     if (!rc) rc = wk_weights_upload(&s.vk, &s.desc, NULL, &s.w, err, sizeof err);
     if (!rc)
-        rc = wk_kv_cache_create_paged(&s.vk, &s.kv, &s.desc.hp, &fmt, WK_KVQ_RHO_K, WK_KVQ_RHO_V, 0, 2, PCTX, 13, err,
+        rc = wk_kv_cache_create_paged(&s.vk, &s.kv, &s.desc.hp, &fmt, 0, WK_KVQ_RHO_K, WK_KVQ_RHO_V, 0, 2, PCTX, 13, err,
                                       sizeof err);
     if (!rc) rc = wk_fwd_init(&s.fwd, &s.vk, &s.pipes, &s.desc.hp, &s.w, &s.kv, PCTX, PCTX, false, err, sizeof err);
     CHECK_EQ_INT(rc, 0);
@@ -330,7 +330,7 @@ static void paged_case(const char *arch, uint64_t seed, int bits, wk_kvq_kind ki
         flat_hp.sliding_window = PCTX;
         wk_fwd_free(&s.fwd);
         wk_kv_cache_destroy(&s.vk, &s.kv);
-        rc = wk_kv_cache_create_paged(&s.vk, &s.kv, &flat_hp, &fmt, WK_KVQ_RHO_K, WK_KVQ_RHO_V, 0, 2, PCTX, 13, err,
+        rc = wk_kv_cache_create_paged(&s.vk, &s.kv, &flat_hp, &fmt, 0, WK_KVQ_RHO_K, WK_KVQ_RHO_V, 0, 2, PCTX, 13, err,
                                       sizeof err);
         if (!rc) rc = wk_fwd_init(&s.fwd, &s.vk, &s.pipes, &s.desc.hp, &s.w, &s.kv, PCTX, PCTX, false, err, sizeof err);
         CHECK_EQ_INT(rc, 0);
@@ -344,6 +344,124 @@ static void paged_case(const char *arch, uint64_t seed, int bits, wk_kvq_kind ki
     }
     CHECK_EQ_INT(stack_close(&s), 0);
     free(want), free(got), free(want_f16), free(flat);
+    ref_model_free(ref);
+    wk_gguf_close(g);
+    free(bytes);
+}
+
+/* One sequence of the tiny model at `path` through the public API, in the paged format bits with
+ * the sliding layers in swa_bits: PN tokens in steps of 13, 13, 13, 1 (all logits into out). Fills
+ * the bytes it holds at the end in each pool and its peak, and the engine's info; false on failure. */
+static bool run_engine_paged(const char *path, int bits, int swa_bits, const int32_t *tok, float *out,
+                             uint64_t held[2], uint64_t *peak, wk_model_info *info) {
+    wk_engine_params p;
+    wk_engine_params_default(&p);
+    p.model_path = path;
+    p.max_ctx = PCTX;
+    p.max_batch_tokens = 13;
+    p.kv_bits = bits, p.kv_swa_bits = swa_bits, p.kv_quant = WK_KV_QUANT_QUEST, p.kv_group = 32;
+    test_engine_params_from_env(&p);
+    char err[WK_ERRMSG_LEN] = "";
+    wk_engine *e = NULL;
+    wk_seq *seq = NULL;
+    int rc = wk_engine_open(&p, &e, err, sizeof err);
+    if (!rc) rc = wk_seq_create(e, &seq);
+    const int V = rc ? 0 : wk_engine_info(e)->n_vocab;
+    for (int at = 0; !rc && at < PN;) {
+        int n = at < PN - 1 ? (PN - 1 - at < 13 ? PN - 1 - at : 13) : 1;
+        wk_batch_item item = {seq, tok + at, n, true};
+        rc = wk_forward(e, &item, 1, out + (size_t)at * V, err, sizeof err) == n ? 0 : -1;
+        at += n;
+    }
+    if (rc) fprintf(stderr, "run_engine_paged int%d/int%d: %s\n", bits, swa_bits, err);
+    if (!rc) {
+        held[0] = wk_seq_kv_pool_bytes(seq, 0);
+        held[1] = wk_seq_kv_pool_bytes(seq, 1);
+        CHECK_EQ_INT(held[0] + held[1], wk_seq_kv_bytes(seq));
+        *peak = wk_seq_kv_peak_bytes(seq);
+        *info = *wk_engine_info(e);
+    }
+    wk_seq_destroy(seq);
+    wk_engine_close(e);
+    return rc == 0;
+}
+
+/* Per-layer-class formats (--kv-swa): int2 on the full-attention layer, int4 on the five sliding
+ * ones, against the C reference that quantizes each class with its own width: far closer to it
+ * than to either uniform format. The sliding blocks come from their own pool and every byte count
+ * adds the two classes' blocks; --kv-swa equal to --kv is today's one-pool cache, bit for bit. */
+static void mixed_case(uint64_t seed) {
+    tiny_model_opts o = {.arch = "gemma3", .seed = seed, .mixed_quants = true, .sliding_window = 16};
+    size_t size = 0;
+    uint8_t *bytes = tiny_model_bytes(&o, &size);
+    char err[WK_ERRMSG_LEN] = "";
+    wk_gguf *g = bytes ? wk_gguf_open_memory(bytes, size, err, sizeof err) : NULL;
+    ref_model *ref = g ? ref_model_load(g, err, sizeof err) : NULL;
+    char path[] = "/tmp/wushkv_test_mixed_XXXXXX";
+    int fd = mkstemp(path);
+    CHECK(ref != NULL && fd >= 0);
+    if (!ref || fd < 0) return;
+    close(fd);
+    CHECK(tiny_model_write(&o, path));
+    const int V = ref_model_hparams(ref)->n_vocab, N = PN;
+    uint64_t r = seed * 2654435761u + 5;
+    int32_t tok[PN];
+    for (int i = 0; i < N; i++) tok[i] = (int32_t)(rng_xorshift64(&r) % (uint64_t)V);
+    tok[0] = 1;
+    const size_t all = sizeof(float) * N * V;
+    float *want = malloc(all), *want2 = malloc(all), *want4 = malloc(all);
+    float *got = malloc(all), *same = malloc(all), *today = malloc(all);
+    ref_model_set_kv_quant(ref, 2, WK_KVQ_QUEST, 32);
+    CHECK(ref_forward(ref, tok, N, want2, NULL) == 0);
+    ref_model_set_kv_swa_bits(ref, 4);
+    CHECK(ref_forward(ref, tok, N, want, NULL) == 0);
+    ref_model_set_kv_quant(ref, 4, WK_KVQ_QUEST, 32);
+    CHECK(ref_forward(ref, tok, N, want4, NULL) == 0);
+
+    uint64_t held[2], peak;
+    wk_model_info info;
+    if (run_engine_paged(path, 2, 4, tok, got, held, &peak, &info)) {
+        double worst = 0, worst2 = 0, worst4 = 0;
+        for (int i = 0; i < N; i++) {
+            worst = fmax(worst, rel_err(got + (size_t)i * V, want + (size_t)i * V, (size_t)V));
+            worst2 = fmax(worst2, rel_err(got + (size_t)i * V, want2 + (size_t)i * V, (size_t)V));
+            worst4 = fmax(worst4, rel_err(got + (size_t)i * V, want4 + (size_t)i * V, (size_t)V));
+        }
+        printf("  gemma3 int2 + sliding int4: logits rel err %.2e vs the mixed reference (%.2e vs all int2, %.2e vs "
+               "all int4)\n", worst, worst2, worst4);
+        CHECK(worst < 0.1);
+        /* All int4 differs from the mixed format in one layer of six, hence the smaller margin. */
+        CHECK(worst * 5 < worst2);
+        CHECK(worst * 3 < worst4);
+        /* 6 layers: 1 full-attention group (int2) and 5 sliding ones (int4) of one layer each. */
+        CHECK_EQ_INT(info.kv_layer_groups, 6);
+        CHECK_EQ_INT(info.kv_swa_groups, 5);
+        CHECK_EQ_INT(info.kv_bits, 2);
+        CHECK_EQ_INT(info.kv_swa_bits, 4);
+        CHECK(info.kv_swa_pool_bytes > 0 && info.kv_swa_pool_blocks > 0);
+        CHECK(info.kv_swa_block_bytes > info.kv_block_bytes);
+        /* 40 tokens: 3 blocks of the full group; a sliding group keeps the 2 of [25, 40). */
+        CHECK_EQ_INT(held[0], 3 * info.kv_block_bytes);
+        CHECK_EQ_INT(held[1], 5 * 2 * info.kv_swa_block_bytes);
+        CHECK_EQ_INT(peak, 3 * info.kv_block_bytes + 5 * 3 * info.kv_swa_block_bytes);
+        CHECK_EQ_INT(wk_kv_peak_bytes(&info, 40, 13), peak);
+        CHECK_EQ_INT(wk_kv_pool_peak_bytes(&info, 1, 40, 13), 5 * 3 * info.kv_swa_block_bytes);
+        CHECK_EQ_INT(info.kv_bytes_per_token, (info.kv_block_bytes + 5 * info.kv_swa_block_bytes) / 16);
+    } else {
+        CHECK(false);
+    }
+    uint64_t held_b[2], peak_b, held_c[2], peak_c;
+    wk_model_info info_b, info_c;
+    CHECK(run_engine_paged(path, 2, 2, tok, same, held_b, &peak_b, &info_b));
+    CHECK(run_engine_paged(path, 2, 0, tok, today, held_c, &peak_c, &info_c));
+    CHECK(memcmp(same, today, all) == 0);
+    CHECK_EQ_INT(info_b.kv_swa_pool_bytes, 0);
+    CHECK_EQ_INT(info_b.kv_pool_bytes, info_c.kv_pool_bytes);
+    CHECK_EQ_INT(held_b[0], held_c[0]);
+    CHECK_EQ_INT(held_b[1], 0);
+    CHECK_EQ_INT(peak_b, peak_c);
+    unlink(path);
+    free(want), free(want2), free(want4), free(got), free(same), free(today);
     ref_model_free(ref);
     wk_gguf_close(g);
     free(bytes);
@@ -466,6 +584,7 @@ int main(void) {
     paged_case("llama", 8, 4, WK_KVQ_ABSMAX, 32, 0);
     /* G = head_dim with one parameter per token: two tokens share each parameter word. */
     paged_case("gemma3", 9, 2, WK_KVQ_QUEST, 64, 0);
+    mixed_case(31);
     window_case("gemma3", 21, 4, 40, true);  /* sinks + ring cover all 40 positions */
     window_case("llama", 22, 0, 40, true);
     window_case("gemma3", 23, 2, 5, false);  /* most keys from the 2-bit codes */

@@ -40,13 +40,19 @@ static wk_model_info paged_info(const wk_kv_layout *l, uint64_t pool_bytes, int 
 
 /* How many sequences of n tokens FCFS admission lets in, one after another. */
 static int admitted(const kv_budget *b, int n) {
-    uint64_t claimed = 0;
+    uint64_t claimed[KV_POOLS] = {0};
     int k = 0;
     while (kv_budget_fits(b, claimed, n)) {
-        claimed += kv_budget_seq_bytes(b, n);
+        for (int p = 0; p < KV_POOLS; p++) claimed[p] += kv_budget_pool_seq_bytes(b, p, n);
         k++;
     }
     return k;
+}
+
+/* kv_budget_fits with claimed bytes in pool 0 only (one pool). */
+static bool fits0(const kv_budget *b, uint64_t claimed, int n) {
+    const uint64_t c[KV_POOLS] = {claimed, 0};
+    return kv_budget_fits(b, c, n);
 }
 
 static void test_paged(const wk_kv_geom *geom, int sink, int recent, int expect_fit) {
@@ -79,10 +85,11 @@ static void test_paged(const wk_kv_geom *geom, int sink, int recent, int expect_
 
     /* The boundary: exactly full fits, one byte short does not, over-claimed never wraps around. */
     uint64_t need = kv_budget_seq_bytes(&b, 100);
-    CHECK(kv_budget_fits(&b, POOL_256MIB - need, 100));
-    CHECK(!kv_budget_fits(&b, POOL_256MIB - need + 1, 100));
-    CHECK(!kv_budget_fits(&b, POOL_256MIB + 1, 1));
-    CHECK(!kv_budget_fits(&b, UINT64_MAX, 1));
+    CHECK(fits0(&b, POOL_256MIB - need, 100));
+    CHECK(!fits0(&b, POOL_256MIB - need + 1, 100));
+    CHECK(!fits0(&b, POOL_256MIB + 1, 1));
+    CHECK(!fits0(&b, UINT64_MAX, 1));
+    CHECK_EQ_INT(kv_budget_pool_seq_bytes(&b, 1, 100), 0); /* one pool: nothing in the second */
 
     kv_usage u = kv_budget_usage(&b, 100, need);
     CHECK_EQ_INT(u.bytes, need);
@@ -93,7 +100,7 @@ static void test_paged(const wk_kv_geom *geom, int sink, int recent, int expect_
     /* Gauge: 3 sequences holding their window slots and 10 blocks between them. */
     metrics_pool p = {0};
     uint64_t used = 3 * l.window_bytes + 10 * l.bytes_per_block;
-    kv_budget_gauge(&b, 3, used, -1, &p);
+    kv_budget_gauge(&b, 3, (const uint64_t[KV_POOLS]){used, 0}, -1, &p);
     CHECK_EQ_INT(p.kv_used_bytes, used);
     CHECK_EQ_INT(p.kv_used_blocks, 10);
     CHECK_EQ_INT(p.kv_capacity_bytes, POOL_256MIB);
@@ -118,9 +125,66 @@ static void test_f16(void) {
     CHECK_EQ_INT(u.blocks, 3);
     CHECK_NEAR(u.bits_per_element, 16, 0);
     metrics_pool p = {0};
-    kv_budget_gauge(&b, 2, 12345, 9, &p);
+    kv_budget_gauge(&b, 2, (const uint64_t[KV_POOLS]){12345, 0}, 9, &p);
     CHECK_EQ_INT(p.kv_used_blocks, 9);
     CHECK_EQ_INT(p.kv_capacity_blocks, 4 * 63); /* ceil(1000 / 16) = 63 per slot */
+    CHECK_EQ_INT(p.kv_capacity_bytes, info.kv_pool_bytes);
+}
+
+/* Per-layer-class formats: full-attention layers int2, sliding layers int4 in a
+ * pool of their own, 256 MiB split as the engine splits it (in proportion to a 2048-token
+ * sequence's peak in each pool). Admission must respect each pool: short sequences keep every
+ * sliding block, so the sliding pool runs out first, which a check of the sum alone would miss. */
+static void test_two_pools(void) {
+    const wk_kv_fmt f2 = {2, WK_KVQ_QUEST, 32, 0, 0}, f4 = {4, WK_KVQ_QUEST, 32, 0, 0};
+    wk_kv_layout l, l4;
+    CHECK_EQ_INT(wk_kv_layout_get(&GEMMA270, &f2, &l), WK_OK);
+    CHECK_EQ_INT(wk_kv_layout_get(&GEMMA270, &f4, &l4), WK_OK);
+    CHECK_EQ_INT(wk_kv_layout_set_swa(&l, &l4), WK_OK);
+    const uint64_t peak0 = wk_kv_layout_pool_peak_bytes(&l, 0, 2048, CHUNK);
+    const uint64_t peak1 = wk_kv_layout_pool_peak_bytes(&l, 1, 2048, CHUNK);
+    const uint64_t cap1 = POOL_256MIB / (peak0 + peak1) * peak1, cap0 = POOL_256MIB - cap1;
+    wk_model_info info = paged_info(&l, POOL_256MIB, 2048);
+    info.kv_swa_block_bytes = l4.bytes_per_block;
+    info.kv_swa_pool_bytes = cap1 / l4.bytes_per_block * l4.bytes_per_block;
+    info.kv_swa_pool_blocks = cap1 / l4.bytes_per_block;
+    info.kv_pool_bytes = cap0 + info.kv_swa_pool_bytes;
+    info.kv_pool_blocks = cap0 / l.bytes_per_block;
+    kv_budget b;
+    kv_budget_init(&b, &info, 8, 16, CHUNK);
+    CHECK_EQ_INT(b.pool_cap[0], cap0);
+    CHECK_EQ_INT(b.pool_cap[1], info.kv_swa_pool_bytes);
+    int mismatches = 0;
+    for (int n = 1; n <= 5000; n++)
+        if (kv_budget_seq_bytes(&b, n) != wk_kv_layout_seq_peak_bytes(&l, (uint64_t)n, CHUNK) ||
+            kv_budget_pool_seq_bytes(&b, 1, n) != wk_kv_layout_pool_peak_bytes(&l, 1, (uint64_t)n, CHUNK))
+            mismatches++;
+    CHECK_EQ_INT(mismatches, 0);
+    /* 100 tokens: 7 blocks in each of 1 full group (int2) and 5 sliding ones (int4). */
+    CHECK_EQ_INT(kv_budget_pool_seq_bytes(&b, 0, 100), 7 * l.bytes_per_block);
+    CHECK_EQ_INT(kv_budget_pool_seq_bytes(&b, 1, 100), 5 * 7 * l4.bytes_per_block);
+    CHECK_EQ_INT(kv_budget_pool_blocks(&b, 100), 7 + 5 * 7);
+    /* Full-context sequences: the split makes both pools run out at once. */
+    const int n2048 = admitted(&b, 2048);
+    CHECK_EQ_INT(n2048, (int)(cap0 / peak0 < info.kv_swa_pool_bytes / peak1 ? cap0 / peak0 : info.kv_swa_pool_bytes / peak1));
+    CHECK(n2048 >= (int)(POOL_256MIB / (peak0 + peak1)) - 1);
+    /* Short ones: the sliding pool decides, and the sum alone would admit more. */
+    const uint64_t need0 = kv_budget_pool_seq_bytes(&b, 0, 100), need1 = kv_budget_pool_seq_bytes(&b, 1, 100);
+    const int n100 = admitted(&b, 100);
+    CHECK_EQ_INT(n100, (int)(info.kv_swa_pool_bytes / need1));
+    CHECK(n100 < (int)(cap0 / need0));
+    CHECK(n100 < (int)(info.kv_pool_bytes / (need0 + need1)));
+    /* Each pool's boundary. */
+    CHECK(kv_budget_fits(&b, (const uint64_t[KV_POOLS]){cap0 - need0, info.kv_swa_pool_bytes - need1}, 100));
+    CHECK(!kv_budget_fits(&b, (const uint64_t[KV_POOLS]){cap0 - need0 + 1, 0}, 100));
+    CHECK(!kv_budget_fits(&b, (const uint64_t[KV_POOLS]){0, info.kv_swa_pool_bytes - need1 + 1}, 100));
+    /* Gauge: 2 sequences, 4 int2 blocks in pool 0, 9 int4 blocks in pool 1. */
+    metrics_pool p = {0};
+    const uint64_t used[KV_POOLS] = {4 * l.bytes_per_block, 9 * l4.bytes_per_block};
+    kv_budget_gauge(&b, 2, used, -1, &p);
+    CHECK_EQ_INT(p.kv_used_bytes, used[0] + used[1]);
+    CHECK_EQ_INT(p.kv_used_blocks, 13);
+    CHECK_EQ_INT(p.kv_capacity_blocks, (long long)(info.kv_pool_blocks + info.kv_swa_pool_blocks));
     CHECK_EQ_INT(p.kv_capacity_bytes, info.kv_pool_bytes);
 }
 
@@ -130,5 +194,6 @@ int main(void) {
     test_paged(&GEMMA270, 0, 0, 77); /* Gemma 3: the sliding layers give blocks back (docs/wush-kv.md) */
     test_paged(&GEMMA270, 4, 64, 56);
     test_f16();
+    test_two_pools();
     TEST_MAIN_END();
 }

@@ -283,6 +283,17 @@ int main(void) {
     CHECK_EQ_INT(run(e, tok, fw, 2, 0, out2), 0);
     for (int il = 0; il < L; il++) CHECK(out2[L + il].rel_mse < out2[il].rel_mse);
 
+    /* (e) per-layer-class formats: int2 with the sliding layers in int4 is, layer by layer, int4's
+     * error on the sliding layers and int2's on the global ones (each layer is evaluated alone). */
+    wk_kv_error_format fe[3] = {fmt(2, 0, WK_KV_TRANSFORM_WUSH, side, 0, 0), fmt(4, 0, WK_KV_TRANSFORM_WUSH, side, 0, 0),
+                                fmt(2, 0, WK_KV_TRANSFORM_WUSH, side, 0, 0)};
+    fe[2].swa_bits = 4;
+    CHECK_EQ_INT(run(e, tok, fe, 3, 0, out2), 0);
+    int same_class = 0;
+    for (int il = 0; il < L; il++)
+        same_class += out2[2 * L + il].rel_mse == out2[(hp->is_swa[il] ? 1 : 0) * L + il].rel_mse;
+    CHECK_EQ_INT(same_class, L);
+
     /* (d) independent recomputation from the capture */
     wk_seq *seq = NULL;
     wk_capture cap;
@@ -311,9 +322,10 @@ int main(void) {
     wk_capture_free(&cap);
 
     /* bad formats are refused before any work */
-    wk_kv_error_format bad[3] = {fmt(5, 0, 0, NULL, 0, 0), fmt(2, 0, WK_KV_TRANSFORM_WUSH, NULL, 0, 0),
-                                 fmt(2, 0, 0, NULL, -1, 0)};
-    for (int k = 0; k < 3; k++)
+    wk_kv_error_format bad[4] = {fmt(5, 0, 0, NULL, 0, 0), fmt(2, 0, WK_KV_TRANSFORM_WUSH, NULL, 0, 0),
+                                 fmt(2, 0, 0, NULL, -1, 0), fmt(2, 0, 0, NULL, 0, 0)};
+    bad[3].swa_bits = 5;
+    for (int k = 0; k < 4; k++)
         CHECK_EQ_INT(wk_kv_layer_error(e, tok, N_TOK, &bad[k], 1, 0, out, err, sizeof err), WK_ERR_INVALID);
 
     free(out);

@@ -63,6 +63,13 @@ static void test_describe(void) {
     CHECK_DESCRIBE("", "--kv-recent", "64", "--kv", "f16");
     CHECK_DESCRIBE("", "--kv", "f16", "--kv-mem", "1MiB");
     CHECK_DESCRIBE("", "--kv", "f16", "--kv-group", "64");
+    CHECK_DESCRIBE("int2 quest G32 wush sink4 recent64", "--kv", "int4", "--kv", "int2"); /* the last one counts */
+    /* Per-layer-class formats: named only when they differ from --kv. */
+    CHECK_DESCRIBE("int2 quest G32 wush sink4 recent64 swa:int4", "--kv-swa", "int4");
+    CHECK_DESCRIBE("int3 quest G32 wush sink4 recent64", "--kv", "int3", "--kv-swa", "int3");
+    CHECK_DESCRIBE("", "--kv", "f16", "--kv-swa", "int4");                  /* f16 has no sliding format */
+    CHECK_DESCRIBE("", "--kv", "int2", "--kv-swa", "f16");                  /* int2, int3, int4 only */
+    CHECK_DESCRIBE("", "--kv", "int2", "--kv-swa", "int5");
     CHECK_DESCRIBE("", "--kv", "int2", "--kv-rho-k", "0.9");
     CHECK_DESCRIBE("", "--kv", "int2", "--kv-quant", "percentile", "--kv-rho-v", "0");
     /* A short buffer is cut, never overrun. */
@@ -79,7 +86,7 @@ static void test_apply(void) {
     kv_flags f;
     CHECK(parse((const char *const[]){"--wush", "s.wush", "--kv-quant", "percentile", "--kv-group", "64", "--kv-mem",
                                       "1MiB", "--kv-sink", "4", "--kv-recent", "64", "--kv-rho-k", "0.9",
-                                      "--kv-rho-v", "0.8", NULL},
+                                      "--kv-rho-v", "0.8", "--kv-swa", "int3", NULL},
                 &f));
     wk_engine_params p;
     wk_engine_params_default(&p);
@@ -95,6 +102,7 @@ static void test_apply(void) {
     CHECK_EQ_INT(p.kv_recent, 64);
     CHECK_NEAR(p.kv_rho_k, 0.9, 1e-7);
     CHECK_NEAR(p.kv_rho_v, 0.8, 1e-7);
+    CHECK_EQ_INT(p.kv_swa_bits, 3);
     CHECK_EQ_INT(p.max_ctx, 77); /* the rest is left alone */
 
     /* No flags: the default format, WUSH with no sidecar path (the cache finds or makes it), and
@@ -111,6 +119,7 @@ static void test_apply(void) {
     CHECK_EQ_INT(p.kv_recent, 64);
     CHECK_EQ_INT(p.kv_mem, 0);
     CHECK(p.kv_rho_k == 0.0f && p.kv_rho_v == 0.0f);
+    CHECK_EQ_INT(p.kv_swa_bits, 0); /* the same format as --kv */
 
     /* --kv f16: the plain f16 cache, nothing of the default left. */
     CHECK(parse((const char *const[]){"--kv", "f16", NULL}, &f));
@@ -121,6 +130,7 @@ static void test_apply(void) {
     CHECK(p.wush_path == NULL);
     CHECK_EQ_INT(p.kv_sink, 0);
     CHECK_EQ_INT(p.kv_recent, 0);
+    CHECK_EQ_INT(p.kv_swa_bits, 0); /* no sliding format of its own */
 }
 
 int main(void) {

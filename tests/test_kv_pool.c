@@ -1126,6 +1126,91 @@ static void walk_once(uint64_t seed, uint32_t bt, uint32_t n_blocks, uint32_t wi
     wk_kv_pool_destroy(w.pool);
 }
 
+/* Per-layer-class formats: the full-attention groups in int2 with the windows, the sliding groups
+ * in int4 in a pool of their own. The layout's sizes against hand-computed numbers, what
+ * set_swa refuses, and a sequence grown to 2048 tokens in 512-token steps over the two pools as
+ * the engine drives them: each pool's most bytes equal wk_kv_layout_pool_peak_bytes. */
+static void test_two_classes(void) {
+    const wk_kv_geom G6 = {.n_layer = 18, .n_head_kv = 1, .head_dim = 256, .block_tokens = 16, .group_layers = 3,
+                           .swa_groups = 5, .swa_window = 512};
+    const wk_kv_fmt w2 = {2, WK_KVQ_QUEST, 32, 4, 64}, q4 = {4, WK_KVQ_QUEST, 32, 0, 0}, w4 = {4, WK_KVQ_QUEST, 32, 4, 64};
+    wk_kv_layout l, l4, bad;
+    CHECK_EQ_INT(wk_kv_layout_get(&G6, &w2, &l), WK_OK);
+    CHECK_EQ_INT(wk_kv_layout_get(&G6, &q4, &l4), WK_OK);
+    CHECK_EQ_INT(l.bytes_per_block, 7680);   /* 3 layers x K,V x (1024 code + 256 param bytes) */
+    CHECK_EQ_INT(l4.bytes_per_block, 13824); /* 3 layers x K,V x (2048 + 256) */
+    CHECK_EQ_INT(l.swa_bytes_per_block, l.bytes_per_block); /* one format until set_swa */
+    CHECK(!l.swa_pool);
+    /* Refused: windows in the second layout, a layout without sliding groups, other groups. */
+    CHECK_EQ_INT(wk_kv_layout_get(&G6, &w4, &bad), WK_OK);
+    CHECK_EQ_INT(wk_kv_layout_set_swa(&l, &bad), WK_ERR_INVALID);
+    wk_kv_layout flat;
+    CHECK_EQ_INT(wk_kv_layout_get(&GEMMA270, &w2, &flat), WK_OK);
+    CHECK_EQ_INT(wk_kv_layout_set_swa(&flat, &l4), WK_ERR_INVALID);
+    const wk_kv_geom G9 = {.n_layer = 18, .n_head_kv = 1, .head_dim = 256, .block_tokens = 16, .group_layers = 9,
+                           .swa_groups = 1, .swa_window = 512};
+    CHECK_EQ_INT(wk_kv_layout_get(&G9, &q4, &bad), WK_OK);
+    CHECK_EQ_INT(wk_kv_layout_set_swa(&l, &bad), WK_ERR_INVALID);
+    CHECK(!l.swa_pool);
+    CHECK_EQ_INT(wk_kv_layout_set_swa(&l, &l4), WK_OK);
+    CHECK(l.swa_pool);
+    /* 2048 tokens: 128 blocks of the full group (int2) and of each sliding group (int4), a window
+     * slot of 68 f16 rows of 18 x 2 x 256 elements. */
+    const uint64_t window = 68ull * 18 * 2 * 256 * 2;
+    CHECK_EQ_INT(l.window_bytes, window);
+    CHECK_EQ_INT(wk_kv_layout_seq_bytes(&l, 2048), 128ull * (7680 + 5 * 13824) + window);
+    CHECK_NEAR(wk_kv_layout_bits_per_element(&l, 2048), (128.0 * (7680 + 5 * 13824) + window) * 8 / (2048.0 * 9216), 1e-12);
+    /* The peak with 512-token steps: a sliding group holds ceil((15 + 511 + 512) / 16) = 65 blocks. */
+    CHECK_EQ_INT(wk_kv_layout_pool_peak_bytes(&l, 0, 2048, 512), 128ull * 7680 + window);
+    CHECK_EQ_INT(wk_kv_layout_pool_peak_bytes(&l, 1, 2048, 512), 5ull * 65 * 13824);
+    CHECK_EQ_INT(wk_kv_layout_seq_peak_bytes(&l, 2048, 512), 128ull * 7680 + window + 5ull * 65 * 13824);
+    /* One format: pool 1 is empty and pool 0 holds everything, as before. */
+    CHECK_EQ_INT(wk_kv_layout_pool_peak_bytes(&l4, 1, 2048, 512), 0);
+    CHECK_EQ_INT(wk_kv_layout_pool_peak_bytes(&l4, 0, 2048, 512), wk_kv_layout_seq_peak_bytes(&l4, 2048, 512));
+
+    /* The two pools driven as the engine drives them. */
+    wk_kv_pool_params p0, p1;
+    wk_kv_pool_params_from_layout(&l, 8 << 20, 2, &p0);
+    wk_kv_pool_params_from_layout(&l4, 8 << 20, 0, &p1);
+    wk_kv_pool *pool0 = NULL, *pool1 = NULL;
+    CHECK_EQ_INT(wk_kv_pool_create(&p0, &pool0), WK_OK);
+    CHECK_EQ_INT(wk_kv_pool_create(&p1, &pool1), WK_OK);
+    if (!pool0 || !pool1) return;
+    wk_kv_seq *g[6];
+    int st;
+    for (int k = 0; k < 6; k++) {
+        g[k] = wk_kv_seq_create_ex(k == 0 ? pool0 : pool1, 2048, k == 0, &st);
+        CHECK(g[k] != NULL);
+        if (!g[k]) return;
+    }
+    uint64_t most[2] = {0, 0};
+    for (uint32_t len = 0; len < 2048; len += 512) {
+        wk_kv_copy cp;
+        for (int k = 0; k < 6; k++) CHECK_EQ_INT(wk_kv_seq_prepare_write(g[k], 512, &cp), WK_OK);
+        uint64_t held[2] = {wk_kv_seq_bytes(g[0]), 0};
+        for (int k = 1; k < 6; k++) held[1] += wk_kv_seq_bytes(g[k]);
+        for (int q = 0; q < 2; q++) most[q] = held[q] > most[q] ? held[q] : most[q];
+        for (int k = 0; k < 6; k++) CHECK_EQ_INT(wk_kv_seq_advance(g[k], 512), WK_OK);
+        /* As engine.c: a sliding group keeps from (len + 512) - window + 1 on. */
+        for (int k = 1; k < 6; k++) wk_kv_seq_drop_before(g[k], len + 512 - 512 + 1);
+    }
+    CHECK_EQ_INT(most[0], wk_kv_layout_pool_peak_bytes(&l, 0, 2048, 512));
+    /* A block-aligned start holds ceil((511 + 512) / 16) = 64 blocks, one fewer than the bound's
+     * worst case (a step starting at a block's last token). */
+    CHECK_EQ_INT(most[1], 5ull * 64 * 13824);
+    CHECK(most[1] <= wk_kv_layout_pool_peak_bytes(&l, 1, 2048, 512));
+    CHECK_EQ_INT(check_ok(pool0), WK_OK);
+    CHECK_EQ_INT(check_ok(pool1), WK_OK);
+    wk_kv_pool_stats s0, s1;
+    wk_kv_pool_get_stats(pool0, &s0);
+    wk_kv_pool_get_stats(pool1, &s1);
+    CHECK_EQ_INT(s0.used_bytes, 128ull * 7680 + window);
+    CHECK_EQ_INT(s1.used_bytes, 5ull * 32 * 13824); /* [1537, 2048): 32 blocks of each sliding group */
+    for (int k = 0; k < 6; k++) wk_kv_seq_destroy(g[k]);
+    wk_kv_pool_destroy(pool0);
+    wk_kv_pool_destroy(pool1);
+}
+
 int main(void) {
     test_layouts();
     test_create();
@@ -1135,6 +1220,7 @@ int main(void) {
     test_drop_before();
     test_windowless();
     test_checker_catches();
+    test_two_classes();
     walk_once(1, 16, 40, 0, 0, 0, 0, 16000); /* drops ease the pressure: more ops to exhaust it */
     walk_once(2, 4, 24, 0, 0, 0, 0, 8000);
     walk_once(3, 16, 48, 0, 0, 0, 0, 16000); /* roomier pool: twice the ops to reach exhaustion (asserted) */

@@ -6,7 +6,11 @@
  * prefill rows of different sequences in one dispatch (query tiles from engine/kv/attention_plan.c),
  * unsplit and split three ways. The block tables are those of a pool with three layer groups (the
  * layer reads every third entry; the others name decoy blocks), and with a sliding window the
- * entries of blocks no query can see are WK_KV_NO_BLOCK, as the engine leaves them once released. */
+ * entries of blocks no query can see are WK_KV_NO_BLOCK, as the engine leaves them once released.
+ * Per-layer-class formats (engine/kv/kv_cache.h): the layer's blocks in a second pool of their own
+ * format, placed after a first pool of another format and its f16 windows in the same buffer, the
+ * table naming them from that pool's base block on, read by attention_paged_swa specialised for
+ * the layer's format while the windows stay in the first pool. */
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -33,15 +37,27 @@ enum { BT = 16, NL = 2, LAYER = 1, NSEQ = 2, MAXROWS = 1100, MAXPOS = 1040, NGRO
 
 /* Sequence 0 decodes its last position (len0 keys); sequence 1 runs a prefill chunk of positions
  * from1 .. len1-1 over its earlier keys. S, R: f16 sink and recent windows. */
-typedef struct { int D, Hq, Hk, window; wk_kvq_kind kind; int bits, G; int len0, len1, from1, S, R; } cfg;
+/* other_bits: 0, one pool; else the layer's blocks sit in a second pool after a first one of
+ * other_bits blocks (decoys) and the windows, read through the specialised sliding pipeline. */
+typedef struct { int D, Hq, Hk, window; wk_kvq_kind kind; int bits, G; int len0, len1, from1, S, R, other_bits; } cfg;
 
 static double run_case(wk_vk *vk, wk_pipelines *p, const cfg *c, uint32_t force_split) {
     char err[WK_ERRMSG_LEN] = "";
     wk_kvq_block_layout lay;
     if (!wk_kvq_block_layout_get(c->kind, c->bits, c->G, c->D, BT, &lay)) return -1;
     const size_t slab = lay.bytes, block = 2 * NL * (size_t)c->Hk * slab;
+    wk_kvq_block_layout other_lay = lay;
+    if (c->other_bits && !wk_kvq_block_layout_get(c->kind, c->other_bits, c->G, c->D, BT, &other_lay)) return -1;
+    const size_t other_block = 2 * NL * (size_t)c->Hk * other_lay.bytes;
     const int lens[NSEQ] = {c->len0 ? c->len0 : 37, c->len1 ? c->len1 : 21};
     enum { n_blocks = 80 };
+    /* f16 window slots after the (first pool's) blocks, one per sequence: rows [layer][K|V][head][D]
+     * f16. With a second pool the layer's blocks start at block `base` of their own size, past the
+     * first pool and its windows. */
+    const size_t row_bytes = (size_t)2 * NL * c->Hk * c->D * 2, window_bytes = (size_t)(c->S + c->R) * row_bytes;
+    const size_t window_at = n_blocks * (c->other_bits ? other_block : block);
+    const uint32_t base = c->other_bits ? (uint32_t)((window_at + NSEQ * window_bytes + block - 1) / block) : 0;
+    const size_t pool_bytes = c->other_bits ? (base + n_blocks) * block : window_at + NSEQ * window_bytes;
     /* Blocks handed out in a scattered order, so a table's neighbours are not neighbours in memory. */
     uint32_t order[n_blocks], tables[n_blocks * NGROUPS];
     for (int i = 0; i < n_blocks; i++) order[i] = (uint32_t)(i * 7 + 3) % n_blocks; /* 7 is prime to n_blocks: a permutation */
@@ -50,13 +66,12 @@ static double run_case(wk_vk *vk, wk_pipelines *p, const cfg *c, uint32_t force_
         table_off[s] = used * NGROUPS;
         for (int b = 0; b < (lens[s] + BT - 1) / BT; b++, used++)
             for (int g = 0; g < NGROUPS; g++) /* another group's entry names a block holding other keys */
-                tables[used * NGROUPS + g] = g == GROUP ? order[used] : order[(used + 11 * g) % n_blocks];
+                tables[used * NGROUPS + g] = g == GROUP ? base + order[used] : order[(used + 11 * g) % n_blocks];
     }
     const int D = c->D, Hk = c->Hk, Hq = c->Hq;
-    /* f16 window slots after the blocks, one per sequence: rows [layer][K|V][head][D] f16. */
-    const size_t row_bytes = (size_t)2 * NL * Hk * D * 2, window_bytes = (size_t)(c->S + c->R) * row_bytes;
-    const size_t pool_bytes = n_blocks * block + NSEQ * window_bytes;
     uint8_t *pool = calloc(1, pool_bytes);
+    /* The first pool's blocks hold another format's codes: random bytes, never to be read. */
+    for (size_t i = 0; c->other_bits && i < window_at; i++) pool[i] = (uint8_t)rng_xorshift64(&rng);
     /* K and V of every (seq, pos, kv head) for layer LAYER, with two outlier channels per head. */
     float *K = malloc(sizeof(float) * NSEQ * MAXPOS * Hk * D), *V = malloc(sizeof(float) * NSEQ * MAXPOS * Hk * D);
     float *Kd = malloc(sizeof(float) * NSEQ * MAXPOS * Hk * D), *Vd = malloc(sizeof(float) * NSEQ * MAXPOS * Hk * D);
@@ -80,7 +95,7 @@ static double run_case(wk_vk *vk, wk_pipelines *p, const cfg *c, uint32_t force_
      * sequence's chunk (seq 0's chunk is its decode token). */
     for (int s = 0; s < NSEQ; s++) {
         const int chunk = s == 0 ? lens[0] - 1 : c->from1;
-        uint16_t *slot = (uint16_t *)(pool + n_blocks * block + s * window_bytes);
+        uint16_t *slot = (uint16_t *)(pool + window_at + s * window_bytes);
         for (int j = 0; j < chunk; j++) {
             int row = j < c->S ? j : c->R > 0 && j >= chunk - c->R ? c->S + (j - c->S) % c->R : -1;
             if (row < 0) continue;
@@ -111,7 +126,7 @@ static double run_case(wk_vk *vk, wk_pipelines *p, const cfg *c, uint32_t force_
     static uint32_t win_words[MAXROWS];
     static float Ka[MAXROWS * 256 * 2], Va[MAXROWS * 256 * 2]; /* the step's own K and V: [T][Hk][D] */
     for (int t = 0; t < T; t++) {
-        win_words[t] = (uint32_t)((n_blocks * block + row_seq[t] * window_bytes) / 4);
+        win_words[t] = (uint32_t)((window_at + row_seq[t] * window_bytes) / 4);
         memcpy(Ka + (size_t)t * Hk * D, K + ((size_t)row_seq[t] * MAXPOS + rows[t].pos) * Hk * D, sizeof(float) * Hk * D);
         memcpy(Va + (size_t)t * Hk * D, V + ((size_t)row_seq[t] * MAXPOS + rows[t].pos) * Hk * D, sizeof(float) * Hk * D);
     }
@@ -157,7 +172,8 @@ static double run_case(wk_vk *vk, wk_pipelines *p, const cfg *c, uint32_t force_
         wk_pc_attention_reduce rp = {.head_dim = (uint32_t)D, .n_head = (uint32_t)Hq, .n_tokens = (uint32_t)T, .n_split = n_split};
         wk_arg rargs[2] = {wk_arg_buf(bpart.buf), wk_arg_buf(bout.buf)};
         rc = wk_vk_begin(vk, err, sizeof err);
-        rc = rc ? rc : wk_dispatch(vk, p, WK_PIPE_ATTENTION_PAGED, args, &pc, sizeof pc, plan.n_tiles, plan.groups_y, n_split, err, sizeof err);
+        const wk_pipe_id pipe = c->other_bits ? WK_PIPE_ATTENTION_PAGED_SWA : WK_PIPE_ATTENTION_PAGED;
+        rc = rc ? rc : wk_dispatch(vk, p, pipe, args, &pc, sizeof pc, plan.n_tiles, plan.groups_y, n_split, err, sizeof err);
         if (!rc && n_split > 1) {
             wk_vk_barrier(vk);
             rc = wk_dispatch(vk, p, WK_PIPE_ATTENTION_REDUCE, rargs, &rp, sizeof rp, (uint32_t)T, (uint32_t)Hq, 1, err, sizeof err);
@@ -252,6 +268,27 @@ int main(void) {
                         CHECK(e >= 0 && e < 1e-5);
                     }
             }
+    /* Per-layer-class formats: the sliding layers' own pool behind the first one (another bit
+     * width) and its windows, through attention_paged_swa specialised for their format as the
+     * engine builds it; windowed and not, with a sliding window, split and not. */
+    for (int bits = 2; bits <= 4; bits++) {
+        const int other = bits == 2 ? 4 : 2;
+        CHECK_EQ_INT(wk_pipelines_specialize_kv(&vk, &p, true, WK_KVQ_QUEST, bits, 32, err, sizeof err), 0);
+        cfg w = {.D = 256, .Hq = 4, .Hk = 1, .window = 20, .kind = WK_KVQ_QUEST, .bits = bits, .G = 32, .from1 = 10,
+                 .S = 4, .R = 8, .other_bits = other};
+        cfg n = {.D = 256, .Hq = 4, .Hk = 1, .window = 0, .kind = WK_KVQ_QUEST, .bits = bits, .G = 32, .other_bits = other};
+        const cfg *cs[2] = {&w, &n};
+        for (int i = 0; i < 2; i++)
+            for (uint32_t split = 0; split <= 3; split += 3) {
+                double e = run_case(&vk, &p, cs[i], split);
+                cases++;
+                if (e > worst) worst = e;
+                if (!(e >= 0 && e < 1e-5))
+                    fprintf(stderr, "second pool int%d after int%d, S%d R%d split %u: rel err %.3g\n", bits, other,
+                            cs[i]->S, cs[i]->R, split, e);
+                CHECK(e >= 0 && e < 1e-5);
+            }
+    }
     /* Splits: beyond WK_ATTN_MAX_KEYS keys a workgroup must not walk them all, however many tiles. */
     {
         enum { TT = 256 };

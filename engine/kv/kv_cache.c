@@ -45,9 +45,16 @@ int wk_kv_cache_create(wk_vk *vk, wk_kv_cache *kv, const wk_hparams *hp, int n_s
     return 0;
 }
 
-int wk_kv_cache_create_paged(wk_vk *vk, wk_kv_cache *kv, const wk_hparams *hp, const wk_kv_fmt *fmt, float rho_k,
-                             float rho_v, uint64_t budget, int n_slots, int max_ctx, int max_batch, char *err,
-                             size_t errlen) {
+/* Bytes of budget the second pool gets: its share of one full-context sequence's peak. */
+static uint64_t split_budget(uint64_t budget, uint64_t peak0, uint64_t peak1) {
+    const uint64_t sum = peak0 + peak1;
+    /* budget * peak1 / sum without overflow: the remainder term is below sum * peak1. */
+    return budget / sum * peak1 + budget % sum * peak1 / sum;
+}
+
+int wk_kv_cache_create_paged(wk_vk *vk, wk_kv_cache *kv, const wk_hparams *hp, const wk_kv_fmt *fmt, int swa_bits,
+                             float rho_k, float rho_v, uint64_t budget, int n_slots, int max_ctx, int max_batch,
+                             char *err, size_t errlen) {
     memset(kv, 0, sizeof *kv);
     kv->format = WK_KV_PAGED;
     kv->fmt = *fmt;
@@ -56,16 +63,42 @@ int wk_kv_cache_create_paged(wk_vk *vk, wk_kv_cache *kv, const wk_hparams *hp, c
     kv->max_ctx = max_ctx;
     kv->n_head_kv = hp->n_head_kv;
     kv->head_dim = hp->head_dim;
+    int n_swa = 0;
+    for (int il = 0; il < hp->n_layer; il++) n_swa += hp->is_swa[il] ? 1 : 0;
+    const bool has_swa = n_swa > 0 && hp->sliding_window > 0;
+    /* Every layer sliding: one class, in the sliding layers' format. */
+    if (has_swa && n_swa == hp->n_layer && swa_bits) kv->fmt.bits = swa_bits;
+    fmt = &kv->fmt;
+    const bool mixed = swa_bits && swa_bits != fmt->bits && has_swa;
     wk_kv_geom geom = {.n_layer = hp->n_layer, .n_head_kv = hp->n_head_kv, .head_dim = hp->head_dim, .block_tokens = 16};
-    /* Sliding-window layers get their own groups, so their old blocks can go back to the pool. */
-    wk_kv_layer_groups(hp->is_swa, hp->n_layer, hp->sliding_window, max_ctx, kv->group_of, kv->slot_of, &geom);
+    /* Sliding-window layers get their own groups, so their old blocks can go back to the pool; with
+     * a format of their own they get them even when the window spans the whole context (then they
+     * release nothing, as before, but their blocks have their format). */
+    wk_kv_layer_groups(hp->is_swa, hp->n_layer, hp->sliding_window, mixed ? INT32_MAX : max_ctx, kv->group_of,
+                       kv->slot_of, &geom);
     if (wk_kv_layout_get(&geom, fmt, &kv->layout) != 0)
         return snprintf(err, errlen, "KV format int%d %s group %d does not fit head_dim %d", fmt->bits,
                         wk_kvq_kind_name(fmt->kind), fmt->group, hp->head_dim), WK_ERR_INVALID;
-    const uint64_t bt = (uint64_t)kv->layout.block_tokens;
+    if (mixed) {
+        kv->swa_fmt = (wk_kv_fmt){.bits = swa_bits, .kind = fmt->kind, .group = fmt->group};
+        if (!wk_kvq_valid(kv->swa_fmt.kind, swa_bits, fmt->group) ||
+            wk_kv_layout_get(&geom, &kv->swa_fmt, &kv->swa_layout) != 0 ||
+            wk_kv_layout_set_swa(&kv->layout, &kv->swa_layout) != 0)
+            return snprintf(err, errlen, "KV format of the sliding-window layers int%d %s group %d does not fit "
+                            "head_dim %d", swa_bits, wk_kvq_kind_name(fmt->kind), fmt->group, hp->head_dim),
+                   WK_ERR_INVALID;
+    }
     const bool windows = fmt->sink + fmt->recent > 0;
-    if (budget == 0) /* room for every slot's whole context at its peak */
-        budget = wk_kv_layout_seq_peak_bytes(&kv->layout, (uint64_t)max_ctx, (uint64_t)max_batch) * (uint64_t)n_slots;
+    const uint64_t peak0 = wk_kv_layout_pool_peak_bytes(&kv->layout, 0, (uint64_t)max_ctx, (uint64_t)max_batch);
+    const uint64_t peak1 = wk_kv_layout_pool_peak_bytes(&kv->layout, 1, (uint64_t)max_ctx, (uint64_t)max_batch);
+    uint64_t budget1 = 0;
+    if (budget == 0) { /* room for every slot's whole context at its peak */
+        budget = peak0 * (uint64_t)n_slots;
+        budget1 = peak1 * (uint64_t)n_slots;
+    } else if (mixed) {
+        budget1 = split_budget(budget, peak0, peak1);
+        budget -= budget1;
+    }
     wk_kv_pool_params pp;
     wk_kv_pool_params_from_layout(&kv->layout, budget, (uint32_t)n_slots, &pp);
     /* With windows every sequence takes one of n_slots window slots; without, the engine's slots
@@ -78,14 +111,34 @@ int wk_kv_cache_create_paged(wk_vk *vk, wk_kv_cache *kv, const wk_hparams *hp, c
                WK_ERR_INVALID;
     int st = wk_kv_pool_create(&pp, &kv->pool);
     if (st) return snprintf(err, errlen, "KV pool of %llu bytes: %s", (unsigned long long)budget, wk_kv_pool_strerror(st)), WK_ERR_INVALID;
-    int rc = wk_vk_buffer_create(vk, &kv->pool_buf, wk_kv_pool_device_bytes(kv->pool), WK_MEM_DEVICE, VK_FORMAT_R32_UINT,
-                                 err, errlen);
+    uint64_t device = wk_kv_pool_device_bytes(kv->pool);
+    if (mixed) {
+        wk_kv_pool_params sp;
+        wk_kv_pool_params_from_layout(&kv->swa_layout, budget1, 0, &sp);
+        st = wk_kv_pool_create(&sp, &kv->swa_pool);
+        const uint64_t bpb1 = kv->swa_layout.bytes_per_block;
+        /* The second pool starts on a whole block of its own size after the first pool's bytes. */
+        const uint64_t base = (device + bpb1 - 1) / bpb1;
+        if (!st && base + wk_kv_pool_n_blocks(kv->swa_pool) >= UINT32_MAX) st = WK_ERR_INVALID;
+        if (st) {
+            wk_kv_cache_destroy(vk, kv);
+            return snprintf(err, errlen, "KV pool of the sliding-window layers (%llu bytes of --kv-mem): %s",
+                            (unsigned long long)budget1, wk_kv_pool_strerror(st)), WK_ERR_INVALID;
+        }
+        kv->swa_block_base = (uint32_t)base;
+        device = base * bpb1 + wk_kv_pool_device_bytes(kv->swa_pool);
+        kv->swa_rank_k = wk_kvq_percentile_rank(rho_k, fmt->group);
+        kv->swa_rank_v = wk_kvq_percentile_rank(rho_v, fmt->group);
+    }
+    int rc = wk_vk_buffer_create(vk, &kv->pool_buf, device, WK_MEM_DEVICE, VK_FORMAT_R32_UINT, err, errlen);
     if (rc) {
         wk_kv_cache_destroy(vk, kv);
         return rc;
     }
     kv->bytes = kv->pool_buf.bytes;
-    kv->bytes_per_token = kv->layout.n_groups * kv->layout.bytes_per_block / bt;
+    const uint64_t bt = (uint64_t)kv->layout.block_tokens;
+    kv->bytes_per_token = ((uint64_t)(kv->layout.n_groups - kv->layout.swa_groups) * kv->layout.bytes_per_block +
+                           (uint64_t)kv->layout.swa_groups * kv->layout.swa_bytes_per_block) / bt;
     kv->rank_k = wk_kvq_percentile_rank(rho_k, fmt->group);
     kv->rank_v = wk_kvq_percentile_rank(rho_v, fmt->group);
     return 0;
@@ -94,6 +147,7 @@ int wk_kv_cache_create_paged(wk_vk *vk, wk_kv_cache *kv, const wk_hparams *hp, c
 void wk_kv_cache_destroy(wk_vk *vk, wk_kv_cache *kv) {
     wk_vk_buffer_destroy(vk, &kv->pool_buf);
     wk_kv_pool_destroy(kv->pool);
+    wk_kv_pool_destroy(kv->swa_pool);
     for (int il = 0; il < kv->n_layer; il++) {
         if (kv->k) wk_vk_buffer_destroy(vk, &kv->k[il]);
         if (kv->v) wk_vk_buffer_destroy(vk, &kv->v[il]);

@@ -25,15 +25,34 @@ typedef struct wk_kv_cache {
      * entries, its slabs slot_of[il] in each; the last layout.swa_groups groups slide. */
     int group_of[WK_MAX_LAYERS], slot_of[WK_MAX_LAYERS];
     int rank_k, rank_v;        /* percentile clip ranks (wk_kvq_percentile_rank) */
+    /* Per-layer-class formats (swa_pool non-NULL): the sliding groups' blocks are swa_fmt's
+     * (swa_layout: the same groups, no windows) and come from swa_pool. Its blocks live in pool_buf
+     * too, after the first pool's blocks and window slots, so one binding still reaches every
+     * layer's codes and the windows: swa_pool block b is block swa_block_base + b of pool_buf
+     * counted in swa_layout.bytes_per_block (the tables the shaders read hold that index).
+     * layout.swa_pool / swa_bytes_per_block make every size count both classes. */
+    wk_kv_fmt swa_fmt;
+    wk_kv_layout swa_layout;
+    wk_kv_pool *swa_pool;
+    uint32_t swa_block_base;
+    int swa_rank_k, swa_rank_v;
 } wk_kv_cache;
+
+/* Whether layer group g's blocks come from swa_pool (and are swa_fmt's). */
+static inline bool wk_kv_cache_group_swa(const wk_kv_cache *kv, int g) {
+    return kv->swa_pool && g >= kv->layout.n_groups - kv->layout.swa_groups;
+}
 
 int wk_kv_cache_create(wk_vk *vk, wk_kv_cache *kv, const wk_hparams *hp, int n_slots, int max_ctx, char *err,
                        size_t errlen);
 /* The paged, quantized cache: budget bytes of blocks (0: room for n_slots full contexts written in
- * steps of up to max_batch tokens). rho_k, rho_v: percentile clip quantiles (that quantizer only). */
-int wk_kv_cache_create_paged(wk_vk *vk, wk_kv_cache *kv, const wk_hparams *hp, const wk_kv_fmt *fmt, float rho_k,
-                             float rho_v, uint64_t budget, int n_slots, int max_ctx, int max_batch, char *err,
-                             size_t errlen);
+ * steps of up to max_batch tokens). rho_k, rho_v: percentile clip quantiles (that quantizer only).
+ * swa_bits: the sliding-window layers' bits (0 or fmt->bits: one format, one pool); a different
+ * value on a model with sliding layers makes the second pool, the budget split between the two in
+ * proportion to a full-context sequence's peak in each, so they run out together. */
+int wk_kv_cache_create_paged(wk_vk *vk, wk_kv_cache *kv, const wk_hparams *hp, const wk_kv_fmt *fmt, int swa_bits,
+                             float rho_k, float rho_v, uint64_t budget, int n_slots, int max_ctx, int max_batch,
+                             char *err, size_t errlen);
 void wk_kv_cache_destroy(wk_vk *vk, wk_kv_cache *kv);
 
 #endif

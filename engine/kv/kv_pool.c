@@ -99,15 +99,27 @@ int wk_kv_layout_get(const wk_kv_geom *g, const wk_kv_fmt *f, wk_kv_layout *out)
     out->recent = f->recent;
     out->window_bytes = (uint64_t)(f->sink + f->recent) * out->f16_row_bytes;
     out->block_bits_per_element = (double)slab * 8.0 / ((double)bt * (double)D);
+    out->swa_bytes_per_block = out->bytes_per_block;
+    return WK_OK;
+}
+
+int wk_kv_layout_set_swa(wk_kv_layout *l, const wk_kv_layout *swa) {
+    if (l->swa_groups <= 0 || swa->window_bytes != 0 || swa->block_tokens != l->block_tokens ||
+        swa->n_groups != l->n_groups || swa->group_layers != l->group_layers || swa->swa_groups != l->swa_groups ||
+        swa->swa_window != l->swa_window || swa->elements_per_token != l->elements_per_token)
+        return WK_ERR_INVALID;
+    l->swa_bytes_per_block = swa->bytes_per_block;
+    l->swa_pool = true;
     return WK_OK;
 }
 
 uint64_t wk_kv_layout_seq_bytes(const wk_kv_layout *l, uint64_t n_tokens) {
-    uint64_t bt = (uint64_t)l->block_tokens;
-    return (n_tokens + bt - 1) / bt * (uint64_t)l->n_groups * l->bytes_per_block + l->window_bytes;
+    const uint64_t bt = (uint64_t)l->block_tokens, full = (uint64_t)(l->n_groups - l->swa_groups);
+    return (n_tokens + bt - 1) / bt * (full * l->bytes_per_block + (uint64_t)l->swa_groups * l->swa_bytes_per_block) +
+           l->window_bytes;
 }
 
-uint64_t wk_kv_layout_seq_peak_bytes(const wk_kv_layout *l, uint64_t n_tokens, uint64_t chunk) {
+uint64_t wk_kv_layout_pool_peak_bytes(const wk_kv_layout *l, int pool, uint64_t n_tokens, uint64_t chunk) {
     const uint64_t bt = (uint64_t)l->block_tokens, blocks = (n_tokens + bt - 1) / bt;
     const uint64_t full = (uint64_t)(l->n_groups - l->swa_groups);
     uint64_t swa = blocks;
@@ -118,16 +130,28 @@ uint64_t wk_kv_layout_seq_peak_bytes(const wk_kv_layout *l, uint64_t n_tokens, u
         const uint64_t live = ((uint64_t)l->swa_window + chunk + 2 * bt - 3) / bt;
         if (live < swa) swa = live;
     }
-    return (full * blocks + (uint64_t)l->swa_groups * swa) * l->bytes_per_block + l->window_bytes;
+    const uint64_t sliding = (uint64_t)l->swa_groups * swa * l->swa_bytes_per_block;
+    if (pool == 1) return l->swa_pool ? sliding : 0;
+    return full * blocks * l->bytes_per_block + (l->swa_pool ? 0 : sliding) + l->window_bytes;
 }
 
-uint64_t wk_kv_peak_bytes(const wk_model_info *info, uint64_t n_tokens, uint64_t chunk) {
-    if (info->kv_block_tokens <= 0 || info->kv_block_bytes == 0) return 0;
+uint64_t wk_kv_layout_seq_peak_bytes(const wk_kv_layout *l, uint64_t n_tokens, uint64_t chunk) {
+    return wk_kv_layout_pool_peak_bytes(l, 0, n_tokens, chunk) + wk_kv_layout_pool_peak_bytes(l, 1, n_tokens, chunk);
+}
+
+uint64_t wk_kv_pool_peak_bytes(const wk_model_info *info, int pool, uint64_t n_tokens, uint64_t chunk) {
+    if (info->kv_block_tokens <= 0 || info->kv_block_bytes == 0 || pool < 0 || pool > 1) return 0;
     /* The fields the bound reads, as the engine filled them from this layout. */
     wk_kv_layout l = {.block_tokens = info->kv_block_tokens, .n_groups = info->kv_layer_groups > 0 ? info->kv_layer_groups : 1,
                       .swa_groups = info->kv_swa_groups, .swa_window = info->kv_swa_window,
-                      .bytes_per_block = info->kv_block_bytes, .window_bytes = info->kv_window_bytes};
-    return wk_kv_layout_seq_peak_bytes(&l, n_tokens, chunk);
+                      .bytes_per_block = info->kv_block_bytes, .window_bytes = info->kv_window_bytes,
+                      .swa_bytes_per_block = info->kv_swa_block_bytes ? info->kv_swa_block_bytes : info->kv_block_bytes,
+                      .swa_pool = info->kv_swa_pool_bytes > 0};
+    return wk_kv_layout_pool_peak_bytes(&l, pool, n_tokens, chunk);
+}
+
+uint64_t wk_kv_peak_bytes(const wk_model_info *info, uint64_t n_tokens, uint64_t chunk) {
+    return wk_kv_pool_peak_bytes(info, 0, n_tokens, chunk) + wk_kv_pool_peak_bytes(info, 1, n_tokens, chunk);
 }
 
 double wk_kv_layout_bits_per_element(const wk_kv_layout *l, uint64_t n_tokens) {

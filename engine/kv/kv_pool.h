@@ -56,6 +56,20 @@
  * sequence's n_tokens only ever falls to 0, which resets first_live), so the block position
  * n_tokens falls in -- the only block a write can touch besides fresh ones -- is never dropped.
  *
+ * Per-layer-class formats (--kv-swa; engine/kv/kv_cache.h). A format per layer class would break
+ * "blocks stay uniform" if both classes shared one pool, so each class gets its own: the first pool
+ * holds the full-attention groups' blocks (and, as always, the window slots, whose rows span every
+ * layer), a second pool of another block size the sliding groups'. A sequence's group g is created
+ * in the pool of g's class; everything above (free list, refcounts, drop_before) is per pool and
+ * unchanged. The layout describes both for accounting: swa_bytes_per_block is the sliding groups'
+ * block and swa_pool says they live in the second pool, so seq_bytes / seq_peak_bytes /
+ * bits_per_element count both classes exactly and wk_kv_layout_pool_peak_bytes splits a sequence's
+ * peak between the pools (the engine splits --kv-mem in that proportion at full context, so both
+ * run out together; admission checks each). The device side is still ONE buffer: the second pool
+ * starts at a whole block of its own size after the first pool's blocks and windows, so the
+ * shaders keep one binding and reach the windows from every layer; only the table entries they
+ * read are offset by that base block (kv_cache.h).
+ *
  * Reference counts: refcount(b) = (number of block-table entries naming b over all sequences)
  *   + (external references taken with wk_kv_pool_share). A block with refcount 0 is on the free
  *   list exactly once. A sequence may only write into a block whose refcount is 1
@@ -111,6 +125,12 @@ typedef struct wk_kv_layout {
     int sink, recent;
     double block_bits_per_element; /* codes + scales + zeros, no windows: slab_bytes*8/(bt*D) */
     wk_kvq_block_layout q;        /* the kv_quant.h slab layout (quantized formats; zero for f16) */
+    /* Per-layer-class formats (wk_kv_layout_set_swa): the sliding groups' blocks are
+     * swa_bytes_per_block each and, when swa_pool, come from a second pool of their own. Uniform
+     * format: swa_bytes_per_block == bytes_per_block, swa_pool false. Every size below counts
+     * both classes. */
+    uint64_t swa_bytes_per_block;
+    bool swa_pool;
 } wk_kv_layout;
 
 /* Splits the layers into equal groups, each all full-attention or all sliding-window, so one
@@ -126,6 +146,11 @@ void wk_kv_layer_groups(const bool *is_swa, int n_layer, int window, int max_ctx
  * slab that is not a whole number of u32 words), layer groups that do not divide n_layer, or
  * windows on an f16 cache. */
 int wk_kv_layout_get(const wk_kv_geom *g, const wk_kv_fmt *f, wk_kv_layout *out);
+/* Per-layer-class formats: l (the full-attention layers' format, which also holds the f16
+ * windows) takes its sliding groups' blocks from swa, the same geometry in the sliding layers'
+ * format without windows, kept in a pool of their own. WK_ERR_INVALID unless both layouts have the
+ * same groups and block_tokens, l has sliding groups and swa no windows. */
+int wk_kv_layout_set_swa(wk_kv_layout *l, const wk_kv_layout *swa);
 /* What one sequence of n_tokens would hold if every layer kept every token: ceil(n/bt) blocks of
  * each group + its window slot. The format's cost, which bits_per_element and bytes_per_token
  * report; the sliding pool holds less (below). */
@@ -136,6 +161,10 @@ uint64_t wk_kv_layout_seq_bytes(const wk_kv_layout *l, uint64_t n_tokens);
  * from len it holds the blocks of [len - window + 1, len + c): at most
  * ceil((bt - 1 + window - 1 + c) / bt) blocks. Equals seq_bytes without sliding groups. */
 uint64_t wk_kv_layout_seq_peak_bytes(const wk_kv_layout *l, uint64_t n_tokens, uint64_t chunk);
+/* The part of wk_kv_layout_seq_peak_bytes that pool `pool` holds: 0, the first pool (full-attention
+ * groups and the window slot, plus the sliding groups unless swa_pool), or 1, the sliding layers'
+ * own pool (0 bytes without one). The two add up to seq_peak_bytes. */
+uint64_t wk_kv_layout_pool_peak_bytes(const wk_kv_layout *l, int pool, uint64_t n_tokens, uint64_t chunk);
 /* Everything counted (codes, scales, zeros, f16 windows, the unfilled tail of the last block),
  * for a sequence of n_tokens: seq_bytes * 8 / (n_tokens * elements_per_token). n_tokens == 0
  * gives block_bits_per_element. This is the issue's "bits_per_element"; at --ctx 2048 and

@@ -27,6 +27,7 @@ typedef struct fmt_state {
     bool quantize;
     wk_kvq_kind kind;
     int bits, G, sink, recent;
+    int swa_bits; /* the sliding-window layers' bits (per-layer-class formats) */
     float rho_k, rho_v;
     wk_kv_xform x;
 } fmt_state;
@@ -92,14 +93,14 @@ static void apply_d(const double *M, int D, int B, const double *x, double *y) {
 }
 
 /* Quantizes and dequantizes one head vector group by group with the engine's C twin. */
-static void quant_row(const fmt_state *fs, float rho, int D, const double *x, double *y) {
+static void quant_row(const fmt_state *fs, int bits, float rho, int D, const double *x, double *y) {
     float xf[WK_KVQ_MAX_GROUP], yf[WK_KVQ_MAX_GROUP];
     uint8_t codes[WK_KVQ_MAX_GROUP];
     uint16_t params[2];
     for (int g0 = 0; g0 < D; g0 += fs->G) {
         for (int i = 0; i < fs->G; i++) xf[i] = (float)x[g0 + i];
-        wk_kvq_quantize_group(fs->kind, fs->bits, fs->G, rho, xf, codes, params);
-        wk_kvq_dequantize_group(fs->kind, fs->bits, fs->G, codes, params, yf);
+        wk_kvq_quantize_group(fs->kind, bits, fs->G, rho, xf, codes, params);
+        wk_kvq_dequantize_group(fs->kind, bits, fs->G, codes, params, yf);
         for (int i = 0; i < fs->G; i++) y[g0 + i] = yf[i];
     }
 }
@@ -334,11 +335,12 @@ static void prep_q_item(layer_ctx *c, int t, double *scratch) {
             apply_f(fs->x.kq + (at * 2 + 1) * c->per_kv, D, B, c->qr + row, c->qt + row);
         }
     }
+    const int bits = c->window && fs->swa_bits ? fs->swa_bits : fs->bits; /* window > 0: a sliding layer */
     if (fs->quantize)
         for (int g = 0; g < Hk; g++) {
             const size_t row = ((size_t)t * Hk + g) * D;
-            quant_row(fs, fs->rho_k, D, c->kt + row, c->kq + row);
-            quant_row(fs, fs->rho_v, D, c->vt + row, c->vq + row);
+            quant_row(fs, bits, fs->rho_k, D, c->kt + row, c->kq + row);
+            quant_row(fs, bits, fs->rho_v, D, c->vt + row, c->vq + row);
         }
     if (c->ktq != c->ktr) transpose_token(c, c->kq, c->ktq, t);
 }
@@ -356,6 +358,9 @@ static int check_format(const wk_kv_error_format *f, int D, int idx, char *err, 
     if (!(f->rho_k >= 0 && f->rho_k <= 1 && f->rho_v >= 0 && f->rho_v <= 1))
         return wk_fail(err, errlen, WK_ERR_INVALID, "format %d: percentile quantiles must be in (0, 1]", idx);
     if (f->bits == 0 || f->bits == 16) return WK_OK;
+    if (f->swa_bits && !wk_kvq_valid((wk_kvq_kind)f->quant, f->swa_bits, G))
+        return wk_fail(err, errlen, WK_ERR_INVALID, "format %d: the sliding-window layers' %d bits are not 2/3/4", idx,
+                       f->swa_bits);
     if (!wk_kvq_valid((wk_kvq_kind)f->quant, f->bits, G) || D % G)
         return wk_fail(err, errlen, WK_ERR_INVALID,
                     "format %d: %d bits, quantizer %d, group %d is not one of 2/3/4 bits, quest/percentile/absmax, "
@@ -368,6 +373,7 @@ static int load_format(const wk_engine *e, const wk_kv_error_format *f, fmt_stat
     fs->quantize = f->bits != 0 && f->bits != 16;
     fs->kind = (wk_kvq_kind)f->quant;
     fs->bits = f->bits;
+    fs->swa_bits = f->swa_bits;
     fs->G = f->group ? f->group : 32;
     fs->sink = f->sink;
     fs->recent = f->recent;

@@ -53,6 +53,7 @@ static const pipe_spec specs[WK_PIPE_COUNT] = {
     [WK_PIPE_QK_NORM_ROPE] = {"qk_norm_rope", SPV(wk_spv_qk_norm_rope), "SSSSSTSSS", sizeof(wk_pc_qk_norm_rope), true},
     [WK_PIPE_ATTENTION_F16] = {"attention_f16", SPV(wk_spv_attention_f16), "SSTTSSS", sizeof(wk_pc_attention_paged), true},
     [WK_PIPE_ATTENTION_PAGED] = {"attention_paged", SPV(wk_spv_attention_paged), "SSSTSSSSS", sizeof(wk_pc_attention_paged), true},
+    [WK_PIPE_ATTENTION_PAGED_SWA] = {"attention_paged_swa", SPV(wk_spv_attention_paged), "SSSTSSSSS", sizeof(wk_pc_attention_paged), true},
     [WK_PIPE_KV_STORE_WINDOW] = {"kv_store_window", SPV(wk_spv_kv_store_window), "SSSI", sizeof(wk_pc_kv_store_window), false},
     [WK_PIPE_ATTENTION_REDUCE] = {"attention_reduce", SPV(wk_spv_attention_reduce), "SS", sizeof(wk_pc_attention_reduce), true},
     [WK_PIPE_KV_STORE_QUANT] = {"kv_store_quant", SPV(wk_spv_kv_store_quant), "SSSSI", sizeof(wk_pc_kv_store_quant), false},
@@ -159,9 +160,10 @@ void wk_pipelines_enable_profile(wk_vk *vk, wk_pipelines *p) {
     p->profile = vkCreateQueryPool(vk->dev, &qci, NULL, &p->queries) == VK_SUCCESS;
 }
 
-int wk_pipelines_specialize_kv(wk_vk *vk, wk_pipelines *p, int kind, int bits, int group, char *err, size_t errlen) {
+int wk_pipelines_specialize_kv(wk_vk *vk, wk_pipelines *p, bool sliding, int kind, int bits, int group, char *err,
+                               size_t errlen) {
     const int32_t kv[3] = {kind, bits, group};
-    return create_pipeline(vk, p, WK_PIPE_ATTENTION_PAGED, kv, err, errlen);
+    return create_pipeline(vk, p, sliding ? WK_PIPE_ATTENTION_PAGED_SWA : WK_PIPE_ATTENTION_PAGED, kv, err, errlen);
 }
 
 int wk_pipelines_specialize_transform(wk_vk *vk, wk_pipelines *p, int block, char *err, size_t errlen) {

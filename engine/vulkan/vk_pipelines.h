@@ -17,6 +17,7 @@ typedef enum {
     WK_PIPE_QK_NORM_ROPE,
     WK_PIPE_ATTENTION_F16,
     WK_PIPE_ATTENTION_PAGED,
+    WK_PIPE_ATTENTION_PAGED_SWA, /* the same shader, specialised for the sliding layers' own KV format */
     WK_PIPE_ATTENTION_REDUCE,
     WK_PIPE_KV_STORE_WINDOW,
     WK_PIPE_KV_STORE_QUANT,
@@ -65,10 +66,12 @@ int wk_pipelines_create(wk_vk *vk, wk_pipelines *p, char *err, size_t errlen);
  * per pipeline and printed by wk_prof_print. Stays off, silently, on a device without compute
  * timestamps or when the query pool cannot be made. */
 void wk_pipelines_enable_profile(wk_vk *vk, wk_pipelines *p);
-/* Rebuilds attention_paged for one KV format (kind, bits, group as specialisation constants), so
- * its decode compiles to straight-line code for that format: ~1.5x faster on lavapipe than reading
- * the format from push constants. Dispatches must then pass the same format. */
-int wk_pipelines_specialize_kv(wk_vk *vk, wk_pipelines *p, int kind, int bits, int group, char *err, size_t errlen);
+/* Rebuilds attention_paged (sliding: attention_paged_swa, the sliding-window layers' pipeline when
+ * they have a KV format of their own) for one KV format (kind, bits, group as specialisation
+ * constants), so its decode compiles to straight-line code for that format: ~1.5x faster on
+ * lavapipe than reading the format from push constants. Dispatches must then pass the same format. */
+int wk_pipelines_specialize_kv(wk_vk *vk, wk_pipelines *p, bool sliding, int kind, int bits, int group, char *err,
+                               size_t errlen);
 /* The same for kv_transform and the transform's block. */
 int wk_pipelines_specialize_transform(wk_vk *vk, wk_pipelines *p, int block, char *err, size_t errlen);
 void wk_pipelines_destroy(wk_vk *vk, wk_pipelines *p);

@@ -55,6 +55,8 @@ typedef struct wk_kv_error_format {
     const char *wush_path;   /* the WUSH sidecar (transform WK_KV_TRANSFORM_WUSH) */
     uint64_t transform_seed; /* Hadamard signs; 0: the engine's default (as wk_engine_params) */
     int sink, recent;        /* f16 windows, as wk_engine_params kv_sink / kv_recent; 0: off */
+    int swa_bits;            /* the sliding-window layers' bits (2, 3, 4), as wk_engine_params
+                              * kv_swa_bits; 0: bits (a quantized format only) */
 } wk_kv_error_format;
 
 typedef struct wk_kv_error_layer {

@@ -73,6 +73,12 @@ typedef struct wk_engine_params {
      * kv_group (0: 32) elements of a head vector; kv_mem bytes of blocks (0: every sequence's full
      * context). */
     int kv_bits;
+    /* Per-layer-class formats: 2, 3 or 4 bits for the sliding-window layers' cache (the quantizer,
+     * group, transform and windows stay kv_bits' ones); 0 or kv_bits: the same format as every
+     * other layer, one pool. A different format puts the sliding layers' blocks in a second pool
+     * (kv_mem split between the two in proportion to what a full-context sequence holds in each);
+     * without sliding layers it changes nothing. Needs a quantized kv_bits. */
+    int kv_swa_bits;
     wk_kv_quant kv_quant;
     int kv_group;
     uint64_t kv_mem;
@@ -100,7 +106,8 @@ typedef struct wk_model_info {
     uint64_t weight_bytes;     /* device bytes holding weights */
     uint64_t kv_bytes_per_token;  /* all layers, keys and values, as stored */
     double kv_bits_per_element;   /* codes + scales + zeros per stored K/V element (16 for f16) */
-    uint64_t kv_pool_bytes;       /* device bytes of the whole KV cache */
+    uint64_t kv_pool_bytes;       /* device bytes of the whole KV cache (with per-layer-class formats both
+                                   * pools' bytes; their buffer adds less than one block between them) */
     /* The paged pool (kv_bits 2/3/4; zero for f16): the layers are split into kv_layer_groups
      * equal groups; for every kv_block_tokens tokens a sequence holds one block (kv_block_bytes)
      * per group, except that the last kv_swa_groups groups (sliding-window layers, window
@@ -109,6 +116,13 @@ typedef struct wk_model_info {
      * max_seqs. */
     int kv_block_tokens, kv_layer_groups, kv_swa_groups, kv_swa_window;
     uint64_t kv_block_bytes, kv_window_bytes, kv_pool_blocks;
+    /* Per-layer-class formats (wk_engine_params.kv_swa_bits): kv_swa_bits is the sliding layers'
+     * format (kv_bits' when uniform; 0 for f16), a sliding group's block is kv_swa_block_bytes
+     * (kv_block_bytes when uniform). kv_swa_pool_bytes > 0: those blocks come from a second pool
+     * of kv_swa_pool_blocks blocks and kv_swa_pool_bytes bytes, so the first pool (full-attention
+     * layers and windows) has kv_pool_bytes - kv_swa_pool_bytes; 0: one pool for every layer. */
+    int kv_bits, kv_swa_bits;
+    uint64_t kv_swa_block_bytes, kv_swa_pool_bytes, kv_swa_pool_blocks;
 } wk_model_info;
 
 /* The most bytes the paged pool of `info` holds for one sequence growing to n_tokens in steps of
@@ -116,6 +130,10 @@ typedef struct wk_model_info {
  * one step's blocks, plus the window slot): what admission must count. 0 for the f16 cache.
  * A pure function of its arguments: any thread. */
 uint64_t wk_kv_peak_bytes(const wk_model_info *info, uint64_t n_tokens, uint64_t chunk);
+/* The part of wk_kv_peak_bytes held in pool `pool`: 0 the first pool (every layer with one format;
+ * with per-layer-class formats the full-attention layers and the windows), 1 the sliding layers'
+ * own pool (0 without one). Admission needs room in both. Any thread. */
+uint64_t wk_kv_pool_peak_bytes(const wk_model_info *info, int pool, uint64_t n_tokens, uint64_t chunk);
 
 /* Fills *p with the defaults: every field 0, false or NULL but device_index -1. Any thread. */
 void wk_engine_params_default(wk_engine_params *p);
@@ -183,6 +201,9 @@ uint64_t wk_seq_kv_bytes(const wk_seq *s);
  * sliding-window layers hold a step's blocks before they release the ones out of every window).
  * No error. Engine thread. */
 uint64_t wk_seq_kv_peak_bytes(const wk_seq *s);
+/* The part of wk_seq_kv_bytes held in pool `pool` (wk_kv_pool_peak_bytes' numbering; 0 for a pool
+ * that does not exist, and for pool 1 of the f16 cache). No error. Engine thread. */
+uint64_t wk_seq_kv_pool_bytes(const wk_seq *s, int pool);
 
 /* One forward step over a batch: item i appends n_tokens tokens to seq (at positions
  * seq_len..seq_len+n-1). logits may be NULL (prefill without logits). Logits rows (n_vocab floats

@@ -143,20 +143,23 @@ static void on_ready(api_server *a) {
     a->model.chat = chat_format_detect(ms->chat_template, ms->arch);
     a->model.sampling = &a->cfg.sampling;
     a->ready = true;
-    char kv[384], groups[128] = "";
+    char kv[512], groups[128] = "", swa[128] = "";
     const char *fmt = a->cfg.kv_desc;
     double mib = (double)ms->kv_pool_bytes / 1048576.0;
     if (ms->kv_layer_groups > 1)
         snprintf(groups, sizeof groups, " of one of %d layer groups; %d groups slide over %d tokens",
                  ms->kv_layer_groups, ms->kv_swa_groups, ms->kv_swa_window);
     const double ctx_mib = (double)ms->kv_context_bytes / 1048576.0;
+    if (ms->kv_swa_pool_blocks)
+        snprintf(swa, sizeof swa, " + %llu blocks of the sliding layers in int%d", (unsigned long long)ms->kv_swa_pool_blocks,
+                 ms->kv_swa_bits);
     if (a->cfg.engine.kv_bits == 16)
         snprintf(kv, sizeof kv, "KV %s (16 bits/element, %.2f MiB per full context; %.1f MiB, a full context per "
                  "sequence)", fmt, ctx_mib, mib);
     else
         snprintf(kv, sizeof kv, "KV %s (%.4g bits/element, %.2f MiB per full context; %.1f MiB pool = %llu blocks "
-                 "of 16 tokens%s)", fmt, ms->kv_bits_per_element, ctx_mib, mib,
-                 (unsigned long long)ms->kv_pool_blocks, groups);
+                 "of 16 tokens%s%s)", fmt, ms->kv_bits_per_element, ctx_mib, mib,
+                 (unsigned long long)ms->kv_pool_blocks, groups, swa);
     const api_sampling *sp = &a->cfg.sampling;
     fprintf(stderr, "wushkv: ready: model '%s' (%s, %s) on %s, context %d, chat format %s%s, %d sequences, %s, "
             "sampling defaults temp %g top_k %d top_p %g min_p %g repeat_penalty %g (last %d), http://%s:%d\n",

@@ -51,7 +51,9 @@ static void perplexity_usage(FILE *f) {
             "  --json             print one JSON object instead of the ppl line: ppl, ppl_stderr,\n"
             "                     tokens_scored, tokens_per_s, chunks, ctx, kv (the KV format),\n"
             "                     bits_per_element, kv_bytes_per_token (the format's cost),\n"
-            "                     kv_peak_bytes (what one window's sequence held at most)\n"
+            "                     kv_peak_bytes (what one window's sequence held at most),\n"
+            "                     seq_bytes_2048, seq_bytes_32768 (what a sequence of that many\n"
+            "                     tokens holds at its peak in this format)\n"
             "  --validation       enable the Khronos validation layer (slow; for debugging)\n"
             "  -v, --verbose      device and model details on stderr\n"
             "  -h, --help         this text\n");
@@ -338,5 +340,13 @@ int cmd_perplexity(int argc, char **argv) {
     cJSON_AddNumberToObject(obj, "bits_per_element", info.kv_bits_per_element);
     cJSON_AddNumberToObject(obj, "kv_bytes_per_token", (double)info.kv_bytes_per_token);
     cJSON_AddNumberToObject(obj, "kv_peak_bytes", (double)r.kv_peak_bytes);
+    /* What a 2048- and a 32768-token sequence would hold at their peak in this format, written in
+     * steps of --batch tokens (sliding layers: their window and a step; f16: every token). */
+    const uint64_t sizes[2] = {2048, 32768};
+    const char *names[2] = {"seq_bytes_2048", "seq_bytes_32768"};
+    for (int k = 0; k < 2; k++)
+        cJSON_AddNumberToObject(obj, names[k],
+                                (double)(info.kv_block_bytes ? wk_kv_peak_bytes(&info, sizes[k], (uint64_t)o.batch)
+                                                             : sizes[k] * info.kv_bytes_per_token));
     return cli_print_json(obj);
 }

@@ -39,6 +39,9 @@ static const struct {
     {"--kv-recent", "R", "int2/3/4: keep the last R tokens' keys and values in f16\n(default 64; 0 with --kv f16)"},
     {"--kv-rho-k", "X", "percentile quantizer: clip quantile of keys, in (0, 1]\n(default 0.96)"},
     {"--kv-rho-v", "X", "percentile quantizer: clip quantile of values, in (0, 1]\n(default 0.92)"},
+    {"--kv-swa", "FMT",
+     "int2/3/4: format of the sliding-window layers' cache: int2, int3,\n"
+     "int4 (default: as --kv; no effect on a model without them)"},
 };
 enum { N_FLAGS = sizeof flags / sizeof flags[0] };
 
@@ -128,6 +131,10 @@ bool kv_flags_parse(cli *c, kv_flags *f) {
     } else if (cli_is(c, NULL, "--kv-rho-v")) {
         name = f->percentile_only = "--kv-rho-v";
         ok = quantile(c, &f->rho_v);
+    } else if (cli_is(c, NULL, "--kv-swa")) {
+        name = "--kv-swa";
+        ok = cli_choice(c, bits_names + 1, 3, &i); /* int2, int3, int4 */
+        if (ok) f->swa_bits = bits_values[i + 1];
     } else {
         cli_unknown(c); /* a caller that skipped kv_flags_is */
         return false;
@@ -174,6 +181,7 @@ void kv_flags_apply(const kv_flags *f, wk_engine_params *p) {
     p->kv_recent = f->recent;
     p->kv_rho_k = f->rho_k;
     p->kv_rho_v = f->rho_v;
+    p->kv_swa_bits = f->swa_bits;
 }
 
 /* Appends to buf at *len, keeping it NUL-terminated when it runs out. */
@@ -202,6 +210,7 @@ const char *kv_flags_describe(const kv_flags *f, char *buf, size_t cap) {
     if (!quantized && f->transform == WK_KV_TRANSFORM_HADAMARD) append(buf, cap, &len, " G%d", f->group);
     if (f->sink) append(buf, cap, &len, " sink%d", f->sink);
     if (f->recent) append(buf, cap, &len, " recent%d", f->recent);
+    if (quantized && f->swa_bits && f->swa_bits != f->bits) append(buf, cap, &len, " swa:int%d", f->swa_bits);
     return buf;
 }
 

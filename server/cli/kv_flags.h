@@ -1,6 +1,6 @@
 /* The KV-cache flags every model-running command shares (serve, generate, perplexity, bench): --kv,
  * --kv-quant, --kv-group, --kv-mem, --kv-transform, --wush, --kv-sink, --kv-recent, --kv-rho-k,
- * --kv-rho-v. One parser, one set of defaults and messages, one help text. */
+ * --kv-rho-v, --kv-swa. One parser, one set of defaults and messages, one help text. */
 #ifndef WUSHKV_KV_FLAGS_H
 #define WUSHKV_KV_FLAGS_H
 
@@ -22,6 +22,7 @@ typedef struct kv_flags {
     const char *wush_path; /* the `wushkv calibrate` sidecar; NULL: none */
     int sink, recent;      /* f16 windows of a quantized cache, in tokens (0: off) */
     float rho_k, rho_v;    /* percentile clip quantiles; 0: the engine's (0.96, 0.92) */
+    int swa_bits;          /* --kv-swa: 2, 3, 4 for the sliding-window layers; 0: as bits */
     /* What kv_flags_finish's defaults and checks depend on. */
     bool bits_given, group_given, transform_given, sink_given, recent_given;
     const char *quantized_only;  /* the last flag given that only an int2/3/4 cache takes */

@@ -32,7 +32,8 @@ void layer_error_format_from_flags(const wk_engine_params *kv, wk_kv_error_forma
                               .wush_path = kv->wush_path,
                               .transform_seed = kv->kv_transform_seed,
                               .sink = kv->kv_sink,
-                              .recent = kv->kv_recent};
+                              .recent = kv->kv_recent,
+                              .swa_bits = kv->kv_swa_bits};
 }
 
 static int lookup(const char *s, size_t len, const char *const *names, int n) {
@@ -102,7 +103,9 @@ static void describe(const wk_kv_error_format *f, char *buf, size_t cap) {
     else
         len = snprintf(buf, cap, "int%d %s g%d %s", f->bits, quant_name(f->quant), f->group ? f->group : 32, t);
     if ((f->sink || f->recent) && len > 0 && (size_t)len < cap)
-        snprintf(buf + len, cap - (size_t)len, " sink %d recent %d", f->sink, f->recent);
+        len += snprintf(buf + len, cap - (size_t)len, " sink %d recent %d", f->sink, f->recent);
+    if (f->bits != 16 && f->bits != 0 && f->swa_bits && f->swa_bits != f->bits && len > 0 && (size_t)len < cap)
+        snprintf(buf + len, cap - (size_t)len, " swa int%d", f->swa_bits);
 }
 
 static void print_json(const wk_kv_error_format *f, const wk_kv_error_layer *r, int L, int ctx, double mean,
@@ -118,6 +121,7 @@ static void print_json(const wk_kv_error_format *f, const wk_kv_error_layer *r, 
     cJSON_AddNumberToObject(obj, "group", f->group ? f->group : 32);
     cJSON_AddNumberToObject(obj, "sink", f->sink);
     cJSON_AddNumberToObject(obj, "recent", f->recent);
+    cJSON_AddNumberToObject(obj, "swa_bits", f->swa_bits && f->bits != 16 && f->bits != 0 ? f->swa_bits : f->bits == 0 ? 16 : f->bits);
     cJSON_AddNumberToObject(obj, "ctx", ctx);
     for (int il = 0; il < L; il++) {
         cJSON *l = cJSON_CreateObject();

@@ -14,6 +14,10 @@ void kv_budget_init(kv_budget *b, const wk_model_info *info, int max_seqs, int r
     b->window_bytes = info->kv_window_bytes;
     b->pool_bytes = info->kv_pool_bytes;
     b->pool_blocks = info->kv_pool_blocks;
+    b->pool_cap[1] = info->kv_swa_pool_bytes;
+    b->pool_cap[0] = info->kv_pool_bytes - info->kv_swa_pool_bytes;
+    b->swa_block_bytes = info->kv_swa_block_bytes;
+    b->swa_pool_blocks = info->kv_swa_pool_blocks;
     /* K and V, 2 bytes each, every layer and KV head. */
     b->fp16_bytes_per_token = 2ull * (uint64_t)info->n_layer * (uint64_t)info->n_head_kv * (uint64_t)info->head_dim * 2ull;
     b->bits_per_element = info->kv_bits_per_element;
@@ -30,13 +34,23 @@ uint64_t kv_budget_seq_bytes(const kv_budget *b, int tokens) {
     return b->paged ? wk_kv_peak_bytes(&b->info, tokens > 0 ? (uint64_t)tokens : 0, (uint64_t)b->chunk) : 0;
 }
 
-uint64_t kv_budget_pool_blocks(const kv_budget *b, int tokens) {
-    return b->paged ? (kv_budget_seq_bytes(b, tokens) - b->window_bytes) / b->block_bytes : 0;
+uint64_t kv_budget_pool_seq_bytes(const kv_budget *b, int pool, int tokens) {
+    return b->paged ? wk_kv_pool_peak_bytes(&b->info, pool, tokens > 0 ? (uint64_t)tokens : 0, (uint64_t)b->chunk) : 0;
 }
 
-bool kv_budget_fits(const kv_budget *b, uint64_t claimed, int tokens) {
-    uint64_t need = kv_budget_seq_bytes(b, tokens);
-    return claimed <= b->pool_bytes && need <= b->pool_bytes - claimed;
+uint64_t kv_budget_pool_blocks(const kv_budget *b, int tokens) {
+    if (!b->paged) return 0;
+    uint64_t blocks = (kv_budget_pool_seq_bytes(b, 0, tokens) - b->window_bytes) / b->block_bytes;
+    if (b->pool_cap[1]) blocks += kv_budget_pool_seq_bytes(b, 1, tokens) / b->swa_block_bytes;
+    return blocks;
+}
+
+bool kv_budget_fits(const kv_budget *b, const uint64_t claimed[KV_POOLS], int tokens) {
+    for (int p = 0; p < KV_POOLS; p++) {
+        const uint64_t need = kv_budget_pool_seq_bytes(b, p, tokens);
+        if (claimed[p] > b->pool_cap[p] || need > b->pool_cap[p] - claimed[p]) return false;
+    }
+    return true;
 }
 
 kv_usage kv_budget_usage(const kv_budget *b, int peak_len, uint64_t peak_bytes) {
@@ -49,16 +63,17 @@ kv_usage kv_budget_usage(const kv_budget *b, int peak_len, uint64_t peak_bytes) 
     return u;
 }
 
-void kv_budget_gauge(const kv_budget *b, int n_running, uint64_t used_bytes, int f16_used_blocks,
+void kv_budget_gauge(const kv_budget *b, int n_running, const uint64_t used[KV_POOLS], int f16_used_blocks,
                      metrics_pool *p) {
-    p->kv_used_bytes = used_bytes;
+    p->kv_used_bytes = used[0] + used[1];
     p->kv_capacity_bytes = b->pool_bytes;
     if (b->paged) {
-        /* Every running sequence holds a window slot when windows are on; the rest is blocks. */
+        /* Every running sequence holds a window slot (in pool 0) when windows are on; the rest is
+         * blocks. */
         uint64_t windows = (uint64_t)(n_running > 0 ? n_running : 0) * b->window_bytes;
-        uint64_t in_blocks = used_bytes > windows ? used_bytes - windows : 0;
-        p->kv_used_blocks = (int)(in_blocks / b->block_bytes);
-        p->kv_capacity_blocks = (int)b->pool_blocks;
+        uint64_t in_blocks = used[0] > windows ? used[0] - windows : 0;
+        p->kv_used_blocks = (int)(in_blocks / b->block_bytes + (b->swa_block_bytes ? used[1] / b->swa_block_bytes : 0));
+        p->kv_capacity_blocks = (int)(b->pool_blocks + b->swa_pool_blocks);
     } else {
         p->kv_used_blocks = f16_used_blocks;
         p->kv_capacity_blocks = b->max_seqs * kv_budget_blocks(b, b->max_ctx);

@@ -11,6 +11,11 @@
 #include "metrics/metrics.h"
 #include "wushkv/wushkv.h"
 
+/* The engine's KV pools: 0 (every layer, or with per-layer-class formats the full-attention layers
+ * and the windows) and 1 (the sliding-window layers' own format; empty without one). Admission
+ * counts each against its own capacity. */
+#define KV_POOLS 2
+
 /* What one request's sequence held at its peak (usage.kv_cache in the response). */
 typedef struct kv_usage {
     uint64_t bytes, fp16_bytes;
@@ -25,7 +30,9 @@ typedef struct kv_budget {
     int chunk;             /* tokens one step writes into a sequence at most (the engine's batch) */
     wk_model_info info;    /* what wk_kv_peak_bytes reads */
     uint64_t window_bytes; /* paged: each sequence's f16 window slot (0 without windows) */
-    uint64_t pool_bytes, pool_blocks;
+    uint64_t pool_bytes, pool_blocks; /* both pools together; blocks: pool 0's */
+    uint64_t pool_cap[KV_POOLS];      /* each pool's bytes (pool 1: 0 without per-layer-class formats) */
+    uint64_t swa_block_bytes, swa_pool_blocks; /* pool 1's block and block count */
     uint64_t fp16_bytes_per_token; /* what an f16 cache would hold: the "vs f16" of usage */
     double bits_per_element;
     int max_ctx, max_seqs;
@@ -41,15 +48,18 @@ int kv_budget_blocks(const kv_budget *b, int tokens);
  * blocks of every layer group, a sliding group's only as far back as its window reaches, plus its
  * window slot. */
 uint64_t kv_budget_seq_bytes(const kv_budget *b, int tokens);
-/* The pool blocks behind kv_budget_seq_bytes (window slot not counted). */
+/* The part of kv_budget_seq_bytes that pool `pool` holds (wk_kv_pool_peak_bytes). */
+uint64_t kv_budget_pool_seq_bytes(const kv_budget *b, int pool, int tokens);
+/* The pool blocks behind kv_budget_seq_bytes, both pools' (window slot not counted). */
 uint64_t kv_budget_pool_blocks(const kv_budget *b, int tokens);
-/* Whether a sequence of `tokens` fits beside `claimed` bytes held or promised to others. */
-bool kv_budget_fits(const kv_budget *b, uint64_t claimed, int tokens);
+/* Whether a sequence of `tokens` fits beside claimed[p] bytes of pool p held or promised to
+ * others, in every pool. */
+bool kv_budget_fits(const kv_budget *b, const uint64_t claimed[KV_POOLS], int tokens);
 /* Usage of a sequence that held at most peak_len tokens and peak_bytes device bytes. */
 kv_usage kv_budget_usage(const kv_budget *b, int peak_len, uint64_t peak_bytes);
-/* The pool gauge: used_bytes held by n_running sequences; f16_used_blocks (f16 cache only) the
- * blocks their lengths cover. */
-void kv_budget_gauge(const kv_budget *b, int n_running, uint64_t used_bytes, int f16_used_blocks,
+/* The pool gauge: used[p] bytes of pool p held by n_running sequences; f16_used_blocks (f16 cache
+ * only) the blocks their lengths cover. Blocks count both pools' (of their own sizes). */
+void kv_budget_gauge(const kv_budget *b, int n_running, const uint64_t used[KV_POOLS], int f16_used_blocks,
                      metrics_pool *p);
 
 #endif

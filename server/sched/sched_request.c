@@ -172,13 +172,15 @@ static void job_generate(scheduler *s, sched_job *j) {
     /* The paged pool is shared: a prompt that needs more blocks than the whole pool could never be
      * admitted, whatever else runs. (One that fits is admitted once enough blocks are free.) */
     if (s->kv.paged) {
-        if (!kv_budget_fits(&s->kv, 0, r->n_prompt)) {
+        static const uint64_t none[KV_POOLS] = {0};
+        if (!kv_budget_fits(&s->kv, none, r->n_prompt)) {
             uint64_t need = kv_budget_seq_bytes(&s->kv, r->n_prompt);
             sched_post_error(s, r->id, 400, "prompt", "kv_cache_exceeded",
                        "The prompt of %d tokens needs %d KV cache blocks (%llu bytes) but the server's whole KV "
                        "pool holds %llu blocks (%llu bytes, --kv-mem). Please shorten the prompt.",
                        r->n_prompt, (int)kv_budget_pool_blocks(&s->kv, r->n_prompt), (unsigned long long)need,
-                       (unsigned long long)info->kv_pool_blocks, (unsigned long long)info->kv_pool_bytes);
+                       (unsigned long long)(info->kv_pool_blocks + info->kv_swa_pool_blocks),
+                       (unsigned long long)info->kv_pool_bytes);
             req_free(r);
             return;
         }

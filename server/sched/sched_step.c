@@ -11,11 +11,17 @@
 #include "sched/logits.h"
 #include "metrics/mono_clock.h"
 
-/* KV bytes the running sequences hold now (a preempted, waiting one holds none). */
+/* KV bytes the running sequences hold now in each pool (a preempted, waiting one holds none). */
+static void kv_used_pools(const scheduler *s, uint64_t used[KV_POOLS]) {
+    for (int p = 0; p < KV_POOLS; p++) used[p] = 0;
+    for (const req *r = s->running; r; r = r->next)
+        for (int p = 0; p < KV_POOLS; p++) used[p] += wk_seq_kv_pool_bytes(r->seq, p);
+}
+
 static uint64_t kv_used(const scheduler *s) {
-    uint64_t used = 0;
-    for (const req *r = s->running; r; r = r->next) used += wk_seq_kv_bytes(r->seq);
-    return used;
+    uint64_t used[KV_POOLS];
+    kv_used_pools(s, used);
+    return used[0] + used[1];
 }
 
 /* One request as the dashboard lists it. */
@@ -45,7 +51,9 @@ void sched_publish_pool(scheduler *s) {
         live_entry(s, r, now, &p);
     }
     for (req *r = s->waiting; r; r = r->next) live_entry(s, r, now, &p);
-    kv_budget_gauge(&s->kv, s->n_running, kv_used(s), f16_blocks, &p);
+    uint64_t used[KV_POOLS];
+    kv_used_pools(s, used);
+    kv_budget_gauge(&s->kv, s->n_running, used, f16_blocks, &p);
     metrics_set_pool(s->m, &p);
 }
 
@@ -104,12 +112,13 @@ static void take_token(scheduler *s, req *r, const float *row) {
     }
 }
 
-/* KV bytes a running sequence holds or is about to: a sequence still prefilling will hold the
- * blocks of its whole prefill (prompt, or prompt + generated tokens after a preemption). */
-static uint64_t kv_claim(const scheduler *s, const req *r) {
-    uint64_t held = wk_seq_kv_bytes(r->seq);
+/* KV bytes of pool `pool` a running sequence holds or is about to: a sequence still prefilling
+ * will hold the blocks of its whole prefill (prompt, or prompt + generated tokens after a
+ * preemption). */
+static uint64_t kv_claim(const scheduler *s, const req *r, int pool) {
+    uint64_t held = wk_seq_kv_pool_bytes(r->seq, pool);
     if (r->state != R_PREFILL) return held;
-    uint64_t fill = kv_budget_seq_bytes(&s->kv, r->n_fill);
+    uint64_t fill = kv_budget_pool_seq_bytes(&s->kv, pool, r->n_fill);
     return fill > held ? fill : held;
 }
 
@@ -121,8 +130,9 @@ static void admit(scheduler *s) {
     while (s->waiting && s->n_running < s->cfg.max_seqs) {
         req *r = s->waiting;
         if (s->kv.paged && s->running) {
-            uint64_t claimed = 0;
-            for (req *q = s->running; q; q = q->next) claimed += kv_claim(s, q);
+            uint64_t claimed[KV_POOLS] = {0};
+            for (req *q = s->running; q; q = q->next)
+                for (int p = 0; p < KV_POOLS; p++) claimed[p] += kv_claim(s, q, p);
             if (!kv_budget_fits(&s->kv, claimed, r->n_fill)) break;
         }
         if (!r->seq) { /* a preempted request keeps its (reset) sequence */

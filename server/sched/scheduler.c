@@ -198,6 +198,8 @@ static void *engine_main(void *arg) {
     m->kv_layer_groups = s->info->kv_layer_groups;
     m->kv_swa_groups = s->info->kv_swa_groups;
     m->kv_swa_window = s->info->kv_swa_window;
+    m->kv_swa_bits = s->info->kv_swa_bits;
+    m->kv_swa_pool_blocks = s->info->kv_swa_pool_blocks;
     m->kv_bits_per_element = s->info->kv_bits_per_element;
     snprintf(m->wush_path, sizeof m->wush_path, "%s", s->cfg.engine.wush_path ? s->cfg.engine.wush_path : "");
     m->kv_context_bytes = s->info->kv_pool_blocks

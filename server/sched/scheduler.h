@@ -109,6 +109,8 @@ typedef struct model_summary {
     uint64_t kv_pool_bytes;      /* the whole KV cache */
     uint64_t kv_pool_blocks;     /* the paged pool's blocks (0 for f16) */
     int kv_layer_groups, kv_swa_groups, kv_swa_window; /* wk_model_info's */
+    int kv_swa_bits;             /* the sliding layers' format (per-layer-class formats) */
+    uint64_t kv_swa_pool_blocks; /* their own pool's blocks (0: one pool) */
     double kv_bits_per_element;
     char wush_path[4096];        /* the WUSH sidecar the engine opened with ("" without) */
     uint64_t kv_context_bytes;   /* held by one sequence of max_ctx tokens (wk_kv_peak_bytes; f16: its slot) */
