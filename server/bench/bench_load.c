@@ -28,6 +28,8 @@
 
 /* An error body beyond this is cut: only its message is reported. */
 #define LOAD_MAX_ERROR_BODY 4096
+/* A /metrics read that takes longer is given up (the run's end waits for the monitor's last one). */
+#define SCRAPE_TIMEOUT_S 10.0
 /* A non-streamed answer or one SSE line larger than this is refused (the bench asks for few tokens). */
 #define LOAD_MAX_BODY (64u << 20)
 
@@ -327,7 +329,7 @@ static void *monitor_main(void *arg) {
         double now = mono_now_s();
         if (m->scrape && o->scrape_interval_s > 0 && now >= next_scrape) {
             bench_scrape s;
-            if (bench_scrape_metrics(m->run->t, o->api_key, o->timeout_s, &s)) kv_sample(m->kv, &s);
+            if (bench_scrape_metrics(m->run->t, o->api_key, SCRAPE_TIMEOUT_S, &s)) kv_sample(m->kv, &s);
             next_scrape = now + o->scrape_interval_s;
         }
         /* redraw when a request ends, else twice a second for the clock */
@@ -552,7 +554,7 @@ static bool run_load(const bench_load_opts *o, const char *url, load_summary *s)
 
     /* the server's KV figures before the run: whether it has them at all, and the counters' start */
     bench_scrape before, after;
-    bool scrape = bench_scrape_metrics(&t, o->api_key, o->timeout_s, &before);
+    bool scrape = bench_scrape_metrics(&t, o->api_key, SCRAPE_TIMEOUT_S, &before);
     s->kv.metrics = scrape;
     if (scrape) kv_sample(&s->kv, &before);
 
@@ -571,7 +573,7 @@ static bool run_load(const bench_load_opts *o, const char *url, load_summary *s)
     if (started < threads)
         fprintf(stderr, "wushkv bench: only %d of %d client threads could start\n", started, threads);
     s->threads = started ? started : 1;
-    if (scrape && bench_scrape_metrics(&t, o->api_key, o->timeout_s, &after)) {
+    if (scrape && bench_scrape_metrics(&t, o->api_key, SCRAPE_TIMEOUT_S, &after)) {
         kv_sample(&s->kv, &after);
         if (!isnan(before.preemptions) && !isnan(after.preemptions))
             s->kv.preemptions = after.preemptions - before.preemptions;
