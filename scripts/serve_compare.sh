@@ -21,8 +21,8 @@
 #
 # Every wushkv run gets --max-batch = clients (its default pool then has room for that many full
 # contexts), every llama-server run -np = clients and -c = clients x CTX (each slot CTX tokens),
-# -t = online CPUs. The last columns: wushkv's KV bytes of one sequence of about CTX tokens
-# (usage.kv_cache.bytes of one request with a prompt of CTX - 16 tokens and 8 more generated, on
+# -t = online CPUs (its KV sizes come from a separate, unloaded start with -lv 4). The last
+# columns: wushkv's KV bytes of one sequence of about CTX tokens (usage.kv_cache.bytes of one request with a prompt of CTX - 16 tokens and 8 more generated, on
 # a server of that context), llama.cpp's from the KV cache size its log reports for -np 1 -c CTX;
 # "fits" is KV_MEM divided by that, rounded down.
 set -euo pipefail
@@ -87,6 +87,16 @@ start_llama() { # LOG ARGS...
     wait_ready "$url" "$log"
 }
 
+# llama_kv_log LOG ARGS...: starts llama-server with -lv 4, whose log then has the sizes of the KV
+# caches it allocated (the default level hides them), and stops it before any load: that level
+# logs so much per token that it would slow the measured runs.
+llama_kv_log() {
+    local log=$1
+    shift
+    start_llama "$log" -lv 4 "$@"
+    stop
+}
+
 bench() { # JSON CLIENTS: the fixed load against $url
     "$wushkv" bench --url "$url" --clients "$2" --requests "$requests" --prompt-tokens "$ptok" \
         --max-tokens "$mtok" --json "$1" >/dev/null ||
@@ -106,6 +116,7 @@ for n in $clients; do
     start_llama "$out/llama-$n.log" -np "$n" -c $((n * ctx))
     bench "$out/llama-$n.json" "$n"
     stop
+    llama_kv_log "$out/llama-$n-kv.log" -np "$n" -c $((n * ctx))
 done
 
 # One sequence of about CTX tokens on each.
@@ -115,8 +126,7 @@ start_wushkv "$out/wushkv-seq.log" --ctx "$ctx" --max-batch 1
     --json "$out/wushkv-seq.json" >/dev/null
 stop
 echo "one sequence of $ctx tokens: llama-server -np 1 -c $ctx" >&2
-start_llama "$out/llama-seq.log" -np 1 -c "$ctx"
-stop
+llama_kv_log "$out/llama-seq.log" -np 1 -c "$ctx"
 
 python3 - "$out" "$clients" "$ctx" "$kv_mem" "${kv_flags[*]}" <<'PY'
 import json, pathlib, re, sys
@@ -150,7 +160,7 @@ for n in clients:
             per = f"{fmt(ours_seq, '.0f')} ({ours_tokens} tokens)"
             fits = None if not ours_seq else kv_mem // int(ours_seq)
         else:
-            alloc = llama_kv_bytes(out / f"llama-{n}.log")
+            alloc = llama_kv_bytes(out / f"llama-{n}-kv.log")
             held = f"{fmt(alloc, '.0f')} allocated"
             per = f"{fmt(llama_seq, '.0f')} ({ctx} tokens)"
             fits = None if not llama_seq else int(kv_mem // llama_seq)
