@@ -22,9 +22,10 @@
 # Every wushkv run gets --max-batch = clients (its default pool then has room for that many full
 # contexts), every llama-server run -np = clients and -c = clients x CTX (each slot CTX tokens),
 # -t = online CPUs (its KV sizes come from a separate, unloaded start with -lv 4). The last
-# columns: wushkv's KV bytes of one sequence of about CTX tokens (usage.kv_cache.bytes of one request with a prompt of CTX - 16 tokens and 8 more generated, on
-# a server of that context), llama.cpp's from the KV cache size its log reports for -np 1 -c CTX;
-# "fits" is KV_MEM divided by that, rounded down.
+# columns: wushkv's KV bytes of one sequence of about CTX tokens (usage.kv_cache.bytes of one
+# request with a prompt of CTX - 16 tokens and 8 more generated, on a server of that context),
+# llama.cpp's from the KV cache size its log reports for -np 1 -c CTX; "fits" is KV_MEM divided by
+# that, rounded down.
 set -euo pipefail
 cd "$(dirname "${BASH_SOURCE[0]}")/.."
 
