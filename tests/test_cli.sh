@@ -166,7 +166,8 @@ expect 2 "^wushkv serve: --port: expected an integer in \\[0, 65535\\], got 'abc
 # before any model is opened or any server contacted. (tests/test_bench.sh runs it on a model.)
 for flag in -m -p -n -r --ctx --batch-tokens --device --kv --kv-quant --kv-group --kv-mem --kv-transform \
     --wush --peer --validation --url --clients --requests --prompt-tokens --max-tokens --stream --no-stream \
-    --chat --api-key --timeout --peer-url --json -v; do
+    --chat --api-key --timeout --peer-url --json -v --request-rate --burstiness --max-concurrency --seed \
+    --goodput --metric-percentiles --scrape-interval; do
     expect 0 "(^|[ ,])$flag[ ,]" -- bench --help
 done
 expect 2 "^wushkv bench: -p: expected an integer in \[0, [0-9]+\], got 'abc'" -- bench -p abc
@@ -191,6 +192,16 @@ expect 2 "^wushkv bench: --url: expected http://HOST\[:PORT\]\[/PATH\], got 'loc
 expect 2 "^wushkv bench: --url: https is not supported" -- bench --url https://127.0.0.1:1
 expect 2 "^wushkv bench: --url: bad port in 'http://127.0.0.1:99999'" -- bench --url http://127.0.0.1:99999
 expect 2 "^wushkv bench: --peer-url: no host in 'http://:8080'" -- bench --url http://127.0.0.1:1 --peer-url http://:8080
+expect 2 "^wushkv bench: --request-rate: expected a number > 0 or inf, got 'fast'" -- bench --url http://127.0.0.1:1 --request-rate fast
+expect 2 "^wushkv bench: --request-rate: expected a number > 0 or inf, got '0'" -- bench --url http://127.0.0.1:1 --request-rate 0
+expect 2 "^wushkv bench: --clients is the closed loop; with --request-rate use --max-concurrency" -- bench --url http://127.0.0.1:1 --request-rate 2 --clients 4
+expect 2 "^wushkv bench: --max-concurrency needs --request-rate" -- bench --url http://127.0.0.1:1 --max-concurrency 4
+expect 2 "^wushkv bench: --burstiness needs --request-rate" -- bench --url http://127.0.0.1:1 --burstiness 0.5
+expect 2 "^wushkv bench: --goodput: expected KEY:MS with KEY ttft, tpot or e2el and MS > 0, got 'ttfb:100'" -- bench --url http://127.0.0.1:1 --goodput ttfb:100
+expect 2 "^wushkv bench: --goodput: expected KEY:MS .*, got 'tpot:-1'" -- bench --url http://127.0.0.1:1 --goodput ttft:100 tpot:-1
+expect 2 "^wushkv bench: --metric-percentiles: expected up to 8 numbers in \[0, 100\] separated by commas, got '50,101'" -- bench --url http://127.0.0.1:1 --metric-percentiles 50,101
+expect 2 "^wushkv bench: --json FILE needs --url" -- bench --json out.json
+expect 2 "^wushkv bench: --request-rate is a load-mode flag; it needs --url" -- bench --request-rate 1
 # Nothing listens on port 1: a clear runtime failure, not a hang or a report of zeros.
 expect 1 "^wushkv bench: cannot reach http://127.0.0.1:1: connect to 127.0.0.1:1: Connection refused" -- bench --url http://127.0.0.1:1
 

@@ -23,11 +23,27 @@ typedef struct bench_engine_opts {
 } bench_engine_opts;
 
 /* Load on running servers (bench_load.c). */
+/* --metric-percentiles takes at most this many; an open loop without --max-concurrency runs this
+ * many client threads at most. */
+enum { BENCH_MAX_PERCENTILES = 8, BENCH_MAX_THREADS = 1024 };
 typedef struct bench_load_opts {
     const char *url, *peer_url;
     const char *api_key;   /* NULL: no Authorization header */
     int clients, requests, prompt_tokens, max_tokens;
     double timeout_s;      /* per socket read or write */
+    /* Open loop (--request-rate): requests arrive at times drawn from a gamma process (Poisson when
+     * burstiness is 1), whatever the server's pace; INFINITY sends them all at once. Closed loop
+     * (open_loop false): --clients threads each send the next request when their last one ends. */
+    bool open_loop;
+    double request_rate, burstiness;
+    int max_concurrency;   /* open loop: requests in flight at most; 0: no limit (1024 threads) */
+    unsigned long long seed;
+    /* --goodput: a completed request is good when it meets every SLO given (ms; 0: not given). */
+    double slo_ttft_ms, slo_tpot_ms, slo_e2el_ms;
+    double percentiles[BENCH_MAX_PERCENTILES]; /* --metric-percentiles, 0 < p < 100 */
+    int n_percentiles;
+    double scrape_interval_s;  /* how often /metrics is read during the run; 0: only before/after */
+    const char *json_file;     /* --json FILE; NULL: --json prints to stdout (json) or not at all */
     bool stream, chat, json, verbose;
 } bench_load_opts;
 
@@ -41,8 +57,30 @@ int bench_load_run(const bench_load_opts *o);
 double bench_mean(const double *x, size_t n);
 /* Sample standard deviation (n - 1), as llama-bench reports; 0 when n < 2. */
 double bench_stddev(const double *x, size_t n);
+/* Population standard deviation (n), numpy's np.std as vLLM reports; NAN when n == 0. */
+double bench_stddev_pop(const double *x, size_t n);
 /* The q-quantile (0..1) of x, linearly interpolated between order statistics (numpy's default);
  * sorts x in place. NAN when n == 0. */
 double bench_percentile(double *x, size_t n, double q);
+
+/* A sample's summary as vLLM prints it: mean, median, population std and the percentiles p[i]
+ * (0..100) of x (sorted in place). Every field is NAN when n == 0. */
+typedef struct bench_dist {
+    size_t n;
+    double mean, median, std;
+    double pct[BENCH_MAX_PERCENTILES];
+} bench_dist;
+void bench_dist_of(double *x, size_t n, const double *p, int np, bench_dist *d);
+
+/* splitmix64: a small, seedable generator; bench_uniform is in (0, 1). */
+unsigned long long bench_rng_next(unsigned long long *state);
+double bench_uniform(unsigned long long *state);
+/* A gamma(shape, scale) draw (Marsaglia and Tsang; shape < 1 by boosting): shape 1 is the
+ * exponential distribution. */
+double bench_gamma(unsigned long long *state, double shape, double scale);
+/* Arrival times t[0..n-1] (seconds from the start, non-decreasing) of n requests at `rate` per
+ * second, as vllm bench serve draws them: gaps from gamma(burstiness, 1 / (rate * burstiness)),
+ * summed, then scaled so that the last arrival is at n / rate; rate INFINITY: all 0. */
+void bench_arrivals(double *t, int n, double rate, double burstiness, unsigned long long seed);
 
 #endif

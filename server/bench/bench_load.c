@@ -1,11 +1,15 @@
-/* `wushkv bench --url`: a load generator for OpenAI-compatible servers. N client threads take
- * request numbers from one counter until --requests are sent; each request is a fresh connection
+/* `wushkv bench --url`: a load generator for OpenAI-compatible servers, measuring what
+ * `vllm bench serve` measures, by its definitions. Closed loop (--clients): N client threads take
+ * request numbers from one counter until --requests are sent. Open loop (--request-rate): each
+ * request is due at a time drawn beforehand (bench_arrivals), and a pool of threads (at most
+ * --max-concurrency) sends each one when it is due. Each request is a fresh connection
  * (http_client.c) carrying a /v1/completions (or, --chat, /v1/chat/completions) call at
  * temperature 0 with a prompt of repeated common words. Streamed answers are read event by event:
- * the arrival of each chunk with text gives time to first token and the gaps between tokens; the
- * token counts come from the server's `usage` (stream_options.include_usage when streaming).
- * With --peer-url the same load then runs against a second server, and the report sets the two
- * side by side. */
+ * every event with a non-empty choices array is a chunk (vLLM's rule), giving time to first token,
+ * inter-token latency and the request's end; token counts come from the server's `usage`. A
+ * monitor thread draws the progress bar (on a terminal) and samples the server's /metrics for the
+ * KV pool's peak (bench_scrape.c). With --peer-url the same load then runs against a second
+ * server, and the report (bench_report.c) sets the two side by side. */
 #include <math.h>
 #include <pthread.h>
 #include <stdarg.h>
@@ -13,16 +17,19 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
+#include <unistd.h>
 
 #include <cjson/cJSON.h>
 
-#include "bench/bench.h"
-#include "bench/http_client.h"
+#include "bench/bench_load.h"
 #include "metrics/mono_clock.h"
 #include "http/text_buf.h"
 
 /* An error body beyond this is cut: only its message is reported. */
 #define LOAD_MAX_ERROR_BODY 4096
+/* A /metrics read that takes longer is given up (the run's end waits for the monitor's last one). */
+#define SCRAPE_TIMEOUT_S 10.0
 /* A non-streamed answer or one SSE line larger than this is refused (the bench asks for few tokens). */
 #define LOAD_MAX_BODY (64u << 20)
 
@@ -56,23 +63,16 @@ static char *make_prompt(int idx, int n) {
 
 /* ---- one request ----------------------------------------------------------------------------- */
 
-typedef struct req_result {
-    bool ok;
-    double t_start, t_end;          /* seconds since the run started */
-    double *chunk_t;                /* arrival of each chunk with text (stream) */
-    int n_chunk, cap_chunk;
-    int prompt_tokens, completion_tokens;
-    bool usage_seen;
-    char error[320];
-} req_result;
-
 typedef struct load_run {
     const bench_load_opts *o;
     const http_target *t;
     const char *model;   /* the id /v1/models lists first */
     const char *path;    /* "/v1/completions" or "/v1/chat/completions" */
     double t0;
+    const double *arrival; /* open loop: when each request is due (seconds after t0); else NULL */
     atomic_int next;     /* the next request number to send */
+    atomic_int finished; /* requests answered or failed (the progress bar) */
+    atomic_bool done;    /* every client thread has returned (the monitor stops) */
     req_result *results; /* o->requests */
 } load_run;
 
@@ -100,6 +100,9 @@ static void read_usage(req_result *r, const cJSON *usage) {
     r->prompt_tokens = p->valueint;
     r->completion_tokens = c->valueint;
     r->usage_seen = true;
+    /* wushkv's own: the KV bytes the request held at its peak (docs/api.md, usage.kv_cache) */
+    const cJSON *kv = cJSON_GetObjectItemCaseSensitive(cJSON_GetObjectItemCaseSensitive(usage, "kv_cache"), "bytes");
+    if (cJSON_IsNumber(kv)) r->kv_bytes = (long long)kv->valuedouble;
 }
 
 /* The text a choice carries: completions' "text", chat's "message.content" / "delta.content". */
@@ -124,6 +127,7 @@ static void sse_line(req_ctx *c, char *line) {
         c->done_seen = true;
         return;
     }
+    double now = mono_now_s() - c->run->t0;
     cJSON *root = cJSON_Parse(data);
     if (!root) {
         fail(c->r, "unparsable event: %.200s", data);
@@ -134,8 +138,9 @@ static void sse_line(req_ctx *c, char *line) {
         const cJSON *m = cJSON_GetObjectItemCaseSensitive(e, "message");
         fail(c->r, "error event: %.250s", cJSON_IsString(m) ? m->valuestring : "(no message)");
     }
-    const char *text = choice_text(root, c->run->o->chat, true);
-    if (text && text[0]) {
+    /* vLLM's rule: every event whose choices array is not empty is a chunk, even with empty text
+     * (a chat stream's role delta, the finish_reason event); the usage event (choices []) is not. */
+    if (cJSON_GetArraySize(cJSON_GetObjectItemCaseSensitive(root, "choices")) > 0) {
         req_result *r = c->r;
         if (r->n_chunk == r->cap_chunk) {
             int cap = r->cap_chunk ? r->cap_chunk * 2 : 64;
@@ -148,7 +153,7 @@ static void sse_line(req_ctx *c, char *line) {
             r->chunk_t = t;
             r->cap_chunk = cap;
         }
-        r->chunk_t[r->n_chunk++] = mono_now_s() - c->run->t0;
+        r->chunk_t[r->n_chunk++] = now;
     }
     const cJSON *usage = cJSON_GetObjectItemCaseSensitive(root, "usage");
     if (cJSON_IsObject(usage)) read_usage(c->r, usage);
@@ -216,11 +221,13 @@ static void error_message(const text_buf *body, char *out, size_t cap) {
     cJSON_Delete(root);
 }
 
-static void run_one(load_run *run, int idx) {
+static void run_one(load_run *run, int idx, double t_arrival) {
     const bench_load_opts *o = run->o;
     req_result *r = &run->results[idx];
     memset(r, 0, sizeof *r);
     r->ok = true;
+    r->kv_bytes = -1;
+    r->t_arrival = t_arrival;
     /* BOS (or the chat template) adds a token or more: one word fewer than asked. */
     char *prompt = make_prompt(idx, o->prompt_tokens > 1 ? o->prompt_tokens - 1 : 1);
     char *body = prompt ? request_body(o, run->model, prompt) : NULL;
@@ -246,6 +253,7 @@ static void run_one(load_run *run, int idx) {
     } else if (o->stream) {
         if (c.body.len) sse_line(&c, c.body.p); /* a last line without its newline */
         if (!c.done_seen) fail(r, "the stream ended without data: [DONE]");
+        if (r->n_chunk == 0) fail(r, "the stream carried no chunk with choices (no time to first token)");
         if (!r->usage_seen) r->completion_tokens = r->n_chunk; /* a server that ignores include_usage */
     } else {
         cJSON *root = c.body.p ? cJSON_Parse(c.body.p) : NULL;
@@ -259,26 +267,86 @@ static void run_one(load_run *run, int idx) {
     free(c.body.p);
 }
 
+static void sleep_until(double t_mono) {
+    double d = t_mono - mono_now_s();
+    if (d <= 0) return;
+    struct timespec ts = {.tv_sec = (time_t)d, .tv_nsec = (long)((d - floor(d)) * 1e9)};
+    while (nanosleep(&ts, &ts) != 0) {
+    }
+}
+
 static void *client_main(void *arg) {
     load_run *run = arg;
     for (;;) {
         int idx = atomic_fetch_add(&run->next, 1);
         if (idx >= run->o->requests) return NULL;
-        run_one(run, idx);
+        double due;
+        if (run->arrival) { /* open loop: wait for the request's arrival time (a late pool sends it at once) */
+            sleep_until(run->t0 + run->arrival[idx]);
+            due = run->arrival[idx];
+        } else {
+            due = mono_now_s() - run->t0;
+        }
+        run_one(run, idx, due);
+        atomic_fetch_add(&run->finished, 1);
     }
 }
 
-/* ---- one server: discovery, load, summary ----------------------------------------------------- */
+/* ---- the monitor: progress bar and /metrics samples ------------------------------------------- */
 
-typedef struct load_summary {
-    char url[512], model[256];
-    bool reached;                 /* /v1/models answered */
-    char error[1024];             /* why not, or the first failed request's error */
-    int ok, failed, without_usage;
-    double wall_s, rps, out_tps, total_tps;
-    long long prompt_tokens, completion_tokens;
-    double ttft_ms[3], itl_ms[2], e2e_ms[3]; /* p50 p95 p99 / p50 p95; NAN when none */
-} load_summary;
+typedef struct monitor {
+    load_run *run;
+    bool bar;                /* stderr is a terminal */
+    bool scrape;             /* the server has wushkv's KV gauges */
+    bench_kv_stats *kv;
+} monitor;
+
+static void kv_sample(bench_kv_stats *kv, const bench_scrape *s) {
+    kv->samples++;
+    if (isnan(kv->pool_peak_bytes) || s->used_bytes > kv->pool_peak_bytes) kv->pool_peak_bytes = s->used_bytes;
+    if (!isnan(s->fp16_bytes) && (isnan(kv->pool_peak_fp16_bytes) || s->fp16_bytes > kv->pool_peak_fp16_bytes))
+        kv->pool_peak_fp16_bytes = s->fp16_bytes;
+    if (!isnan(s->capacity_bytes)) kv->pool_capacity_bytes = s->capacity_bytes;
+}
+
+static void draw_bar(const load_run *run, bool last) {
+    int n = run->o->requests, k = atomic_load(&run->finished);
+    enum { W = 30 };
+    char bar[W + 1];
+    int fill = n ? (int)((long long)k * W / n) : W;
+    for (int i = 0; i < W; i++) bar[i] = i < fill ? '#' : '.';
+    bar[W] = '\0';
+    fprintf(stderr, "\r[%s] %d/%d requests, %.1f s%s", bar, k, n, mono_now_s() - run->t0, last ? "\n" : "");
+    fflush(stderr);
+}
+
+static void *monitor_main(void *arg) {
+    monitor *m = arg;
+    const bench_load_opts *o = m->run->o;
+    double next_scrape = mono_now_s(), next_draw = 0;
+    int drawn = -1;
+    while (!atomic_load(&m->run->done)) {
+        double now = mono_now_s();
+        if (m->scrape && o->scrape_interval_s > 0 && now >= next_scrape) {
+            bench_scrape s;
+            if (bench_scrape_metrics(m->run->t, o->api_key, SCRAPE_TIMEOUT_S, &s)) kv_sample(m->kv, &s);
+            next_scrape = now + o->scrape_interval_s;
+        }
+        /* redraw when a request ends, else twice a second for the clock */
+        int k = atomic_load(&m->run->finished);
+        if (m->bar && (k != drawn || now >= next_draw)) {
+            draw_bar(m->run, false);
+            drawn = k;
+            next_draw = now + 0.5;
+        }
+        struct timespec ts = {.tv_sec = 0, .tv_nsec = 50 * 1000 * 1000};
+        nanosleep(&ts, NULL);
+    }
+    if (m->bar) draw_bar(m->run, true);
+    return NULL;
+}
+
+/* ---- one server: discovery, load, summary ----------------------------------------------------- */
 
 static bool on_models_body(void *ud, int status, const char *data, size_t len) {
     (void)status;
@@ -320,14 +388,34 @@ static bool discover(const bench_load_opts *o, http_target *t, load_summary *s) 
     return ok;
 }
 
-static void summarize(const bench_load_opts *o, const req_result *res, double wall, load_summary *s) {
+static int cmp_event(const void *a, const void *b) {
+    const double *x = a, *y = b; /* (time, +1 start / -1 end): an end before a start at one time */
+    if (x[0] != y[0]) return (x[0] > y[0]) - (x[0] < y[0]);
+    return (x[1] > y[1]) - (x[1] < y[1]);
+}
+
+/* A request's end-to-end latency, vLLM's way: streamed, to its last chunk (the [DONE] and usage
+ * events are not tokens); otherwise to the end of the response. */
+static double latency_s(const bench_load_opts *o, const req_result *r) {
+    return o->stream ? r->chunk_t[r->n_chunk - 1] - r->t_start : r->t_end - r->t_start;
+}
+
+/* vllm bench serve's calculate_metrics, on our results: see docs/benchmarks.md for each field. */
+static void summarize(const bench_load_opts *o, req_result *res, double dur, load_summary *s) {
     size_t n = (size_t)o->requests, n_itl = 0;
     for (size_t i = 0; i < n; i++)
         if (res[i].ok && res[i].n_chunk > 1) n_itl += (size_t)res[i].n_chunk - 1;
     double *ttft = malloc((n + 1) * sizeof *ttft), *e2e = malloc((n + 1) * sizeof *e2e);
-    double *itl = malloc((n_itl + 1) * sizeof *itl);
-    size_t n_ttft = 0, n_e2e = 0;
+    double *tpot = malloc((n + 1) * sizeof *tpot), *kvb = malloc((n + 1) * sizeof *kvb);
+    double *itl = malloc((n_itl + 1) * sizeof *itl), *ev = malloc((2 * n + 1) * 2 * sizeof *ev);
+    if (!ttft || !e2e || !tpot || !kvb || !itl || !ev) {
+        snprintf(s->error, sizeof s->error, "out of memory summarizing %zu requests", n);
+        s->failed = (int)n;
+        goto out;
+    }
+    size_t n_ttft = 0, n_e2e = 0, n_tpot = 0, n_kv = 0, n_ev = 0;
     n_itl = 0;
+    double first_start = INFINITY, last_end = -INFINITY;
     for (size_t i = 0; i < n; i++) {
         const req_result *r = &res[i];
         if (!r->ok) {
@@ -335,32 +423,99 @@ static void summarize(const bench_load_opts *o, const req_result *res, double wa
             if (!s->error[0]) snprintf(s->error, sizeof s->error, "request %zu: %s", i, r->error);
             continue;
         }
-        s->ok++;
+        s->completed++;
         s->without_usage += !r->usage_seen;
-        s->prompt_tokens += r->prompt_tokens;
-        s->completion_tokens += r->completion_tokens;
-        if (e2e) e2e[n_e2e++] = (r->t_end - r->t_start) * 1e3;
-        if (ttft && r->n_chunk > 0) ttft[n_ttft++] = (r->chunk_t[0] - r->t_start) * 1e3;
-        for (int k = 1; itl && k < r->n_chunk; k++) itl[n_itl++] = (r->chunk_t[k] - r->chunk_t[k - 1]) * 1e3;
+        s->total_input += r->prompt_tokens;
+        s->total_output += r->completion_tokens;
+        double lat = latency_s(o, r), t1 = o->stream ? r->chunk_t[0] - r->t_start : NAN;
+        e2e[n_e2e++] = lat * 1e3;
+        /* TPOT excludes the first token: (latency - TTFT) / (output tokens - 1); 0 for goodput
+         * when there is one token only, and then left out of the TPOT statistics. */
+        double tp = 0.0;
+        if (o->stream) {
+            ttft[n_ttft++] = t1 * 1e3;
+            if (r->completion_tokens > 1) {
+                tp = (lat - t1) / (r->completion_tokens - 1);
+                tpot[n_tpot++] = tp * 1e3;
+            }
+            for (int k = 1; k < r->n_chunk; k++) itl[n_itl++] = (r->chunk_t[k] - r->chunk_t[k - 1]) * 1e3;
+        }
+        bool good = (o->slo_ttft_ms <= 0 || (o->stream && t1 * 1e3 <= o->slo_ttft_ms)) &&
+                    (o->slo_tpot_ms <= 0 || (o->stream && tp * 1e3 <= o->slo_tpot_ms)) &&
+                    (o->slo_e2el_ms <= 0 || lat * 1e3 <= o->slo_e2el_ms);
+        s->good += good;
+        if (r->kv_bytes >= 0) kvb[n_kv++] = (double)r->kv_bytes;
+        /* peak concurrency: a sweep over the half-open intervals [start, start + latency) */
+        ev[2 * n_ev] = r->t_start, ev[2 * n_ev + 1] = +1, n_ev++;
+        ev[2 * n_ev] = r->t_start + lat, ev[2 * n_ev + 1] = -1, n_ev++;
+        if (r->t_start < first_start) first_start = r->t_start;
+        if (r->t_start + lat > last_end) last_end = r->t_start + lat;
     }
-    s->wall_s = wall;
-    s->rps = wall > 0 ? s->ok / wall : 0;
-    s->out_tps = wall > 0 ? (double)s->completion_tokens / wall : 0;
-    s->total_tps = wall > 0 ? (double)(s->prompt_tokens + s->completion_tokens) / wall : 0;
-    const double q3[3] = {0.50, 0.95, 0.99};
-    for (int k = 0; k < 3; k++) {
-        s->ttft_ms[k] = ttft && o->stream ? bench_percentile(ttft, n_ttft, q3[k]) : NAN;
-        s->e2e_ms[k] = e2e ? bench_percentile(e2e, n_e2e, q3[k]) : NAN;
-        if (k < 2) s->itl_ms[k] = itl && o->stream ? bench_percentile(itl, n_itl, q3[k]) : NAN;
+    s->duration_s = dur;
+    s->request_throughput = dur > 0 ? s->completed / dur : NAN;
+    s->request_goodput = dur > 0 && (o->slo_ttft_ms > 0 || o->slo_tpot_ms > 0 || o->slo_e2el_ms > 0)
+                             ? s->good / dur
+                             : NAN;
+    s->output_throughput = dur > 0 ? (double)s->total_output / dur : NAN;
+    s->total_token_throughput = dur > 0 ? (double)(s->total_input + s->total_output) / dur : NAN;
+    bench_dist_of(ttft, n_ttft, o->percentiles, o->n_percentiles, &s->ttft);
+    bench_dist_of(tpot, n_tpot, o->percentiles, o->n_percentiles, &s->tpot);
+    bench_dist_of(itl, n_itl, o->percentiles, o->n_percentiles, &s->itl);
+    bench_dist_of(e2e, n_e2e, o->percentiles, o->n_percentiles, &s->e2el);
+
+    qsort(ev, n_ev, 2 * sizeof *ev, cmp_event);
+    int cur = 0;
+    for (size_t i = 0; i < n_ev; i++) {
+        cur += (int)ev[2 * i + 1];
+        if (cur > s->max_concurrent_requests) s->max_concurrent_requests = cur;
     }
+    /* peak output tokens/s: chunks (vLLM counts its token timestamps, one per chunk) in one-second
+     * buckets from the first request's start */
+    if (o->stream && s->completed > 0) {
+        size_t nb = (size_t)ceil(last_end - first_start) + 1;
+        int *bucket = calloc(nb, sizeof *bucket);
+        if (bucket) {
+            for (size_t i = 0; i < n; i++)
+                for (int k = 0; res[i].ok && k < res[i].n_chunk; k++) {
+                    size_t b = (size_t)(res[i].chunk_t[k] - first_start);
+                    if (b < nb) bucket[b]++;
+                }
+            for (size_t b = 0; b < nb; b++)
+                if (bucket[b] > s->max_output_tokens_per_s) s->max_output_tokens_per_s = bucket[b];
+            free(bucket);
+        }
+    } else {
+        s->max_output_tokens_per_s = NAN;
+    }
+
+    s->kv.n_req_kv = (int)n_kv;
+    s->kv.req_kv_p50 = bench_percentile(kvb, n_kv, 0.50);
+    s->kv.req_kv_p99 = bench_percentile(kvb, n_kv, 0.99);
+    s->kv.req_kv_max = n_kv ? kvb[n_kv - 1] : NAN; /* sorted by the percentiles */
+out:
     free(ttft);
     free(e2e);
+    free(tpot);
+    free(kvb);
     free(itl);
+    free(ev);
 }
 
-/* Runs the whole load against t. False when the server could not be reached at all. */
+static bool start_thread(pthread_t *th, void *(*fn)(void *), void *arg) {
+    pthread_attr_t a;
+    if (pthread_attr_init(&a) != 0) return false;
+    /* up to 1024 clients: their stacks need little (a request's buffers are on the heap) */
+    pthread_attr_setstacksize(&a, 256u << 10);
+    bool ok = pthread_create(th, &a, fn, arg) == 0;
+    pthread_attr_destroy(&a);
+    return ok;
+}
+
+/* Runs the whole load against url. False when the server could not be reached at all. */
 static bool run_load(const bench_load_opts *o, const char *url, load_summary *s) {
     memset(s, 0, sizeof *s);
+    s->kv = (bench_kv_stats){.pool_peak_bytes = NAN, .pool_capacity_bytes = NAN, .pool_peak_fp16_bytes = NAN,
+                             .preemptions = NAN};
     snprintf(s->url, sizeof s->url, "%s", url);
     http_target t;
     char err[256];
@@ -369,170 +524,88 @@ static bool run_load(const bench_load_opts *o, const char *url, load_summary *s)
         return false;
     }
     if (!discover(o, &t, s)) return false;
-    int clients = o->clients < o->requests ? o->clients : o->requests;
-    fprintf(stderr, "wushkv bench: %s (model '%s'): %d requests from %d clients...\n", url, s->model, o->requests,
-            clients);
+    int threads = o->open_loop ? (o->max_concurrency ? o->max_concurrency : BENCH_MAX_THREADS) : o->clients;
+    if (threads > o->requests) threads = o->requests;
+    if (o->open_loop)
+        fprintf(stderr, "wushkv bench: %s (model '%s'): %d requests at %g/s (burstiness %g, seed %llu), %s...\n", url,
+                s->model, o->requests, o->request_rate, o->burstiness, o->seed,
+                o->max_concurrency ? "at most --max-concurrency in flight" : "no concurrency limit");
+    else
+        fprintf(stderr, "wushkv bench: %s (model '%s'): %d requests from %d clients...\n", url, s->model,
+                o->requests, threads);
 
     load_run run = {.o = o, .t = &t, .model = s->model,
                     .path = o->chat ? "/v1/chat/completions" : "/v1/completions"};
     atomic_init(&run.next, 0);
+    atomic_init(&run.finished, 0);
+    atomic_init(&run.done, false);
     run.results = calloc((size_t)o->requests, sizeof *run.results);
-    pthread_t *th = calloc((size_t)clients, sizeof *th);
-    if (!run.results || !th) {
+    pthread_t *th = calloc((size_t)threads, sizeof *th);
+    double *arrival = o->open_loop ? malloc((size_t)o->requests * sizeof *arrival) : NULL;
+    if (!run.results || !th || (o->open_loop && !arrival)) {
         free(run.results);
         free(th);
+        free(arrival);
         snprintf(s->error, sizeof s->error, "out of memory for %d requests", o->requests);
         return false;
     }
+    if (arrival) bench_arrivals(arrival, o->requests, o->request_rate, o->burstiness, o->seed);
+    run.arrival = arrival;
+
+    /* the server's KV figures before the run: whether it has them at all, and the counters' start */
+    bench_scrape before, after;
+    bool scrape = bench_scrape_metrics(&t, o->api_key, SCRAPE_TIMEOUT_S, &before);
+    s->kv.metrics = scrape;
+    if (scrape) kv_sample(&s->kv, &before);
+
+    monitor mon = {.run = &run, .bar = isatty(STDERR_FILENO), .scrape = scrape, .kv = &s->kv};
     run.t0 = mono_now_s();
+    pthread_t mon_th;
+    bool mon_started = (mon.bar || scrape) && start_thread(&mon_th, monitor_main, &mon);
     int started = 0;
-    for (; started < clients; started++)
-        if (pthread_create(&th[started], NULL, client_main, &run) != 0) break;
+    for (; started < threads; started++)
+        if (!start_thread(&th[started], client_main, &run)) break;
     if (started == 0) client_main(&run); /* no thread at all: still measure, from this one */
     for (int i = 0; i < started; i++) pthread_join(th[i], NULL);
-    double wall = mono_now_s() - run.t0;
-    if (started < clients)
-        fprintf(stderr, "wushkv bench: only %d of %d client threads could start\n", started, clients);
+    double dur = mono_now_s() - run.t0;
+    atomic_store(&run.done, true);
+    if (mon_started) pthread_join(mon_th, NULL);
+    if (started < threads)
+        fprintf(stderr, "wushkv bench: only %d of %d client threads could start\n", started, threads);
+    s->threads = started ? started : 1;
+    if (scrape && bench_scrape_metrics(&t, o->api_key, SCRAPE_TIMEOUT_S, &after)) {
+        kv_sample(&s->kv, &after);
+        if (!isnan(before.preemptions) && !isnan(after.preemptions))
+            s->kv.preemptions = after.preemptions - before.preemptions;
+    }
 
-    summarize(o, run.results, wall, s);
-    for (int i = 0; i < o->requests; i++) free(run.results[i].chunk_t);
-    free(run.results);
+    summarize(o, run.results, dur, s);
+    s->res = run.results;
     free(th);
-    fprintf(stderr, "wushkv bench: %s: %d ok, %d failed in %.2f s\n", url, s->ok, s->failed, wall);
+    free(arrival);
+    fprintf(stderr, "wushkv bench: %s: %d ok, %d failed in %.2f s\n", url, s->completed, s->failed, dur);
     return true;
 }
 
-/* ---- report ---------------------------------------------------------------------------------- */
-
-static double round_to(double x, double unit) { return round(x / unit) * unit; }
-
-static void add_num(cJSON *obj, const char *key, double v, double unit) {
-    if (isnan(v) || isinf(v)) cJSON_AddNullToObject(obj, key);
-    else cJSON_AddNumberToObject(obj, key, round_to(v, unit));
-}
-
-static void add_percentiles(cJSON *obj, const char *key, const double *v, int n) {
-    static const char *const names[3] = {"p50", "p95", "p99"};
-    if (isnan(v[0])) {
-        cJSON_AddNullToObject(obj, key);
-        return;
-    }
-    cJSON *p = cJSON_AddObjectToObject(obj, key);
-    for (int i = 0; i < n; i++) add_num(p, names[i], v[i], 0.01);
-}
-
-static void add_summary(cJSON *obj, const load_summary *s) {
-    cJSON_AddStringToObject(obj, "url", s->url);
-    if (!s->reached) {
-        cJSON_AddNullToObject(obj, "model");
-        cJSON_AddStringToObject(obj, "error", s->error);
-        return;
-    }
-    cJSON_AddStringToObject(obj, "model", s->model);
-    cJSON_AddNumberToObject(obj, "requests_ok", s->ok);
-    cJSON_AddNumberToObject(obj, "requests_failed", s->failed);
-    if (s->error[0]) cJSON_AddStringToObject(obj, "first_error", s->error);
-    else cJSON_AddNullToObject(obj, "first_error");
-    add_num(obj, "wall_s", s->wall_s, 0.001);
-    add_num(obj, "requests_per_s", s->rps, 0.001);
-    add_num(obj, "output_tokens_per_s", s->out_tps, 0.01);
-    add_num(obj, "total_tokens_per_s", s->total_tps, 0.01);
-    cJSON_AddNumberToObject(obj, "prompt_tokens", (double)s->prompt_tokens);
-    cJSON_AddNumberToObject(obj, "completion_tokens", (double)s->completion_tokens);
-    cJSON_AddNumberToObject(obj, "requests_without_usage", s->without_usage);
-    add_percentiles(obj, "ttft_ms", s->ttft_ms, 3);
-    add_percentiles(obj, "itl_ms", s->itl_ms, 2);
-    add_percentiles(obj, "e2e_ms", s->e2e_ms, 3);
-}
-
-static int print_json(const bench_load_opts *o, const load_summary *a, const load_summary *b) {
-    cJSON *obj = cJSON_CreateObject();
-    if (!obj) return 1;
-    cJSON_AddStringToObject(obj, "endpoint", o->chat ? "/v1/chat/completions" : "/v1/completions");
-    cJSON_AddBoolToObject(obj, "stream", o->stream);
-    cJSON_AddNumberToObject(obj, "clients", o->clients < o->requests ? o->clients : o->requests);
-    cJSON_AddNumberToObject(obj, "requests", o->requests);
-    cJSON_AddNumberToObject(obj, "prompt_tokens_target", o->prompt_tokens);
-    cJSON_AddNumberToObject(obj, "max_tokens", o->max_tokens);
-    add_summary(obj, a);
-    if (b) {
-        add_summary(cJSON_AddObjectToObject(obj, "peer"), b);
-        cJSON *r = cJSON_AddObjectToObject(obj, "ratio");
-        bool both = a->reached && b->reached;
-        add_num(r, "requests_per_s", both ? a->rps / b->rps : NAN, 0.001);
-        add_num(r, "output_tokens_per_s", both ? a->out_tps / b->out_tps : NAN, 0.001);
-        add_num(r, "total_tokens_per_s", both ? a->total_tps / b->total_tps : NAN, 0.001);
-        add_num(r, "ttft_p50", both ? a->ttft_ms[0] / b->ttft_ms[0] : NAN, 0.001);
-        add_num(r, "itl_p50", both ? a->itl_ms[0] / b->itl_ms[0] : NAN, 0.001);
-        add_num(r, "e2e_p50", both ? a->e2e_ms[0] / b->e2e_ms[0] : NAN, 0.001);
-    }
-    return cli_print_json(obj);
-}
-
-/* One table row: the value for each server, and their ratio when both have one. */
-static void row(const char *name, const char *fmt, double a, const load_summary *pb, double b) {
-    char va[32], vb[32], vr[32];
-    if (isnan(a)) snprintf(va, sizeof va, "-");
-    else snprintf(va, sizeof va, fmt, a);
-    printf("| %-21s | %12s |", name, va);
-    if (pb) {
-        if (!pb->reached || isnan(b)) snprintf(vb, sizeof vb, "-");
-        else snprintf(vb, sizeof vb, fmt, b);
-        if (!pb->reached || isnan(a) || isnan(b) || b == 0) snprintf(vr, sizeof vr, "-");
-        else snprintf(vr, sizeof vr, "%.3f", a / b);
-        printf(" %12s | %11s |", vb, vr);
-    }
-    putchar('\n');
-}
-
-static void print_text(const bench_load_opts *o, const load_summary *a, const load_summary *b) {
-    printf("server: %s (model '%s')\n", a->url, a->model);
-    if (b) {
-        if (b->reached) printf("peer:   %s (model '%s')\n", b->url, b->model);
-        else printf("peer:   %s (not measured: %s)\n", b->url, b->error);
-    }
-    printf("load:   %s, %s, %d clients, %d requests, ~%d prompt tokens, max_tokens %d, temperature 0\n\n",
-           o->chat ? "/v1/chat/completions" : "/v1/completions", o->stream ? "stream" : "no stream",
-           o->clients < o->requests ? o->clients : o->requests, o->requests, o->prompt_tokens, o->max_tokens);
-    printf("| %-21s | %12s |", "metric", "server");
-    if (b) printf(" %12s | %11s |", "peer", "server/peer");
-    printf("\n|-----------------------|--------------|");
-    if (b) printf("--------------|-------------|");
-    putchar('\n');
-    const load_summary z = {0};
-    const load_summary *pb = b ? b : &z;
-    row("requests ok", "%.0f", a->ok, b, pb->ok);
-    row("requests failed", "%.0f", a->failed, b, pb->failed);
-    row("wall time (s)", "%.2f", a->wall_s, b, pb->wall_s);
-    row("requests/s", "%.3f", a->rps, b, pb->rps);
-    row("output tok/s", "%.2f", a->out_tps, b, pb->out_tps);
-    row("total tok/s", "%.2f", a->total_tps, b, pb->total_tps);
-    row("prompt tokens", "%.0f", (double)a->prompt_tokens, b, (double)pb->prompt_tokens);
-    row("completion tokens", "%.0f", (double)a->completion_tokens, b, (double)pb->completion_tokens);
-    static const char *const tn[3] = {"TTFT p50 (ms)", "TTFT p95 (ms)", "TTFT p99 (ms)"};
-    static const char *const in[2] = {"ITL p50 (ms)", "ITL p95 (ms)"};
-    static const char *const en[3] = {"E2E p50 (ms)", "E2E p95 (ms)", "E2E p99 (ms)"};
-    for (int k = 0; k < 3; k++) row(tn[k], "%.1f", a->ttft_ms[k], b, b ? pb->ttft_ms[k] : NAN);
-    for (int k = 0; k < 2; k++) row(in[k], "%.1f", a->itl_ms[k], b, b ? pb->itl_ms[k] : NAN);
-    for (int k = 0; k < 3; k++) row(en[k], "%.1f", a->e2e_ms[k], b, b ? pb->e2e_ms[k] : NAN);
-    if (a->failed) printf("\nfirst error (server): %s\n", a->error);
-    if (b && b->reached && b->failed) printf("%sfirst error (peer): %s\n", a->failed ? "" : "\n", b->error);
-    if (a->without_usage || (b && b->without_usage))
-        printf("\nsome answers had no usage: their completion tokens are counted as text chunks\n");
-    fflush(stdout);
+static void free_summary(const bench_load_opts *o, load_summary *s) {
+    for (int i = 0; s->res && i < o->requests; i++) free(s->res[i].chunk_t);
+    free(s->res);
+    s->res = NULL;
 }
 
 int bench_load_run(const bench_load_opts *o) {
     load_summary a, b;
     if (!run_load(o, o->url, &a)) {
-        if (o->json) print_json(o, &a, NULL); /* {"url": ..., "error": ...} */
+        if (o->json || o->json_file) bench_report_json(o, &a, NULL); /* {"url": ..., "error": ...} */
         fprintf(stderr, "wushkv bench: %s\n", a.error);
         return 1;
     }
     bool peer_ok = true;
     if (o->peer_url) peer_ok = run_load(o, o->peer_url, &b);
     const load_summary *pb = o->peer_url ? &b : NULL;
-    int rc = o->json ? print_json(o, &a, pb) : (print_text(o, &a, pb), 0);
+    int rc = 0;
+    if (!o->json || o->json_file) bench_report_text(o, &a, pb);
+    if (o->json || o->json_file) rc = bench_report_json(o, &a, pb);
     if (a.failed) {
         fprintf(stderr, "wushkv bench: %d of %d requests to %s failed; first: %s\n", a.failed, o->requests, a.url,
                 a.error);
@@ -545,5 +618,7 @@ int bench_load_run(const bench_load_opts *o) {
                     b.error);
         rc = 1;
     }
+    free_summary(o, &a);
+    if (o->peer_url) free_summary(o, &b);
     return rc;
 }

@@ -1,6 +1,8 @@
 /* `wushkv bench`: the flags of its two modes and the dispatch. Without --url it measures the
  * engine (bench_engine.c); with --url it loads a running server (bench_load.c). A flag of the
  * other mode is refused rather than ignored, so a typo cannot silently measure something else. */
+#include <math.h>
+#include <stdint.h>
 #include <stdio.h>
 #include <string.h>
 
@@ -34,25 +36,41 @@ static void bench_usage(FILE *f) {
             "                       -t <online CPUs>) after ours, and print wushkv/peer ratios\n"
             "  --validation         enable the Khronos validation layer (slow; for debugging)\n"
             "\n"
-            "Load mode: --clients threads send --requests OpenAI requests (temperature 0, a prompt of\n"
-            "repeated words of about --prompt-tokens tokens), each on a new connection; prints requests\n"
-            "ok/failed, request/s, output and total tok/s (from the servers' usage), time to first\n"
-            "token and inter-token latency (stream), end-to-end latency percentiles.\n"
+            "Load mode (the figures and definitions of vllm bench serve, plus the server's KV memory):\n"
+            "OpenAI requests (temperature 0, a prompt of repeated words of about --prompt-tokens\n"
+            "tokens), each on a new connection, either closed-loop (--clients threads, each sending its\n"
+            "next request when the last one ends) or open-loop (--request-rate: arrivals drawn from a\n"
+            "Poisson or gamma process). Prints completed/failed requests, input/output tokens,\n"
+            "request, goodput, output and total token throughput, mean/median/std/percentiles of TTFT,\n"
+            "TPOT, ITL and E2EL (stream), and from a wushkv server the KV bytes per request (p50, p99)\n"
+            "and the pool's peak bytes over the run, sampled from /metrics (n/a for other servers).\n"
             "\n"
             "  --url URL            the server, http://HOST:PORT (a trailing /v1 is accepted)\n"
-            "  --clients N          concurrent clients (default 8)\n"
+            "  --clients N          closed loop: concurrent clients (default 8)\n"
+            "  --request-rate R     open loop: R requests/s on average, or inf (all at once)\n"
+            "  --burstiness B       open loop: gamma shape of the gaps (default 1: Poisson; < 1 burstier)\n"
+            "  --max-concurrency N  open loop: requests in flight at most (default: no limit, 1024 threads)\n"
+            "  --seed N             open loop: seed of the arrival times (default 0)\n"
             "  --requests N         requests in all (default 64)\n"
             "  --prompt-tokens N    prompt size in tokens, approximately (default 128)\n"
             "  --max-tokens N       max_tokens of each request (default 64)\n"
             "  --stream             stream the answers (default)\n"
-            "  --no-stream          one JSON answer per request (no TTFT or inter-token latency)\n"
+            "  --no-stream          one JSON answer per request (no TTFT, TPOT or ITL)\n"
             "  --chat               /v1/chat/completions instead of /v1/completions\n"
+            "  --goodput KEY:MS...  SLOs for goodput, KEY ttft, tpot or e2el (e.g. --goodput ttft:500\n"
+            "                       tpot:50): a request is good when it meets each one given\n"
+            "  --metric-percentiles LIST  percentiles to print, comma-separated (default 99)\n"
+            "  --scrape-interval S  read the server's /metrics every S seconds during the run for the\n"
+            "                       KV pool's peak (default 0.25; 0: only before and after)\n"
             "  --api-key KEY        send Authorization: Bearer KEY (to both servers)\n"
             "  --timeout S          give up on a request after S seconds without data (default 600)\n"
             "  --peer-url URL       then run the same load against a second server; print ratios\n"
+            "  --json FILE          also write every figure and per-request list as JSON to FILE\n"
+            "\n"
+            "A progress bar goes to stderr when it is a terminal.\n"
             "\n"
             "Both modes:\n"
-            "  --json               print one JSON object instead of the table\n"
+            "  --json               print one JSON object instead of the table (stdout)\n"
             "  -v, --verbose        more detail on stderr\n"
             "  -h, --help           this text\n"
             "\n"
@@ -66,6 +84,70 @@ typedef struct bench_opts {
     char engine_flag[64];   /* the first engine-only flag given, for the mixed-mode error */
     char load_flag[64];     /* the first load-only flag (other than --url) */
 } bench_opts;
+
+/* --goodput KEY:MS [KEY:MS ...] (vLLM's form): the value, then each following argument of that
+ * form; a value may also hold several pairs separated by commas or spaces. */
+static bool parse_goodput(cli *c, bench_load_opts *o) {
+    const char *v = NULL;
+    if (!cli_str(c, &v)) return false;
+    for (bool first = true;; first = false) {
+        if (!first) {
+            const char *n = c->next < c->argc ? c->argv[c->next] : NULL;
+            if (!n || !(strncmp(n, "ttft:", 5) == 0 || strncmp(n, "tpot:", 5) == 0 || strncmp(n, "e2el:", 5) == 0))
+                return true;
+            v = c->argv[c->next++];
+        }
+        char buf[256];
+        snprintf(buf, sizeof buf, "%s", v);
+        char *save = NULL;
+        int pairs = 0;
+        for (char *tok = strtok_r(buf, ", ", &save); tok; tok = strtok_r(NULL, ", ", &save), pairs++) {
+            char *colon = strchr(tok, ':');
+            double ms = 0;
+            double *slot = NULL;
+            if (colon) {
+                *colon = '\0';
+                slot = strcmp(tok, "ttft") == 0   ? &o->slo_ttft_ms
+                       : strcmp(tok, "tpot") == 0 ? &o->slo_tpot_ms
+                       : strcmp(tok, "e2el") == 0 ? &o->slo_e2el_ms
+                                                  : NULL;
+            }
+            if (!slot || !cli_parse_double(colon + 1, &ms) || !(ms > 0)) {
+                cli_error(c, "--goodput: expected KEY:MS with KEY ttft, tpot or e2el and MS > 0, got '%s'", v);
+                return false;
+            }
+            *slot = ms;
+        }
+        if (pairs == 0) {
+            cli_error(c, "--goodput: expected KEY:MS with KEY ttft, tpot or e2el and MS > 0, got '%s'", v);
+            return false;
+        }
+    }
+}
+
+/* --metric-percentiles 50,90,99: each in [0, 100], at most BENCH_MAX_PERCENTILES. */
+static bool parse_percentiles(cli *c, bench_load_opts *o) {
+    const char *v = NULL;
+    if (!cli_str(c, &v)) return false;
+    char buf[256];
+    snprintf(buf, sizeof buf, "%s", v);
+    char *save = NULL;
+    o->n_percentiles = 0;
+    for (char *tok = strtok_r(buf, ",", &save); tok; tok = strtok_r(NULL, ",", &save)) {
+        double p;
+        if (o->n_percentiles == BENCH_MAX_PERCENTILES || !cli_parse_double(tok, &p) || p < 0 || p > 100) {
+            cli_error(c, "--metric-percentiles: expected up to %d numbers in [0, 100] separated by commas, got '%s'",
+                      BENCH_MAX_PERCENTILES, v);
+            return false;
+        }
+        o->percentiles[o->n_percentiles++] = p;
+    }
+    if (o->n_percentiles == 0) {
+        cli_error(c, "--metric-percentiles: expected at least one number, got '%s'", v);
+        return false;
+    }
+    return true;
+}
 
 /* Parses argv into o. Returns -1 to go on, else the exit status (0 after --help). */
 static int parse_bench(int argc, char **argv, bench_opts *o) {
@@ -82,7 +164,13 @@ static int parse_bench(int argc, char **argv, bench_opts *o) {
     o->load.max_tokens = 64;
     o->load.timeout_s = 600;
     o->load.stream = true;
+    o->load.burstiness = 1.0;
+    o->load.percentiles[0] = 99.0;
+    o->load.n_percentiles = 1;
+    o->load.scrape_interval_s = 0.25;
 
+    bool clients_given = false, json_file_flag = false;
+    char open_flag[64] = ""; /* an open-loop-only flag given */
     cli c;
     cli_init(&c, "bench", argc, argv);
     while (cli_next(&c)) {
@@ -92,10 +180,21 @@ static int parse_bench(int argc, char **argv, bench_opts *o) {
         if (cli_is(&c, "-h", "--help")) {
             bench_usage(stdout);
             return 0;
+        } else if (cli_is(&c, NULL, "--json") && (c.inline_value || (c.next < argc && argv[c.next][0] != '-'))) {
+            /* --json FILE (load mode); a plain --json is the common switch below */
+            ok = cli_str(&c, &o->load.json_file) && o->load.json_file[0];
+            if (!ok) cli_error(&c, "--json: empty file name");
+            o->eng.common.json = false;
+            json_file_flag = true;
+            kind = LOAD;
         } else if ((common = cli_common_is(&c, &o->eng.common))) {
             ok = cli_common_parse(&c, &o->eng.common);
             /* --json and -v serve both modes; -m, --device and --validation only the engine's. */
             kind = common & (CLI_JSON | CLI_VERBOSE) ? BOTH : ENGINE;
+            if (common & CLI_JSON) { /* a later plain --json overrides an earlier --json FILE */
+                o->load.json_file = NULL;
+                json_file_flag = false;
+            }
         } else if (cli_is(&c, "-p", "--n-prompt")) {
             ok = cli_int(&c, 0, 1 << 20, &o->eng.n_prompt);
         } else if (cli_is(&c, "-n", "--n-gen")) {
@@ -115,7 +214,44 @@ static int parse_bench(int argc, char **argv, bench_opts *o) {
             ok = cli_str(&c, &o->load.peer_url);
             kind = LOAD;
         } else if (cli_is(&c, NULL, "--clients")) {
-            ok = cli_int(&c, 1, 1024, &o->load.clients);
+            ok = cli_int(&c, 1, BENCH_MAX_THREADS, &o->load.clients);
+            clients_given = true;
+            kind = LOAD;
+        } else if (cli_is(&c, NULL, "--request-rate")) {
+            const char *v = NULL;
+            ok = cli_str(&c, &v);
+            if (ok && strcmp(v, "inf") == 0) o->load.request_rate = INFINITY;
+            else if (ok && !(cli_parse_double(v, &o->load.request_rate) && o->load.request_rate > 0)) {
+                cli_error(&c, "--request-rate: expected a number > 0 or inf, got '%s'", v);
+                ok = false;
+            }
+            o->load.open_loop = true;
+            kind = LOAD;
+        } else if (cli_is(&c, NULL, "--burstiness")) {
+            float b = 0.0f;
+            ok = cli_float(&c, 1e-3, 1e3, &b);
+            o->load.burstiness = b;
+            snprintf(open_flag, sizeof open_flag, "%s", c.name);
+            kind = LOAD;
+        } else if (cli_is(&c, NULL, "--max-concurrency")) {
+            ok = cli_int(&c, 1, BENCH_MAX_THREADS, &o->load.max_concurrency);
+            snprintf(open_flag, sizeof open_flag, "%s", c.name);
+            kind = LOAD;
+        } else if (cli_is(&c, NULL, "--seed")) {
+            uint64_t seed = 0;
+            ok = cli_u64(&c, &seed);
+            o->load.seed = seed;
+            kind = LOAD;
+        } else if (cli_is(&c, NULL, "--goodput")) {
+            ok = parse_goodput(&c, &o->load);
+            kind = LOAD;
+        } else if (cli_is(&c, NULL, "--metric-percentiles")) {
+            ok = parse_percentiles(&c, &o->load);
+            kind = LOAD;
+        } else if (cli_is(&c, NULL, "--scrape-interval")) {
+            float t = 0.0f;
+            ok = cli_float(&c, 0.0, 3600.0, &t);
+            o->load.scrape_interval_s = t;
             kind = LOAD;
         } else if (cli_is(&c, NULL, "--requests")) {
             ok = cli_int(&c, 1, 1000000, &o->load.requests);
@@ -153,10 +289,18 @@ static int parse_bench(int argc, char **argv, bench_opts *o) {
         if (kind == ENGINE && !o->engine_flag[0]) snprintf(o->engine_flag, sizeof o->engine_flag, "%s", c.name);
         if (kind == LOAD && !o->load_flag[0]) snprintf(o->load_flag, sizeof o->load_flag, "%s", c.name);
     }
-    o->load.json = o->eng.common.json;
+    o->load.json = o->eng.common.json && !o->load.json_file;
     o->load.verbose = o->eng.common.verbose;
 
     if (o->load.url) {
+        if (o->load.open_loop && clients_given) {
+            cli_error(&c, "--clients is the closed loop; with --request-rate use --max-concurrency");
+            return CLI_EXIT_USAGE;
+        }
+        if (!o->load.open_loop && open_flag[0]) {
+            cli_error(&c, "%s needs --request-rate (the open loop)", open_flag);
+            return CLI_EXIT_USAGE;
+        }
         if (o->engine_flag[0]) {
             cli_error(&c, "%s is an engine-mode flag; it cannot be used with --url (see wushkv bench --help)",
                       o->engine_flag);
@@ -172,6 +316,10 @@ static int parse_bench(int argc, char **argv, bench_opts *o) {
                 return CLI_EXIT_USAGE;
             }
         return -1;
+    }
+    if (json_file_flag) {
+        cli_error(&c, "--json FILE needs --url (the engine mode prints its JSON with a plain --json)");
+        return CLI_EXIT_USAGE;
     }
     if (o->load_flag[0]) {
         cli_error(&c, "%s is a load-mode flag; it needs --url (see wushkv bench --help)", o->load_flag);
