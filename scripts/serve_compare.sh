@@ -15,7 +15,7 @@
 #   PROMPT_TOKENS  prompt tokens per request       [128]
 #   MAX_TOKENS     max_tokens per request          [64]
 #   CTX            context per sequence, both servers (wushkv --ctx; llama-server -c CLIENTS*CTX) [2048]
-#   KV_FLAGS       wushkv's KV cache flags         ["--kv int2"]
+#   KV_FLAGS       wushkv's KV cache flags         [none: the default format, int2 + WUSH + windows]
 #   KV_MEM         the KV memory of the last column, in bytes [1073741824]
 #   OUT            folder for the logs and the bench JSON [a new temporary folder]
 #
@@ -39,7 +39,7 @@ ptok=${PROMPT_TOKENS:-128}
 mtok=${MAX_TOKENS:-64}
 ctx=${CTX:-2048}
 kv_mem=${KV_MEM:-1073741824}
-read -r -a kv_flags <<<"${KV_FLAGS:---kv int2}"
+read -r -a kv_flags <<<"${KV_FLAGS:-}"
 out=${OUT:-$(mktemp -d)}
 mkdir -p "$out"
 threads=$(nproc)
