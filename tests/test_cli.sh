@@ -104,7 +104,7 @@ if [[ -n $writer ]]; then
     WUSHKV_CACHE_DIR=/proc/wushkv-none expect 0 '"kv":"f16",' -- "${ppl[@]}" --kv f16
     WUSHKV_CACHE_DIR=/proc/wushkv-none expect 0 '"kv":"int2 quest G32 wush sink4 recent64"' -- "${ppl[@]}" --wush "$wush"
     WUSHKV_CACHE_DIR=/proc/wushkv-none expect 1 'cannot create the cache directory /proc/wushkv-none' -- "${ppl[@]}"
-    unset WUSHKV_CACHE_DIR WUSHKV_CALIB_TOKENS
+    # (WUSHKV_CACHE_DIR stays $tmp/cache: nothing below may calibrate into the user's cache)
 
     # --kv-rho-k/-v reach the percentile quantizer: the documented defaults (0.96, 0.92) change
     # nothing, other values change the perplexity.

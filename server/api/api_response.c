@@ -43,7 +43,7 @@ static char *sanitize(const char *bytes, size_t n, size_t *len) {
         *len = 0;
         return NULL;
     }
-    *len = out.len - 1;
+    *len = out.len; /* text_buf keeps a NUL after its bytes, uncounted */
     return out.p;
 }
 

@@ -274,7 +274,7 @@ int cmd_perplexity(int argc, char **argv) {
         f->wush_path = le_wush[i];
     }
     if (o.layer_error) { /* the layer error applies the format itself to an f16 capture of one window */
-        ep.kv_bits = ep.kv_group = ep.kv_sink = ep.kv_recent = 0;
+        ep.kv_bits = ep.kv_group = ep.kv_sink = ep.kv_recent = ep.kv_swa_bits = 0;
         ep.kv_quant = WK_KV_QUANT_QUEST;
         ep.kv_transform = WK_KV_TRANSFORM_NONE;
         ep.kv_rho_k = ep.kv_rho_v = 0;

@@ -430,6 +430,9 @@ def test_generated_nul_bytes_are_sent(server, stream):
         assert r.status_code == 200, r.text
         assert r.json()["choices"][0]["text"] == "\x00\x00\x00", r.text
         assert "\\u0000" in r.text
+        # Logprob tokens are the same bytes (and a multi-byte character is never cut: test_logprobs).
+        r = post(server, "/v1/completions", {**body, "logprobs": 1})
+        assert r.status_code == 200 and r.json()["choices"][0]["logprobs"]["tokens"] == ["\x00"] * 3, r.text
         r = post(server, "/v1/chat/completions", {"messages": [{"role": "user", "content": "Zero bytes:"}],
                                                   "max_tokens": 2, "temperature": 0, "logit_bias": {str(nul): 100}})
         assert r.status_code == 200 and r.json()["choices"][0]["message"]["content"] == "\x00\x00", r.text
