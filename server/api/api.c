@@ -205,13 +205,18 @@ static void on_gen_event(api_server *a, call *k, int i, sched_event *ev) {
             k->started = true;
             metrics_http_response(a->m, 200);
             sse_begin(k->conn, extra_headers(a));
-            if (chat)
-                for (int j = 0; j < k->n_choices; j++) send_chunk(k, stream_chunk(k, j, "", 0, NULL, NULL, true));
         }
         break;
     case EV_TEXT:
         if (!k->conn || k->failed) break;
         if (k->stream) {
+            /* A chat choice's opening delta (its role) goes out with its first token, as OpenAI's
+             * and vLLM's do, not at acceptance: a client's time to first token is the prefill's,
+             * not the queue's (docs/benchmarks.md: vLLM's TTFT is the first chunk's time). */
+            if (chat && !ci->role_sent) {
+                ci->role_sent = true;
+                send_chunk(k, stream_chunk(k, i, "", 0, NULL, NULL, true));
+            }
             if (ev->text_len == 0 && ev->n_logprobs == 0) break; /* held back (a possible stop string) */
             send_chunk(k, stream_chunk(k, i, ev->text ? ev->text : "", ev->text_len, NULL, ev, false));
         } else {
@@ -224,8 +229,13 @@ static void on_gen_event(api_server *a, call *k, int i, sched_event *ev) {
         ci->finish_reason = ev->finish_reason;
         ci->completion_tokens = ev->completion_tokens;
         ci->kv = ev->kv;
-        if (k->stream && k->started && !k->failed)
+        if (k->stream && k->started && !k->failed) {
+            if (chat && !ci->role_sent) { /* no token at all (cancelled): the opening delta still comes first */
+                ci->role_sent = true;
+                send_chunk(k, stream_chunk(k, i, "", 0, NULL, NULL, true));
+            }
             send_chunk(k, stream_chunk(k, i, chat ? NULL : "", 0, ev->finish_reason, NULL, false));
+        }
         if (++k->n_done < k->n_choices) break;
         if (k->failed) call_free(a, k); /* the error went out already */
         else finish_call(a, k, ev);

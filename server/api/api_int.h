@@ -22,6 +22,7 @@ typedef enum { CALL_COMPLETION, CALL_CHAT, CALL_TOKENIZE, CALL_DETOKENIZE } call
 /* One choice of a generation request: one engine sequence. */
 typedef struct choice {
     bool accepted, done;
+    bool role_sent; /* stream, chat: the opening delta (role) went out (with the first token) */
     const char *finish_reason;
     int prompt_tokens, completion_tokens;
     kv_usage kv;

@@ -159,3 +159,28 @@ def test_batch_prompts_and_n(client, model_id):
                                                  stream_options={"include_usage": True}))
     finishes = sorted(c.choices[0].index for c in chunks if c.choices and c.choices[0].finish_reason)
     assert finishes == [0, 1] and chunks[-1].usage.completion_tokens <= 6
+
+
+def test_chat_role_delta_comes_with_the_first_token(server, model_id):
+    # The opening delta (role) is sent with the first token, not when the request is accepted, so a
+    # client's time to first chunk (vLLM's TTFT) includes the prefill. Ordering, not speed: with a
+    # ~350-token prompt the prefill dominates, so the role chunk must arrive after most of the
+    # wait, and the first content chunk right behind it (before: role at once, content a prefill
+    # later).
+    import json
+    import time
+    words = " ".join(f"item {i}," for i in range(90))
+    body = {"model": model_id, "messages": [{"role": "user", "content": "List: " + words}], "max_tokens": 2,
+            "temperature": 0, "stream": True}
+    t0 = time.monotonic()
+    r = requests.post(server.url + "/v1/chat/completions", json=body, stream=True, timeout=300)
+    assert r.status_code == 200
+    arrivals = []
+    for line in r.iter_lines():
+        if line.startswith(b"data: {"):
+            d = json.loads(line[6:])["choices"][0]["delta"]
+            arrivals.append((time.monotonic() - t0, d))
+    role_t, role = arrivals[0]
+    assert role.get("role") == "assistant", arrivals
+    content_t = next(t for t, d in arrivals if d.get("content"))
+    assert content_t - role_t < role_t, (role_t, content_t)
