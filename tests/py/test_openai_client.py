@@ -163,14 +163,20 @@ def test_batch_prompts_and_n(client, model_id):
 
 def test_chat_role_delta_comes_with_the_first_token(server, model_id):
     # The opening delta (role) is sent with the first token, not when the request is accepted, so a
-    # client's time to first chunk (vLLM's TTFT) includes the prefill. Ordering, not speed: with a
-    # ~350-token prompt the prefill dominates, so the role chunk must arrive after most of the
-    # wait, and the first content chunk right behind it (before: role at once, content a prefill
-    # later).
+    # client's time to first chunk (vLLM's TTFT) includes the wait for a slot and the prefill.
+    # Ordering, not speed: the server's 4 sequences are busy with long completions, so the chat
+    # request is accepted at once but waits for a slot; before the fix its role delta went out at
+    # acceptance, long before its first token.
     import json
+    import threading
     import time
-    words = " ".join(f"item {i}," for i in range(90))
-    body = {"model": model_id, "messages": [{"role": "user", "content": "List: " + words}], "max_tokens": 2,
+    busy = [threading.Thread(target=requests.post, args=(server.url + "/v1/completions",),
+                             kwargs={"json": {"prompt": "Once upon a time", "max_tokens": 48, "temperature": 0},
+                                     "timeout": 300}) for _ in range(4)]
+    for t in busy:
+        t.start()
+    time.sleep(1.0)
+    body = {"model": model_id, "messages": [{"role": "user", "content": "Hi"}], "max_tokens": 2,
             "temperature": 0, "stream": True}
     t0 = time.monotonic()
     r = requests.post(server.url + "/v1/chat/completions", json=body, stream=True, timeout=300)
@@ -180,6 +186,8 @@ def test_chat_role_delta_comes_with_the_first_token(server, model_id):
         if line.startswith(b"data: {"):
             d = json.loads(line[6:])["choices"][0]["delta"]
             arrivals.append((time.monotonic() - t0, d))
+    for t in busy:
+        t.join()
     role_t, role = arrivals[0]
     assert role.get("role") == "assistant", arrivals
     content_t = next(t for t, d in arrivals if d.get("content"))
