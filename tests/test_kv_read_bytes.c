@@ -132,10 +132,18 @@ static void test_gemma_by_hand(void) {
     CHECK(paged(&kv, &hp, 2, 0, 4, 64, 8704, &pool) == 0);
     CHECK(wk_kv_cache_step_read_bytes(&kv, &hp, 8192) ==
           3ull * 2 * (67 * 512 + 8125 * 80) + 15ull * 2 * (63 * 512 + 448 * 80));
+    /* The figures docs/benchmarks.md quotes (the default format against f16, depths 2048, 8192, 32768). */
+    static const uint64_t depth[3] = {2048, 8192, 32768};
+    static const uint64_t f16_bytes[3] = {14158848, 33033216, 108530688}, int2_bytes[3] = {3199584, 6148704, 17945184};
+    for (int i = 0; i < 3; i++) {
+        CHECK(wk_kv_cache_step_read_bytes(&kv, &hp, depth[i]) == int2_bytes[i]);
+        CHECK(3 * (depth[i] + 1) * 1024 + 15 * 512 * 1024 == f16_bytes[i]);
+    }
     /* Depth 0: nothing cached yet; f16 and window-less codes read the new token's own row. */
     CHECK(wk_kv_cache_step_read_bytes(&kv, &hp, 0) == 0);
     kv.format = WK_KV_F16;
     CHECK(wk_kv_cache_step_read_bytes(&kv, &hp, 0) == 18ull * 2 * 512);
+    for (int i = 0; i < 3; i++) CHECK(wk_kv_cache_step_read_bytes(&kv, &hp, depth[i]) == f16_bytes[i]);
 }
 
 int main(void) {
