@@ -108,15 +108,15 @@ else
     for fmt in f16 default; do
         kv=(--kv f16)
         [[ $fmt == default ]] && kv=()
-        say "bench: $exe bench -m MODEL -p 512 -n 64 -r $reps -d $depths ${kv[*]} --json"
+        say "bench: $exe bench -m MODEL -p 512 -n 64 -r $reps -d $depths${kv[*]:+ ${kv[*]}} --json"
         if ! "$exe" bench -m "$model" -p 512 -n 64 -r "$reps" -d "$depths" "${kv[@]}" --json \
             >"$work/bench-$fmt.json" 2>"$work/bench-$fmt.err"; then
             tail -5 "$work/bench-$fmt.err"
             bench_ok=0 status=1
             continue
         fi
-        grep -E '^(pp|tg)' "$work/bench-$fmt.err" | tail -n +1 | sed 's/^/  /' | tail -4
-        say "bandwidth: WUSHKV_PROFILE=1 $exe bench -m MODEL -p 0 -n 32 -r 1 -d $bw_depths ${kv[*]} --json"
+        grep -E '^(pp|tg)' "$work/bench-$fmt.err" | sed 's/^/  /'
+        say "bandwidth: WUSHKV_PROFILE=1 $exe bench -m MODEL -p 0 -n 32 -r 1 -d $bw_depths${kv[*]:+ ${kv[*]}} --json"
         if ! WUSHKV_PROFILE=1 "$exe" bench -m "$model" -p 0 -n 32 -r 1 -d "$bw_depths" "${kv[@]}" --json \
             >"$work/bw-$fmt.json" 2>"$work/bw-$fmt.err"; then
             tail -5 "$work/bw-$fmt.err"
@@ -207,7 +207,7 @@ if all(j for _, j in bw):
             gbs = t["attention_bytes_per_s"] / 1e9 if t.get("attention_bytes_per_s") else None
             ms = t.get("attention_ms_per_token")
             L.append(f"| {'f16' if name == 'f16' else j['kv']} | {t['test']} | {mib(t['kv_read_bytes_per_token'])} | "
-                     f"{f'{ms:.3f}' if ms else 'n/a'} | {f'{gbs:.1f}' if gbs else 'n/a (no timestamps)'} | "
+                     f"{f'{ms:.3f}' if ms else 'n/a'} | {f'{gbs:.3g}' if gbs else 'n/a (no timestamps)'} | "
                      f"{f'{100 * gbs / peak:.1f}%' if gbs and peak else '-'} |")
 open(out, "w").write("\n".join(L) + "\n")
 print("\n".join(L))
