@@ -227,8 +227,10 @@ int wk_engine_open(const wk_engine_params *p, wk_engine **out, char *err, size_t
         memcpy(e->chat_template, tmpl->str.ptr, tmpl->str.len);
         e->chat_template[tmpl->str.len] = 0;
     }
-    /* Lavapipe compiles a shader at its first dispatch (up to ~0.4 s for a matmul): run every
-     * pipeline once now, so the first request and every benchmark see warm pipelines. Slot 0's
+    /* Pipelines are created at their first dispatch (vk_pipelines.c; a GPU driver compiles then),
+     * and lavapipe compiles a shader at its first dispatch too (up to ~0.4 s for a matmul): run
+     * every pipeline the model uses once now, so the first request and every benchmark see warm
+     * pipelines. Slot 0's
      * rows 0..4 get scratch values that the next prefill overwrites before anything reads them
      * (as do window slot 0's rows: a window row is always written before it is read). */
     if (!p->skip_warmup) {
