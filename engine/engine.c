@@ -70,6 +70,33 @@ const char *wk_engine_chat_template(const wk_engine *e) { return e->chat_templat
 const wk_model_desc *wk_engine_desc(const wk_engine *e) { return &e->desc; }
 const wk_gguf *wk_engine_gguf(const wk_engine *e) { return e->gguf; }
 
+uint64_t wk_kv_decode_read_bytes(const wk_engine *e, uint64_t depth) {
+    return wk_kv_cache_step_read_bytes(&e->kv, &e->desc.hp, depth);
+}
+
+int wk_engine_profile(const wk_engine *e, wk_profile_entry *out, int max) {
+    if (!e->pipes.profile) return 0;
+    int n = 0;
+    for (int id = 0; id < WK_PIPE_COUNT; id++) {
+        if (!e->pipes.prof_calls[id]) continue;
+        if (n < max)
+            out[n] = (wk_profile_entry){.name = wk_pipe_name((wk_pipe_id)id), .ms = e->pipes.prof_ms[id],
+                                        .dispatches = e->pipes.prof_calls[id]};
+        n++;
+    }
+    return n;
+}
+
+static const char *device_type_name(VkPhysicalDeviceType t) {
+    switch (t) {
+    case VK_PHYSICAL_DEVICE_TYPE_DISCRETE_GPU: return "discrete GPU";
+    case VK_PHYSICAL_DEVICE_TYPE_INTEGRATED_GPU: return "integrated GPU";
+    case VK_PHYSICAL_DEVICE_TYPE_VIRTUAL_GPU: return "virtual GPU";
+    case VK_PHYSICAL_DEVICE_TYPE_CPU: return "CPU";
+    default: return "other";
+    }
+}
+
 void wk_engine_close(wk_engine *e) {
     if (!e) return;
     wk_prof_print(&e->pipes);
@@ -200,8 +227,10 @@ int wk_engine_open(const wk_engine_params *p, wk_engine **out, char *err, size_t
         memcpy(e->chat_template, tmpl->str.ptr, tmpl->str.len);
         e->chat_template[tmpl->str.len] = 0;
     }
-    /* Lavapipe compiles a shader at its first dispatch (up to ~0.4 s for a matmul): run every
-     * pipeline once now, so the first request and every benchmark see warm pipelines. Slot 0's
+    /* Pipelines are created at their first dispatch (vk_pipelines.c; a GPU driver compiles then),
+     * and lavapipe compiles a shader at its first dispatch too (up to ~0.4 s for a matmul): run
+     * every pipeline the model uses once now, so the first request and every benchmark see warm
+     * pipelines. Slot 0's
      * rows 0..4 get scratch values that the next prefill overwrites before anything reads them
      * (as do window slot 0's rows: a window row is always written before it is read). */
     if (!p->skip_warmup) {
@@ -234,6 +263,13 @@ int wk_engine_open(const wk_engine_params *p, wk_engine **out, char *err, size_t
     i->arch = hp->arch_name;
     i->name = e->name;
     i->device_name = e->vk.props.deviceName;
+    i->device_type = device_type_name(e->vk.props.deviceType);
+    i->device_driver = e->vk.driver_name;
+    i->device_driver_info = e->vk.driver_info;
+    i->device_subgroup_size = e->vk.subgroup_size;
+    i->device_shared_memory_bytes = e->vk.props.limits.maxComputeSharedMemorySize;
+    i->device_vendor_id = e->vk.props.vendorID;
+    i->device_id = e->vk.props.deviceID;
     i->n_vocab = hp->n_vocab;
     i->n_embd = hp->n_embd;
     i->n_layer = hp->n_layer;
@@ -263,6 +299,8 @@ int wk_engine_open(const wk_engine_params *p, wk_engine **out, char *err, size_t
         i->kv_bits = e->kv.fmt.bits;
         i->kv_swa_bits = e->kv.swa_pool ? e->kv.swa_fmt.bits : e->kv.fmt.bits;
         i->kv_swa_block_bytes = e->kv.layout.swa_bytes_per_block;
+        i->kv_sink = e->kv.layout.sink;
+        i->kv_recent = e->kv.layout.recent;
         if (e->kv.swa_pool) {
             i->kv_swa_pool_blocks = wk_kv_pool_n_blocks(e->kv.swa_pool);
             i->kv_swa_pool_bytes = wk_kv_pool_device_bytes(e->kv.swa_pool);

@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # `wushkv bench` engine mode on a tiny random-weight model (written here): the JSON report, the
 # text table, and the --peer paths (a stand-in llama-bench that prints canned JSON, one that fails,
-# and a missing one). Needs a Vulkan device (lavapipe will do); the model is small, so each run
+# and a missing one), depths (-d) with the KV bytes read per decode step and the profile's bandwidth.
+# Needs a Vulkan device (lavapipe will do); the model is small, so each run
 # takes well under a second.
 # Usage: test_bench.sh path/to/wushkv path/to/write_tiny_model
 set -u
@@ -59,22 +60,63 @@ rc=$?
 check "int2 counts" "$out" 'j["n_prompt"] == 40 and j["n_gen"] == 4 and j["batch_tokens"] == 16'
 check "int2 kv" "$out" 'j["kv"] == "int2 quest G32" and j["bits_per_element"] < 4'
 check "int2 runs" "$out" 'len(j["decode_runs_tokens_per_s"]) == 2 and min(j["decode_runs_tokens_per_s"]) > 0'
-[[ $(grep -c '^run [12]/2: prefill 40 tokens' "$tmp/err") -eq 2 ]] && ok || bad "progress lines" "$(cat "$tmp/err")"
+[[ $(grep -c '^pp40 run [12]/2: prefill 40 tokens' "$tmp/err") -eq 2 ]] && ok || bad "progress lines" "$(cat "$tmp/err")"
+
+# 2b. Depths (-d, llama-bench's): one row per test and depth, in llama-bench's order and names; the
+# sequence held exactly the depth before each test (depth_tokens) and the test's tokens on top;
+# the KV bytes a decode step reads grow with the depth. Default format (int2 + WUSH + windows).
+out=$("$exe" bench -m "$model" -p 16 -n 4 -r 2 -d 0,24 --batch-tokens 16 --json 2>"$tmp/err")
+rc=$?
+[[ $rc -eq 0 ]] && ok || bad "bench -d exit status $rc" "$(cat "$tmp/err")"
+check "depths" "$out" 'j["depths"] == [0, 24] and [t["test"] for t in j["tests"]] == ["pp16", "tg4", "pp16 @ d24", "tg4 @ d24"]'
+check "depth filled" "$out" 'all(t["depth_tokens"] == t["n_depth"] and t["tokens"] == t["n_prompt"] + t["n_gen"] for t in j["tests"])'
+check "depth rows" "$out" '[(t["n_prompt"], t["n_gen"], t["n_depth"]) for t in j["tests"]] == [(16, 0, 0), (0, 4, 0), (16, 0, 24), (0, 4, 24)]'
+check "depth speeds" "$out" 'all(t["tokens_per_s"] > 0 and len(t["runs_tokens_per_s"]) == 2 for t in j["tests"])'
+# (At depth 0 nothing is cached: with windows the step's own key and value come from its activations.)
+check "kv read bytes" "$out" '"kv_read_bytes_per_token" not in j["tests"][0] and j["tests"][1]["kv_read_bytes_per_token"] == 0 < j["tests"][3]["kv_read_bytes_per_token"]'
+check "flat keys = first depth" "$out" 'j["prefill_tokens_per_s"] == j["tests"][0]["tokens_per_s"] and j["decode_tokens_per_s"] == j["tests"][1]["tokens_per_s"]'
+check "device fields" "$out" 'j["device_type"] in ("CPU", "discrete GPU", "integrated GPU", "virtual GPU", "other") and j["subgroup_size"] >= 4 and j["shared_memory_bytes"] > 0'
+[[ $(grep -c '^tg4 @ d24 run [12]/2: depth 24 tokens in' "$tmp/err") -eq 2 ]] && ok || bad "depth progress lines" "$(cat "$tmp/err")"
+# f16 at depth 24 on the tiny model (its own figures from the layout: every key and value f16).
+out=$("$exe" bench -m "$model" -p 0 -n 2 -r 1 -d 8-32*2 --kv f16 --json 2>"$tmp/err")
+rc=$?
+[[ $rc -eq 0 ]] && ok || bad "bench -d range exit status $rc" "$(cat "$tmp/err")"
+check "depth range" "$out" 'j["depths"] == [8, 16, 32] and [t["test"] for t in j["tests"]] == ["tg2 @ d8", "tg2 @ d16", "tg2 @ d32"] and j["n_prompt"] == 0'
+check "f16 depth filled" "$out" '[t["depth_tokens"] for t in j["tests"]] == [8, 16, 32] and j["ctx"] == 34'
+# f16: every visible key and value is one f16 row per layer. The tiny Gemma slides over 16 tokens
+# in some layers: at depth 8 every layer sees 9 keys, at 16 a full layer 17 and a sliding one 16,
+# at 32 33 and 16. So with F = a full layer's bytes per key and A = all layers': b8 = 9A,
+# b32 - b16 = 16F, b16 = 17F + 16(A - F), and 0 < F < A.
+check "f16 read bytes by layer class" "$out" '(lambda b: b[0] % 9 == 0 and (b[2] - b[1]) % 16 == 0 and (lambda F, A: 0 < F < A and b[1] == 17 * F + 16 * (A - F))((b[2] - b[1]) // 16, b[0] // 9))([t["kv_read_bytes_per_token"] for t in j["tests"]])'
+# The profile (WUSHKV_PROFILE=1): the attention's GPU time and bytes/s per tg row.
+out=$(WUSHKV_PROFILE=1 "$exe" bench -m "$model" -p 0 -n 2 -r 1 -d 16 --kv f16 --json 2>"$tmp/err")
+if python3 -c 'import json,sys; sys.exit(0 if json.loads(sys.argv[1].strip().splitlines()[-1])["profile"] else 1)' "$out" 2>/dev/null; then
+    check "profile bandwidth" "$out" 'j["tests"][0]["attention_ms_per_token"] > 0 and j["tests"][0]["attention_bytes_per_s"] > 0'
+    grep -q 'attention_f16' "$tmp/err" && ok || bad "profile printed" "$(cat "$tmp/err")"
+else
+    check "no profile: null bandwidth" "$out" 'j["tests"][0]["attention_bytes_per_s"] is None'
+fi
+out=$("$exe" bench -m "$model" -p 0 -n 2 -r 1 --kv f16 --json 2>/dev/null)
+check "no profile asked" "$out" 'j["profile"] is False and j["tests"][0]["attention_bytes_per_s"] is None'
 
 # 3. Text: the device, and one row per test.
 out=$("$exe" bench -m "$model" -p 16 -n 4 -r 1 2>/dev/null)
 grep -q '^device: llvmpipe\|^device: ' <<<"$out" && grep -qE '^\| pp16 +\| +[0-9.]+ \+/- ' <<<"$out" &&
     grep -qE '^\| tg4 +\| +[0-9.]+ \+/- ' <<<"$out" && ok || bad "text table" "$out"
 
-# 4. A stand-in peer: prints llama-bench's JSON; the ratio is ours over its avg_ts.
+# 4. A stand-in peer: prints llama-bench's JSON (tests at depths 0 and 24; a tg test at depth 0 that
+# no row asked for); the ratio is ours over its avg_ts, row by row.
 cat >"$tmp/fake-bench" <<'EOF'
 #!/usr/bin/env bash
 echo "$@" >"$(dirname "$0")/args"
 echo "loading model (stderr noise)" >&2
 cat <<'JSON'
 [
-  {"model_filename": "x", "n_prompt": 16, "n_gen": 0, "avg_ts": 100.0, "stddev_ts": 1.5},
-  {"model_filename": "x", "n_prompt": 0, "n_gen": 4, "avg_ts": 10.0, "stddev_ts": 0.5}
+  {"model_filename": "x", "n_prompt": 16, "n_gen": 0, "n_depth": 0, "avg_ts": 100.0, "stddev_ts": 1.5},
+  {"model_filename": "x", "n_prompt": 0, "n_gen": 4, "n_depth": 0, "avg_ts": 10.0, "stddev_ts": 0.5},
+  {"model_filename": "x", "n_prompt": 0, "n_gen": 8, "n_depth": 0, "avg_ts": 7.0, "stddev_ts": 0.5},
+  {"model_filename": "x", "n_prompt": 16, "n_gen": 0, "n_depth": 24, "avg_ts": 80.0, "stddev_ts": 1.0},
+  {"model_filename": "x", "n_prompt": 0, "n_gen": 4, "n_depth": 24, "avg_ts": 5.0, "stddev_ts": 0.25}
 ]
 JSON
 EOF
@@ -84,10 +126,29 @@ rc=$?
 [[ $rc -eq 0 ]] && ok || bad "fake peer exit status $rc" "$(cat "$tmp/err")"
 check "peer values" "$out" 'j["peer"]["prefill_tokens_per_s"] == 100 and j["peer"]["decode_tokens_per_s_stddev"] == 0.5'
 check "peer ratios" "$out" 'abs(j["ratio_prefill"] - j["prefill_tokens_per_s"] / 100) < 0.002 and abs(j["ratio_decode"] - j["decode_tokens_per_s"] / 10) < 0.002'
-grep -qE -- "^-m $model -p 16 -n 4 -r 1 -o json -t [1-9][0-9]*$" "$tmp/args" && ok ||
+grep -qE -- "^-m $model -p 16 -n 4 -d 0 -r 1 -o json -t [1-9][0-9]* -ctk f16 -ctv f16$" "$tmp/args" && ok ||
     bad "peer arguments" "$(cat "$tmp/args")"
+check "peer kv (default int2)" "$out" 'j["peer"]["kv"] == "f16" and "no 2- or 3-bit" in j["peer"]["kv_why"]'
+# Depths: the same -d to the peer, each row against the peer's test of its depth.
+out=$("$exe" bench -m "$model" -p 16 -n 4 -r 1 -d 0,24 --json --peer "$tmp/fake-bench" 2>"$tmp/err")
+rc=$?
+[[ $rc -eq 0 ]] && ok || bad "fake peer -d exit status $rc" "$(cat "$tmp/err")"
+grep -qE -- " -p 16 -n 4 -d 0,24 -r 1 " "$tmp/args" && ok || bad "peer -d" "$(cat "$tmp/args")"
+check "peer rows" "$out" '[t["peer_tokens_per_s"] for t in j["tests"]] == [100, 10, 80, 5] and j["tests"][3]["peer_tokens_per_s_stddev"] == 0.25'
+check "peer row ratios" "$out" 'all(abs(t["ratio"] - t["tokens_per_s"] / t["peer_tokens_per_s"]) < 0.002 for t in j["tests"])'
+# int4 compares with llama.cpp's q4_0 (with flash attention, which its quantized V cache needs);
+# --peer-kv picks another.
+"$exe" bench -m "$model" -p 16 -n 4 -r 1 --kv int4 --kv-transform none --json --peer "$tmp/fake-bench" >/dev/null 2>&1
+grep -qE -- " -ctk q4_0 -ctv q4_0 -fa 1$" "$tmp/args" && ok || bad "peer q4_0 for int4" "$(cat "$tmp/args")"
+out=$("$exe" bench -m "$model" -p 16 -n 4 -r 1 --kv f16 --peer "$tmp/fake-bench" --peer-kv q8_0 2>/dev/null)
+grep -qE -- " -ctk q8_0 -ctv q8_0 -fa 1$" "$tmp/args" && grep -q '^peer: .*, KV cache q8_0 (--peer-kv)$' <<<"$out" && ok ||
+    bad "--peer-kv q8_0" "$(cat "$tmp/args") $out"
+# A peer without the depth asked for: its missing test is named, exit 1.
+out=$("$exe" bench -m "$model" -p 16 -n 4 -r 1 -d 48 --kv f16 --json --peer "$tmp/fake-bench" 2>"$tmp/err")
+rc=$?
+[[ $rc -eq 1 ]] && grep -q 'its JSON has no pp16 @ d48 result' "$tmp/err" && ok || bad "peer missing depth: rc=$rc" "$(cat "$tmp/err")"
 out=$("$exe" bench -m "$model" -p 16 -n 4 -r 1 --peer "$tmp/fake-bench" 2>/dev/null)
-grep -qE '^\| pp16 +\|.*\| +100\.00 \+/- 1\.50 +\| +[0-9.]+ \|$' <<<"$out" && ok || bad "peer text row" "$out"
+grep -qE '^\| pp16 +\|.*\| +- \| +100\.00 \+/- 1\.50 +\| +[0-9.]+ \|$' <<<"$out" && ok || bad "peer text row" "$out"
 
 # 5. A peer that fails: its last stderr line in the message, exit 1, our numbers still printed.
 printf '#!/bin/sh\necho "error: model is broken" >&2\nexit 3\n' >"$tmp/failing-bench"
@@ -104,6 +165,7 @@ rc=$?
 [[ $rc -eq 1 ]] && grep -q 'cannot run the peer /nonexistent/llama-bench: No such file' "$tmp/err" && ok ||
     bad "missing peer: rc=$rc" "$(cat "$tmp/err")"
 grep -qE '^\| pp16 +\| +[0-9.]+ \+/- .*\| failed' <<<"$out" && ok || bad "missing peer table" "$out"
+grep -qE '^\| tg4 +\| +[0-9.]+ \+/- [0-9.]+ +\| +[0-9.]+ (B|KiB|MiB) \|' <<<"$out" && ok || bad "KV read column" "$out"
 
 # 7. A model that does not exist: exit 1 with the path named.
 "$exe" bench -m "$tmp/none.gguf" -p 8 -n 2 -r 1 >"$tmp/out" 2>"$tmp/err"

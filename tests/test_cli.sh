@@ -164,8 +164,8 @@ expect 2 "^wushkv serve: --port: expected an integer in \\[0, 65535\\], got 'abc
 
 # bench: help lists every flag of both modes; bad values, mixed modes and bad URLs are refused
 # before any model is opened or any server contacted. (tests/test_bench.sh runs it on a model.)
-for flag in -m -p -n -r --ctx --batch-tokens --device --kv --kv-quant --kv-group --kv-mem --kv-transform \
-    --wush --peer --validation --url --clients --requests --prompt-tokens --max-tokens --stream --no-stream \
+for flag in -m -p -n -r -d --n-depth --ctx --batch-tokens --device --kv --kv-quant --kv-group --kv-mem --kv-transform \
+    --wush --peer --peer-kv --validation --url --clients --requests --prompt-tokens --max-tokens --stream --no-stream \
     --chat --api-key --timeout --peer-url --json -v --request-rate --burstiness --max-concurrency --seed \
     --goodput --metric-percentiles --scrape-interval; do
     expect 0 "(^|[ ,])$flag[ ,]" -- bench --help
@@ -175,7 +175,18 @@ expect 2 "^wushkv bench: -n: expected an integer in \[0, [0-9]+\], got '-1'" -- 
 expect 2 "^wushkv bench: -r: expected an integer in \[1, 1000\], got '0'" -- bench -r 0
 expect 2 "^wushkv bench: --batch-tokens: expected an integer" -- bench --batch-tokens 0
 expect 2 "^wushkv bench: -p and -n are both 0: nothing to measure" -- bench -p 0 -n 0
-expect 2 "^wushkv bench: --ctx 16 is smaller than max\(-p, -n\) = 32" -- bench -p 32 -n 8 --ctx 16
+expect 2 "^wushkv bench: --ctx 16 is smaller than max\(-d\) \+ max\(-p, -n\) = 32" -- bench -p 32 -n 8 --ctx 16
+expect 2 "^wushkv bench: --ctx 100 is smaller than max\(-d\) \+ max\(-p, -n\) = 132" -- bench -p 32 -n 8 -d 0,100 --ctx 100
+# -d as llama-bench's: N or FIRST-LAST[+STEP|*MULT], comma-separated; a range that does not grow,
+# a sign, a trailing comma or a value past 2^20 is refused.
+for d in abc -1 "" 1, ,1 "0-8*2" "8-4+0" "1-9*1" 1048577 "1-2x" "4-"; do
+    expect 2 "^wushkv bench: -d: expected depths 0\.\.1048576 as N or FIRST-LAST\[\+STEP\|\*MULT\]" -- bench -d "$d"
+done
+expect 2 "^wushkv bench: -d: more than 64 depths in '0-100'" -- bench -d 0-100
+expect 2 "^wushkv bench: max\(-d\) \+ max\(-p, -n\) = 1049088 is over the longest context" -- bench -d 1048576 -p 512
+expect 2 "^wushkv bench: --peer-kv: expected f16, q8_0 or q4_0, got 'q2_k'" -- bench --peer /x --peer-kv q2_k
+expect 2 "^wushkv bench: --peer-kv needs --peer" -- bench --peer-kv q4_0
+expect 2 "^wushkv bench: -d is an engine-mode flag" -- bench --url http://127.0.0.1:1 -d 0
 expect 2 "^wushkv bench: --kv: expected f16, int2, int3 or int4, got 'int5'" -- bench --kv int5
 expect 2 "^wushkv bench: --peer: missing value" -- bench --peer
 expect 2 "^wushkv bench: unknown option '--bogus'" -- bench --bogus

@@ -7,6 +7,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "kv/attention_plan.h"
 #include "wushkv/wushkv.h"
 
 int wk_kv_cache_create(wk_vk *vk, wk_kv_cache *kv, const wk_hparams *hp, int n_slots, int max_ctx, char *err,
@@ -155,4 +156,41 @@ void wk_kv_cache_destroy(wk_vk *vk, wk_kv_cache *kv) {
     free(kv->k);
     free(kv->v);
     memset(kv, 0, sizeof *kv);
+}
+
+uint64_t wk_kv_cache_step_read_bytes(const wk_kv_cache *kv, const wk_hparams *hp, uint64_t pos) {
+    const uint64_t D = (uint64_t)hp->head_dim, hkv = (uint64_t)hp->n_head_kv;
+    const uint64_t hpk = (uint64_t)(hp->n_head / hp->n_head_kv);
+    const uint64_t rows = hpk < WK_ATTN_MAXR ? hpk : WK_ATTN_MAXR;
+    const uint64_t reads = (hpk + rows - 1) / rows; /* head chunks per KV head */
+    const uint64_t f16_key = D * 2;                 /* one head's key (or value) in f16 */
+    uint64_t total = 0;
+    for (int il = 0; il < hp->n_layer; il++) {
+        const uint64_t window = hp->is_swa[il] && hp->sliding_window > 0 ? (uint64_t)hp->sliding_window : 0;
+        const uint64_t first = window && pos + 1 > window ? pos + 1 - window : 0;
+        uint64_t bytes = 0; /* one KV head's keys, as read */
+        if (kv->format == WK_KV_F16) {
+            bytes = (pos + 1 - first) * f16_key;
+        } else {
+            const bool own = wk_kv_cache_group_swa(kv, kv->group_of[il]);
+            const wk_kvq_block_layout *q = own ? &kv->swa_layout.q : &kv->layout.q;
+            const uint64_t code = q->code_bytes_per_token + q->param_bytes_per_token;
+            const uint64_t sink = (uint64_t)kv->layout.sink, recent = (uint64_t)kv->layout.recent;
+            if (sink + recent == 0) {
+                bytes = (pos + 1 - first) * code;
+            } else {
+                /* attention_paged.comp's load_kv for a row at pos: j < sink or j + recent > pos in
+                 * f16 (j == pos from the activations), the rest from the codes. */
+                const uint64_t n = pos - first;
+                const uint64_t sinks = sink > first ? (sink < pos ? sink : pos) - first : 0;
+                uint64_t lo = pos + 1 > recent ? pos + 1 - recent : 0;
+                if (lo < first) lo = first;
+                if (lo < sink) lo = sink;
+                const uint64_t f16 = sinks + (lo < pos ? pos - lo : 0);
+                bytes = f16 * f16_key + (n - f16) * code;
+            }
+        }
+        total += bytes * 2 * hkv * reads;
+    }
+    return total;
 }

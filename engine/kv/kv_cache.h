@@ -54,5 +54,13 @@ int wk_kv_cache_create_paged(wk_vk *vk, wk_kv_cache *kv, const wk_hparams *hp, c
                              float rho_k, float rho_v, uint64_t budget, int n_slots, int max_ctx, int max_batch,
                              char *err, size_t errlen);
 void wk_kv_cache_destroy(wk_vk *vk, wk_kv_cache *kv);
+/* Bytes the attention of a one-token step at position pos (pos tokens already cached) reads from
+ * the cache, every layer: for each key and value it can see (a sliding layer's last
+ * hp->sliding_window), the f16 row or the codes and group parameters of the layer's format, or
+ * the f16 window row; the step's own key and value come from its activations when the cache has
+ * windows (not counted) and from the cache otherwise. Each KV head's keys are read once per
+ * workgroup of query heads that share it (attention_plan.c's head chunks: once unless a GQA group
+ * has more than WK_ATTN_MAXR heads). Logical bytes: what the shader asks for, before any cache. */
+uint64_t wk_kv_cache_step_read_bytes(const wk_kv_cache *kv, const wk_hparams *hp, uint64_t pos);
 
 #endif

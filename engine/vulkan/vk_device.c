@@ -156,9 +156,15 @@ static int create_device(wk_vk *vk, char *err, size_t errlen) {
         snprintf(err, errlen, "device %s has no compute queue", vk->props.deviceName);
         return WK_ERR_VULKAN;
     }
-    VkPhysicalDeviceSubgroupProperties sg = {.sType = VK_STRUCTURE_TYPE_PHYSICAL_DEVICE_SUBGROUP_PROPERTIES};
+    /* The driver's name and version string only exist from Vulkan 1.2 on (chaining the struct to an
+     * older device is invalid usage). */
+    VkPhysicalDeviceDriverProperties drv = {.sType = VK_STRUCTURE_TYPE_PHYSICAL_DEVICE_DRIVER_PROPERTIES};
+    VkPhysicalDeviceSubgroupProperties sg = {.sType = VK_STRUCTURE_TYPE_PHYSICAL_DEVICE_SUBGROUP_PROPERTIES,
+                                             .pNext = vk->props.apiVersion >= VK_API_VERSION_1_2 ? &drv : NULL};
     VkPhysicalDeviceProperties2 p2 = {.sType = VK_STRUCTURE_TYPE_PHYSICAL_DEVICE_PROPERTIES_2, .pNext = &sg};
     vkGetPhysicalDeviceProperties2(vk->phys, &p2);
+    snprintf(vk->driver_name, sizeof vk->driver_name, "%s", drv.driverName);
+    snprintf(vk->driver_info, sizeof vk->driver_info, "%s", drv.driverInfo);
     const VkSubgroupFeatureFlags need = VK_SUBGROUP_FEATURE_BASIC_BIT | VK_SUBGROUP_FEATURE_ARITHMETIC_BIT;
     if (!(sg.supportedStages & VK_SHADER_STAGE_COMPUTE_BIT) || (sg.supportedOperations & need) != need) {
         snprintf(err, errlen, "device %s lacks subgroup arithmetic in compute shaders", vk->props.deviceName);

@@ -18,6 +18,8 @@ typedef struct wk_vk {
     VkPhysicalDeviceProperties props;
     VkPhysicalDeviceMemoryProperties mem_props;
     uint32_t subgroup_size;
+    /* VkPhysicalDeviceDriverProperties (empty on a device below Vulkan 1.2): for reports only. */
+    char driver_name[VK_MAX_DRIVER_NAME_SIZE], driver_info[VK_MAX_DRIVER_INFO_SIZE];
     bool validation;
     int validation_messages;      /* warnings and errors the layer reported (tests require 0) */
     VkCommandPool cmd_pool;

@@ -1,5 +1,6 @@
 /* Pipeline table: for every embedded shader its bindings (texel view or storage buffer), its
- * push-constant size and its workgroup-size specialisation; plus a descriptor-set cache, since a
+ * push-constant size and its workgroup-size specialisation; each pipeline is created on its first
+ * dispatch, with whatever specialisation was set by then; plus a descriptor-set cache, since a
  * model's steps bind the same few hundred (pipeline, buffers) tuples over and over. */
 #include "vulkan/vk_pipelines.h"
 
@@ -99,9 +100,16 @@ static int create_pipeline(wk_vk *vk, wk_pipelines *p, wk_pipe_id id, const int3
     VkResult r = vkCreateComputePipelines(vk->dev, VK_NULL_HANDLE, 1, &pci, NULL, &pipe);
     vkDestroyShaderModule(vk->dev, mod, NULL);
     VKCALL(r, "vkCreateComputePipelines");
-    if (p->pipe[id]) vkDestroyPipeline(vk->dev, p->pipe[id], NULL);
     p->pipe[id] = pipe;
     return 0;
+}
+
+/* Sets the specialisation of `id` for its next creation, dropping a pipeline made without it. */
+static void set_spec(wk_vk *vk, wk_pipelines *p, wk_pipe_id id, const int32_t c[3]) {
+    memcpy(p->spec[id], c, sizeof p->spec[id]);
+    p->specialized[id] = true;
+    if (p->pipe[id]) vkDestroyPipeline(vk->dev, p->pipe[id], NULL);
+    p->pipe[id] = VK_NULL_HANDLE;
 }
 
 static int create_one(wk_vk *vk, wk_pipelines *p, wk_pipe_id id, char *err, size_t errlen) {
@@ -124,7 +132,7 @@ static int create_one(wk_vk *vk, wk_pipelines *p, wk_pipe_id id, char *err, size
                                       .pSetLayouts = &p->dsl[id], .pushConstantRangeCount = 1,
                                       .pPushConstantRanges = &pcr};
     VKCALL(vkCreatePipelineLayout(vk->dev, &lci, NULL, &p->layout[id]), "vkCreatePipelineLayout");
-    return create_pipeline(vk, p, id, NULL, err, errlen);
+    return 0;
 }
 
 int wk_pipelines_create(wk_vk *vk, wk_pipelines *p, char *err, size_t errlen) {
@@ -162,13 +170,17 @@ void wk_pipelines_enable_profile(wk_vk *vk, wk_pipelines *p) {
 
 int wk_pipelines_specialize_kv(wk_vk *vk, wk_pipelines *p, bool sliding, int kind, int bits, int group, char *err,
                                size_t errlen) {
+    (void)err, (void)errlen; /* creation, and its errors, come with the first dispatch */
     const int32_t kv[3] = {kind, bits, group};
-    return create_pipeline(vk, p, sliding ? WK_PIPE_ATTENTION_PAGED_SWA : WK_PIPE_ATTENTION_PAGED, kv, err, errlen);
+    set_spec(vk, p, sliding ? WK_PIPE_ATTENTION_PAGED_SWA : WK_PIPE_ATTENTION_PAGED, kv);
+    return 0;
 }
 
 int wk_pipelines_specialize_transform(wk_vk *vk, wk_pipelines *p, int block, char *err, size_t errlen) {
+    (void)err, (void)errlen;
     const int32_t c[3] = {block, 0, 0};
-    return create_pipeline(vk, p, WK_PIPE_KV_TRANSFORM, c, err, errlen);
+    set_spec(vk, p, WK_PIPE_KV_TRANSFORM, c);
+    return 0;
 }
 
 void wk_pipelines_destroy(wk_vk *vk, wk_pipelines *p) {
@@ -252,6 +264,10 @@ int wk_dispatch(wk_vk *vk, wk_pipelines *p, wk_pipe_id id, const wk_arg *args, c
         snprintf(err, errlen, "internal: push constants for %s are %u bytes, expected %u", specs[id].name, push_size,
                  specs[id].push_size);
         return WK_ERR_INVALID;
+    }
+    if (!p->pipe[id]) {
+        int rc = create_pipeline(vk, p, id, p->specialized[id] ? p->spec[id] : NULL, err, errlen);
+        if (rc) return rc;
     }
     VkDescriptorSet set;
     int rc = get_set(vk, p, id, args, &set, err, errlen);

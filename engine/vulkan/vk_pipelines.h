@@ -46,7 +46,12 @@ typedef struct wk_desc_entry {
 typedef struct wk_pipelines {
     VkDescriptorSetLayout dsl[WK_PIPE_COUNT];
     VkPipelineLayout layout[WK_PIPE_COUNT];
+    /* Created on a pipeline's first dispatch, with the specialisation set by then (a GPU driver
+     * compiles at creation: a pipeline a model never runs costs nothing, and one specialised to the
+     * KV format is compiled once, not generic and again specialised). */
     VkPipeline pipe[WK_PIPE_COUNT];
+    int32_t spec[WK_PIPE_COUNT][3];   /* constants 2..4 (wk_pipelines_specialize_*) */
+    bool specialized[WK_PIPE_COUNT];  /* false: the shader's defaults (format from push constants) */
     VkDescriptorPool pool;
     wk_desc_entry *cache; /* open addressing; sets are created once per distinct binding tuple */
     uint32_t cache_cap, cache_used;
@@ -61,21 +66,25 @@ typedef struct wk_pipelines {
     uint64_t prof_calls[WK_PIPE_COUNT];
 } wk_pipelines;
 
+/* The layouts and the descriptor pool; each pipeline itself is created by its first wk_dispatch. */
 int wk_pipelines_create(wk_vk *vk, wk_pipelines *p, char *err, size_t errlen);
 /* Turns the profile on (wk_engine_params.profile): a GPU timestamp after every dispatch, summed
  * per pipeline and printed by wk_prof_print. Stays off, silently, on a device without compute
  * timestamps or when the query pool cannot be made. */
 void wk_pipelines_enable_profile(wk_vk *vk, wk_pipelines *p);
-/* Rebuilds attention_paged (sliding: attention_paged_swa, the sliding-window layers' pipeline when
- * they have a KV format of their own) for one KV format (kind, bits, group as specialisation
+/* Specialises attention_paged (sliding: attention_paged_swa, the sliding-window layers' pipeline when
+ * they have a KV format of their own) to one KV format (kind, bits, group as specialisation
  * constants), so its decode compiles to straight-line code for that format: ~1.5x faster on
- * lavapipe than reading the format from push constants. Dispatches must then pass the same format. */
+ * lavapipe than reading the format from push constants. Dispatches must then pass the same format.
+ * Sets what the pipeline's creation (its next dispatch) uses; one already created is destroyed, so
+ * call it before recording a step that uses it, never while one is in flight. */
 int wk_pipelines_specialize_kv(wk_vk *vk, wk_pipelines *p, bool sliding, int kind, int bits, int group, char *err,
                                size_t errlen);
 /* The same for kv_transform and the transform's block. */
 int wk_pipelines_specialize_transform(wk_vk *vk, wk_pipelines *p, int block, char *err, size_t errlen);
 void wk_pipelines_destroy(wk_vk *vk, wk_pipelines *p);
-/* Records bind + push + dispatch into vk->cmd. args has one entry per binding of the pipeline. */
+/* Records bind + push + dispatch into vk->cmd (creating the pipeline on its first use). args has one
+ * entry per binding of the pipeline. */
 int wk_dispatch(wk_vk *vk, wk_pipelines *p, wk_pipe_id id, const wk_arg *args, const void *push, uint32_t push_size,
                 uint32_t gx, uint32_t gy, uint32_t gz, char *err, size_t errlen);
 const char *wk_pipe_name(wk_pipe_id id);

@@ -123,7 +123,34 @@ typedef struct wk_model_info {
      * layers and windows) has kv_pool_bytes - kv_swa_pool_bytes; 0: one pool for every layer. */
     int kv_bits, kv_swa_bits;
     uint64_t kv_swa_block_bytes, kv_swa_pool_bytes, kv_swa_pool_blocks;
+    /* The f16 windows (wk_engine_params kv_sink, kv_recent; 0 for the f16 cache). */
+    int kv_sink, kv_recent;
+    /* The device, for reports: its type ("discrete GPU", "integrated GPU", "virtual GPU", "CPU",
+     * "other"), its driver's name and version string (empty below Vulkan 1.2), the subgroup size
+     * the shaders run at, shared memory per workgroup, PCI vendor and device ids. */
+    const char *device_type, *device_driver, *device_driver_info;
+    uint32_t device_subgroup_size, device_shared_memory_bytes, device_vendor_id, device_id;
 } wk_model_info;
+
+/* Bytes the attention of one decode step reads from the KV cache of a sequence that already holds
+ * depth tokens (the new token at position depth), all layers: every key and value the token can
+ * see (a sliding-window layer only its window) as the format stores it -- f16 rows, or codes and
+ * group parameters, or f16 window rows for the sinks and recent keys -- read once per group of
+ * query heads sharing a KV head. With windows the token's own key and value come from the step's
+ * activations and are not counted. Logical bytes the shaders request, before any cache. Any thread. */
+uint64_t wk_kv_decode_read_bytes(const wk_engine *e, uint64_t depth);
+
+/* GPU time per pipeline, summed since the engine opened (wk_engine_params.profile; the figures
+ * wk_engine_close prints). out[i] for the pipelines that ran, at most max of them; returns how many
+ * ran (0 without a profile: not asked for, or a device without compute timestamps; out may be NULL
+ * when max is 0). A pipeline's time runs from the previous dispatch's timestamp to its own, so
+ * barrier waits count. Take two readings and subtract to time a phase. Engine thread. */
+typedef struct wk_profile_entry {
+    const char *name;     /* "attention_paged", "matvec_q8a", ... */
+    double ms;
+    uint64_t dispatches;
+} wk_profile_entry;
+int wk_engine_profile(const wk_engine *e, wk_profile_entry *out, int max);
 
 /* The most bytes the paged pool of `info` holds for one sequence growing to n_tokens in steps of
  * at most chunk tokens (full-attention groups keep every block, sliding groups the window and

@@ -10,16 +10,23 @@
 #include "cli/kv_flags.h"
 #include "wushkv/wushkv.h"
 
+/* -d takes at most this many depths. */
+enum { BENCH_MAX_DEPTHS = 64 };
+
 /* Engine throughput, as llama-bench measures it (bench_engine.c). */
 typedef struct bench_engine_opts {
     cli_common common;     /* -m, --device, --json, --validation, -v (server/cli/cli_common.h) */
     int n_prompt;          /* -p: tokens per prefill run; 0 skips the prefill test */
     int n_gen;             /* -n: tokens decoded one at a time per run; 0 skips the decode test */
     int reps;              /* -r: timed runs after the warm-up */
-    int ctx;               /* 0: max(n_prompt, n_gen) */
+    int depths[BENCH_MAX_DEPTHS]; /* -d: tokens in the cache before each test (llama-bench's -d) */
+    int n_depths;          /* >= 1 (default: one depth, 0) */
+    int ctx;               /* 0: max(depths) + max(n_prompt, n_gen) */
     int batch_tokens;      /* tokens per prefill forward step (the engine's batch size) */
     kv_flags kv;           /* --kv and friends (server/cli/kv_flags.h) */
     const char *peer;      /* path of llama-bench, or NULL */
+    const char *peer_kv;   /* --peer-kv: llama.cpp's cache type (f16, q8_0, q4_0); NULL: the nearest
+                            * to --kv (bench_peer_kv) */
 } bench_engine_opts;
 
 /* Load on running servers (bench_load.c). */
@@ -46,6 +53,11 @@ typedef struct bench_load_opts {
     const char *json_file;     /* --json FILE; NULL: --json prints to stdout (json) or not at all */
     bool stream, chat, json, verbose;
 } bench_load_opts;
+
+/* The llama.cpp KV cache type --peer compares with when --peer-kv is not given: f16 for f16, q4_0
+ * (4-bit codes, an f16 scale per 32) for int4; llama.cpp has no 2- or 3-bit cache type, so f16
+ * for int2 and int3. */
+const char *bench_peer_kv(const bench_engine_opts *o);
 
 /* Return the command's exit status: 0, or 1 on a runtime failure (the report is still printed
  * for whatever was measured). */

@@ -1,11 +1,16 @@
 /* `wushkv bench` engine mode: prefill and decode throughput of one sequence, measured the way
  * llama-bench measures them, so that the two tools' numbers can stand side by side (and, with
  * --peer, do so in one invocation):
- *   pp<P>: P tokens (BOS, then random ids) evaluated from an empty cache in steps of the batch
- *          size, logits for the last token only; tok/s = P / time.
- *   tg<N>: N tokens evaluated one at a time from an empty cache (BOS, then random ids), logits
- *          for each; tok/s = N / time.
- * One warm-up run of each, then -r timed runs; mean +/- sample standard deviation over the runs.
+ *   pp<P> @ d<D>: D tokens evaluated into an empty cache (the depth run, not timed), then P tokens
+ *          (BOS, then random ids) in steps of the batch size, logits for the last token only;
+ *          tok/s = P / time.
+ *   tg<N> @ d<D>: the depth run, then N tokens evaluated one at a time (BOS, then random ids),
+ *          logits for each; tok/s = N / time.
+ * One warm-up of each from an empty cache, then -r timed runs of each row, each after its own
+ * depth run (llama-bench restores a saved state instead; the timed part is the same); mean +/-
+ * sample standard deviation over the runs. Each tg row also gets the KV bytes a decode step reads
+ * at its depth (from the format's layout: wk_kv_decode_read_bytes) and, with the profile on, the
+ * attention's GPU time and so its achieved bytes/s.
  * The engine is reached through include/wushkv/wushkv.h only. */
 #include <errno.h>
 #include <fcntl.h>
@@ -47,66 +52,134 @@ static void fill_tokens(int32_t *t, int n, const wk_model_info *info, uint64_t *
     if (n > 0 && info->add_bos && info->bos >= 0) t[0] = info->bos;
 }
 
-/* ---- the two tests --------------------------------------------------------------------------- */
+/* ---- the tests ------------------------------------------------------------------------------- */
 
 typedef struct engine_run {
     wk_engine *e;
     wk_seq *seq;
-    const int32_t *prompt, *gen; /* n_prompt and n_gen ids */
-    float *logits;               /* one row */
+    const int32_t *depth, *prompt, *gen; /* max depth, n_prompt and n_gen ids */
+    float *logits;                       /* one row */
     int batch;
 } engine_run;
 
-/* Evaluates the prompt from an empty cache; returns the tokens the sequence holds after it, or -1
- * (message printed). *secs: the time of the forward steps alone. */
-static int run_prefill(engine_run *r, int n, double *secs) {
+static void step_error(const char *what, int from, int to, int got, const char *err) {
+    fprintf(stderr, "wushkv bench: %s, tokens %d..%d: %s%s%s\n", what, from, to, wk_strerror(got), err[0] ? ": " : "",
+            err);
+}
+
+/* Appends n tokens in steps of the batch size; logits (when given) for the last token only. */
+static int eval_chunks(engine_run *r, const char *what, const int32_t *tokens, int n, float *logits) {
     char err[WK_ERRMSG_LEN] = "";
-    wk_seq_reset(r->seq);
-    double t0 = mono_now_s();
     for (int off = 0; off < n; off += r->batch) {
         int k = n - off < r->batch ? n - off : r->batch;
         bool last = off + k == n;
-        wk_batch_item item = {.seq = r->seq, .tokens = r->prompt + off, .n_tokens = k, .all_logits = false};
-        int got = wk_forward(r->e, &item, 1, last ? r->logits : NULL, err, sizeof err);
-        if (got < 0) {
-            fprintf(stderr, "wushkv bench: prefill, tokens %d..%d: %s%s%s\n", off, off + k - 1, wk_strerror(got),
-                    err[0] ? ": " : "", err);
-            return -1;
-        }
+        wk_batch_item item = {.seq = r->seq, .tokens = tokens + off, .n_tokens = k, .all_logits = false};
+        int got = wk_forward(r->e, &item, 1, last ? logits : NULL, err, sizeof err);
+        if (got < 0) return step_error(what, off, off + k - 1, got, err), -1;
     }
-    *secs = mono_now_s() - t0;
+    return 0;
+}
+
+/* Empties the sequence and evaluates `depth` tokens into it (not timed: llama-bench's depth run);
+ * returns the sequence's length after it, or -1 (message printed). */
+static int fill_depth(engine_run *r, int depth) {
+    wk_seq_reset(r->seq);
+    if (depth > 0 && eval_chunks(r, "depth", r->depth, depth, NULL) < 0) return -1;
     return wk_seq_len(r->seq);
 }
 
-/* Evaluates n tokens one step each from an empty cache, with logits every step. */
+/* pp: the prompt on top of the depth in steps of the batch size; returns the tokens it added, or
+ * -1. *secs: the time of the forward steps alone. */
+static int run_prefill(engine_run *r, int n, double *secs) {
+    int before = wk_seq_len(r->seq);
+    double t0 = mono_now_s();
+    if (eval_chunks(r, "prefill", r->prompt, n, r->logits) < 0) return -1;
+    *secs = mono_now_s() - t0;
+    return wk_seq_len(r->seq) - before;
+}
+
+/* tg: n tokens one step each on top of the depth, with logits every step. */
 static int run_decode(engine_run *r, int n, double *secs) {
     char err[WK_ERRMSG_LEN] = "";
-    wk_seq_reset(r->seq);
+    int before = wk_seq_len(r->seq);
     double t0 = mono_now_s();
     for (int i = 0; i < n; i++) {
         wk_batch_item item = {.seq = r->seq, .tokens = r->gen + i, .n_tokens = 1, .all_logits = false};
         int got = wk_forward(r->e, &item, 1, r->logits, err, sizeof err);
-        if (got < 0) {
-            fprintf(stderr, "wushkv bench: decode, token %d: %s%s%s\n", i, wk_strerror(got), err[0] ? ": " : "", err);
-            return -1;
-        }
+        if (got < 0) return step_error("decode", i, i, got, err), -1;
     }
     *secs = mono_now_s() - t0;
-    return wk_seq_len(r->seq);
+    return wk_seq_len(r->seq) - before;
+}
+
+/* GPU ms of the pipelines that read the KV cache (the attention itself, not its reduce pass), summed
+ * since the engine opened; NAN without a profile. */
+static double attention_ms(const wk_engine *e) {
+    wk_profile_entry p[64];
+    int n = wk_engine_profile(e, p, 64);
+    if (n <= 0) return NAN;
+    double ms = 0.0;
+    for (int i = 0; i < n && i < 64; i++)
+        if (strcmp(p[i].name, "attention_f16") == 0 || strcmp(p[i].name, "attention_paged") == 0 ||
+            strcmp(p[i].name, "attention_paged_swa") == 0)
+            ms += p[i].ms;
+    return ms;
+}
+
+/* One row of the report: a test (pp or tg) at one depth, as llama-bench names it ("tg128 @ d2048"). */
+typedef struct bench_row {
+    int depth;                /* -d */
+    bool decode;              /* tg, else pp */
+    int n;                    /* -p or -n */
+    int depth_held;           /* the sequence's length after the depth run (the last run's) */
+    int tokens;               /* what the test added to it */
+    double *ts;               /* tok/s of each timed run */
+    uint64_t kv_read;         /* tg: KV bytes the first decode step reads (wk_kv_decode_read_bytes) */
+    uint64_t kv_read_run;     /* tg: the same summed over the run's steps */
+    double attn_ms;           /* tg with WUSHKV_PROFILE=1: attention GPU ms per run (mean); NAN without */
+    double peer_ts, peer_sd;  /* NAN when not measured */
+} bench_row;
+
+static void row_name(const bench_row *w, char *buf, size_t cap) {
+    int k = snprintf(buf, cap, "%s%d", w->decode ? "tg" : "pp", w->n);
+    if (w->depth > 0 && k > 0 && (size_t)k < cap) snprintf(buf + k, cap - (size_t)k, " @ d%d", w->depth);
 }
 
 typedef struct engine_result {
     char model_name[256], device[256], kv_desc[64];
+    char device_type[32], driver[256], driver_info[256];
+    unsigned subgroup, shared_memory, vendor_id, device_id;
     double bits_per_element;
     unsigned long long kv_bytes_per_token;
     int ctx;
-    int prefill_tokens, decode_tokens; /* evaluated per run, as the sequence counted them */
-    double *pp_ts, *tg_ts;             /* tok/s of each timed run */
+    bool profiled;
+    bench_row *rows;
+    int n_rows;
 } engine_result;
 
-/* Opens the engine, runs warm-up + reps of each test, closes it. 0 or 1 (message printed). */
+/* The rows in llama-bench's order: for each depth, pp then tg. */
+static int make_rows(const bench_engine_opts *o, engine_result *res) {
+    res->rows = calloc((size_t)o->n_depths * 2, sizeof *res->rows);
+    if (!res->rows) return -1;
+    for (int d = 0; d < o->n_depths; d++)
+        for (int k = 0; k < 2; k++) {
+            int n = k ? o->n_gen : o->n_prompt;
+            if (n == 0) continue;
+            bench_row *w = &res->rows[res->n_rows++];
+            *w = (bench_row){.depth = o->depths[d], .decode = k == 1, .n = n, .attn_ms = NAN, .peer_ts = NAN,
+                             .peer_sd = NAN};
+            if (!(w->ts = calloc((size_t)o->reps, sizeof *w->ts))) return -1;
+        }
+    return 0;
+}
+
+/* Opens the engine, runs one warm-up (pp and tg from an empty cache), then for each row -r runs
+ * of: depth run, timed test. Closes it. 0 or 1 (message printed). */
 static int measure_engine(const bench_engine_opts *o, const char *model, engine_result *res) {
-    int need_ctx = o->n_prompt > o->n_gen ? o->n_prompt : o->n_gen;
+    int max_depth = 0;
+    for (int i = 0; i < o->n_depths; i++)
+        if (o->depths[i] > max_depth) max_depth = o->depths[i];
+    int need_ctx = max_depth + (o->n_prompt > o->n_gen ? o->n_prompt : o->n_gen);
     wk_engine_params ep;
     wk_engine_params_default(&ep);
     cli_common_apply(&o->common, &ep);
@@ -116,6 +189,10 @@ static int measure_engine(const bench_engine_opts *o, const char *model, engine_
     ep.max_batch_tokens = o->batch_tokens;
     ep.max_seqs = 1;
     kv_flags_describe(&o->kv, res->kv_desc, sizeof res->kv_desc);
+    if (make_rows(o, res) < 0) {
+        fprintf(stderr, "wushkv bench: out of memory\n");
+        return 1;
+    }
 
     char wush[4200];
     if (wush_cache_prepare("bench", &ep, wush, sizeof wush, NULL) < 0) return 1;
@@ -124,26 +201,37 @@ static int measure_engine(const bench_engine_opts *o, const char *model, engine_
     const wk_model_info *info = wk_engine_info(e);
     snprintf(res->model_name, sizeof res->model_name, "%s", info->name);
     snprintf(res->device, sizeof res->device, "%s", info->device_name);
+    snprintf(res->device_type, sizeof res->device_type, "%s", info->device_type);
+    snprintf(res->driver, sizeof res->driver, "%s", info->device_driver);
+    snprintf(res->driver_info, sizeof res->driver_info, "%s", info->device_driver_info);
+    res->subgroup = info->device_subgroup_size;
+    res->shared_memory = info->device_shared_memory_bytes;
+    res->vendor_id = info->device_vendor_id;
+    res->device_id = info->device_id;
     res->bits_per_element = info->kv_bits_per_element;
     res->kv_bytes_per_token = (unsigned long long)info->kv_bytes_per_token;
     res->ctx = info->max_ctx;
-    fprintf(stderr, "wushkv bench: %s on %s, KV %s; pp%d and tg%d, %d run%s after a warm-up\n", res->model_name,
-            res->device, res->kv_desc, o->n_prompt, o->n_gen, o->reps, o->reps == 1 ? "" : "s");
+    fprintf(stderr, "wushkv bench: %s on %s, KV %s; pp%d and tg%d at %d depth%s, %d run%s after a warm-up\n",
+            res->model_name, res->device, res->kv_desc, o->n_prompt, o->n_gen, o->n_depths,
+            o->n_depths == 1 ? "" : "s", o->reps, o->reps == 1 ? "" : "s");
 
     int rc = 1;
     engine_run r = {.e = e, .batch = o->batch_tokens};
+    int32_t *depth = malloc(((size_t)max_depth + 1) * sizeof *depth);
     int32_t *prompt = malloc(((size_t)o->n_prompt + 1) * sizeof *prompt);
     int32_t *gen = malloc(((size_t)o->n_gen + 1) * sizeof *gen);
     r.logits = malloc((size_t)info->n_vocab * sizeof *r.logits);
-    res->pp_ts = calloc((size_t)o->reps, sizeof *res->pp_ts);
-    res->tg_ts = calloc((size_t)o->reps, sizeof *res->tg_ts);
-    if (!prompt || !gen || !r.logits || !res->pp_ts || !res->tg_ts) {
+    if (!depth || !prompt || !gen || !r.logits) {
         fprintf(stderr, "wushkv bench: out of memory\n");
         goto out;
     }
+    /* llama-bench's ids: every pp and tg run starts with BOS, at depth too (test_prompt and
+     * test_gen begin with it), and the depth run does. */
     uint64_t rng = BENCH_TOKEN_SEED;
     fill_tokens(prompt, o->n_prompt, info, &rng);
     fill_tokens(gen, o->n_gen, info, &rng);
+    fill_tokens(depth, max_depth, info, &rng);
+    r.depth = depth;
     r.prompt = prompt;
     r.gen = gen;
     int st = wk_seq_create(e, &r.seq);
@@ -152,38 +240,47 @@ static int measure_engine(const bench_engine_opts *o, const char *model, engine_
         goto out;
     }
 
-    for (int i = -1; i < o->reps; i++) { /* i = -1: the warm-up, not counted */
+    { /* the warm-up, not counted */
         double tp = 0.0, tg = 0.0;
-        if (o->n_prompt > 0) {
-            int got = run_prefill(&r, o->n_prompt, &tp);
-            if (got < 0) goto out;
-            res->prefill_tokens = got;
-        }
-        if (o->n_gen > 0) {
-            int got = run_decode(&r, o->n_gen, &tg);
-            if (got < 0) goto out;
-            res->decode_tokens = got;
-        }
-        if (i < 0) {
-            if (o->common.verbose) fprintf(stderr, "warm-up: prefill %.3f s, decode %.3f s\n", tp, tg);
-            continue;
-        }
-        res->pp_ts[i] = tp > 0.0 ? res->prefill_tokens / tp : 0.0;
-        res->tg_ts[i] = tg > 0.0 ? res->decode_tokens / tg : 0.0;
-        fprintf(stderr, "run %d/%d:", i + 1, o->reps);
-        if (o->n_prompt > 0)
-            fprintf(stderr, " prefill %d tokens in %.3f s (%.2f tok/s)", res->prefill_tokens, tp, res->pp_ts[i]);
-        if (o->n_gen > 0)
-            fprintf(stderr, "%s decode %d tokens in %.3f s (%.2f tok/s)", o->n_prompt > 0 ? ";" : "",
-                    res->decode_tokens, tg, res->tg_ts[i]);
-        fputc('\n', stderr);
+        if (o->n_prompt > 0 && (fill_depth(&r, 0) < 0 || run_prefill(&r, o->n_prompt, &tp) < 0)) goto out;
+        if (o->n_gen > 0 && (fill_depth(&r, 0) < 0 || run_decode(&r, o->n_gen, &tg) < 0)) goto out;
+        if (o->common.verbose) fprintf(stderr, "warm-up: prefill %.3f s, decode %.3f s\n", tp, tg);
     }
+    for (int k = 0; k < res->n_rows; k++) {
+        bench_row *w = &res->rows[k];
+        char name[48];
+        row_name(w, name, sizeof name);
+        if (w->decode) {
+            w->kv_read = wk_kv_decode_read_bytes(e, (uint64_t)w->depth);
+            for (int i = 0; i < w->n; i++) w->kv_read_run += wk_kv_decode_read_bytes(e, (uint64_t)(w->depth + i));
+        }
+        double attn_sum = 0.0;
+        for (int i = 0; i < o->reps; i++) {
+            double t_fill = mono_now_s(), t = 0.0;
+            w->depth_held = fill_depth(&r, w->depth);
+            if (w->depth_held < 0) goto out;
+            t_fill = mono_now_s() - t_fill;
+            double a0 = attention_ms(e);
+            int got = w->decode ? run_decode(&r, w->n, &t) : run_prefill(&r, w->n, &t);
+            if (got < 0) goto out;
+            attn_sum += attention_ms(e) - a0;
+            w->tokens = got;
+            w->ts[i] = t > 0.0 ? got / t : 0.0;
+            fprintf(stderr, "%s run %d/%d:", name, i + 1, o->reps);
+            if (w->depth > 0) fprintf(stderr, " depth %d tokens in %.3f s (not timed);", w->depth_held, t_fill);
+            fprintf(stderr, " %s %d tokens in %.3f s (%.2f tok/s)\n", w->decode ? "decode" : "prefill", got, t,
+                    w->ts[i]);
+        }
+        if (w->decode) w->attn_ms = attn_sum / o->reps; /* NAN without a profile */
+    }
+    res->profiled = wk_engine_profile(e, NULL, 0) > 0;
     rc = 0;
 out:
     if (r.seq) wk_seq_destroy(r.seq);
     free(r.logits);
     free(gen);
     free(prompt);
+    free(depth);
     wk_engine_close(e);
     return rc;
 }
@@ -192,9 +289,14 @@ out:
 
 typedef struct peer_result {
     bool ok;
-    double pp_ts, pp_sd, tg_ts, tg_sd; /* NAN where the test was not run */
+    const char *kv;  /* its cache type (-ctk/-ctv) */
     char error[768];
 } peer_result;
+
+const char *bench_peer_kv(const bench_engine_opts *o) {
+    if (o->peer_kv) return o->peer_kv;
+    return o->kv.bits == 4 ? "q4_0" : "f16";
+}
 
 /* The last non-empty line of what the peer wrote to stderr, for a failure message. */
 static void last_line(int fd, char *out, size_t cap) {
@@ -211,8 +313,9 @@ static void last_line(int fd, char *out, size_t cap) {
     snprintf(out, cap, "%.*s", (int)cap - 1, nl ? nl + 1 : buf);
 }
 
-/* Reads llama-bench's -o json: an array of tests, each with n_prompt, n_gen, avg_ts, stddev_ts. */
-static bool parse_peer_json(const char *text, const bench_engine_opts *o, peer_result *r) {
+/* Reads llama-bench's -o json: an array of tests, each with n_prompt, n_gen, n_depth, avg_ts,
+ * stddev_ts; each row takes the test of its (n_prompt, n_gen, n_depth). */
+static bool parse_peer_json(const char *text, engine_result *res, peer_result *r) {
     cJSON *root = cJSON_Parse(text);
     if (!cJSON_IsArray(root)) {
         cJSON_Delete(root);
@@ -223,42 +326,54 @@ static bool parse_peer_json(const char *text, const bench_engine_opts *o, peer_r
     cJSON_ArrayForEach(t, root) {
         const cJSON *np = cJSON_GetObjectItemCaseSensitive(t, "n_prompt");
         const cJSON *ng = cJSON_GetObjectItemCaseSensitive(t, "n_gen");
+        const cJSON *nd = cJSON_GetObjectItemCaseSensitive(t, "n_depth");
         const cJSON *avg = cJSON_GetObjectItemCaseSensitive(t, "avg_ts");
         const cJSON *sd = cJSON_GetObjectItemCaseSensitive(t, "stddev_ts");
         if (!cJSON_IsNumber(np) || !cJSON_IsNumber(ng) || !cJSON_IsNumber(avg)) continue;
-        double s = cJSON_IsNumber(sd) ? sd->valuedouble : 0.0;
-        if (np->valueint == o->n_prompt && np->valueint > 0 && ng->valueint == 0) {
-            r->pp_ts = avg->valuedouble;
-            r->pp_sd = s;
-        } else if (ng->valueint == o->n_gen && ng->valueint > 0 && np->valueint == 0) {
-            r->tg_ts = avg->valuedouble;
-            r->tg_sd = s;
+        int depth = cJSON_IsNumber(nd) ? nd->valueint : 0; /* before llama-bench had -d */
+        for (int k = 0; k < res->n_rows; k++) {
+            bench_row *w = &res->rows[k];
+            if (w->depth == depth && np->valueint == (w->decode ? 0 : w->n) && ng->valueint == (w->decode ? w->n : 0)) {
+                w->peer_ts = avg->valuedouble;
+                w->peer_sd = cJSON_IsNumber(sd) ? sd->valuedouble : 0.0;
+            }
         }
     }
     cJSON_Delete(root);
-    if ((o->n_prompt > 0 && isnan(r->pp_ts)) || (o->n_gen > 0 && isnan(r->tg_ts))) {
-        snprintf(r->error, sizeof r->error, "its JSON has no pp%d / tg%d result", o->n_prompt, o->n_gen);
-        return false;
-    }
+    for (int k = 0; k < res->n_rows; k++)
+        if (isnan(res->rows[k].peer_ts)) {
+            char name[48];
+            row_name(&res->rows[k], name, sizeof name);
+            snprintf(r->error, sizeof r->error, "its JSON has no %s result", name);
+            return false;
+        }
     return true;
 }
 
-/* Runs `peer -m MODEL -p P -n N -r R -o json -t CPUS`, its stderr kept aside for a failure message. */
-static void run_peer(const bench_engine_opts *o, const char *model, peer_result *r) {
-    r->pp_ts = r->pp_sd = r->tg_ts = r->tg_sd = NAN;
+/* Runs `peer -m MODEL -p P -n N -d LIST -r R -o json -t CPUS -ctk T -ctv T [-fa 1]`, its stderr
+ * kept aside for a failure message. */
+static void run_peer(const bench_engine_opts *o, const char *model, engine_result *res, peer_result *r) {
+    r->kv = bench_peer_kv(o);
     if (access(o->peer, X_OK) != 0) {
         snprintf(r->error, sizeof r->error, "cannot run the peer %.400s: %s", o->peer, strerror(errno));
         return;
     }
     long cpus = sysconf(_SC_NPROCESSORS_ONLN);
-    char p[24], n[24], reps[24], threads[24];
+    char p[24], n[24], reps[24], threads[24], depths[BENCH_MAX_DEPTHS * 9];
     snprintf(p, sizeof p, "%d", o->n_prompt);
     snprintf(n, sizeof n, "%d", o->n_gen);
     snprintf(reps, sizeof reps, "%d", o->reps);
     snprintf(threads, sizeof threads, "%ld", cpus > 0 ? cpus : 1);
-    char *argv[] = {(char *)o->peer, "-m", (char *)model, "-p", p, "-n", n, "-r", reps, "-o", "json", "-t", threads, NULL};
-    fprintf(stderr, "wushkv bench: peer: %s -m %s -p %s -n %s -r %s -o json -t %s\n", o->peer, model, p, n, reps,
-            threads);
+    size_t at = 0;
+    for (int i = 0; i < o->n_depths; i++)
+        at += (size_t)snprintf(depths + at, sizeof depths - at, "%s%d", i ? "," : "", o->depths[i]);
+    /* llama.cpp stores a quantized V cache only with flash attention. */
+    bool flash = strcmp(r->kv, "f16") != 0;
+    char *argv[] = {(char *)o->peer, "-m", (char *)model, "-p", p, "-n", n, "-d", depths, "-r", reps, "-o", "json",
+                    "-t", threads, "-ctk", (char *)r->kv, "-ctv", (char *)r->kv, flash ? "-fa" : NULL, "1", NULL};
+    fprintf(stderr, "wushkv bench: peer:");
+    for (char **a = argv; *a; a++) fprintf(stderr, " %s", *a);
+    fputc('\n', stderr);
 
     int out[2] = {-1, -1};
     char errpath[] = "/tmp/wushkv-bench-peer-XXXXXX";
@@ -313,7 +428,7 @@ static void run_peer(const bench_engine_opts *o, const char *model, peer_result 
                      tail[0] ? ": " : "", tail);
         goto out;
     }
-    if (!text || !parse_peer_json(text, o, r)) {
+    if (!text || !parse_peer_json(text, res, r)) {
         char why[256];
         snprintf(why, sizeof why, "%.255s", text ? r->error : "no output");
         snprintf(r->error, sizeof r->error, "the peer %.400s: %s", o->peer, why);
@@ -334,89 +449,170 @@ out:
 static double round_to(double x, double unit) { return round(x / unit) * unit; }
 
 static void add_num_or_null(cJSON *obj, const char *key, double v, double unit) {
-    if (isnan(v)) cJSON_AddNullToObject(obj, key);
+    if (isnan(v) || isinf(v)) cJSON_AddNullToObject(obj, key);
     else cJSON_AddNumberToObject(obj, key, round_to(v, unit));
+}
+
+/* Why the peer's cache type is the one compared, for the report. */
+static const char *peer_kv_note(const bench_engine_opts *o) {
+    if (o->peer_kv) return "--peer-kv";
+    if (o->kv.bits == 16) return "the same type";
+    if (o->kv.bits == 4) return "llama.cpp's nearest: 4-bit codes, an f16 scale per 32";
+    return "llama.cpp has no 2- or 3-bit cache type";
+}
+
+/* Attention bytes/s of a tg row from the profile: the KV bytes its steps read over their GPU time. */
+static double attn_bytes_per_s(const bench_row *w) {
+    return w->decode && w->attn_ms > 0 ? (double)w->kv_read_run / (w->attn_ms * 1e-3) : NAN;
+}
+
+/* The first depth's pp / tg row, for the flat keys the JSON had before -d; NULL when not run. */
+static const bench_row *first_row(const engine_result *res, bool decode) {
+    for (int k = 0; k < res->n_rows; k++)
+        if (res->rows[k].decode == decode) return res->rows[k].depth == res->rows[0].depth ? &res->rows[k] : NULL;
+    return NULL;
 }
 
 static int print_json(const bench_engine_opts *o, const char *model, const engine_result *res,
                       const peer_result *peer) {
     const size_t n = (size_t)o->reps;
-    double pp = o->n_prompt > 0 ? bench_mean(res->pp_ts, n) : NAN, tg = o->n_gen > 0 ? bench_mean(res->tg_ts, n) : NAN;
     cJSON *obj = cJSON_CreateObject();
     if (!obj) return 1;
     cJSON_AddStringToObject(obj, "model", res->model_name);
     cJSON_AddStringToObject(obj, "model_path", model);
     cJSON_AddStringToObject(obj, "device", res->device);
+    cJSON_AddStringToObject(obj, "device_type", res->device_type);
+    cJSON_AddStringToObject(obj, "device_driver", res->driver);
+    cJSON_AddStringToObject(obj, "device_driver_info", res->driver_info);
+    cJSON_AddNumberToObject(obj, "subgroup_size", res->subgroup);
+    cJSON_AddNumberToObject(obj, "shared_memory_bytes", res->shared_memory);
+    cJSON_AddNumberToObject(obj, "vendor_id", res->vendor_id);
+    cJSON_AddNumberToObject(obj, "device_id", res->device_id);
     cJSON_AddStringToObject(obj, "kv", res->kv_desc);
     cJSON_AddNumberToObject(obj, "bits_per_element", res->bits_per_element);
     cJSON_AddNumberToObject(obj, "kv_bytes_per_token", (double)res->kv_bytes_per_token);
     cJSON_AddNumberToObject(obj, "ctx", res->ctx);
     cJSON_AddNumberToObject(obj, "batch_tokens", o->batch_tokens);
     cJSON_AddNumberToObject(obj, "repetitions", o->reps);
-    cJSON_AddNumberToObject(obj, "n_prompt", res->prefill_tokens);
-    cJSON_AddNumberToObject(obj, "n_gen", res->decode_tokens);
-    add_num_or_null(obj, "prefill_tokens_per_s", pp, 0.01);
-    add_num_or_null(obj, "prefill_tokens_per_s_stddev", o->n_prompt > 0 ? bench_stddev(res->pp_ts, n) : NAN, 0.01);
-    add_num_or_null(obj, "decode_tokens_per_s", tg, 0.01);
-    add_num_or_null(obj, "decode_tokens_per_s_stddev", o->n_gen > 0 ? bench_stddev(res->tg_ts, n) : NAN, 0.01);
-    cJSON *s = cJSON_AddArrayToObject(obj, "prefill_runs_tokens_per_s");
-    for (size_t i = 0; o->n_prompt > 0 && i < n; i++) cJSON_AddItemToArray(s, cJSON_CreateNumber(round_to(res->pp_ts[i], 0.01)));
-    s = cJSON_AddArrayToObject(obj, "decode_runs_tokens_per_s");
-    for (size_t i = 0; o->n_gen > 0 && i < n; i++) cJSON_AddItemToArray(s, cJSON_CreateNumber(round_to(res->tg_ts[i], 0.01)));
+    cJSON_AddBoolToObject(obj, "profile", res->profiled);
+    cJSON *ds = cJSON_AddArrayToObject(obj, "depths");
+    for (int i = 0; i < o->n_depths; i++) cJSON_AddItemToArray(ds, cJSON_CreateNumber(o->depths[i]));
+
+    /* The first depth's figures under the keys the report had before -d. */
+    const bench_row *pp = first_row(res, false), *tg = first_row(res, true);
+    double pp_mean = pp ? bench_mean(pp->ts, n) : NAN, tg_mean = tg ? bench_mean(tg->ts, n) : NAN;
+    cJSON_AddNumberToObject(obj, "n_prompt", pp ? pp->tokens : 0);
+    cJSON_AddNumberToObject(obj, "n_gen", tg ? tg->tokens : 0);
+    add_num_or_null(obj, "prefill_tokens_per_s", pp_mean, 0.01);
+    add_num_or_null(obj, "prefill_tokens_per_s_stddev", pp ? bench_stddev(pp->ts, n) : NAN, 0.01);
+    add_num_or_null(obj, "decode_tokens_per_s", tg_mean, 0.01);
+    add_num_or_null(obj, "decode_tokens_per_s_stddev", tg ? bench_stddev(tg->ts, n) : NAN, 0.01);
+    cJSON *a = cJSON_AddArrayToObject(obj, "prefill_runs_tokens_per_s");
+    for (size_t i = 0; pp && i < n; i++) cJSON_AddItemToArray(a, cJSON_CreateNumber(round_to(pp->ts[i], 0.01)));
+    a = cJSON_AddArrayToObject(obj, "decode_runs_tokens_per_s");
+    for (size_t i = 0; tg && i < n; i++) cJSON_AddItemToArray(a, cJSON_CreateNumber(round_to(tg->ts[i], 0.01)));
+
+    cJSON *tests = cJSON_AddArrayToObject(obj, "tests");
+    for (int k = 0; k < res->n_rows; k++) {
+        const bench_row *w = &res->rows[k];
+        char name[48];
+        row_name(w, name, sizeof name);
+        cJSON *t = cJSON_CreateObject();
+        cJSON_AddItemToArray(tests, t);
+        cJSON_AddStringToObject(t, "test", name);
+        cJSON_AddNumberToObject(t, "n_prompt", w->decode ? 0 : w->n);
+        cJSON_AddNumberToObject(t, "n_gen", w->decode ? w->n : 0);
+        cJSON_AddNumberToObject(t, "n_depth", w->depth);
+        cJSON_AddNumberToObject(t, "depth_tokens", w->depth_held);
+        cJSON_AddNumberToObject(t, "tokens", w->tokens);
+        double mean = bench_mean(w->ts, n);
+        add_num_or_null(t, "tokens_per_s", mean, 0.01);
+        add_num_or_null(t, "tokens_per_s_stddev", bench_stddev(w->ts, n), 0.01);
+        a = cJSON_AddArrayToObject(t, "runs_tokens_per_s");
+        for (size_t i = 0; i < n; i++) cJSON_AddItemToArray(a, cJSON_CreateNumber(round_to(w->ts[i], 0.01)));
+        if (w->decode) {
+            cJSON_AddNumberToObject(t, "kv_read_bytes_per_token", (double)w->kv_read);
+            add_num_or_null(t, "attention_ms_per_token", w->attn_ms / w->n, 0.0001);
+            add_num_or_null(t, "attention_bytes_per_s", attn_bytes_per_s(w), 1.0);
+        }
+        if (o->peer) {
+            add_num_or_null(t, "peer_tokens_per_s", peer->ok ? w->peer_ts : NAN, 0.01);
+            add_num_or_null(t, "peer_tokens_per_s_stddev", peer->ok ? w->peer_sd : NAN, 0.01);
+            add_num_or_null(t, "ratio", peer->ok && w->peer_ts > 0 ? mean / w->peer_ts : NAN, 0.001);
+        }
+    }
     if (o->peer) {
         cJSON *p = cJSON_AddObjectToObject(obj, "peer");
         cJSON_AddStringToObject(p, "path", o->peer);
+        cJSON_AddStringToObject(p, "kv", peer->kv ? peer->kv : bench_peer_kv(o));
+        cJSON_AddStringToObject(p, "kv_why", peer_kv_note(o));
         if (peer->ok) {
-            add_num_or_null(p, "prefill_tokens_per_s", peer->pp_ts, 0.01);
-            add_num_or_null(p, "prefill_tokens_per_s_stddev", peer->pp_sd, 0.01);
-            add_num_or_null(p, "decode_tokens_per_s", peer->tg_ts, 0.01);
-            add_num_or_null(p, "decode_tokens_per_s_stddev", peer->tg_sd, 0.01);
+            add_num_or_null(p, "prefill_tokens_per_s", pp ? pp->peer_ts : NAN, 0.01);
+            add_num_or_null(p, "prefill_tokens_per_s_stddev", pp ? pp->peer_sd : NAN, 0.01);
+            add_num_or_null(p, "decode_tokens_per_s", tg ? tg->peer_ts : NAN, 0.01);
+            add_num_or_null(p, "decode_tokens_per_s_stddev", tg ? tg->peer_sd : NAN, 0.01);
             cJSON_AddNullToObject(p, "error");
         } else {
             cJSON_AddStringToObject(p, "error", peer->error);
         }
-        add_num_or_null(obj, "ratio_prefill", peer->ok && peer->pp_ts > 0 ? pp / peer->pp_ts : NAN, 0.001);
-        add_num_or_null(obj, "ratio_decode", peer->ok && peer->tg_ts > 0 ? tg / peer->tg_ts : NAN, 0.001);
+        add_num_or_null(obj, "ratio_prefill", peer->ok && pp && pp->peer_ts > 0 ? pp_mean / pp->peer_ts : NAN, 0.001);
+        add_num_or_null(obj, "ratio_decode", peer->ok && tg && tg->peer_ts > 0 ? tg_mean / tg->peer_ts : NAN, 0.001);
     }
     return cli_print_json(obj);
 }
 
-static void print_row(const char *test, double mean, double sd, const bench_engine_opts *o, const peer_result *peer,
-                      double peer_mean, double peer_sd) {
-    printf("| %-7s | %10.2f +/- %-9.2f |", test, mean, sd);
-    if (o->peer) {
-        if (peer->ok && !isnan(peer_mean))
-            printf(" %10.2f +/- %-9.2f | %11.3f |", peer_mean, peer_sd, peer_mean > 0 ? mean / peer_mean : NAN);
-        else
-            printf(" %-24s | %-11s |", "failed", "-");
-    }
-    putchar('\n');
+/* "12.3 MiB", "456.0 KiB", "789 B". */
+static void human_bytes(double b, char *buf, size_t cap) {
+    if (b >= 1048576.0) snprintf(buf, cap, "%.2f MiB", b / 1048576.0);
+    else if (b >= 1024.0) snprintf(buf, cap, "%.1f KiB", b / 1024.0);
+    else snprintf(buf, cap, "%.0f B", b);
 }
 
 static void print_text(const bench_engine_opts *o, const char *model, const engine_result *res,
                        const peer_result *peer) {
     const size_t n = (size_t)o->reps;
     printf("model:  %s (%s)\n", res->model_name, model);
-    printf("device: %s\n", res->device);
+    printf("device: %s (%s; driver %s%s%s; subgroup %u, shared memory %u KiB)\n", res->device, res->device_type,
+           res->driver[0] ? res->driver : "?", res->driver_info[0] ? " " : "", res->driver_info, res->subgroup,
+           res->shared_memory / 1024);
     printf("KV:     %s, %.2f bits/element, %llu bytes/token; ctx %d, batch %d, %d run%s after 1 warm-up\n",
            res->kv_desc, res->bits_per_element, res->kv_bytes_per_token, res->ctx, o->batch_tokens, o->reps,
            o->reps == 1 ? "" : "s");
-    if (o->peer) printf("peer:   %s\n", o->peer);
-    printf("\n| test    | wushkv tok/s             |");
+    if (o->peer)
+        printf("peer:   %s, KV cache %s (%s)\n", o->peer, peer->kv ? peer->kv : bench_peer_kv(o), peer_kv_note(o));
+    printf("\n| %-15s | wushkv tok/s             | KV read/token |", "test");
+    if (res->profiled) printf(" attn GB/s |");
     if (o->peer) printf(" peer tok/s               | wushkv/peer |");
-    printf("\n|---------|--------------------------|");
+    printf("\n|-----------------|--------------------------|---------------|");
+    if (res->profiled) printf("-----------|");
     if (o->peer) printf("--------------------------|-------------|");
     putchar('\n');
-    char name[32];
-    if (o->n_prompt > 0) {
-        snprintf(name, sizeof name, "pp%d", o->n_prompt);
-        print_row(name, bench_mean(res->pp_ts, n), bench_stddev(res->pp_ts, n), o, peer, peer->pp_ts, peer->pp_sd);
-    }
-    if (o->n_gen > 0) {
-        snprintf(name, sizeof name, "tg%d", o->n_gen);
-        print_row(name, bench_mean(res->tg_ts, n), bench_stddev(res->tg_ts, n), o, peer, peer->tg_ts, peer->tg_sd);
+    for (int k = 0; k < res->n_rows; k++) {
+        const bench_row *w = &res->rows[k];
+        char name[48], rb[32] = "-";
+        row_name(w, name, sizeof name);
+        double mean = bench_mean(w->ts, n);
+        if (w->decode) human_bytes((double)w->kv_read, rb, sizeof rb);
+        printf("| %-15s | %10.2f +/- %-9.2f | %13s |", name, mean, bench_stddev(w->ts, n), rb);
+        if (res->profiled) {
+            double bw = attn_bytes_per_s(w);
+            if (isnan(bw)) printf(" %9s |", "-");
+            else printf(" %9.2f |", bw / 1e9);
+        }
+        if (o->peer) {
+            if (peer->ok && !isnan(w->peer_ts))
+                printf(" %10.2f +/- %-9.2f | %11.3f |", w->peer_ts, w->peer_sd, w->peer_ts > 0 ? mean / w->peer_ts : NAN);
+            else
+                printf(" %-24s | %-11s |", "failed", "-");
+        }
+        putchar('\n');
     }
     fflush(stdout);
+}
+
+static void free_result(engine_result *res) {
+    for (int k = 0; res->rows && k < res->n_rows; k++) free(res->rows[k].ts);
+    free(res->rows);
 }
 
 int bench_engine_run(const bench_engine_opts *o) {
@@ -426,9 +622,9 @@ int bench_engine_run(const bench_engine_opts *o) {
     engine_result res = {0};
     int rc = measure_engine(o, path, &res);
     if (rc == 0) {
-        peer_result peer = {.pp_ts = NAN, .pp_sd = NAN, .tg_ts = NAN, .tg_sd = NAN};
+        peer_result peer = {.kv = NULL};
         /* After our engine is closed, so the two never share the CPU. */
-        if (o->peer) run_peer(o, path, &peer);
+        if (o->peer) run_peer(o, path, &res, &peer);
         if (o->common.json) rc = print_json(o, path, &res, &peer);
         else print_text(o, path, &res, &peer);
         if (o->peer && !peer.ok) {
@@ -436,7 +632,6 @@ int bench_engine_run(const bench_engine_opts *o) {
             rc = 1;
         }
     }
-    free(res.pp_ts);
-    free(res.tg_ts);
+    free_result(&res);
     return rc;
 }

