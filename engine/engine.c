@@ -200,6 +200,13 @@ int wk_engine_open(const wk_engine_params *p, wk_engine **out, char *err, size_t
         memcpy(e->chat_template, tmpl->str.ptr, tmpl->str.len);
         e->chat_template[tmpl->str.len] = 0;
     }
+    /* Nothing below reads the file: weights are on the device, the rest copied (the model
+     * description's tensor pointers dangle from here on; only wk_engine_wo and research.h use them,
+     * and they check e->gguf). */
+    if (p->release_model_file) {
+        wk_gguf_close(e->gguf);
+        e->gguf = NULL;
+    }
     /* Lavapipe compiles a shader at its first dispatch (up to ~0.4 s for a matmul): run every
      * pipeline once now, so the first request and every benchmark see warm pipelines. Slot 0's
      * rows 0..4 get scratch values that the next prefill overwrites before anything reads them
@@ -516,6 +523,7 @@ void wk_capture_free(wk_capture *c) {
 int wk_engine_wo(const wk_engine *e, int layer, float *out, char *err, size_t errlen) {
     const wk_hparams *hp = &e->desc.hp;
     if (layer < 0 || layer >= hp->n_layer) return snprintf(err, errlen, "no layer %d", layer), WK_ERR_INVALID;
+    if (!e->gguf) return snprintf(err, errlen, "the engine released its model file (release_model_file)"), WK_ERR_INVALID;
     const wk_gguf_tensor *t = e->desc.layers[layer].wo;
     if (!wk_dequantize(t->type, t->data, out, (size_t)t->ne[0] * t->ne[1]))
         return snprintf(err, errlen, "tensor '%s': cannot read %s", t->name, wk_ggml_type_name(t->type)), WK_ERR_UNSUPPORTED;

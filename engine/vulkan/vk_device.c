@@ -156,9 +156,11 @@ static int create_device(wk_vk *vk, char *err, size_t errlen) {
         snprintf(err, errlen, "device %s has no compute queue", vk->props.deviceName);
         return WK_ERR_VULKAN;
     }
-    VkPhysicalDeviceSubgroupProperties sg = {.sType = VK_STRUCTURE_TYPE_PHYSICAL_DEVICE_SUBGROUP_PROPERTIES};
+    VkPhysicalDeviceMaintenance3Properties m3 = {.sType = VK_STRUCTURE_TYPE_PHYSICAL_DEVICE_MAINTENANCE_3_PROPERTIES};
+    VkPhysicalDeviceSubgroupProperties sg = {.sType = VK_STRUCTURE_TYPE_PHYSICAL_DEVICE_SUBGROUP_PROPERTIES, .pNext = &m3};
     VkPhysicalDeviceProperties2 p2 = {.sType = VK_STRUCTURE_TYPE_PHYSICAL_DEVICE_PROPERTIES_2, .pNext = &sg};
     vkGetPhysicalDeviceProperties2(vk->phys, &p2);
+    vk->max_allocation = m3.maxMemoryAllocationSize;
     const VkSubgroupFeatureFlags need = VK_SUBGROUP_FEATURE_BASIC_BIT | VK_SUBGROUP_FEATURE_ARITHMETIC_BIT;
     if (!(sg.supportedStages & VK_SHADER_STAGE_COMPUTE_BIT) || (sg.supportedOperations & need) != need) {
         snprintf(err, errlen, "device %s lacks subgroup arithmetic in compute shaders", vk->props.deviceName);
@@ -263,6 +265,17 @@ static int find_memory_type(const wk_vk *vk, uint32_t bits, VkMemoryPropertyFlag
     return -1;
 }
 
+VkDeviceSize wk_vk_max_buffer_bytes(const wk_vk *vk) {
+    VkDeviceSize heap = 0; /* the largest device-local heap (any heap when none is device-local) */
+    for (int pass = 0; pass < 2 && !heap; pass++)
+        for (uint32_t i = 0; i < vk->mem_props.memoryHeapCount; i++)
+            if ((pass || (vk->mem_props.memoryHeaps[i].flags & VK_MEMORY_HEAP_DEVICE_LOCAL_BIT)) &&
+                vk->mem_props.memoryHeaps[i].size > heap)
+                heap = vk->mem_props.memoryHeaps[i].size;
+    if (vk->max_allocation && (!heap || vk->max_allocation < heap)) return vk->max_allocation;
+    return heap;
+}
+
 int wk_vk_buffer_create(wk_vk *vk, wk_buf *b, VkDeviceSize size, wk_mem_kind kind, VkFormat texel_format, char *err,
                         size_t errlen) {
     memset(b, 0, sizeof *b);
@@ -273,6 +286,14 @@ int wk_vk_buffer_create(wk_vk *vk, wk_buf *b, VkDeviceSize size, wk_mem_kind kin
                                        VK_BUFFER_USAGE_STORAGE_TEXEL_BUFFER_BIT |
                                        VK_BUFFER_USAGE_TRANSFER_SRC_BIT | VK_BUFFER_USAGE_TRANSFER_DST_BIT,
                               .sharingMode = VK_SHARING_MODE_EXCLUSIVE};
+    /* Beyond what one allocation or the heap can hold, the driver's own refusal (or, on some, an
+     * overcommitted allocation that faults later) would say less than this. */
+    const VkDeviceSize room = wk_vk_max_buffer_bytes(vk);
+    if (room && size > room) {
+        snprintf(err, errlen, "a buffer of %llu bytes is larger than device %s can allocate at once (%llu bytes)",
+                 (unsigned long long)size, vk->props.deviceName, (unsigned long long)room);
+        return WK_ERR_NOMEM;
+    }
     VKCALL(vkCreateBuffer(vk->dev, &bci, NULL, &b->buf), "vkCreateBuffer");
     b->size = size;
     VkMemoryRequirements req;

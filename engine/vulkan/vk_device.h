@@ -18,6 +18,7 @@ typedef struct wk_vk {
     VkPhysicalDeviceProperties props;
     VkPhysicalDeviceMemoryProperties mem_props;
     uint32_t subgroup_size;
+    VkDeviceSize max_allocation;  /* the largest single allocation (maintenance3), 0: not reported */
     bool validation;
     int validation_messages;      /* warnings and errors the layer reported (tests require 0) */
     VkCommandPool cmd_pool;
@@ -45,7 +46,11 @@ typedef enum {
 int wk_vk_init(wk_vk *vk, int device_index, bool validation, bool verbose, char *err, size_t errlen);
 void wk_vk_destroy(wk_vk *vk);
 
-/* size bytes; texel_format != VK_FORMAT_UNDEFINED adds a uniform texel view over the whole buffer. */
+/* The largest buffer the device can hold in one allocation: the smaller of maxMemoryAllocationSize
+ * and its largest device-local memory heap (0: unknown). */
+VkDeviceSize wk_vk_max_buffer_bytes(const wk_vk *vk);
+/* size bytes; texel_format != VK_FORMAT_UNDEFINED adds a uniform texel view over the whole buffer.
+ * A size over wk_vk_max_buffer_bytes is refused (WK_ERR_NOMEM) before the driver is asked. */
 int wk_vk_buffer_create(wk_vk *vk, wk_buf *b, VkDeviceSize size, wk_mem_kind kind, VkFormat texel_format,
                         char *err, size_t errlen);
 void wk_vk_buffer_destroy(wk_vk *vk, wk_buf *b);

@@ -93,6 +93,12 @@ typedef struct wk_engine_params {
     int kv_sink, kv_recent;
     /* Percentile quantizer clip quantiles for keys and values (0: 0.96 and 0.92). */
     float kv_rho_k, kv_rho_v;
+    /* Unmap the model file once the engine is open. Serving never reads it again (the weights are on
+     * the device, the vocabulary and chat template copied), so a model file truncated, replaced or
+     * removed under a running server cannot fault the process (a read from a truncated mapping is
+     * SIGBUS), and its pages leave the process. The research API (research.h: calibration, layer
+     * error, wk_engine_wo) reads the file through the engine and refuses such an engine. */
+    bool release_model_file;
 } wk_engine_params;
 
 typedef struct wk_model_info {

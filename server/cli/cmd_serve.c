@@ -273,6 +273,7 @@ static int parse_serve(int argc, char **argv, serve_config *cfg, char *key_buf, 
     cfg->engine.model_path = common.model;
     cfg->engine.device_index = common.device;
     cfg->engine.verbose = common.verbose;
+    cfg->engine.release_model_file = true; /* a model file changed under the server cannot fault it */
     if (!kv_flags_finish(&c, &kv)) return CLI_EXIT_USAGE;
     kv_flags_apply(&kv, &cfg->engine);
     kv_flags_describe(&kv, cfg->kv_desc, sizeof cfg->kv_desc);

@@ -3,16 +3,21 @@
 # client that goes away at every phase of its request (during the headers, during the body,
 # between keep-alive requests, while queued, during prefill, mid-stream) leaves no sequence and no
 # KV block behind and the others finish; concurrent requests with preemption and random
-# disconnects all complete.
+# disconnects all complete. Then engine faults on a tiny random model: a --kv-mem beyond the device,
+# a truncated or foreign --wush sidecar (exit status 1 with a message), and the model file
+# truncated, then removed, under a running server (it goes on answering: serve releases the file
+# once loaded).
 import concurrent.futures as cf
 import json
+import os
 import socket
+import subprocess
 import time
 
 import pytest
 import requests
 
-from conftest import PLAIN, Server, metric, wait_idle
+from conftest import BIN, PLAIN, ROOT, Server, free_port, metric, wait_idle
 
 ABORT = 'finished_reason="abort"'
 
@@ -158,3 +163,93 @@ def test_tiny_pool_preemption_with_disconnects(pool):
     assert metric(pool, "num_preemptions_total") > preempted, pool.log()
     wait_idle(pool, held="kv_cache_used_bytes")
     assert metric(pool, "kv_cache_used_blocks") == 0
+
+
+# ---- engine faults at serve start and under a running server (a tiny random model: fast) ----------
+
+WRITER = ROOT / "build" / "tests" / "write_tiny_model"
+
+
+@pytest.fixture(scope="module")
+def tiny(tmp_path_factory):
+    if not WRITER.exists() or not os.path.exists(BIN):
+        pytest.skip("build/ is not built")
+    d = tmp_path_factory.mktemp("faults")
+    for name, seed in (("tiny.gguf", "7"), ("other.gguf", "8")):
+        subprocess.run([str(WRITER), str(d / name), "gemma3", seed], check=True, capture_output=True)
+    return d
+
+
+def serve_exit(model, *args, timeout=300):
+    """Runs serve to its exit; returns (status, stderr)."""
+    p = subprocess.run([BIN, "serve", "-m", str(model), "--port", str(free_port()), "--ctx", "64", "--max-batch", "1",
+                        *args], capture_output=True, text=True, timeout=timeout)
+    return p.returncode, p.stderr
+
+
+def test_kv_mem_beyond_the_device_exits_1(tiny):
+    rc, err = serve_exit(tiny / "tiny.gguf", "--kv", "int2", "--kv-transform", "none", "--kv-mem", "1TiB")
+    assert rc == 1 and "--kv-mem" in err and "larger than device" in err, err
+
+
+def test_truncated_or_foreign_sidecar_exits_1(tiny):
+    calib = tiny / "calib.txt"
+    calib.write_text("The quick brown fox jumps over the lazy dog. " * 200)
+    for model in ("tiny", "other"):
+        subprocess.run([BIN, "calibrate", "-m", str(tiny / f"{model}.gguf"), "-f", str(calib), "-o",
+                        str(tiny / f"{model}.wush"), "--tokens", "256", "--chunk", "128"], check=True,
+                       capture_output=True, timeout=300)
+    whole = (tiny / "tiny.wush").read_bytes()
+    cases = {
+        "half.wush": (whole[: len(whole) // 2], "runs past end of file"),
+        "head.wush": (whole[:100], "cannot fit"),
+        "empty.wush": (b"", "wush"),
+    }
+    for name, (data, why) in cases.items():
+        (tiny / name).write_bytes(data)
+    cases["other.wush"] = (None, "another model")
+    cases["tiny.gguf"] = (None, "sidecar")  # a GGUF, but a model, not a sidecar
+    for name, (_, why) in cases.items():
+        rc, err = serve_exit(tiny / "tiny.gguf", "--kv", "int2", "--wush", str(tiny / name))
+        assert rc == 1 and why in err, (name, rc, err)
+        assert "Traceback" not in err and "Segmentation" not in err
+
+
+def test_model_file_truncated_then_removed_while_serving(tiny, tmp_path):
+    model = tmp_path / "m.gguf"
+    model.write_bytes((tiny / "tiny.gguf").read_bytes())
+    port = free_port()
+    log = open(tmp_path / "serve.log", "w")
+    p = subprocess.Popen([BIN, "serve", "-m", str(model), "--port", str(port), "--kv", "f16", "--ctx", "64",
+                          "--max-batch", "1"], stdout=log, stderr=subprocess.STDOUT)
+    url = f"http://127.0.0.1:{port}"
+    try:
+        wait_for(lambda: p.poll() is None and _listening(port) and
+                 requests.get(url + "/health", timeout=2).status_code == 200, "the server to be ready", timeout=300)
+        # Loaded, then let go: no mapping of the file is left in the process.
+        assert str(model) not in open(f"/proc/{p.pid}/maps").read()
+        body = {"prompt": "hello world", "max_tokens": 4, "temperature": 0}
+        want = requests.post(url + "/v1/completions", json=body, timeout=60).json()["choices"][0]["text"]
+        for change in (lambda: os.truncate(model, 1000), lambda: model.unlink()):
+            change()
+            r = requests.post(url + "/v1/completions", json=body, timeout=60)
+            assert r.status_code == 200 and r.json()["choices"][0]["text"] == want, r.text
+            assert requests.post(url + "/tokenize", json={"prompt": "hello"}, timeout=60).status_code == 200
+            r = requests.post(url + "/v1/chat/completions", json={"messages": [{"role": "user", "content": "hi"}],
+                                                                  "max_tokens": 2}, timeout=60)
+            assert r.status_code == 200, r.text
+        p.terminate()
+        assert p.wait(60) == 0
+    finally:
+        if p.poll() is None:
+            p.kill()
+            p.wait()
+        log.close()
+
+
+def _listening(port):
+    try:
+        socket.create_connection(("127.0.0.1", port), timeout=1).close()
+        return True
+    except OSError:
+        return False
