@@ -69,6 +69,7 @@ const wk_model_info *wk_engine_info(const wk_engine *e) { return &e->info; }
 const char *wk_engine_chat_template(const wk_engine *e) { return e->chat_template; }
 const wk_model_desc *wk_engine_desc(const wk_engine *e) { return &e->desc; }
 const wk_gguf *wk_engine_gguf(const wk_engine *e) { return e->gguf; }
+int wk_engine_validation_messages(const wk_engine *e) { return e->vk.validation_messages; }
 
 void wk_engine_close(wk_engine *e) {
     if (!e) return;
@@ -116,7 +117,9 @@ int wk_engine_open(const wk_engine_params *p, wk_engine **out, char *err, size_t
         snprintf(err, errlen, "context %d, batch %d or %d sequences out of range", max_ctx, max_batch, e->max_seqs);
         rc = WK_ERR_INVALID;
     }
-    if (!rc) rc = wk_vk_init(&e->vk, p->device_index, p->validation, p->verbose, err, errlen);
+    const int validation = !p->validation ? WK_VK_VALIDATION_OFF : p->validation_sync ? WK_VK_VALIDATION_SYNC
+                                                                                    : WK_VK_VALIDATION_ON;
+    if (!rc) rc = wk_vk_init(&e->vk, p->device_index, validation, p->verbose, err, errlen);
     if (!rc) rc = wk_pipelines_create(&e->vk, &e->pipes, err, errlen);
     if (!rc && p->profile) wk_pipelines_enable_profile(&e->vk, &e->pipes);
     if (!rc && p->kv_transform == WK_KV_TRANSFORM_WUSH && !p->wush_path) {

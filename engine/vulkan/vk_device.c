@@ -79,13 +79,20 @@ static int create_instance(wk_vk *vk, char *err, size_t errlen) {
     }
     VkApplicationInfo app = {.sType = VK_STRUCTURE_TYPE_APPLICATION_INFO, .pApplicationName = "wushkv",
                              .pEngineName = "wushkv", .apiVersion = VK_API_VERSION_1_2};
-    const char *exts[] = {VK_EXT_DEBUG_UTILS_EXTENSION_NAME};
+    const char *exts[] = {VK_EXT_DEBUG_UTILS_EXTENSION_NAME, VK_EXT_VALIDATION_FEATURES_EXTENSION_NAME};
     VkInstanceCreateInfo ici = {.sType = VK_STRUCTURE_TYPE_INSTANCE_CREATE_INFO, .pApplicationInfo = &app};
+    /* Synchronization validation: the layer tracks every access of every dispatch and copy and
+     * reports a hazard (a read or write not ordered after a conflicting write by a barrier). The
+     * layer provides VK_EXT_validation_features itself. */
+    const VkValidationFeatureEnableEXT sync[] = {VK_VALIDATION_FEATURE_ENABLE_SYNCHRONIZATION_VALIDATION_EXT};
+    VkValidationFeaturesEXT features = {.sType = VK_STRUCTURE_TYPE_VALIDATION_FEATURES_EXT,
+                                        .enabledValidationFeatureCount = 1, .pEnabledValidationFeatures = sync};
     if (vk->validation) {
         ici.enabledLayerCount = 1;
         ici.ppEnabledLayerNames = &layer;
-        ici.enabledExtensionCount = 1;
+        ici.enabledExtensionCount = vk->validation_sync ? 2 : 1;
         ici.ppEnabledExtensionNames = exts;
+        if (vk->validation_sync) ici.pNext = &features;
     }
     VKCALL(vkCreateInstance(&ici, NULL, &vk->instance), "vkCreateInstance");
     if (vk->validation) {
@@ -222,9 +229,10 @@ static void keep_driver_loaded(void) {
 #endif
 }
 
-int wk_vk_init(wk_vk *vk, int device_index, bool validation, bool verbose, char *err, size_t errlen) {
+int wk_vk_init(wk_vk *vk, int device_index, int validation, bool verbose, char *err, size_t errlen) {
     memset(vk, 0, sizeof *vk);
-    vk->validation = validation;
+    vk->validation = validation != WK_VK_VALIDATION_OFF;
+    vk->validation_sync = validation == WK_VK_VALIDATION_SYNC;
     int rc;
     if ((rc = create_instance(vk, err, errlen)) || (rc = pick_device(vk, device_index, err, errlen)) ||
         (rc = create_device(vk, err, errlen))) {
@@ -235,7 +243,8 @@ int wk_vk_init(wk_vk *vk, int device_index, bool validation, bool verbose, char 
     if (verbose)
         fprintf(stderr, "wushkv: device %s (Vulkan %u.%u, subgroup %u)%s\n", vk->props.deviceName,
                 VK_API_VERSION_MAJOR(vk->props.apiVersion), VK_API_VERSION_MINOR(vk->props.apiVersion),
-                vk->subgroup_size, vk->validation ? ", validation on" : "");
+                vk->subgroup_size, vk->validation_sync ? ", validation on (with synchronization)"
+                                   : vk->validation ? ", validation on" : "");
     return 0;
 }
 
@@ -399,11 +408,15 @@ int wk_vk_submit_wait(wk_vk *vk, char *err, size_t errlen) {
     return 0;
 }
 
+/* Every later access in the destination scope, writes included: a transfer write after a write is a
+ * write-after-write hazard unless TRANSFER_WRITE is in dstAccessMask (synchronization validation
+ * reported it; tests/test_sync_validation.c). */
 void wk_vk_barrier(wk_vk *vk) {
     VkMemoryBarrier mb = {.sType = VK_STRUCTURE_TYPE_MEMORY_BARRIER,
                           .srcAccessMask = VK_ACCESS_SHADER_WRITE_BIT | VK_ACCESS_TRANSFER_WRITE_BIT,
                           .dstAccessMask = VK_ACCESS_SHADER_READ_BIT | VK_ACCESS_SHADER_WRITE_BIT |
-                                           VK_ACCESS_TRANSFER_READ_BIT | VK_ACCESS_HOST_READ_BIT};
+                                           VK_ACCESS_TRANSFER_READ_BIT | VK_ACCESS_TRANSFER_WRITE_BIT |
+                                           VK_ACCESS_HOST_READ_BIT};
     vkCmdPipelineBarrier(vk->cmd, VK_PIPELINE_STAGE_COMPUTE_SHADER_BIT | VK_PIPELINE_STAGE_TRANSFER_BIT,
                          VK_PIPELINE_STAGE_COMPUTE_SHADER_BIT | VK_PIPELINE_STAGE_TRANSFER_BIT |
                              VK_PIPELINE_STAGE_HOST_BIT,

@@ -20,6 +20,7 @@ typedef struct wk_vk {
     uint32_t subgroup_size;
     VkDeviceSize max_allocation;  /* the largest single allocation (maintenance3), 0: not reported */
     bool validation;
+    bool validation_sync;         /* the layer's synchronization validation too */
     int validation_messages;      /* warnings and errors the layer reported (tests require 0) */
     VkCommandPool cmd_pool;
     VkCommandBuffer cmd;          /* the step command buffer */
@@ -42,8 +43,10 @@ typedef enum {
     WK_MEM_HOST = 1,     /* host-visible, coherent (uploads of small per-step data, readback) */
 } wk_mem_kind;
 
-/* device_index < 0: discrete > integrated > virtual > cpu. */
-int wk_vk_init(wk_vk *vk, int device_index, bool validation, bool verbose, char *err, size_t errlen);
+/* device_index < 0: discrete > integrated > virtual > cpu. validation: WK_VK_VALIDATION_* (a bool's
+ * true is the layer without synchronization validation). */
+enum { WK_VK_VALIDATION_OFF = 0, WK_VK_VALIDATION_ON = 1, WK_VK_VALIDATION_SYNC = 2 };
+int wk_vk_init(wk_vk *vk, int device_index, int validation, bool verbose, char *err, size_t errlen);
 void wk_vk_destroy(wk_vk *vk);
 
 /* The largest buffer the device can hold in one allocation: the smaller of maxMemoryAllocationSize

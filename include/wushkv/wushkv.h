@@ -61,6 +61,7 @@ typedef struct wk_engine_params {
     int max_batch_tokens;  /* tokens one forward step may carry (prefill chunk); 0: 512 */
     int max_seqs;          /* sequences that may exist at once; 0: 1 */
     bool validation;       /* enable the Khronos validation layer */
+    bool validation_sync;  /* with validation: its synchronization validation too (hazards between dispatches; slow) */
     bool verbose;          /* device and model summary on stderr */
     bool skip_warmup;      /* don't run every shader once at open (lavapipe compiles on first use) */
     /* GPU time per pipeline: a timestamp after every dispatch (where the device has compute
