@@ -86,7 +86,7 @@ def wait_open(srv, n, timeout=10):
 @pytest.fixture(scope="module")
 def capped():
     s = Server("--kv", "f16", "--ctx", "256", "--max-batch", "2", "--max-connections", str(CAP),
-               "--request-timeout", "30")
+               "--request-timeout", "30", "--idle-timeout", "4")
     yield s
     rc = s.stop()
     assert rc == 0, f"server exit status {rc} after SIGTERM:\n{s.log()}"
@@ -146,6 +146,15 @@ def test_oldest_idle_connection_reaped(capped):
         s.close()
     wait_open(capped, 0)
     assert metric_raw(capped, "http_connections_reaped_total") == reaped + 1
+
+
+def test_idle_keep_alive_connection_closed(capped):
+    s = connect(capped)
+    assert request(capped, "/health", close=False, sock=s)[0].startswith(b"HTTP/1.1 200 ")
+    t0 = time.time()
+    assert closed_by_server(s, timeout=15)
+    assert 3 < time.time() - t0 < 12  # --idle-timeout 4
+    s.close()
 
 
 def serve_until_listening(*args, nofile=None):
@@ -229,6 +238,12 @@ def post_json(server, path, body):
     data = json.dumps(body).encode()
     return raw(server, f"POST {path} HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n"
                        f"Content-Length: {len(data)}\r\n\r\n".encode() + data)
+
+
+def test_more_choices_than_the_server_holds_400(server):
+    # --max-batch 4 + --max-queue 2: n = 8 can never be in flight at once (16 would be allowed).
+    head, body = post_json(server, "/v1/completions", {"prompt": "Hi", "max_tokens": 1, "n": 8})
+    assert head.startswith(b"HTTP/1.1 400 ") and json.loads(body)["error"]["param"] == "n", body
 
 
 @pytest.mark.parametrize("field,value,ok", [
