@@ -69,6 +69,7 @@ const wk_model_info *wk_engine_info(const wk_engine *e) { return &e->info; }
 const char *wk_engine_chat_template(const wk_engine *e) { return e->chat_template; }
 const wk_model_desc *wk_engine_desc(const wk_engine *e) { return &e->desc; }
 const wk_gguf *wk_engine_gguf(const wk_engine *e) { return e->gguf; }
+int wk_engine_validation_messages(const wk_engine *e) { return e->vk.validation_messages; }
 
 uint64_t wk_kv_decode_read_bytes(const wk_engine *e, uint64_t depth) {
     return wk_kv_cache_step_read_bytes(&e->kv, &e->desc.hp, depth);
@@ -143,7 +144,9 @@ int wk_engine_open(const wk_engine_params *p, wk_engine **out, char *err, size_t
         snprintf(err, errlen, "context %d, batch %d or %d sequences out of range", max_ctx, max_batch, e->max_seqs);
         rc = WK_ERR_INVALID;
     }
-    if (!rc) rc = wk_vk_init(&e->vk, p->device_index, p->validation, p->verbose, err, errlen);
+    const int validation = !p->validation ? WK_VK_VALIDATION_OFF : p->validation_sync ? WK_VK_VALIDATION_SYNC
+                                                                                    : WK_VK_VALIDATION_ON;
+    if (!rc) rc = wk_vk_init(&e->vk, p->device_index, validation, p->verbose, err, errlen);
     if (!rc) rc = wk_pipelines_create(&e->vk, &e->pipes, err, errlen);
     if (!rc && p->profile) wk_pipelines_enable_profile(&e->vk, &e->pipes);
     if (!rc && p->kv_transform == WK_KV_TRANSFORM_WUSH && !p->wush_path) {
@@ -226,6 +229,13 @@ int wk_engine_open(const wk_engine_params *p, wk_engine **out, char *err, size_t
         (e->chat_template = malloc(tmpl->str.len + 1))) {
         memcpy(e->chat_template, tmpl->str.ptr, tmpl->str.len);
         e->chat_template[tmpl->str.len] = 0;
+    }
+    /* Nothing below reads the file: weights are on the device, the rest copied (the model
+     * description's tensor pointers dangle from here on; only wk_engine_wo and research.h use them,
+     * and they check e->gguf). */
+    if (p->release_model_file) {
+        wk_gguf_close(e->gguf);
+        e->gguf = NULL;
     }
     /* Pipelines are created at their first dispatch (vk_pipelines.c; a GPU driver compiles then),
      * and lavapipe compiles a shader at its first dispatch too (up to ~0.4 s for a matmul): run
@@ -554,6 +564,7 @@ void wk_capture_free(wk_capture *c) {
 int wk_engine_wo(const wk_engine *e, int layer, float *out, char *err, size_t errlen) {
     const wk_hparams *hp = &e->desc.hp;
     if (layer < 0 || layer >= hp->n_layer) return snprintf(err, errlen, "no layer %d", layer), WK_ERR_INVALID;
+    if (!e->gguf) return snprintf(err, errlen, "the engine released its model file (release_model_file)"), WK_ERR_INVALID;
     const wk_gguf_tensor *t = e->desc.layers[layer].wo;
     if (!wk_dequantize(t->type, t->data, out, (size_t)t->ne[0] * t->ne[1]))
         return snprintf(err, errlen, "tensor '%s': cannot read %s", t->name, wk_ggml_type_name(t->type)), WK_ERR_UNSUPPORTED;

@@ -9,6 +9,8 @@
 
 /* Both live as long as the engine. */
 const wk_model_desc *wk_engine_desc(const wk_engine *e);
-const wk_gguf *wk_engine_gguf(const wk_engine *e);
+const wk_gguf *wk_engine_gguf(const wk_engine *e); /* NULL once released (release_model_file) */
+/* Warnings and errors the validation layer reported so far (tests require 0). */
+int wk_engine_validation_messages(const wk_engine *e);
 
 #endif

@@ -13,11 +13,18 @@
 #include "model/model.h"
 #include "model/quant.h"
 #include "ref_forward.h"
+#include "engine_int.h"
 #include "test_engine_env.h"
 #include "test_util.h"
 #include "tiny_model.h"
 #include "wush/wush_transform.h"
 #include "wushkv/research.h"
+
+/* The validation layer is on (p.validation): it must have said nothing by the time an engine closes. */
+static void close_checked(wk_engine *e) {
+    if (e) CHECK_EQ_INT(wk_engine_validation_messages(e), 0);
+    wk_engine_close(e);
+}
 
 enum { N_TOK = 24, BLOCK = 32 }; /* 24 > the tiny model's window of 16: the window matters */
 
@@ -377,7 +384,7 @@ int main(void) {
     CHECK_EQ_INT(wk_calib_create(e, &bad, &cb, err, sizeof err), WK_ERR_INVALID);
     CHECK(cb == NULL);
 
-    wk_engine_close(e);
+    close_checked(e);
     wk_gguf_close(ga);
     wk_gguf_close(gb);
     free(da);

@@ -1,7 +1,8 @@
 /* The engine settings a test takes from the environment, as `wushkv` does for every command
  * (server/cli/cli_common.c cli_engine_env): the engine library reads no environment, so a test
  * that opens an engine or a device itself asks here. WUSHKV_DEVICE picks the device,
- * WUSHKV_VALIDATION=1 turns the validation layer on, WUSHKV_PROFILE=1 the per-pipeline profile. */
+ * WUSHKV_VALIDATION=1 turns the validation layer on (=sync: with its synchronization validation),
+ * WUSHKV_PROFILE=1 the per-pipeline profile. */
 #ifndef WK_TEST_ENGINE_ENV_H
 #define WK_TEST_ENGINE_ENV_H
 
@@ -31,6 +32,7 @@ static inline void test_engine_params_from_env(wk_engine_params *p) {
     if (p->device_index < 0) p->device_index = test_engine_env_device();
     const char *v = getenv("WUSHKV_VALIDATION");
     if (v && strcmp(v, "1") == 0) p->validation = true;
+    if (v && strcmp(v, "sync") == 0) p->validation = p->validation_sync = true;
     const char *prof = getenv("WUSHKV_PROFILE");
     if (prof && strcmp(prof, "1") == 0) p->profile = true;
 }

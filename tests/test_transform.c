@@ -9,10 +9,17 @@
 #include <unistd.h>
 
 #include "test_rng.h"
+#include "engine_int.h"
 #include "test_engine_env.h"
 #include "test_util.h"
 #include "tiny_model.h"
 #include "wushkv/research.h"
+
+/* The validation layer is on (p.validation): it must have said nothing by the time an engine closes. */
+static void close_checked(wk_engine *e) {
+    if (e) CHECK_EQ_INT(wk_engine_validation_messages(e), 0);
+    wk_engine_close(e);
+}
 
 enum { N = 40 };
 
@@ -75,7 +82,7 @@ int main(void) {
         CHECK_EQ_INT(rc, 0);
         if (rc) fprintf(stderr, "calibrate: %s\n", err);
         wk_calib_destroy(c);
-        wk_engine_close(e);
+        close_checked(e);
     }
 
     int32_t tok[N];
@@ -95,9 +102,9 @@ int main(void) {
         CHECK(ew < 5e-3);
         free(a), free(b), free(c);
     }
-    wk_engine_close(plain);
-    wk_engine_close(had);
-    wk_engine_close(wush);
+    close_checked(plain);
+    close_checked(had);
+    close_checked(wush);
 
     /* At 2 bits the transform changes what is quantized, so the logits must differ between none
      * and WUSH (a transform silently skipped would give identical logits). */
@@ -112,19 +119,19 @@ int main(void) {
         CHECK(d > 1e-3);
         free(a), free(c);
     }
-    wk_engine_close(q_none);
-    wk_engine_close(q_wush);
+    close_checked(q_none);
+    close_checked(q_wush);
 
     /* Another model's sidecar, and a WUSH request without one, are refused with a reason. */
     wk_engine *wrong = open_engine(model_a, 16, WK_KV_TRANSFORM_WUSH, side_b, err, sizeof err);
     CHECK(wrong == NULL);
     CHECK(strstr(err, "fingerprint") != NULL);
     printf("wrong sidecar: %s\n", err);
-    wk_engine_close(wrong);
+    close_checked(wrong);
     wk_engine *none = open_engine(model_a, 16, WK_KV_TRANSFORM_WUSH, NULL, err, sizeof err);
     CHECK(none == NULL);
     CHECK(strstr(err, "sidecar") != NULL);
-    wk_engine_close(none);
+    close_checked(none);
 
     unlink(model_a), unlink(model_b), unlink(side_a), unlink(side_b);
     TEST_MAIN_END();

@@ -131,6 +131,16 @@ int wk_kv_cache_create_paged(wk_vk *vk, wk_kv_cache *kv, const wk_hparams *hp, c
         kv->swa_rank_k = wk_kvq_percentile_rank(rho_k, fmt->group);
         kv->swa_rank_v = wk_kvq_percentile_rank(rho_v, fmt->group);
     }
+    /* The pool is one buffer read through one R32 texel view: both bound it. Said here, before any
+     * allocation, in the terms of the flag that sets it. */
+    uint64_t room = (uint64_t)vk->props.limits.maxTexelBufferElements * 4;
+    if (wk_vk_max_buffer_bytes(vk) && wk_vk_max_buffer_bytes(vk) < room) room = wk_vk_max_buffer_bytes(vk);
+    if (device > room) {
+        wk_kv_cache_destroy(vk, kv);
+        return snprintf(err, errlen, "KV pool of %llu bytes (--kv-mem) is larger than device %s can hold in one buffer "
+                        "(%llu bytes): lower --kv-mem", (unsigned long long)device, vk->props.deviceName,
+                        (unsigned long long)room), WK_ERR_NOMEM;
+    }
     int rc = wk_vk_buffer_create(vk, &kv->pool_buf, device, WK_MEM_DEVICE, VK_FORMAT_R32_UINT, err, errlen);
     if (rc) {
         wk_kv_cache_destroy(vk, kv);

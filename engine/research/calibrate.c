@@ -20,6 +20,8 @@
 
 int wk_wush_sidecar_check(const wk_engine *e, const char *path, int *block_size, char *err, size_t errlen) {
     char gerr[WK_ERRMSG_LEN];
+    if (!wk_engine_gguf(e))
+        return wk_fail(err, errlen, WK_ERR_INVALID, "the engine released its model file (release_model_file)");
     wk_gguf *sc = wk_gguf_open(path, gerr, sizeof gerr);
     if (!sc) return wk_fail(err, errlen, WK_ERR_FORMAT, "WUSH-KV sidecar %s: %s", path, gerr);
     int rc = wk_wush_sidecar_check_gguf(wk_engine_gguf(e), &wk_engine_desc(e)->hp, sc, block_size, err, errlen);
@@ -103,6 +105,8 @@ void wk_calib_destroy(wk_calib *c) {
 
 int wk_calib_create(wk_engine *e, const wk_calib_params *p, wk_calib **out, char *err, size_t errlen) {
     *out = NULL;
+    if (!wk_engine_gguf(e))
+        return wk_fail(err, errlen, WK_ERR_INVALID, "the engine released its model file (release_model_file)");
     const wk_hparams *hp = &wk_engine_desc(e)->hp;
     const int D = hp->head_dim, B = p->block ? p->block : 32;
     if (B <= 0 || (B & (B - 1)) || D % B)

@@ -502,7 +502,8 @@ static int layer_error(wk_engine *e, const int32_t *tokens, int n, const wk_kv_e
 /* As layer_error, with no partial results on error: out is all zeros then. */
 int wk_kv_layer_error(wk_engine *e, const int32_t *tokens, int n, const wk_kv_error_format *fmts, int n_fmt,
                       int n_threads, wk_kv_error_layer *out, char *err, size_t errlen) {
-    int rc = layer_error(e, tokens, n, fmts, n_fmt, n_threads, out, err, errlen);
+    int rc = wk_engine_gguf(e) ? layer_error(e, tokens, n, fmts, n_fmt, n_threads, out, err, errlen)
+                               : wk_fail(err, errlen, WK_ERR_INVALID, "the engine released its model file (release_model_file)");
     if (rc && out && n_fmt > 0) memset(out, 0, (size_t)n_fmt * (size_t)wk_engine_desc(e)->hp.n_layer * sizeof *out);
     return rc;
 }

@@ -79,13 +79,20 @@ static int create_instance(wk_vk *vk, char *err, size_t errlen) {
     }
     VkApplicationInfo app = {.sType = VK_STRUCTURE_TYPE_APPLICATION_INFO, .pApplicationName = "wushkv",
                              .pEngineName = "wushkv", .apiVersion = VK_API_VERSION_1_2};
-    const char *exts[] = {VK_EXT_DEBUG_UTILS_EXTENSION_NAME};
+    const char *exts[] = {VK_EXT_DEBUG_UTILS_EXTENSION_NAME, VK_EXT_VALIDATION_FEATURES_EXTENSION_NAME};
     VkInstanceCreateInfo ici = {.sType = VK_STRUCTURE_TYPE_INSTANCE_CREATE_INFO, .pApplicationInfo = &app};
+    /* Synchronization validation: the layer tracks every access of every dispatch and copy and
+     * reports a hazard (a read or write not ordered after a conflicting write by a barrier). The
+     * layer provides VK_EXT_validation_features itself. */
+    const VkValidationFeatureEnableEXT sync[] = {VK_VALIDATION_FEATURE_ENABLE_SYNCHRONIZATION_VALIDATION_EXT};
+    VkValidationFeaturesEXT features = {.sType = VK_STRUCTURE_TYPE_VALIDATION_FEATURES_EXT,
+                                        .enabledValidationFeatureCount = 1, .pEnabledValidationFeatures = sync};
     if (vk->validation) {
         ici.enabledLayerCount = 1;
         ici.ppEnabledLayerNames = &layer;
-        ici.enabledExtensionCount = 1;
+        ici.enabledExtensionCount = vk->validation_sync ? 2 : 1;
         ici.ppEnabledExtensionNames = exts;
+        if (vk->validation_sync) ici.pNext = &features;
     }
     VKCALL(vkCreateInstance(&ici, NULL, &vk->instance), "vkCreateInstance");
     if (vk->validation) {
@@ -159,12 +166,14 @@ static int create_device(wk_vk *vk, char *err, size_t errlen) {
     /* The driver's name and version string only exist from Vulkan 1.2 on (chaining the struct to an
      * older device is invalid usage). */
     VkPhysicalDeviceDriverProperties drv = {.sType = VK_STRUCTURE_TYPE_PHYSICAL_DEVICE_DRIVER_PROPERTIES};
-    VkPhysicalDeviceSubgroupProperties sg = {.sType = VK_STRUCTURE_TYPE_PHYSICAL_DEVICE_SUBGROUP_PROPERTIES,
-                                             .pNext = vk->props.apiVersion >= VK_API_VERSION_1_2 ? &drv : NULL};
+    VkPhysicalDeviceMaintenance3Properties m3 = {.sType = VK_STRUCTURE_TYPE_PHYSICAL_DEVICE_MAINTENANCE_3_PROPERTIES,
+                                                 .pNext = vk->props.apiVersion >= VK_API_VERSION_1_2 ? &drv : NULL};
+    VkPhysicalDeviceSubgroupProperties sg = {.sType = VK_STRUCTURE_TYPE_PHYSICAL_DEVICE_SUBGROUP_PROPERTIES, .pNext = &m3};
     VkPhysicalDeviceProperties2 p2 = {.sType = VK_STRUCTURE_TYPE_PHYSICAL_DEVICE_PROPERTIES_2, .pNext = &sg};
     vkGetPhysicalDeviceProperties2(vk->phys, &p2);
     snprintf(vk->driver_name, sizeof vk->driver_name, "%s", drv.driverName);
     snprintf(vk->driver_info, sizeof vk->driver_info, "%s", drv.driverInfo);
+    vk->max_allocation = m3.maxMemoryAllocationSize;
     const VkSubgroupFeatureFlags need = VK_SUBGROUP_FEATURE_BASIC_BIT | VK_SUBGROUP_FEATURE_ARITHMETIC_BIT;
     if (!(sg.supportedStages & VK_SHADER_STAGE_COMPUTE_BIT) || (sg.supportedOperations & need) != need) {
         snprintf(err, errlen, "device %s lacks subgroup arithmetic in compute shaders", vk->props.deviceName);
@@ -226,9 +235,10 @@ static void keep_driver_loaded(void) {
 #endif
 }
 
-int wk_vk_init(wk_vk *vk, int device_index, bool validation, bool verbose, char *err, size_t errlen) {
+int wk_vk_init(wk_vk *vk, int device_index, int validation, bool verbose, char *err, size_t errlen) {
     memset(vk, 0, sizeof *vk);
-    vk->validation = validation;
+    vk->validation = validation != WK_VK_VALIDATION_OFF;
+    vk->validation_sync = validation == WK_VK_VALIDATION_SYNC;
     int rc;
     if ((rc = create_instance(vk, err, errlen)) || (rc = pick_device(vk, device_index, err, errlen)) ||
         (rc = create_device(vk, err, errlen))) {
@@ -239,7 +249,8 @@ int wk_vk_init(wk_vk *vk, int device_index, bool validation, bool verbose, char 
     if (verbose)
         fprintf(stderr, "wushkv: device %s (Vulkan %u.%u, subgroup %u)%s\n", vk->props.deviceName,
                 VK_API_VERSION_MAJOR(vk->props.apiVersion), VK_API_VERSION_MINOR(vk->props.apiVersion),
-                vk->subgroup_size, vk->validation ? ", validation on" : "");
+                vk->subgroup_size, vk->validation_sync ? ", validation on (with synchronization)"
+                                   : vk->validation ? ", validation on" : "");
     return 0;
 }
 
@@ -269,6 +280,17 @@ static int find_memory_type(const wk_vk *vk, uint32_t bits, VkMemoryPropertyFlag
     return -1;
 }
 
+VkDeviceSize wk_vk_max_buffer_bytes(const wk_vk *vk) {
+    VkDeviceSize heap = 0; /* the largest device-local heap (any heap when none is device-local) */
+    for (int pass = 0; pass < 2 && !heap; pass++)
+        for (uint32_t i = 0; i < vk->mem_props.memoryHeapCount; i++)
+            if ((pass || (vk->mem_props.memoryHeaps[i].flags & VK_MEMORY_HEAP_DEVICE_LOCAL_BIT)) &&
+                vk->mem_props.memoryHeaps[i].size > heap)
+                heap = vk->mem_props.memoryHeaps[i].size;
+    if (vk->max_allocation && (!heap || vk->max_allocation < heap)) return vk->max_allocation;
+    return heap;
+}
+
 int wk_vk_buffer_create(wk_vk *vk, wk_buf *b, VkDeviceSize size, wk_mem_kind kind, VkFormat texel_format, char *err,
                         size_t errlen) {
     memset(b, 0, sizeof *b);
@@ -279,6 +301,14 @@ int wk_vk_buffer_create(wk_vk *vk, wk_buf *b, VkDeviceSize size, wk_mem_kind kin
                                        VK_BUFFER_USAGE_STORAGE_TEXEL_BUFFER_BIT |
                                        VK_BUFFER_USAGE_TRANSFER_SRC_BIT | VK_BUFFER_USAGE_TRANSFER_DST_BIT,
                               .sharingMode = VK_SHARING_MODE_EXCLUSIVE};
+    /* Beyond what one allocation or the heap can hold, the driver's own refusal (or, on some, an
+     * overcommitted allocation that faults later) would say less than this. */
+    const VkDeviceSize room = wk_vk_max_buffer_bytes(vk);
+    if (room && size > room) {
+        snprintf(err, errlen, "a buffer of %llu bytes is larger than device %s can allocate at once (%llu bytes)",
+                 (unsigned long long)size, vk->props.deviceName, (unsigned long long)room);
+        return WK_ERR_NOMEM;
+    }
     VKCALL(vkCreateBuffer(vk->dev, &bci, NULL, &b->buf), "vkCreateBuffer");
     b->size = size;
     VkMemoryRequirements req;
@@ -384,11 +414,15 @@ int wk_vk_submit_wait(wk_vk *vk, char *err, size_t errlen) {
     return 0;
 }
 
+/* Every later access in the destination scope, writes included: a transfer write after a write is a
+ * write-after-write hazard unless TRANSFER_WRITE is in dstAccessMask (synchronization validation
+ * reported it; tests/test_sync_validation.c). */
 void wk_vk_barrier(wk_vk *vk) {
     VkMemoryBarrier mb = {.sType = VK_STRUCTURE_TYPE_MEMORY_BARRIER,
                           .srcAccessMask = VK_ACCESS_SHADER_WRITE_BIT | VK_ACCESS_TRANSFER_WRITE_BIT,
                           .dstAccessMask = VK_ACCESS_SHADER_READ_BIT | VK_ACCESS_SHADER_WRITE_BIT |
-                                           VK_ACCESS_TRANSFER_READ_BIT | VK_ACCESS_HOST_READ_BIT};
+                                           VK_ACCESS_TRANSFER_READ_BIT | VK_ACCESS_TRANSFER_WRITE_BIT |
+                                           VK_ACCESS_HOST_READ_BIT};
     vkCmdPipelineBarrier(vk->cmd, VK_PIPELINE_STAGE_COMPUTE_SHADER_BIT | VK_PIPELINE_STAGE_TRANSFER_BIT,
                          VK_PIPELINE_STAGE_COMPUTE_SHADER_BIT | VK_PIPELINE_STAGE_TRANSFER_BIT |
                              VK_PIPELINE_STAGE_HOST_BIT,

@@ -20,7 +20,9 @@ typedef struct wk_vk {
     uint32_t subgroup_size;
     /* VkPhysicalDeviceDriverProperties (empty on a device below Vulkan 1.2): for reports only. */
     char driver_name[VK_MAX_DRIVER_NAME_SIZE], driver_info[VK_MAX_DRIVER_INFO_SIZE];
+    VkDeviceSize max_allocation;  /* the largest single allocation (maintenance3), 0: not reported */
     bool validation;
+    bool validation_sync;         /* the layer's synchronization validation too */
     int validation_messages;      /* warnings and errors the layer reported (tests require 0) */
     VkCommandPool cmd_pool;
     VkCommandBuffer cmd;          /* the step command buffer */
@@ -43,11 +45,17 @@ typedef enum {
     WK_MEM_HOST = 1,     /* host-visible, coherent (uploads of small per-step data, readback) */
 } wk_mem_kind;
 
-/* device_index < 0: discrete > integrated > virtual > cpu. */
-int wk_vk_init(wk_vk *vk, int device_index, bool validation, bool verbose, char *err, size_t errlen);
+/* device_index < 0: discrete > integrated > virtual > cpu. validation: WK_VK_VALIDATION_* (a bool's
+ * true is the layer without synchronization validation). */
+enum { WK_VK_VALIDATION_OFF = 0, WK_VK_VALIDATION_ON = 1, WK_VK_VALIDATION_SYNC = 2 };
+int wk_vk_init(wk_vk *vk, int device_index, int validation, bool verbose, char *err, size_t errlen);
 void wk_vk_destroy(wk_vk *vk);
 
-/* size bytes; texel_format != VK_FORMAT_UNDEFINED adds a uniform texel view over the whole buffer. */
+/* The largest buffer the device can hold in one allocation: the smaller of maxMemoryAllocationSize
+ * and its largest device-local memory heap (0: unknown). */
+VkDeviceSize wk_vk_max_buffer_bytes(const wk_vk *vk);
+/* size bytes; texel_format != VK_FORMAT_UNDEFINED adds a uniform texel view over the whole buffer.
+ * A size over wk_vk_max_buffer_bytes is refused (WK_ERR_NOMEM) before the driver is asked. */
 int wk_vk_buffer_create(wk_vk *vk, wk_buf *b, VkDeviceSize size, wk_mem_kind kind, VkFormat texel_format,
                         char *err, size_t errlen);
 void wk_vk_buffer_destroy(wk_vk *vk, wk_buf *b);

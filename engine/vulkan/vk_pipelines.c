@@ -82,6 +82,16 @@ const char *wk_pipe_name(wk_pipe_id id) { return id < WK_PIPE_COUNT ? specs[id].
 static int create_pipeline(wk_vk *vk, wk_pipelines *p, wk_pipe_id id, const int32_t extra[3], char *err,
                            size_t errlen) {
     const pipe_spec *spec = &specs[id];
+    /* A workgroup the device cannot run is refused here: drivers need not refuse it themselves
+     * (lavapipe builds the pipeline), and the first dispatch would then fail or hang. Any failure
+     * leaves p->pipe[id] as it was. */
+    const VkPhysicalDeviceLimits *lim = &vk->props.limits;
+    if (spec->subgroup_wg && (vk->subgroup_size == 0 || vk->subgroup_size > lim->maxComputeWorkGroupSize[0] ||
+                              vk->subgroup_size > lim->maxComputeWorkGroupInvocations)) {
+        snprintf(err, errlen, "pipeline %s: a workgroup of %u invocations exceeds device %s's limit (%u)", spec->name,
+                 vk->subgroup_size, vk->props.deviceName, lim->maxComputeWorkGroupSize[0]);
+        return WK_ERR_UNSUPPORTED;
+    }
     VkShaderModuleCreateInfo sci = {.sType = VK_STRUCTURE_TYPE_SHADER_MODULE_CREATE_INFO,
                                     .codeSize = spec->spirv_bytes, .pCode = spec->spirv};
     VkShaderModule mod;

@@ -61,6 +61,7 @@ typedef struct wk_engine_params {
     int max_batch_tokens;  /* tokens one forward step may carry (prefill chunk); 0: 512 */
     int max_seqs;          /* sequences that may exist at once; 0: 1 */
     bool validation;       /* enable the Khronos validation layer */
+    bool validation_sync;  /* with validation: its synchronization validation too (hazards between dispatches; slow) */
     bool verbose;          /* device and model summary on stderr */
     bool skip_warmup;      /* don't run every shader once at open (lavapipe compiles on first use) */
     /* GPU time per pipeline: a timestamp after every dispatch (where the device has compute
@@ -93,6 +94,12 @@ typedef struct wk_engine_params {
     int kv_sink, kv_recent;
     /* Percentile quantizer clip quantiles for keys and values (0: 0.96 and 0.92). */
     float kv_rho_k, kv_rho_v;
+    /* Unmap the model file once the engine is open. Serving never reads it again (the weights are on
+     * the device, the vocabulary and chat template copied), so a model file truncated, replaced or
+     * removed under a running server cannot fault the process (a read from a truncated mapping is
+     * SIGBUS), and its pages leave the process. The research API (research.h: calibration, layer
+     * error, wk_engine_wo) reads the file through the engine and refuses such an engine. */
+    bool release_model_file;
 } wk_engine_params;
 
 typedef struct wk_model_info {

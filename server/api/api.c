@@ -455,9 +455,17 @@ static void handle_models(api_server *a, http_conn *c, const char *path) {
     }
 }
 
+/* The HTTP layer's connection counts, copied into the metrics before they are read. */
+static void publish_connections(api_server *a) {
+    http_conn_stats st;
+    http_server_conn_stats(a->http, &st);
+    metrics_connections(a->m, st.open, st.rejected, st.reaped);
+}
+
 static void handle_metrics(api_server *a, http_conn *c) {
     size_t len = 0;
     metrics_http_response(a->m, 200);
+    publish_connections(a);
     char *text = metrics_render(a->m, a->ready ? a->model_id : "", &len);
     if (!text) {
         reply_error(a, c, 500, "out of memory", NULL, NULL, NULL);
@@ -542,8 +550,21 @@ static bool authorized(api_server *a, http_request *r) {
     return diff == 0;
 }
 
+/* A connection beyond --max-connections (none idle to reap): liveness probes still get their answer,
+ * everything else a 503 that says why, and the connection is closed after it. */
+static bool refuse_over_limit(api_server *a, http_conn *c, http_request *r) {
+    const char *allow;
+    const route *rt = api_route_match(r->method, r->path, &allow);
+    if (!r->over_limit || (rt && rt->id == R_HEALTH)) return false;
+    char msg[160];
+    snprintf(msg, sizeof msg, "too many open connections (--max-connections %d); retry shortly", a->cfg.limits.max_conns);
+    reply_error(a, c, 503, msg, NULL, "too_many_connections", "Retry-After: 1\r\n");
+    return true;
+}
+
 static void on_request(http_conn *c, http_request *r, void *data) {
     api_server *a = data;
+    if (refuse_over_limit(a, c, r)) return;
     if (strcmp(r->method, "OPTIONS") == 0 && a->cfg.cors_origin) {
         /* CORS preflight: browsers ask before a POST with a JSON body or an Authorization header. */
         reply(a, c, 204, "text/plain", "", 0,
@@ -623,7 +644,8 @@ api_server *api_start(uv_loop_t *loop, const serve_config *cfg, api_fatal_cb on_
         free(a);
         return NULL;
     }
-    fprintf(stderr, "wushkv: listening on http://%s:%d (loading the model)\n", cfg->host, http_server_port(a->http));
+    fprintf(stderr, "wushkv: listening on http://%s:%d (at most %d connections; loading the model)\n", cfg->host,
+            http_server_port(a->http), cfg->limits.max_conns);
     sched_config sc = {.max_seqs = cfg->engine.max_seqs, .max_batch_tokens = cfg->engine.max_batch_tokens,
                        .kv_block_tokens = 16, .engine = cfg->engine, .prepare = cfg->prepare,
                        .prepare_data = cfg->prepare_data};

@@ -83,6 +83,7 @@ int cli_engine_env(wk_engine_params *p, char *err, size_t errlen) {
     }
     const char *validation = getenv("WUSHKV_VALIDATION");
     if (validation && strcmp(validation, "1") == 0) p->validation = true;
+    if (validation && strcmp(validation, "sync") == 0) p->validation = p->validation_sync = true; /* + hazards */
     const char *profile = getenv("WUSHKV_PROFILE");
     if (profile && strcmp(profile, "1") == 0) p->profile = true;
     return WK_OK;

@@ -1,6 +1,7 @@
 /* `wushkv serve`: flags -> the libuv loop with the HTTP API and the engine thread; SIGINT/SIGTERM
  * drain (stop accepting, let in-flight requests finish up to a deadline) and exit 0. */
 #include <signal.h>
+#include <sys/resource.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -41,6 +42,9 @@ static void serve_usage(FILE *f) {
             "  --max-body BYTES        largest request body (default 8MiB; more: 413)\n"
             "  --idle-timeout S        close idle keep-alive connections after S seconds (default 60)\n"
             "  --request-timeout S     a request must arrive whole within S seconds (default 30; 408)\n"
+            "  --max-connections N     open connections served at once; beyond, the oldest idle\n"
+            "                          keep-alive one is closed, else 503 (default 1024, at most\n"
+            "                          what RLIMIT_NOFILE allows)\n"
             "  --drain-timeout S       on SIGINT/SIGTERM wait up to S seconds for running requests\n"
             "                          (default 30)\n");
     kv_flags_usage(f, 26);
@@ -141,6 +145,36 @@ static bool read_key_file(cli *c, const char *path, char *buf, size_t cap) {
     return true;
 }
 
+/* File descriptors the server needs besides its --max-connections: the listener, stdio, the loop's
+ * and the engine thread's own, the driver's, the over-limit connections the HTTP layer still reads
+ * (HTTP_OVERFLOW_CONNS) and one more to answer 503 beyond those. */
+#define FD_RESERVE (48 + HTTP_OVERFLOW_CONNS)
+
+/* Every connection is a file descriptor: --max-connections must fit RLIMIT_NOFILE, whose soft limit
+ * is raised (up to the hard one) when it is too low. A given value that cannot fit is refused; the
+ * default shrinks to what fits. Without this, accept() fails with EMFILE once the descriptors run
+ * out, and libuv then closes new connections without a word. */
+static bool fit_connections(cli *c, int *max_conns, bool given) {
+    struct rlimit rl;
+    if (getrlimit(RLIMIT_NOFILE, &rl) != 0) return true;
+    rlim_t want = (rlim_t)*max_conns + FD_RESERVE;
+    if (rl.rlim_cur != RLIM_INFINITY && rl.rlim_cur < want) {
+        rlim_t raised = rl.rlim_max == RLIM_INFINITY || rl.rlim_max > want ? want : rl.rlim_max;
+        struct rlimit nrl = {raised, rl.rlim_max};
+        if (raised > rl.rlim_cur && setrlimit(RLIMIT_NOFILE, &nrl) == 0) rl.rlim_cur = raised;
+    }
+    if (rl.rlim_cur == RLIM_INFINITY || rl.rlim_cur >= want) return true;
+    long fit = (long)rl.rlim_cur - FD_RESERVE;
+    if (given || fit < 1) {
+        cli_error(c, "--max-connections: %d connections need %d file descriptors with the server's own, but "
+                  "RLIMIT_NOFILE allows %ld (ulimit -n): at most %ld", *max_conns, *max_conns + FD_RESERVE,
+                  (long)rl.rlim_cur, fit > 0 ? fit : 0);
+        return false;
+    }
+    *max_conns = (int)fit;
+    return true;
+}
+
 /* Parses argv into cfg. Returns -1 to go on, else the exit status (0 after --help). */
 static int parse_serve(int argc, char **argv, serve_config *cfg, char *key_buf, size_t key_cap) {
     memset(cfg, 0, sizeof *cfg);
@@ -158,6 +192,7 @@ static int parse_serve(int argc, char **argv, serve_config *cfg, char *key_buf, 
     cfg->api_key = getenv("WUSHKV_API_KEY");
     if (cfg->api_key && !cfg->api_key[0]) cfg->api_key = NULL;
 
+    bool max_conns_given = false;
     cli_common common; /* copied into cfg after the last flag */
     cli_common_init(&common, CLI_MODEL | CLI_DEVICE | CLI_VERBOSE);
     cli c;
@@ -202,6 +237,9 @@ static int parse_serve(int argc, char **argv, serve_config *cfg, char *key_buf, 
         } else if (cli_is(&c, NULL, "--request-timeout")) {
             ok = cli_float(&c, 0.001, 86400, &secs);
             if (ok) cfg->limits.request_timeout_ms = (uint64_t)(secs * 1000.0f);
+        } else if (cli_is(&c, NULL, "--max-connections")) {
+            ok = cli_int(&c, 1, 1 << 20, &cfg->limits.max_conns);
+            max_conns_given = ok;
         } else if (cli_is(&c, NULL, "--drain-timeout")) {
             ok = cli_float(&c, 0, 86400, &secs);
             if (ok) cfg->drain_timeout_s = secs;
@@ -235,9 +273,11 @@ static int parse_serve(int argc, char **argv, serve_config *cfg, char *key_buf, 
     cfg->engine.model_path = common.model;
     cfg->engine.device_index = common.device;
     cfg->engine.verbose = common.verbose;
+    cfg->engine.release_model_file = true; /* a model file changed under the server cannot fault it */
     if (!kv_flags_finish(&c, &kv)) return CLI_EXIT_USAGE;
     kv_flags_apply(&kv, &cfg->engine);
     kv_flags_describe(&kv, cfg->kv_desc, sizeof cfg->kv_desc);
+    if (!fit_connections(&c, &cfg->limits.max_conns, max_conns_given)) return CLI_EXIT_USAGE;
     if (cfg->engine.max_seqs > cfg->engine.max_batch_tokens) {
         cli_error(&c, "--max-batch %d exceeds --batch-tokens %d: every running sequence needs a token per step",
                   cfg->engine.max_seqs, cfg->engine.max_batch_tokens);

@@ -71,6 +71,7 @@ static int calibrate(const char *cmd, const wk_engine_params *p, int tokens, con
     cp.max_ctx = cp.max_batch_tokens = WUSH_CACHE_CHUNK; /* a chunk is one capture step */
     cp.max_seqs = 1;
     cp.skip_warmup = true; /* the chunks run every pipeline the calibration needs */
+    cp.release_model_file = false; /* the calibrator reads W_o from the file (serve releases its own engine's) */
     wk_engine *e = cli_engine_open(cmd, &cp);
     if (!e) return -1;
     calib_run_opts o;

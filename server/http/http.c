@@ -34,6 +34,11 @@ struct http_conn {
     bool head; /* a HEAD request: the headers GET would get, never a body (RFC 9110 9.3.2) */
     void *req_data;
     http_abort_cb on_abort;
+
+    bool overflow;      /* came beyond max_conns: one request, a short deadline, then closed */
+    bool released;      /* its place in n_served / n_overflow is given back (or was never taken) */
+    bool handles_closing; /* uv_close called: state C_CLOSING alone may still await a shutdown */
+    uint64_t idle_since; /* loop time (ms) it last became idle: the oldest idle one is reaped first */
 };
 
 struct http_server {
@@ -44,7 +49,10 @@ struct http_server {
     http_handler handler;
     void *data;
     http_conn *conns;
-    int n_conns;
+    int n_conns;    /* every connection whose handles are open */
+    int n_served;   /* of those, the ones within max_conns and not closing */
+    int n_overflow; /* the over-limit ones being read or answered */
+    uint64_t n_rejected, n_reaped;
     bool closing;
     int port;
 };
@@ -64,6 +72,7 @@ void http_limits_default(http_limits *l) {
     l->idle_timeout_ms = 60 * 1000;
     l->request_timeout_ms = 30 * 1000;
     l->max_write_queue = 8 * 1024 * 1024;
+    l->max_conns = 1024;
 }
 
 const char *http_status_text(int status) {
@@ -78,6 +87,7 @@ const char *http_status_text(int status) {
     case 405: return "Method Not Allowed";
     case 408: return "Request Timeout";
     case 413: return "Payload Too Large";
+    case 414: return "URI Too Long";
     case 415: return "Unsupported Media Type";
     case 429: return "Too Many Requests";
     case 431: return "Request Header Fields Too Large";
@@ -107,10 +117,18 @@ static void on_timeout(uv_timer_t *t) {
  * since generation may take long and the client's disconnect is seen anyway. */
 static void set_state(http_conn *c, conn_state s) {
     conn_state old = c->state;
+    const http_limits *l = &c->srv->limits;
     c->state = s;
-    if (s == C_IDLE) uv_timer_start(&c->timer, on_timeout, c->srv->limits.idle_timeout_ms, 0);
-    else if (s == C_READING && old != C_READING) uv_timer_start(&c->timer, on_timeout, c->srv->limits.request_timeout_ms, 0);
-    else if (s == C_BUSY) uv_timer_stop(&c->timer);
+    if (s == C_IDLE) {
+        /* An over-limit connection has one short deadline from its accept to its whole request. */
+        c->idle_since = uv_now(c->srv->loop);
+        if (!c->overflow) uv_timer_start(&c->timer, on_timeout, l->idle_timeout_ms, 0);
+        else if (!uv_is_active((uv_handle_t *)&c->timer)) uv_timer_start(&c->timer, on_timeout, HTTP_OVERFLOW_TIMEOUT_MS, 0);
+    } else if (s == C_READING && old != C_READING && !c->overflow) {
+        uv_timer_start(&c->timer, on_timeout, l->request_timeout_ms, 0);
+    } else if (s == C_BUSY) {
+        uv_timer_stop(&c->timer);
+    }
 }
 
 /* ---- closing ----------------------------------------------------------------------------------- */
@@ -137,8 +155,23 @@ static void on_handle_closed(uv_handle_t *h) {
     if (s->closing && s->n_conns == 0 && !s->listening) free(s);
 }
 
+/* A closing connection leaves the count at once, so a new one may take its place before libuv has
+ * finished closing the old handles. */
+static void release_slot(http_conn *c) {
+    if (c->released) return;
+    c->released = true;
+    if (c->overflow) c->srv->n_overflow--;
+    else c->srv->n_served--;
+}
+
+/* Closes the socket now. Also the end of a close after writes (on_shutdown), whose state is
+ * C_CLOSING already: testing the state here instead of handles_closing leaked every connection the
+ * server closed after its response (Connection: close, HTTP/1.0, a refused request), one file
+ * descriptor each, for good. */
 static void conn_close(http_conn *c) {
-    if (c->state == C_CLOSING) return;
+    if (c->handles_closing) return;
+    c->handles_closing = true;
+    release_slot(c);
     c->state = C_CLOSING;
     if (c->on_abort) {
         http_abort_cb cb = c->on_abort;
@@ -168,6 +201,7 @@ static void conn_close_after_writes(http_conn *c) {
         return;
     }
     /* Nothing more may be written or dispatched; on_abort is not due (the response ended). */
+    release_slot(c);
     c->state = C_CLOSING;
     c->on_abort = NULL;
 }
@@ -317,7 +351,8 @@ static void conn_process(http_conn *c) {
             break;
         }
         c->head = c->rd.head;
-        c->keep_alive = c->rd.keep_alive;
+        c->keep_alive = c->rd.keep_alive && !c->overflow;
+        c->rd.req.over_limit = c->overflow;
         set_state(c, C_BUSY);
         c->srv->handler(c, &c->rd.req, c->srv->data); /* may answer at once: then state is IDLE again */
     }
@@ -355,11 +390,58 @@ static void on_read(uv_stream_t *s, ssize_t n, const uv_buf_t *b) {
     conn_process(c);
 }
 
+/* The keep-alive connection idle the longest (waiting for its next request, nothing buffered). */
+static http_conn *oldest_idle(http_server *s) {
+    http_conn *best = NULL;
+    for (http_conn *c = s->conns; c; c = c->next)
+        if (c->state == C_IDLE && !c->overflow && !c->released && c->pending.len == 0 &&
+            (!best || c->idle_since < best->idle_since)) /* released: the new one, not yet counted */
+            best = c;
+    return best;
+}
+
+/* Beyond max_conns: reap the oldest idle connection (as nginx does) and serve the new one; with none
+ * idle, read the new one's request as an over-limit connection (the handler answers /health and
+ * refuses the rest); with too many of those too, answer 503 unread and close. Returns false when
+ * the connection was closed here. */
+static bool admit(http_server *s, http_conn *c) {
+    bool over = s->limits.max_conns > 0 && s->n_served >= s->limits.max_conns;
+    if (over) {
+        http_conn *idle = oldest_idle(s);
+        if (idle) {
+            conn_close(idle);
+            s->n_reaped++;
+            over = false;
+        }
+    }
+    c->released = false;
+    c->overflow = over;
+    if (!over) {
+        s->n_served++;
+        return true;
+    }
+    s->n_rejected++;
+    if (s->n_overflow < HTTP_OVERFLOW_CONNS) {
+        s->n_overflow++;
+        return true;
+    }
+    static const char msg[] = "HTTP/1.1 503 Service Unavailable\r\nContent-Type: application/json\r\n"
+                              "Content-Length: 129\r\nRetry-After: 1\r\nConnection: close\r\n\r\n"
+                              "{\"error\":{\"message\":\"too many open connections; retry shortly\",\"type\":"
+                              "\"server_error\",\"param\":null,\"code\":\"too_many_connections\"}}";
+    uv_buf_t b = uv_buf_init((char *)msg, sizeof msg - 1);
+    uv_try_write((uv_stream_t *)&c->tcp, &b, 1);
+    c->released = true;
+    conn_close(c);
+    return false;
+}
+
 static void on_connection(uv_stream_t *l, int status) {
     http_server *s = l->data;
     if (status < 0) return;
     http_conn *c = calloc(1, sizeof *c);
     if (!c) return;
+    c->released = true; /* counted by admit() once accepted */
     c->srv = s;
     uv_tcp_init(s->loop, &c->tcp);
     uv_timer_init(s->loop, &c->timer);
@@ -373,6 +455,7 @@ static void on_connection(uv_stream_t *l, int status) {
         conn_close(c);
         return;
     }
+    if (!admit(s, c)) return;
     uv_tcp_nodelay(&c->tcp, 1); /* SSE chunks are small and latency matters */
     http_reader_init(&c->rd, &s->limits, on_request_begin, on_expect_continue, c);
     set_state(c, C_IDLE);
@@ -418,6 +501,12 @@ int http_server_start(http_server **out, uv_loop_t *loop, const char *host, int 
 
 int http_server_port(const http_server *s) { return s->port; }
 int http_server_n_conns(const http_server *s) { return s->n_conns; }
+
+void http_server_conn_stats(const http_server *s, http_conn_stats *out) {
+    out->open = s->n_conns;
+    out->rejected = s->n_rejected;
+    out->reaped = s->n_reaped;
+}
 
 static void on_listener_closed(uv_handle_t *h) {
     http_server *s = h->data;

@@ -11,6 +11,8 @@
 #include <uv.h>
 
 #define HTTP_MAX_HEADERS 64
+/* The longest request target (path and query) read; longer: 414 (RFC 9112 3: at least 8000 octets). */
+#define HTTP_MAX_TARGET 8192
 
 typedef struct http_server http_server;
 typedef struct http_conn http_conn;
@@ -31,6 +33,9 @@ typedef struct http_request {
     char *body; /* NUL-terminated (so JSON parsers can take it as is) */
     size_t body_len;
     int http_minor; /* 1 for HTTP/1.1, 0 for HTTP/1.0 */
+    /* The connection came beyond max_conns with no idle one to reap: the handler should answer
+     * only what must stay reachable (/health) and refuse the rest with 503; it is closed after. */
+    bool over_limit;
 } http_request;
 
 typedef struct http_limits {
@@ -39,7 +44,22 @@ typedef struct http_limits {
     uint64_t idle_timeout_ms;    /* an idle keep-alive connection is closed after this */
     uint64_t request_timeout_ms; /* a request must arrive whole within this of its first byte */
     size_t max_write_queue;      /* bytes queued to a client that does not read; beyond: closed */
+    int max_conns;               /* open connections served; beyond: the oldest idle one is closed to
+                                  * make room, else the new one gets over_limit (0: no cap) */
 } http_limits;
+
+/* Connections beyond max_conns that are still read (a request each, answered, then closed) so that
+ * /health stays reachable and the others learn why (503); more than this at once are sent a 503 and
+ * closed unread. The caller keeps this many file descriptors (and a few more) beyond max_conns. */
+#define HTTP_OVERFLOW_CONNS 16
+/* How long an over-limit connection may take to send its request. */
+#define HTTP_OVERFLOW_TIMEOUT_MS 2000
+
+typedef struct http_conn_stats {
+    int open;          /* connections open now (over-limit ones included) */
+    uint64_t rejected; /* connections that came beyond max_conns and were not served normally */
+    uint64_t reaped;   /* idle keep-alive connections closed to make room for a new one */
+} http_conn_stats;
 
 void http_limits_default(http_limits *l);
 
@@ -59,6 +79,7 @@ int http_server_port(const http_server *s);
 void http_server_stop_accepting(http_server *s);
 /* Connections open now. */
 int http_server_n_conns(const http_server *s);
+void http_server_conn_stats(const http_server *s, http_conn_stats *out);
 /* Closes every connection and the listener; the server is freed once libuv has closed them all
  * (run the loop afterwards). Requests in progress get their abort callback. */
 void http_server_close(http_server *s);

@@ -38,6 +38,10 @@ static int on_message_begin(llhttp_t *p) {
 
 static int on_url(llhttp_t *p, const char *at, size_t n) {
     http_reader *r = reader_of(p);
+    if (r->url.len + n > HTTP_MAX_TARGET) {
+        r->error_status = 414;
+        return -1;
+    }
     if (count_header_bytes(r, n)) return -1;
     return text_buf_add(&r->url, at, n) ? 0 : -1;
 }
@@ -182,7 +186,11 @@ http_read_result http_reader_feed(http_reader *r, const char *data, size_t len, 
     if (e != HPE_OK && e != HPE_PAUSED) {
         *used = 0;
         if (r->error_status == 413) *status = 413, snprintf(msg, msgcap, "request body too large");
-        else if (r->error_status == 431) *status = 431, snprintf(msg, msgcap, "request headers too large");
+        else if (r->error_status == 431)
+            *status = 431, snprintf(msg, msgcap, "request headers too large (at most %zu bytes and %d fields)",
+                                    r->limits->max_header_bytes, HTTP_MAX_HEADERS);
+        else if (r->error_status == 414)
+            *status = 414, snprintf(msg, msgcap, "request target too long (at most %d bytes)", HTTP_MAX_TARGET);
         else if (r->error_status == 505 || e == HPE_INVALID_VERSION)
             *status = 505, snprintf(msg, msgcap, "HTTP version not supported (use HTTP/1.1)");
         else if (r->error_status == 400)

@@ -19,7 +19,7 @@ typedef struct http_reader {
     text_buf url, field, value, body;
     bool in_value; /* last header callback was a value: a new field starts a new header */
     size_t header_bytes;
-    int error_status; /* a limit hit while parsing: 413, 431, 505 or 400 */
+    int error_status; /* a limit hit while parsing: 413, 414, 431, 505 or 400 */
     bool message_done;
     http_request req;
     /* set by a complete request */

@@ -45,6 +45,8 @@ struct metrics {
     uint64_t prompt_tokens, generation_tokens, preemptions;
     uint64_t finished[N_FIN];
     uint64_t http[N_STATUS + 1];
+    int conns_open;
+    uint64_t conns_rejected, conns_reaped;
     histogram ttft, tpot, itl, e2e, queue, prefill, decode, prompt_len, gen_len, max_tokens, kv_bytes, step_time,
         step_tokens;
 };
@@ -151,6 +153,14 @@ void metrics_http_response(metrics *m, int status) {
     pthread_mutex_unlock(&m->mu);
 }
 
+void metrics_connections(metrics *m, int open, uint64_t rejected, uint64_t reaped) {
+    pthread_mutex_lock(&m->mu);
+    m->conns_open = open;
+    m->conns_rejected = rejected;
+    m->conns_reaped = reaped;
+    pthread_mutex_unlock(&m->mu);
+}
+
 /* ---- text exposition -------------------------------------------------------------------------- */
 
 typedef struct out {
@@ -254,6 +264,11 @@ char *metrics_render(metrics *m, const char *model_name, size_t *len) {
         else snprintf(code, sizeof code, "other");
         put(&o, "wushkv:http_responses_total{%s,status=\"%s\"} %llu\n", label, code, (unsigned long long)m->http[i]);
     }
+    gauge(&o, "http_connections", label, m->conns_open, "HTTP connections open.");
+    counter(&o, "http_connections_rejected_total", label, (double)m->conns_rejected,
+            "Connections beyond --max-connections with no idle one to reap (503, or /health only, then closed).");
+    counter(&o, "http_connections_reaped_total", label, (double)m->conns_reaped,
+            "Idle keep-alive connections closed to make room for a new one (--max-connections).");
     hist(&o, "time_to_first_token_seconds", label, &m->ttft, "Time from request arrival to its first token.");
     hist(&o, "request_time_per_output_token_seconds", label, &m->tpot,
          "Mean time between output tokens, per request (decode time / (output tokens - 1)).");

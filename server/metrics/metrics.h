@@ -61,6 +61,8 @@ void metrics_step(metrics *m, int batch_sequences, int batch_tokens, double seco
 
 /* Loop thread. */
 void metrics_http_response(metrics *m, int status);
+/* The HTTP layer's connections: open now, refused beyond --max-connections, idle ones reaped. */
+void metrics_connections(metrics *m, int open, uint64_t rejected, uint64_t reaped);
 /* The whole exposition, malloc'd (caller frees), *len its length. */
 char *metrics_render(metrics *m, const char *model_name, size_t *len);
 /* The dashboard's state as JSON: the pool (bytes used, capacity, the f16 equivalent), running and
