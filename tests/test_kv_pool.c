@@ -10,6 +10,7 @@
 #include <string.h>
 
 #include "kv/kv_pool.h"
+#include "kv/kv_prefix.h"
 #include "test_rng.h"
 #include "test_util.h"
 #include "wushkv/wushkv.h"
@@ -1442,6 +1443,77 @@ static void test_prefix_cache(void) {
     wk_kv_pool_destroy(pool);
 }
 
+/* Hits across layer groups (kv_prefix.h): one full-attention group and two sliding ones of window
+ * 10 over 4-token blocks. A sequence of 24 tokens names its blocks, except the ones a case leaves
+ * out (as if evicted), and ends; then the longest prefix of 5 blocks a new sequence can take. */
+static uint32_t hybrid_match(const int missing[][2], int n_missing, uint32_t *first_live) {
+    enum { G = 3, SWA = 2, W = 10, BT = 4, NB = 6 };
+    wk_kv_pool *pool = make_pool(BT, 64, 40, 0, 0, 0, 0);
+    uint64_t chain[NB];
+    int32_t tok[NB * BT];
+    for (int i = 0; i < NB * BT; i++) tok[i] = 100 + i;
+    for (int i = 0; i < NB; i++) chain[i] = wk_kv_block_hash(i ? chain[i - 1] : 0, 1, tok + i * BT, BT);
+    wk_kv_seq *a[G], *b[G];
+    int st;
+    wk_kv_copy cp;
+    for (int g = 0; g < G; g++) {
+        a[g] = wk_kv_seq_create(pool, 64, &st);
+        CHECK_EQ_INT(wk_kv_seq_prepare_write(a[g], NB * BT, &cp), WK_OK);
+        CHECK_EQ_INT(wk_kv_seq_advance(a[g], NB * BT), WK_OK);
+        for (int i = 0; i < NB; i++) {
+            bool skip = false;
+            for (int m = 0; m < n_missing; m++) skip |= missing[m][0] == g && missing[m][1] == i;
+            if (!skip) CHECK_EQ_INT(wk_kv_pool_cache_insert(pool, a[g]->table[i], wk_kv_prefix_key(chain[i], g)), 1);
+        }
+    }
+    for (int g = 0; g < G; g++) wk_kv_seq_destroy(a[g]);
+    for (int g = 0; g < G; g++) b[g] = wk_kv_seq_create(pool, 64, &st);
+    const uint32_t k = wk_kv_prefix_match(b, G, SWA, W, chain, NB - 1);
+    CHECK_EQ_INT(wk_kv_prefix_attach(b, G, SWA, W, chain, k), WK_OK);
+    const uint32_t lo = wk_kv_prefix_first_needed(k, BT, W);
+    for (int g = 0; g < G; g++) {
+        CHECK_EQ_INT(b[g]->n_tokens, k * BT);
+        CHECK_EQ_INT(b[g]->first_live, g == 0 ? 0 : lo);
+        for (uint32_t i = 0; i < k; i++)
+            CHECK_EQ_INT(b[g]->table[i], g > 0 && i < lo ? WK_KV_NO_BLOCK
+                                                         : wk_kv_pool_cache_lookup(pool, wk_kv_prefix_key(chain[i], g)));
+    }
+    *first_live = b[1]->first_live;
+    CHECK_EQ_INT(check_ok(pool), WK_OK);
+    /* Taking it again into sequences that are not empty is refused and leaves them empty. */
+    CHECK_EQ_INT(wk_kv_prefix_attach(b, G, SWA, W, chain, k), k ? WK_ERR_INVALID : WK_OK);
+    for (int g = 0; g < G; g++) wk_kv_seq_destroy(b[g]);
+    wk_kv_pool_destroy(pool);
+    return k;
+}
+
+static void test_prefix_hybrid(void) {
+    CHECK_EQ_INT(wk_kv_prefix_first_needed(5, 4, 10), 2); /* P 20: the query at 20 reads 11.. */
+    CHECK_EQ_INT(wk_kv_prefix_first_needed(2, 4, 10), 0); /* P 8 < window */
+    CHECK_EQ_INT(wk_kv_prefix_first_needed(3, 4, 12), 0); /* P 12: reads 1.., block 0 */
+    CHECK_EQ_INT(wk_kv_prefix_first_needed(4, 4, 0), 0);
+    CHECK(wk_kv_prefix_key(7, 0) != wk_kv_prefix_key(7, 1) && wk_kv_prefix_key(7, 0) != 7);
+    uint32_t fl;
+    /* Everything cached: the whole cap (5 of 6 blocks); the sliding groups start at block 2. */
+    CHECK_EQ_INT(hybrid_match(NULL, 0, &fl), 5);
+    CHECK_EQ_INT(fl, 2);
+    /* A sliding group lost blocks below its window: no matter. */
+    const int old[2][2] = {{1, 0}, {2, 1}};
+    CHECK_EQ_INT(hybrid_match(old, 2, &fl), 5);
+    /* A sliding group lost block 3: k 5 (needs 2..4) and 4 (needs 1..3) fail, 3 (needs 0..2) hits
+     * although the full-attention group has all five. */
+    const int mid[1][2] = {{2, 3}};
+    CHECK_EQ_INT(hybrid_match(mid, 1, &fl), 3);
+    CHECK_EQ_INT(fl, 0);
+    /* The full-attention group lost block 4: at most 4 (sliding groups from block 1). */
+    const int full[1][2] = {{0, 4}};
+    CHECK_EQ_INT(hybrid_match(full, 1, &fl), 4);
+    CHECK_EQ_INT(fl, 1);
+    /* Block 0 of the full group: nothing. */
+    const int none[1][2] = {{0, 0}};
+    CHECK_EQ_INT(hybrid_match(none, 1, &fl), 0);
+}
+
 int main(void) {
     test_layouts();
     test_create();
@@ -1453,6 +1525,7 @@ int main(void) {
     test_checker_catches();
     test_two_classes();
     test_prefix_cache();
+    test_prefix_hybrid();
     walk_once(1, 16, 40, 0, 0, 0, 0, 16000); /* drops ease the pressure: more ops to exhaust it */
     walk_once(2, 4, 24, 0, 0, 0, 0, 8000);
     walk_once(3, 16, 48, 0, 0, 0, 0, 16000); /* roomier pool: twice the ops to reach exhaustion (asserted) */
