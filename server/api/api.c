@@ -162,10 +162,11 @@ static void on_ready(api_server *a) {
                  (unsigned long long)ms->kv_pool_blocks, groups, swa);
     const api_sampling *sp = &a->cfg.sampling;
     fprintf(stderr, "wushkv: ready: model '%s' (%s, %s) on %s, context %d, chat format %s%s, %d sequences, %s, "
-            "sampling defaults temp %g top_k %d top_p %g min_p %g repeat_penalty %g (last %d), http://%s:%d\n",
+            "prefix cache %s, sampling defaults temp %g top_k %d top_p %g min_p %g repeat_penalty %g (last %d), "
+            "http://%s:%d\n",
             a->model_id, ms->name, ms->arch, ms->device, ms->max_ctx, chat_format_name(a->model.chat),
             ms->chat_template ? "" : " (no template in the model: its architecture's default)", a->cfg.engine.max_seqs,
-            kv, (double)sp->temperature, sp->top_k, (double)sp->top_p, (double)sp->min_p, (double)sp->repeat_penalty,
+            kv, ms->prefix_cache ? "on" : "off", (double)sp->temperature, sp->top_k, (double)sp->top_p, (double)sp->min_p, (double)sp->repeat_penalty,
             sp->repeat_last_n, a->cfg.host, http_server_port(a->http));
 }
 
@@ -228,6 +229,7 @@ static void on_gen_event(api_server *a, call *k, int i, sched_event *ev) {
         ci->done = true;
         ci->finish_reason = ev->finish_reason;
         ci->completion_tokens = ev->completion_tokens;
+        ci->cached_tokens = ev->cached_tokens;
         ci->kv = ev->kv;
         if (k->stream && k->started && !k->failed) {
             if (chat && !ci->role_sent) { /* no token at all (cancelled): the opening delta still comes first */

@@ -25,6 +25,7 @@ typedef struct choice {
     bool role_sent; /* stream, chat: the opening delta (role) went out (with the first token) */
     const char *finish_reason;
     int prompt_tokens, completion_tokens;
+    int cached_tokens; /* prompt tokens its sequence took from the prefix cache */
     kv_usage kv;
     text_buf text;   /* non-streamed: the whole completion */
     cJSON *lp;       /* non-streamed logprobs being collected (chat: content array; completions: object) */

@@ -92,6 +92,7 @@ void req_finish(scheduler *s, req *r, const char *reason) {
         ev->finish_reason = reason;
         ev->prompt_tokens = r->n_prompt;
         ev->completion_tokens = r->n_gen;
+        ev->cached_tokens = r->n_cached;
         ev->kv = kv_budget_usage(&s->kv, r->peak_len, r->peak_bytes);
         ev->queue_s = queue;
         ev->ttft_s = ttft;
