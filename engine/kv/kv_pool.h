@@ -90,8 +90,9 @@
  *
  * Reference counts: refcount(b) = (number of block-table entries naming b over all sequences)
  *   + (external references taken with wk_kv_pool_share). A block with refcount 0 is on the free
- *   list or (hashed) the prefix cache's LRU list, exactly once. A sequence may only write into a block whose refcount is 1
- *   (wk_kv_seq_advance refuses otherwise); wk_kv_seq_cow / wk_kv_seq_prepare_write make that so.
+ *   list or (hashed) the prefix cache's LRU list, exactly once. A sequence may only write into a
+ *   block whose refcount is 1 and that has no hash (wk_kv_seq_advance refuses otherwise);
+ *   wk_kv_seq_cow / wk_kv_seq_prepare_write make that so.
  *
  * Not thread-safe: the scheduler thread owns the pool. */
 #ifndef WK_KV_POOL_H
@@ -227,11 +228,12 @@ uint64_t wk_kv_pool_block_offset(const wk_kv_pool *pool, uint32_t block);
 uint64_t wk_kv_pool_window_offset(const wk_kv_pool *pool, uint32_t slot);
 uint32_t wk_kv_pool_refcount(const wk_kv_pool *pool, uint32_t block); /* 0 for free / out of range */
 
-/* An external reference (a future prefix cache holding a full block): refcount++. The block must be
- * in use (refcount > 0): WK_ERR_INVALID otherwise. */
+/* An external reference (a holder outside every block table; the prefix cache does not need one,
+ * it keeps released blocks by their hash): refcount++. The block must be in use (refcount > 0):
+ * WK_ERR_INVALID otherwise. */
 int wk_kv_pool_share(wk_kv_pool *pool, uint32_t block);
 /* Drops an external reference taken with wk_kv_pool_share; the block returns to the free list
- * when its count reaches 0. WK_ERR_INVALID if the block has no external reference. */
+ * (or, named, the prefix cache) when its count reaches 0. WK_ERR_INVALID if the block has no external reference. */
 int wk_kv_pool_unshare(wk_kv_pool *pool, uint32_t block);
 
 /* ---- prefix cache (the "Prefix caching" comment above) ---- */
