@@ -295,6 +295,8 @@ static void on_event(sched_event *ev, void *data) {
                 cJSON_AddNumberToObject(o, "count", ev->n_tokens);
                 cJSON_AddNumberToObject(o, "max_model_len", a->model.max_ctx);
                 reply_json(a, c, 200, o, NULL);
+            } else if (c && ev->kind == EV_RESET) {
+                reply_json(a, c, 200, cJSON_CreateObject(), NULL);
             } else if (c && ev->kind == EV_DETOKENIZED) {
                 cJSON *o = cJSON_CreateObject();
                 json_add_string_n(o, "prompt", ev->text, ev->text ? ev->text_len : 0);
@@ -396,6 +398,21 @@ static void handle_tokenize(api_server *a, http_conn *c, http_request *r, bool d
     job->kind = detokenize ? JOB_DETOKENIZE : JOB_TOKENIZE;
     job->id = k->id;
     job->gen = g;
+    sched_submit(a->sched, job);
+}
+
+/* vLLM's POST /reset_prefix_cache: the engine thread forgets every cached block (those running
+ * sequences hold stay theirs); 200 {} once it has. */
+static void handle_reset_prefix_cache(api_server *a, http_conn *c) {
+    sched_job *job = calloc(1, sizeof *job);
+    call *k = job ? call_new(a, c, CALL_RESET, 0) : NULL;
+    if (!k) {
+        free(job);
+        reply_error(a, c, 500, "out of memory", NULL, NULL, NULL);
+        return;
+    }
+    job->kind = JOB_RESET_PREFIX_CACHE;
+    job->id = k->id;
     sched_submit(a->sched, job);
 }
 
@@ -506,6 +523,7 @@ static const route k_routes[] = {
     {"/v1/chat/completions", "POST", R_CHAT, true, true},
     {"/tokenize", "POST", R_TOKENIZE, true, true},
     {"/detokenize", "POST", R_DETOKENIZE, true, true},
+    {"/reset_prefix_cache", "POST", R_RESET_PREFIX_CACHE, true, true},
 };
 enum { N_ROUTES = sizeof k_routes / sizeof k_routes[0] };
 
@@ -595,6 +613,7 @@ static void on_request(http_conn *c, http_request *r, void *data) {
     case R_CHAT: handle_generation(a, c, r, true); break;
     case R_TOKENIZE: handle_tokenize(a, c, r, false); break;
     case R_DETOKENIZE: handle_tokenize(a, c, r, true); break;
+    case R_RESET_PREFIX_CACHE: handle_reset_prefix_cache(a, c); break;
     }
 }
 

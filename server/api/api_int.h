@@ -17,7 +17,7 @@
 #include "sched/scheduler.h"
 #include "sched/text_stream.h"
 
-typedef enum { CALL_COMPLETION, CALL_CHAT, CALL_TOKENIZE, CALL_DETOKENIZE } call_kind;
+typedef enum { CALL_COMPLETION, CALL_CHAT, CALL_TOKENIZE, CALL_DETOKENIZE, CALL_RESET } call_kind;
 
 /* One choice of a generation request: one engine sequence. */
 typedef struct choice {
@@ -98,7 +98,8 @@ typedef enum {
     R_COMPLETIONS,
     R_CHAT,
     R_TOKENIZE,
-    R_DETOKENIZE
+    R_DETOKENIZE,
+    R_RESET_PREFIX_CACHE
 } route_id;
 
 typedef struct route {

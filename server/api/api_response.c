@@ -238,17 +238,17 @@ void log_request(call *k, const sched_event *ev, int status) {
     double dt = mono_now_s() - k->t_start;
     const char *kind = k->kind == CALL_CHAT ? "chat" : "completion";
     if (status == 200) {
-        int prompt = 0, completion = 0;
+        int prompt = 0, cached = 0, completion = 0;
         uint64_t bytes = 0;
         for (int i = 0; i < k->n_choices; i++) {
-            if (i % k->n_per_prompt == 0) prompt += k->choices[i].prompt_tokens;
+            if (i % k->n_per_prompt == 0) prompt += k->choices[i].prompt_tokens, cached += k->choices[i].cached_tokens;
             completion += k->choices[i].completion_tokens;
             bytes += k->choices[i].kv.bytes;
         }
         fprintf(stderr,
-                "wushkv: %s %s status=200 choices=%d prompt=%d completion=%d finish=%s kv_bytes=%" PRIu64
+                "wushkv: %s %s status=200 choices=%d prompt=%d cached=%d completion=%d finish=%s kv_bytes=%" PRIu64
                 " queue=%.3fs ttft=%.3fs time=%.3fs%s%s\n",
-                k->resp_id, kind, k->n_choices, prompt, completion, ev->finish_reason, bytes, ev->queue_s,
+                k->resp_id, kind, k->n_choices, prompt, cached, completion, ev->finish_reason, bytes, ev->queue_s,
                 ev->ttft_s < 0 ? 0.0 : ev->ttft_s, dt, a->cfg.log_prompts ? " prompt=" : "",
                 a->cfg.log_prompts ? k->prompt_log : "");
     } else {

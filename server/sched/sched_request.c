@@ -227,6 +227,14 @@ void sched_handle_job(scheduler *s, sched_job *j) {
         if (r) req_finish(s, r, "abort");
         break;
     }
+    case JOB_RESET_PREFIX_CACHE: {
+        /* Cached blocks only: what running sequences hold stays theirs (unnamed from now on). */
+        wk_engine_prefix_cache_flush(s->e);
+        sched_event *ev = sched_ev_new(EV_RESET, j->id);
+        if (ev) ev->status = 200;
+        sched_ev_post(s, ev);
+        break;
+    }
     case JOB_TOKENIZE: /* answered by the front thread; never forwarded */
     case JOB_DETOKENIZE:
     case JOB_QUIT: break;

@@ -45,7 +45,7 @@ typedef struct gen_params {
 
 void gen_params_free(gen_params *g);
 
-typedef enum { JOB_GENERATE, JOB_CANCEL, JOB_TOKENIZE, JOB_DETOKENIZE, JOB_QUIT } job_kind;
+typedef enum { JOB_GENERATE, JOB_CANCEL, JOB_TOKENIZE, JOB_DETOKENIZE, JOB_RESET_PREFIX_CACHE, JOB_QUIT } job_kind;
 
 typedef struct sched_job {
     job_kind kind;
@@ -65,6 +65,7 @@ typedef enum {
     EV_ERROR,       /* a request refused or failed: status, message, param, code */
     EV_TOKENS,      /* JOB_TOKENIZE's answer */
     EV_DETOKENIZED, /* JOB_DETOKENIZE's answer (text) */
+    EV_RESET,       /* JOB_RESET_PREFIX_CACHE done: status 200 */
 } event_kind;
 
 /* One token's log-probability with its best alternatives (for logprobs). */

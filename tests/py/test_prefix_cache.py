@@ -27,8 +27,9 @@ MAX_TOKENS = 12
 @pytest.fixture(scope="module")
 def servers():
     # One after the other: the first start calibrates the model's WUSH sidecar into the shared
-    # cache (conftest's WUSHKV_CACHE_DIR) unless an earlier test did, the second reuses it.
-    started = [Server(*FMT)]
+    # cache (conftest's WUSHKV_CACHE_DIR) unless an earlier test did (about 2 minutes on an idle
+    # 2-core machine, many more on a busy one), the second reuses it.
+    started = [Server(*FMT, ready_timeout=1800)]
     try:
         started.append(Server(*FMT, "--no-prefix-cache"))
     except BaseException:
@@ -100,6 +101,16 @@ def test_multi_turn_chat(servers):
     usage = chunks[-1].usage
     assert usage.prompt_tokens == on[-1].usage.prompt_tokens
     assert usage.prompt_tokens_details.cached_tokens == (usage.prompt_tokens - 1) // BLOCK * BLOCK
+    wait_idle(cached)
+
+    # vLLM's reset: the cached blocks go back to free, and the next lookup finds nothing.
+    r = requests.post(cached.url + "/reset_prefix_cache", timeout=60)
+    assert r.status_code == 200 and r.json() == {}, r.text
+    assert metric(cached, "kv_cache_cached_blocks") == 0
+    assert metric(cached, "kv_cache_used_blocks") == 0
+    again = chat(cached, history[:-1])
+    assert again.usage.prompt_tokens_details.cached_tokens == 0
+    assert again.choices[0].message.content == on[-1].choices[0].message.content
     wait_idle(cached)
 
 
