@@ -9,6 +9,7 @@
 #include "forward.h"
 #include "model/gguf.h"
 #include "kv/kv_cache.h"
+#include "kv/kv_prefix.h"
 #include "model/model.h"
 #include "model/quant.h"
 #include "tokenizer/tokenizer.h"
@@ -38,6 +39,11 @@ struct wk_engine {
     uint32_t *step_win;         /* per row: its sequence's f16 window slot (pool words), paged + windows */
     int *step_logit_rows;
     uint32_t *step_tables;  /* paged cache: the step's block tables, concatenated */
+    /* Automatic prefix caching (wk_seq_prefix_attach): on when asked for and the format allows;
+     * prefix_salt enters every block hash (everything besides the tokens that changes what a
+     * block stores). */
+    bool prefix_cache;
+    uint64_t prefix_salt;
 };
 
 struct wk_seq {
@@ -49,6 +55,11 @@ struct wk_seq {
     int n_kvs;
     wk_kv_seq *kvs[WK_MAX_LAYERS];
     uint64_t peak_bytes; /* wk_seq_kv_peak_bytes */
+    /* Prefix caching: the token chain's hash of every full block so far (hashes[0 .. n_hashed))
+     * and the tokens of the block being filled (pending[len % bt] is the next). */
+    uint64_t *hashes;
+    int n_hashed;
+    int32_t *pending;
 };
 
 /* Releases what a sliding group's layers can no longer see: a query at position p >= len reads
@@ -58,6 +69,45 @@ static void seq_slide(wk_seq *s) {
     if (l->swa_groups == 0 || s->len < l->swa_window) return;
     for (int g = l->n_groups - l->swa_groups; g < s->n_kvs; g++)
         wk_kv_seq_drop_before(s->kvs[g], (uint32_t)(s->len - l->swa_window + 1));
+}
+
+/* Everything besides the tokens that decides what a block stores: the model (its file's path and
+ * size, its shapes), the KV format of each layer class with its quantizer, group, windows and
+ * clip quantiles, the transform with its seed and sidecar. The cache lives inside one engine,
+ * which has one of each, so today this only guards against a mistake; it is what a cache shared
+ * between engines (or kept on disk) would need. */
+static uint64_t prefix_salt(const wk_engine *e, const wk_engine_params *p) {
+    const wk_hparams *hp = &e->desc.hp;
+    union { float f; int32_t i; } rk = {.f = p->kv_rho_k}, rv = {.f = p->kv_rho_v};
+    const int32_t w[] = {e->kv.fmt.bits, e->kv.swa_pool ? e->kv.swa_fmt.bits : e->kv.fmt.bits, (int32_t)e->kv.fmt.kind,
+                         e->kv.fmt.group, e->kv.fmt.sink, e->kv.fmt.recent, rk.i, rv.i, (int32_t)p->kv_transform,
+                         (int32_t)p->kv_transform_seed, (int32_t)(p->kv_transform_seed >> 32), hp->n_layer, hp->n_embd,
+                         hp->n_vocab, hp->n_head_kv, hp->head_dim, e->kv.layout.block_tokens,
+                         (int32_t)e->gguf->size, (int32_t)(e->gguf->size >> 32)};
+    uint64_t h = wk_kv_block_hash(0, 0x77757368ull, w, (uint32_t)(sizeof w / sizeof w[0]));
+    const char *names[2] = {p->model_path, p->kv_transform == WK_KV_TRANSFORM_WUSH ? p->wush_path : NULL};
+    for (int k = 0; k < 2; k++)
+        for (const char *c = names[k]; c && *c; c++) h = wk_kv_block_hash(h, (uint64_t)k, &(int32_t){(uint8_t)*c}, 1);
+    return h;
+}
+
+/* After a step committed n tokens: every block they filled gets its chain hash, and each layer
+ * group's block for it is named in its pool (before seq_slide, which may release it at once: a
+ * released named block stays cached). */
+static void seq_name_blocks(wk_seq *s, const int32_t *tokens, int n) {
+    if (!s->hashes) return;
+    const uint32_t bt = (uint32_t)s->e->kv.layout.block_tokens;
+    for (int j = 0; j < n; j++) {
+        const uint32_t pos = (uint32_t)(s->len - n + j);
+        s->pending[pos % bt] = tokens[j];
+        if ((pos + 1) % bt) continue;
+        const uint32_t k = pos / bt;
+        s->hashes[k] = wk_kv_block_hash(k ? s->hashes[k - 1] : 0, s->e->prefix_salt, s->pending, bt);
+        s->n_hashed = (int)k + 1;
+        for (int g = 0; g < s->n_kvs; g++)
+            if (s->kvs[g]->table[k] != WK_KV_NO_BLOCK)
+                wk_kv_pool_cache_insert(s->kvs[g]->pool, s->kvs[g]->table[k], wk_kv_prefix_key(s->hashes[k], g));
+    }
 }
 
 void wk_engine_params_default(wk_engine_params *p) {
@@ -320,6 +370,18 @@ int wk_engine_open(const wk_engine_params *p, wk_engine **out, char *err, size_t
     } else {
         i->kv_bits = i->kv_swa_bits = 16;
     }
+    /* The f16 window rows live in a per-sequence slot, not in blocks: a hit would also have to
+     * give the new sequence the sinks and the recent ring as of the prefix's end, which no block
+     * holds (docs/design.md, "Prefix caching"). Until then, no hits for those formats. */
+    if (p->prefix_cache && paged && e->kv.layout.window_bytes) {
+        fprintf(stderr, "wushkv: prefix caching is off: the KV format keeps f16 windows (--kv-sink %d --kv-recent %d), "
+                "whose rows a cached prefix does not hold; --kv-sink 0 --kv-recent 0 turns it on\n", e->kv.fmt.sink,
+                e->kv.fmt.recent);
+    } else if (p->prefix_cache && paged) {
+        e->prefix_cache = true;
+        e->prefix_salt = prefix_salt(e, p);
+    }
+    i->prefix_cache = e->prefix_cache;
     if (p->verbose)
         fprintf(stderr, "wushkv: model %s (%s, %d layers, vocab %d), %.1f MiB weights, KV %.1f KiB/token, ctx %d\n",
                 i->name, i->arch, i->n_layer, i->n_vocab, i->weight_bytes / 1048576.0, i->kv_bytes_per_token / 1024.0,
@@ -397,6 +459,16 @@ int wk_seq_create(wk_engine *e, wk_seq **out) {
                     q->n_kvs = g + 1;
                 }
             }
+            if (e->prefix_cache) {
+                const size_t bt = (size_t)e->kv.layout.block_tokens;
+                q->hashes = malloc(((size_t)e->fwd.max_ctx / bt + 1) * sizeof *q->hashes);
+                q->pending = malloc(bt * sizeof *q->pending);
+                if (!q->hashes || !q->pending) {
+                    for (int g = 0; g < q->n_kvs; g++) wk_kv_seq_destroy(q->kvs[g]);
+                    free(q->hashes), free(q->pending), free(q);
+                    return WK_ERR_NOMEM;
+                }
+            }
             e->slot_used[s] = true;
             *out = q;
             return 0;
@@ -408,11 +480,14 @@ void wk_seq_destroy(wk_seq *s) {
     if (!s) return;
     for (int g = 0; g < s->n_kvs; g++) wk_kv_seq_destroy(s->kvs[g]);
     s->e->slot_used[s->slot] = false;
+    free(s->hashes);
+    free(s->pending);
     free(s);
 }
 
 void wk_seq_reset(wk_seq *s) {
     s->len = 0;
+    s->n_hashed = 0;
     for (int g = 0; g < s->n_kvs; g++) wk_kv_seq_release(s->kvs[g]);
     s->peak_bytes = 0;
 }
@@ -439,6 +514,45 @@ static void seq_note_peak(wk_seq *s) {
     if (now > s->peak_bytes) s->peak_bytes = now;
 }
 int wk_seq_len(const wk_seq *s) { return s->len; }
+
+int wk_seq_prefix_attach(wk_seq *s, const int32_t *tokens, int n_tokens) {
+    wk_engine *e = s->e;
+    if (!e->prefix_cache || s->len != 0 || n_tokens <= 0 || !tokens) return 0;
+    const wk_kv_layout *l = &e->kv.layout;
+    const int bt = l->block_tokens;
+    int n_chain = n_tokens / bt;
+    if (n_chain > e->fwd.max_ctx / bt) n_chain = e->fwd.max_ctx / bt;
+    for (int k = 0; k < n_chain; k++)
+        s->hashes[k] = wk_kv_block_hash(k ? s->hashes[k - 1] : 0, e->prefix_salt, tokens + (size_t)k * bt, (uint32_t)bt);
+    const uint32_t k = wk_kv_prefix_match(s->kvs, s->n_kvs, l->swa_groups, (uint32_t)l->swa_window, s->hashes,
+                                          (uint32_t)n_chain);
+    if (k == 0) return 0;
+    int rc = wk_kv_prefix_attach(s->kvs, s->n_kvs, l->swa_groups, (uint32_t)l->swa_window, s->hashes, k);
+    if (rc) return rc == WK_ERR_NOMEM ? WK_ERR_NOMEM : WK_ERR_INVALID;
+    s->len = (int)k * bt;
+    s->n_hashed = (int)k;
+    seq_note_peak(s);
+    return s->len;
+}
+
+void wk_engine_prefix_cache_flush(wk_engine *e) {
+    if (e->kv.pool) wk_kv_pool_cache_flush(e->kv.pool);
+    if (e->kv.swa_pool) wk_kv_pool_cache_flush(e->kv.swa_pool);
+}
+
+void wk_engine_kv_usage(const wk_engine *e, int pool, wk_kv_usage *u) {
+    memset(u, 0, sizeof *u);
+    const wk_kv_pool *kp = pool == 0 ? e->kv.pool : pool == 1 ? e->kv.swa_pool : NULL;
+    if (!kp) return;
+    wk_kv_pool_stats st;
+    wk_kv_pool_get_stats(kp, &st);
+    u->used_blocks = st.used_blocks;
+    u->cached_blocks = st.cached_blocks;
+    u->free_blocks = st.free_blocks;
+    u->used_bytes = st.used_bytes;
+    u->cached_bytes = st.cached_bytes;
+    u->used_windows = st.used_windows;
+}
 
 int wk_forward(wk_engine *e, const wk_batch_item *items, int n_items, float *logits, char *err, size_t errlen) {
     if (n_items <= 0) return snprintf(err, errlen, "empty batch"), WK_ERR_INVALID;
@@ -471,8 +585,10 @@ int wk_forward(wk_engine *e, const wk_batch_item *items, int n_items, float *log
                                     wk_kv_pool_n_blocks(it->seq->kvs[g]->pool)),
                            WK_ERR_KV_FULL;
                 if (st) return snprintf(err, errlen, "KV pool: %s", wk_kv_pool_strerror(st)), st;
-                if (copy.bytes) /* only shared prefix blocks need a copy; nothing shares blocks yet */
-                    return snprintf(err, errlen, "internal: copy-on-write without prefix sharing"), WK_ERR_INVALID;
+                /* Prefix hits share whole blocks and leave len on a block boundary, so no step ever
+                 * writes into a block that holds earlier tokens of someone else. */
+                if (copy.bytes)
+                    return snprintf(err, errlen, "internal: copy-on-write of a partly filled shared block"), WK_ERR_INVALID;
             }
             seq_note_peak(it->seq); /* the step's blocks are held until the sliding groups let go */
             base = (uint32_t)n_tables;
@@ -506,6 +622,7 @@ int wk_forward(wk_engine *e, const wk_batch_item *items, int n_items, float *log
         for (int g = 0; g < items[i].seq->n_kvs; g++)
             if (wk_kv_seq_advance(items[i].seq->kvs[g], (uint32_t)items[i].n_tokens))
                 return snprintf(err, errlen, "internal: KV pool refused to commit written tokens"), WK_ERR_INVALID;
+        seq_name_blocks(items[i].seq, items[i].tokens, items[i].n_tokens);
         seq_slide(items[i].seq);
         seq_note_peak(items[i].seq); /* the f16 cache grows with len */
     }

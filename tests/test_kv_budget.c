@@ -105,6 +105,17 @@ static void test_paged(const wk_kv_geom *geom, int sink, int recent, int expect_
     CHECK_EQ_INT(p.kv_used_blocks, 10);
     CHECK_EQ_INT(p.kv_capacity_bytes, POOL_256MIB);
     CHECK_EQ_INT(p.kv_capacity_blocks, (long long)(POOL_256MIB / l.bytes_per_block));
+    /* With prefix caching the pools' own counts replace the sequences' sums (which count a shared
+     * block for every holder): 7 blocks in use, 5 kept by the cache. */
+    wk_kv_usage pu[KV_POOLS] = {{.used_blocks = 7, .cached_blocks = 5, .used_windows = 3,
+                                 .used_bytes = 3 * l.window_bytes + 7 * l.bytes_per_block,
+                                 .cached_bytes = 5 * l.bytes_per_block}};
+    kv_budget_gauge_usage(&b, pu, &p);
+    CHECK_EQ_INT(p.kv_used_bytes, 3 * l.window_bytes + 7 * l.bytes_per_block);
+    CHECK_EQ_INT(p.kv_used_blocks, 7);
+    CHECK_EQ_INT(p.kv_cached_blocks, 5);
+    CHECK_EQ_INT(p.kv_cached_bytes, 5 * l.bytes_per_block);
+    CHECK_EQ_INT(p.kv_capacity_bytes, POOL_256MIB);
 }
 
 static void test_f16(void) {
@@ -129,6 +140,9 @@ static void test_f16(void) {
     CHECK_EQ_INT(p.kv_used_blocks, 9);
     CHECK_EQ_INT(p.kv_capacity_blocks, 4 * 63); /* ceil(1000 / 16) = 63 per slot */
     CHECK_EQ_INT(p.kv_capacity_bytes, info.kv_pool_bytes);
+    const wk_kv_usage none[KV_POOLS] = {{.used_blocks = 1}}; /* the f16 cache keeps its own figures */
+    kv_budget_gauge_usage(&b, none, &p);
+    CHECK_EQ_INT(p.kv_used_blocks, 9);
 }
 
 /* Per-layer-class formats: full-attention layers int2, sliding layers int4 in a

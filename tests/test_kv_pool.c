@@ -1,14 +1,16 @@
 /* Paged KV pool tests: block sizes and bits/element of each format against hand-computed numbers,
  * exact accounting, LIFO reuse, all-or-nothing exhaustion, sharing and copy-on-write, f16 window
  * slots, window-less sequences, sliding-window release (drop_before) and what it rules out, the
- * invariant checker catching corruption, and seeded random walks of thousands of
- * operations that replay every device copy and write on a shadow of the pool memory, so a missing
- * or wrong copy-on-write shows up as another sequence's tokens changing. */
+ * invariant checker catching corruption, the prefix cache (hash chain, LRU eviction, flush), and
+ * seeded random walks of thousands of operations that replay every device copy and write on a
+ * shadow of the pool memory, so a missing or wrong copy-on-write, or a cached block reused while
+ * referenced or written while named, shows up as tokens changing under a sequence or a hit. */
 #include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
 
 #include "kv/kv_pool.h"
+#include "kv/kv_prefix.h"
 #include "test_rng.h"
 #include "test_util.h"
 #include "wushkv/wushkv.h"
@@ -838,7 +840,18 @@ typedef struct {
                        * since max_tokens rounds up to whole blocks */
     uint32_t max_tokens;
     uint32_t first_live; /* what drop_before, release, truncate(0) and fork should have made it */
+    uint64_t *hashes;    /* the chain hash of each full block (max_blocks entries), as the engine keeps */
+    uint32_t n_hashed;   /* blocks [0, n_hashed) have one */
 } shadow_seq;
+
+/* A released sequence's hash chain and the contents each block held: what a later hit must find. */
+#define MAXCHAINS 6
+#define CHAIN_BLOCKS 32
+typedef struct {
+    uint32_t n;
+    uint64_t hash[CHAIN_BLOCKS];
+    uint64_t *content; /* n * bt values */
+} chain;
 
 typedef struct {
     wk_kv_pool *pool;
@@ -851,7 +864,52 @@ typedef struct {
     long ops, exhausted, cows, unsupported;
     long drops, dropped_entries, dropped_shared, slide_refusals; /* drop_before: calls that released,
                                                                    * entries, ones still held elsewhere */
+    chain chains[MAXCHAINS];
+    int n_chains;
+    long inserts, hits, hit_dropped, hit_shared, flushes; /* prefix cache: blocks named, blocks taken by a hit
+                                                          * (of them: entries appended as dropped, blocks
+                                                          * another sequence held), flushes */
 } walk;
+
+/* The chain hash of block i of q from its committed values (tokens stand in as their low 32 bits). */
+static uint64_t shadow_hash(const walk *w, const shadow_seq *q, uint32_t i) {
+    int32_t tok[64];
+    for (uint32_t t = 0; t < w->bt; t++) tok[t] = (int32_t)(uint32_t)q->expect[i * w->bt + t];
+    return wk_kv_block_hash(i ? q->hashes[i - 1] : 0, 0x5eed, tok, w->bt);
+}
+
+/* What the engine does after every step: names each block that became full (a live one; a block
+ * dropped before it filled cannot exist, since drop_before never drops the write block). */
+static void hash_up(walk *w, shadow_seq *q) {
+    wk_kv_seq *s = q->s;
+    for (uint32_t i = q->n_hashed; i < s->n_tokens / w->bt; i++) {
+        q->hashes[i] = shadow_hash(w, q, i);
+        q->n_hashed = i + 1;
+        if (i < s->first_live) continue;
+        int rc = wk_kv_pool_cache_insert(w->pool, s->table[i], q->hashes[i]);
+        if (rc == WK_ERR_INVALID) /* only a block already named by another chain (adopted from the stash) */
+            CHECK(wk_kv_pool_cache_lookup(w->pool, q->hashes[i]) != s->table[i]);
+        else CHECK(rc == 0 || rc == 1);
+        w->inserts += rc == 1;
+        if (rc >= 0) CHECK_EQ_INT(wk_kv_pool_cache_lookup(w->pool, q->hashes[i]) != WK_KV_NO_BLOCK, 1);
+    }
+}
+
+/* Before a sequence lets go of its blocks: remember its chain (the newest MAXCHAINS). */
+static void remember(walk *w, const shadow_seq *q) {
+    uint32_t n = q->n_hashed < CHAIN_BLOCKS ? q->n_hashed : CHAIN_BLOCKS;
+    if (n == 0) return;
+    chain *c;
+    if (w->n_chains < MAXCHAINS) c = &w->chains[w->n_chains++];
+    else {
+        c = &w->chains[rng_below(MAXCHAINS)];
+        free(c->content);
+    }
+    c->n = n;
+    memcpy(c->hash, q->hashes, n * sizeof *c->hash);
+    c->content = malloc((size_t)n * w->bt * sizeof *c->content);
+    memcpy(c->content, q->expect, (size_t)n * w->bt * sizeof *c->content);
+}
 
 static uint64_t *cell(walk *w, const wk_kv_seq *s, uint32_t pos) {
     return &w->mem[(uint64_t)s->table[pos / w->bt] * w->bt + pos % w->bt];
@@ -898,7 +956,9 @@ static int verify(walk *w) {
     /* Leak-free: the blocks in use are exactly those some table or external holder names. */
     if (st.used_blocks != distinct) bad++;
     if (refsum != table_refs + st.external_refs) bad++;
-    if (st.used_blocks + st.free_blocks != st.n_blocks) bad++;
+    if (st.used_blocks + st.free_blocks + st.cached_blocks != st.n_blocks) bad++;
+    if (st.cached_bytes != (uint64_t)st.cached_blocks * st.bytes_per_block) bad++;
+    if (st.hashed_blocks < st.cached_blocks) bad++;
     if (st.used_bytes != (uint64_t)st.used_blocks * st.bytes_per_block + (uint64_t)st.used_windows * st.window_bytes)
         bad++;
     if (unique > st.used_bytes) bad++;
@@ -909,8 +969,10 @@ static int verify(walk *w) {
 }
 
 static void remove_seq(walk *w, int i) {
+    remember(w, &w->seq[i]);
     wk_kv_seq_destroy(w->seq[i].s);
     free(w->seq[i].expect);
+    free(w->seq[i].hashes);
     w->seq[i] = w->seq[--w->n];
 }
 
@@ -927,7 +989,7 @@ static void walk_once(uint64_t seed, uint32_t bt, uint32_t n_blocks, uint32_t wi
     uint64_t next_value = 1;
     uint32_t *rc_before = calloc(n_blocks, sizeof *rc_before);
     for (long op = 0; op < n_ops; op++) {
-        uint32_t r = rng_below(102);
+        uint32_t r = rng_below(110);
         wk_kv_pool_stats s0, s1;
         wk_kv_pool_get_stats(w.pool, &s0);
         if (r < 8 || w.n == 0) { /* create */
@@ -946,6 +1008,8 @@ static void walk_once(uint64_t seed, uint32_t bt, uint32_t n_blocks, uint32_t wi
                 w.seq[w.n].max_tokens = mt;
                 w.seq[w.n].first_live = 0;
                 w.seq[w.n].expect = calloc((size_t)s->max_blocks * bt, sizeof(uint64_t));
+                w.seq[w.n].hashes = calloc(s->max_blocks, sizeof(uint64_t));
+                w.seq[w.n].n_hashed = 0;
                 w.n++;
             }
         } else if (r < 14) { /* destroy */
@@ -1009,11 +1073,17 @@ static void walk_once(uint64_t seed, uint32_t bt, uint32_t n_blocks, uint32_t wi
                 CHECK_EQ_INT(s->n_tokens, n);
                 CHECK_EQ_INT(s->n_blocks, (n + bt - 1) / bt);
                 if (n == 0) q->first_live = 0;
+                if (q->n_hashed > n / bt) {
+                    remember(&w, q);
+                    q->n_hashed = n / bt;
+                }
             }
         } else if (r < 72) { /* release */
             shadow_seq *q = &w.seq[rng_below((uint32_t)w.n)];
+            remember(&w, q);
             wk_kv_seq_release(q->s);
             q->first_live = 0;
+            q->n_hashed = 0;
         } else if (r < 82) { /* fork a prefix */
             if (w.n == MAXS) continue;
             shadow_seq *src = &w.seq[rng_below((uint32_t)w.n)];
@@ -1044,6 +1114,9 @@ static void walk_once(uint64_t seed, uint32_t bt, uint32_t n_blocks, uint32_t wi
                 w.seq[w.n].first_live = src->first_live;
                 w.seq[w.n].expect = calloc((size_t)s->max_blocks * bt, sizeof(uint64_t));
                 if (n) memcpy(w.seq[w.n].expect, src->expect, n * sizeof(uint64_t));
+                w.seq[w.n].hashes = calloc(s->max_blocks, sizeof(uint64_t));
+                w.seq[w.n].n_hashed = n / bt; /* src named every full block of it */
+                if (n / bt) memcpy(w.seq[w.n].hashes, src->hashes, n / bt * sizeof(uint64_t));
                 w.n++;
             }
         } else if (r < 88) { /* external reference to a block some sequence holds */
@@ -1067,9 +1140,73 @@ static void walk_once(uint64_t seed, uint32_t bt, uint32_t n_blocks, uint32_t wi
             if (rc == WK_OK) {
                 /* The block is immutable while shared, so its current contents are what it holds. */
                 for (uint32_t t = 0; t < bt; t++) q->expect[s->n_tokens - bt + t] = w.mem[(uint64_t)b * bt + t];
+                if (q->n_hashed < s->n_blocks - 1) { /* the chain cannot go on past an unnamed block */
+                    remember(&w, q);
+                    q->n_hashed = 0;
+                }
             } else {
                 CHECK(rc == WK_ERR_CONTEXT_FULL || (rc == WK_ERR_INVALID && !aligned));
             }
+        } else if (r < 108) { /* prefix-cache hit: a remembered chain's blocks, found by their hashes */
+            if (w.n_chains == 0) continue;
+            const chain *c = &w.chains[rng_below((uint32_t)w.n_chains)];
+            int qi = -1;
+            for (int i = 0; i < w.n; i++)
+                if (w.seq[i].s->n_blocks == 0) qi = i;
+            if (qi < 0) { /* a new sequence, as admission makes one */
+                if (w.n == MAXS) continue;
+                int st;
+                uint32_t mt = c->n * bt + rng_below(4 * bt) + 1;
+                wk_kv_seq *s = wk_kv_seq_create_ex(w.pool, mt, max_seqs == 0 || rng_below(4) != 0, &st);
+                if (!s) continue;
+                qi = w.n++;
+                w.seq[qi] = (shadow_seq){.s = s, .max_tokens = mt,
+                                         .expect = calloc((size_t)s->max_blocks * bt, sizeof(uint64_t)),
+                                         .hashes = calloc(s->max_blocks, sizeof(uint64_t))};
+            }
+            shadow_seq *q = &w.seq[qi];
+            wk_kv_seq *s = q->s;
+            /* A sliding group starts with the entries below its window dropped. */
+            uint32_t skip = rng_below(3) == 0 ? rng_below(c->n + 1) : 0, i = 0;
+            for (; i < c->n && s->n_blocks < s->max_blocks; i++) {
+                if (i < skip) {
+                    CHECK_EQ_INT(wk_kv_seq_append_dropped(s), WK_OK);
+                    q->first_live = i + 1;
+                    w.hit_dropped++;
+                } else {
+                    uint32_t b = wk_kv_pool_cache_lookup(w.pool, c->hash[i]);
+                    if (b == WK_KV_NO_BLOCK) break;
+                    /* What it holds now is what it held when the chain named it. */
+                    CHECK(memcmp(&w.mem[(uint64_t)b * bt], &c->content[(uint64_t)i * bt], bt * sizeof *w.mem) == 0);
+                    w.hit_shared += wk_kv_pool_refcount(w.pool, b) > 0;
+                    CHECK_EQ_INT(wk_kv_seq_append_shared(s, b), WK_OK);
+                    CHECK(wk_kv_pool_refcount(w.pool, b) >= 1);
+                    w.hits++;
+                }
+                memcpy(&q->expect[(uint64_t)i * bt], &c->content[(uint64_t)i * bt], bt * sizeof *q->expect);
+                q->hashes[i] = c->hash[i];
+                q->n_hashed = i + 1;
+            }
+            /* Appending a dropped entry onto a live one is refused. */
+            if (s->first_live < s->n_blocks) {
+                uint32_t tb[256], nb, nt;
+                snapshot(s, tb, &nb, &nt);
+                CHECK_EQ_INT(wk_kv_seq_append_dropped(s), WK_ERR_INVALID);
+                CHECK(same(s, tb, nb, nt));
+            }
+        } else if (r < 109) { /* flush the prefix cache (now and then) */
+            if (rng_below(4)) continue;
+            uint32_t cached = s0.cached_blocks, freed = wk_kv_pool_cache_flush(w.pool);
+            wk_kv_pool_get_stats(w.pool, &s1);
+            CHECK_EQ_INT(freed, cached);
+            CHECK_EQ_INT(s1.cached_blocks, 0);
+            CHECK_EQ_INT(s1.hashed_blocks, 0);
+            CHECK_EQ_INT(s1.free_blocks, s0.free_blocks + cached);
+            CHECK_EQ_INT(s1.used_blocks, s0.used_blocks);
+            for (int i = 0; i < w.n_chains; i++)
+                for (uint32_t k = 0; k < w.chains[i].n; k++)
+                    CHECK_EQ_INT(wk_kv_pool_cache_lookup(w.pool, w.chains[i].hash[k]), WK_KV_NO_BLOCK);
+            w.flushes++;
         } else { /* sliding-window release, mostly as the engine calls it: drop_before(len - window + 1) */
             shadow_seq *q = &w.seq[rng_below((uint32_t)w.n)];
             wk_kv_seq *s = q->s;
@@ -1092,10 +1229,11 @@ static void walk_once(uint64_t seed, uint32_t bt, uint32_t n_blocks, uint32_t wi
             for (uint32_t i = q->first_live; i < nb; i++) CHECK_EQ_INT(s->table[i], tb[i]);
             for (uint32_t b = 0; b < n_blocks; b++) CHECK_EQ_INT(wk_kv_pool_refcount(w.pool, b), rc_before[b]);
             wk_kv_pool_get_stats(w.pool, &s1);
-            CHECK_EQ_INT(s1.free_blocks, s0.free_blocks + freed);
+            CHECK_EQ_INT(s1.free_blocks + s1.cached_blocks, s0.free_blocks + s0.cached_blocks + freed);
             w.drops += got > 0;
             w.dropped_entries += got;
         }
+        for (int i = 0; i < w.n; i++) hash_up(&w, &w.seq[i]);
         w.ops++;
         if (verify(&w)) {
             fprintf(stderr, "walk seed %llu: failed after op %ld (r=%u)\n", (unsigned long long)seed, op, r);
@@ -1108,6 +1246,13 @@ static void walk_once(uint64_t seed, uint32_t bt, uint32_t n_blocks, uint32_t wi
     wk_kv_pool_stats st;
     wk_kv_pool_get_stats(w.pool, &st);
     CHECK_EQ_INT(st.used_blocks, 0);
+    CHECK(st.cached_blocks > 0); /* what the sequences named outlives them... */
+    CHECK_EQ_INT(st.free_blocks + st.cached_blocks, n_blocks);
+    CHECK_EQ_INT(check_ok(w.pool), WK_OK);
+    CHECK_EQ_INT(wk_kv_pool_cache_flush(w.pool), st.cached_blocks); /* ...until a flush: then nothing leaks */
+    wk_kv_pool_get_stats(w.pool, &st);
+    CHECK_EQ_INT(st.cached_blocks, 0);
+    CHECK_EQ_INT(st.hashed_blocks, 0);
     CHECK_EQ_INT(st.free_blocks, n_blocks);
     CHECK_EQ_INT(st.used_bytes, 0);
     CHECK_EQ_INT(st.external_refs, 0);
@@ -1116,11 +1261,18 @@ static void walk_once(uint64_t seed, uint32_t bt, uint32_t n_blocks, uint32_t wi
     CHECK(recent == 0 || w.unsupported > 0);
     CHECK(w.drops > 0 && w.slide_refusals > 0); /* sliding sequences were made and refused a cut */
     CHECK(w.dropped_shared > 0);                 /* and some drops only took a shared block's reference */
+    /* The prefix cache was used every way: hits on cached and on shared blocks, dropped entries,
+     * evictions under pressure, flushes. */
+    CHECK(w.inserts > 0 && w.hits > 0 && w.hit_shared > 0 && w.hit_shared < w.hits && w.hit_dropped > 0);
+    CHECK(st.cache_evictions > 0 && w.flushes > 0);
     CHECK_EQ_INT(check_ok(w.pool), WK_OK);
     printf("walk seed %llu bt %u blocks %u windows %u: %ld ops, %ld exhausted, %ld copy-on-writes, "
-           "%ld ring refusals, %ld drops (%ld entries, %ld shared), %ld sliding refusals, peak %u blocks\n",
+           "%ld ring refusals, %ld drops (%ld entries, %ld shared), %ld sliding refusals, peak %u blocks; "
+           "prefix cache: %ld named, %ld hits (%ld shared, %ld dropped entries), %llu evictions, %ld flushes\n",
            (unsigned long long)seed, bt, n_blocks, max_seqs, w.ops, w.exhausted, w.cows, w.unsupported, w.drops,
-           w.dropped_entries, w.dropped_shared, w.slide_refusals, st.peak_used_blocks);
+           w.dropped_entries, w.dropped_shared, w.slide_refusals, st.peak_used_blocks, w.inserts, w.hits,
+           w.hit_shared, w.hit_dropped, (unsigned long long)st.cache_evictions, w.flushes);
+    for (int i = 0; i < w.n_chains; i++) free(w.chains[i].content);
     free(rc_before);
     free(w.mem);
     wk_kv_pool_destroy(w.pool);
@@ -1211,6 +1363,157 @@ static void test_two_classes(void) {
     wk_kv_pool_destroy(pool1);
 }
 
+/* The prefix cache step by step: named blocks outlive their sequence (cached, not free), a hit
+ * takes them back, allocation evicts the least recently released one only when no block is free,
+ * a hashed block is never written (a truncate into one copies it), and a flush frees them all. */
+static void test_prefix_cache(void) {
+    wk_kv_pool *pool = make_pool(4, 64, 4, 0, 0, 0, 0);
+    const int32_t toks[8] = {1, 2, 3, 4, 5, 6, 7, 8};
+    const uint64_t h0 = wk_kv_block_hash(0, 9, toks, 4), h1 = wk_kv_block_hash(h0, 9, toks + 4, 4);
+    CHECK(h0 != h1 && h0 != wk_kv_block_hash(0, 10, toks, 4) && h1 != wk_kv_block_hash(h0 + 1, 9, toks + 4, 4));
+    int st;
+    wk_kv_seq *a = wk_kv_seq_create(pool, 16, &st);
+    wk_kv_copy cp;
+    CHECK_EQ_INT(wk_kv_seq_prepare_write(a, 10, &cp), WK_OK);
+    CHECK_EQ_INT(wk_kv_seq_advance(a, 10), WK_OK);
+    const uint32_t b0 = a->table[0], b1 = a->table[1], b2 = a->table[2];
+    CHECK_EQ_INT(wk_kv_pool_cache_insert(pool, b2, 77), 1); /* the pool trusts the caller on fullness */
+    CHECK_EQ_INT(wk_kv_pool_cache_flush(pool), 0);           /* in use: unnamed, not freed */
+    CHECK_EQ_INT(wk_kv_pool_cache_lookup(pool, 77), WK_KV_NO_BLOCK);
+    CHECK_EQ_INT(wk_kv_pool_cache_insert(pool, b0, h0), 1);
+    CHECK_EQ_INT(wk_kv_pool_cache_insert(pool, b0, h0), 0);               /* already so named */
+    CHECK_EQ_INT(wk_kv_pool_cache_insert(pool, b0, h1), WK_ERR_INVALID); /* named otherwise */
+    CHECK_EQ_INT(wk_kv_pool_cache_insert(pool, b1, h1), 1);
+    CHECK_EQ_INT(wk_kv_pool_cache_insert(pool, b2, h1), 0);   /* h1 is b1's: b2 stays unnamed */
+    CHECK_EQ_INT(wk_kv_pool_cache_insert(pool, 3, 5), WK_ERR_INVALID); /* not in use */
+    CHECK_EQ_INT(wk_kv_pool_cache_lookup(pool, h1), b1);
+    wk_kv_pool_stats s;
+    wk_kv_pool_get_stats(pool, &s);
+    CHECK(s.used_blocks == 3 && s.free_blocks == 1 && s.cached_blocks == 0 && s.hashed_blocks == 2);
+    /* A write into a hashed block goes to a copy: truncate into block 1, then write. */
+    CHECK_EQ_INT(wk_kv_seq_truncate(a, 6), WK_OK);
+    CHECK_EQ_INT(wk_kv_seq_advance(a, 1), WK_ERR_INVALID); /* the write block is named: refused */
+    CHECK_EQ_INT(wk_kv_seq_prepare_write(a, 1, &cp), WK_OK);
+    CHECK(a->table[1] != b1 && cp.bytes == 64 && cp.src_block == b1 && cp.dst_block == a->table[1]);
+    CHECK_EQ_INT(wk_kv_seq_advance(a, 1), WK_OK);
+    wk_kv_pool_get_stats(pool, &s);
+    CHECK(s.used_blocks == 2 && s.cached_blocks == 1 && s.free_blocks == 1); /* b1 kept, not freed */
+    CHECK_EQ_INT(wk_kv_seq_truncate(a, 4), WK_OK);
+    wk_kv_seq_destroy(a);
+    wk_kv_pool_get_stats(pool, &s);
+    CHECK(s.used_blocks == 0 && s.cached_blocks == 2 && s.free_blocks == 2 && s.cached_bytes == 128);
+    CHECK_EQ_INT(check_ok(pool), WK_OK);
+    /* A hit: both blocks by hash, appended by reference, no longer evictable. */
+    wk_kv_seq *b = wk_kv_seq_create(pool, 16, &st);
+    CHECK_EQ_INT(wk_kv_seq_append_shared(b, wk_kv_pool_cache_lookup(pool, h0)), WK_OK);
+    wk_kv_pool_get_stats(pool, &s);
+    CHECK(s.used_blocks == 1 && s.cached_blocks == 1 && b->table[0] == b0 && b->n_tokens == 4);
+    /* Three more blocks with two free: the cached b1 is evicted for the third, never b0 (held). */
+    CHECK_EQ_INT(wk_kv_seq_prepare_write(b, 12, &cp), WK_OK);
+    CHECK_EQ_INT(wk_kv_pool_cache_lookup(pool, h1), WK_KV_NO_BLOCK);
+    CHECK_EQ_INT(wk_kv_pool_cache_lookup(pool, h0), b0);
+    wk_kv_pool_get_stats(pool, &s);
+    CHECK(s.used_blocks == 4 && s.cached_blocks == 0 && s.free_blocks == 0 && s.cache_evictions == 1);
+    CHECK_EQ_INT(wk_kv_seq_prepare_write(b, 13, &cp), WK_ERR_CONTEXT_FULL);
+    wk_kv_seq *c = wk_kv_seq_create(pool, 16, &st);
+    CHECK_EQ_INT(wk_kv_seq_reserve(c, 1), WK_ERR_KV_EXHAUSTED); /* nothing free, nothing cached */
+    /* LRU order: released oldest first is evicted first. */
+    wk_kv_seq_destroy(b); /* b0 (named) cached; the three unnamed ones free */
+    CHECK_EQ_INT(wk_kv_seq_reserve(c, 12), WK_OK); /* the free ones */
+    CHECK_EQ_INT(wk_kv_pool_cache_lookup(pool, h0), b0);
+    CHECK_EQ_INT(wk_kv_seq_reserve(c, 16), WK_OK); /* and then b0 */
+    CHECK_EQ_INT(wk_kv_pool_cache_lookup(pool, h0), WK_KV_NO_BLOCK);
+    CHECK_EQ_INT(wk_kv_seq_append_shared(c, b0), WK_ERR_INVALID); /* not aligned */
+    wk_kv_seq_destroy(c);
+    /* Sliding groups: dropped entries first, then live ones. */
+    wk_kv_seq *d = wk_kv_seq_create(pool, 8, &st);
+    CHECK_EQ_INT(wk_kv_seq_append_dropped(d), WK_OK);
+    CHECK(d->first_live == 1 && d->n_tokens == 4 && d->table[0] == WK_KV_NO_BLOCK);
+    CHECK_EQ_INT(wk_kv_seq_append_dropped(d), WK_OK);
+    CHECK_EQ_INT(wk_kv_seq_append_dropped(d), WK_ERR_CONTEXT_FULL);
+    CHECK_EQ_INT(check_ok(pool), WK_OK);
+    wk_kv_seq_release(d);
+    CHECK_EQ_INT(wk_kv_seq_reserve(d, 1), WK_OK);
+    CHECK_EQ_INT(wk_kv_seq_append_dropped(d), WK_ERR_INVALID); /* a partial block */
+    wk_kv_seq_destroy(d);
+    CHECK_EQ_INT(wk_kv_pool_cache_flush(pool), 0);
+    wk_kv_pool_get_stats(pool, &s);
+    CHECK(s.free_blocks == 4 && s.hashed_blocks == 0);
+    CHECK_EQ_INT(check_ok(pool), WK_OK);
+    wk_kv_pool_destroy(pool);
+}
+
+/* Hits across layer groups (kv_prefix.h): one full-attention group and two sliding ones of window
+ * 10 over 4-token blocks. A sequence of 24 tokens names its blocks, except the ones a case leaves
+ * out (as if evicted), and ends; then the longest prefix of 5 blocks a new sequence can take. */
+static uint32_t hybrid_match(const int missing[][2], int n_missing, uint32_t *first_live) {
+    enum { G = 3, SWA = 2, W = 10, BT = 4, NB = 6 };
+    wk_kv_pool *pool = make_pool(BT, 64, 40, 0, 0, 0, 0);
+    uint64_t chain[NB];
+    int32_t tok[NB * BT];
+    for (int i = 0; i < NB * BT; i++) tok[i] = 100 + i;
+    for (int i = 0; i < NB; i++) chain[i] = wk_kv_block_hash(i ? chain[i - 1] : 0, 1, tok + i * BT, BT);
+    wk_kv_seq *a[G], *b[G];
+    int st;
+    wk_kv_copy cp;
+    for (int g = 0; g < G; g++) {
+        a[g] = wk_kv_seq_create(pool, 64, &st);
+        CHECK_EQ_INT(wk_kv_seq_prepare_write(a[g], NB * BT, &cp), WK_OK);
+        CHECK_EQ_INT(wk_kv_seq_advance(a[g], NB * BT), WK_OK);
+        for (int i = 0; i < NB; i++) {
+            bool skip = false;
+            for (int m = 0; m < n_missing; m++) skip |= missing[m][0] == g && missing[m][1] == i;
+            if (!skip) CHECK_EQ_INT(wk_kv_pool_cache_insert(pool, a[g]->table[i], wk_kv_prefix_key(chain[i], g)), 1);
+        }
+    }
+    for (int g = 0; g < G; g++) wk_kv_seq_destroy(a[g]);
+    for (int g = 0; g < G; g++) b[g] = wk_kv_seq_create(pool, 64, &st);
+    const uint32_t k = wk_kv_prefix_match(b, G, SWA, W, chain, NB - 1);
+    CHECK_EQ_INT(wk_kv_prefix_attach(b, G, SWA, W, chain, k), WK_OK);
+    const uint32_t lo = wk_kv_prefix_first_needed(k, BT, W);
+    for (int g = 0; g < G; g++) {
+        CHECK_EQ_INT(b[g]->n_tokens, k * BT);
+        CHECK_EQ_INT(b[g]->first_live, g == 0 ? 0 : lo);
+        for (uint32_t i = 0; i < k; i++)
+            CHECK_EQ_INT(b[g]->table[i], g > 0 && i < lo ? WK_KV_NO_BLOCK
+                                                         : wk_kv_pool_cache_lookup(pool, wk_kv_prefix_key(chain[i], g)));
+    }
+    *first_live = b[1]->first_live;
+    CHECK_EQ_INT(check_ok(pool), WK_OK);
+    /* Taking it again into sequences that are not empty is refused and leaves them empty. */
+    CHECK_EQ_INT(wk_kv_prefix_attach(b, G, SWA, W, chain, k), k ? WK_ERR_INVALID : WK_OK);
+    for (int g = 0; g < G; g++) wk_kv_seq_destroy(b[g]);
+    wk_kv_pool_destroy(pool);
+    return k;
+}
+
+static void test_prefix_hybrid(void) {
+    CHECK_EQ_INT(wk_kv_prefix_first_needed(5, 4, 10), 2); /* P 20: the query at 20 reads 11.. */
+    CHECK_EQ_INT(wk_kv_prefix_first_needed(2, 4, 10), 0); /* P 8 < window */
+    CHECK_EQ_INT(wk_kv_prefix_first_needed(3, 4, 12), 0); /* P 12: reads 1.., block 0 */
+    CHECK_EQ_INT(wk_kv_prefix_first_needed(4, 4, 0), 0);
+    CHECK(wk_kv_prefix_key(7, 0) != wk_kv_prefix_key(7, 1) && wk_kv_prefix_key(7, 0) != 7);
+    uint32_t fl;
+    /* Everything cached: the whole cap (5 of 6 blocks); the sliding groups start at block 2. */
+    CHECK_EQ_INT(hybrid_match(NULL, 0, &fl), 5);
+    CHECK_EQ_INT(fl, 2);
+    /* A sliding group lost blocks below its window: no matter. */
+    const int old[2][2] = {{1, 0}, {2, 1}};
+    CHECK_EQ_INT(hybrid_match(old, 2, &fl), 5);
+    /* A sliding group lost block 3: k 5 (needs 2..4) and 4 (needs 1..3) fail, 3 (needs 0..2) hits
+     * although the full-attention group has all five. */
+    const int mid[1][2] = {{2, 3}};
+    CHECK_EQ_INT(hybrid_match(mid, 1, &fl), 3);
+    CHECK_EQ_INT(fl, 0);
+    /* The full-attention group lost block 4: at most 4 (sliding groups from block 1). */
+    const int full[1][2] = {{0, 4}};
+    CHECK_EQ_INT(hybrid_match(full, 1, &fl), 4);
+    CHECK_EQ_INT(fl, 1);
+    /* Block 0 of the full group: nothing. */
+    const int none[1][2] = {{0, 0}};
+    CHECK_EQ_INT(hybrid_match(none, 1, &fl), 0);
+}
+
 int main(void) {
     test_layouts();
     test_create();
@@ -1221,6 +1524,8 @@ int main(void) {
     test_windowless();
     test_checker_catches();
     test_two_classes();
+    test_prefix_cache();
+    test_prefix_hybrid();
     walk_once(1, 16, 40, 0, 0, 0, 0, 16000); /* drops ease the pressure: more ops to exhaust it */
     walk_once(2, 4, 24, 0, 0, 0, 0, 8000);
     walk_once(3, 16, 48, 0, 0, 0, 0, 16000); /* roomier pool: twice the ops to reach exhaustion (asserted) */

@@ -1,5 +1,6 @@
 /* Paged KV pool bookkeeping: block free list, reference counts, per-sequence block tables, window
- * slots and exact byte accounting, plus the per-format block sizes. No device calls (kv_pool.h). */
+ * slots and exact byte accounting, the prefix cache's hashed blocks (map and LRU), plus the
+ * per-format block sizes. No device calls (kv_pool.h). */
 #include "kv/kv_pool.h"
 
 #include <stdio.h>
@@ -24,6 +25,17 @@ struct wk_kv_pool {
     uint32_t n_free_slots;
     uint32_t n_seqs;
     wk_kv_seq *seqs; /* registry, so the checker can count table references */
+    /* Prefix cache (kv_pool.h "Prefix caching"): hash[b] is valid while hashed[b]; every hashed
+     * block is in the map; a hashed block with refcount 0 is on the LRU list (lru_head the
+     * oldest), never on the free stack. */
+    uint64_t *hash;
+    uint8_t *hashed;
+    uint32_t *map;      /* open addressing, linear probing: block index or WK_KV_NO_BLOCK */
+    uint32_t map_mask;  /* map has map_mask + 1 entries, a power of two >= 2 * n_blocks */
+    uint32_t n_hashed;
+    uint32_t *lru_prev, *lru_next; /* WK_KV_NO_BLOCK ends the list */
+    uint32_t lru_head, lru_tail, n_cached;
+    uint64_t evictions;
 };
 
 const char *wk_kv_pool_strerror(int status) {
@@ -210,7 +222,17 @@ int wk_kv_pool_create(const wk_kv_pool_params *p, wk_kv_pool **out) {
     pool->free_stack = malloc(nb * sizeof *pool->free_stack);
     pool->max_seqs = p->max_seqs;
     if (p->max_seqs) pool->slot_stack = malloc((size_t)p->max_seqs * sizeof *pool->slot_stack);
-    if (!pool->refcount || !pool->ext || !pool->free_stack || (p->max_seqs && !pool->slot_stack)) {
+    uint64_t map_n = 16;
+    while (map_n < 2 * nb) map_n *= 2;
+    pool->map_mask = (uint32_t)(map_n - 1);
+    pool->hash = malloc(nb * sizeof *pool->hash);
+    pool->hashed = calloc(nb, 1);
+    pool->map = malloc(map_n * sizeof *pool->map);
+    pool->lru_prev = malloc(nb * sizeof *pool->lru_prev);
+    pool->lru_next = malloc(nb * sizeof *pool->lru_next);
+    pool->lru_head = pool->lru_tail = WK_KV_NO_BLOCK;
+    if (!pool->refcount || !pool->ext || !pool->free_stack || (p->max_seqs && !pool->slot_stack) || !pool->hash ||
+        !pool->hashed || !pool->map || !pool->lru_prev || !pool->lru_next) {
         wk_kv_pool_destroy(pool);
         return WK_ERR_NOMEM;
     }
@@ -219,6 +241,7 @@ int wk_kv_pool_create(const wk_kv_pool_params *p, wk_kv_pool **out) {
     pool->n_free = pool->n_blocks;
     for (uint32_t i = 0; i < pool->max_seqs; i++) pool->slot_stack[i] = pool->max_seqs - 1 - i;
     pool->n_free_slots = pool->max_seqs;
+    for (uint64_t i = 0; i < map_n; i++) pool->map[i] = WK_KV_NO_BLOCK;
     *out = pool;
     return WK_OK;
 }
@@ -230,6 +253,11 @@ void wk_kv_pool_destroy(wk_kv_pool *pool) {
     free(pool->ext);
     free(pool->free_stack);
     free(pool->slot_stack);
+    free(pool->hash);
+    free(pool->hashed);
+    free(pool->map);
+    free(pool->lru_prev);
+    free(pool->lru_next);
     free(pool);
 }
 
@@ -247,28 +275,154 @@ uint32_t wk_kv_pool_refcount(const wk_kv_pool *pool, uint32_t block) {
     return block < pool->n_blocks ? pool->refcount[block] : 0;
 }
 
+/* Blocks some table or external reference holds: neither free nor cached. */
+static uint32_t used_blocks(const wk_kv_pool *pool) { return pool->n_blocks - pool->n_free - pool->n_cached; }
+
+/* Blocks an allocation can take: free ones, then cached ones (evicting the least recently used). */
+static uint64_t avail_blocks(const wk_kv_pool *pool) { return (uint64_t)pool->n_free + pool->n_cached; }
+
 static uint64_t used_bytes(const wk_kv_pool *pool) {
-    return (uint64_t)(pool->n_blocks - pool->n_free) * pool->bpb +
+    return (uint64_t)used_blocks(pool) * pool->bpb +
            (uint64_t)(pool->max_seqs - pool->n_free_slots) * pool->window_bytes;
 }
 
 /* Called after every allocation (blocks or window slot); frees cannot raise a peak. */
 static void note_peak(wk_kv_pool *pool) {
-    uint32_t used = pool->n_blocks - pool->n_free;
+    uint32_t used = used_blocks(pool);
     if (used > pool->peak_used) pool->peak_used = used;
     uint64_t b = used_bytes(pool);
     if (b > pool->peak_bytes) pool->peak_bytes = b;
 }
 
-/* Callers check n_free first, so this cannot fail. */
+/* ---- the prefix cache's map (hash -> block) and LRU list */
+
+/* The home slot of a hash: a final mix, so that hashes a caller made up (tests) spread too. */
+static uint32_t map_home(const wk_kv_pool *pool, uint64_t h) {
+    h ^= h >> 33;
+    h *= 0xff51afd7ed558ccdull;
+    h ^= h >> 33;
+    return (uint32_t)h & pool->map_mask;
+}
+
+static uint32_t map_find_slot(const wk_kv_pool *pool, uint64_t h) {
+    for (uint32_t i = map_home(pool, h);; i = (i + 1) & pool->map_mask) {
+        uint32_t b = pool->map[i];
+        if (b == WK_KV_NO_BLOCK || pool->hash[b] == h) return i;
+    }
+}
+
+/* Takes b out of the map and forgets its hash. Backward-shift deletion keeps every later entry of
+ * the probe run reachable without tombstones. */
+static void unhash(wk_kv_pool *pool, uint32_t b) {
+    uint32_t i = map_find_slot(pool, pool->hash[b]);
+    pool->map[i] = WK_KV_NO_BLOCK;
+    for (uint32_t j = (i + 1) & pool->map_mask; pool->map[j] != WK_KV_NO_BLOCK; j = (j + 1) & pool->map_mask) {
+        uint32_t k = map_home(pool, pool->hash[pool->map[j]]);
+        /* Entry j may move to the hole at i unless its home lies cyclically in (i, j]. */
+        bool stays = i <= j ? (i < k && k <= j) : (i < k || k <= j);
+        if (stays) continue;
+        pool->map[i] = pool->map[j];
+        pool->map[j] = WK_KV_NO_BLOCK;
+        i = j;
+    }
+    pool->hashed[b] = 0;
+    pool->n_hashed--;
+}
+
+static void lru_push(wk_kv_pool *pool, uint32_t b) {
+    pool->lru_prev[b] = pool->lru_tail;
+    pool->lru_next[b] = WK_KV_NO_BLOCK;
+    if (pool->lru_tail != WK_KV_NO_BLOCK) pool->lru_next[pool->lru_tail] = b;
+    else pool->lru_head = b;
+    pool->lru_tail = b;
+    pool->n_cached++;
+}
+
+static void lru_remove(wk_kv_pool *pool, uint32_t b) {
+    uint32_t p = pool->lru_prev[b], n = pool->lru_next[b];
+    if (p != WK_KV_NO_BLOCK) pool->lru_next[p] = n;
+    else pool->lru_head = n;
+    if (n != WK_KV_NO_BLOCK) pool->lru_prev[n] = p;
+    else pool->lru_tail = p;
+    pool->n_cached--;
+}
+
+/* Callers check avail_blocks first, so this cannot fail. A free block first (LIFO, kv_pool.h);
+ * with none, the least recently used cached block is evicted: it leaves the map for good. */
 static uint32_t block_pop(wk_kv_pool *pool) {
-    uint32_t b = pool->free_stack[--pool->n_free];
+    uint32_t b;
+    if (pool->n_free) {
+        b = pool->free_stack[--pool->n_free];
+    } else {
+        b = pool->lru_head;
+        lru_remove(pool, b);
+        unhash(pool, b);
+        pool->evictions++;
+    }
     pool->refcount[b] = 1;
     return b;
 }
 
+/* The last reference gone: a hashed block stays cached (newest in the LRU), any other is free. */
 static void block_unref(wk_kv_pool *pool, uint32_t b) {
-    if (--pool->refcount[b] == 0) pool->free_stack[pool->n_free++] = b;
+    if (--pool->refcount[b] != 0) return;
+    if (pool->hashed[b]) lru_push(pool, b);
+    else pool->free_stack[pool->n_free++] = b;
+}
+
+/* A cached block taken back into use by a prefix hit. */
+static void block_ref(wk_kv_pool *pool, uint32_t b) {
+    if (pool->refcount[b]++ == 0) {
+        lru_remove(pool, b);
+        note_peak(pool);
+    }
+}
+
+uint64_t wk_kv_block_hash(uint64_t parent, uint64_t salt, const int32_t *tokens, uint32_t n) {
+    /* FNV-1a over (salt, parent, tokens) in 64 bits, then a murmur3 finalizer so every input bit
+     * reaches every output bit. The salt goes first, so chains of different formats never meet. */
+    uint64_t h = 0xcbf29ce484222325ull;
+    const uint64_t words[2] = {salt, parent};
+    for (int w = 0; w < 2; w++)
+        for (int i = 0; i < 8; i++) h = (h ^ ((words[w] >> (8 * i)) & 0xff)) * 0x100000001b3ull;
+    for (uint32_t t = 0; t < n; t++)
+        for (int i = 0; i < 4; i++) h = (h ^ (((uint32_t)tokens[t] >> (8 * i)) & 0xff)) * 0x100000001b3ull;
+    h ^= h >> 33;
+    h *= 0xc4ceb9fe1a85ec53ull;
+    h ^= h >> 33;
+    return h;
+}
+
+int wk_kv_pool_cache_insert(wk_kv_pool *pool, uint32_t block, uint64_t hash) {
+    if (block >= pool->n_blocks || pool->refcount[block] == 0) return WK_ERR_INVALID;
+    if (pool->hashed[block]) return pool->hash[block] == hash ? 0 : WK_ERR_INVALID;
+    uint32_t i = map_find_slot(pool, hash);
+    if (pool->map[i] != WK_KV_NO_BLOCK) return 0; /* another block already holds these contents */
+    pool->hash[block] = hash;
+    pool->hashed[block] = 1;
+    pool->map[i] = block;
+    pool->n_hashed++;
+    return 1;
+}
+
+uint32_t wk_kv_pool_cache_lookup(const wk_kv_pool *pool, uint64_t hash) {
+    return pool->map[map_find_slot(pool, hash)];
+}
+
+uint32_t wk_kv_pool_cache_flush(wk_kv_pool *pool) {
+    uint32_t freed = 0;
+    while (pool->lru_head != WK_KV_NO_BLOCK) {
+        uint32_t b = pool->lru_head;
+        lru_remove(pool, b);
+        unhash(pool, b);
+        pool->free_stack[pool->n_free++] = b;
+        freed++;
+    }
+    /* Blocks in use keep their contents but are no longer found; they go to the free list when
+     * released. */
+    for (uint32_t b = 0; b < pool->n_blocks && pool->n_hashed; b++)
+        if (pool->hashed[b]) unhash(pool, b);
+    return freed;
 }
 
 int wk_kv_pool_share(wk_kv_pool *pool, uint32_t block) {
@@ -290,7 +444,10 @@ void wk_kv_pool_get_stats(const wk_kv_pool *pool, wk_kv_pool_stats *s) {
     memset(s, 0, sizeof *s);
     s->n_blocks = pool->n_blocks;
     s->free_blocks = pool->n_free;
-    s->used_blocks = pool->n_blocks - pool->n_free;
+    s->cached_blocks = pool->n_cached;
+    s->used_blocks = used_blocks(pool);
+    s->hashed_blocks = pool->n_hashed;
+    s->cache_evictions = pool->evictions;
     s->peak_used_blocks = pool->peak_used;
     for (uint32_t b = 0; b < pool->n_blocks; b++) {
         if (pool->refcount[b] >= 2) s->shared_blocks++;
@@ -303,12 +460,13 @@ void wk_kv_pool_get_stats(const wk_kv_pool *pool, wk_kv_pool_stats *s) {
     s->window_bytes = pool->window_bytes;
     s->capacity_bytes = wk_kv_pool_device_bytes(pool);
     s->used_bytes = used_bytes(pool);
+    s->cached_bytes = (uint64_t)pool->n_cached * pool->bpb;
     s->free_bytes = s->capacity_bytes - s->used_bytes;
     s->peak_used_bytes = pool->peak_bytes;
 }
 
 void wk_kv_pool_reset_peak(wk_kv_pool *pool) {
-    pool->peak_used = pool->n_blocks - pool->n_free;
+    pool->peak_used = used_blocks(pool);
     pool->peak_bytes = used_bytes(pool);
 }
 
@@ -334,7 +492,37 @@ int wk_kv_pool_check(const wk_kv_pool *pool, char *err, size_t errlen) {
         if (on_free[b]) FAIL("block %u on the free list twice", b);
         on_free[b] = 1;
         if (pool->refcount[b] != 0) FAIL("free block %u has refcount %u", b, pool->refcount[b]);
+        if (pool->hashed[b]) FAIL("free block %u is hashed", b);
     }
+    /* The LRU list: cached blocks only (hashed, refcount 0), each once and never also free. */
+    uint32_t n_lru = 0;
+    for (uint32_t b = pool->lru_head, prev = WK_KV_NO_BLOCK; b != WK_KV_NO_BLOCK; prev = b, b = pool->lru_next[b]) {
+        if (b >= pool->n_blocks) FAIL("LRU entry %u: block %u out of range", n_lru, b);
+        if (on_free[b]) FAIL("block %u is free and cached, or cached twice", b);
+        on_free[b] = 2;
+        if (pool->lru_prev[b] != prev) FAIL("LRU list broken at block %u", b);
+        if (pool->refcount[b] != 0) FAIL("cached block %u has refcount %u (referenced blocks are never evictable)", b,
+                                         pool->refcount[b]);
+        if (!pool->hashed[b]) FAIL("cached block %u has no hash", b);
+        if (++n_lru > pool->n_blocks) FAIL("LRU list loops");
+        if (pool->lru_next[b] == WK_KV_NO_BLOCK && pool->lru_tail != b) FAIL("LRU tail is not block %u", b);
+    }
+    if (n_lru != pool->n_cached) FAIL("%u blocks on the LRU list, %u counted", n_lru, pool->n_cached);
+    /* The map: exactly the hashed blocks, each found from its own hash. */
+    uint32_t n_map = 0, n_hashed = 0;
+    for (uint32_t i = 0; i <= pool->map_mask; i++) {
+        uint32_t b = pool->map[i];
+        if (b == WK_KV_NO_BLOCK) continue;
+        if (b >= pool->n_blocks || !pool->hashed[b]) FAIL("map entry %u: block %u is not hashed", i, b);
+        n_map++;
+    }
+    for (uint32_t b = 0; b < pool->n_blocks; b++) {
+        if (!pool->hashed[b]) continue;
+        n_hashed++;
+        if (wk_kv_pool_cache_lookup(pool, pool->hash[b]) != b) FAIL("hashed block %u not found by its hash", b);
+    }
+    if (n_map != n_hashed || n_hashed != pool->n_hashed)
+        FAIL("%u map entries, %u hashed blocks, %u counted", n_map, n_hashed, pool->n_hashed);
     uint32_t n_seqs = 0, n_windowed = 0;
     for (const wk_kv_seq *s = pool->seqs; s; s = s->next) {
         n_seqs++;
@@ -373,11 +561,11 @@ int wk_kv_pool_check(const wk_kv_pool *pool, char *err, size_t errlen) {
         uint64_t want = (uint64_t)refs[b] + pool->ext[b];
         if (pool->refcount[b] != want)
             FAIL("block %u: refcount %u, table refs %u + external %u", b, pool->refcount[b], refs[b], pool->ext[b]);
-        if (pool->refcount[b] == 0 && !on_free[b]) FAIL("block %u: refcount 0 but not free (leak)", b);
+        if (pool->refcount[b] == 0 && !on_free[b]) FAIL("block %u: refcount 0 but neither free nor cached (leak)", b);
         if (pool->refcount[b]) used++;
     }
-    if (used + pool->n_free != pool->n_blocks)
-        FAIL("used %u + free %u != %u blocks", used, pool->n_free, pool->n_blocks);
+    if (used + pool->n_free + pool->n_cached != pool->n_blocks)
+        FAIL("used %u + free %u + cached %u != %u blocks", used, pool->n_free, pool->n_cached, pool->n_blocks);
     if (pool->peak_used < used) FAIL("peak %u < used %u", pool->peak_used, used);
     if (pool->max_seqs) {
         if (pool->n_free_slots > pool->max_seqs) FAIL("%u free window slots of %u", pool->n_free_slots, pool->max_seqs);
@@ -500,13 +688,17 @@ static void write_range(const wk_kv_seq *s, uint32_t n_more, uint32_t *lo, uint3
     if (*hi < *lo) *hi = *lo;
 }
 
-/* Shared blocks (refcount > 1) in [lo, hi): each needs a fresh private block before the write.
+/* Whether a write into block b must go to a private copy: another holder reads it, or the prefix
+ * cache names it by its contents (a hashed block never changes; kv_pool.h). */
+static bool must_copy(const wk_kv_pool *pool, uint32_t b) { return pool->refcount[b] > 1 || pool->hashed[b]; }
+
+/* Shared or hashed blocks (must_copy) in [lo, hi): each needs a fresh private block before the write.
  * Normally only the block holding position n_tokens can be shared (fork and append_shared share
  * blocks that hold tokens; reserve hands out private blocks), but an external wk_kv_pool_share of a
  * reserved block is handled the same way instead of being a trap. */
 static uint32_t count_shared(const wk_kv_seq *s, uint32_t lo, uint32_t hi) {
     uint32_t n = 0;
-    for (uint32_t i = lo; i < hi; i++) n += s->pool->refcount[s->table[i]] > 1;
+    for (uint32_t i = lo; i < hi; i++) n += must_copy(s->pool, s->table[i]);
     return n;
 }
 
@@ -536,9 +728,9 @@ static void privatize(wk_kv_seq *s, uint32_t lo, uint32_t hi, wk_kv_copy *copy) 
     bool any = false;
     for (uint32_t i = lo; i < hi; i++) {
         uint32_t old = s->table[i];
-        if (pool->refcount[old] <= 1) continue;
-        uint32_t fresh = block_pop(pool);
-        block_unref(pool, old); /* refcount > 1: it stays in use by its other holders */
+        if (!must_copy(pool, old)) continue;
+        uint32_t fresh = block_pop(pool); /* old is held, so this cannot evict it */
+        block_unref(pool, old); /* its other holders keep it, or (hashed) the cache does */
         s->table[i] = fresh;
         any = true;
         if ((uint64_t)i * bt < s->n_tokens) {
@@ -555,7 +747,7 @@ static void privatize(wk_kv_seq *s, uint32_t lo, uint32_t hi, wk_kv_copy *copy) 
 int wk_kv_seq_reserve(wk_kv_seq *s, uint32_t n_more) {
     int64_t need = reserve_need(s, n_more);
     if (need < 0) return (int)need;
-    if ((uint64_t)need > s->pool->n_free) return WK_ERR_KV_EXHAUSTED;
+    if ((uint64_t)need > avail_blocks(s->pool)) return WK_ERR_KV_EXHAUSTED;
     int rc = table_room(s, s->n_blocks + (uint32_t)need);
     if (rc) return rc;
     do_reserve(s, (uint32_t)need);
@@ -570,7 +762,7 @@ int wk_kv_seq_prepare_write(wk_kv_seq *s, uint32_t n_more, wk_kv_copy *copy) {
     uint32_t lo, hi;
     write_range(s, n_more, &lo, &hi);
     uint64_t shared = count_shared(s, lo, hi);
-    if ((uint64_t)need + shared > s->pool->n_free) return WK_ERR_KV_EXHAUSTED;
+    if ((uint64_t)need + shared > avail_blocks(s->pool)) return WK_ERR_KV_EXHAUSTED;
     int rc = table_room(s, s->n_blocks + (uint32_t)need);
     if (rc) return rc;
     privatize(s, lo, hi, copy);
@@ -586,7 +778,7 @@ int wk_kv_seq_advance(wk_kv_seq *s, uint32_t n) {
     if (end > (uint64_t)s->n_blocks * bt) return WK_ERR_INVALID;
     if (n == 0) return WK_OK;
     for (uint64_t i = s->n_tokens / bt; i <= (end - 1) / bt; i++)
-        if (s->pool->refcount[s->table[i]] != 1) return WK_ERR_INVALID;
+        if (must_copy(s->pool, s->table[i])) return WK_ERR_INVALID;
     s->n_tokens = (uint32_t)end;
     return WK_OK;
 }
@@ -678,14 +870,26 @@ out:
 int wk_kv_seq_append_shared(wk_kv_seq *s, uint32_t block) {
     wk_kv_pool *pool = s->pool;
     uint32_t bt = pool->block_tokens;
-    if (block >= pool->n_blocks || pool->refcount[block] == 0 || pool->refcount[block] == UINT32_MAX ||
-        (uint64_t)s->n_tokens != (uint64_t)s->n_blocks * bt)
+    if (block >= pool->n_blocks || (pool->refcount[block] == 0 && !pool->hashed[block]) ||
+        pool->refcount[block] == UINT32_MAX || (uint64_t)s->n_tokens != (uint64_t)s->n_blocks * bt)
         return WK_ERR_INVALID;
     if (s->n_blocks + 1 > s->max_blocks) return WK_ERR_CONTEXT_FULL;
     int rc = table_room(s, s->n_blocks + 1);
     if (rc) return rc;
     s->table[s->n_blocks++] = block;
-    pool->refcount[block]++;
+    block_ref(pool, block);
+    s->n_tokens += bt;
+    return WK_OK;
+}
+
+int wk_kv_seq_append_dropped(wk_kv_seq *s) {
+    uint32_t bt = s->pool->block_tokens;
+    if (s->first_live != s->n_blocks || (uint64_t)s->n_tokens != (uint64_t)s->n_blocks * bt) return WK_ERR_INVALID;
+    if (s->n_blocks + 1 > s->max_blocks) return WK_ERR_CONTEXT_FULL;
+    int rc = table_room(s, s->n_blocks + 1);
+    if (rc) return rc;
+    s->table[s->n_blocks++] = WK_KV_NO_BLOCK;
+    s->first_live++;
     s->n_tokens += bt;
     return WK_OK;
 }

@@ -37,9 +37,27 @@
  * Free list: LIFO (a stack), initialised so block 0 is handed out first. Why LIFO: a block just
  * freed is the one most likely still in a cache (GPU L2, or the host cache under lavapipe), and the
  * working set stays packed at low indices, so on lavapipe -- whose "device memory" is host memory
- * committed on first touch -- resident memory tracks peak use rather than the whole budget. FIFO
- * would only pay off for a prefix cache that wants freed blocks to keep their contents as long as
- * possible (LRU eviction); that cache would hold its blocks with wk_kv_pool_share instead.
+ * committed on first touch -- resident memory tracks peak use rather than the whole budget. Blocks
+ * the prefix cache keeps are not on it (below), so their contents live as long as possible.
+ *
+ * Prefix caching (issue 13; vLLM's automatic prefix caching). A FULL block can be given a hash
+ * (wk_kv_pool_cache_insert) that names its contents: the caller chains wk_kv_block_hash over the
+ * block's token ids, its parent block's hash and a salt for everything else that changes the
+ * stored values (model, KV format, quantizer, group, transform and sidecar, layer group), so equal
+ * hashes mean equal contents. The pool keeps a map hash -> block and nothing about tokens, so it
+ * works the same for every format. Every block is in exactly one of three states:
+ *   - in use: refcount > 0 (table entries + external references), hashed or not;
+ *   - cached: refcount 0 and hashed -- its contents are kept and it is on an LRU list (the order
+ *     its last reference went), findable with wk_kv_pool_cache_lookup, and a hit takes it back
+ *     with wk_kv_seq_append_shared;
+ *   - free: refcount 0, not hashed, on the free list.
+ * An allocation takes a free block first and, with none left, evicts the least recently used
+ * cached block (its hash leaves the map). So cached blocks count as available everywhere
+ * (reserve, prepare_write): caching never makes an allocation fail. A hashed block is never
+ * written: a write into one (possible only after a truncate into it) goes to a private copy as for
+ * a shared block, the old one staying cached. wk_kv_pool_cache_flush forgets every hash (cached
+ * blocks become free). Hashes are 64-bit: two different contents meet with probability about
+ * n^2 / 2^65 for n hashed blocks (1e-12 for 10^4 blocks).
  *
  * Sliding-window release (wk_kv_seq_drop_before). Gemma 3's sliding-window-attention layers only
  * ever read the last `window` keys (the query at position p reads keys p - window + 1 .. p), so
@@ -72,8 +90,9 @@
  *
  * Reference counts: refcount(b) = (number of block-table entries naming b over all sequences)
  *   + (external references taken with wk_kv_pool_share). A block with refcount 0 is on the free
- *   list exactly once. A sequence may only write into a block whose refcount is 1
- *   (wk_kv_seq_advance refuses otherwise); wk_kv_seq_cow / wk_kv_seq_prepare_write make that so.
+ *   list or (hashed) the prefix cache's LRU list, exactly once. A sequence may only write into a
+ *   block whose refcount is 1 and that has no hash (wk_kv_seq_advance refuses otherwise);
+ *   wk_kv_seq_cow / wk_kv_seq_prepare_write make that so.
  *
  * Not thread-safe: the scheduler thread owns the pool. */
 #ifndef WK_KV_POOL_H
@@ -209,22 +228,44 @@ uint64_t wk_kv_pool_block_offset(const wk_kv_pool *pool, uint32_t block);
 uint64_t wk_kv_pool_window_offset(const wk_kv_pool *pool, uint32_t slot);
 uint32_t wk_kv_pool_refcount(const wk_kv_pool *pool, uint32_t block); /* 0 for free / out of range */
 
-/* An external reference (a future prefix cache holding a full block): refcount++. The block must be
- * in use (refcount > 0): WK_ERR_INVALID otherwise. */
+/* An external reference (a holder outside every block table; the prefix cache does not need one,
+ * it keeps released blocks by their hash): refcount++. The block must be in use (refcount > 0):
+ * WK_ERR_INVALID otherwise. */
 int wk_kv_pool_share(wk_kv_pool *pool, uint32_t block);
 /* Drops an external reference taken with wk_kv_pool_share; the block returns to the free list
- * when its count reaches 0. WK_ERR_INVALID if the block has no external reference. */
+ * (or, named, the prefix cache) when its count reaches 0. WK_ERR_INVALID if the block has no external reference. */
 int wk_kv_pool_unshare(wk_kv_pool *pool, uint32_t block);
 
+/* ---- prefix cache (the "Prefix caching" comment above) ---- */
+
+/* The hash of a full block of n token ids whose parent block (the previous bt tokens) hashed to
+ * parent (0 for the first block), under salt. Any thread. */
+uint64_t wk_kv_block_hash(uint64_t parent, uint64_t salt, const int32_t *tokens, uint32_t n);
+/* Names block (in use, its bt tokens written and committed) by hash: 1 when it is now in the map,
+ * 0 when another block already holds that hash (this one stays unnamed and is freed when
+ * released) or this block already has it; WK_ERR_INVALID for a block not in use or already named
+ * by another hash. */
+int wk_kv_pool_cache_insert(wk_kv_pool *pool, uint32_t block, uint64_t hash);
+/* The block named by hash (in use or cached), or WK_KV_NO_BLOCK. */
+uint32_t wk_kv_pool_cache_lookup(const wk_kv_pool *pool, uint64_t hash);
+/* Forgets every hash: cached blocks go to the free list, blocks in use stay in use unnamed.
+ * Returns the number of blocks freed. */
+uint32_t wk_kv_pool_cache_flush(wk_kv_pool *pool);
+
 typedef struct wk_kv_pool_stats {
+    /* n_blocks = used_blocks (in use) + free_blocks + cached_blocks (kept by the prefix cache,
+     * evictable); hashed_blocks: named blocks, in use or cached. */
     uint32_t n_blocks, used_blocks, free_blocks, peak_used_blocks;
+    uint32_t cached_blocks, hashed_blocks;
+    uint64_t cached_bytes;       /* cached_blocks * bpb */
+    uint64_t cache_evictions;    /* cached blocks taken by allocations since create */
     uint32_t shared_blocks;      /* refcount >= 2 */
     uint64_t external_refs;      /* references taken with wk_kv_pool_share */
     uint32_t n_seqs, max_seqs, used_windows;
     uint64_t bytes_per_block, window_bytes;
     uint64_t capacity_bytes;     /* wk_kv_pool_device_bytes */
     uint64_t used_bytes;         /* used_blocks * bpb + used_windows * window_bytes */
-    uint64_t free_bytes;         /* capacity_bytes - used_bytes */
+    uint64_t free_bytes;         /* capacity_bytes - used_bytes (cached blocks count as free) */
     uint64_t peak_used_bytes;    /* max of used_bytes since create / reset_peak */
 } wk_kv_pool_stats;
 void wk_kv_pool_get_stats(const wk_kv_pool *pool, wk_kv_pool_stats *s);
@@ -324,14 +365,21 @@ uint32_t wk_kv_seq_drop_before(wk_kv_seq *s, uint32_t pos);
  * as for create (>= n_tokens). NULL + *status on failure. */
 wk_kv_seq *wk_kv_seq_fork(wk_kv_seq *src, uint32_t n_tokens, uint32_t max_tokens, wk_kv_copy *window_copy,
                           int *status);
-/* Appends a full block someone else holds (a prefix-cache hit): refcount++, n_tokens += bt.
- * Requires n_tokens == n_blocks * bt (no partial or reserved block) and a block in use:
- * WK_ERR_INVALID otherwise; WK_ERR_CONTEXT_FULL; WK_ERR_NOMEM. */
+/* Appends a full block someone else holds or the prefix cache keeps (a prefix-cache hit):
+ * refcount++ (a cached block leaves the LRU list), n_tokens += bt. Requires n_tokens == n_blocks *
+ * bt (no partial or reserved block) and a block in use or cached: WK_ERR_INVALID otherwise;
+ * WK_ERR_CONTEXT_FULL; WK_ERR_NOMEM. */
 int wk_kv_seq_append_shared(wk_kv_seq *s, uint32_t block);
+/* Appends an entry for bt tokens no later query of this sequence can see (a sliding-window layer
+ * group's prefix-cache hit starts with the blocks below its window): WK_KV_NO_BLOCK, first_live++,
+ * n_tokens += bt, as if drop_before had released it. Requires every entry so far to be dropped
+ * (first_live == n_blocks) and n_tokens == n_blocks * bt: WK_ERR_INVALID otherwise;
+ * WK_ERR_CONTEXT_FULL; WK_ERR_NOMEM. */
+int wk_kv_seq_append_dropped(wk_kv_seq *s);
 
 uint32_t wk_kv_seq_capacity_tokens(const wk_kv_seq *s); /* n_blocks * bt */
 /* Bytes this sequence holds: live entries (n_blocks - first_live) * bpb, + window_bytes when it
- * holds a window slot. Shared blocks count for every holder. */
+ * holds a window slot. Shared blocks (a prefix-cache hit's included) count for every holder. */
 uint64_t wk_kv_seq_bytes(const wk_kv_seq *s);
 /* Bytes only this sequence holds, i.e. what releasing it would return to the pool: live blocks
  * with refcount 1 (no other table, no external reference) + its window slot, if any. */

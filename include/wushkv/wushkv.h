@@ -100,6 +100,11 @@ typedef struct wk_engine_params {
      * SIGBUS), and its pages leave the process. The research API (research.h: calibration, layer
      * error, wk_engine_wo) reads the file through the engine and refuses such an engine. */
     bool release_model_file;
+    /* Automatic prefix caching (wk_seq_prefix_attach): full blocks stay cached after their
+     * sequence ends and a new sequence can take a cached prefix by reference. Only the paged
+     * pool without f16 windows has it (info.prefix_cache says whether it is on; a windowed format
+     * says why not on stderr). */
+    bool prefix_cache;
 } wk_engine_params;
 
 typedef struct wk_model_info {
@@ -137,6 +142,7 @@ typedef struct wk_model_info {
      * the shaders run at, shared memory per workgroup, PCI vendor and device ids. */
     const char *device_type, *device_driver, *device_driver_info;
     uint32_t device_subgroup_size, device_shared_memory_bytes, device_vendor_id, device_id;
+    bool prefix_cache; /* automatic prefix caching is on (wk_engine_params.prefix_cache) */
 } wk_model_info;
 
 /* Bytes the attention of one decode step reads from the KV cache of a sequence that already holds
@@ -238,6 +244,33 @@ uint64_t wk_seq_kv_peak_bytes(const wk_seq *s);
 /* The part of wk_seq_kv_bytes held in pool `pool` (wk_kv_pool_peak_bytes' numbering; 0 for a pool
  * that does not exist, and for pool 1 of the f16 cache). No error. Engine thread. */
 uint64_t wk_seq_kv_pool_bytes(const wk_seq *s, int pool);
+
+/* Automatic prefix caching (info.prefix_cache). Every full block of kv_block_tokens tokens a
+ * sequence computes is named by a hash chain over its tokens and all before them (and the model
+ * and KV format), and stays in the pool after the sequence ends, until an allocation needs the
+ * block (least recently released first). wk_seq_prefix_attach puts the longest cached prefix of
+ * tokens[0 .. n_tokens) -- whole blocks only -- into the EMPTY sequence s by reference and sets its
+ * length to it; the caller then feeds tokens from there. For sliding-window layers only the blocks
+ * the next query can see must still be cached. Pass n_tokens = prompt length - 1 so the last
+ * prompt token is computed (its logits are needed). What a hit gives is bit for bit what the
+ * sequence that computed those blocks stored: the logits after it equal a cold run's that fed the
+ * prefix in the same steps (at temperature 0 the same tokens whenever the steps match; a prefix
+ * computed in other step sizes can differ by float rounding, as batch composition already makes
+ * runs differ). Returns the tokens taken (a multiple of kv_block_tokens; 0: no hit, caching off,
+ * or s not empty), or WK_ERR_NOMEM (s is then empty). Engine thread. */
+int wk_seq_prefix_attach(wk_seq *s, const int32_t *tokens, int n_tokens);
+/* Forgets every cached block (blocks sequences hold stay, unnamed). No error. Engine thread. */
+void wk_engine_prefix_cache_flush(wk_engine *e);
+/* Blocks of one KV pool now (wk_kv_pool_peak_bytes' numbering; all 0 for a pool that does not
+ * exist and for the f16 cache): used_blocks are held by sequences, each counted once however many
+ * share it; cached_blocks are kept only by the prefix cache (free for any allocation, which evicts
+ * them); free_blocks are empty. used_blocks + cached_blocks + free_blocks = the pool's blocks.
+ * used_bytes: used blocks + the f16 window slots sequences hold (used_windows). Engine thread. */
+typedef struct wk_kv_usage {
+    uint64_t used_blocks, cached_blocks, free_blocks, used_windows;
+    uint64_t used_bytes, cached_bytes;
+} wk_kv_usage;
+void wk_engine_kv_usage(const wk_engine *e, int pool, wk_kv_usage *out);
 
 /* One forward step over a batch: item i appends n_tokens tokens to seq (at positions
  * seq_len..seq_len+n-1). logits may be NULL (prefill without logits). Logits rows (n_vocab floats

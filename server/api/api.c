@@ -162,10 +162,11 @@ static void on_ready(api_server *a) {
                  (unsigned long long)ms->kv_pool_blocks, groups, swa);
     const api_sampling *sp = &a->cfg.sampling;
     fprintf(stderr, "wushkv: ready: model '%s' (%s, %s) on %s, context %d, chat format %s%s, %d sequences, %s, "
-            "sampling defaults temp %g top_k %d top_p %g min_p %g repeat_penalty %g (last %d), http://%s:%d\n",
+            "prefix cache %s, sampling defaults temp %g top_k %d top_p %g min_p %g repeat_penalty %g (last %d), "
+            "http://%s:%d\n",
             a->model_id, ms->name, ms->arch, ms->device, ms->max_ctx, chat_format_name(a->model.chat),
             ms->chat_template ? "" : " (no template in the model: its architecture's default)", a->cfg.engine.max_seqs,
-            kv, (double)sp->temperature, sp->top_k, (double)sp->top_p, (double)sp->min_p, (double)sp->repeat_penalty,
+            kv, ms->prefix_cache ? "on" : "off", (double)sp->temperature, sp->top_k, (double)sp->top_p, (double)sp->min_p, (double)sp->repeat_penalty,
             sp->repeat_last_n, a->cfg.host, http_server_port(a->http));
 }
 
@@ -228,6 +229,7 @@ static void on_gen_event(api_server *a, call *k, int i, sched_event *ev) {
         ci->done = true;
         ci->finish_reason = ev->finish_reason;
         ci->completion_tokens = ev->completion_tokens;
+        ci->cached_tokens = ev->cached_tokens;
         ci->kv = ev->kv;
         if (k->stream && k->started && !k->failed) {
             if (chat && !ci->role_sent) { /* no token at all (cancelled): the opening delta still comes first */
@@ -293,6 +295,8 @@ static void on_event(sched_event *ev, void *data) {
                 cJSON_AddNumberToObject(o, "count", ev->n_tokens);
                 cJSON_AddNumberToObject(o, "max_model_len", a->model.max_ctx);
                 reply_json(a, c, 200, o, NULL);
+            } else if (c && ev->kind == EV_RESET) {
+                reply_json(a, c, 200, cJSON_CreateObject(), NULL);
             } else if (c && ev->kind == EV_DETOKENIZED) {
                 cJSON *o = cJSON_CreateObject();
                 json_add_string_n(o, "prompt", ev->text, ev->text ? ev->text_len : 0);
@@ -394,6 +398,21 @@ static void handle_tokenize(api_server *a, http_conn *c, http_request *r, bool d
     job->kind = detokenize ? JOB_DETOKENIZE : JOB_TOKENIZE;
     job->id = k->id;
     job->gen = g;
+    sched_submit(a->sched, job);
+}
+
+/* vLLM's POST /reset_prefix_cache: the engine thread forgets every cached block (those running
+ * sequences hold stay theirs); 200 {} once it has. */
+static void handle_reset_prefix_cache(api_server *a, http_conn *c) {
+    sched_job *job = calloc(1, sizeof *job);
+    call *k = job ? call_new(a, c, CALL_RESET, 0) : NULL;
+    if (!k) {
+        free(job);
+        reply_error(a, c, 500, "out of memory", NULL, NULL, NULL);
+        return;
+    }
+    job->kind = JOB_RESET_PREFIX_CACHE;
+    job->id = k->id;
     sched_submit(a->sched, job);
 }
 
@@ -512,6 +531,7 @@ static const route k_routes[] = {
     {"/v1/chat/completions", "POST", R_CHAT, true, true},
     {"/tokenize", "POST", R_TOKENIZE, true, true},
     {"/detokenize", "POST", R_DETOKENIZE, true, true},
+    {"/reset_prefix_cache", "POST", R_RESET_PREFIX_CACHE, true, true},
 };
 enum { N_ROUTES = sizeof k_routes / sizeof k_routes[0] };
 
@@ -614,6 +634,7 @@ static void on_request(http_conn *c, http_request *r, void *data) {
     case R_CHAT: handle_generation(a, c, r, true); break;
     case R_TOKENIZE: handle_tokenize(a, c, r, false); break;
     case R_DETOKENIZE: handle_tokenize(a, c, r, true); break;
+    case R_RESET_PREFIX_CACHE: handle_reset_prefix_cache(a, c); break;
     }
 }
 

@@ -17,7 +17,7 @@
 #include "sched/scheduler.h"
 #include "sched/text_stream.h"
 
-typedef enum { CALL_COMPLETION, CALL_CHAT, CALL_TOKENIZE, CALL_DETOKENIZE } call_kind;
+typedef enum { CALL_COMPLETION, CALL_CHAT, CALL_TOKENIZE, CALL_DETOKENIZE, CALL_RESET } call_kind;
 
 /* One choice of a generation request: one engine sequence. */
 typedef struct choice {
@@ -25,6 +25,7 @@ typedef struct choice {
     bool role_sent; /* stream, chat: the opening delta (role) went out (with the first token) */
     const char *finish_reason;
     int prompt_tokens, completion_tokens;
+    int cached_tokens; /* prompt tokens its sequence took from the prefix cache */
     kv_usage kv;
     text_buf text;   /* non-streamed: the whole completion */
     cJSON *lp;       /* non-streamed logprobs being collected (chat: content array; completions: object) */
@@ -97,7 +98,8 @@ typedef enum {
     R_COMPLETIONS,
     R_CHAT,
     R_TOKENIZE,
-    R_DETOKENIZE
+    R_DETOKENIZE,
+    R_RESET_PREFIX_CACHE
 } route_id;
 
 typedef struct route {

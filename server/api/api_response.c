@@ -53,15 +53,16 @@ static cJSON *bytes_array(const char *p, int n) {
     return a;
 }
 
-/* Each prompt counted once (as OpenAI does for n > 1), completions summed, KV bytes and blocks
- * summed over the choices' peaks (their sequences run side by side). */
+/* Each prompt counted once (as OpenAI does for n > 1), with the cached tokens of the choice it is
+ * counted from; completions summed, KV bytes and blocks summed over the choices' peaks (their
+ * sequences run side by side; blocks shared through the prefix cache count for each, docs/api.md). */
 static cJSON *usage_object(const call *k) {
-    int prompt = 0, completion = 0, blocks = 0;
+    int prompt = 0, cached = 0, completion = 0, blocks = 0;
     uint64_t bytes = 0, fp16 = 0;
     double bits = 16.0;
     for (int i = 0; i < k->n_choices; i++) {
         const choice *c = &k->choices[i];
-        if (i % k->n_per_prompt == 0) prompt += c->prompt_tokens;
+        if (i % k->n_per_prompt == 0) prompt += c->prompt_tokens, cached += c->cached_tokens;
         completion += c->completion_tokens;
         bytes += c->kv.bytes;
         fp16 += c->kv.fp16_bytes;
@@ -72,6 +73,8 @@ static cJSON *usage_object(const call *k) {
     cJSON_AddNumberToObject(u, "prompt_tokens", prompt);
     cJSON_AddNumberToObject(u, "completion_tokens", completion);
     cJSON_AddNumberToObject(u, "total_tokens", prompt + completion);
+    cJSON *details = cJSON_AddObjectToObject(u, "prompt_tokens_details");
+    cJSON_AddNumberToObject(details, "cached_tokens", cached);
     cJSON *kv = cJSON_AddObjectToObject(u, "kv_cache");
     cJSON_AddNumberToObject(kv, "bytes", (double)bytes);
     cJSON_AddNumberToObject(kv, "fp16_bytes", (double)fp16);
@@ -235,17 +238,17 @@ void log_request(call *k, const sched_event *ev, int status) {
     double dt = mono_now_s() - k->t_start;
     const char *kind = k->kind == CALL_CHAT ? "chat" : "completion";
     if (status == 200) {
-        int prompt = 0, completion = 0;
+        int prompt = 0, cached = 0, completion = 0;
         uint64_t bytes = 0;
         for (int i = 0; i < k->n_choices; i++) {
-            if (i % k->n_per_prompt == 0) prompt += k->choices[i].prompt_tokens;
+            if (i % k->n_per_prompt == 0) prompt += k->choices[i].prompt_tokens, cached += k->choices[i].cached_tokens;
             completion += k->choices[i].completion_tokens;
             bytes += k->choices[i].kv.bytes;
         }
         fprintf(stderr,
-                "wushkv: %s %s status=200 choices=%d prompt=%d completion=%d finish=%s kv_bytes=%" PRIu64
+                "wushkv: %s %s status=200 choices=%d prompt=%d cached=%d completion=%d finish=%s kv_bytes=%" PRIu64
                 " queue=%.3fs ttft=%.3fs time=%.3fs%s%s\n",
-                k->resp_id, kind, k->n_choices, prompt, completion, ev->finish_reason, bytes, ev->queue_s,
+                k->resp_id, kind, k->n_choices, prompt, cached, completion, ev->finish_reason, bytes, ev->queue_s,
                 ev->ttft_s < 0 ? 0.0 : ev->ttft_s, dt, a->cfg.log_prompts ? " prompt=" : "",
                 a->cfg.log_prompts ? k->prompt_log : "");
     } else {

@@ -62,6 +62,8 @@ static void serve_usage(FILE *f) {
             "                          -1: all (default 64)\n");
     fprintf(f,
             "  --device N              Vulkan device index (default: $WUSHKV_DEVICE, else the best)\n"
+            "  --no-prefix-cache       no automatic prefix caching (default: on where the KV format\n"
+            "                          allows it: --kv int2/3/4 without f16 windows)\n"
             "  --log-prompts           include (the start of) each prompt in the request log\n"
             "  -v, --verbose           device and model details on stderr\n"
             "  -h, --help              this text\n"
@@ -71,7 +73,8 @@ static void serve_usage(FILE *f) {
             "calibrates its transforms (/health says \"calibrating\") and caches them; --kv f16 opts out.\n"
             "With --kv int2/3/4 the sequences share the pool in blocks of 16 tokens: a request waits\n"
             "for free blocks, and when the pool runs out the newest sequence is preempted and\n"
-            "recomputed later.\n");
+            "recomputed later. Full blocks stay cached after a request ends, so a prompt that starts\n"
+            "with an earlier one's tokens (a chat's history) prefills only the rest (--no-prefix-cache).\n");
 }
 
 typedef struct serve_state {
@@ -184,6 +187,7 @@ static int parse_serve(int argc, char **argv, serve_config *cfg, char *key_buf, 
     cfg->engine.max_seqs = 8;
     cfg->max_queue = 64;
     cfg->engine.max_batch_tokens = 512;
+    cfg->engine.prefix_cache = true;
     cfg->drain_timeout_s = 30;
     kv_flags kv;
     kv_flags_init(&kv);
@@ -259,6 +263,9 @@ static int parse_serve(int argc, char **argv, serve_config *cfg, char *key_buf, 
             ok = cli_float(&c, 0.01, 100, &cfg->sampling.repeat_penalty);
         } else if (cli_is(&c, NULL, "--repeat-last-n")) {
             ok = cli_int(&c, -1, 1 << 20, &cfg->sampling.repeat_last_n);
+        } else if (cli_is(&c, NULL, "--no-prefix-cache")) {
+            ok = cli_switch(&c);
+            cfg->engine.prefix_cache = false;
         } else if (cli_is(&c, NULL, "--log-prompts")) {
             ok = cli_switch(&c);
             cfg->log_prompts = true;

@@ -43,6 +43,7 @@ struct metrics {
     pthread_mutex_t mu;
     metrics_pool pool;
     uint64_t prompt_tokens, generation_tokens, preemptions;
+    uint64_t prefix_queries, prefix_hits;
     uint64_t finished[N_FIN];
     uint64_t http[N_STATUS + 1];
     int conns_open;
@@ -109,6 +110,13 @@ void metrics_tokens(metrics *m, int prompt_tokens, int generation_tokens) {
 void metrics_preemption(metrics *m) {
     pthread_mutex_lock(&m->mu);
     m->preemptions++;
+    pthread_mutex_unlock(&m->mu);
+}
+
+void metrics_prefix_cache(metrics *m, int queries, int hits) {
+    pthread_mutex_lock(&m->mu);
+    m->prefix_queries += (uint64_t)(queries > 0 ? queries : 0);
+    m->prefix_hits += (uint64_t)(hits > 0 ? hits : 0);
     pthread_mutex_unlock(&m->mu);
 }
 
@@ -248,11 +256,19 @@ char *metrics_render(metrics *m, const char *model_name, size_t *len) {
     gauge(&o, "kv_cache_capacity_bytes", label, (double)p.kv_capacity_bytes, "KV cache bytes in the pool.");
     gauge(&o, "kv_cache_fp16_equivalent_bytes", label, (double)p.kv_fp16_bytes,
           "Bytes an f16 KV cache would hold for the tokens the running sequences hold.");
-    gauge(&o, "kv_cache_used_blocks", label, p.kv_used_blocks, "KV cache blocks held by sequences.");
+    gauge(&o, "kv_cache_used_blocks", label, p.kv_used_blocks,
+          "KV cache blocks held by sequences (a block shared by several counted once).");
+    gauge(&o, "kv_cache_cached_blocks", label, p.kv_cached_blocks,
+          "KV cache blocks only the prefix cache keeps (evicted when an allocation needs them).");
+    gauge(&o, "kv_cache_cached_bytes", label, (double)p.kv_cached_bytes, "Bytes of those cached blocks.");
     gauge(&o, "kv_cache_total_blocks", label, p.kv_capacity_blocks, "KV cache blocks in the pool.");
     counter(&o, "prompt_tokens_total", label, (double)m->prompt_tokens, "Prompt tokens prefilled.");
     counter(&o, "generation_tokens_total", label, (double)m->generation_tokens, "Tokens generated.");
     counter(&o, "num_preemptions_total", label, (double)m->preemptions, "Sequences preempted (recomputed later).");
+    counter(&o, "prefix_cache_queries_total", label, (double)m->prefix_queries,
+            "Prefix cache queries, in prompt tokens of new requests looked up.");
+    counter(&o, "prefix_cache_hits_total", label, (double)m->prefix_hits,
+            "Prefix cache hits, in prompt tokens found cached.");
     header(&o, "request_success_total", "counter", "Requests finished, by reason.");
     for (int i = 0; i < N_FIN; i++)
         put(&o, "wushkv:request_success_total{%s,finished_reason=\"%s\"} %llu\n", label, k_fin_names[i],
@@ -319,6 +335,8 @@ cJSON *metrics_state(metrics *m) {
     cJSON_AddNumberToObject(pool, "capacity_bytes", (double)p->kv_capacity_bytes);
     cJSON_AddNumberToObject(pool, "fp16_bytes", (double)p->kv_fp16_bytes);
     cJSON_AddNumberToObject(pool, "used_blocks", p->kv_used_blocks);
+    cJSON_AddNumberToObject(pool, "cached_blocks", p->kv_cached_blocks);
+    cJSON_AddNumberToObject(pool, "cached_bytes", (double)p->kv_cached_bytes);
     cJSON_AddNumberToObject(pool, "total_blocks", p->kv_capacity_blocks);
     cJSON_AddItemToObject(o, "pool", pool);
     cJSON_AddNumberToObject(o, "running", p->running);
@@ -329,6 +347,8 @@ cJSON *metrics_state(metrics *m) {
     cJSON_AddNumberToObject(counters, "generation_tokens", (double)m->generation_tokens);
     cJSON_AddNumberToObject(counters, "requests_finished", (double)finished);
     cJSON_AddNumberToObject(counters, "preemptions", (double)m->preemptions);
+    cJSON_AddNumberToObject(counters, "prefix_cache_queries", (double)m->prefix_queries);
+    cJSON_AddNumberToObject(counters, "prefix_cache_hits", (double)m->prefix_hits);
     cJSON_AddItemToObject(o, "counters", counters);
     cJSON_AddItemToObject(o, "ttft", hist_json(&m->ttft));
     cJSON_AddItemToObject(o, "itl", hist_json(&m->itl));

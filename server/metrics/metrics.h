@@ -27,6 +27,10 @@ typedef struct metrics_pool {
     uint64_t kv_used_bytes, kv_capacity_bytes;
     uint64_t kv_fp16_bytes; /* what an f16 cache would hold for the same tokens */
     int kv_used_blocks, kv_capacity_blocks;
+    /* Blocks only the prefix cache keeps (free for any allocation, which evicts them); used
+     * counts each block sequences hold once, however many share it. */
+    uint64_t kv_cached_bytes;
+    int kv_cached_blocks;
     int n_live;             /* requests listed in live (the first METRICS_MAX_LIVE) */
     metrics_live live[METRICS_MAX_LIVE];
 } metrics_pool;
@@ -53,6 +57,9 @@ void metrics_set_pool(metrics *m, const metrics_pool *p);
 void metrics_tokens(metrics *m, int prompt_tokens, int generation_tokens);
 /* A running sequence was preempted (its KV blocks freed; it is recomputed when readmitted). */
 void metrics_preemption(metrics *m);
+/* A new request looked up the prefix cache: queries prompt tokens, of which hits were cached (as
+ * vLLM counts them: a preempted request's second lookup is not counted). */
+void metrics_prefix_cache(metrics *m, int queries, int hits);
 /* ttft / tpot < 0: not measured (no token produced / fewer than two). */
 void metrics_request_done(metrics *m, const metrics_request *r);
 /* One output token of a request came `seconds` after its previous one. */

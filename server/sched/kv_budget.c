@@ -79,3 +79,11 @@ void kv_budget_gauge(const kv_budget *b, int n_running, const uint64_t used[KV_P
         p->kv_capacity_blocks = b->max_seqs * kv_budget_blocks(b, b->max_ctx);
     }
 }
+
+void kv_budget_gauge_usage(const kv_budget *b, const wk_kv_usage u[KV_POOLS], metrics_pool *p) {
+    if (!b->paged) return;
+    p->kv_used_bytes = u[0].used_bytes + u[1].used_bytes;
+    p->kv_used_blocks = (int)(u[0].used_blocks + u[1].used_blocks);
+    p->kv_cached_bytes = u[0].cached_bytes + u[1].cached_bytes;
+    p->kv_cached_blocks = (int)(u[0].cached_blocks + u[1].cached_blocks);
+}

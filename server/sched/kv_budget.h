@@ -61,5 +61,10 @@ kv_usage kv_budget_usage(const kv_budget *b, int peak_len, uint64_t peak_bytes);
  * only) the blocks their lengths cover. Blocks count both pools' (of their own sizes). */
 void kv_budget_gauge(const kv_budget *b, int n_running, const uint64_t used[KV_POOLS], int f16_used_blocks,
                      metrics_pool *p);
+/* The paged pool's gauge from the pools' own counts (wk_engine_kv_usage of each pool), after
+ * kv_budget_gauge: bytes and blocks in use each counted once however many sequences share them
+ * (the sequences' own sums count a shared block for every holder), and the blocks only the
+ * prefix cache keeps. No change for the f16 cache. */
+void kv_budget_gauge_usage(const kv_budget *b, const wk_kv_usage u[KV_POOLS], metrics_pool *p);
 
 #endif

@@ -92,6 +92,7 @@ void req_finish(scheduler *s, req *r, const char *reason) {
         ev->finish_reason = reason;
         ev->prompt_tokens = r->n_prompt;
         ev->completion_tokens = r->n_gen;
+        ev->cached_tokens = r->n_cached;
         ev->kv = kv_budget_usage(&s->kv, r->peak_len, r->peak_bytes);
         ev->queue_s = queue;
         ev->ttft_s = ttft;
@@ -224,6 +225,14 @@ void sched_handle_job(scheduler *s, sched_job *j) {
     case JOB_CANCEL: {
         req *r = find_req(s, j->id);
         if (r) req_finish(s, r, "abort");
+        break;
+    }
+    case JOB_RESET_PREFIX_CACHE: {
+        /* Cached blocks only: what running sequences hold stays theirs (unnamed from now on). */
+        wk_engine_prefix_cache_flush(s->e);
+        sched_event *ev = sched_ev_new(EV_RESET, j->id);
+        if (ev) ev->status = 200;
+        sched_ev_post(s, ev);
         break;
     }
     case JOB_TOKENIZE: /* answered by the front thread; never forwarded */

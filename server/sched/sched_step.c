@@ -54,6 +54,9 @@ void sched_publish_pool(scheduler *s) {
     uint64_t used[KV_POOLS];
     kv_used_pools(s, used);
     kv_budget_gauge(&s->kv, s->n_running, used, f16_blocks, &p);
+    wk_kv_usage u[KV_POOLS];
+    for (int i = 0; i < KV_POOLS; i++) wk_engine_kv_usage(s->e, i, &u[i]);
+    kv_budget_gauge_usage(&s->kv, u, &p);
     metrics_set_pool(s->m, &p);
 }
 
@@ -122,6 +125,23 @@ static uint64_t kv_claim(const scheduler *s, const req *r, int pool) {
     return fill > held ? fill : held;
 }
 
+/* Automatic prefix caching at admission: the longest cached prefix of what r must prefill (its
+ * prompt, or prompt + generated tokens after a preemption) goes into its empty sequence by
+ * reference, and prefill starts after it. At least the last token is left to compute: its logits
+ * are the ones sampled. The blocks a hit takes were cached, i.e. free to admission, and are held
+ * now, so kv_claim counts them like any other. Only the first lookup is counted (vLLM's
+ * prefix_cache_queries/hits) and reported as the request's cached_tokens. */
+static void prefix_hit(scheduler *s, req *r) {
+    if (!s->info->prefix_cache) return;
+    const int32_t *src = r->replay ? r->replay : r->prompt;
+    const int hit = wk_seq_prefix_attach(r->seq, src, r->n_fill - 1);
+    if (hit > 0) r->n_prefilled = hit; /* else (0, or out of memory: the sequence is empty) a cold prefill */
+    if (r->looked_up) return;
+    r->looked_up = true;
+    r->n_cached = hit > 0 ? hit : 0;
+    metrics_prefix_cache(s->m, r->n_prompt, r->n_cached);
+}
+
 /* FCFS admission into a sequence slot. With the paged pool the head of the queue also waits until
  * the blocks its prefill needs are free beside what the running sequences hold or are about to
  * (nobody overtakes it). With nothing running it is admitted regardless: its prompt fits the
@@ -145,6 +165,7 @@ static void admit(scheduler *s) {
         s->n_waiting--;
         r->state = R_PREFILL;
         r->n_prefilled = 0;
+        prefix_hit(s, r);
         if (r->t_admit == 0) r->t_admit = mono_now_s(); /* queue time: the first wait only */
         r->next = NULL;
         req **tail = &s->running;

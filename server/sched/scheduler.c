@@ -202,6 +202,7 @@ static void *engine_main(void *arg) {
     m->kv_swa_pool_blocks = s->info->kv_swa_pool_blocks;
     m->kv_bits_per_element = s->info->kv_bits_per_element;
     snprintf(m->wush_path, sizeof m->wush_path, "%s", s->cfg.engine.wush_path ? s->cfg.engine.wush_path : "");
+    m->prefix_cache = s->info->prefix_cache;
     m->kv_context_bytes = s->info->kv_pool_blocks
                               ? wk_kv_peak_bytes(s->info, (uint64_t)s->info->max_ctx, (uint64_t)s->cfg.max_batch_tokens)
                               : (uint64_t)s->info->max_ctx * s->info->kv_bytes_per_token;

@@ -45,7 +45,7 @@ typedef struct gen_params {
 
 void gen_params_free(gen_params *g);
 
-typedef enum { JOB_GENERATE, JOB_CANCEL, JOB_TOKENIZE, JOB_DETOKENIZE, JOB_QUIT } job_kind;
+typedef enum { JOB_GENERATE, JOB_CANCEL, JOB_TOKENIZE, JOB_DETOKENIZE, JOB_RESET_PREFIX_CACHE, JOB_QUIT } job_kind;
 
 typedef struct sched_job {
     job_kind kind;
@@ -65,6 +65,7 @@ typedef enum {
     EV_ERROR,       /* a request refused or failed: status, message, param, code */
     EV_TOKENS,      /* JOB_TOKENIZE's answer */
     EV_DETOKENIZED, /* JOB_DETOKENIZE's answer (text) */
+    EV_RESET,       /* JOB_RESET_PREFIX_CACHE done: status 200 */
 } event_kind;
 
 /* One token's log-probability with its best alternatives (for logprobs). */
@@ -94,6 +95,7 @@ typedef struct sched_event {
     const char *param, *code; /* EV_ERROR: static strings or NULL */
     const char *finish_reason; /* EV_DONE: "stop", "length", "abort" */
     int prompt_tokens, completion_tokens;
+    int cached_tokens;       /* EV_DONE: prompt tokens taken from the prefix cache at admission */
     kv_usage kv;             /* EV_DONE: peak held by the sequence */
     double queue_s, ttft_s;  /* EV_DONE: waited for a slot; arrival -> first token (-1: none) */
     struct sched_event *next;
@@ -113,6 +115,7 @@ typedef struct model_summary {
     uint64_t kv_swa_pool_blocks; /* their own pool's blocks (0: one pool) */
     double kv_bits_per_element;
     char wush_path[4096];        /* the WUSH sidecar the engine opened with ("" without) */
+    bool prefix_cache;           /* automatic prefix caching is on (wk_model_info) */
     uint64_t kv_context_bytes;   /* held by one sequence of max_ctx tokens (wk_kv_peak_bytes; f16: its slot) */
     char *chat_template; /* owned copy, or NULL */
 } model_summary;

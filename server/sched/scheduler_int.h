@@ -30,6 +30,8 @@ typedef struct req {
     int32_t *replay;
     int n_fill, n_prefilled, chunk;
     int n_prompt_counted;   /* prompt tokens counted in prompt_tokens_total (recompute is not) */
+    int n_cached;           /* prompt tokens its first admission took from the prefix cache */
+    bool looked_up;         /* the prefix cache was queried for it (its first admission) */
     int32_t last;           /* the token the next decode step feeds */
     text_stream ts;
     int peak_len;           /* most tokens the sequence held (its KV cache) */

@@ -33,7 +33,7 @@ def free_port():
 class Server:
     """One daemon process; `url` is its base URL, `log` its stderr so far."""
 
-    def __init__(self, *extra):
+    def __init__(self, *extra, ready_timeout=420):
         if not os.path.exists(BIN):
             pytest.skip(f"{BIN} is not built")
         self.port = free_port()
@@ -51,7 +51,7 @@ class Server:
         env.setdefault("ASAN_OPTIONS", "detect_leaks=1:quarantine_size_mb=16")
         self.proc = subprocess.Popen(args, stdout=self.log_file, stderr=subprocess.STDOUT, env=env)
         try:
-            self.wait_ready()
+            self.wait_ready(ready_timeout)
         except BaseException:
             # A server that never became ready must not outlive the test that started it.
             self.proc.kill()
