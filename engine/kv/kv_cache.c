@@ -100,6 +100,18 @@ int wk_kv_cache_create_paged(wk_vk *vk, wk_kv_cache *kv, const wk_hparams *hp, c
         budget1 = split_budget(budget, peak0, peak1);
         budget -= budget1;
     }
+    /* The pool is one buffer read through one R32 texel view: both bound it. Said before any
+     * allocation (the pools' host tables alone grow with the block count: a 1 TiB --kv-mem would
+     * take gigabytes of them), in the terms of the flag that sets it. The device bytes are the
+     * budgets rounded down to whole blocks, so a budget more than a block per pool beyond the room
+     * cannot fit; the exact size is checked again once the pools are made. */
+    uint64_t room = (uint64_t)vk->props.limits.maxTexelBufferElements * 4;
+    if (wk_vk_max_buffer_bytes(vk) && wk_vk_max_buffer_bytes(vk) < room) room = wk_vk_max_buffer_bytes(vk);
+    const uint64_t slack = kv->layout.bytes_per_block + (mixed ? 2 * kv->swa_layout.bytes_per_block : 0);
+    if (budget + budget1 > room + slack)
+        return snprintf(err, errlen, "KV pool of %llu bytes (--kv-mem) is larger than device %s can hold in one buffer "
+                        "(%llu bytes): lower --kv-mem", (unsigned long long)(budget + budget1), vk->props.deviceName,
+                        (unsigned long long)room), WK_ERR_NOMEM;
     wk_kv_pool_params pp;
     wk_kv_pool_params_from_layout(&kv->layout, budget, (uint32_t)n_slots, &pp);
     /* With windows every sequence takes one of n_slots window slots; without, the engine's slots
@@ -131,10 +143,6 @@ int wk_kv_cache_create_paged(wk_vk *vk, wk_kv_cache *kv, const wk_hparams *hp, c
         kv->swa_rank_k = wk_kvq_percentile_rank(rho_k, fmt->group);
         kv->swa_rank_v = wk_kvq_percentile_rank(rho_v, fmt->group);
     }
-    /* The pool is one buffer read through one R32 texel view: both bound it. Said here, before any
-     * allocation, in the terms of the flag that sets it. */
-    uint64_t room = (uint64_t)vk->props.limits.maxTexelBufferElements * 4;
-    if (wk_vk_max_buffer_bytes(vk) && wk_vk_max_buffer_bytes(vk) < room) room = wk_vk_max_buffer_bytes(vk);
     if (device > room) {
         wk_kv_cache_destroy(vk, kv);
         return snprintf(err, errlen, "KV pool of %llu bytes (--kv-mem) is larger than device %s can hold in one buffer "
