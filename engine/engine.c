@@ -19,7 +19,8 @@
 #include "wushkv/research.h"
 
 struct wk_engine {
-    wk_gguf *gguf;
+    wk_gguf *gguf;        /* NULL once released (wk_engine_params.release_model_file) */
+    uint64_t model_bytes; /* the model file's size, kept for prefix_salt after a release */
     wk_model_desc desc;
     wk_tokenizer *tok;
     wk_vk vk;
@@ -83,7 +84,7 @@ static uint64_t prefix_salt(const wk_engine *e, const wk_engine_params *p) {
                          e->kv.fmt.group, e->kv.fmt.sink, e->kv.fmt.recent, rk.i, rv.i, (int32_t)p->kv_transform,
                          (int32_t)p->kv_transform_seed, (int32_t)(p->kv_transform_seed >> 32), hp->n_layer, hp->n_embd,
                          hp->n_vocab, hp->n_head_kv, hp->head_dim, e->kv.layout.block_tokens,
-                         (int32_t)e->gguf->size, (int32_t)(e->gguf->size >> 32)};
+                         (int32_t)e->model_bytes, (int32_t)(e->model_bytes >> 32)};
     uint64_t h = wk_kv_block_hash(0, 0x77757368ull, w, (uint32_t)(sizeof w / sizeof w[0]));
     const char *names[2] = {p->model_path, p->kv_transform == WK_KV_TRANSFORM_WUSH ? p->wush_path : NULL};
     for (int k = 0; k < 2; k++)
@@ -179,6 +180,7 @@ int wk_engine_open(const wk_engine_params *p, wk_engine **out, char *err, size_t
     int rc = 0;
     e->gguf = wk_gguf_open(p->model_path, err, errlen);
     if (!e->gguf) rc = WK_ERR_FORMAT;
+    else e->model_bytes = e->gguf->size;
     if (!rc) rc = wk_model_desc_load(e->gguf, &e->desc, err, errlen);
     if (!rc && !(e->tok = wk_tokenizer_load(e->gguf, err, errlen))) rc = WK_ERR_FORMAT;
     const wk_hparams *hp = &e->desc.hp;
