@@ -223,7 +223,7 @@ static void paged_case(const char *arch, uint64_t seed, int bits, wk_kvq_kind ki
     ref_model *ref = g ? ref_model_load(g, err, sizeof err) : NULL;
     CHECK(ref != NULL);
     if (!ref) return;
-    ref_model_set_kv_quant(ref, bits, kind, G);
+    ref_model_set_kv_quant(ref, bits == 16 ? 0 : bits, kind, G);
     stack s;
     memset(&s, 0, sizeof s);
     wk_kv_fmt fmt = {.bits = bits, .kind = kind, .group = G};
@@ -267,20 +267,46 @@ static void paged_case(const char *arch, uint64_t seed, int bits, wk_kvq_kind ki
         if (e > worst_f16) worst_f16 = e;
         same += argmax(got + (size_t)i * V, V) == argmax(want + (size_t)i * V, V);
     }
-    printf("  %s %d-layer paged int%d %s G%d (%d groups of %d, %d sliding): logits rel err %.2e vs the quantized "
-           "reference (%.2e vs f16), top-1 equal %d/%d\n", arch, s.desc.hp.n_layer, bits, wk_kvq_kind_name(kind), G,
-           l.n_groups, l.group_layers, l.swa_groups, worst, worst_f16, same, N);
+    printf("  %s %d-layer paged %s%d %s G%d (%d groups of %d, %d sliding): logits rel err %.2e vs the quantized "
+           "reference (%.2e vs f16), top-1 equal %d/%d\n", arch, s.desc.hp.n_layer, bits == 16 ? "f" : "int", bits,
+           bits == 16 ? "-" : wk_kvq_kind_name(kind), G, l.n_groups, l.group_layers, l.swa_groups, worst, worst_f16,
+           same, N);
     /* A code flips where the GPU's f32 key differs from the double reference by an ulp at a
      * quantization threshold (one element moves a whole step, and later layers carry it), so the
      * bound is looser than f16's; the wiring is proved by being far closer to the quantized
      * reference than to the f16 one (a wrong block, slab or group offset lands near neither).
      * Deeper models carry the flips further, so the 12-layer case relies on the flat pass below.
      * The store and the attention alone are bit-exact: test_kv_quant_gpu, test_paged_attention. */
-    if (s.desc.hp.n_layer <= 6) {
+    if (bits == 16) { /* f16 in the pool: the reference's own cache, as tiny_case's bound */
+        CHECK(worst < 2e-3);
+    } else if (s.desc.hp.n_layer <= 6) {
         CHECK(worst < 0.1);
         CHECK(worst * 5 < worst_f16);
     }
     CHECK(same >= N - 2);
+    if (bits == 16) {
+        /* The old f16 cache (a full-context slot per sequence, attention_f16) on the same steps:
+         * the pool holds the same f16 values, so the logits agree to f16 rounding at most. */
+        stack o16;
+        float *old = malloc(sizeof(float) * N * V);
+        bool ok = stack_open(&o16, g, 1, PCTX, PCTX, false);
+        CHECK(ok);
+        for (int p = 0; ok && p < N;) {
+            int n = p < N - 1 ? (N - 1 - p < 13 ? N - 1 - p : 13) : 1;
+            ok = step(&o16, tok + p, n, 0, p, old + (size_t)p * V, NULL) == 0;
+            p += n;
+        }
+        CHECK(ok);
+        double worst_old = 0;
+        for (int i = 0; ok && i < N; i++)
+            worst_old = fmax(worst_old, rel_err(got + (size_t)i * V, old + (size_t)i * V, (size_t)V));
+        const bool identical = ok && memcmp(got, old, sizeof(float) * N * V) == 0;
+        printf("  %s paged f16 vs the f16 slot cache: logits rel err %.2e%s\n", arch, worst_old,
+               identical ? " (bit-identical)" : "");
+        CHECK(ok && worst_old < 1e-3);
+        if (ok) CHECK_EQ_INT(stack_close(&o16), 0);
+        free(old);
+    }
 
     /* The same steps through the public API: engine.c's own tables and release must give the same
      * logits bit for bit, hold the same bytes at the end, and report the peak of step 3 (39 tokens:
@@ -584,6 +610,10 @@ int main(void) {
     paged_case("llama", 8, 4, WK_KVQ_ABSMAX, 32, 0);
     /* G = head_dim with one parameter per token: two tokens share each parameter word. */
     paged_case("gemma3", 9, 2, WK_KVQ_QUEST, 64, 0);
+    /* The f16 cache in the pool: Gemma's sliding groups release blocks; llama has one group. */
+    paged_case("gemma3", 12, 16, WK_KVQ_QUEST, 0, 0);
+    paged_case("gemma3", 13, 16, WK_KVQ_QUEST, 0, 12);
+    paged_case("llama", 14, 16, WK_KVQ_QUEST, 0, 0);
     mixed_case(31);
     window_case("gemma3", 21, 4, 40, true);  /* sinks + ring cover all 40 positions */
     window_case("llama", 22, 0, 40, true);

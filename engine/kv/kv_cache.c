@@ -76,9 +76,14 @@ int wk_kv_cache_create_paged(wk_vk *vk, wk_kv_cache *kv, const wk_hparams *hp, c
      * release nothing, as before, but their blocks have their format). */
     wk_kv_layer_groups(hp->is_swa, hp->n_layer, hp->sliding_window, mixed ? INT32_MAX : max_ctx, kv->group_of,
                        kv->slot_of, &geom);
-    if (wk_kv_layout_get(&geom, fmt, &kv->layout) != 0)
+    if (fmt->bits == 16 && (swa_bits || hp->head_dim % 4))
+        return snprintf(err, errlen, "the f16 KV cache has one format for every layer and needs head_dim %% 4 == 0 "
+                        "(head_dim %d)", hp->head_dim), WK_ERR_INVALID;
+    if (wk_kv_layout_get(&geom, fmt, &kv->layout) != 0) {
+        if (fmt->bits == 16) return snprintf(err, errlen, "KV format f16 does not fit head_dim %d", hp->head_dim), WK_ERR_INVALID;
         return snprintf(err, errlen, "KV format int%d %s group %d does not fit head_dim %d", fmt->bits,
                         wk_kvq_kind_name(fmt->kind), fmt->group, hp->head_dim), WK_ERR_INVALID;
+    }
     if (mixed) {
         kv->swa_fmt = (wk_kv_fmt){.bits = swa_bits, .kind = fmt->kind, .group = fmt->group};
         if (!wk_kvq_valid(kv->swa_fmt.kind, swa_bits, fmt->group) ||
@@ -131,6 +136,9 @@ int wk_kv_cache_create_paged(wk_vk *vk, wk_kv_cache *kv, const wk_hparams *hp, c
         kv->swa_rank_v = wk_kvq_percentile_rank(rho_v, fmt->group);
     }
     int rc = wk_vk_buffer_create(vk, &kv->pool_buf, device, WK_MEM_DEVICE, VK_FORMAT_R32_UINT, err, errlen);
+    /* f16: the attention reads four halves a fetch (attention_paged.comp). */
+    if (!rc && fmt->bits == 16)
+        rc = wk_vk_view_create(vk, &kv->pool_buf, VK_FORMAT_R32G32_UINT, 0, VK_WHOLE_SIZE, &kv->pool_view2, err, errlen);
     if (rc) {
         wk_kv_cache_destroy(vk, kv);
         return rc;
@@ -145,6 +153,7 @@ int wk_kv_cache_create_paged(wk_vk *vk, wk_kv_cache *kv, const wk_hparams *hp, c
 }
 
 void wk_kv_cache_destroy(wk_vk *vk, wk_kv_cache *kv) {
+    if (kv->pool_view2 && vk->dev) vkDestroyBufferView(vk->dev, kv->pool_view2, NULL);
     wk_vk_buffer_destroy(vk, &kv->pool_buf);
     wk_kv_pool_destroy(kv->pool);
     wk_kv_pool_destroy(kv->swa_pool);

@@ -20,7 +20,8 @@ typedef struct wk_kv_cache {
     wk_kv_fmt fmt;
     wk_kv_layout layout;
     wk_kv_pool *pool;
-    wk_buf pool_buf;           /* R32UI view, read by attention_paged and written by kv_store_quant */
+    wk_buf pool_buf;           /* R32UI view, read by attention_paged and written by kv_store_quant/f16 */
+    VkBufferView pool_view2;   /* f16 (fmt.bits 16) only: an RG32UI view of pool_buf, read by attention_paged */
     /* Layer groups (wk_kv_layer_groups): layer il's blocks are its sequence's group_of[il] table
      * entries, its slabs slot_of[il] in each; the last layout.swa_groups groups slide. */
     int group_of[WK_MAX_LAYERS], slot_of[WK_MAX_LAYERS];

@@ -77,7 +77,10 @@ typedef struct { WK_PC_KV_STORE_QUANT(WK_PC_MEMBER, ) } wk_pc_kv_store_quant;
     X(s, uint32_t, block) X(s, uint32_t, mat_base)
 typedef struct { WK_PC_KV_TRANSFORM(WK_PC_MEMBER, ) } wk_pc_kv_transform;
 
-#define WK_PC_KV_STORE_F16(X, s) X(s, uint32_t, row_elems) X(s, uint32_t, n_tokens)
+#define WK_PC_KV_STORE_F16(X, s)                                                                     \
+    X(s, uint32_t, head_dim) X(s, uint32_t, n_head_kv) X(s, uint32_t, n_tokens) X(s, uint32_t, slab_layer)    \
+    X(s, uint32_t, block_tokens) X(s, uint32_t, slab_words) X(s, uint32_t, block_words)                       \
+    X(s, uint32_t, table_stride) X(s, uint32_t, table_col)
 typedef struct { WK_PC_KV_STORE_F16(WK_PC_MEMBER, ) } wk_pc_kv_store_f16;
 
 /* kv_quant_test (tests/test_kv_quant_gpu.c only): mode 0 encodes, 1 decodes ngroups groups of

@@ -58,7 +58,7 @@ static const pipe_spec specs[WK_PIPE_COUNT] = {
     [WK_PIPE_ATTENTION_REDUCE] = {"attention_reduce", SPV(wk_spv_attention_reduce), "SS", sizeof(wk_pc_attention_reduce), true},
     [WK_PIPE_KV_STORE_QUANT] = {"kv_store_quant", SPV(wk_spv_kv_store_quant), "SSSSI", sizeof(wk_pc_kv_store_quant), false},
     [WK_PIPE_KV_TRANSFORM] = {"kv_transform", SPV(wk_spv_kv_transform), "SST", sizeof(wk_pc_kv_transform), true},
-    [WK_PIPE_KV_STORE_F16] = {"kv_store_f16", SPV(wk_spv_kv_store_f16), "SSSSS", sizeof(wk_pc_kv_store_f16), false},
+    [WK_PIPE_KV_STORE_F16] = {"kv_store_f16", SPV(wk_spv_kv_store_f16), "SSSSI", sizeof(wk_pc_kv_store_f16), false},
     [WK_PIPE_GLU] = {"glu", SPV(wk_spv_glu), "SSS", sizeof(wk_pc_glu), false},
 };
 #undef SPV

@@ -18,6 +18,9 @@
 // quantizer group (one parameter fetch per key). Decoding is kv_quant.glsl's, bit-identical to
 // the C twin. Pool layout (engine/kv/kv_pool.h): block b holds, for every (layer, K|V, KV head), a
 // slab of block_tokens tokens: their packed codes, then their f16 group parameters (kv_quant.h).
+// The f16 cache (bits 16) is the same pool with f16 slabs (token t, element i at half t * D + i);
+// the host then binds Pool as an RG32UI view, so one fetch brings a lane's chunk of four halves
+// (word offsets, all even in an f16 pool, are halved into texel indices).
 #extension GL_GOOGLE_include_directive : require
 #extension GL_KHR_shader_subgroup_arithmetic : require
 #extension GL_EXT_control_flow_attributes : require
@@ -28,7 +31,8 @@
 layout(local_size_x_id = 0) in;
 // The KV format as specialisation constants (wk_pipelines_specialize_kv; the engine sets its
 // pool's): the decode below then folds to straight-line code. SC_BITS 0 (the default) reads the
-// format from the push constants instead, so one pipeline serves every format (the tests).
+// format from the push constants instead, so one pipeline serves every format (the tests);
+// bits 16 is the f16 cache.
 layout(constant_id = 2) const int SC_KIND = 0;
 layout(constant_id = 3) const int SC_BITS = 0;
 layout(constant_id = 4) const int SC_G = 0;
@@ -50,7 +54,7 @@ layout(binding = 2) uniform usamplerBuffer KC;
 layout(binding = 3) uniform usamplerBuffer VC;
 #else
 layout(std430, binding = 2) readonly buffer Tables { uint tables[]; }; // block indices
-layout(binding = 3) uniform usamplerBuffer Pool;                      // R32UI words
+layout(binding = 3) uniform usamplerBuffer Pool;                      // R32UI words (f16: RG32UI pairs)
 layout(std430, binding = 7) readonly buffer KA { vec4 ka4[]; };       // this step's keys [T][n_head_kv][D/4]
 layout(std430, binding = 8) readonly buffer VA { vec4 va4[]; };       // and values (windows only)
 #endif
@@ -63,7 +67,7 @@ layout(push_constant) uniform PC {
     uint slab_words;        // one (layer, K|V, head) slab
     uint block_words;       // one block
     uint params_words;      // offset of the parameters inside a slab
-    uint code_words;        // codes of one token (D*bits/32)
+    uint code_words;        // codes of one token (D*bits/32; f16: D/2)
     uint head_rows;         // query heads per tile token
     uint n_split;           // key splits (gl_NumWorkGroups.z)
     uint sink, recent;      // f16 windows (0, 0: off)
@@ -102,6 +106,17 @@ uint word(uint at) { return texelFetch(Pool, int(at)).x; }
 // This lane's chunks of token tt of the slab at word `slab` into kbuf.
 void decode_lane(uint slab, uint tt, uint ch0, uint ncl) {
     int kind = SC_BITS != 0 ? SC_KIND : pc.kind, bits = SC_BITS != 0 ? SC_BITS : pc.bits;
+    if (bits == 16) {  // f16 slab through the RG32UI view: chunk ch is texel (word + 2 ch) / 2
+        uint at = (slab + tt * pc.code_words) >> 1;
+        [[unroll]] for (uint c = 0u; c < MAXC; ++c) {
+            uint ch = ch0 + c;
+            if (c < ncl && ch < pc.head_dim / 4u) {
+                uvec2 h = texelFetch(Pool, int(at + ch)).xy;
+                kbuf[c] = vec4(unpackHalf2x16(h.x), unpackHalf2x16(h.y));
+            }
+        }
+        return;
+    }
     uint GS = SC_BITS != 0 ? uint(SC_G) : uint(pc.group);
     uint C = pc.head_dim / 4u;
     uint P = uint(wk_kvq_params_per_group(kind));
