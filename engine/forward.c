@@ -51,10 +51,8 @@ static int build_rope_table(wk_fwd *f, char *err, size_t errlen) {
 /* Block-table entries one step may carry: every slot's whole context, one entry per layer group. */
 static uint64_t wk_fwd_max_tables(const wk_fwd *f) {
     const wk_kv_layout *l = &f->kv->layout;
-    return f->kv->format == WK_KV_PAGED
-               ? (uint64_t)f->kv->n_slots * (((uint64_t)f->max_ctx + l->block_tokens - 1) / l->block_tokens + 1) *
-                     (uint64_t)l->n_groups
-               : 1;
+    return (uint64_t)f->kv->n_slots * (((uint64_t)f->max_ctx + l->block_tokens - 1) / l->block_tokens + 1) *
+           (uint64_t)l->n_groups;
 }
 
 int wk_fwd_init(wk_fwd *f, wk_vk *vk, wk_pipelines *pipes, const wk_hparams *hp, const wk_weights *w,
@@ -88,7 +86,7 @@ int wk_fwd_init(wk_fwd *f, wk_vk *vk, wk_pipelines *pipes, const wk_hparams *hp,
                                           hp->head_dim, vk->subgroup_size);
     if (!rc) {
         rc = make(f, &a->tiles, T * sizeof(wk_attn_tile), WK_MEM_HOST, NONE, err, errlen);
-        if (!rc && kv->format == WK_KV_PAGED) rc = make(f, &a->win_dest, T * 4, WK_MEM_HOST, NONE, err, errlen);
+        if (!rc) rc = make(f, &a->win_dest, T * 4, WK_MEM_HOST, NONE, err, errlen);
         f->attn_part_rows = wk_attn_part_rows((uint32_t)max_tokens, (uint32_t)hp->n_head, (uint32_t)max_ctx);
         if (!rc) rc = make(f, &a->attn_part, f->attn_part_rows * (hp->head_dim / 4 + 1) * 16, WK_MEM_DEVICE, NONE, err, errlen);
     }
@@ -124,8 +122,6 @@ int wk_fwd_set_transform(wk_fwd *f, const wk_kv_xform *x, char *err, size_t errl
     wk_vk_buffer_destroy(f->vk, &f->xform_buf);
     f->xform = NULL;
     if (!x || x->kind == WK_XFORM_NONE) return 0;
-    if (f->kv->format != WK_KV_PAGED)
-        return snprintf(err, errlen, "KV transforms need the paged cache"), WK_ERR_UNSUPPORTED;
     const size_t bytes = wk_kv_xform_layer_bytes(x) * (size_t)x->n_layer;
     if (x->block % 4 || x->block / 4 > 64)
         return snprintf(err, errlen, "KV transform block %d: the shader takes multiples of 4 up to 256", x->block),
@@ -138,7 +134,7 @@ int wk_fwd_set_transform(wk_fwd *f, const wk_kv_xform *x, char *err, size_t errl
 
 int wk_fwd_enable_capture(wk_fwd *f, char *err, size_t errlen) {
     if (f->capture) return 0;
-    if (f->kv->format != WK_KV_PAGED || f->kv->fmt.bits != 16 || f->xform)
+    if (f->kv->fmt.bits != 16 || f->xform)
         return snprintf(err, errlen, "calibration capture needs the f16 KV cache without transforms"), WK_ERR_UNSUPPORTED;
     const uint64_t per = (uint64_t)f->hp->n_layer * f->max_tokens * f->hp->head_dim;
     int rc = make(f, &f->a.cap_q, per * f->hp->n_head * 4, WK_MEM_HOST, VK_FORMAT_UNDEFINED, err, errlen);
@@ -222,16 +218,14 @@ static int op_qk_norm_rope(rec *r, int il, uint32_t T) {
     const wk_hparams *hp = f->hp;
     const wk_dev_layer *L = &f->w->layers[il];
     const bool has_norm = hp->qk_norm;
-    const bool paged = f->kv->format == WK_KV_PAGED, inplace = paged || f->xform;
-    wk_arg args[9] = {S(&f->a.q), S(&f->a.k), S(&f->a.v),
+    wk_arg args[6] = {S(&f->a.q), S(&f->a.k),
                       has_norm ? S(&L->q_norm) : S(&f->w->output_norm), has_norm ? S(&L->k_norm) : S(&f->w->output_norm),
-                      TV(&f->a.rope), S(&f->a.rows), inplace ? S(&f->a.k) : S(&f->kv->k[il]),
-                      inplace ? S(&f->a.v) : S(&f->kv->v[il])};
+                      TV(&f->a.rope), S(&f->a.rows)};
     wk_pc_qk_norm_rope pc = {
         .head_dim = (uint32_t)hp->head_dim, .n_head = (uint32_t)hp->n_head, .n_head_kv = (uint32_t)hp->n_head_kv,
         .n_rot = (uint32_t)hp->n_rot, .rope_neox = hp->rope_type == WK_ROPE_NEOX, .has_norm = has_norm,
         .n_tokens = T, .rope_table_offset = hp->is_swa[il] ? (uint32_t)(f->max_ctx * (hp->n_rot / 2)) : 0,
-        .eps = hp->eps, .q_scale = hp->attn_scale, .kv_inplace = inplace};
+        .eps = hp->eps, .q_scale = hp->attn_scale};
     return wk_dispatch(f->vk, f->pipes, WK_PIPE_QK_NORM_ROPE, args, &pc, sizeof pc, T,
                        (uint32_t)(hp->n_head + hp->n_head_kv), 1, r->err, r->errlen);
 }
@@ -245,22 +239,6 @@ static int reduce_if_split(rec *r, const wk_pc_attention_paged *pc, uint32_t T) 
     wk_arg rargs[2] = {S(&f->a.attn_part), S(&f->a.attn)};
     return wk_dispatch(f->vk, f->pipes, WK_PIPE_ATTENTION_REDUCE, rargs, &rp, sizeof rp, T, pc->n_head, 1, r->err,
                        r->errlen);
-}
-
-/* The f16 cache: the same tiled kernel (attention_paged.comp built with WK_ATTN_F16). */
-static int op_attention(rec *r, int il, uint32_t T) {
-    wk_fwd *f = r->f;
-    const wk_hparams *hp = f->hp;
-    wk_pc_attention_paged pc = {.head_dim = (uint32_t)hp->head_dim, .n_head = (uint32_t)hp->n_head,
-                                .n_head_kv = (uint32_t)hp->n_head_kv,
-                                .window = hp->is_swa[il] ? (uint32_t)hp->sliding_window : 0,
-                                .n_tiles = f->plan.n_tiles, .layer = (uint32_t)il, .head_rows = f->plan.head_rows};
-    pc.n_split = wk_attn_plan_splits(&f->plan, f->step_rows, T, pc.n_head, pc.window, f->attn_part_rows);
-    wk_arg args[7] = {S(&f->a.q), S(&f->a.rows), TV(&f->kv->k[il]), TV(&f->kv->v[il]), S(&f->a.attn), S(&f->a.tiles),
-                      S(&f->a.attn_part)};
-    TRY(wk_dispatch(f->vk, f->pipes, WK_PIPE_ATTENTION_F16, args, &pc, sizeof pc, f->plan.n_tiles, f->plan.groups_y,
-                    pc.n_split, r->err, r->errlen));
-    return reduce_if_split(r, &pc, T);
 }
 
 /* Fills the paged-cache push constants shared by the store and the attention, in the format of
@@ -434,17 +412,13 @@ static int record_layers(rec *r, uint32_t T) {
             record_capture(f, il, T);
             wk_vk_barrier(vk);
         }
-        if (f->kv->format == WK_KV_PAGED) {
-            if (f->kv->fmt.bits == 16) TRY(op_kv_store_f16(r, il, T)); /* k, v -> f16 rows in blocks */
-            else TRY(op_kv_store_quant(r, il, T));              /* k, v -> packed codes in blocks */
+        if (f->kv->fmt.bits == 16) TRY(op_kv_store_f16(r, il, T)); /* k, v -> f16 rows in blocks */
+        else TRY(op_kv_store_quant(r, il, T));                  /* k, v -> packed codes in blocks */
+        wk_vk_barrier(vk);
+        TRY(op_attention_paged(r, il, T));                      /* attn = softmax(q K^T) V over the blocks */
+        if (f->kv->layout.sink + f->kv->layout.recent > 0) {
             wk_vk_barrier(vk);
-            TRY(op_attention_paged(r, il, T));                  /* attn over the stored codes */
-            if (f->kv->layout.sink + f->kv->layout.recent > 0) {
-                wk_vk_barrier(vk);
-                TRY(op_kv_store_window(r, il, T));              /* k, v (f16) -> window rows */
-            }
-        } else {
-            TRY(op_attention(r, il, T));                        /* attn = softmax(q K^T) V */
+            TRY(op_kv_store_window(r, il, T));                  /* k, v (f16) -> window rows */
         }
         wk_vk_barrier(vk);
         TRY(op_matmul(r, &L->wo, &a->attn, &a->o, T));          /* o = attn Wo */
@@ -507,18 +481,16 @@ int wk_fwd_step(wk_fwd *f, const int32_t *tokens, const wk_row_info *rows, int T
         }
     memcpy(f->a.tokens.map, tokens, (size_t)T * sizeof *tokens);
     memcpy(f->a.rows.map, rows, (size_t)T * sizeof *rows);
-    if (f->kv->format == WK_KV_PAGED) {
-        if (!tables || n_tables < 1 || (uint64_t)n_tables > wk_fwd_max_tables(f))
-            return snprintf(err, errlen, "paged step needs 1..%llu block-table entries, got %d",
-                            (unsigned long long)wk_fwd_max_tables(f), n_tables), WK_ERR_INVALID;
-        memcpy(f->a.tables.map, tables, (size_t)n_tables * sizeof *tables);
-        if (f->kv->layout.sink + f->kv->layout.recent > 0) {
-            if (!win_words) return snprintf(err, errlen, "internal: f16 windows need the steps' window slots"), WK_ERR_INVALID;
-            plan_window_rows(f, rows, win_words, T);
-        }
+    if (!tables || n_tables < 1 || (uint64_t)n_tables > wk_fwd_max_tables(f))
+        return snprintf(err, errlen, "a step needs 1..%llu block-table entries, got %d",
+                        (unsigned long long)wk_fwd_max_tables(f), n_tables), WK_ERR_INVALID;
+    memcpy(f->a.tables.map, tables, (size_t)n_tables * sizeof *tables);
+    if (f->kv->layout.sink + f->kv->layout.recent > 0) {
+        if (!win_words) return snprintf(err, errlen, "internal: f16 windows need the steps' window slots"), WK_ERR_INVALID;
+        plan_window_rows(f, rows, win_words, T);
     }
     {
-        const bool windows = f->kv->format == WK_KV_PAGED && f->kv->layout.sink + f->kv->layout.recent > 0;
+        const bool windows = f->kv->layout.sink + f->kv->layout.recent > 0;
         if (wk_attn_plan_make(rows, windows ? win_words : NULL, (uint32_t)T, (uint32_t)f->hp->n_head, (uint32_t)f->hp->n_head_kv,
                               (uint32_t)f->hp->head_dim, f->vk->subgroup_size, f->a.tiles.map, &f->plan))
             return snprintf(err, errlen, "head_dim %d is too large for the paged attention at subgroup size %u",

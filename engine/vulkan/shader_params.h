@@ -35,8 +35,7 @@ typedef struct { WK_PC_MATMUL(WK_PC_MEMBER, ) } wk_pc_matmul;
     X(s, uint32_t, head_dim) X(s, uint32_t, n_head) X(s, uint32_t, n_head_kv) X(s, uint32_t, n_rot) \
     X(s, uint32_t, rope_neox) X(s, uint32_t, has_norm) X(s, uint32_t, n_tokens)                     \
     X(s, uint32_t, rope_table_offset) /* rope table offset in (cos,sin) pairs */                   \
-    X(s, float, eps) X(s, float, q_scale)                                                           \
-    X(s, uint32_t, kv_inplace) /* 1: keys back into the k buffer (paged cache), 0: k, v into the f16 cache */
+    X(s, float, eps) X(s, float, q_scale)
 typedef struct { WK_PC_QK_NORM_ROPE(WK_PC_MEMBER, ) } wk_pc_qk_norm_rope;
 
 /* act: 0 SiLU (SwiGLU), 1 tanh-GELU (GeGLU) */
@@ -124,8 +123,7 @@ WK_PC_BLOCKS(WK_PC_CHECK_BLOCK)
 typedef struct { uint32_t row0, n_tok, win_word, chunk_row0; } wk_attn_tile;
 
 /* Per token of a step: where it sits. Mirrored by `RowInfo` in the shaders. */
-/* kv_base: f16 cache, the first cache row of its sequence; paged cache, where its sequence's block
- * table starts in the step's tables. */
+/* kv_base: where its sequence's block table starts in the step's tables. */
 typedef struct { uint32_t pos, kv_base; } wk_row_info;
 
 #endif

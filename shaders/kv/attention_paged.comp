@@ -1,5 +1,5 @@
 #version 450
-// Causal attention over the paged, quantized KV pool (issue 3 "Paged attention shaders").
+// Causal attention over the paged KV pool (issue 3 "Paged attention shaders"), quantized or f16.
 // One subgroup-sized workgroup per (query tile, KV head [x head chunk], key split):
 //   - a query tile is up to a few consecutive tokens of ONE sequence (engine/kv/attention_plan.c), and
 //     its rows are every (token, query head) of the tile that shares this KV head (GQA). Each key
@@ -24,10 +24,8 @@
 #extension GL_GOOGLE_include_directive : require
 #extension GL_KHR_shader_subgroup_arithmetic : require
 #extension GL_EXT_control_flow_attributes : require
-#ifndef WK_ATTN_F16
 #define WK_KVQ_DECODE_ONLY
 #include "kv_quant.glsl"
-#endif
 layout(local_size_x_id = 0) in;
 // The KV format as specialisation constants (wk_pipelines_specialize_kv; the engine sets its
 // pool's): the decode below then folds to straight-line code. SC_BITS 0 (the default) reads the
@@ -47,17 +45,10 @@ struct RowInfo { uint pos; uint table_off; };
 struct Tile { uint row0; uint n_tok; uint win_word; uint chunk_row0; };
 layout(std430, binding = 0) readonly buffer Q { vec4 q4[]; };        // [T][n_head][D/4]
 layout(std430, binding = 1) readonly buffer Rows { RowInfo rows[]; };
-#ifdef WK_ATTN_F16
-// The f16 cache variant (attention_f16): one key and one value buffer per layer, RG32UI texels of
-// four halves, row (kv_base + position) * n_head_kv + head; RowInfo.table_off is kv_base.
-layout(binding = 2) uniform usamplerBuffer KC;
-layout(binding = 3) uniform usamplerBuffer VC;
-#else
 layout(std430, binding = 2) readonly buffer Tables { uint tables[]; }; // block indices
 layout(binding = 3) uniform usamplerBuffer Pool;                      // R32UI words (f16: RG32UI pairs)
 layout(std430, binding = 7) readonly buffer KA { vec4 ka4[]; };       // this step's keys [T][n_head_kv][D/4]
 layout(std430, binding = 8) readonly buffer VA { vec4 va4[]; };       // and values (windows only)
-#endif
 layout(std430, binding = 4) writeonly buffer O { vec4 o4[]; };        // [T][n_head][D/4]
 layout(std430, binding = 5) readonly buffer Tiles { Tile tiles[]; };
 layout(std430, binding = 6) writeonly buffer Part { vec4 part[]; };   // split partials (n_split > 1)
@@ -88,19 +79,6 @@ uint g_kh, g_ch0, g_ncl, g_table_off, g_slab[2], g_jhi, g_pmin, g_chunk_pos0;
 bool g_windows;
 Tile g_tile;
 
-#ifdef WK_ATTN_F16
-// This lane's chunks of key (kv 0) or value (kv 1) at cache row `crow` of KV head kh into kbuf.
-void load_f16_cache(uint kv, uint crow, uint kh, uint ch0, uint ncl) {
-    uint C = pc.head_dim / 4u, at = (crow * pc.n_head_kv + kh) * C;
-    [[unroll]] for (uint c = 0u; c < MAXC; ++c) {
-        uint ch = ch0 + c;
-        if (c < ncl && ch < C) {
-            uvec2 h = (kv == 0u ? texelFetch(KC, int(at + ch)) : texelFetch(VC, int(at + ch))).xy;
-            kbuf[c] = vec4(unpackHalf2x16(h.x), unpackHalf2x16(h.y));
-        }
-    }
-}
-#else
 uint word(uint at) { return texelFetch(Pool, int(at)).x; }
 
 // This lane's chunks of token tt of the slab at word `slab` into kbuf.
@@ -180,15 +158,9 @@ void load_f16(uint j, uint kv, uint kh, Tile tile, uint chunk_pos0, uint ch0, ui
     }
 }
 
-#endif
-
 // Key (kv 0) or value (kv 1) j into kbuf, and for the rows that read it in f16 (windows) into
 // fbuf; returns whether fbuf was loaded.
 bool load_kv(uint kv, uint j) {
-#ifdef WK_ATTN_F16
-    load_f16_cache(kv, g_table_off + j, g_kh, g_ch0, g_ncl);
-    return false;
-#else
     bool need_q = !g_windows || (j >= pc.sink && j + pc.recent <= g_jhi);
     bool need_f = g_windows && (j < pc.sink || j + pc.recent > g_pmin);
     if (need_q) {
@@ -197,7 +169,6 @@ bool load_kv(uint kv, uint j) {
     }
     if (need_f) load_f16(j, kv, g_kh, g_tile, g_chunk_pos0, g_ch0, g_ncl);
     return need_f;
-#endif
 }
 
 void main() {
