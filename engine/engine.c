@@ -212,8 +212,21 @@ int wk_engine_open(const wk_engine_params *p, wk_engine **out, char *err, size_t
                               p->kv_group ? p->kv_group : 32, p->kv_transform_seed ? p->kv_transform_seed : WK_KV_TRANSFORM_SEED_DEFAULT,
                               err, errlen);
     if (!rc) rc = wk_weights_upload(&e->vk, &e->desc, &e->xform, &e->weights, err, errlen);
-    const bool paged = p->kv_bits != 0 && p->kv_bits != 16;
-    if (!rc && paged) {
+    /* Every format is paged: f16 (kv_bits 0 or 16) is the same pool of blocks with f16 slabs. */
+    const bool f16 = p->kv_bits == 0 || p->kv_bits == 16;
+    if (!rc && f16 && p->kv_swa_bits && p->kv_swa_bits != 16) {
+        snprintf(err, errlen, "a KV format for the sliding-window layers (--kv-swa) needs a quantized cache (--kv int2, "
+                 "int3 or int4)");
+        rc = WK_ERR_INVALID;
+    } else if (!rc && f16 && (p->kv_sink || p->kv_recent)) {
+        snprintf(err, errlen, "--kv-sink/--kv-recent keep f16 windows of a quantized cache (--kv int2, int3 or int4)");
+        rc = WK_ERR_INVALID;
+    } else if (!rc && f16) {
+        const wk_kv_fmt fmt = {.bits = 16};
+        rc = wk_kv_cache_create_paged(&e->vk, &e->kv, hp, &fmt, 0, 0, 0, p->kv_mem, e->max_seqs, max_ctx, max_batch,
+                                      err, errlen);
+        if (!rc) rc = wk_pipelines_specialize_kv(&e->vk, &e->pipes, false, 0, 16, 0, err, errlen);
+    } else if (!rc) {
         wk_kv_fmt fmt = {.bits = p->kv_bits, .kind = (wk_kvq_kind)p->kv_quant, .group = p->kv_group ? p->kv_group : 32,
                          .sink = p->kv_sink, .recent = p->kv_recent};
         const float rho_k = p->kv_rho_k > 0 ? p->kv_rho_k : WK_KVQ_RHO_K, rho_v = p->kv_rho_v > 0 ? p->kv_rho_v : WK_KVQ_RHO_V;
@@ -241,15 +254,6 @@ int wk_engine_open(const wk_engine_params *p, wk_engine **out, char *err, size_t
         if (!rc && p->kv_swa_bits && p->kv_swa_bits != e->kv.fmt.bits && !e->kv.swa_pool)
             fprintf(stderr, "wushkv: the model has no sliding-window layers: their KV format (int%d) has no effect, "
                     "every layer uses int%d\n", p->kv_swa_bits, fmt.bits);
-    } else if (!rc && p->kv_swa_bits && p->kv_swa_bits != 16) {
-        snprintf(err, errlen, "a KV format for the sliding-window layers (--kv-swa) needs a quantized cache (--kv int2, "
-                 "int3 or int4)");
-        rc = WK_ERR_INVALID;
-    } else if (!rc && (p->kv_sink || p->kv_recent)) {
-        snprintf(err, errlen, "--kv-sink/--kv-recent keep f16 windows of a quantized cache (--kv int2, int3 or int4)");
-        rc = WK_ERR_INVALID;
-    } else if (!rc) {
-        rc = wk_kv_cache_create(&e->vk, &e->kv, hp, e->max_seqs, max_ctx, err, errlen);
     }
     if (!rc) rc = wk_fwd_init(&e->fwd, &e->vk, &e->pipes, hp, &e->weights, &e->kv, max_batch, max_ctx, false, err, errlen);
     if (!rc) rc = wk_fwd_set_transform(&e->fwd, &e->xform, err, errlen);
@@ -262,7 +266,7 @@ int wk_engine_open(const wk_engine_params *p, wk_engine **out, char *err, size_t
         e->step_win = malloc((size_t)max_batch * sizeof *e->step_win);
         e->step_logit_rows = malloc((size_t)max_batch * sizeof *e->step_logit_rows);
         /* Every sequence's whole table, one entry per layer group and block (as wk_fwd_max_tables). */
-        const size_t groups = paged ? (size_t)e->kv.layout.n_groups : 1;
+        const size_t groups = (size_t)e->kv.layout.n_groups;
         e->step_tables = malloc(((size_t)e->max_seqs * ((size_t)max_ctx / 16 + 2) * groups + 1) * sizeof *e->step_tables);
         if (!e->slot_used || !e->step_tokens || !e->step_rows || !e->step_logit_rows || !e->step_tables)
             rc = WK_ERR_NOMEM, snprintf(err, errlen, "out of memory");
@@ -303,15 +307,15 @@ int wk_engine_open(const wk_engine_params *p, wk_engine **out, char *err, size_t
         for (int k = 0; k < 5; k++) rows[k] = (wk_row_info){.pos = (uint32_t)k, .kv_base = 0};
         int n = max_batch < 5 ? max_batch : 5;
         if (!scratch) rc = WK_ERR_NOMEM, snprintf(err, errlen, "out of memory");
-        /* paged: scratch codes of every layer group into block 0, rewritten before any read */
+        /* scratch keys and values of every layer group into block 0, rewritten before any read */
         uint32_t block0[WK_MAX_LAYERS] = {0};
-        for (int g = 0; paged && g < e->kv.layout.n_groups; g++)
+        for (int g = 0; g < e->kv.layout.n_groups; g++)
             if (wk_kv_cache_group_swa(&e->kv, g)) block0[g] = e->kv.swa_block_base;
         uint32_t win[5] = {0};
-        if (paged && e->kv.layout.window_bytes)
+        if (e->kv.layout.window_bytes)
             for (int k = 0; k < 5; k++) win[k] = (uint32_t)(wk_kv_pool_window_offset(e->kv.pool, 0) / 4);
-        const uint32_t *w = paged && e->kv.layout.window_bytes ? win : NULL;
-        const int n_block0 = paged ? e->kv.layout.n_groups : 1;
+        const uint32_t *w = e->kv.layout.window_bytes ? win : NULL;
+        const int n_block0 = e->kv.layout.n_groups;
         if (!rc) rc = wk_fwd_step(&e->fwd, toks, rows, n, block0, n_block0, w, rows_all, n, scratch, NULL, err, errlen);
         if (!rc) rc = wk_fwd_step(&e->fwd, toks, rows, 1, block0, n_block0, w, rows_all, 1, scratch, NULL, err, errlen);
         if (!rc) rc = wk_fwd_warm_reduce(&e->fwd, err, errlen);
@@ -346,11 +350,10 @@ int wk_engine_open(const wk_engine_params *p, wk_engine **out, char *err, size_t
     i->add_bos = wk_tokenizer_add_bos(e->tok);
     i->weight_bytes = e->weights.bytes;
     /* Everything counted, f16 windows included, for a sequence of the whole context. */
-    i->kv_bytes_per_token = paged ? (uint64_t)(wk_kv_layout_bytes_per_token(&e->kv.layout, (uint64_t)max_ctx) + 0.5)
-                                  : e->kv.bytes_per_token;
-    i->kv_bits_per_element = paged ? wk_kv_layout_bits_per_element(&e->kv.layout, (uint64_t)max_ctx) : 16.0;
+    i->kv_bytes_per_token = (uint64_t)(wk_kv_layout_bytes_per_token(&e->kv.layout, (uint64_t)max_ctx) + 0.5);
+    i->kv_bits_per_element = wk_kv_layout_bits_per_element(&e->kv.layout, (uint64_t)max_ctx);
     i->kv_pool_bytes = e->kv.bytes;
-    if (paged) {
+    {
         i->kv_block_tokens = e->kv.layout.block_tokens;
         i->kv_block_bytes = e->kv.layout.bytes_per_block;
         i->kv_layer_groups = e->kv.layout.n_groups;
@@ -369,8 +372,6 @@ int wk_engine_open(const wk_engine_params *p, wk_engine **out, char *err, size_t
             /* The pools' own bytes, without the alignment gap before the second one. */
             i->kv_pool_bytes = wk_kv_pool_device_bytes(e->kv.pool) + i->kv_swa_pool_bytes;
         }
-    } else {
-        i->kv_bits = i->kv_swa_bits = 16;
     }
     /* The f16 window rows live in a per-sequence slot, not in blocks: a hit would also have to
      * give the new sequence the sinks and the recent ring as of the prefix's end, which no block
@@ -448,7 +449,7 @@ int wk_seq_create(wk_engine *e, wk_seq **out) {
             if (!q) return WK_ERR_NOMEM;
             q->e = e;
             q->slot = s;
-            if (e->kv.format == WK_KV_PAGED) {
+            {
                 int st = 0;
                 for (int g = 0; g < e->kv.layout.n_groups; g++) {
                     wk_kv_pool *pool = wk_kv_cache_group_swa(&e->kv, g) ? e->kv.swa_pool : e->kv.pool;
@@ -495,7 +496,6 @@ void wk_seq_reset(wk_seq *s) {
 }
 
 uint64_t wk_seq_kv_bytes(const wk_seq *s) {
-    if (!s->n_kvs) return (uint64_t)s->len * s->e->kv.bytes_per_token;
     uint64_t bytes = 0;
     for (int g = 0; g < s->n_kvs; g++) bytes += wk_kv_seq_bytes(s->kvs[g]);
     return bytes;
@@ -504,7 +504,6 @@ uint64_t wk_seq_kv_bytes(const wk_seq *s) {
 uint64_t wk_seq_kv_peak_bytes(const wk_seq *s) { return s->peak_bytes; }
 
 uint64_t wk_seq_kv_pool_bytes(const wk_seq *s, int pool) {
-    if (!s->n_kvs) return pool == 0 ? wk_seq_kv_bytes(s) : 0;
     uint64_t bytes = 0;
     for (int g = 0; g < s->n_kvs; g++)
         if ((wk_kv_cache_group_swa(&s->e->kv, g) ? 1 : 0) == pool) bytes += wk_kv_seq_bytes(s->kvs[g]);
@@ -572,8 +571,8 @@ int wk_forward(wk_engine *e, const wk_batch_item *items, int n_items, float *log
         if (T + it->n_tokens > e->fwd.max_tokens)
             return snprintf(err, errlen, "batch of more than %d tokens (raise the batch size or split)",
                             e->fwd.max_tokens), WK_ERR_INVALID;
-        uint32_t base = (uint32_t)(it->seq->slot * e->fwd.max_ctx), win = 0;
-        if (it->seq->n_kvs) {
+        uint32_t base = 0, win = 0;
+        {
             /* Blocks for the new tokens, in every layer group. A reservation left by a step that
              * fails later (or by a group that did not fail) is only capacity the sequence keeps;
              * its tokens are not committed until the step succeeds. */
@@ -626,7 +625,7 @@ int wk_forward(wk_engine *e, const wk_batch_item *items, int n_items, float *log
                 return snprintf(err, errlen, "internal: KV pool refused to commit written tokens"), WK_ERR_INVALID;
         seq_name_blocks(items[i].seq, items[i].tokens, items[i].n_tokens);
         seq_slide(items[i].seq);
-        seq_note_peak(items[i].seq); /* the f16 cache grows with len */
+        seq_note_peak(items[i].seq);
     }
     return n_logits;
 }
@@ -638,12 +637,11 @@ int wk_capture_run(wk_engine *e, wk_seq *seq, const int32_t *tokens, int n, wk_c
         return snprintf(err, errlen, "capture of %d tokens (1..%d allowed)", n, e->fwd.max_tokens), WK_ERR_INVALID;
     int rc = wk_fwd_enable_capture(&e->fwd, err, errlen);
     if (rc) return rc;
-    seq->len = 0;
-    for (int t = 0; t < n; t++)
-        e->step_rows[t] = (wk_row_info){.pos = (uint32_t)t, .kv_base = (uint32_t)(seq->slot * e->fwd.max_ctx)};
-    rc = wk_fwd_step(&e->fwd, tokens, e->step_rows, n, NULL, 0, NULL, NULL, 0, NULL, NULL, err, errlen);
-    if (rc) return rc;
-    seq->len = n;
+    /* From position 0 through the pool, as any prefill; the capture buffers keep this step's rows. */
+    wk_seq_reset(seq);
+    const wk_batch_item item = {seq, tokens, n, false};
+    rc = wk_forward(e, &item, 1, NULL, err, errlen);
+    if (rc < 0) return rc;
     const wk_hparams *hp = &e->desc.hp;
     const size_t L = (size_t)hp->n_layer, D = (size_t)hp->head_dim, M = (size_t)e->fwd.max_tokens;
     const size_t qw = (size_t)hp->n_head * D, kw = (size_t)hp->n_head_kv * D;
@@ -660,14 +658,15 @@ int wk_capture_run(wk_engine *e, wk_seq *seq, const int32_t *tokens, int n, wk_c
         return snprintf(err, errlen, "out of memory"), WK_ERR_NOMEM;
     }
     const float *cq = e->fwd.a.cap_q.map;
-    const uint16_t *ck = e->fwd.a.cap_k.map, *cv = e->fwd.a.cap_v.map;
+    const float *ck = e->fwd.a.cap_k.map, *cv = e->fwd.a.cap_v.map;
     const float unscale = 1.0f / hp->attn_scale;
     for (size_t il = 0; il < L; il++)
         for (size_t t = 0; t < (size_t)n; t++) {
             for (size_t i = 0; i < qw; i++) out->q[(il * n + t) * qw + i] = cq[(il * M + t) * qw + i] * unscale;
             for (size_t i = 0; i < kw; i++) {
-                out->k[(il * n + t) * kw + i] = wk_f16_to_f32(ck[(il * M + t) * kw + i]);
-                out->v[(il * n + t) * kw + i] = wk_f16_to_f32(cv[(il * M + t) * kw + i]);
+                /* What the cache holds: the store's f16 rounding (round to nearest even, as the GPU's). */
+                out->k[(il * n + t) * kw + i] = wk_f16_to_f32(wk_f32_to_f16(ck[(il * M + t) * kw + i]));
+                out->v[(il * n + t) * kw + i] = wk_f16_to_f32(wk_f32_to_f16(cv[(il * M + t) * kw + i]));
             }
         }
     return 0;

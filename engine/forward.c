@@ -51,10 +51,8 @@ static int build_rope_table(wk_fwd *f, char *err, size_t errlen) {
 /* Block-table entries one step may carry: every slot's whole context, one entry per layer group. */
 static uint64_t wk_fwd_max_tables(const wk_fwd *f) {
     const wk_kv_layout *l = &f->kv->layout;
-    return f->kv->format == WK_KV_PAGED
-               ? (uint64_t)f->kv->n_slots * (((uint64_t)f->max_ctx + l->block_tokens - 1) / l->block_tokens + 1) *
-                     (uint64_t)l->n_groups
-               : 1;
+    return (uint64_t)f->kv->n_slots * (((uint64_t)f->max_ctx + l->block_tokens - 1) / l->block_tokens + 1) *
+           (uint64_t)l->n_groups;
 }
 
 int wk_fwd_init(wk_fwd *f, wk_vk *vk, wk_pipelines *pipes, const wk_hparams *hp, const wk_weights *w,
@@ -88,7 +86,7 @@ int wk_fwd_init(wk_fwd *f, wk_vk *vk, wk_pipelines *pipes, const wk_hparams *hp,
                                           hp->head_dim, vk->subgroup_size);
     if (!rc) {
         rc = make(f, &a->tiles, T * sizeof(wk_attn_tile), WK_MEM_HOST, NONE, err, errlen);
-        if (!rc && kv->format == WK_KV_PAGED) rc = make(f, &a->win_dest, T * 4, WK_MEM_HOST, NONE, err, errlen);
+        if (!rc) rc = make(f, &a->win_dest, T * 4, WK_MEM_HOST, NONE, err, errlen);
         f->attn_part_rows = wk_attn_part_rows((uint32_t)max_tokens, (uint32_t)hp->n_head, (uint32_t)max_ctx);
         if (!rc) rc = make(f, &a->attn_part, f->attn_part_rows * (hp->head_dim / 4 + 1) * 16, WK_MEM_DEVICE, NONE, err, errlen);
     }
@@ -136,31 +134,28 @@ int wk_fwd_set_transform(wk_fwd *f, const wk_kv_xform *x, char *err, size_t errl
 
 int wk_fwd_enable_capture(wk_fwd *f, char *err, size_t errlen) {
     if (f->capture) return 0;
-    if (f->kv->format != WK_KV_F16 || f->xform)
+    if (f->kv->fmt.bits != 16 || f->xform)
         return snprintf(err, errlen, "calibration capture needs the f16 KV cache without transforms"), WK_ERR_UNSUPPORTED;
     const uint64_t per = (uint64_t)f->hp->n_layer * f->max_tokens * f->hp->head_dim;
     int rc = make(f, &f->a.cap_q, per * f->hp->n_head * 4, WK_MEM_HOST, VK_FORMAT_UNDEFINED, err, errlen);
-    if (!rc) rc = make(f, &f->a.cap_k, per * f->hp->n_head_kv * 2, WK_MEM_HOST, VK_FORMAT_UNDEFINED, err, errlen);
-    if (!rc) rc = make(f, &f->a.cap_v, per * f->hp->n_head_kv * 2, WK_MEM_HOST, VK_FORMAT_UNDEFINED, err, errlen);
+    if (!rc) rc = make(f, &f->a.cap_k, per * f->hp->n_head_kv * 4, WK_MEM_HOST, VK_FORMAT_UNDEFINED, err, errlen);
+    if (!rc) rc = make(f, &f->a.cap_v, per * f->hp->n_head_kv * 4, WK_MEM_HOST, VK_FORMAT_UNDEFINED, err, errlen);
     f->capture = rc == 0;
     return rc;
 }
 
-/* Copies this layer's post-RoPE queries and the cache rows just written (one region per token:
- * a step's tokens may sit in different sequences) into the capture buffers. */
-static void record_capture(wk_fwd *f, int il, const wk_row_info *rows, uint32_t T) {
+/* Copies this layer's post-RoPE queries, keys and values (f32; the keys and values are what the
+ * store rounds to f16 next, wk_capture_run rounds them the same way) into the capture buffers. */
+static void record_capture(wk_fwd *f, int il, uint32_t T) {
     wk_vk *vk = f->vk;
     const wk_hparams *hp = f->hp;
     const VkDeviceSize q_row = (VkDeviceSize)hp->n_head * hp->head_dim * 4;
-    const VkDeviceSize kv_row = (VkDeviceSize)hp->n_head_kv * hp->head_dim * 2;
+    const VkDeviceSize kv_row = (VkDeviceSize)hp->n_head_kv * hp->head_dim * 4;
     VkBufferCopy q = {.srcOffset = 0, .dstOffset = (VkDeviceSize)il * f->max_tokens * q_row, .size = T * q_row};
+    VkBufferCopy kv = {.srcOffset = 0, .dstOffset = (VkDeviceSize)il * f->max_tokens * kv_row, .size = T * kv_row};
     vkCmdCopyBuffer(vk->cmd, f->a.q.buf, f->a.cap_q.buf, 1, &q);
-    for (uint32_t t = 0; t < T; t++) {
-        VkBufferCopy c = {.srcOffset = (VkDeviceSize)(rows[t].kv_base + rows[t].pos) * kv_row,
-                          .dstOffset = ((VkDeviceSize)il * f->max_tokens + t) * kv_row, .size = kv_row};
-        vkCmdCopyBuffer(vk->cmd, f->kv->k[il].buf, f->a.cap_k.buf, 1, &c);
-        vkCmdCopyBuffer(vk->cmd, f->kv->v[il].buf, f->a.cap_v.buf, 1, &c);
-    }
+    vkCmdCopyBuffer(vk->cmd, f->a.k.buf, f->a.cap_k.buf, 1, &kv);
+    vkCmdCopyBuffer(vk->cmd, f->a.v.buf, f->a.cap_v.buf, 1, &kv);
 }
 
 /* ---- ops: each records one dispatch ---- */
@@ -223,16 +218,14 @@ static int op_qk_norm_rope(rec *r, int il, uint32_t T) {
     const wk_hparams *hp = f->hp;
     const wk_dev_layer *L = &f->w->layers[il];
     const bool has_norm = hp->qk_norm;
-    const bool paged = f->kv->format == WK_KV_PAGED, inplace = paged || f->xform;
-    wk_arg args[9] = {S(&f->a.q), S(&f->a.k), S(&f->a.v),
+    wk_arg args[6] = {S(&f->a.q), S(&f->a.k),
                       has_norm ? S(&L->q_norm) : S(&f->w->output_norm), has_norm ? S(&L->k_norm) : S(&f->w->output_norm),
-                      TV(&f->a.rope), S(&f->a.rows), inplace ? S(&f->a.k) : S(&f->kv->k[il]),
-                      inplace ? S(&f->a.v) : S(&f->kv->v[il])};
+                      TV(&f->a.rope), S(&f->a.rows)};
     wk_pc_qk_norm_rope pc = {
         .head_dim = (uint32_t)hp->head_dim, .n_head = (uint32_t)hp->n_head, .n_head_kv = (uint32_t)hp->n_head_kv,
         .n_rot = (uint32_t)hp->n_rot, .rope_neox = hp->rope_type == WK_ROPE_NEOX, .has_norm = has_norm,
         .n_tokens = T, .rope_table_offset = hp->is_swa[il] ? (uint32_t)(f->max_ctx * (hp->n_rot / 2)) : 0,
-        .eps = hp->eps, .q_scale = hp->attn_scale, .kv_inplace = inplace};
+        .eps = hp->eps, .q_scale = hp->attn_scale};
     return wk_dispatch(f->vk, f->pipes, WK_PIPE_QK_NORM_ROPE, args, &pc, sizeof pc, T,
                        (uint32_t)(hp->n_head + hp->n_head_kv), 1, r->err, r->errlen);
 }
@@ -246,22 +239,6 @@ static int reduce_if_split(rec *r, const wk_pc_attention_paged *pc, uint32_t T) 
     wk_arg rargs[2] = {S(&f->a.attn_part), S(&f->a.attn)};
     return wk_dispatch(f->vk, f->pipes, WK_PIPE_ATTENTION_REDUCE, rargs, &rp, sizeof rp, T, pc->n_head, 1, r->err,
                        r->errlen);
-}
-
-/* The f16 cache: the same tiled kernel (attention_paged.comp built with WK_ATTN_F16). */
-static int op_attention(rec *r, int il, uint32_t T) {
-    wk_fwd *f = r->f;
-    const wk_hparams *hp = f->hp;
-    wk_pc_attention_paged pc = {.head_dim = (uint32_t)hp->head_dim, .n_head = (uint32_t)hp->n_head,
-                                .n_head_kv = (uint32_t)hp->n_head_kv,
-                                .window = hp->is_swa[il] ? (uint32_t)hp->sliding_window : 0,
-                                .n_tiles = f->plan.n_tiles, .layer = (uint32_t)il, .head_rows = f->plan.head_rows};
-    pc.n_split = wk_attn_plan_splits(&f->plan, f->step_rows, T, pc.n_head, pc.window, f->attn_part_rows);
-    wk_arg args[7] = {S(&f->a.q), S(&f->a.rows), TV(&f->kv->k[il]), TV(&f->kv->v[il]), S(&f->a.attn), S(&f->a.tiles),
-                      S(&f->a.attn_part)};
-    TRY(wk_dispatch(f->vk, f->pipes, WK_PIPE_ATTENTION_F16, args, &pc, sizeof pc, f->plan.n_tiles, f->plan.groups_y,
-                    pc.n_split, r->err, r->errlen));
-    return reduce_if_split(r, &pc, T);
 }
 
 /* Fills the paged-cache push constants shared by the store and the attention, in the format of
@@ -279,7 +256,8 @@ static void paged_geometry(const wk_fwd *f, int il, wk_pc_attention_paged *pc) {
         .kind = (int32_t)fmt->kind, .bits = fmt->bits, .group = fmt->group,
         .block_tokens = (uint32_t)l->block_tokens, .slab_words = (uint32_t)(l->slab_bytes / 4),
         .block_words = (uint32_t)(l->bytes_per_block / 4), .params_words = (uint32_t)(l->q.params_offset / 4),
-        .code_words = (uint32_t)(l->q.code_bytes_per_token / 4), .slab_layer = (uint32_t)kv->slot_of[il],
+        .code_words = fmt->bits == 16 ? (uint32_t)hp->head_dim / 2 : (uint32_t)(l->q.code_bytes_per_token / 4),
+        .slab_layer = (uint32_t)kv->slot_of[il],
         .table_stride = (uint32_t)l->n_groups, .table_col = (uint32_t)kv->group_of[il]};
 }
 
@@ -312,7 +290,9 @@ static int op_attention_paged(rec *r, int il, uint32_t T) {
     pc.sink = (uint32_t)f->kv->layout.sink;
     pc.recent = (uint32_t)f->kv->layout.recent;
     pc.f16_row_words = (uint32_t)(f->kv->layout.f16_row_bytes / 4);
-    wk_arg args[9] = {S(&f->a.q), S(&f->a.rows), S(&f->a.tables), TV(&f->kv->pool_buf), S(&f->a.attn), S(&f->a.tiles),
+    /* f16 reads its slabs through the RG32UI view, four halves a fetch. */
+    const wk_arg pool = pc.bits == 16 ? wk_arg_view(f->kv->pool_view2) : TV(&f->kv->pool_buf);
+    wk_arg args[9] = {S(&f->a.q), S(&f->a.rows), S(&f->a.tables), pool, S(&f->a.attn), S(&f->a.tiles),
                       S(&f->a.attn_part), S(&f->a.k), S(&f->a.v)};
     const wk_pipe_id pipe = wk_kv_cache_group_swa(f->kv, f->kv->group_of[il]) ? WK_PIPE_ATTENTION_PAGED_SWA
                                                                              : WK_PIPE_ATTENTION_PAGED;
@@ -344,13 +324,17 @@ static int op_kv_transform(rec *r, int il, uint32_t T) {
                        (uint32_t)(hp->n_head + hp->n_head_kv), 1, r->err, r->errlen);
 }
 
-/* f16 cache, when a transform ran between RoPE and the store. */
+/* The f16 cache: this step's keys and values, rounded to f16, into their blocks. */
 static int op_kv_store_f16(rec *r, int il, uint32_t T) {
     wk_fwd *f = r->f;
-    wk_arg args[5] = {S(&f->a.k), S(&f->a.v), S(&f->a.rows), S(&f->kv->k[il]), S(&f->kv->v[il])};
-    wk_pc_kv_store_f16 pc = {.row_elems = (uint32_t)(f->hp->n_head_kv * f->hp->head_dim), .n_tokens = T};
+    wk_pc_attention_paged g;
+    paged_geometry(f, il, &g);
+    wk_pc_kv_store_f16 pc = {.head_dim = g.head_dim, .n_head_kv = g.n_head_kv, .n_tokens = T,
+                             .slab_layer = g.slab_layer, .block_tokens = g.block_tokens, .slab_words = g.slab_words,
+                             .block_words = g.block_words, .table_stride = g.table_stride, .table_col = g.table_col};
+    wk_arg args[5] = {S(&f->a.k), S(&f->a.v), S(&f->a.rows), S(&f->a.tables), TV(&f->kv->pool_buf)};
     uint32_t gx, gy;
-    grid_1d((pc.row_elems * T + 63) / 64, &gx, &gy);
+    grid_1d((T * g.n_head_kv * g.head_dim + 63) / 64, &gx, &gy); /* one word (two halves) of K or V each */
     return wk_dispatch(f->vk, f->pipes, WK_PIPE_KV_STORE_F16, args, &pc, sizeof pc, gx, gy, 1, r->err, r->errlen);
 }
 
@@ -401,7 +385,7 @@ static void plan_window_rows(wk_fwd *f, const wk_row_info *rows, const uint32_t 
     }
 }
 
-static int record_layers(rec *r, const wk_row_info *rows, uint32_t T) {
+static int record_layers(rec *r, uint32_t T) {
     wk_fwd *f = r->f;
     wk_vk *vk = f->vk;
     const wk_hparams *hp = f->hp;
@@ -423,25 +407,18 @@ static int record_layers(rec *r, const wk_row_info *rows, uint32_t T) {
         if (f->xform) {
             TRY(op_kv_transform(r, il, T));                     /* k = T k, q = T^-T q */
             wk_vk_barrier(vk);
-            if (f->kv->format == WK_KV_F16) {
-                TRY(op_kv_store_f16(r, il, T));
-                wk_vk_barrier(vk);
-            }
         }
         if (f->capture) {
-            record_capture(f, il, rows, T);
+            record_capture(f, il, T);
             wk_vk_barrier(vk);
         }
-        if (f->kv->format == WK_KV_PAGED) {
-            TRY(op_kv_store_quant(r, il, T));                   /* k, v -> packed codes in blocks */
+        if (f->kv->fmt.bits == 16) TRY(op_kv_store_f16(r, il, T)); /* k, v -> f16 rows in blocks */
+        else TRY(op_kv_store_quant(r, il, T));                  /* k, v -> packed codes in blocks */
+        wk_vk_barrier(vk);
+        TRY(op_attention_paged(r, il, T));                      /* attn = softmax(q K^T) V over the blocks */
+        if (f->kv->layout.sink + f->kv->layout.recent > 0) {
             wk_vk_barrier(vk);
-            TRY(op_attention_paged(r, il, T));                  /* attn over the stored codes */
-            if (f->kv->layout.sink + f->kv->layout.recent > 0) {
-                wk_vk_barrier(vk);
-                TRY(op_kv_store_window(r, il, T));              /* k, v (f16) -> window rows */
-            }
-        } else {
-            TRY(op_attention(r, il, T));                        /* attn = softmax(q K^T) V */
+            TRY(op_kv_store_window(r, il, T));                  /* k, v (f16) -> window rows */
         }
         wk_vk_barrier(vk);
         TRY(op_matmul(r, &L->wo, &a->attn, &a->o, T));          /* o = attn Wo */
@@ -504,18 +481,16 @@ int wk_fwd_step(wk_fwd *f, const int32_t *tokens, const wk_row_info *rows, int T
         }
     memcpy(f->a.tokens.map, tokens, (size_t)T * sizeof *tokens);
     memcpy(f->a.rows.map, rows, (size_t)T * sizeof *rows);
-    if (f->kv->format == WK_KV_PAGED) {
-        if (!tables || n_tables < 1 || (uint64_t)n_tables > wk_fwd_max_tables(f))
-            return snprintf(err, errlen, "paged step needs 1..%llu block-table entries, got %d",
-                            (unsigned long long)wk_fwd_max_tables(f), n_tables), WK_ERR_INVALID;
-        memcpy(f->a.tables.map, tables, (size_t)n_tables * sizeof *tables);
-        if (f->kv->layout.sink + f->kv->layout.recent > 0) {
-            if (!win_words) return snprintf(err, errlen, "internal: f16 windows need the steps' window slots"), WK_ERR_INVALID;
-            plan_window_rows(f, rows, win_words, T);
-        }
+    if (!tables || n_tables < 1 || (uint64_t)n_tables > wk_fwd_max_tables(f))
+        return snprintf(err, errlen, "a step needs 1..%llu block-table entries, got %d",
+                        (unsigned long long)wk_fwd_max_tables(f), n_tables), WK_ERR_INVALID;
+    memcpy(f->a.tables.map, tables, (size_t)n_tables * sizeof *tables);
+    if (f->kv->layout.sink + f->kv->layout.recent > 0) {
+        if (!win_words) return snprintf(err, errlen, "internal: f16 windows need the steps' window slots"), WK_ERR_INVALID;
+        plan_window_rows(f, rows, win_words, T);
     }
     {
-        const bool windows = f->kv->format == WK_KV_PAGED && f->kv->layout.sink + f->kv->layout.recent > 0;
+        const bool windows = f->kv->layout.sink + f->kv->layout.recent > 0;
         if (wk_attn_plan_make(rows, windows ? win_words : NULL, (uint32_t)T, (uint32_t)f->hp->n_head, (uint32_t)f->hp->n_head_kv,
                               (uint32_t)f->hp->head_dim, f->vk->subgroup_size, f->a.tiles.map, &f->plan))
             return snprintf(err, errlen, "head_dim %d is too large for the paged attention at subgroup size %u",
@@ -525,7 +500,7 @@ int wk_fwd_step(wk_fwd *f, const int32_t *tokens, const wk_row_info *rows, int T
     rec r = {f, err, errlen};
     TRY(wk_vk_begin(f->vk, err, errlen));
     wk_prof_begin(f->vk, f->pipes);
-    int rc = record_layers(&r, rows, (uint32_t)T);
+    int rc = record_layers(&r, (uint32_t)T);
     int first = n_logits < f->logit_rows ? n_logits : f->logit_rows;
     if (!rc && first > 0) rc = record_head(&r, logit_rows, first);
     /* The command buffer is always ended and submitted, so a recording error leaves no open state. */

@@ -64,8 +64,8 @@ int wk_fwd_enable_capture(wk_fwd *f, char *err, size_t errlen);
 
 /* win_words (paged cache with f16 windows; else NULL): per token, its sequence's window slot as a
  * pool word offset (wk_kv_pool_window_offset / 4).
- * T tokens with their positions and cache rows (rows[t].kv_base: f16 cache, the first row of the
- * token's sequence; paged cache, the offset of its sequence's block table in tables[0..n_tables)).
+ * T tokens with their positions and cache rows (rows[t].kv_base: the offset of the token's
+ * sequence's block table in tables[0..n_tables)).
  * Logits of the rows in logit_rows[0..n_logits)
  * go to out (n_logits x n_vocab). With debug_layers, layer_out (n_layer x T x n_embd) receives
  * the residual stream after each layer. */

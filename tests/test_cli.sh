@@ -321,7 +321,6 @@ for cmd in serve generate perplexity; do
     expect_only 2 "${w}--kv-swa: expected int2, int3 or int4, got 'f16'" -- "${q[@]}" --kv-swa f16
     expect_only 2 "${w}--kv-recent $f16" -- "${base[@]}" --kv f16 --kv-recent 64
     expect_only 2 "${w}--kv-rho-k $f16" -- "${base[@]}" --kv f16 --kv-rho-k 0.9
-    expect_only 2 "${w}--kv-mem $f16" -- "${base[@]}" --kv f16 --kv-mem 1MiB
     expect_only 2 "${w}--kv-quant $f16" -- "${base[@]}" --kv f16 --kv-quant absmax
     expect_only 2 "${w}--kv-group applies to a quantized KV cache (--kv int2, int3 or int4) or to --kv-transform hadamard, not to f16 alone" -- "${base[@]}" --kv f16 --kv-group 64
     expect_only 2 "${w}--kv-rho-k applies to the percentile quantizer (--kv-quant percentile), not to quest" -- "${q[@]}" --kv-rho-k 0.9
@@ -336,12 +335,12 @@ for cmd in serve generate perplexity; do
     expect_only 2 "${w}--kv-transform: expected none, hadamard or wush, got 'x'" -- "${q[@]}" --kv-transform x
     expect_only 2 "${w}--kv-mem: expected a size such as 4096, 256MiB or 2GiB, got '2XB'" -- "${q[@]}" --kv-mem 2XB
 
-    # Accepted (exit 1: the model or text is missing). The default is int2, so the pool's
-    # --kv-mem and the windows are taken (the sidecar comes from the cache); with --kv f16 they are not.
+    # Accepted (exit 1: the model or text is missing). The default is int2, so the windows are
+    # taken (the sidecar comes from the cache); with --kv f16 they are not. Every format takes --kv-mem.
     expect 1 "cannot open /nonexistent/" -- "${base[@]}" --kv-mem 1MiB --kv-sink 8 --kv-recent 16
     expect 1 "cannot open /nonexistent/" -- "${base[@]}" --kv-transform wush
     expect 1 "cannot open /nonexistent/" -- "${base[@]}" --wush /nonexistent/x.wush --kv-mem 1MiB
-    expect_only 2 "${w}--kv-mem $f16" -- "${base[@]}" --wush /nonexistent/x.wush --kv f16 --kv-mem 1MiB
+    expect 1 "cannot open /nonexistent/" -- "${base[@]}" --kv f16 --kv-mem 1MiB
     expect 1 "cannot open /nonexistent/" -- "${base[@]}" --kv f16 --kv-transform hadamard --kv-group 64
     expect 1 "cannot open /nonexistent/" -- "${pc[@]}" --kv-group 16 --kv-rho-k 1 --kv-rho-v 0.5 --kv-sink 0 --kv-recent 64 --kv-mem 64MiB
 done

@@ -34,8 +34,13 @@ typedef struct {
     wk_weights w;
     wk_kv_cache kv;
     wk_fwd fwd;
+    uint32_t *tables; /* every slot's fixed block table (stack_open), concatenated */
+    int n_tables, slot_tables;
 } stack;
 
+/* The forward pass on the f16 cache, with block tables the test owns instead of the pool's
+ * bookkeeping: slot s holds blocks [s * per_slot, (s + 1) * per_slot) of the pool, every block of
+ * its context, so a step may write (or rewrite) any position of a slot, as with a fixed slot. */
 static bool stack_open(stack *s, wk_gguf *g, int slots, int max_ctx, int max_tokens, bool debug) {
     char err[WK_ERRMSG_LEN] = "";
     memset(s, 0, sizeof *s);
@@ -43,15 +48,35 @@ static bool stack_open(stack *s, wk_gguf *g, int slots, int max_ctx, int max_tok
     int rc = wk_model_desc_load(g, &s->desc, err, sizeof err);
     if (!rc) rc = wk_vk_init(&s->vk, test_engine_env_device(), true, false, err, sizeof err);
     if (!rc) rc = wk_pipelines_create(&s->vk, &s->pipes, err, sizeof err);
+    if (!rc) rc = wk_pipelines_specialize_kv(&s->vk, &s->pipes, false, 0, 16, 0, err, sizeof err);
     if (!rc) rc = wk_weights_upload(&s->vk, &s->desc, NULL, &s->w, err, sizeof err);
-    if (!rc) rc = wk_kv_cache_create(&s->vk, &s->kv, &s->desc.hp, slots, max_ctx, err, sizeof err);
-    if (!rc) rc = wk_fwd_init(&s->fwd, &s->vk, &s->pipes, &s->desc.hp, &s->w, &s->kv, max_tokens, max_ctx, debug, err, sizeof err);
+    const wk_hparams *hp = &s->desc.hp;
+    const int nbt = (max_ctx + 15) / 16; /* blocks of 16 tokens of a full context */
+    /* Every layer's K and V of 16 tokens in f16, for each block of tokens of every slot. */
+    const uint64_t budget = (uint64_t)slots * nbt * 2 * hp->n_layer * hp->n_head_kv * 16 * hp->head_dim * 2;
+    const wk_kv_fmt fmt = {.bits = 16};
+    if (!rc) rc = wk_kv_cache_create_paged(&s->vk, &s->kv, hp, &fmt, 0, 0, 0, budget, slots, max_ctx, max_tokens, err,
+                                           sizeof err);
+    if (!rc) rc = wk_fwd_init(&s->fwd, &s->vk, &s->pipes, hp, &s->w, &s->kv, max_tokens, max_ctx, debug, err, sizeof err);
+    if (!rc) {
+        const int NG = s->kv.layout.n_groups;
+        s->slot_tables = nbt * NG;
+        s->n_tables = slots * s->slot_tables;
+        s->tables = malloc(sizeof *s->tables * (size_t)s->n_tables);
+        CHECK(s->tables != NULL && wk_kv_pool_n_blocks(s->kv.pool) >= (uint32_t)s->n_tables);
+        for (int i = 0; s->tables && i < s->n_tables; i++) s->tables[i] = (uint32_t)i; /* block b of group g: b*NG+g */
+        if (!s->tables) rc = WK_ERR_NOMEM;
+    }
     if (rc) fprintf(stderr, "stack_open: %s\n", err);
     return rc == 0;
 }
 
+/* Where slot `slot`'s block table starts in s->tables (rows' kv_base). */
+static uint32_t slot_base(const stack *s, int slot) { return (uint32_t)(slot * s->slot_tables); }
+
 /* Returns the validation messages seen. */
 static int stack_close(stack *s) {
+    free(s->tables);
     wk_fwd_free(&s->fwd);
     wk_kv_cache_destroy(&s->vk, &s->kv);
     wk_weights_free(&s->vk, &s->w);
@@ -64,11 +89,12 @@ static int step(stack *s, const int32_t *tok, int n, int slot, int pos0, float *
     wk_row_info rows[64];
     int lr[64];
     for (int i = 0; i < n; i++) {
-        rows[i] = (wk_row_info){.pos = (uint32_t)(pos0 + i), .kv_base = (uint32_t)(slot * s->fwd.max_ctx)};
+        rows[i] = (wk_row_info){.pos = (uint32_t)(pos0 + i), .kv_base = slot_base(s, slot)};
         lr[i] = i;
     }
     char err[WK_ERRMSG_LEN] = "";
-    int rc = wk_fwd_step(&s->fwd, tok, rows, n, NULL, 0, NULL, lr, logits ? n : 0, logits, layers, err, sizeof err);
+    int rc = wk_fwd_step(&s->fwd, tok, rows, n, s->tables, s->n_tables, NULL, lr, logits ? n : 0, logits, layers, err,
+                         sizeof err);
     if (rc) fprintf(stderr, "step: %s\n", err);
     return rc;
 }
@@ -143,10 +169,10 @@ static void tiny_case(const char *arch, uint64_t seed, int window) {
      *    values), slot 1 position 39 — rows of different sequences side by side (matvec, T=3). */
     {
         int32_t bt[3] = {tok[38], tok[39], tok[39]};
-        wk_row_info rows[3] = {{38, 0}, {39, 0}, {39, (uint32_t)CTX}};
+        wk_row_info rows[3] = {{38, slot_base(&s, 0)}, {39, slot_base(&s, 0)}, {39, slot_base(&s, 1)}};
         int lr[3] = {0, 1, 2};
         float *out = malloc(sizeof(float) * 3 * V);
-        CHECK(wk_fwd_step(&s.fwd, bt, rows, 3, NULL, 0, NULL, lr, 3, out, NULL, err, sizeof err) == 0);
+        CHECK(wk_fwd_step(&s.fwd, bt, rows, 3, s.tables, s.n_tables, NULL, lr, 3, out, NULL, err, sizeof err) == 0);
         double e = fmax(rel_err(out, ref_logits + (size_t)38 * V, 2 * (size_t)V),
                         rel_err(out + 2 * (size_t)V, ref_logits + (size_t)39 * V, V));
         printf("  %s mixed batch: logits rel err %.2e\n", arch, e);
@@ -223,7 +249,7 @@ static void paged_case(const char *arch, uint64_t seed, int bits, wk_kvq_kind ki
     ref_model *ref = g ? ref_model_load(g, err, sizeof err) : NULL;
     CHECK(ref != NULL);
     if (!ref) return;
-    ref_model_set_kv_quant(ref, bits, kind, G);
+    ref_model_set_kv_quant(ref, bits == 16 ? 0 : bits, kind, G);
     stack s;
     memset(&s, 0, sizeof s);
     wk_kv_fmt fmt = {.bits = bits, .kind = kind, .group = G};
@@ -267,16 +293,19 @@ static void paged_case(const char *arch, uint64_t seed, int bits, wk_kvq_kind ki
         if (e > worst_f16) worst_f16 = e;
         same += argmax(got + (size_t)i * V, V) == argmax(want + (size_t)i * V, V);
     }
-    printf("  %s %d-layer paged int%d %s G%d (%d groups of %d, %d sliding): logits rel err %.2e vs the quantized "
-           "reference (%.2e vs f16), top-1 equal %d/%d\n", arch, s.desc.hp.n_layer, bits, wk_kvq_kind_name(kind), G,
-           l.n_groups, l.group_layers, l.swa_groups, worst, worst_f16, same, N);
+    printf("  %s %d-layer paged %s%d %s G%d (%d groups of %d, %d sliding): logits rel err %.2e vs the quantized "
+           "reference (%.2e vs f16), top-1 equal %d/%d\n", arch, s.desc.hp.n_layer, bits == 16 ? "f" : "int", bits,
+           bits == 16 ? "-" : wk_kvq_kind_name(kind), G, l.n_groups, l.group_layers, l.swa_groups, worst, worst_f16,
+           same, N);
     /* A code flips where the GPU's f32 key differs from the double reference by an ulp at a
      * quantization threshold (one element moves a whole step, and later layers carry it), so the
      * bound is looser than f16's; the wiring is proved by being far closer to the quantized
      * reference than to the f16 one (a wrong block, slab or group offset lands near neither).
      * Deeper models carry the flips further, so the 12-layer case relies on the flat pass below.
      * The store and the attention alone are bit-exact: test_kv_quant_gpu, test_paged_attention. */
-    if (s.desc.hp.n_layer <= 6) {
+    if (bits == 16) { /* f16 in the pool: the reference's own cache, as tiny_case's bound */
+        CHECK(worst < 2e-3);
+    } else if (s.desc.hp.n_layer <= 6) {
         CHECK(worst < 0.1);
         CHECK(worst * 5 < worst_f16);
     }
@@ -584,6 +613,10 @@ int main(void) {
     paged_case("llama", 8, 4, WK_KVQ_ABSMAX, 32, 0);
     /* G = head_dim with one parameter per token: two tokens share each parameter word. */
     paged_case("gemma3", 9, 2, WK_KVQ_QUEST, 64, 0);
+    /* The f16 cache in the pool: Gemma's sliding groups release blocks; llama has one group. */
+    paged_case("gemma3", 12, 16, WK_KVQ_QUEST, 0, 0);
+    paged_case("gemma3", 13, 16, WK_KVQ_QUEST, 0, 12);
+    paged_case("llama", 14, 16, WK_KVQ_QUEST, 0, 0);
     mixed_case(31);
     window_case("gemma3", 21, 4, 40, true);  /* sinks + ring cover all 40 positions */
     window_case("llama", 22, 0, 40, true);

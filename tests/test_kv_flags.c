@@ -61,7 +61,7 @@ static void test_describe(void) {
      * --kv f16, is refused even though the default would have taken it. */
     CHECK_DESCRIBE("", "--kv", "f16", "--kv-sink", "4");
     CHECK_DESCRIBE("", "--kv-recent", "64", "--kv", "f16");
-    CHECK_DESCRIBE("", "--kv", "f16", "--kv-mem", "1MiB");
+    CHECK_DESCRIBE("f16", "--kv", "f16", "--kv-mem", "1MiB"); /* every format has a pool */
     CHECK_DESCRIBE("", "--kv", "f16", "--kv-group", "64");
     CHECK_DESCRIBE("int2 quest G32 wush sink4 recent64", "--kv", "int4", "--kv", "int2"); /* the last one counts */
     /* Per-layer-class formats: named only when they differ from --kv. */

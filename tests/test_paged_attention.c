@@ -10,7 +10,9 @@
  * Per-layer-class formats (engine/kv/kv_cache.h): the layer's blocks in a second pool of their own
  * format, placed after a first pool of another format and its f16 windows in the same buffer, the
  * table naming them from that pool's base block on, read by attention_paged_swa specialised for
- * the layer's format while the windows stay in the first pool. */
+ * the layer's format while the windows stay in the first pool. The f16 cache (bits 16): f16 slabs
+ * (token t, element i at half t * D + i) read through an RG32UI view of the pool, from the
+ * pipeline of push-constant formats and from the one specialised to bits 16 as the engine runs it. */
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -39,12 +41,12 @@ enum { BT = 16, NL = 2, LAYER = 1, NSEQ = 2, MAXROWS = 1100, MAXPOS = 1040, NGRO
  * from1 .. len1-1 over its earlier keys. S, R: f16 sink and recent windows. */
 /* other_bits: 0, one pool; else the layer's blocks sit in a second pool after a first one of
  * other_bits blocks (decoys) and the windows, read through the specialised sliding pipeline. */
-typedef struct { int D, Hq, Hk, window; wk_kvq_kind kind; int bits, G; int len0, len1, from1, S, R, other_bits; } cfg;
+typedef struct { int D, Hq, Hk, window; wk_kvq_kind kind; int bits, G; int len0, len1, from1, S, R, other_bits; bool spec; } cfg;
 
 static double run_case(wk_vk *vk, wk_pipelines *p, const cfg *c, uint32_t force_split) {
     char err[WK_ERRMSG_LEN] = "";
-    wk_kvq_block_layout lay;
-    if (!wk_kvq_block_layout_get(c->kind, c->bits, c->G, c->D, BT, &lay)) return -1;
+    wk_kvq_block_layout lay = {.bytes = (size_t)BT * c->D * 2, .code_bytes_per_token = (size_t)c->D * 2};
+    if (c->bits != 16 && !wk_kvq_block_layout_get(c->kind, c->bits, c->G, c->D, BT, &lay)) return -1;
     const size_t slab = lay.bytes, block = 2 * NL * (size_t)c->Hk * slab;
     wk_kvq_block_layout other_lay = lay;
     if (c->other_bits && !wk_kvq_block_layout_get(c->kind, c->other_bits, c->G, c->D, BT, &other_lay)) return -1;
@@ -86,6 +88,14 @@ static double run_case(wk_vk *vk, wk_pipelines *p, const cfg *c, uint32_t force_
                 uint32_t blk = tables[table_off[s] + (pos / BT) * NGROUPS + GROUP];
                 uint8_t *kslab = pool + blk * block + ((LAYER * 2 + 0) * (size_t)Hk + kh) * slab;
                 uint8_t *vslab = pool + blk * block + ((LAYER * 2 + 1) * (size_t)Hk + kh) * slab;
+                if (c->bits == 16) { /* the f16 slab: token pos % BT's D halves */
+                    uint16_t *kh16 = (uint16_t *)kslab + (size_t)(pos % BT) * D, *vh16 = (uint16_t *)vslab + (size_t)(pos % BT) * D;
+                    for (int i = 0; i < D; i++) {
+                        kh16[i] = wk_f32_to_f16(K[at + i]), vh16[i] = wk_f32_to_f16(V[at + i]);
+                        Kd[at + i] = wk_f16_to_f32(kh16[i]), Vd[at + i] = wk_f16_to_f32(vh16[i]);
+                    }
+                    continue;
+                }
                 wk_kvq_encode_token(c->kind, c->bits, c->G, WK_KVQ_RHO_K, D, BT, pos % BT, K + at, kslab);
                 wk_kvq_encode_token(c->kind, c->bits, c->G, WK_KVQ_RHO_V, D, BT, pos % BT, V + at, vslab);
                 wk_kvq_decode_token(c->kind, c->bits, c->G, D, BT, pos % BT, kslab, Kd + at);
@@ -141,7 +151,9 @@ static double run_case(wk_vk *vk, wk_pipelines *p, const cfg *c, uint32_t force_
     int rc = wk_vk_buffer_create(vk, &bq, sizeof(float) * T * Hq * D, WK_MEM_HOST, VK_FORMAT_UNDEFINED, err, sizeof err);
     rc = rc ? rc : wk_vk_buffer_create(vk, &brows, sizeof rows, WK_MEM_HOST, VK_FORMAT_UNDEFINED, err, sizeof err);
     rc = rc ? rc : wk_vk_buffer_create(vk, &btab, sizeof tables, WK_MEM_HOST, VK_FORMAT_UNDEFINED, err, sizeof err);
-    rc = rc ? rc : wk_vk_buffer_create(vk, &bpool, pool_bytes, WK_MEM_HOST, VK_FORMAT_R32_UINT, err, sizeof err);
+    /* f16 is read four halves a fetch, through an RG32UI view (as kv_cache.c's pool_view2). */
+    rc = rc ? rc : wk_vk_buffer_create(vk, &bpool, pool_bytes, WK_MEM_HOST,
+                                       c->bits == 16 ? VK_FORMAT_R32G32_UINT : VK_FORMAT_R32_UINT, err, sizeof err);
     rc = rc ? rc : wk_vk_buffer_create(vk, &bka, sizeof(float) * T * Hk * D, WK_MEM_HOST, VK_FORMAT_UNDEFINED, err, sizeof err);
     rc = rc ? rc : wk_vk_buffer_create(vk, &bva, sizeof(float) * T * Hk * D, WK_MEM_HOST, VK_FORMAT_UNDEFINED, err, sizeof err);
     rc = rc ? rc : wk_vk_buffer_create(vk, &bout, sizeof(float) * T * Hq * D, WK_MEM_HOST, VK_FORMAT_UNDEFINED, err, sizeof err);
@@ -172,7 +184,7 @@ static double run_case(wk_vk *vk, wk_pipelines *p, const cfg *c, uint32_t force_
         wk_pc_attention_reduce rp = {.head_dim = (uint32_t)D, .n_head = (uint32_t)Hq, .n_tokens = (uint32_t)T, .n_split = n_split};
         wk_arg rargs[2] = {wk_arg_buf(bpart.buf), wk_arg_buf(bout.buf)};
         rc = wk_vk_begin(vk, err, sizeof err);
-        const wk_pipe_id pipe = c->other_bits ? WK_PIPE_ATTENTION_PAGED_SWA : WK_PIPE_ATTENTION_PAGED;
+        const wk_pipe_id pipe = c->other_bits || c->spec ? WK_PIPE_ATTENTION_PAGED_SWA : WK_PIPE_ATTENTION_PAGED;
         rc = rc ? rc : wk_dispatch(vk, p, pipe, args, &pc, sizeof pc, plan.n_tiles, plan.groups_y, n_split, err, sizeof err);
         if (!rc && n_split > 1) {
             wk_vk_barrier(vk);
@@ -286,6 +298,28 @@ int main(void) {
                 if (!(e >= 0 && e < 1e-5))
                     fprintf(stderr, "second pool int%d after int%d, S%d R%d split %u: rel err %.3g\n", bits, other,
                             cs[i]->S, cs[i]->R, split, e);
+                CHECK(e >= 0 && e < 1e-5);
+            }
+    }
+    /* The f16 cache: every shape above without windows, unsplit and split, through the pipeline
+     * that reads the format from the push constants and through one specialised to bits 16. */
+    for (int spec = 0; spec < 2; spec++) {
+        if (spec) CHECK_EQ_INT(wk_pipelines_specialize_kv(&vk, &p, true, 0, 16, 0, err, sizeof err), 0);
+        const cfg cs[6] = {
+            {.D = 256, .Hq = 4, .Hk = 1, .window = 0},   {.D = 64, .Hq = 4, .Hk = 2, .window = 7},
+            {.D = 64, .Hq = 32, .Hk = 1, .window = 40},  {.D = 256, .Hq = 4, .Hk = 1, .window = 20},
+            {.D = 256, .Hq = 4, .Hk = 1, .window = 512, .len0 = 20, .len1 = 1024, .from1 = 896},
+            {.D = 256, .Hq = 4, .Hk = 1, .window = 0, .len0 = 20, .len1 = 1024, .from1 = 896}};
+        for (int i = 0; i < 6; i++)
+            for (uint32_t split = 0; split <= (i < 4 ? 3u : 0u); split += 3) {
+                cfg c = cs[i];
+                c.bits = 16, c.spec = spec;
+                double e = run_case(&vk, &p, &c, split);
+                cases++;
+                if (e > worst) worst = e;
+                if (!(e >= 0 && e < 1e-5))
+                    fprintf(stderr, "f16%s D%d Hq%d window %d split %u: rel err %.3g\n", spec ? " specialised" : "", c.D,
+                            c.Hq, c.window, split, e);
                 CHECK(e >= 0 && e < 1e-5);
             }
     }

@@ -1,6 +1,6 @@
-/* KV cache storage. f16: one key and one value buffer per layer, each sized for every sequence
- * slot at the full context, so a token's cache row is slot*max_ctx + pos. Paged: the block pool of
- * engine/kv/kv_pool.h in one device buffer, read and written through R32UI texel views. */
+/* KV cache storage: the block pool of engine/kv/kv_pool.h in one device buffer, for every format
+ * (f16 slabs or packed codes), read and written through R32UI texel views (f16 is also read
+ * through an RG32UI one). */
 #include "kv/kv_cache.h"
 
 #include <stdio.h>
@@ -9,42 +9,6 @@
 
 #include "kv/attention_plan.h"
 #include "wushkv/wushkv.h"
-
-int wk_kv_cache_create(wk_vk *vk, wk_kv_cache *kv, const wk_hparams *hp, int n_slots, int max_ctx, char *err,
-                       size_t errlen) {
-    memset(kv, 0, sizeof *kv);
-    kv->format = WK_KV_F16;
-    kv->n_layer = hp->n_layer;
-    kv->n_slots = n_slots;
-    kv->max_ctx = max_ctx;
-    kv->n_head_kv = hp->n_head_kv;
-    kv->head_dim = hp->head_dim;
-    const uint64_t row = (uint64_t)hp->n_head_kv * hp->head_dim * 2;
-    kv->bytes_per_token = row * 2 * (uint64_t)hp->n_layer;
-    const uint64_t per_layer = row * (uint64_t)n_slots * (uint64_t)max_ctx;
-    if (per_layer > vk->props.limits.maxStorageBufferRange) {
-        snprintf(err, errlen, "KV cache of %d slots x %d tokens needs %llu bytes per layer, over the device's "
-                 "%u-byte storage buffer limit: lower --ctx or the number of sequences", n_slots, max_ctx,
-                 (unsigned long long)per_layer, vk->props.limits.maxStorageBufferRange);
-        return WK_ERR_INVALID;
-    }
-    kv->k = calloc((size_t)kv->n_layer, sizeof *kv->k);
-    kv->v = calloc((size_t)kv->n_layer, sizeof *kv->v);
-    if (!kv->k || !kv->v) {
-        wk_kv_cache_destroy(vk, kv);
-        return snprintf(err, errlen, "out of memory"), WK_ERR_NOMEM;
-    }
-    for (int il = 0; il < kv->n_layer; il++) {
-        int rc = wk_vk_buffer_create(vk, &kv->k[il], per_layer, WK_MEM_DEVICE, VK_FORMAT_R32G32_UINT, err, errlen);
-        if (!rc) rc = wk_vk_buffer_create(vk, &kv->v[il], per_layer, WK_MEM_DEVICE, VK_FORMAT_R32G32_UINT, err, errlen);
-        if (rc) {
-            wk_kv_cache_destroy(vk, kv);
-            return rc;
-        }
-        kv->bytes += kv->k[il].bytes + kv->v[il].bytes;
-    }
-    return 0;
-}
 
 /* Bytes of budget the second pool gets: its share of one full-context sequence's peak. */
 static uint64_t split_budget(uint64_t budget, uint64_t peak0, uint64_t peak1) {
@@ -57,7 +21,6 @@ int wk_kv_cache_create_paged(wk_vk *vk, wk_kv_cache *kv, const wk_hparams *hp, c
                              float rho_k, float rho_v, uint64_t budget, int n_slots, int max_ctx, int max_batch,
                              char *err, size_t errlen) {
     memset(kv, 0, sizeof *kv);
-    kv->format = WK_KV_PAGED;
     kv->fmt = *fmt;
     kv->n_layer = hp->n_layer;
     kv->n_slots = n_slots;
@@ -77,9 +40,14 @@ int wk_kv_cache_create_paged(wk_vk *vk, wk_kv_cache *kv, const wk_hparams *hp, c
      * release nothing, as before, but their blocks have their format). */
     wk_kv_layer_groups(hp->is_swa, hp->n_layer, hp->sliding_window, mixed ? INT32_MAX : max_ctx, kv->group_of,
                        kv->slot_of, &geom);
-    if (wk_kv_layout_get(&geom, fmt, &kv->layout) != 0)
+    if (fmt->bits == 16 && (swa_bits || hp->head_dim % 4))
+        return snprintf(err, errlen, "the f16 KV cache has one format for every layer and needs head_dim %% 4 == 0 "
+                        "(head_dim %d)", hp->head_dim), WK_ERR_INVALID;
+    if (wk_kv_layout_get(&geom, fmt, &kv->layout) != 0) {
+        if (fmt->bits == 16) return snprintf(err, errlen, "KV format f16 does not fit head_dim %d", hp->head_dim), WK_ERR_INVALID;
         return snprintf(err, errlen, "KV format int%d %s group %d does not fit head_dim %d", fmt->bits,
                         wk_kvq_kind_name(fmt->kind), fmt->group, hp->head_dim), WK_ERR_INVALID;
+    }
     if (mixed) {
         kv->swa_fmt = (wk_kv_fmt){.bits = swa_bits, .kind = fmt->kind, .group = fmt->group};
         if (!wk_kvq_valid(kv->swa_fmt.kind, swa_bits, fmt->group) ||
@@ -150,6 +118,9 @@ int wk_kv_cache_create_paged(wk_vk *vk, wk_kv_cache *kv, const wk_hparams *hp, c
                         (unsigned long long)room), WK_ERR_NOMEM;
     }
     int rc = wk_vk_buffer_create(vk, &kv->pool_buf, device, WK_MEM_DEVICE, VK_FORMAT_R32_UINT, err, errlen);
+    /* f16: the attention reads four halves a fetch (attention_paged.comp). */
+    if (!rc && fmt->bits == 16)
+        rc = wk_vk_view_create(vk, &kv->pool_buf, VK_FORMAT_R32G32_UINT, 0, VK_WHOLE_SIZE, &kv->pool_view2, err, errlen);
     if (rc) {
         wk_kv_cache_destroy(vk, kv);
         return rc;
@@ -164,15 +135,10 @@ int wk_kv_cache_create_paged(wk_vk *vk, wk_kv_cache *kv, const wk_hparams *hp, c
 }
 
 void wk_kv_cache_destroy(wk_vk *vk, wk_kv_cache *kv) {
+    if (kv->pool_view2 && vk->dev) vkDestroyBufferView(vk->dev, kv->pool_view2, NULL);
     wk_vk_buffer_destroy(vk, &kv->pool_buf);
     wk_kv_pool_destroy(kv->pool);
     wk_kv_pool_destroy(kv->swa_pool);
-    for (int il = 0; il < kv->n_layer; il++) {
-        if (kv->k) wk_vk_buffer_destroy(vk, &kv->k[il]);
-        if (kv->v) wk_vk_buffer_destroy(vk, &kv->v[il]);
-    }
-    free(kv->k);
-    free(kv->v);
     memset(kv, 0, sizeof *kv);
 }
 

@@ -1,6 +1,6 @@
-/* KV cache storage: per layer, per sequence slot, per position, the keys and values of every KV
- * head. This issue's format is f16 in fixed per-sequence slots; the paged 2-bit WUSH-KV pool
- * replaces it behind the same two bindings the attention and store shaders use. */
+/* KV cache storage: one paged pool (engine/kv/kv_pool.h) of blocks holding the keys and values of
+ * every layer group and KV head, in any format: f16 slabs or packed 2/3/4-bit codes. No format
+ * keeps a per-sequence slot for a full context; sequences take blocks as they grow. */
 #ifndef WK_KV_CACHE_H
 #define WK_KV_CACHE_H
 
@@ -8,19 +8,16 @@
 #include "model/model.h"
 #include "vulkan/vk_device.h"
 
-typedef enum { WK_KV_F16 = 0, WK_KV_PAGED = 1 } wk_kv_format;
-
 typedef struct wk_kv_cache {
-    wk_kv_format format;
     int n_layer, n_slots, max_ctx, n_head_kv, head_dim;
-    wk_buf *k, *v;             /* per layer: [slot*max_ctx + pos][n_head_kv][head_dim] f16, RG32UI view */
     uint64_t bytes;            /* device bytes held */
-    uint64_t bytes_per_token;  /* all layers, keys and values */
-    /* WK_KV_PAGED: packed 2/3/4-bit codes in blocks of one pool allocation (engine/kv/kv_pool.h) */
+    uint64_t bytes_per_token;  /* all layers, keys and values, whole blocks */
+    /* The format (bits 16: f16 slabs; 2/3/4: packed codes) and its blocks in one pool allocation */
     wk_kv_fmt fmt;
     wk_kv_layout layout;
     wk_kv_pool *pool;
-    wk_buf pool_buf;           /* R32UI view, read by attention_paged and written by kv_store_quant */
+    wk_buf pool_buf;           /* R32UI view, read by attention_paged and written by kv_store_quant/f16 */
+    VkBufferView pool_view2;   /* f16 (fmt.bits 16) only: an RG32UI view of pool_buf, read by attention_paged */
     /* Layer groups (wk_kv_layer_groups): layer il's blocks are its sequence's group_of[il] table
      * entries, its slabs slot_of[il] in each; the last layout.swa_groups groups slide. */
     int group_of[WK_MAX_LAYERS], slot_of[WK_MAX_LAYERS];
@@ -43,10 +40,9 @@ static inline bool wk_kv_cache_group_swa(const wk_kv_cache *kv, int g) {
     return kv->swa_pool && g >= kv->layout.n_groups - kv->layout.swa_groups;
 }
 
-int wk_kv_cache_create(wk_vk *vk, wk_kv_cache *kv, const wk_hparams *hp, int n_slots, int max_ctx, char *err,
-                       size_t errlen);
-/* The paged, quantized cache: budget bytes of blocks (0: room for n_slots full contexts written in
- * steps of up to max_batch tokens). rho_k, rho_v: percentile clip quantiles (that quantizer only).
+/* The cache: budget bytes of blocks (0: room for n_slots full contexts written in steps of up to
+ * max_batch tokens). fmt->bits 16 is f16 (swa_bits 0, no windows, rho unused); 2/3/4 quantized,
+ * rho_k, rho_v: percentile clip quantiles (that quantizer only).
  * swa_bits: the sliding-window layers' bits (0 or fmt->bits: one format, one pool); a different
  * value on a model with sliding layers makes the second pool, the budget split between the two in
  * proportion to a full-context sequence's peak in each, so they run out together. */

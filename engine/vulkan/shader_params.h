@@ -35,16 +35,15 @@ typedef struct { WK_PC_MATMUL(WK_PC_MEMBER, ) } wk_pc_matmul;
     X(s, uint32_t, head_dim) X(s, uint32_t, n_head) X(s, uint32_t, n_head_kv) X(s, uint32_t, n_rot) \
     X(s, uint32_t, rope_neox) X(s, uint32_t, has_norm) X(s, uint32_t, n_tokens)                     \
     X(s, uint32_t, rope_table_offset) /* rope table offset in (cos,sin) pairs */                   \
-    X(s, float, eps) X(s, float, q_scale)                                                           \
-    X(s, uint32_t, kv_inplace) /* 1: keys back into the k buffer (paged cache), 0: k, v into the f16 cache */
+    X(s, float, eps) X(s, float, q_scale)
 typedef struct { WK_PC_QK_NORM_ROPE(WK_PC_MEMBER, ) } wk_pc_qk_norm_rope;
 
 /* act: 0 SiLU (SwiGLU), 1 tanh-GELU (GeGLU) */
 #define WK_PC_GLU(X, s) X(s, uint32_t, n) X(s, uint32_t, act)
 typedef struct { WK_PC_GLU(WK_PC_MEMBER, ) } wk_pc_glu;
 
-/* attention_paged and attention_f16 (the same source built with WK_ATTN_F16). n_tiles: query
- * tiles (wk_attn_tile), one workgroup each. */
+/* attention_paged (and attention_paged_swa, the same shader specialised for the sliding layers'
+ * format). n_tiles: query tiles (wk_attn_tile), one workgroup each. */
 #define WK_PC_ATTENTION_PAGED(X, s)                                                                   \
     X(s, uint32_t, head_dim) X(s, uint32_t, n_head) X(s, uint32_t, n_head_kv) X(s, uint32_t, window) \
     X(s, uint32_t, n_tiles) X(s, uint32_t, layer)                                                     \
@@ -77,7 +76,10 @@ typedef struct { WK_PC_KV_STORE_QUANT(WK_PC_MEMBER, ) } wk_pc_kv_store_quant;
     X(s, uint32_t, block) X(s, uint32_t, mat_base)
 typedef struct { WK_PC_KV_TRANSFORM(WK_PC_MEMBER, ) } wk_pc_kv_transform;
 
-#define WK_PC_KV_STORE_F16(X, s) X(s, uint32_t, row_elems) X(s, uint32_t, n_tokens)
+#define WK_PC_KV_STORE_F16(X, s)                                                                     \
+    X(s, uint32_t, head_dim) X(s, uint32_t, n_head_kv) X(s, uint32_t, n_tokens) X(s, uint32_t, slab_layer)    \
+    X(s, uint32_t, block_tokens) X(s, uint32_t, slab_words) X(s, uint32_t, block_words)                       \
+    X(s, uint32_t, table_stride) X(s, uint32_t, table_col)
 typedef struct { WK_PC_KV_STORE_F16(WK_PC_MEMBER, ) } wk_pc_kv_store_f16;
 
 /* kv_quant_test (tests/test_kv_quant_gpu.c only): mode 0 encodes, 1 decodes ngroups groups of
@@ -121,8 +123,7 @@ WK_PC_BLOCKS(WK_PC_CHECK_BLOCK)
 typedef struct { uint32_t row0, n_tok, win_word, chunk_row0; } wk_attn_tile;
 
 /* Per token of a step: where it sits. Mirrored by `RowInfo` in the shaders. */
-/* kv_base: f16 cache, the first cache row of its sequence; paged cache, where its sequence's block
- * table starts in the step's tables. */
+/* kv_base: where its sequence's block table starts in the step's tables. */
 typedef struct { uint32_t pos, kv_base; } wk_row_info;
 
 #endif

@@ -15,7 +15,6 @@ typedef enum {
     WK_PIPE_MATVEC_Q8A,
     WK_PIPE_MATVEC_F16,
     WK_PIPE_QK_NORM_ROPE,
-    WK_PIPE_ATTENTION_F16,
     WK_PIPE_ATTENTION_PAGED,
     WK_PIPE_ATTENTION_PAGED_SWA, /* the same shader, specialised for the sliding layers' own KV format */
     WK_PIPE_ATTENTION_REDUCE,

@@ -69,10 +69,10 @@ typedef struct wk_engine_params {
      * the CLI sets this from WUSHKV_PROFILE=1, as it sets device_index from WUSHKV_DEVICE and
      * validation from WUSHKV_VALIDATION=1. */
     bool profile;
-    /* KV cache format. kv_bits 0 or 16: f16, a fixed slot per sequence. 2, 3, 4: the paged pool of
-     * packed codes with per-group f16 parameters, quantized by kv_quant in groups of
-     * kv_group (0: 32) elements of a head vector; kv_mem bytes of blocks (0: every sequence's full
-     * context). */
+    /* KV cache format, always a paged pool of kv_mem bytes of blocks (0: every sequence's full
+     * context at its peak). kv_bits 0 or 16: blocks of f16 keys and values. 2, 3, 4: packed codes
+     * with per-group f16 parameters, quantized by kv_quant in groups of kv_group (0: 32) elements
+     * of a head vector. */
     int kv_bits;
     /* Per-layer-class formats: 2, 3 or 4 bits for the sliding-window layers' cache (the quantizer,
      * group, transform and windows stay kv_bits' ones); 0 or kv_bits: the same format as every
@@ -120,7 +120,7 @@ typedef struct wk_model_info {
     double kv_bits_per_element;   /* codes + scales + zeros per stored K/V element (16 for f16) */
     uint64_t kv_pool_bytes;       /* device bytes of the whole KV cache (with per-layer-class formats both
                                    * pools' bytes; their buffer adds less than one block between them) */
-    /* The paged pool (kv_bits 2/3/4; zero for f16): the layers are split into kv_layer_groups
+    /* The paged pool (every format): the layers are split into kv_layer_groups
      * equal groups; for every kv_block_tokens tokens a sequence holds one block (kv_block_bytes)
      * per group, except that the last kv_swa_groups groups (sliding-window layers, window
      * kv_swa_window tokens) give back blocks no later query can see; plus, with f16 windows, one
@@ -129,7 +129,7 @@ typedef struct wk_model_info {
     int kv_block_tokens, kv_layer_groups, kv_swa_groups, kv_swa_window;
     uint64_t kv_block_bytes, kv_window_bytes, kv_pool_blocks;
     /* Per-layer-class formats (wk_engine_params.kv_swa_bits): kv_swa_bits is the sliding layers'
-     * format (kv_bits' when uniform; 0 for f16), a sliding group's block is kv_swa_block_bytes
+     * format (kv_bits' when uniform), a sliding group's block is kv_swa_block_bytes
      * (kv_block_bytes when uniform). kv_swa_pool_bytes > 0: those blocks come from a second pool
      * of kv_swa_pool_blocks blocks and kv_swa_pool_bytes bytes, so the first pool (full-attention
      * layers and windows) has kv_pool_bytes - kv_swa_pool_bytes; 0: one pool for every layer. */
@@ -167,7 +167,7 @@ int wk_engine_profile(const wk_engine *e, wk_profile_entry *out, int max);
 
 /* The most bytes the paged pool of `info` holds for one sequence growing to n_tokens in steps of
  * at most chunk tokens (full-attention groups keep every block, sliding groups the window and
- * one step's blocks, plus the window slot): what admission must count. 0 for the f16 cache.
+ * one step's blocks, plus the window slot): what admission must count.
  * A pure function of its arguments: any thread. */
 uint64_t wk_kv_peak_bytes(const wk_model_info *info, uint64_t n_tokens, uint64_t chunk);
 /* The part of wk_kv_peak_bytes held in pool `pool`: 0 the first pool (every layer with one format;
@@ -234,7 +234,7 @@ void wk_seq_destroy(wk_seq *s);
 void wk_seq_reset(wk_seq *s);
 /* Tokens evaluated into the sequence. No error. Engine thread. */
 int wk_seq_len(const wk_seq *s);
-/* Device bytes of KV cache this sequence holds now (whole blocks for the paged cache). No error.
+/* Device bytes of KV cache this sequence holds now (whole blocks, every format). No error.
  * Engine thread. */
 uint64_t wk_seq_kv_bytes(const wk_seq *s);
 /* The most it held since it was created or reset, during a step included (the paged cache's

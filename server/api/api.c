@@ -153,13 +153,9 @@ static void on_ready(api_server *a) {
     if (ms->kv_swa_pool_blocks)
         snprintf(swa, sizeof swa, " + %llu blocks of the sliding layers in int%d", (unsigned long long)ms->kv_swa_pool_blocks,
                  ms->kv_swa_bits);
-    if (a->cfg.engine.kv_bits == 16)
-        snprintf(kv, sizeof kv, "KV %s (16 bits/element, %.2f MiB per full context; %.1f MiB, a full context per "
-                 "sequence)", fmt, ctx_mib, mib);
-    else
-        snprintf(kv, sizeof kv, "KV %s (%.4g bits/element, %.2f MiB per full context; %.1f MiB pool = %llu blocks "
-                 "of 16 tokens%s%s)", fmt, ms->kv_bits_per_element, ctx_mib, mib,
-                 (unsigned long long)ms->kv_pool_blocks, groups, swa);
+    snprintf(kv, sizeof kv, "KV %s (%.4g bits/element, %.2f MiB per full context; %.1f MiB pool = %llu blocks "
+             "of 16 tokens%s%s)", fmt, ms->kv_bits_per_element, ctx_mib, mib,
+             (unsigned long long)ms->kv_pool_blocks, groups, swa);
     const api_sampling *sp = &a->cfg.sampling;
     fprintf(stderr, "wushkv: ready: model '%s' (%s, %s) on %s, context %d, chat format %s%s, %d sequences, %s, "
             "prefix cache %s, sampling defaults temp %g top_k %d top_p %g min_p %g repeat_penalty %g (last %d), "

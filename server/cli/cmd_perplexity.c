@@ -341,12 +341,11 @@ int cmd_perplexity(int argc, char **argv) {
     cJSON_AddNumberToObject(obj, "kv_bytes_per_token", (double)info.kv_bytes_per_token);
     cJSON_AddNumberToObject(obj, "kv_peak_bytes", (double)r.kv_peak_bytes);
     /* What a 2048- and a 32768-token sequence would hold at their peak in this format, written in
-     * steps of --batch tokens (sliding layers: their window and a step; f16: every token). */
+     * steps of --batch tokens (sliding layers: their window and a step; every format is paged). */
     const uint64_t sizes[2] = {2048, 32768};
     const char *names[2] = {"seq_bytes_2048", "seq_bytes_32768"};
     for (int k = 0; k < 2; k++)
         cJSON_AddNumberToObject(obj, names[k],
-                                (double)(info.kv_block_bytes ? wk_kv_peak_bytes(&info, sizes[k], (uint64_t)o.batch)
-                                                             : sizes[k] * info.kv_bytes_per_token));
+                                (double)wk_kv_peak_bytes(&info, sizes[k], (uint64_t)o.batch));
     return cli_print_json(obj);
 }

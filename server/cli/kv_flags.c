@@ -17,16 +17,17 @@ static const struct {
     const char *flag, *value, *help;
 } flags[] = {
     {"--kv", "FMT",
-     "KV cache format: f16 (a fixed --ctx slot per sequence; drops the\n"
-     "default transform and windows) or int2, int3, int4 (a paged pool\n"
-     "of packed codes with per-group f16 parameters) (default int2)"},
+     "KV cache format: f16 (blocks of f16 keys and values; drops the\n"
+     "default transform and windows) or int2, int3, int4 (blocks of\n"
+     "packed codes with per-group f16 parameters), in one paged pool\n"
+     "(default int2)"},
     {"--kv-quant", "Q", "quantizer of int2/3/4: quest (default), percentile, absmax"},
     {"--kv-group", "G",
      "elements of a head vector per quantization group (and Hadamard\n"
      "block): 16, 32 (default), 64, 128, 256"},
     {"--kv-mem", "BYTES",
-     "int2/3/4 pool size, e.g. 256MiB (default: room for every\n"
-     "sequence's full context)"},
+     "KV pool size, e.g. 256MiB (default: room for every sequence's\n"
+     "full context)"},
     {"--kv-transform", "T",
      "none, hadamard (random signs, blocks of --kv-group) or wush\n"
      "(default wush; none with --kv f16)"},
@@ -107,6 +108,7 @@ bool kv_flags_parse(cli *c, kv_flags *f) {
         return true;
     }
     if (cli_is(c, NULL, "--wush")) return cli_str(c, &f->wush_path);
+    if (cli_is(c, NULL, "--kv-mem")) return cli_size(c, &f->mem); /* every format's pool */
     /* The rest apply to a quantized cache only; kv_flags_finish checks that. */
     const char *name = NULL;
     bool ok = false;
@@ -114,9 +116,6 @@ bool kv_flags_parse(cli *c, kv_flags *f) {
         name = "--kv-quant";
         ok = cli_choice(c, quant_names, 3, &i);
         if (ok) f->quant = (wk_kv_quant)i; /* cli_choice gave 0..2 */
-    } else if (cli_is(c, NULL, "--kv-mem")) {
-        name = "--kv-mem";
-        ok = cli_size(c, &f->mem);
     } else if (cli_is(c, NULL, "--kv-sink")) {
         name = "--kv-sink";
         ok = cli_int(c, 0, INT_MAX, &f->sink);

@@ -14,7 +14,7 @@
 
 typedef struct kv_flags {
     /* The values, as wk_engine_params takes them (kv_flags_apply copies them there). */
-    int bits;              /* 16: f16, a fixed slot per sequence; 2, 3, 4: the paged pool of codes */
+    int bits;              /* 16: f16, 2, 3, 4: packed codes; every format in the paged pool */
     wk_kv_quant quant;
     int group;             /* elements per quantization group (and Hadamard block) */
     uint64_t mem;          /* pool bytes; 0: the engine's default */

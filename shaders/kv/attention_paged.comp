@@ -1,5 +1,5 @@
 #version 450
-// Causal attention over the paged, quantized KV pool (issue 3 "Paged attention shaders").
+// Causal attention over the paged KV pool (issue 3 "Paged attention shaders"), quantized or f16.
 // One subgroup-sized workgroup per (query tile, KV head [x head chunk], key split):
 //   - a query tile is up to a few consecutive tokens of ONE sequence (engine/kv/attention_plan.c), and
 //     its rows are every (token, query head) of the tile that shares this KV head (GQA). Each key
@@ -18,17 +18,19 @@
 // quantizer group (one parameter fetch per key). Decoding is kv_quant.glsl's, bit-identical to
 // the C twin. Pool layout (engine/kv/kv_pool.h): block b holds, for every (layer, K|V, KV head), a
 // slab of block_tokens tokens: their packed codes, then their f16 group parameters (kv_quant.h).
+// The f16 cache (bits 16) is the same pool with f16 slabs (token t, element i at half t * D + i);
+// the host then binds Pool as an RG32UI view, so one fetch brings a lane's chunk of four halves
+// (word offsets, all even in an f16 pool, are halved into texel indices).
 #extension GL_GOOGLE_include_directive : require
 #extension GL_KHR_shader_subgroup_arithmetic : require
 #extension GL_EXT_control_flow_attributes : require
-#ifndef WK_ATTN_F16
 #define WK_KVQ_DECODE_ONLY
 #include "kv_quant.glsl"
-#endif
 layout(local_size_x_id = 0) in;
 // The KV format as specialisation constants (wk_pipelines_specialize_kv; the engine sets its
 // pool's): the decode below then folds to straight-line code. SC_BITS 0 (the default) reads the
-// format from the push constants instead, so one pipeline serves every format (the tests).
+// format from the push constants instead, so one pipeline serves every format (the tests);
+// bits 16 is the f16 cache.
 layout(constant_id = 2) const int SC_KIND = 0;
 layout(constant_id = 3) const int SC_BITS = 0;
 layout(constant_id = 4) const int SC_G = 0;
@@ -43,17 +45,10 @@ struct RowInfo { uint pos; uint table_off; };
 struct Tile { uint row0; uint n_tok; uint win_word; uint chunk_row0; };
 layout(std430, binding = 0) readonly buffer Q { vec4 q4[]; };        // [T][n_head][D/4]
 layout(std430, binding = 1) readonly buffer Rows { RowInfo rows[]; };
-#ifdef WK_ATTN_F16
-// The f16 cache variant (attention_f16): one key and one value buffer per layer, RG32UI texels of
-// four halves, row (kv_base + position) * n_head_kv + head; RowInfo.table_off is kv_base.
-layout(binding = 2) uniform usamplerBuffer KC;
-layout(binding = 3) uniform usamplerBuffer VC;
-#else
 layout(std430, binding = 2) readonly buffer Tables { uint tables[]; }; // block indices
-layout(binding = 3) uniform usamplerBuffer Pool;                      // R32UI words
+layout(binding = 3) uniform usamplerBuffer Pool;                      // R32UI words (f16: RG32UI pairs)
 layout(std430, binding = 7) readonly buffer KA { vec4 ka4[]; };       // this step's keys [T][n_head_kv][D/4]
 layout(std430, binding = 8) readonly buffer VA { vec4 va4[]; };       // and values (windows only)
-#endif
 layout(std430, binding = 4) writeonly buffer O { vec4 o4[]; };        // [T][n_head][D/4]
 layout(std430, binding = 5) readonly buffer Tiles { Tile tiles[]; };
 layout(std430, binding = 6) writeonly buffer Part { vec4 part[]; };   // split partials (n_split > 1)
@@ -63,7 +58,7 @@ layout(push_constant) uniform PC {
     uint slab_words;        // one (layer, K|V, head) slab
     uint block_words;       // one block
     uint params_words;      // offset of the parameters inside a slab
-    uint code_words;        // codes of one token (D*bits/32)
+    uint code_words;        // codes of one token (D*bits/32; f16: D/2)
     uint head_rows;         // query heads per tile token
     uint n_split;           // key splits (gl_NumWorkGroups.z)
     uint sink, recent;      // f16 windows (0, 0: off)
@@ -84,24 +79,22 @@ uint g_kh, g_ch0, g_ncl, g_table_off, g_slab[2], g_jhi, g_pmin, g_chunk_pos0;
 bool g_windows;
 Tile g_tile;
 
-#ifdef WK_ATTN_F16
-// This lane's chunks of key (kv 0) or value (kv 1) at cache row `crow` of KV head kh into kbuf.
-void load_f16_cache(uint kv, uint crow, uint kh, uint ch0, uint ncl) {
-    uint C = pc.head_dim / 4u, at = (crow * pc.n_head_kv + kh) * C;
-    [[unroll]] for (uint c = 0u; c < MAXC; ++c) {
-        uint ch = ch0 + c;
-        if (c < ncl && ch < C) {
-            uvec2 h = (kv == 0u ? texelFetch(KC, int(at + ch)) : texelFetch(VC, int(at + ch))).xy;
-            kbuf[c] = vec4(unpackHalf2x16(h.x), unpackHalf2x16(h.y));
-        }
-    }
-}
-#else
 uint word(uint at) { return texelFetch(Pool, int(at)).x; }
 
 // This lane's chunks of token tt of the slab at word `slab` into kbuf.
 void decode_lane(uint slab, uint tt, uint ch0, uint ncl) {
     int kind = SC_BITS != 0 ? SC_KIND : pc.kind, bits = SC_BITS != 0 ? SC_BITS : pc.bits;
+    if (bits == 16) {  // f16 slab through the RG32UI view: chunk ch is texel (word + 2 ch) / 2
+        uint at = (slab + tt * pc.code_words) >> 1;
+        [[unroll]] for (uint c = 0u; c < MAXC; ++c) {
+            uint ch = ch0 + c;
+            if (c < ncl && ch < pc.head_dim / 4u) {
+                uvec2 h = texelFetch(Pool, int(at + ch)).xy;
+                kbuf[c] = vec4(unpackHalf2x16(h.x), unpackHalf2x16(h.y));
+            }
+        }
+        return;
+    }
     uint GS = SC_BITS != 0 ? uint(SC_G) : uint(pc.group);
     uint C = pc.head_dim / 4u;
     uint P = uint(wk_kvq_params_per_group(kind));
@@ -165,15 +158,9 @@ void load_f16(uint j, uint kv, uint kh, Tile tile, uint chunk_pos0, uint ch0, ui
     }
 }
 
-#endif
-
 // Key (kv 0) or value (kv 1) j into kbuf, and for the rows that read it in f16 (windows) into
 // fbuf; returns whether fbuf was loaded.
 bool load_kv(uint kv, uint j) {
-#ifdef WK_ATTN_F16
-    load_f16_cache(kv, g_table_off + j, g_kh, g_ch0, g_ncl);
-    return false;
-#else
     bool need_q = !g_windows || (j >= pc.sink && j + pc.recent <= g_jhi);
     bool need_f = g_windows && (j < pc.sink || j + pc.recent > g_pmin);
     if (need_q) {
@@ -182,7 +169,6 @@ bool load_kv(uint kv, uint j) {
     }
     if (need_f) load_f16(j, kv, g_kh, g_tile, g_chunk_pos0, g_ch0, g_ncl);
     return need_f;
-#endif
 }
 
 void main() {

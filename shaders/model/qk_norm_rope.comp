@@ -1,25 +1,21 @@
 #version 450
 // Per token and head: optional per-head RMSNorm (Gemma's q/k norm), RoPE from a host-computed
-// cos/sin table, q scaled; key heads are written with their values into the f16 KV cache.
+// cos/sin table, q scaled, both in place: the KV store (kv_store_f16 / kv_store_quant) reads the
+// keys from K after a transform, if any, has run.
 // One subgroup-sized workgroup per (token, head); heads 0..n_head-1 are queries, the rest keys.
-// With kv_inplace (the paged, quantized cache) keys are written back into K for kv_store_quant.
 #extension GL_KHR_shader_subgroup_arithmetic : require
-#extension GL_EXT_shader_16bit_storage : require
 layout(local_size_x_id = 0) in;
 struct RowInfo { uint pos; uint kv_base; };
 layout(std430, binding = 0) buffer Q { float q[]; };               // [T][n_head*D], in place
 layout(std430, binding = 1) buffer K { float k[]; };               // [T][n_head_kv*D]
-layout(std430, binding = 2) readonly buffer V { float v[]; };      // [T][n_head_kv*D]
-layout(std430, binding = 3) readonly buffer QN { float q_norm[]; };
-layout(std430, binding = 4) readonly buffer KN { float k_norm[]; };
-layout(binding = 5) uniform samplerBuffer Rope;                     // (cos, sin) per [pos][n_rot/2]
-layout(std430, binding = 6) readonly buffer Rows { RowInfo rows[]; };
-layout(std430, binding = 7) writeonly buffer KC { float16_t kc[]; }; // [row][n_head_kv][D]
-layout(std430, binding = 8) writeonly buffer VC { float16_t vc[]; };
+layout(std430, binding = 2) readonly buffer QN { float q_norm[]; };
+layout(std430, binding = 3) readonly buffer KN { float k_norm[]; };
+layout(binding = 4) uniform samplerBuffer Rope;                     // (cos, sin) per [pos][n_rot/2]
+layout(std430, binding = 5) readonly buffer Rows { RowInfo rows[]; };
 layout(push_constant) uniform PC {
     uint head_dim; uint n_head; uint n_head_kv; uint n_rot;
     uint rope_neox; uint has_norm; uint n_tokens; uint rope_table_offset;
-    float eps; float q_scale; uint kv_inplace;
+    float eps; float q_scale;
 } pc;
 
 float load_x(bool is_q, uint base, uint d) { return is_q ? q[base + d] : k[base + d]; }
@@ -32,7 +28,6 @@ void main() {
     uint kh = head - pc.n_head;
     uint base = is_q ? (t * pc.n_head + head) * D : (t * pc.n_head_kv + kh) * D;
     RowInfo ri = rows[t];
-    uint cache = ((ri.kv_base + ri.pos) * pc.n_head_kv + kh) * D;
 
     float inv = 1.0;
     if (pc.has_norm != 0) {
@@ -56,16 +51,12 @@ void main() {
         vec2 cs = texelFetch(Rope, int(rope_row + i)).xy;
         float ya = (xa * cs.x - xb * cs.y) * scale, yb = (xa * cs.y + xb * cs.x) * scale;
         if (is_q) { q[base + da] = ya; q[base + db] = yb; }
-        else if (pc.kv_inplace != 0) { k[base + da] = ya; k[base + db] = yb; }
-        else { kc[cache + da] = float16_t(ya); kc[cache + db] = float16_t(yb); }
+        else { k[base + da] = ya; k[base + db] = yb; }
     }
     for (uint d = pc.n_rot + lane; d < D; d += nl) {  // dimensions RoPE leaves alone
         float x = load_x(is_q, base, d) * inv;
         if (pc.has_norm != 0) x *= is_q ? q_norm[d] : k_norm[d];
         if (is_q) q[base + d] = x * scale;
-        else if (pc.kv_inplace != 0) k[base + d] = x;
-        else kc[cache + d] = float16_t(x);
+        else k[base + d] = x;
     }
-    if (!is_q && pc.kv_inplace == 0)
-        for (uint d = lane; d < D; d += nl) vc[cache + d] = float16_t(v[(t * pc.n_head_kv + kh) * D + d]);
 }

@@ -126,7 +126,8 @@ def test_bench_load_counts_match_server(server, mode, tmp_path):
     assert j["metrics_samples"] >= 2
     assert 0 < j["kv_pool_peak_bytes"] <= min(sum(kv), j["kv_pool_capacity_bytes"])
     assert j["kv_pool_capacity_bytes"] == metric(server, "kv_cache_capacity_bytes")
-    assert j["kv_pool_peak_fp16_equivalent_bytes"] >= j["kv_pool_peak_bytes"] * 0.99  # f16 cache: equal
+    # The f16 cache holds the same bytes per token in whole 16-token blocks: never less than f16.
+    assert 0 < j["kv_pool_peak_fp16_equivalent_bytes"] <= j["kv_pool_peak_bytes"]
     assert j["num_preemptions"] == 0
     wait_idle(server)
 

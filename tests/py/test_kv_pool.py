@@ -110,14 +110,13 @@ def run_serve(*args, timeout=120):
     (["--kv", "int4", "--kv-group", "512"], "--kv-group"),
     (["--kv", "int4", "--kv-mem", "2XB"], "--kv-mem"),
     (["--kv", "int4", "--kv-mem", "-1"], "--kv-mem"),
-    (["--kv", "f16", "--kv-mem", "2MiB"], "--kv-mem"),    # f16 has no pool
     (["--kv", "f16", "--kv-quant", "absmax"], "--kv-quant"),
     (["--kv-rho-k", "2"], "--kv-rho-k"),
     (["--kv", "int2", "--kv-quant", "percentile", "--kv-rho-v", "0"], "--kv-rho-v"),
     (["--kv", "int2", "--kv-rho-k", "0.9"], "--kv-rho-k"),              # quest has no quantile
     (["--kv", "int2", "--kv-sink", "-1"], "--kv-sink"),
     (["--kv", "f16", "--kv-recent", "64"], "--kv-recent"),               # f16 has no windows
-    (["--wush", "x.wush", "--kv", "f16", "--kv-mem", "2MiB"], "--kv-mem"),
+    (["--kv", "f16", "--kv-mem", "2XB"], "--kv-mem"),                  # f16 has a pool too
 ])
 def test_bad_kv_flags_exit_2(args, named):
     p = run_serve(*args)
@@ -174,9 +173,10 @@ def test_windows_cover_context_equal_f16(server):
 # group never more than the window plus one step, ceil((512 + 64 + 14) / 16) = 37 blocks. So the
 # request's peak lies strictly between the full group's share + 5 x 32 (the window alone) and the
 # bound, well under the 6 x ceil(tokens / 16) a pool without release would hold; and everything
-# is back in the pool afterwards.
-def test_sliding_window_layers_release_blocks():
-    s = Server("--kv", "int2", *PLAIN, "--ctx", "1024", "--max-batch", "1", "--batch-tokens", "64", "--kv-mem", "8MiB")
+# is back in the pool afterwards. The f16 cache is the same pool with 16-bit blocks (49152 bytes).
+@pytest.mark.parametrize("fmt,bits,mib", [(["--kv", "int2", *PLAIN], 2.5, 8), (["--kv", "f16"], 16, 16)])
+def test_sliding_window_layers_release_blocks(fmt, bits, mib):
+    s = Server(*fmt, "--ctx", "1024", "--max-batch", "1", "--batch-tokens", "64", "--kv-mem", f"{mib}MiB")
     try:
         prompt = " ".join(f"item{i}" for i in range(190))
         r = requests.post(s.url + "/v1/completions",
@@ -186,14 +186,14 @@ def test_sliding_window_layers_release_blocks():
         assert u["prompt_tokens"] > 600, u
         tokens = u["prompt_tokens"] + u["completion_tokens"] - 1
         kv = u["kv_cache"]
-        block = 3 * 2 * 256 * 2.5 / 8 * 16  # one group of 3 layers, 16 tokens, 2.5 bits per element
+        block = 3 * 2 * 256 * bits / 8 * 16  # one group of 3 layers, 16 tokens, `bits` bits per element
         full = (tokens + 15) // 16
         assert kv["blocks"] == full
         assert (full + 5 * 32) * block <= kv["bytes"] <= (full + 5 * 37) * block, (kv, tokens)
         assert kv["bytes"] < 6 * full * block
         wait_idle(s, held="kv_cache_used_bytes")
         assert metric(s, "kv_cache_used_blocks") == 0
-        assert metric(s, "kv_cache_total_blocks") == 8 * 1024 * 1024 // block
+        assert metric(s, "kv_cache_total_blocks") == mib * 1024 * 1024 // block
     finally:
         rc = s.stop()
     assert rc == 0, f"server exit status {rc} after SIGTERM:\n{s.log()}"
