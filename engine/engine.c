@@ -376,11 +376,11 @@ int wk_engine_open(const wk_engine_params *p, wk_engine **out, char *err, size_t
     /* The f16 window rows live in a per-sequence slot, not in blocks: a hit would also have to
      * give the new sequence the sinks and the recent ring as of the prefix's end, which no block
      * holds (docs/design.md, "Prefix caching"). Until then, no hits for those formats. */
-    if (p->prefix_cache && paged && e->kv.layout.window_bytes) {
+    if (p->prefix_cache && e->kv.layout.window_bytes) {
         fprintf(stderr, "wushkv: prefix caching is off: the KV format keeps f16 windows (--kv-sink %d --kv-recent %d), "
                 "whose rows a cached prefix does not hold; --kv-sink 0 --kv-recent 0 turns it on\n", e->kv.fmt.sink,
                 e->kv.fmt.recent);
-    } else if (p->prefix_cache && paged) {
+    } else if (p->prefix_cache) {
         e->prefix_cache = true;
         e->prefix_salt = prefix_salt(e, p);
     }

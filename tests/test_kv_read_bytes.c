@@ -30,7 +30,6 @@ static int paged(wk_kv_cache *kv, const wk_hparams *hp, int bits, int swa_bits, 
                  wk_kv_pool **pool_out) {
     memset(kv, 0, sizeof *kv);
     *pool_out = NULL;
-    kv->format = WK_KV_PAGED;
     kv->fmt = (wk_kv_fmt){.bits = bits, .kind = WK_KVQ_QUEST, .group = 32, .sink = sink, .recent = recent};
     wk_kv_geom g = {.n_layer = hp->n_layer, .n_head_kv = hp->n_head_kv, .head_dim = hp->head_dim, .block_tokens = 16};
     wk_kv_layer_groups(hp->is_swa, hp->n_layer, hp->sliding_window, swa_bits ? INT32_MAX : max_ctx, kv->group_of,
@@ -58,13 +57,13 @@ static uint64_t by_key(const wk_kv_cache *kv, const wk_hparams *hp, uint64_t pos
     for (int il = 0; il < hp->n_layer; il++) {
         uint64_t first = 0;
         if (hp->is_swa[il] && pos + 1 > (uint64_t)hp->sliding_window) first = pos + 1 - (uint64_t)hp->sliding_window;
-        const bool own = kv->format == WK_KV_PAGED && wk_kv_cache_group_swa(kv, kv->group_of[il]);
+        const bool own = kv->fmt.bits != 16 && wk_kv_cache_group_swa(kv, kv->group_of[il]);
         const wk_kvq_block_layout *q = own ? &kv->swa_layout.q : &kv->layout.q;
         const uint64_t sink = (uint64_t)kv->layout.sink, recent = (uint64_t)kv->layout.recent;
         const bool windows = sink + recent > 0;
         for (uint64_t j = first; j <= pos; j++) {
             uint64_t b;
-            if (kv->format == WK_KV_F16) b = (uint64_t)hp->head_dim * 2;
+            if (kv->fmt.bits == 16) b = (uint64_t)hp->head_dim * 2;
             else if (!windows || (j >= sink && j + recent <= pos)) b = q->code_bytes_per_token + q->param_bytes_per_token;
             else if (j == pos) b = 0; /* the step's own key: from the activations */
             else b = (uint64_t)hp->head_dim * 2;
@@ -93,7 +92,7 @@ static void test_against_key_by_key(void) {
     wk_kv_pool *pool = NULL;
     gemma_hp(&hp, 4, 512);
     memset(&kv, 0, sizeof kv);
-    kv.format = WK_KV_F16;
+    kv.fmt.bits = 16; /* the f16 pool: every key an f16 row */
     sweep(&kv, &hp, "f16");
     static const int fmts[][4] = {{2, 0, 0, 0}, {2, 0, 4, 64}, {3, 0, 4, 64}, {4, 0, 0, 16},
                                   {2, 0, 0, 600}, {2, 3, 4, 64}, {4, 2, 0, 0}};
@@ -125,7 +124,7 @@ static void test_gemma_by_hand(void) {
     wk_kv_pool *pool = NULL;
     gemma_hp(&hp, 4, 512);
     memset(&kv, 0, sizeof kv);
-    kv.format = WK_KV_F16;
+    kv.fmt.bits = 16; /* the f16 pool: every key an f16 row */
     CHECK(wk_kv_cache_step_read_bytes(&kv, &hp, 8192) == 3ull * 8193 * 2 * 512 + 15ull * 512 * 2 * 512);
     CHECK(paged(&kv, &hp, 2, 0, 0, 0, 8704, &pool) == 0);
     CHECK(wk_kv_cache_step_read_bytes(&kv, &hp, 8192) == 3ull * 8193 * 2 * 80 + 15ull * 512 * 2 * 80);
@@ -141,7 +140,7 @@ static void test_gemma_by_hand(void) {
     }
     /* Depth 0: nothing cached yet; f16 and window-less codes read the new token's own row. */
     CHECK(wk_kv_cache_step_read_bytes(&kv, &hp, 0) == 0);
-    kv.format = WK_KV_F16;
+    kv.fmt.bits = 16; /* the f16 pool: every key an f16 row */
     CHECK(wk_kv_cache_step_read_bytes(&kv, &hp, 0) == 18ull * 2 * 512);
     for (int i = 0; i < 3; i++) CHECK(wk_kv_cache_step_read_bytes(&kv, &hp, depth[i]) == f16_bytes[i]);
 }

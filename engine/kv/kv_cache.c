@@ -153,7 +153,7 @@ uint64_t wk_kv_cache_step_read_bytes(const wk_kv_cache *kv, const wk_hparams *hp
         const uint64_t window = hp->is_swa[il] && hp->sliding_window > 0 ? (uint64_t)hp->sliding_window : 0;
         const uint64_t first = window && pos + 1 > window ? pos + 1 - window : 0;
         uint64_t bytes = 0; /* one KV head's keys, as read */
-        if (kv->format == WK_KV_F16) {
+        if (kv->fmt.bits == 16) {
             bytes = (pos + 1 - first) * f16_key;
         } else {
             const bool own = wk_kv_cache_group_swa(kv, kv->group_of[il]);
