@@ -92,7 +92,7 @@ check "f16 read bytes by layer class" "$out" '(lambda b: b[0] % 9 == 0 and (b[2]
 out=$(WUSHKV_PROFILE=1 "$exe" bench -m "$model" -p 0 -n 2 -r 1 -d 16 --kv f16 --json 2>"$tmp/err")
 if python3 -c 'import json,sys; sys.exit(0 if json.loads(sys.argv[1].strip().splitlines()[-1])["profile"] else 1)' "$out" 2>/dev/null; then
     check "profile bandwidth" "$out" 'j["tests"][0]["attention_ms_per_token"] > 0 and j["tests"][0]["attention_bytes_per_s"] > 0'
-    grep -q 'attention_f16' "$tmp/err" && ok || bad "profile printed" "$(cat "$tmp/err")"
+    grep -q 'attention_paged' "$tmp/err" && ok || bad "profile printed" "$(cat "$tmp/err")"
 else
     check "no profile: null bandwidth" "$out" 'j["tests"][0]["attention_bytes_per_s"] is None'
 fi

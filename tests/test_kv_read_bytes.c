@@ -48,7 +48,7 @@ static int paged(wk_kv_cache *kv, const wk_hparams *hp, int bits, int swa_bits, 
     return 0;
 }
 
-/* attention_paged.comp for one query at pos (and attention_f16): every key j it can see, and for
+/* attention_paged.comp for one query at pos (every format): every key j it can see, and for
  * each the bytes load_kv fetches from the cache, K and V, once per head chunk. */
 static uint64_t by_key(const wk_kv_cache *kv, const wk_hparams *hp, uint64_t pos) {
     const uint64_t hpk = (uint64_t)(hp->n_head / hp->n_head_kv);

@@ -120,8 +120,7 @@ static double attention_ms(const wk_engine *e) {
     if (n <= 0) return NAN;
     double ms = 0.0;
     for (int i = 0; i < n && i < 64; i++)
-        if (strcmp(p[i].name, "attention_f16") == 0 || strcmp(p[i].name, "attention_paged") == 0 ||
-            strcmp(p[i].name, "attention_paged_swa") == 0)
+        if (strcmp(p[i].name, "attention_paged") == 0 || strcmp(p[i].name, "attention_paged_swa") == 0)
             ms += p[i].ms;
     return ms;
 }
