@@ -32,7 +32,9 @@ static inline void fz_check_gen(const gen_params *g, bool chat) {
     if (g->prompt_tokens == NULL) FZ_CHECK(g->n_prompt_tokens == 0);
     if (chat) FZ_CHECK(g->prompt_text != NULL);
     if (g->prompt_text) {
-        size_t len = strlen(g->prompt_text);
+        /* The text may hold NUL bytes (JSON's \u0000): its length is prompt_len, not strlen. */
+        size_t len = g->prompt_len;
+        FZ_CHECK(g->prompt_text[len] == 0 && strlen(g->prompt_text) <= len);
         FZ_CHECK(g->n_plain >= 0 && (g->n_plain == 0 || g->plain != NULL));
         for (int i = 0; i < g->n_plain; i++)
             FZ_CHECK(g->plain[i].off <= len && g->plain[i].len <= len - g->plain[i].off);

@@ -22,6 +22,18 @@ os.environ.setdefault("WUSHKV_CACHE_DIR", str(ROOT / "build" / "wush-cache"))
 # The plain formats several tests' byte counts assume: the default's WUSH transform and f16
 # windows off (the default format itself: test_default_format.py).
 PLAIN = ("--kv-transform", "none", "--kv-sink", "0", "--kv-recent", "0")
+# Prompts of 25-40 tokens: each fills a few 16-token KV blocks, so concurrent ones compete for a
+# small pool (preemption and disconnect tests).
+LONG_PROMPTS = [
+    "Counting in words: one, two, three, four, five, six, seven, eight, nine, ten, eleven, twelve, thirteen, "
+    "fourteen, fifteen, sixteen, seventeen,",
+    "The days of the week are Monday, Tuesday, Wednesday, Thursday, Friday, Saturday and Sunday. The months of the "
+    "year are January, February, March, April, May,",
+    "Here is a long list of the fruits that people buy at the big market every week: apples, bananas, cherries, "
+    "dates, figs, grapes, lemons, mangoes, oranges,",
+    "To bake a loaf of bread at home, first mix the flour, water, yeast and salt in a large bowl. Then knead the "
+    "dough on the table for ten minutes. Next,",
+]
 
 
 def free_port():

@@ -17,7 +17,7 @@ import time
 import pytest
 import requests
 
-from conftest import BIN, PLAIN, ROOT, Server, free_port, metric, wait_idle
+from conftest import BIN, LONG_PROMPTS, PLAIN, ROOT, Server, free_port, metric, wait_idle
 
 ABORT = 'finished_reason="abort"'
 
@@ -124,14 +124,7 @@ def test_disconnect_while_queued_and_mid_stream(pool):
     still_serving(pool)
 
 
-PROMPTS = [
-    "Counting in words: one, two, three, four, five, six, seven, eight, nine, ten, eleven, twelve, thirteen, "
-    "fourteen, fifteen, sixteen, seventeen,",
-    "The days of the week are Monday, Tuesday, Wednesday, Thursday, Friday, Saturday and Sunday. The months of the "
-    "year are January, February, March, April, May,",
-    "Here is a long list of the fruits that people buy at the big market every week: apples, bananas, cherries, "
-    "dates, figs, grapes, lemons, mangoes, oranges,",
-]
+PROMPTS = LONG_PROMPTS[:3]
 
 
 def test_tiny_pool_preemption_with_disconnects(pool):

@@ -17,18 +17,9 @@ import subprocess
 import pytest
 import requests
 
-from conftest import BIN, MODEL, PLAIN, Server, free_port, metric, wait_idle
+from conftest import BIN, LONG_PROMPTS, MODEL, PLAIN, Server, free_port, metric, wait_idle
 
-PROMPTS = [
-    "Counting in words: one, two, three, four, five, six, seven, eight, nine, ten, eleven, twelve, thirteen, "
-    "fourteen, fifteen, sixteen, seventeen,",
-    "The days of the week are Monday, Tuesday, Wednesday, Thursday, Friday, Saturday and Sunday. The months of the "
-    "year are January, February, March, April, May,",
-    "Here is a long list of the fruits that people buy at the big market every week: apples, bananas, cherries, "
-    "dates, figs, grapes, lemons, mangoes, oranges,",
-    "To bake a loaf of bread at home, first mix the flour, water, yeast and salt in a large bowl. Then knead the "
-    "dough on the table for ten minutes. Next,",
-]
+PROMPTS = LONG_PROMPTS
 MAX_TOKENS = 16
 
 
