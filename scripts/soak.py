@@ -12,8 +12,10 @@ completions and chat completions with random prompt lengths (1 .. 300 words), ra
 (mid-headers, mid-body, queued or prefilling, mid-stream); an INVALID share are bad requests from a
 catalogue (broken JSON, trailing garbage, NUL bytes, invalid UTF-8, out-of-range parameters, an
 HTTP/2.0 request line, a wrong content type, an unknown route) that must get a 4xx. Every SAMPLE
-seconds it records the server's RSS (when it started the server) and the pool's KV bytes and
-blocks, running and waiting sequences from /metrics.
+seconds it records the server's RSS (when it started the server; also by kind of mapping, from
+/proc/PID/smaps) and the pool's KV bytes and blocks, running and waiting sequences from /metrics;
+--json FILE keeps the samples and every request's end (time, kind, status, prompt size), to line
+up an RSS step with what happened then.
 
 It fails (exit 1) when: a valid request that was not hung up gets no complete answer (within 30
 minutes: answers take long on a loaded CPU) or a 5xx (429/503 with Retry-After are counted as backpressure, not failures); an invalid
@@ -21,7 +23,10 @@ request gets anything but a 4xx; the pool holds KV blocks once the load has stop
 is idle; the RSS after warm-up (the first fifth of the run) grows by more than 5 % + 64 MiB; or the
 server stalls (no prompt or generated token for 2 minutes while sequences run), exits, or exits
 non-zero after SIGTERM. Needs only Python's standard library. Set
-ASAN_OPTIONS for a sanitizer build (the default here: detect_leaks=1:quarantine_size_mb=16)."""
+ASAN_OPTIONS for a sanitizer build; the default here is
+detect_leaks=1:quarantine_size_mb=0:thread_local_quarantine_size_kb=0, because any quarantine
+pins memory the RSS criterion would count: lavapipe's shader code allocates tiny page-aligned
+blocks on every dispatch (docs/reliability.md, "Running the daemon under the sanitizers")."""
 import argparse
 import http.client
 import json
@@ -59,6 +64,28 @@ def rss_mib(pid):
     return None
 
 
+def rss_by_mapping(pid):
+    """Resident MiB by kind of mapping (/proc/PID/smaps): 'heap' ([heap], brk), 'anon' (anonymous
+    mmaps: ASan's allocator and large mallocs live there), 'file' (libraries, the model file, the
+    Mesa shader cache), 'other' ([stack], vdso ...). To see which kind grows when RSS steps."""
+    kinds = {"heap": 0, "anon": 0, "file": 0, "other": 0}
+    kind = "other"
+    try:
+        with open(f"/proc/{pid}/smaps") as f:
+            for line in f:
+                head = line.split(None, 1)[0]
+                if "-" in head and not head.endswith(":"):
+                    parts = line.split()
+                    name = parts[5] if len(parts) > 5 else ""
+                    kind = "heap" if name == "[heap]" else "anon" if name == "" else \
+                        "file" if name.startswith("/") else "other"
+                elif head == "Rss:":
+                    kinds[kind] += int(line.split()[1])
+    except OSError:
+        return None
+    return {k: round(v / 1024, 1) for k, v in kinds.items()}
+
+
 def metrics(host, port):
     """The wushkv: gauges the soak samples, summed over label sets; None when /metrics fails."""
     want = ("kv_cache_used_bytes", "kv_cache_used_blocks", "num_requests_running", "num_requests_waiting",
@@ -84,6 +111,12 @@ class Tally:
         self.counts = {}
         self.failures = []
         self.latencies = []
+        self.events = []  # (seconds since the load started, what ended then): to line up with RSS steps
+        self.start = time.time()
+
+    def event(self, what):
+        with self.lock:
+            self.events.append((round(time.time() - self.start, 1), what))
 
     def add(self, key, failure=None, latency=None):
         with self.lock:
@@ -226,6 +259,7 @@ def client_loop(idx, args, host, port, model, deadline, tally):
             if r < args.invalid:
                 name, data = rng.choice(bad)
                 status = raw_exchange(host, port, data)
+                tally.event(f"invalid {name} -> {status}")
                 if status is not None and 400 <= status < 500 or status == 505:
                     tally.add("invalid: 4xx")
                 else:
@@ -235,9 +269,13 @@ def client_loop(idx, args, host, port, model, deadline, tally):
             if r < args.invalid + args.disconnect:
                 phase = hang_up(rng, host, port, path, body)
                 tally.add(f"hung up: {phase}")
+                tally.event(f"hung up {phase} {path}")
                 continue
             t0 = time.time()
             status, complete, detail, retry_after = valid_exchange(host, port, path, body)
+            size = len(json.dumps(body.get("prompt", body.get("messages", ""))))
+            tally.event(f"valid {path} {status} prompt_bytes={size} max_tokens={body.get('max_tokens')} "
+                        f"stream={body.get('stream', False)}")
             if status == 200 and complete:
                 tally.add("valid: answered", latency=time.time() - t0)
             elif status in (429, 503) and retry_after:
@@ -274,7 +312,7 @@ def main():
     else:
         host, port = "127.0.0.1", free_port()
         env = dict(os.environ)
-        env.setdefault("ASAN_OPTIONS", "detect_leaks=1:quarantine_size_mb=16")
+        env.setdefault("ASAN_OPTIONS", "detect_leaks=1:quarantine_size_mb=0:thread_local_quarantine_size_kb=0")
         log = open(f"/tmp/wushkv-soak-{port}.log", "w")
         proc = subprocess.Popen([args.bin, "serve", "--port", str(port), *serve_flags], stdout=log,
                                 stderr=subprocess.STDOUT, env=env)
@@ -300,7 +338,7 @@ def main():
           f"{args.minutes:g} min", flush=True)
 
     tally = Tally()
-    start = time.time()
+    start = tally.start = time.time()
     deadline = start + args.minutes * 60
     threads = [threading.Thread(target=client_loop, args=(i, args, host, port, model, deadline, tally), daemon=True)
                for i in range(args.clients)]
@@ -317,7 +355,8 @@ def main():
             elif m["num_requests_running"] > 0 and time.time() - progress[1] > STALL_S:
                 tally.add("server: FAIL", f"stalled: no token for {STALL_S} s with sequences running")
                 progress = (done, time.time())
-        s = {"t": round(time.time() - start, 1), "rss_mib": rss_mib(proc.pid) if proc else None}
+        s = {"t": round(time.time() - start, 1), "rss_mib": rss_mib(proc.pid) if proc else None,
+             "rss_by_mapping_mib": rss_by_mapping(proc.pid) if proc else None}
         if m:
             s.update(m)
         samples.append(s)
@@ -374,7 +413,7 @@ def main():
         "latency_s": {"p50": round(lat[len(lat) // 2], 2), "p99": round(lat[int(len(lat) * 0.99)], 2)} if lat else {},
         "max_kv_bytes": max((s.get("kv_cache_used_bytes", 0) for s in samples), default=0),
         "rss": rss_report, "end": end, "exit_status": exit_status, "failures": tally.failures,
-        "samples": samples,
+        "samples": samples, "events": tally.events,
     }
     if args.json:
         with open(args.json, "w") as f:
