@@ -638,8 +638,10 @@ static bool park_can_take(const wk_seq *p, int n) {
 
 /* Design 1 (docs/design.md "Prefix caching"): the parked sequence whose tokens share the longest
  * usable start with tokens[0 .. n_tokens), cut back to that start and taken off the list; NULL when
- * none shares a usable one. Usable: a = the common start's length, a >= 1, and park_can_take(a).
- * Ties go to the most recently parked. */
+ * none shares a usable one. Usable: a = the common start's length, at least half the parked
+ * tokens (llama-server's slot similarity 0.5: a prompt that shares only a BOS or a template's
+ * first line would otherwise take over another conversation's parked sequence and cut it away),
+ * and park_can_take(a). Ties go to the most recently parked. */
 static wk_seq *park_adopt(wk_engine *e, const int32_t *tokens, int n_tokens, int *taken) {
     wk_seq *best = NULL;
     int best_a = 0;
@@ -647,7 +649,7 @@ static wk_seq *park_adopt(wk_engine *e, const int32_t *tokens, int n_tokens, int
         const int lim = p->len < n_tokens ? p->len : n_tokens;
         int a = 0;
         while (a < lim && p->toks[a] == tokens[a]) a++;
-        if (a > best_a && park_can_take(p, a)) best = p, best_a = a;
+        if (a > best_a && 2 * a >= p->len && park_can_take(p, a)) best = p, best_a = a;
     }
     if (!best) return NULL;
     const wk_kv_layout *l = &e->kv.layout;

@@ -276,8 +276,18 @@ static void park_matches_cold(const char *model, const char *wush, const char *l
     feed(e, b, div, L1 - 1, T2, cold);
     wk_seq_destroy(b);
     CHECK(memcmp(warm, cold, sizeof(float) * (R + 1) * V) == 0);
-    /* A short parked sequence (18 <= sink + recent tokens: the ring never wrapped) serves any start:
-     * a prompt diverging at 10 adopts 10 tokens. */
+    /* A short parked sequence (18 <= sink + recent tokens: the ring never wrapped) serves any start,
+     * but only a start of at least half its tokens is worth taking it away from its conversation:
+     * a prompt diverging at 8 adopts nothing, one diverging at 10 adopts 10 tokens. */
+    CHECK_EQ_INT(wk_seq_create(e, &a), 0);
+    feed(e, a, tok, 0, 18, NULL);
+    wk_seq_park(a);
+    memcpy(div, tok, sizeof div);
+    div[8] ^= 1;
+    CHECK_EQ_INT(wk_seq_create_prefix(e, div, T2 - 1, &b), 0);
+    CHECK(b != a);
+    wk_seq_destroy(b);
+    wk_engine_prefix_cache_flush(e);
     CHECK_EQ_INT(wk_seq_create(e, &a), 0);
     feed(e, a, tok, 0, 18, NULL);
     wk_seq_park(a);
@@ -327,6 +337,7 @@ static void park_matches_cold(const char *model, const char *wush, const char *l
     CHECK_EQ_INT(usage(e, 0).parked_seqs, 1);
     CHECK_EQ_INT(usage(e, 0).cached_blocks, 17);
     CHECK_EQ_INT(wk_seq_create_prefix(e, tok, T2 - 1, &b), 0); /* tok does not extend big */
+    CHECK_EQ_INT(usage(e, 0).parked_seqs, 1);
     for (int i = 0; i < 120; i += 8) feed(e, b, big, i, i + 8, NULL);
     CHECK_EQ_INT(wk_seq_len(b), 120);
     CHECK_EQ_INT(usage(e, 0).parked_seqs, 0);

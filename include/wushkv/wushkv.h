@@ -275,7 +275,8 @@ void wk_seq_park(wk_seq *s);
 /* A new sequence for a prompt, with as much of tokens[0 .. n_tokens) as the cache holds already in
  * it (pass the prompt less its last token, as for wk_seq_prefix_attach). With parking: the parked
  * sequence sharing the longest start a with tokens is adopted -- taken off the list, cut back to a
- * tokens -- provided its cache still holds everything the query at position a reads: the recent
+ * tokens -- provided a is at least half its L tokens (a prompt that shares only its first tokens
+ * does not take another conversation's sequence away) and its cache still holds everything the query at position a reads: the recent
  * ring's f16 rows of positions max(sink, a - recent + 1) .. a - 1, which a sequence of L tokens
  * has iff a >= L - 1, a <= sink or L <= sink + recent, and in every sliding-window layer the blocks of
  * positions >= a - window + 1 (wk_kv_seq_can_truncate). A prompt that extends all L tokens (a
