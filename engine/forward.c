@@ -93,8 +93,9 @@ int wk_fwd_init(wk_fwd *f, wk_vk *vk, wk_pipelines *pipes, const wk_hparams *hp,
     if (!rc) rc = make(f, &a->h, T * E * 4, WK_MEM_DEVICE, NONE, err, errlen);
     if (!rc) rc = make(f, &a->xn, T * E * 4, WK_MEM_DEVICE, V4, err, errlen);
     if (!rc) rc = make(f, &a->q, T * QD * 4, WK_MEM_DEVICE, NONE, err, errlen);
-    if (!rc) rc = make(f, &a->k, T * KD * 4, WK_MEM_DEVICE, NONE, err, errlen);
-    if (!rc) rc = make(f, &a->v, T * KD * 4, WK_MEM_DEVICE, NONE, err, errlen);
+    /* k, v: also RGBA32F texels, how attention_paged reads this step's window keys and values. */
+    if (!rc) rc = make(f, &a->k, T * KD * 4, WK_MEM_DEVICE, V4, err, errlen);
+    if (!rc) rc = make(f, &a->v, T * KD * 4, WK_MEM_DEVICE, V4, err, errlen);
     if (!rc) rc = make(f, &a->attn, T * QD * 4, WK_MEM_DEVICE, V4, err, errlen);
     if (!rc) rc = make(f, &a->o, T * E * 4, WK_MEM_DEVICE, NONE, err, errlen);
     if (!rc) rc = make(f, &a->gate, T * F * 4, WK_MEM_DEVICE, NONE, err, errlen);
@@ -293,7 +294,7 @@ static int op_attention_paged(rec *r, int il, uint32_t T) {
     /* f16 reads its slabs through the RG32UI view, four halves a fetch. */
     const wk_arg pool = pc.bits == 16 ? wk_arg_view(f->kv->pool_view2) : TV(&f->kv->pool_buf);
     wk_arg args[9] = {S(&f->a.q), S(&f->a.rows), S(&f->a.tables), pool, S(&f->a.attn), S(&f->a.tiles),
-                      S(&f->a.attn_part), S(&f->a.k), S(&f->a.v)};
+                      S(&f->a.attn_part), TV(&f->a.k), TV(&f->a.v)};
     const wk_pipe_id pipe = wk_kv_cache_group_swa(f->kv, f->kv->group_of[il]) ? WK_PIPE_ATTENTION_PAGED_SWA
                                                                              : WK_PIPE_ATTENTION_PAGED;
     TRY(wk_dispatch(f->vk, f->pipes, pipe, args, &pc, sizeof pc, f->plan.n_tiles, f->plan.groups_y,
