@@ -460,7 +460,10 @@ static int record_head(rec *r, const int *rows, int n) {
     for (int i = 0; i < n; i++) regions[i] = (VkBufferCopy){.srcOffset = rows[i] * rb, .dstOffset = i * rb, .size = rb};
     vkCmdCopyBuffer(f->vk->cmd, f->a.xn.buf, f->a.head_in.buf, (uint32_t)n, regions);
     wk_vk_barrier(f->vk);
-    TRY(op_matmul(r, wk_weights_output(f->w), &f->a.head_in, &f->a.logits, (uint32_t)n));
+    wk_prof_label(f->pipes, WK_PROF_HEAD);
+    int rc = op_matmul(r, wk_weights_output(f->w), &f->a.head_in, &f->a.logits, (uint32_t)n);
+    wk_prof_label(f->pipes, 0);
+    TRY(rc);
     wk_vk_barrier(f->vk);
     return 0;
 }

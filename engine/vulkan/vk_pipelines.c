@@ -285,7 +285,7 @@ int wk_dispatch(wk_vk *vk, wk_pipelines *p, wk_pipe_id id, const wk_arg *args, c
     vkCmdPushConstants(vk->cmd, p->layout[id], VK_SHADER_STAGE_COMPUTE_BIT, 0, push_size, push);
     vkCmdDispatch(vk->cmd, gx, gy, gz);
     if (p->profile && p->n_queries < 4096) {
-        p->query_pipe[p->n_queries] = (uint8_t)id;
+        p->query_pipe[p->n_queries] = p->prof_as ? p->prof_as : (uint8_t)id;
         vkCmdWriteTimestamp(vk->cmd, VK_PIPELINE_STAGE_COMPUTE_SHADER_BIT, p->queries, p->n_queries++);
     }
     return 0;
@@ -295,7 +295,7 @@ void wk_prof_begin(wk_vk *vk, wk_pipelines *p) {
     if (!p->profile) return;
     vkCmdResetQueryPool(vk->cmd, p->queries, 0, 4096);
     p->n_queries = 0;
-    p->query_pipe[p->n_queries] = WK_PIPE_COUNT; /* start mark */
+    p->query_pipe[p->n_queries] = WK_PROF_START;
     vkCmdWriteTimestamp(vk->cmd, VK_PIPELINE_STAGE_TOP_OF_PIPE_BIT, p->queries, p->n_queries++);
 }
 
@@ -313,11 +313,15 @@ void wk_prof_collect(wk_vk *vk, wk_pipelines *p) {
     p->n_queries = 0;
 }
 
+const char *wk_prof_name(int slot) {
+    return slot < WK_PIPE_COUNT ? specs[slot].name : slot == WK_PROF_HEAD ? "output_head" : NULL;
+}
+
 void wk_prof_print(const wk_pipelines *p) {
     if (!p->profile) return;
-    fprintf(stderr, "wushkv profile (GPU time per pipeline):\n");
-    for (int id = 0; id < WK_PIPE_COUNT; id++)
+    fprintf(stderr, "wushkv profile (GPU time per pipeline; output_head: the head's matvec/matmul):\n");
+    for (int id = 0; id < WK_PROF_SLOTS; id++)
         if (p->prof_calls[id])
-            fprintf(stderr, "  %-16s %9.1f ms  %7llu dispatches  %8.3f ms each\n", specs[id].name, p->prof_ms[id],
+            fprintf(stderr, "  %-16s %9.1f ms  %7llu dispatches  %8.3f ms each\n", wk_prof_name(id), p->prof_ms[id],
                     (unsigned long long)p->prof_calls[id], p->prof_ms[id] / (double)p->prof_calls[id]);
 }
