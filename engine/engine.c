@@ -162,10 +162,10 @@ uint64_t wk_kv_decode_read_bytes(const wk_engine *e, uint64_t depth) {
 int wk_engine_profile(const wk_engine *e, wk_profile_entry *out, int max) {
     if (!e->pipes.profile) return 0;
     int n = 0;
-    for (int id = 0; id < WK_PIPE_COUNT; id++) {
+    for (int id = 0; id < WK_PROF_SLOTS; id++) {
         if (!e->pipes.prof_calls[id]) continue;
         if (n < max)
-            out[n] = (wk_profile_entry){.name = wk_pipe_name((wk_pipe_id)id), .ms = e->pipes.prof_ms[id],
+            out[n] = (wk_profile_entry){.name = wk_prof_name(id), .ms = e->pipes.prof_ms[id],
                                         .dispatches = e->pipes.prof_calls[id]};
         n++;
     }

@@ -93,8 +93,9 @@ int wk_fwd_init(wk_fwd *f, wk_vk *vk, wk_pipelines *pipes, const wk_hparams *hp,
     if (!rc) rc = make(f, &a->h, T * E * 4, WK_MEM_DEVICE, NONE, err, errlen);
     if (!rc) rc = make(f, &a->xn, T * E * 4, WK_MEM_DEVICE, V4, err, errlen);
     if (!rc) rc = make(f, &a->q, T * QD * 4, WK_MEM_DEVICE, NONE, err, errlen);
-    if (!rc) rc = make(f, &a->k, T * KD * 4, WK_MEM_DEVICE, NONE, err, errlen);
-    if (!rc) rc = make(f, &a->v, T * KD * 4, WK_MEM_DEVICE, NONE, err, errlen);
+    /* k, v: also RGBA32F texels, how attention_paged reads this step's window keys and values. */
+    if (!rc) rc = make(f, &a->k, T * KD * 4, WK_MEM_DEVICE, V4, err, errlen);
+    if (!rc) rc = make(f, &a->v, T * KD * 4, WK_MEM_DEVICE, V4, err, errlen);
     if (!rc) rc = make(f, &a->attn, T * QD * 4, WK_MEM_DEVICE, V4, err, errlen);
     if (!rc) rc = make(f, &a->o, T * E * 4, WK_MEM_DEVICE, NONE, err, errlen);
     if (!rc) rc = make(f, &a->gate, T * F * 4, WK_MEM_DEVICE, NONE, err, errlen);
@@ -293,7 +294,7 @@ static int op_attention_paged(rec *r, int il, uint32_t T) {
     /* f16 reads its slabs through the RG32UI view, four halves a fetch. */
     const wk_arg pool = pc.bits == 16 ? wk_arg_view(f->kv->pool_view2) : TV(&f->kv->pool_buf);
     wk_arg args[9] = {S(&f->a.q), S(&f->a.rows), S(&f->a.tables), pool, S(&f->a.attn), S(&f->a.tiles),
-                      S(&f->a.attn_part), S(&f->a.k), S(&f->a.v)};
+                      S(&f->a.attn_part), TV(&f->a.k), TV(&f->a.v)};
     const wk_pipe_id pipe = wk_kv_cache_group_swa(f->kv, f->kv->group_of[il]) ? WK_PIPE_ATTENTION_PAGED_SWA
                                                                              : WK_PIPE_ATTENTION_PAGED;
     TRY(wk_dispatch(f->vk, f->pipes, pipe, args, &pc, sizeof pc, f->plan.n_tiles, f->plan.groups_y,
@@ -317,10 +318,16 @@ static int op_kv_transform(rec *r, int il, uint32_t T) {
     wk_fwd *f = r->f;
     const wk_hparams *hp = f->hp;
     wk_arg args[3] = {S(&f->a.q), S(&f->a.k), TV(&f->xform_buf)};
+    const uint32_t B = (uint32_t)f->xform->block, blocks = (uint32_t)hp->head_dim / B;
+    /* Block owners (4 tokens a workgroup, a lane per block, no barrier) when the blocks are small
+     * enough for registers and at least a quarter of the lanes own one: no more vector work than
+     * row owners, a quarter of the matrix fetches (kv_transform.comp). */
+    const uint32_t tok = B <= 64 && blocks * 4 >= f->vk->subgroup_size ? 4 : 1;
     wk_pc_kv_transform pc = {.head_dim = (uint32_t)hp->head_dim, .n_head = (uint32_t)hp->n_head,
-                             .n_head_kv = (uint32_t)hp->n_head_kv, .n_tokens = T, .block = (uint32_t)f->xform->block,
-                             .mat_base = (uint32_t)(wk_kv_xform_layer_bytes(f->xform) * (size_t)il / 16)};
-    return wk_dispatch(f->vk, f->pipes, WK_PIPE_KV_TRANSFORM, args, &pc, sizeof pc, T,
+                             .n_head_kv = (uint32_t)hp->n_head_kv, .n_tokens = T, .block = B,
+                             .mat_base = (uint32_t)(wk_kv_xform_layer_bytes(f->xform) * (size_t)il / 16),
+                             .tok_per_wg = tok};
+    return wk_dispatch(f->vk, f->pipes, WK_PIPE_KV_TRANSFORM, args, &pc, sizeof pc, (T + tok - 1) / tok,
                        (uint32_t)(hp->n_head + hp->n_head_kv), 1, r->err, r->errlen);
 }
 
@@ -453,7 +460,10 @@ static int record_head(rec *r, const int *rows, int n) {
     for (int i = 0; i < n; i++) regions[i] = (VkBufferCopy){.srcOffset = rows[i] * rb, .dstOffset = i * rb, .size = rb};
     vkCmdCopyBuffer(f->vk->cmd, f->a.xn.buf, f->a.head_in.buf, (uint32_t)n, regions);
     wk_vk_barrier(f->vk);
-    TRY(op_matmul(r, wk_weights_output(f->w), &f->a.head_in, &f->a.logits, (uint32_t)n));
+    wk_prof_label(f->pipes, WK_PROF_HEAD);
+    int rc = op_matmul(r, wk_weights_output(f->w), &f->a.head_in, &f->a.logits, (uint32_t)n);
+    wk_prof_label(f->pipes, 0);
+    TRY(rc);
     wk_vk_barrier(f->vk);
     return 0;
 }

@@ -154,8 +154,9 @@ static double run_case(wk_vk *vk, wk_pipelines *p, const cfg *c, uint32_t force_
     /* f16 is read four halves a fetch, through an RG32UI view (as kv_cache.c's pool_view2). */
     rc = rc ? rc : wk_vk_buffer_create(vk, &bpool, pool_bytes, WK_MEM_HOST,
                                        c->bits == 16 ? VK_FORMAT_R32G32_UINT : VK_FORMAT_R32_UINT, err, sizeof err);
-    rc = rc ? rc : wk_vk_buffer_create(vk, &bka, sizeof(float) * T * Hk * D, WK_MEM_HOST, VK_FORMAT_UNDEFINED, err, sizeof err);
-    rc = rc ? rc : wk_vk_buffer_create(vk, &bva, sizeof(float) * T * Hk * D, WK_MEM_HOST, VK_FORMAT_UNDEFINED, err, sizeof err);
+    /* The step's keys and values are RGBA32F texels (as forward.c's a.k, a.v). */
+    rc = rc ? rc : wk_vk_buffer_create(vk, &bka, sizeof(float) * T * Hk * D, WK_MEM_HOST, VK_FORMAT_R32G32B32A32_SFLOAT, err, sizeof err);
+    rc = rc ? rc : wk_vk_buffer_create(vk, &bva, sizeof(float) * T * Hk * D, WK_MEM_HOST, VK_FORMAT_R32G32B32A32_SFLOAT, err, sizeof err);
     rc = rc ? rc : wk_vk_buffer_create(vk, &bout, sizeof(float) * T * Hq * D, WK_MEM_HOST, VK_FORMAT_UNDEFINED, err, sizeof err);
     rc = rc ? rc : wk_vk_buffer_create(vk, &btiles, sizeof tiles, WK_MEM_HOST, VK_FORMAT_UNDEFINED, err, sizeof err);
     rc = rc ? rc : wk_vk_buffer_create(vk, &bpart, (size_t)16 * T * Hq * (n_split > 4 ? n_split : 4) * (D / 4 + 1), WK_MEM_DEVICE,
@@ -171,8 +172,8 @@ static double run_case(wk_vk *vk, wk_pipelines *p, const cfg *c, uint32_t force_
         memcpy(bka.map, Ka, sizeof(float) * T * Hk * D);
         memcpy(bva.map, Va, sizeof(float) * T * Hk * D);
         wk_arg args[9] = {wk_arg_buf(bq.buf), wk_arg_buf(brows.buf), wk_arg_buf(btab.buf), wk_arg_view(bpool.view),
-                          wk_arg_buf(bout.buf), wk_arg_buf(btiles.buf), wk_arg_buf(bpart.buf), wk_arg_buf(bka.buf),
-                          wk_arg_buf(bva.buf)};
+                          wk_arg_buf(bout.buf), wk_arg_buf(btiles.buf), wk_arg_buf(bpart.buf), wk_arg_view(bka.view),
+                          wk_arg_view(bva.view)};
         wk_pc_attention_paged pc = {
             .head_dim = (uint32_t)D, .n_head = (uint32_t)Hq, .n_head_kv = (uint32_t)Hk, .window = (uint32_t)c->window,
             .n_tiles = plan.n_tiles, .layer = LAYER, .kind = c->kind, .bits = c->bits, .group = c->G,

@@ -73,7 +73,7 @@ typedef struct { WK_PC_KV_STORE_QUANT(WK_PC_MEMBER, ) } wk_pc_kv_store_quant;
 
 #define WK_PC_KV_TRANSFORM(X, s)                                                                    \
     X(s, uint32_t, head_dim) X(s, uint32_t, n_head) X(s, uint32_t, n_head_kv) X(s, uint32_t, n_tokens) \
-    X(s, uint32_t, block) X(s, uint32_t, mat_base)
+    X(s, uint32_t, block) X(s, uint32_t, mat_base) X(s, uint32_t, tok_per_wg)
 typedef struct { WK_PC_KV_TRANSFORM(WK_PC_MEMBER, ) } wk_pc_kv_transform;
 
 #define WK_PC_KV_STORE_F16(X, s)                                                                     \

@@ -51,8 +51,8 @@ static const pipe_spec specs[WK_PIPE_COUNT] = {
     [WK_PIPE_MATVEC_Q8A] = {"matvec_q8a", SPV(wk_spv_matvec_q8a), "TTTS", sizeof(wk_pc_matmul), true},
     [WK_PIPE_MATVEC_F16] = {"matvec_f16", SPV(wk_spv_matvec_f16), "TTTS", sizeof(wk_pc_matmul), true},
     [WK_PIPE_QK_NORM_ROPE] = {"qk_norm_rope", SPV(wk_spv_qk_norm_rope), "SSSSTS", sizeof(wk_pc_qk_norm_rope), true},
-    [WK_PIPE_ATTENTION_PAGED] = {"attention_paged", SPV(wk_spv_attention_paged), "SSSTSSSSS", sizeof(wk_pc_attention_paged), true},
-    [WK_PIPE_ATTENTION_PAGED_SWA] = {"attention_paged_swa", SPV(wk_spv_attention_paged), "SSSTSSSSS", sizeof(wk_pc_attention_paged), true},
+    [WK_PIPE_ATTENTION_PAGED] = {"attention_paged", SPV(wk_spv_attention_paged), "SSSTSSSTT", sizeof(wk_pc_attention_paged), true},
+    [WK_PIPE_ATTENTION_PAGED_SWA] = {"attention_paged_swa", SPV(wk_spv_attention_paged), "SSSTSSSTT", sizeof(wk_pc_attention_paged), true},
     [WK_PIPE_KV_STORE_WINDOW] = {"kv_store_window", SPV(wk_spv_kv_store_window), "SSSI", sizeof(wk_pc_kv_store_window), false},
     [WK_PIPE_ATTENTION_REDUCE] = {"attention_reduce", SPV(wk_spv_attention_reduce), "SS", sizeof(wk_pc_attention_reduce), true},
     [WK_PIPE_KV_STORE_QUANT] = {"kv_store_quant", SPV(wk_spv_kv_store_quant), "SSSSI", sizeof(wk_pc_kv_store_quant), false},
@@ -285,7 +285,7 @@ int wk_dispatch(wk_vk *vk, wk_pipelines *p, wk_pipe_id id, const wk_arg *args, c
     vkCmdPushConstants(vk->cmd, p->layout[id], VK_SHADER_STAGE_COMPUTE_BIT, 0, push_size, push);
     vkCmdDispatch(vk->cmd, gx, gy, gz);
     if (p->profile && p->n_queries < 4096) {
-        p->query_pipe[p->n_queries] = (uint8_t)id;
+        p->query_pipe[p->n_queries] = p->prof_as ? p->prof_as : (uint8_t)id;
         vkCmdWriteTimestamp(vk->cmd, VK_PIPELINE_STAGE_COMPUTE_SHADER_BIT, p->queries, p->n_queries++);
     }
     return 0;
@@ -295,7 +295,7 @@ void wk_prof_begin(wk_vk *vk, wk_pipelines *p) {
     if (!p->profile) return;
     vkCmdResetQueryPool(vk->cmd, p->queries, 0, 4096);
     p->n_queries = 0;
-    p->query_pipe[p->n_queries] = WK_PIPE_COUNT; /* start mark */
+    p->query_pipe[p->n_queries] = WK_PROF_START;
     vkCmdWriteTimestamp(vk->cmd, VK_PIPELINE_STAGE_TOP_OF_PIPE_BIT, p->queries, p->n_queries++);
 }
 
@@ -313,11 +313,15 @@ void wk_prof_collect(wk_vk *vk, wk_pipelines *p) {
     p->n_queries = 0;
 }
 
+const char *wk_prof_name(int slot) {
+    return slot < WK_PIPE_COUNT ? specs[slot].name : slot == WK_PROF_HEAD ? "output_head" : NULL;
+}
+
 void wk_prof_print(const wk_pipelines *p) {
     if (!p->profile) return;
-    fprintf(stderr, "wushkv profile (GPU time per pipeline):\n");
-    for (int id = 0; id < WK_PIPE_COUNT; id++)
+    fprintf(stderr, "wushkv profile (GPU time per pipeline; output_head: the head's matvec/matmul):\n");
+    for (int id = 0; id < WK_PROF_SLOTS; id++)
         if (p->prof_calls[id])
-            fprintf(stderr, "  %-16s %9.1f ms  %7llu dispatches  %8.3f ms each\n", specs[id].name, p->prof_ms[id],
+            fprintf(stderr, "  %-16s %9.1f ms  %7llu dispatches  %8.3f ms each\n", wk_prof_name(id), p->prof_ms[id],
                     (unsigned long long)p->prof_calls[id], p->prof_ms[id] / (double)p->prof_calls[id]);
 }

@@ -26,6 +26,11 @@ typedef enum {
     WK_PIPE_COUNT
 } wk_pipe_id;
 
+/* Profile buckets: one per pipeline, then the start mark, then buckets that time a role rather than
+ * a pipeline (wk_prof_label): the output head runs matvec/matmul like the layers' matrices, but its
+ * share of a step is what bounds decode (issue 15). */
+enum { WK_PROF_START = WK_PIPE_COUNT, WK_PROF_HEAD, WK_PROF_SLOTS };
+
 #define WK_MAX_BINDINGS 10
 
 /* One binding argument: a texel view, or a storage-buffer range (range 0 = whole buffer). */
@@ -60,9 +65,10 @@ typedef struct wk_pipelines {
     bool profile;
     VkQueryPool queries;
     uint32_t n_queries;
-    uint8_t query_pipe[4096];
-    double prof_ms[WK_PIPE_COUNT];
-    uint64_t prof_calls[WK_PIPE_COUNT];
+    uint8_t query_pipe[4096];      /* the bucket of each timestamp */
+    uint8_t prof_as;               /* 0, or the bucket the next dispatches count in (wk_prof_label) */
+    double prof_ms[WK_PROF_SLOTS];
+    uint64_t prof_calls[WK_PROF_SLOTS];
 } wk_pipelines;
 
 /* The layouts and the descriptor pool; each pipeline itself is created by its first wk_dispatch. */
@@ -91,6 +97,11 @@ const char *wk_pipe_name(wk_pipe_id id);
 void wk_prof_begin(wk_vk *vk, wk_pipelines *p);
 void wk_prof_collect(wk_vk *vk, wk_pipelines *p);
 void wk_prof_print(const wk_pipelines *p);
+/* Counts the following dispatches in bucket `slot` (WK_PROF_HEAD, ...) instead of their pipeline's;
+ * 0 goes back to the pipelines'. */
+static inline void wk_prof_label(wk_pipelines *p, int slot) { p->prof_as = (uint8_t)slot; }
+/* A bucket's name: the pipeline's, or the role's ("output_head"); NULL for the start mark. */
+const char *wk_prof_name(int slot);
 
 static inline wk_arg wk_arg_view(VkBufferView v) { return (wk_arg){.view = v}; }
 static inline wk_arg wk_arg_buf(VkBuffer b) { return (wk_arg){.buf = b}; }

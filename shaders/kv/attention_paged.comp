@@ -47,8 +47,11 @@ layout(std430, binding = 0) readonly buffer Q { vec4 q4[]; };        // [T][n_he
 layout(std430, binding = 1) readonly buffer Rows { RowInfo rows[]; };
 layout(std430, binding = 2) readonly buffer Tables { uint tables[]; }; // block indices
 layout(binding = 3) uniform usamplerBuffer Pool;                      // R32UI words (f16: RG32UI pairs)
-layout(std430, binding = 7) readonly buffer KA { vec4 ka4[]; };       // this step's keys [T][n_head_kv][D/4]
-layout(std430, binding = 8) readonly buffer VA { vec4 va4[]; };       // and values (windows only)
+// This step's keys and values [T][n_head_kv][D/4] (windows only), as RGBA32F texels: a storage
+// buffer read at a per-lane index is a loop over the lanes on lavapipe, a texel fetch one gather,
+// and in a prefill chunk every key within `recent` of a row is read from here.
+layout(binding = 7) uniform samplerBuffer KA;
+layout(binding = 8) uniform samplerBuffer VA;
 layout(std430, binding = 4) writeonly buffer O { vec4 o4[]; };        // [T][n_head][D/4]
 layout(std430, binding = 5) readonly buffer Tiles { Tile tiles[]; };
 layout(std430, binding = 6) writeonly buffer Part { vec4 part[]; };   // split partials (n_split > 1)
@@ -145,7 +148,7 @@ void load_f16(uint j, uint kv, uint kh, Tile tile, uint chunk_pos0, uint ch0, ui
         uint at = ((tile.chunk_row0 + (j - chunk_pos0)) * pc.n_head_kv + kh) * C;
         [[unroll]] for (uint c = 0u; c < MAXC; ++c) {
             uint ch = ch0 + c;
-            if (c < ncl && ch < C) fbuf[c] = f16_round(kv == 0u ? ka4[at + ch] : va4[at + ch]);
+            if (c < ncl && ch < C) fbuf[c] = f16_round(kv == 0u ? texelFetch(KA, int(at + ch)) : texelFetch(VA, int(at + ch)));
         }
         return;
     }
