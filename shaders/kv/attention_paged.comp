@@ -24,6 +24,7 @@
 #extension GL_GOOGLE_include_directive : require
 #extension GL_KHR_shader_subgroup_arithmetic : require
 #extension GL_EXT_control_flow_attributes : require
+#extension GL_EXT_samplerless_texture_functions : require
 #define WK_KVQ_DECODE_ONLY
 #include "kv_quant.glsl"
 layout(local_size_x_id = 0) in;
@@ -46,7 +47,7 @@ struct Tile { uint row0; uint n_tok; uint win_word; uint chunk_row0; };
 layout(std430, binding = 0) readonly buffer Q { vec4 q4[]; };        // [T][n_head][D/4]
 layout(std430, binding = 1) readonly buffer Rows { RowInfo rows[]; };
 layout(std430, binding = 2) readonly buffer Tables { uint tables[]; }; // block indices
-layout(binding = 3) uniform usamplerBuffer Pool;                      // R32UI words (f16: RG32UI pairs)
+layout(binding = 3) uniform utextureBuffer Pool;                      // R32UI words (f16: RG32UI pairs)
 layout(std430, binding = 7) readonly buffer KA { vec4 ka4[]; };       // this step's keys [T][n_head_kv][D/4]
 layout(std430, binding = 8) readonly buffer VA { vec4 va4[]; };       // and values (windows only)
 layout(std430, binding = 4) writeonly buffer O { vec4 o4[]; };        // [T][n_head][D/4]

@@ -7,6 +7,7 @@
 // buffer loads are per-lane loops on lavapipe). The workgroup barrier lets every lane finish
 // reading x before any lane overwrites it.
 #extension GL_GOOGLE_include_directive : require
+#extension GL_EXT_samplerless_texture_functions : require
 layout(local_size_x_id = 0) in;
 // The transform's block as a specialisation constant (wk_pipelines_specialize_transform; the
 // engine sets its transform's): the inner loops then have constant bounds and x stays in
@@ -16,7 +17,7 @@ const uint MAXR = 64;    // outputs per lane: head_dim <= MAXR * workgroup size
 const uint MAXB4 = 64;   // block / 4: blocks up to 256
 layout(std430, binding = 0) buffer Q { vec4 q4[]; };          // [T][n_head][D/4]
 layout(std430, binding = 1) buffer K { vec4 k4[]; };          // [T][n_head_kv][D/4]
-layout(binding = 2) uniform samplerBuffer M;                  // [layer][n_head_kv][2][D/B][B][B/4]
+layout(binding = 2) uniform textureBuffer M;                  // [layer][n_head_kv][2][D/B][B][B/4]
 layout(push_constant) uniform PC {
     uint head_dim; uint n_head; uint n_head_kv; uint n_tokens; uint block;
     uint mat_base;  // this layer's first texel in M
