@@ -136,7 +136,9 @@ void decode_lane(uint slab, uint tt, uint ch0, uint ncl) {
     }
 }
 
-vec4 f16_round(vec4 x) { return vec4(unpackHalf2x16(packHalf2x16(x.xy)), unpackHalf2x16(packHalf2x16(x.zw))); }
+// As kv_store_window stores it: kv_quant.glsl's rounding (= the C wk_f32_to_f16), both ways in integer code.
+float f16_round1(float x) { return wk_kvq_f16_to_f32(wk_kvq_f32_to_f16(x)); }
+vec4 f16_round(vec4 x) { return vec4(f16_round1(x.x), f16_round1(x.y), f16_round1(x.z), f16_round1(x.w)); }
 
 // This lane's chunks of key/value j (kv 0/1) of KV head kh in f16 into fbuf: from the window slot
 // for positions stored by earlier steps, from this step's activations otherwise.
