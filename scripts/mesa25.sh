@@ -17,7 +17,8 @@ set -euo pipefail
 dir=${WUSHKV_MESA25_DIR:-$HOME/.cache/wushkv/mesa25}
 pkgs=(mesa-vulkan-drivers libdrm2 libdrm-amdgpu1)
 icd=$dir/lvp_icd.json
-libdir=$dir/root/usr/lib/x86_64-linux-gnu
+multiarch=$(gcc -dumpmachine 2>/dev/null || echo x86_64-linux-gnu) # Debian's library folder, e.g. x86_64-linux-gnu
+libdir=$dir/root/usr/lib/$multiarch
 
 log() { echo "mesa25: $*" >&2; }
 
@@ -57,8 +58,7 @@ fetch() {
     rm -rf "$dir.new"
     mkdir -p "$dir.new/root"
     for f in "$tmp"/debs/*.deb; do dpkg-deb -x "$f" "$dir.new/root"; done
-    local lib=$dir/root/usr/lib/x86_64-linux-gnu
-    [[ -f $dir.new/root/usr/lib/x86_64-linux-gnu/libvulkan_lvp.so ]] || {
+    [[ -f $dir.new/root/usr/lib/$multiarch/libvulkan_lvp.so ]] || {
         log "no libvulkan_lvp.so in the packages"
         exit 1
     }
@@ -66,7 +66,7 @@ fetch() {
     local api
     api=$(sed -n 's/.*"api_version": *"\([^"]*\)".*/\1/p' "$dir.new/root/usr/share/vulkan/icd.d/lvp_icd.json")
     printf '{\n    "ICD": {\n        "api_version": "%s",\n        "library_path": "%s/libvulkan_lvp.so"\n    },\n    "file_format_version": "1.0.0"\n}\n' \
-        "${api:-1.3.0}" "$lib" >"$dir.new/lvp_icd.json"
+        "${api:-1.3.0}" "$libdir" >"$dir.new/lvp_icd.json"
     (cd "$tmp/debs" && ls *.deb) >"$dir.new/packages.txt"
     rm -rf "$dir"
     mv "$dir.new" "$dir"
