@@ -2,6 +2,8 @@
 // A "group" is 16 consecutive weights of one row: the unit every matrix kernel walks K in.
 //   WFMT_Q8A: WC texel (RGBA32UI) = 16 int8 codes; WS texel (RG32F) = (scale, offset).
 //   WFMT_F16: WC texels 2g, 2g+1 (RGBA32UI) = 16 packed halves; WS unused.
+// Texel buffers are read as textureBuffer with samplerless texelFetch (a sampled image of Dim Buffer
+// is invalid SPIR-V for Vulkan): the including shader enables GL_EXT_samplerless_texture_functions.
 
 vec4 i8x4(uint v) {
     return vec4(ivec4(bitfieldExtract(int(v), 0, 8), bitfieldExtract(int(v), 8, 8),
@@ -9,8 +11,8 @@ vec4 i8x4(uint v) {
 }
 
 #if defined(WFMT_Q8A)
-layout(binding = 0) uniform usamplerBuffer WC;
-layout(binding = 1) uniform samplerBuffer WS;
+layout(binding = 0) uniform utextureBuffer WC;
+layout(binding = 1) uniform textureBuffer WS;
 // Raw group: codes + (scale, offset); dequantize component i with wgroup_part.
 struct wgroup { uvec4 c; vec2 so; };
 wgroup wgroup_load(uint group_index) {
@@ -21,8 +23,8 @@ wgroup wgroup_load(uint group_index) {
 }
 vec4 wgroup_part(wgroup g, uint i) { return i8x4(g.c[i]) * g.so.x + g.so.y; }
 #elif defined(WFMT_F16)
-layout(binding = 0) uniform usamplerBuffer WC;
-layout(binding = 1) uniform samplerBuffer WS;
+layout(binding = 0) uniform utextureBuffer WC;
+layout(binding = 1) uniform textureBuffer WS;
 struct wgroup { uvec4 a; uvec4 b; };
 wgroup wgroup_load(uint group_index) {
     wgroup g;

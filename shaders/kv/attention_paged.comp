@@ -24,6 +24,7 @@
 #extension GL_GOOGLE_include_directive : require
 #extension GL_KHR_shader_subgroup_arithmetic : require
 #extension GL_EXT_control_flow_attributes : require
+#extension GL_EXT_samplerless_texture_functions : require
 #define WK_KVQ_DECODE_ONLY
 #include "kv_quant.glsl"
 layout(local_size_x_id = 0) in;
@@ -46,12 +47,12 @@ struct Tile { uint row0; uint n_tok; uint win_word; uint chunk_row0; };
 layout(std430, binding = 0) readonly buffer Q { vec4 q4[]; };        // [T][n_head][D/4]
 layout(std430, binding = 1) readonly buffer Rows { RowInfo rows[]; };
 layout(std430, binding = 2) readonly buffer Tables { uint tables[]; }; // block indices
-layout(binding = 3) uniform usamplerBuffer Pool;                      // R32UI words (f16: RG32UI pairs)
+layout(binding = 3) uniform utextureBuffer Pool;                      // R32UI words (f16: RG32UI pairs)
 // This step's keys and values [T][n_head_kv][D/4] (windows only), as RGBA32F texels: a storage
 // buffer read at a per-lane index is a loop over the lanes on lavapipe, a texel fetch one gather,
 // and in a prefill chunk every key within `recent` of a row is read from here.
-layout(binding = 7) uniform samplerBuffer KA;
-layout(binding = 8) uniform samplerBuffer VA;
+layout(binding = 7) uniform textureBuffer KA;
+layout(binding = 8) uniform textureBuffer VA;
 layout(std430, binding = 4) writeonly buffer O { vec4 o4[]; };        // [T][n_head][D/4]
 layout(std430, binding = 5) readonly buffer Tiles { Tile tiles[]; };
 layout(std430, binding = 6) writeonly buffer Part { vec4 part[]; };   // split partials (n_split > 1)
@@ -138,7 +139,9 @@ void decode_lane(uint slab, uint tt, uint ch0, uint ncl) {
     }
 }
 
-vec4 f16_round(vec4 x) { return vec4(unpackHalf2x16(packHalf2x16(x.xy)), unpackHalf2x16(packHalf2x16(x.zw))); }
+// As kv_store_window stores it: kv_quant.glsl's rounding (= the C wk_f32_to_f16), both ways in integer code.
+float f16_round1(float x) { return wk_kvq_f16_to_f32(wk_kvq_f32_to_f16(x)); }
+vec4 f16_round(vec4 x) { return vec4(f16_round1(x.x), f16_round1(x.y), f16_round1(x.z), f16_round1(x.w)); }
 
 // This lane's chunks of key/value j (kv 0/1) of KV head kh in f16 into fbuf: from the window slot
 // for positions stored by earlier steps, from this step's activations otherwise.

@@ -10,7 +10,7 @@
 //   - f32 <-> f16 are integer code. GLSL leaves packHalf2x16's rounding and overflow to the
 //     implementation, and we do not want to depend on every driver keeping f16 subnormals (the
 //     steps of tiny groups) through unpackHalf2x16; both run once per group, so this is cheap.
-//     (On lavapipe both builtins happen to give the same bits; other GPUs are not promised to.)
+//     (Mesa 22's lavapipe gives the same bits from the builtins; Mesa 25's did not in attention_paged.)
 //   - Comparisons, min, max, clamp and |x| of data values are done on integer order keys of the
 //     float bits (wk_kvq_key). Vulkan lets an implementation flush f32 denormals in any float op,
 //     comparisons included, so `x >= 0.0` on a tiny negative x could differ from C; keys cannot.
@@ -74,6 +74,11 @@ uint wk_kvq_f32_to_f16(float f) {
     if (rem > half_ || (rem == half_ && (h & 1u) != 0u)) h++;
     return sign | h;
 }
+
+// Two f32 to f16 in one word (x low), rounded by the rule above: every shader that stores or
+// rounds an f16 cache value uses this, never packHalf2x16, whose rounding GLSL leaves to the
+// driver (Mesa 25's lavapipe gave other bits than Mesa 22's inside attention_paged; docs/lavapipe.md).
+uint wk_kvq_pack_f16x2(vec2 v) { return wk_kvq_f32_to_f16(v.x) | (wk_kvq_f32_to_f16(v.y) << 16); }
 
 // kv_quant.c's f16_sat: the cache never holds inf (NaN, outside the contract, saturates too).
 uint wk_kvq_f16_sat(float f) {

@@ -3,6 +3,9 @@
 // on) and values, rounded to f16, into their blocks of the paged pool (engine/kv/kv_pool.h: an f16
 // slab holds token t's element i at half t * head_dim + i). One invocation per word, i.e. per pair
 // of elements of one token's key or value head, so a step's stores spread over every lane.
+#extension GL_GOOGLE_include_directive : require
+#define WK_KVQ_DECODE_ONLY
+#include "kv_quant.glsl" // wk_kvq_pack_f16x2: the one f32 -> f16 rounding
 layout(local_size_x = 64) in;
 struct RowInfo { uint pos; uint table_off; };
 layout(std430, binding = 0) readonly buffer K { vec2 k2[]; };          // [T][n_head_kv][D/2]
@@ -28,5 +31,5 @@ void main() {
     uint blk = tables[ri.table_off + (ri.pos / pc.block_tokens) * pc.table_stride + pc.table_col];
     uint slab = blk * pc.block_words + ((pc.slab_layer * 2u + kv) * pc.n_head_kv + kh) * pc.slab_words;
     vec2 x = kv == 0u ? k2[t * per_kv + w] : v2[t * per_kv + w];
-    imageStore(Pool, int(slab + (ri.pos % pc.block_tokens) * half_d + i), uvec4(packHalf2x16(x)));
+    imageStore(Pool, int(slab + (ri.pos % pc.block_tokens) * half_d + i), uvec4(wk_kvq_pack_f16x2(x)));
 }

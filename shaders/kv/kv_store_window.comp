@@ -4,6 +4,9 @@
 // the window as it was before the step. The host gives each token its destination row (a word
 // offset into the pool), or ~0 for tokens that no window keeps (a ring row written twice in one
 // step would race, so only the last `recent` tokens of a chunk get one).
+#extension GL_GOOGLE_include_directive : require
+#define WK_KVQ_DECODE_ONLY
+#include "kv_quant.glsl" // wk_kvq_pack_f16x2: the one f32 -> f16 rounding
 layout(local_size_x = 64) in;
 layout(std430, binding = 0) readonly buffer K { vec2 k2[]; };          // [T][n_head_kv][D/2]
 layout(std430, binding = 1) readonly buffer V { vec2 v2[]; };
@@ -19,5 +22,5 @@ void main() {
     uint row = dest[t];
     if (row == 0xffffffffu) return;
     vec2 x = kv == 0u ? k2[t * per_kv + w] : v2[t * per_kv + w];
-    imageStore(Pool, int(row + (pc.layer * 2u + kv) * per_kv + w), uvec4(packHalf2x16(x)));
+    imageStore(Pool, int(row + (pc.layer * 2u + kv) * per_kv + w), uvec4(wk_kvq_pack_f16x2(x)));
 }

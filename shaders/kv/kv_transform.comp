@@ -14,6 +14,7 @@
 // Both sum a row's products in the same order, so they agree to the bit.
 #extension GL_GOOGLE_include_directive : require
 #extension GL_EXT_control_flow_attributes : require
+#extension GL_EXT_samplerless_texture_functions : require
 layout(local_size_x_id = 0) in;
 // The transform's block as a specialisation constant (wk_pipelines_specialize_transform; the
 // engine sets its transform's): the inner loops then have constant bounds and x stays in
@@ -25,7 +26,7 @@ const uint TT = 4;       // tokens per workgroup of the block owners
 const uint OWN_MAXB4 = 16; // block / 4 of the block owners: blocks up to 64 (x of TT tokens in registers)
 layout(std430, binding = 0) buffer Q { vec4 q4[]; };          // [T][n_head][D/4]
 layout(std430, binding = 1) buffer K { vec4 k4[]; };          // [T][n_head_kv][D/4]
-layout(binding = 2) uniform samplerBuffer M;                  // [layer][n_head_kv][2][D/B][B][B/4]
+layout(binding = 2) uniform textureBuffer M;                  // [layer][n_head_kv][2][D/B][B][B/4]
 layout(push_constant) uniform PC {
     uint head_dim; uint n_head; uint n_head_kv; uint n_tokens; uint block;
     uint mat_base;    // this layer's first texel in M

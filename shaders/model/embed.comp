@@ -1,6 +1,7 @@
 #version 450
 // Token embedding lookup: x[t] = W[token[t]] * scale, one invocation per 16-weight group.
 #extension GL_GOOGLE_include_directive : require
+#extension GL_EXT_samplerless_texture_functions : require
 #include "common.glsl"
 layout(local_size_x = 64) in;
 layout(std430, binding = 2) readonly buffer Tokens { int tokens[]; };

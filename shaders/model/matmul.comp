@@ -2,9 +2,10 @@
 // Y[t][n] = W[n] . X[t] for a batch (prefill): each invocation computes a 4-token x 4-row register
 // tile, reading weights and activations through texel buffers and no shared memory (docs/lavapipe.md).
 #extension GL_GOOGLE_include_directive : require
+#extension GL_EXT_samplerless_texture_functions : require
 #include "common.glsl"
 layout(local_size_x = 8, local_size_y = 8) in;
-layout(binding = 2) uniform samplerBuffer X;                   // [T][K/4] vec4
+layout(binding = 2) uniform textureBuffer X;                   // [T][K/4] vec4
 layout(std430, binding = 3) writeonly buffer Y { vec4 y4[]; }; // [T][N/4]
 layout(push_constant) uniform PC { uint N; uint K; uint T; } pc;
 void main() {

@@ -4,10 +4,11 @@
 // a single token takes its own loop so it fetches no activations twice.
 #extension GL_GOOGLE_include_directive : require
 #extension GL_KHR_shader_subgroup_arithmetic : require
+#extension GL_EXT_samplerless_texture_functions : require
 #include "common.glsl"
 layout(local_size_x_id = 0) in;
 layout(constant_id = 1) const uint ROWS = 4;
-layout(binding = 2) uniform samplerBuffer X;                 // [T][K/4] vec4
+layout(binding = 2) uniform textureBuffer X;                 // [T][K/4] vec4
 layout(std430, binding = 3) writeonly buffer Y { float y[]; }; // [T][N]
 layout(push_constant) uniform PC { uint N; uint K; uint T; } pc;
 void main() {

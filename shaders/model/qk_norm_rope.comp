@@ -4,13 +4,14 @@
 // keys from K after a transform, if any, has run.
 // One subgroup-sized workgroup per (token, head); heads 0..n_head-1 are queries, the rest keys.
 #extension GL_KHR_shader_subgroup_arithmetic : require
+#extension GL_EXT_samplerless_texture_functions : require
 layout(local_size_x_id = 0) in;
 struct RowInfo { uint pos; uint kv_base; };
 layout(std430, binding = 0) buffer Q { float q[]; };               // [T][n_head*D], in place
 layout(std430, binding = 1) buffer K { float k[]; };               // [T][n_head_kv*D]
 layout(std430, binding = 2) readonly buffer QN { float q_norm[]; };
 layout(std430, binding = 3) readonly buffer KN { float k_norm[]; };
-layout(binding = 4) uniform samplerBuffer Rope;                     // (cos, sin) per [pos][n_rot/2]
+layout(binding = 4) uniform textureBuffer Rope;                     // (cos, sin) per [pos][n_rot/2]
 layout(std430, binding = 5) readonly buffer Rows { RowInfo rows[]; };
 layout(push_constant) uniform PC {
     uint head_dim; uint n_head; uint n_head_kv; uint n_rot;
