@@ -329,18 +329,18 @@ int main(void) {
         for (size_t i = 0; i < sizeof wins / sizeof wins[0]; i++)
             for (int window = 0; window <= 20; window += 20)
                 for (uint32_t split = 0; split <= 3; split += 3) {
-                        const int bits = i % 2 ? 4 : 2;
-                        cfg c = {.D = 256, .Hq = 4, .Hk = 1, .window = window, .kind = WK_KVQ_QUEST, .bits = bits,
-                                 .G = 32, .from1 = 10, .cls = wins[i][0], .S = wins[i][1], .R = wins[i][2],
-                                 .S2 = wins[i][3], .R2 = wins[i][4]};
-                        double e = run_case(&vk, &p, &c, split);
-                        cases++;
-                        if (e > worst) worst = e;
-                        if (!(e >= 0 && e < 1e-5))
-                            fprintf(stderr, "window class %d S%d R%d (other S%d R%d) int%d window %d split %u: rel err "
-                                    "%.3g\n", c.cls, c.S, c.R, c.S2, c.R2, bits, window, split, e);
-                        CHECK(e >= 0 && e < 1e-5);
-                    }
+                    const int bits = i % 2 ? 4 : 2;
+                    cfg c = {.D = 256, .Hq = 4, .Hk = 1, .window = window, .kind = WK_KVQ_QUEST, .bits = bits,
+                             .G = 32, .from1 = 10, .cls = wins[i][0], .S = wins[i][1], .R = wins[i][2],
+                             .S2 = wins[i][3], .R2 = wins[i][4]};
+                    double e = run_case(&vk, &p, &c, split);
+                    cases++;
+                    if (e > worst) worst = e;
+                    if (!(e >= 0 && e < 1e-5))
+                        fprintf(stderr, "window class %d S%d R%d (other S%d R%d) int%d window %d split %u: rel err "
+                                "%.3g\n", c.cls, c.S, c.R, c.S2, c.R2, bits, window, split, e);
+                    CHECK(e >= 0 && e < 1e-5);
+                }
     }
     /* The f16 cache: every shape above without windows, unsplit and split, through the pipeline
      * that reads the format from the push constants and through one specialised to bits 16. */
