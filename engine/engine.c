@@ -114,7 +114,8 @@ static uint64_t prefix_salt(const wk_engine *e, const wk_engine_params *p) {
     const wk_hparams *hp = &e->desc.hp;
     union { float f; int32_t i; } rk = {.f = p->kv_rho_k}, rv = {.f = p->kv_rho_v};
     const int32_t w[] = {e->kv.fmt.bits, e->kv.swa_pool ? e->kv.swa_fmt.bits : e->kv.fmt.bits, (int32_t)e->kv.fmt.kind,
-                         e->kv.fmt.group, e->kv.fmt.sink, e->kv.fmt.recent, rk.i, rv.i, (int32_t)p->kv_transform,
+                         e->kv.fmt.group, e->kv.layout.win[0].sink, e->kv.layout.win[0].recent,
+                         e->kv.layout.win[1].sink, e->kv.layout.win[1].recent, rk.i, rv.i, (int32_t)p->kv_transform,
                          (int32_t)p->kv_transform_seed, (int32_t)(p->kv_transform_seed >> 32), hp->n_layer, hp->n_embd,
                          hp->n_vocab, hp->n_head_kv, hp->head_dim, e->kv.layout.block_tokens,
                          (int32_t)e->model_bytes, (int32_t)(e->model_bytes >> 32)};
@@ -284,8 +285,9 @@ int wk_engine_open(const wk_engine_params *p, wk_engine **out, char *err, size_t
         snprintf(err, errlen, "a KV format for the sliding-window layers (--kv-swa) needs a quantized cache (--kv int2, "
                  "int3 or int4)");
         rc = WK_ERR_INVALID;
-    } else if (!rc && f16 && (p->kv_sink || p->kv_recent)) {
-        snprintf(err, errlen, "--kv-sink/--kv-recent keep f16 windows of a quantized cache (--kv int2, int3 or int4)");
+    } else if (!rc && f16 && (p->kv_sink || p->kv_recent || (p->kv_swa_windows && (p->kv_swa_sink || p->kv_swa_recent)))) {
+        snprintf(err, errlen, "--kv-sink/--kv-recent/--kv-swa-sink/--kv-swa-recent keep f16 windows of a quantized cache "
+                 "(--kv int2, int3 or int4)");
         rc = WK_ERR_INVALID;
     } else if (!rc && f16) {
         const wk_kv_fmt fmt = {.bits = 16};
@@ -294,9 +296,12 @@ int wk_engine_open(const wk_engine_params *p, wk_engine **out, char *err, size_t
         if (!rc) rc = wk_pipelines_specialize_kv(&e->vk, &e->pipes, false, 0, 16, 0, err, errlen);
     } else if (!rc) {
         wk_kv_fmt fmt = {.bits = p->kv_bits, .kind = (wk_kvq_kind)p->kv_quant, .group = p->kv_group ? p->kv_group : 32,
-                         .sink = p->kv_sink, .recent = p->kv_recent};
+                         .sink = p->kv_sink, .recent = p->kv_recent,
+                         .swa_sink = p->kv_swa_windows ? p->kv_swa_sink : p->kv_sink,
+                         .swa_recent = p->kv_swa_windows ? p->kv_swa_recent : p->kv_recent};
         const float rho_k = p->kv_rho_k > 0 ? p->kv_rho_k : WK_KVQ_RHO_K, rho_v = p->kv_rho_v > 0 ? p->kv_rho_v : WK_KVQ_RHO_V;
-        if (!(rho_k > 0 && rho_k <= 1 && rho_v > 0 && rho_v <= 1) || p->kv_sink < 0 || p->kv_recent < 0) {
+        if (!(rho_k > 0 && rho_k <= 1 && rho_v > 0 && rho_v <= 1) || fmt.sink < 0 || fmt.recent < 0 ||
+            fmt.swa_sink < 0 || fmt.swa_recent < 0) {
             snprintf(err, errlen, "KV format: percentile quantiles must be in (0, 1] and windows >= 0");
             rc = WK_ERR_INVALID;
         }
@@ -320,6 +325,10 @@ int wk_engine_open(const wk_engine_params *p, wk_engine **out, char *err, size_t
         if (!rc && p->kv_swa_bits && p->kv_swa_bits != e->kv.fmt.bits && !e->kv.swa_pool)
             fprintf(stderr, "wushkv: the model has no sliding-window layers: their KV format (int%d) has no effect, "
                     "every layer uses int%d\n", p->kv_swa_bits, fmt.bits);
+        if (!rc && p->kv_swa_windows && (fmt.swa_sink != fmt.sink || fmt.swa_recent != fmt.recent) &&
+            e->kv.layout.win[1].layers == 0)
+            fprintf(stderr, "wushkv: the model has no sliding-window layers: their f16 windows (sink %d recent %d) have "
+                    "no effect\n", fmt.swa_sink, fmt.swa_recent);
     }
     if (!rc) rc = wk_fwd_init(&e->fwd, &e->vk, &e->pipes, hp, &e->weights, &e->kv, max_batch, max_ctx, false, err, errlen);
     if (!rc) rc = wk_fwd_set_transform(&e->fwd, &e->xform, err, errlen);
@@ -430,8 +439,10 @@ int wk_engine_open(const wk_engine_params *p, wk_engine **out, char *err, size_t
         i->kv_bits = e->kv.fmt.bits;
         i->kv_swa_bits = e->kv.swa_pool ? e->kv.swa_fmt.bits : e->kv.fmt.bits;
         i->kv_swa_block_bytes = e->kv.layout.swa_bytes_per_block;
-        i->kv_sink = e->kv.layout.sink;
-        i->kv_recent = e->kv.layout.recent;
+        i->kv_sink = e->kv.layout.win[0].sink;
+        i->kv_recent = e->kv.layout.win[0].recent;
+        i->kv_swa_sink = e->kv.layout.win[1].sink;
+        i->kv_swa_recent = e->kv.layout.win[1].recent;
         if (e->kv.swa_pool) {
             i->kv_swa_pool_blocks = wk_kv_pool_n_blocks(e->kv.swa_pool);
             i->kv_swa_pool_bytes = wk_kv_pool_device_bytes(e->kv.swa_pool);

@@ -86,7 +86,7 @@ int wk_fwd_init(wk_fwd *f, wk_vk *vk, wk_pipelines *pipes, const wk_hparams *hp,
                                           hp->head_dim, vk->subgroup_size);
     if (!rc) {
         rc = make(f, &a->tiles, T * sizeof(wk_attn_tile), WK_MEM_HOST, NONE, err, errlen);
-        if (!rc) rc = make(f, &a->win_dest, T * 4, WK_MEM_HOST, NONE, err, errlen);
+        if (!rc) rc = make(f, &a->win_dest, 2 * T * 4, WK_MEM_HOST, NONE, err, errlen); /* per window class */
         f->attn_part_rows = wk_attn_part_rows((uint32_t)max_tokens, (uint32_t)hp->n_head, (uint32_t)max_ctx);
         if (!rc) rc = make(f, &a->attn_part, f->attn_part_rows * (hp->head_dim / 4 + 1) * 16, WK_MEM_DEVICE, NONE, err, errlen);
     }
@@ -253,7 +253,7 @@ static void paged_geometry(const wk_fwd *f, int il, wk_pc_attention_paged *pc) {
     const wk_kv_layout *l = own ? &kv->swa_layout : &kv->layout;
     *pc = (wk_pc_attention_paged){
         .head_dim = (uint32_t)hp->head_dim, .n_head = (uint32_t)hp->n_head, .n_head_kv = (uint32_t)hp->n_head_kv,
-        .window = hp->is_swa[il] ? (uint32_t)hp->sliding_window : 0, .layer = (uint32_t)il,
+        .window = hp->is_swa[il] ? (uint32_t)hp->sliding_window : 0, .win_layer = (uint32_t)kv->win_layer_of[il],
         .kind = (int32_t)fmt->kind, .bits = fmt->bits, .group = fmt->group,
         .block_tokens = (uint32_t)l->block_tokens, .slab_words = (uint32_t)(l->slab_bytes / 4),
         .block_words = (uint32_t)(l->bytes_per_block / 4), .params_words = (uint32_t)(l->q.params_offset / 4),
@@ -288,9 +288,11 @@ static int op_attention_paged(rec *r, int il, uint32_t T) {
     pc.n_tiles = f->plan.n_tiles;
     pc.head_rows = f->plan.head_rows;
     pc.n_split = wk_attn_plan_splits(&f->plan, f->step_rows, T, pc.n_head, pc.window, f->attn_part_rows);
-    pc.sink = (uint32_t)f->kv->layout.sink;
-    pc.recent = (uint32_t)f->kv->layout.recent;
-    pc.f16_row_words = (uint32_t)(f->kv->layout.f16_row_bytes / 4);
+    const wk_kv_win *w = &f->kv->layout.win[f->kv->win_class_of[il]];
+    pc.sink = (uint32_t)w->sink;
+    pc.recent = (uint32_t)w->recent;
+    pc.f16_row_words = (uint32_t)(w->row_bytes / 4);
+    pc.win_off = (uint32_t)(w->offset / 4);
     /* f16 reads its slabs through the RG32UI view, four halves a fetch. */
     const wk_arg pool = pc.bits == 16 ? wk_arg_view(f->kv->pool_view2) : TV(&f->kv->pool_buf);
     wk_arg args[9] = {S(&f->a.q), S(&f->a.rows), S(&f->a.tables), pool, S(&f->a.attn), S(&f->a.tiles),
@@ -305,8 +307,10 @@ static int op_attention_paged(rec *r, int il, uint32_t T) {
 /* This step's keys and values (f16) into the window rows wk_fwd_step chose, after the attention. */
 static int op_kv_store_window(rec *r, int il, uint32_t T) {
     wk_fwd *f = r->f;
+    const int c = f->kv->win_class_of[il];
     wk_pc_kv_store_window pc = {.head_dim = (uint32_t)f->hp->head_dim, .n_head_kv = (uint32_t)f->hp->n_head_kv,
-                                .n_tokens = T, .layer = (uint32_t)il};
+                                .n_tokens = T, .win_layer = (uint32_t)f->kv->win_layer_of[il],
+                                .dest_base = (uint32_t)c * T};
     wk_arg args[4] = {S(&f->a.k), S(&f->a.v), S(&f->a.win_dest), TV(&f->kv->pool_buf)};
     uint32_t gx, gy;
     grid_1d((T * 2 * pc.n_head_kv * (pc.head_dim / 2) + 63) / 64, &gx, &gy);
@@ -371,21 +375,23 @@ int wk_fwd_warm_reduce(wk_fwd *f, char *err, size_t errlen) {
 
 /* ---- the step ---- */
 
-/* Window rows this step writes: sinks (pos < S) at row pos; the last `recent` tokens of each
- * sequence's chunk at ring row S + (pos - S) % R. Earlier tokens of a long chunk get none: the
- * attention read them from the activations, and writing them would race with the later ones. */
-static void plan_window_rows(wk_fwd *f, const wk_row_info *rows, const uint32_t *win_words, int T) {
-    const uint32_t S = (uint32_t)f->kv->layout.sink, R = (uint32_t)f->kv->layout.recent;
-    const uint32_t row_words = (uint32_t)(f->kv->layout.f16_row_bytes / 4);
-    uint32_t *dest = f->a.win_dest.map;
+/* Window rows this step writes, for each layer class (wk_kv_win) with a window, at win_dest[c * T]:
+ * sinks (pos < S) at row pos; the last `recent` tokens of each sequence's chunk at ring row
+ * S + (pos - S) % R, in the class's region of the slot. Earlier tokens of a long chunk get none:
+ * the attention read them from the activations, and writing them would race with the later ones. */
+static void plan_window_rows(wk_fwd *f, const wk_row_info *rows, const uint32_t *win_words, int T, int c) {
+    const wk_kv_win *w = &f->kv->layout.win[c];
+    const uint32_t S = (uint32_t)w->sink, R = (uint32_t)w->recent;
+    const uint32_t row_words = (uint32_t)(w->row_bytes / 4), off = (uint32_t)(w->offset / 4);
+    uint32_t *dest = (uint32_t *)f->a.win_dest.map + (size_t)c * T;
     for (int t = 0; t < T;) {
         int end = t + 1; /* the chunk: consecutive rows of one sequence */
         while (end < T && rows[end].kv_base == rows[t].kv_base && rows[end].pos == rows[end - 1].pos + 1) end++;
         const uint32_t last = rows[end - 1].pos;
         for (int i = t; i < end; i++) {
             const uint32_t p = rows[i].pos;
-            dest[i] = p < S                     ? win_words[i] + p * row_words
-                      : R > 0 && p + R > last ? win_words[i] + (S + (p - S) % R) * row_words
+            dest[i] = p < S                     ? win_words[i] + off + p * row_words
+                      : R > 0 && p + R > last ? win_words[i] + off + (S + (p - S) % R) * row_words
                                               : UINT32_MAX;
         }
         t = end;
@@ -423,7 +429,8 @@ static int record_layers(rec *r, uint32_t T) {
         else TRY(op_kv_store_quant(r, il, T));                  /* k, v -> packed codes in blocks */
         wk_vk_barrier(vk);
         TRY(op_attention_paged(r, il, T));                      /* attn = softmax(q K^T) V over the blocks */
-        if (f->kv->layout.sink + f->kv->layout.recent > 0) {
+        const wk_kv_win *win = &f->kv->layout.win[f->kv->win_class_of[il]];
+        if (win->sink + win->recent > 0) {
             wk_vk_barrier(vk);
             TRY(op_kv_store_window(r, il, T));                  /* k, v (f16) -> window rows */
         }
@@ -495,12 +502,13 @@ int wk_fwd_step(wk_fwd *f, const int32_t *tokens, const wk_row_info *rows, int T
         return snprintf(err, errlen, "a step needs 1..%llu block-table entries, got %d",
                         (unsigned long long)wk_fwd_max_tables(f), n_tables), WK_ERR_INVALID;
     memcpy(f->a.tables.map, tables, (size_t)n_tables * sizeof *tables);
-    if (f->kv->layout.sink + f->kv->layout.recent > 0) {
+    if (f->kv->layout.window_bytes > 0) {
         if (!win_words) return snprintf(err, errlen, "internal: f16 windows need the steps' window slots"), WK_ERR_INVALID;
-        plan_window_rows(f, rows, win_words, T);
+        for (int c = 0; c < 2; c++)
+            if (f->kv->layout.win[c].sink + f->kv->layout.win[c].recent > 0) plan_window_rows(f, rows, win_words, T, c);
     }
     {
-        const bool windows = f->kv->layout.sink + f->kv->layout.recent > 0;
+        const bool windows = f->kv->layout.window_bytes > 0;
         if (wk_attn_plan_make(rows, windows ? win_words : NULL, (uint32_t)T, (uint32_t)f->hp->n_head, (uint32_t)f->hp->n_head_kv,
                               (uint32_t)f->hp->head_dim, f->vk->subgroup_size, f->a.tiles.map, &f->plan))
             return snprintf(err, errlen, "head_dim %d is too large for the paged attention at subgroup size %u",

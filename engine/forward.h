@@ -16,7 +16,8 @@ typedef struct wk_acts {
     wk_buf tables;        /* paged cache: the step's block tables, concatenated, host-visible */
     wk_buf tiles;         /* paged cache: the step's attention query tiles, host-visible */
     wk_buf attn_part;     /* paged cache: split-attention partials, WK_ATTN_PART_ROWS rows */
-    wk_buf win_dest;      /* paged cache with f16 windows: [T] window row (pool words) or ~0, host-visible */
+    wk_buf win_dest;      /* paged cache with f16 windows: [window class][T] window row (pool words) or ~0,
+                           * host-visible */
     wk_buf h;             /* [T][n_embd] residual stream */
     wk_buf xn;            /* [T][n_embd] normed input of the next matmul; RGBA32F view */
     wk_buf q, k, v;       /* [T][heads*head_dim] */

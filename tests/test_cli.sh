@@ -144,9 +144,23 @@ if [[ -n $writer ]]; then
     ppl_of "${ppl[@]}" --wush "$wush" "${nowin[@]}" --kv-swa int2
     if [[ $val == "$base" ]] && grep -q '"kv":"int2 quest G32 wush",' <<<"$out"; then ok
     else ko "ppl $base (plain int2) and no swa in kv" "${ppl[@]}" --wush "$wush" "${nowin[@]}" --kv-swa int2; fi
+    # --kv-swa-sink/--kv-swa-recent reach the engine: the sliding layers' windows of 0 keep the
+    # global layer's 4 + 8 rows only, so fewer bits and bytes than 4 + 8 in every layer, a
+    # different ppl, and the kv string names them; equal to --kv-sink/--kv-recent it is the plain
+    # format.
+    ppl_of "${ppl[@]}" --wush "$wush" --kv-sink 4 --kv-recent 8 && base=$val
+    bpe_all=$(python3 -c 'import json,sys; print(json.loads(sys.argv[1].splitlines()[-1])["bits_per_element"])' "$out")
+    ppl_of "${ppl[@]}" --wush "$wush" --kv-sink 4 --kv-recent 8 --kv-swa-sink 0 --kv-swa-recent 0
+    if [[ -n $val && $val != "$base" ]] && grep -q '"kv":"int2 quest G32 wush sink4 recent8 swa:sink0:recent0"' <<<"$out" &&
+        python3 -c 'import json,sys; j=json.loads(sys.argv[1].splitlines()[-1]); sys.exit(0 if 2.5 < j["bits_per_element"] < float(sys.argv[2]) else 1)' "$out" "$bpe_all"; then ok
+    else ko "a ppl other than $base, swa:sink0:recent0 in kv, 2.5 < bits_per_element < $bpe_all" "${ppl[@]}" --wush "$wush" --kv-sink 4 --kv-recent 8 --kv-swa-sink 0 --kv-swa-recent 0; fi
+    ppl_of "${ppl[@]}" --wush "$wush" --kv-sink 4 --kv-recent 8 --kv-swa-sink 4 --kv-swa-recent 8
+    if [[ $val == "$base" ]] && grep -q '"kv":"int2 quest G32 wush sink4 recent8",' <<<"$out"; then ok
+    else ko "ppl $base (every layer 4 + 8)" "${ppl[@]}" --wush "$wush" --kv-sink 4 --kv-recent 8 --kv-swa-sink 4 --kv-swa-recent 8; fi
     llama=$tmp/llama.gguf
     if "$writer" "$llama" llama 7; then
         expect 0 'no sliding-window layers: their KV format \(int3\) has no effect' -- generate -m "$llama" -p "the fox" -n 2 --kv int2 --kv-swa int3
+        expect 0 'no sliding-window layers: their f16 windows \(sink 0 recent 2\) have no effect' -- generate -m "$llama" -p "the fox" -n 2 --kv int2 --kv-swa-sink 0 --kv-swa-recent 2
     else ko "$writer $llama llama 7" ""; fi
 
     echo "$pass passed, $fail failed"

@@ -294,6 +294,21 @@ int main(void) {
         same_class += out2[2 * L + il].rel_mse == out2[(hp->is_swa[il] ? 1 : 0) * L + il].rel_mse;
     CHECK_EQ_INT(same_class, L);
 
+    /* (f) windows per layer class: global 2 / 5 with the sliding layers' own 0 / 3 is, layer by
+     * layer, the 2 / 5 format's error on the global layers and the 0 / 3 one's on the sliding. */
+    wk_kv_error_format ff[3] = {fmt(2, 0, WK_KV_TRANSFORM_WUSH, side, 2, 5), fmt(2, 0, WK_KV_TRANSFORM_WUSH, side, 0, 3),
+                                fmt(2, 0, WK_KV_TRANSFORM_WUSH, side, 2, 5)};
+    ff[2].swa_windows = true, ff[2].swa_sink = 0, ff[2].swa_recent = 3;
+    CHECK_EQ_INT(run(e, tok, ff, 3, 0, out2), 0);
+    same_class = 0;
+    int n_swa = 0;
+    for (int il = 0; il < L; il++) {
+        same_class += out2[2 * L + il].rel_mse == out2[(hp->is_swa[il] ? 1 : 0) * L + il].rel_mse;
+        n_swa += hp->is_swa[il];
+    }
+    CHECK_EQ_INT(same_class, L);
+    CHECK(n_swa > 0 && n_swa < L); /* both classes are there to tell apart */
+
     /* (d) independent recomputation from the capture */
     wk_seq *seq = NULL;
     wk_capture cap;
@@ -322,10 +337,11 @@ int main(void) {
     wk_capture_free(&cap);
 
     /* bad formats are refused before any work */
-    wk_kv_error_format bad[4] = {fmt(5, 0, 0, NULL, 0, 0), fmt(2, 0, WK_KV_TRANSFORM_WUSH, NULL, 0, 0),
-                                 fmt(2, 0, 0, NULL, -1, 0), fmt(2, 0, 0, NULL, 0, 0)};
+    wk_kv_error_format bad[5] = {fmt(5, 0, 0, NULL, 0, 0), fmt(2, 0, WK_KV_TRANSFORM_WUSH, NULL, 0, 0),
+                                 fmt(2, 0, 0, NULL, -1, 0), fmt(2, 0, 0, NULL, 0, 0), fmt(2, 0, 0, NULL, 0, 0)};
     bad[3].swa_bits = 5;
-    for (int k = 0; k < 4; k++)
+    bad[4].swa_windows = true, bad[4].swa_recent = -1;
+    for (int k = 0; k < 5; k++)
         CHECK_EQ_INT(wk_kv_layer_error(e, tok, N_TOK, &bad[k], 1, 0, out, err, sizeof err), WK_ERR_INVALID);
 
     free(out);

@@ -70,6 +70,16 @@ static void test_describe(void) {
     CHECK_DESCRIBE("", "--kv", "f16", "--kv-swa", "int4");                  /* f16 has no sliding format */
     CHECK_DESCRIBE("", "--kv", "int2", "--kv-swa", "f16");                  /* int2, int3, int4 only */
     CHECK_DESCRIBE("", "--kv", "int2", "--kv-swa", "int5");
+    /* Windows per layer class: the sliding layers' own, named when they differ; the one of the
+     * pair not given follows --kv-sink / --kv-recent. */
+    CHECK_DESCRIBE("int2 quest G32 wush sink4 recent64 swa:sink0:recent0", "--kv-swa-sink", "0", "--kv-swa-recent", "0");
+    CHECK_DESCRIBE("int2 quest G32 wush sink64 recent256 swa:sink0:recent0", "--kv-sink", "64", "--kv-recent", "256",
+                   "--kv-swa-sink=0", "--kv-swa-recent=0");
+    CHECK_DESCRIBE("int2 quest G32 wush sink4 recent64 swa:sink4:recent16", "--kv-swa-recent", "16");
+    CHECK_DESCRIBE("int2 quest G32 wush sink8 recent64 swa:sink0:recent64", "--kv-swa-sink", "0", "--kv-sink", "8");
+    CHECK_DESCRIBE("int2 quest G32 wush sink4 recent64", "--kv-swa-sink", "4", "--kv-swa-recent", "64");
+    CHECK_DESCRIBE("", "--kv", "f16", "--kv-swa-sink", "0");               /* a quantized cache's */
+    CHECK_DESCRIBE("", "--kv-swa-recent", "-1");
     CHECK_DESCRIBE("", "--kv", "int2", "--kv-rho-k", "0.9");
     CHECK_DESCRIBE("", "--kv", "int2", "--kv-quant", "percentile", "--kv-rho-v", "0");
     /* A short buffer is cut, never overrun. */
@@ -103,7 +113,14 @@ static void test_apply(void) {
     CHECK_NEAR(p.kv_rho_k, 0.9, 1e-7);
     CHECK_NEAR(p.kv_rho_v, 0.8, 1e-7);
     CHECK_EQ_INT(p.kv_swa_bits, 3);
+    CHECK(!p.kv_swa_windows); /* the sliding layers keep --kv-sink / --kv-recent */
     CHECK_EQ_INT(p.max_ctx, 77); /* the rest is left alone */
+    CHECK(parse((const char *const[]){"--kv-recent", "256", "--kv-swa-sink", "0", NULL}, &f));
+    kv_flags_apply(&f, &p);
+    CHECK(p.kv_swa_windows);
+    CHECK_EQ_INT(p.kv_swa_sink, 0);
+    CHECK_EQ_INT(p.kv_swa_recent, 256);
+    CHECK_EQ_INT(p.kv_sink, 4);
 
     /* No flags: the default format, WUSH with no sidecar path (the cache finds or makes it), and
      * the engine's quantile defaults (0). */

@@ -26,12 +26,14 @@ static void gemma_hp(wk_hparams *hp, int n_head, int window) {
 
 /* A cache struct as wk_kv_cache_create_paged lays it out, without a device. swa_bits 0: one format.
  * *pool_out: the sliding pool (the struct names it; freed by the caller). */
-static int paged(wk_kv_cache *kv, const wk_hparams *hp, int bits, int swa_bits, int sink, int recent, int max_ctx,
-                 wk_kv_pool **pool_out) {
+static int paged_classes(wk_kv_cache *kv, const wk_hparams *hp, int bits, int swa_bits, int sink, int recent,
+                         int swa_sink, int swa_recent, int max_ctx, wk_kv_pool **pool_out) {
     memset(kv, 0, sizeof *kv);
     *pool_out = NULL;
-    kv->fmt = (wk_kv_fmt){.bits = bits, .kind = WK_KVQ_QUEST, .group = 32, .sink = sink, .recent = recent};
+    kv->fmt = (wk_kv_fmt){.bits = bits, .kind = WK_KVQ_QUEST, .group = 32, .sink = sink, .recent = recent,
+                          .swa_sink = swa_sink, .swa_recent = swa_recent};
     wk_kv_geom g = {.n_layer = hp->n_layer, .n_head_kv = hp->n_head_kv, .head_dim = hp->head_dim, .block_tokens = 16};
+    g.swa_layers = wk_kv_win_layers(hp->is_swa, hp->n_layer, hp->sliding_window, kv->win_class_of, kv->win_layer_of);
     wk_kv_layer_groups(hp->is_swa, hp->n_layer, hp->sliding_window, swa_bits ? INT32_MAX : max_ctx, kv->group_of,
                        kv->slot_of, &g);
     if (wk_kv_layout_get(&g, &kv->fmt, &kv->layout) != 0) return -1;
@@ -48,6 +50,12 @@ static int paged(wk_kv_cache *kv, const wk_hparams *hp, int bits, int swa_bits, 
     return 0;
 }
 
+/* paged_classes with the same windows for every layer. */
+static int paged(wk_kv_cache *kv, const wk_hparams *hp, int bits, int swa_bits, int sink, int recent, int max_ctx,
+                 wk_kv_pool **pool_out) {
+    return paged_classes(kv, hp, bits, swa_bits, sink, recent, sink, recent, max_ctx, pool_out);
+}
+
 /* attention_paged.comp for one query at pos (every format): every key j it can see, and for
  * each the bytes load_kv fetches from the cache, K and V, once per head chunk. */
 static uint64_t by_key(const wk_kv_cache *kv, const wk_hparams *hp, uint64_t pos) {
@@ -59,7 +67,8 @@ static uint64_t by_key(const wk_kv_cache *kv, const wk_hparams *hp, uint64_t pos
         if (hp->is_swa[il] && pos + 1 > (uint64_t)hp->sliding_window) first = pos + 1 - (uint64_t)hp->sliding_window;
         const bool own = kv->fmt.bits != 16 && wk_kv_cache_group_swa(kv, kv->group_of[il]);
         const wk_kvq_block_layout *q = own ? &kv->swa_layout.q : &kv->layout.q;
-        const uint64_t sink = (uint64_t)kv->layout.sink, recent = (uint64_t)kv->layout.recent;
+        const wk_kv_win *w = &kv->layout.win[kv->win_class_of[il]];
+        const uint64_t sink = (uint64_t)w->sink, recent = (uint64_t)w->recent;
         const bool windows = sink + recent > 0;
         for (uint64_t j = first; j <= pos; j++) {
             uint64_t b;
@@ -131,6 +140,17 @@ static void test_gemma_by_hand(void) {
     CHECK(paged(&kv, &hp, 2, 0, 4, 64, 8704, &pool) == 0);
     CHECK(wk_kv_cache_step_read_bytes(&kv, &hp, 8192) ==
           3ull * 2 * (67 * 512 + 8125 * 80) + 15ull * 2 * (63 * 512 + 448 * 80));
+    /* Windows per layer class: the full layers keep 4 / 64, the sliding ones none (every key of
+     * their window as codes, their own too), then the other way round (sliding 0 / 32: 31 earlier
+     * keys in f16, 480 as codes). */
+    wk_kv_pool_destroy(pool);
+    CHECK(paged_classes(&kv, &hp, 2, 0, 4, 64, 0, 0, 8704, &pool) == 0);
+    CHECK(wk_kv_cache_step_read_bytes(&kv, &hp, 8192) == 3ull * 2 * (67 * 512 + 8125 * 80) + 15ull * 512 * 2 * 80);
+    wk_kv_pool_destroy(pool);
+    CHECK(paged_classes(&kv, &hp, 2, 0, 0, 0, 0, 32, 8704, &pool) == 0);
+    CHECK(wk_kv_cache_step_read_bytes(&kv, &hp, 8192) == 3ull * 8193 * 2 * 80 + 15ull * 2 * (31 * 512 + 480 * 80));
+    wk_kv_pool_destroy(pool);
+    CHECK(paged(&kv, &hp, 2, 0, 4, 64, 8704, &pool) == 0);
     /* The figures docs/benchmarks.md quotes (the default format against f16, depths 2048, 8192, 32768). */
     static const uint64_t depth[3] = {2048, 8192, 32768};
     static const uint64_t f16_bytes[3] = {14158848, 33033216, 108530688}, int2_bytes[3] = {3199584, 6148704, 17945184};

@@ -12,7 +12,9 @@
  * table naming them from that pool's base block on, read by attention_paged_swa specialised for
  * the layer's format while the windows stay in the first pool. The f16 cache (bits 16): f16 slabs
  * (token t, element i at half t * D + i) read through an RG32UI view of the pool, from the
- * pipeline of push-constant formats and from the one specialised to bits 16 as the engine runs it. */
+ * pipeline of push-constant formats and from the one specialised to bits 16 as the engine runs it.
+ * Windows per layer class: the slot's two class regions, the layer's own window (or none) in its
+ * class's region while the other class keeps another, every byte it must not read random. */
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -41,7 +43,13 @@ enum { BT = 16, NL = 2, LAYER = 1, NSEQ = 2, MAXROWS = 1100, MAXPOS = 1040, NGRO
  * from1 .. len1-1 over its earlier keys. S, R: f16 sink and recent windows. */
 /* other_bits: 0, one pool; else the layer's blocks sit in a second pool after a first one of
  * other_bits blocks (decoys) and the windows, read through the specialised sliding pipeline. */
-typedef struct { int D, Hq, Hk, window; wk_kvq_kind kind; int bits, G; int len0, len1, from1, S, R, other_bits; bool spec; } cfg;
+/* Window classes (engine/kv/kv_pool.h wk_kv_win): the slot holds class 0's rows (WIN_LAYERS[0]
+ * layers each) then class 1's (WIN_LAYERS[1]); the layer is the LAYER-th of class cls, whose window
+ * is S / R, while the other class keeps S2 / R2 (its region is random bytes the layer must not
+ * read, as is every other layer's part of a row). */
+static const int WIN_LAYERS[2] = {3, 2};
+typedef struct { int D, Hq, Hk, window; wk_kvq_kind kind; int bits, G; int len0, len1, from1, S, R, other_bits; bool spec;
+                 int cls, S2, R2; } cfg;
 
 static double run_case(wk_vk *vk, wk_pipelines *p, const cfg *c, uint32_t force_split) {
     char err[WK_ERRMSG_LEN] = "";
@@ -53,10 +61,17 @@ static double run_case(wk_vk *vk, wk_pipelines *p, const cfg *c, uint32_t force_
     const size_t other_block = 2 * NL * (size_t)c->Hk * other_lay.bytes;
     const int lens[NSEQ] = {c->len0 ? c->len0 : 37, c->len1 ? c->len1 : 21};
     enum { n_blocks = 80 };
-    /* f16 window slots after the (first pool's) blocks, one per sequence: rows [layer][K|V][head][D]
-     * f16. With a second pool the layer's blocks start at block `base` of their own size, past the
-     * first pool and its windows. */
-    const size_t row_bytes = (size_t)2 * NL * c->Hk * c->D * 2, window_bytes = (size_t)(c->S + c->R) * row_bytes;
+    /* f16 window slots after the (first pool's) blocks, one per sequence: each class's rows
+     * [layer in class][K|V][head][D] f16, class 0's region first. With a second pool the layer's
+     * blocks start at block `base` of their own size, past the first pool and its windows. */
+    size_t class_row[2], class_off[2], window_bytes = 0;
+    for (int k = 0; k < 2; k++) {
+        class_row[k] = (size_t)2 * WIN_LAYERS[k] * c->Hk * c->D * 2;
+        class_off[k] = window_bytes;
+        window_bytes += (size_t)(k == c->cls ? c->S + c->R : c->S2 + c->R2) * class_row[k];
+    }
+    const size_t row_bytes = class_row[c->cls], win_off = class_off[c->cls];
+    const bool step_windows = c->S + c->R + c->S2 + c->R2 > 0;
     const size_t window_at = n_blocks * (c->other_bits ? other_block : block);
     const uint32_t base = c->other_bits ? (uint32_t)((window_at + NSEQ * window_bytes + block - 1) / block) : 0;
     const size_t pool_bytes = c->other_bits ? (base + n_blocks) * block : window_at + NSEQ * window_bytes;
@@ -74,6 +89,8 @@ static double run_case(wk_vk *vk, wk_pipelines *p, const cfg *c, uint32_t force_
     uint8_t *pool = calloc(1, pool_bytes);
     /* The first pool's blocks hold another format's codes: random bytes, never to be read. */
     for (size_t i = 0; c->other_bits && i < window_at; i++) pool[i] = (uint8_t)rng_xorshift64(&rng);
+    /* The window slots: random bytes (other layers, the other class) but for the rows set below. */
+    for (size_t i = window_at; i < window_at + NSEQ * window_bytes; i++) pool[i] = (uint8_t)rng_xorshift64(&rng);
     /* K and V of every (seq, pos, kv head) for layer LAYER, with two outlier channels per head. */
     float *K = malloc(sizeof(float) * NSEQ * MAXPOS * Hk * D), *V = malloc(sizeof(float) * NSEQ * MAXPOS * Hk * D);
     float *Kd = malloc(sizeof(float) * NSEQ * MAXPOS * Hk * D), *Vd = malloc(sizeof(float) * NSEQ * MAXPOS * Hk * D);
@@ -112,7 +129,7 @@ static double run_case(wk_vk *vk, wk_pipelines *p, const cfg *c, uint32_t force_
             for (int kv = 0; kv < 2; kv++)
                 for (int kh = 0; kh < Hk; kh++) {
                     const float *src = (kv ? V : K) + (((size_t)s * MAXPOS + j) * Hk + kh) * D;
-                    uint16_t *dst = slot + (size_t)row * (row_bytes / 2) + (((size_t)LAYER * 2 + kv) * Hk + kh) * D;
+                    uint16_t *dst = slot + win_off / 2 + (size_t)row * (row_bytes / 2) + (((size_t)LAYER * 2 + kv) * Hk + kh) * D;
                     for (int i = 0; i < D; i++) dst[i] = wk_f32_to_f16(src[i]);
                 }
         }
@@ -141,7 +158,7 @@ static double run_case(wk_vk *vk, wk_pipelines *p, const cfg *c, uint32_t force_
         memcpy(Va + (size_t)t * Hk * D, V + ((size_t)row_seq[t] * MAXPOS + rows[t].pos) * Hk * D, sizeof(float) * Hk * D);
     }
     wk_attn_plan plan;
-    CHECK_EQ_INT(wk_attn_plan_make(rows, c->S + c->R ? win_words : NULL, (uint32_t)T, (uint32_t)Hq, (uint32_t)Hk, (uint32_t)D, vk->subgroup_size, tiles,
+    CHECK_EQ_INT(wk_attn_plan_make(rows, step_windows ? win_words : NULL, (uint32_t)T, (uint32_t)Hq, (uint32_t)Hk, (uint32_t)D, vk->subgroup_size, tiles,
                                    &plan), 0);
     const uint32_t n_split = force_split ? force_split : wk_attn_plan_splits(&plan, rows, (uint32_t)T, (uint32_t)Hq, (uint32_t)c->window, (uint64_t)T * Hq * 4);
     float *Qv = malloc(sizeof(float) * T * Hq * D);
@@ -176,11 +193,12 @@ static double run_case(wk_vk *vk, wk_pipelines *p, const cfg *c, uint32_t force_
                           wk_arg_view(bva.view)};
         wk_pc_attention_paged pc = {
             .head_dim = (uint32_t)D, .n_head = (uint32_t)Hq, .n_head_kv = (uint32_t)Hk, .window = (uint32_t)c->window,
-            .n_tiles = plan.n_tiles, .layer = LAYER, .kind = c->kind, .bits = c->bits, .group = c->G,
+            .n_tiles = plan.n_tiles, .win_layer = LAYER, .kind = c->kind, .bits = c->bits, .group = c->G,
             .block_tokens = BT, .slab_words = (uint32_t)(slab / 4), .block_words = (uint32_t)(block / 4),
             .params_words = (uint32_t)(lay.params_offset / 4), .code_words = (uint32_t)(lay.code_bytes_per_token / 4),
             .head_rows = plan.head_rows, .n_split = n_split, .sink = (uint32_t)c->S, .recent = (uint32_t)c->R,
-            .f16_row_words = (uint32_t)(row_bytes / 4), .slab_layer = LAYER, .table_stride = NGROUPS,
+            .f16_row_words = (uint32_t)(row_bytes / 4), .win_off = (uint32_t)(win_off / 4), .slab_layer = LAYER,
+            .table_stride = NGROUPS,
             .table_col = GROUP};
         wk_pc_attention_reduce rp = {.head_dim = (uint32_t)D, .n_head = (uint32_t)Hq, .n_tokens = (uint32_t)T, .n_split = n_split};
         wk_arg rargs[2] = {wk_arg_buf(bpart.buf), wk_arg_buf(bout.buf)};
@@ -301,6 +319,29 @@ int main(void) {
                             cs[i]->S, cs[i]->R, split, e);
                 CHECK(e >= 0 && e < 1e-5);
             }
+    }
+    /* Windows per layer class: the layer's class keeps its own sink / recent (or none) in its own
+     * region of the slot while the other class keeps another, or none; a sliding window and not. */
+    {
+        const int wins[][5] = {
+            /* cls, S, R, S2, R2 */
+            {1, 4, 8, 2, 16}, {0, 4, 8, 3, 5}, {0, 4, 8, 0, 0}, {1, 2, 3, 0, 0}, {1, 0, 0, 4, 64}, {0, 0, 0, 4, 8},
+        };
+        for (size_t i = 0; i < sizeof wins / sizeof wins[0]; i++)
+            for (int window = 0; window <= 20; window += 20)
+                for (uint32_t split = 0; split <= 3; split += 3) {
+                    const int bits = i % 2 ? 4 : 2;
+                    cfg c = {.D = 256, .Hq = 4, .Hk = 1, .window = window, .kind = WK_KVQ_QUEST, .bits = bits,
+                             .G = 32, .from1 = 10, .cls = wins[i][0], .S = wins[i][1], .R = wins[i][2],
+                             .S2 = wins[i][3], .R2 = wins[i][4]};
+                    double e = run_case(&vk, &p, &c, split);
+                    cases++;
+                    if (e > worst) worst = e;
+                    if (!(e >= 0 && e < 1e-5))
+                        fprintf(stderr, "window class %d S%d R%d (other S%d R%d) int%d window %d split %u: rel err "
+                                "%.3g\n", c.cls, c.S, c.R, c.S2, c.R2, bits, window, split, e);
+                    CHECK(e >= 0 && e < 1e-5);
+                }
     }
     /* The f16 cache: every shape above without windows, unsplit and split, through the pipeline
      * that reads the format from the push constants and through one specialised to bits 16. */

@@ -35,6 +35,8 @@ int wk_kv_cache_create_paged(wk_vk *vk, wk_kv_cache *kv, const wk_hparams *hp, c
     fmt = &kv->fmt;
     const bool mixed = swa_bits && swa_bits != fmt->bits && has_swa;
     wk_kv_geom geom = {.n_layer = hp->n_layer, .n_head_kv = hp->n_head_kv, .head_dim = hp->head_dim, .block_tokens = 16};
+    /* Window classes (wk_kv_win): a layer's class, and its place among that class's layers. */
+    geom.swa_layers = wk_kv_win_layers(hp->is_swa, hp->n_layer, hp->sliding_window, kv->win_class_of, kv->win_layer_of);
     /* Sliding-window layers get their own groups, so their old blocks can go back to the pool; with
      * a format of their own they get them even when the window spans the whole context (then they
      * release nothing, as before, but their blocks have their format). */
@@ -57,7 +59,7 @@ int wk_kv_cache_create_paged(wk_vk *vk, wk_kv_cache *kv, const wk_hparams *hp, c
                             "head_dim %d", swa_bits, wk_kvq_kind_name(fmt->kind), fmt->group, hp->head_dim),
                    WK_ERR_INVALID;
     }
-    const bool windows = fmt->sink + fmt->recent > 0;
+    const bool windows = kv->layout.window_bytes > 0;
     const uint64_t peak0 = wk_kv_layout_pool_peak_bytes(&kv->layout, 0, (uint64_t)max_ctx, (uint64_t)max_batch);
     const uint64_t peak1 = wk_kv_layout_pool_peak_bytes(&kv->layout, 1, (uint64_t)max_ctx, (uint64_t)max_batch);
     uint64_t budget1 = 0;
@@ -87,7 +89,7 @@ int wk_kv_cache_create_paged(wk_vk *vk, wk_kv_cache *kv, const wk_hparams *hp, c
     pp.max_seqs = windows ? (uint32_t)n_slots : 0;
     if (windows && budget < pp.max_seqs * kv->layout.window_bytes + kv->layout.n_groups * kv->layout.bytes_per_block)
         return snprintf(err, errlen, "KV pool of %llu bytes cannot hold %u f16 window slots of %llu bytes (one per "
-                        "sequence) and a block: raise --kv-mem or lower --kv-sink/--kv-recent",
+                        "sequence) and a block: raise --kv-mem or lower --kv-sink/--kv-recent/--kv-swa-sink/--kv-swa-recent",
                         (unsigned long long)budget, pp.max_seqs, (unsigned long long)kv->layout.window_bytes),
                WK_ERR_INVALID;
     int st = wk_kv_pool_create(&pp, &kv->pool);
@@ -159,7 +161,8 @@ uint64_t wk_kv_cache_step_read_bytes(const wk_kv_cache *kv, const wk_hparams *hp
             const bool own = wk_kv_cache_group_swa(kv, kv->group_of[il]);
             const wk_kvq_block_layout *q = own ? &kv->swa_layout.q : &kv->layout.q;
             const uint64_t code = q->code_bytes_per_token + q->param_bytes_per_token;
-            const uint64_t sink = (uint64_t)kv->layout.sink, recent = (uint64_t)kv->layout.recent;
+            const wk_kv_win *w = &kv->layout.win[kv->win_class_of[il]];
+            const uint64_t sink = (uint64_t)w->sink, recent = (uint64_t)w->recent;
             if (sink + recent == 0) {
                 bytes = (pos + 1 - first) * code;
             } else {

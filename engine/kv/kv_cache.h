@@ -21,6 +21,9 @@ typedef struct wk_kv_cache {
     /* Layer groups (wk_kv_layer_groups): layer il's blocks are its sequence's group_of[il] table
      * entries, its slabs slot_of[il] in each; the last layout.swa_groups groups slide. */
     int group_of[WK_MAX_LAYERS], slot_of[WK_MAX_LAYERS];
+    /* Window classes (layout.win): layer il's f16 window rows are class win_class_of[il]'s
+     * (1: a sliding-window layer), its K and V the win_layer_of[il]-th layer's in each of that class's rows. */
+    int win_class_of[WK_MAX_LAYERS], win_layer_of[WK_MAX_LAYERS];
     int rank_k, rank_v;        /* percentile clip ranks (wk_kvq_percentile_rank) */
     /* Per-layer-class formats (swa_pool non-NULL): the sliding groups' blocks are swa_fmt's
      * (swa_layout: the same groups, no windows) and come from swa_pool. Its blocks live in pool_buf

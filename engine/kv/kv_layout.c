@@ -36,19 +36,29 @@ void wk_kv_layer_groups(const bool *is_swa, int n_layer, int window, int max_ctx
     g->swa_window = slide ? window : 0;
 }
 
+int wk_kv_win_layers(const bool *is_swa, int n_layer, int window, int *class_of, int *index_of) {
+    int n[2] = {0, 0};
+    for (int il = 0; il < n_layer; il++) {
+        class_of[il] = window > 0 && is_swa[il] ? 1 : 0;
+        index_of[il] = n[class_of[il]]++;
+    }
+    return n[1];
+}
+
 int wk_kv_layout_get(const wk_kv_geom *g, const wk_kv_fmt *f, wk_kv_layout *out) {
     memset(out, 0, sizeof *out);
     int bt = g->block_tokens ? g->block_tokens : WK_KV_BLOCK_TOKENS_DEFAULT;
     const int gl = g->group_layers ? g->group_layers : g->n_layer;
     if (g->n_layer <= 0 || g->n_head_kv <= 0 || g->head_dim <= 0 || bt <= 0 || f->sink < 0 || f->recent < 0 ||
-        gl <= 0 || g->n_layer % gl != 0 || g->swa_groups < 0 || g->swa_groups > g->n_layer / gl ||
-        (g->swa_groups > 0 && g->swa_window <= 0))
+        f->swa_sink < 0 || f->swa_recent < 0 || gl <= 0 || g->n_layer % gl != 0 || g->swa_groups < 0 ||
+        g->swa_groups > g->n_layer / gl || (g->swa_groups > 0 && g->swa_window <= 0) || g->swa_layers < 0 ||
+        g->swa_layers > g->n_layer)
         return WK_ERR_INVALID;
     const uint64_t D = (uint64_t)g->head_dim;
     uint64_t slab;
     if (f->bits == 16) {
         /* An f16 window on an f16 cache would only store every token twice. */
-        if (f->sink || f->recent) return WK_ERR_INVALID;
+        if (f->sink || f->recent || f->swa_sink || f->swa_recent) return WK_ERR_INVALID;
         slab = (uint64_t)bt * D * 2;
     } else {
         if (!wk_kvq_block_layout_get(f->kind, f->bits, f->group, g->head_dim, bt, &out->q)) return WK_ERR_INVALID;
@@ -69,9 +79,20 @@ int wk_kv_layout_get(const wk_kv_geom *g, const wk_kv_fmt *f, wk_kv_layout *out)
     out->bytes_per_block = 2 * (uint64_t)gl * (uint64_t)g->n_head_kv * slab;
     out->elements_per_token = heads * D;
     out->f16_row_bytes = out->elements_per_token * 2;
-    out->sink = f->sink;
-    out->recent = f->recent;
-    out->window_bytes = (uint64_t)(f->sink + f->recent) * out->f16_row_bytes;
+    /* The window slot: each layer class's rows over its own layers, full-attention first. */
+    const int layers[2] = {g->n_layer - g->swa_layers, g->swa_layers};
+    const int sink[2] = {f->sink, f->swa_sink}, recent[2] = {f->recent, f->swa_recent};
+    out->window_bytes = 0;
+    for (int c = 0; c < 2; c++) {
+        wk_kv_win *w = &out->win[c];
+        /* A class without layers keeps no window: its flags change nothing. */
+        w->sink = layers[c] ? sink[c] : 0;
+        w->recent = layers[c] ? recent[c] : 0;
+        w->layers = layers[c];
+        w->row_bytes = out->f16_row_bytes / (uint64_t)g->n_layer * (uint64_t)layers[c];
+        w->offset = out->window_bytes;
+        out->window_bytes += (uint64_t)(w->sink + w->recent) * w->row_bytes;
+    }
     out->block_bits_per_element = (double)slab * 8.0 / ((double)bt * (double)D);
     out->swa_bytes_per_block = out->bytes_per_block;
     return WK_OK;

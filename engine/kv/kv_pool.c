@@ -12,7 +12,7 @@
 struct wk_kv_pool {
     uint32_t block_tokens;
     uint64_t bpb, window_bytes;
-    uint32_t sink, recent;
+    uint32_t sink[2], recent[2]; /* per window class (wk_kv_win), for the ring checks */
     uint32_t n_blocks;
     uint32_t *refcount;   /* per block: table references + external references */
     uint32_t *ext;        /* per block: external references (wk_kv_pool_share) */
@@ -52,8 +52,10 @@ void wk_kv_pool_params_from_layout(const wk_kv_layout *l, uint64_t budget_bytes,
     p->bytes_per_block = l->bytes_per_block;
     p->budget_bytes = budget_bytes;
     p->window_bytes = l->window_bytes;
-    p->sink = (uint32_t)l->sink;
-    p->recent = (uint32_t)l->recent;
+    p->sink = (uint32_t)l->win[0].sink;
+    p->recent = (uint32_t)l->win[0].recent;
+    p->swa_sink = (uint32_t)l->win[1].sink;
+    p->swa_recent = (uint32_t)l->win[1].recent;
     p->max_seqs = max_seqs;
 }
 
@@ -76,8 +78,10 @@ int wk_kv_pool_create(const wk_kv_pool_params *p, wk_kv_pool **out) {
     pool->block_tokens = bt;
     pool->bpb = p->bytes_per_block;
     pool->window_bytes = p->window_bytes;
-    pool->sink = p->sink;
-    pool->recent = p->recent;
+    pool->sink[0] = p->sink;
+    pool->recent[0] = p->recent;
+    pool->sink[1] = p->swa_sink;
+    pool->recent[1] = p->swa_recent;
     pool->n_blocks = (uint32_t)nb;
     pool->refcount = calloc(nb, sizeof *pool->refcount);
     pool->ext = calloc(nb, sizeof *pool->ext);
@@ -649,17 +653,20 @@ int wk_kv_seq_advance(wk_kv_seq *s, uint32_t n) {
  * rows a sequence of n tokens needs. Position p >= sink lives in ring row (p - sink) % recent; the
  * next query (at n) reads f16 keys max(sink, n-recent+1) .. n-1 from the ring, and row of p was
  * overwritten iff p + recent <= written - 1. The smallest needed p decides. */
-static bool ring_holds(const wk_kv_pool *pool, uint64_t written, uint64_t n) {
-    if (pool->recent == 0 || n == 0) return true;
-    uint64_t lo = n + 1 > pool->recent ? n + 1 - pool->recent : 0;
-    if (lo < pool->sink) lo = pool->sink;
+static bool ring_holds(uint64_t sink, uint64_t recent, uint64_t written, uint64_t n) {
+    if (recent == 0 || n == 0) return true;
+    uint64_t lo = n + 1 > recent ? n + 1 - recent : 0;
+    if (lo < sink) lo = sink;
     if (lo > n - 1) return true; /* nothing needed from the ring */
-    return lo + pool->recent > written - 1;
+    return lo + recent > written - 1;
 }
 
 /* A sequence without a window slot has no ring to lose. */
 static bool seq_ring_holds(const wk_kv_seq *s, uint64_t n) {
-    return s->window_slot == UINT32_MAX || ring_holds(s->pool, s->n_tokens, n);
+    const wk_kv_pool *p = s->pool;
+    /* Each layer class has its own ring (wk_kv_win): losing either loses keys. */
+    return s->window_slot == UINT32_MAX || (ring_holds(p->sink[0], p->recent[0], s->n_tokens, n) &&
+                                            ring_holds(p->sink[1], p->recent[1], s->n_tokens, n));
 }
 
 int wk_kv_seq_truncate(wk_kv_seq *s, uint32_t n_tokens) {

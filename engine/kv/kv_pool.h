@@ -23,6 +23,10 @@
  *   - each sequence holds one window slot of (S + R) f16 token rows (all layers, K and V, every KV
  *     head; row layout [layer][kv][head][head_dim] f16): position p < S in row p (sinks, written
  *     once), position p >= S in row S + (p - S) % R (a ring of the last R positions).
+ *     Per layer class (--kv-swa-sink / --kv-swa-recent): the full-attention layers and the
+ *     sliding-window layers each have their own S and R, and the slot is the two classes' regions
+ *     one after the other, each as above over its own layers only (wk_kv_win); a class with no
+ *     window has no region.
  *     The attention reads f16 for p < S and for p > n - 1 - R (the last R keys), codes otherwise.
  *   - window slots come from a fixed region after the blocks, one per possible sequence
  *     (max_seqs), so they are part of the same budget and the same allocation. A sequence's bytes
@@ -123,14 +127,28 @@ typedef struct wk_kv_geom {
      * swa_groups groups are sliding-window layers of swa_window tokens, which only ever need their
      * last blocks (wk_kv_layout_seq_peak_bytes). group_layers 0: one group of every layer. */
     int group_layers, swa_groups, swa_window;
+    /* The sliding-window layers' count (window class 1, wk_kv_win below), whether or not they have
+     * groups of their own; 0 on a model without them. */
+    int swa_layers;
 } wk_kv_geom;
 
 typedef struct wk_kv_fmt {
     int bits;         /* 16: f16; 2, 3, 4: packed codes */
     wk_kvq_kind kind; /* quantizer (bits < 16 only) */
     int group;        /* G (bits < 16 only) */
-    int sink, recent; /* f16 window tokens, 0 = off (bits < 16 only) */
+    int sink, recent; /* f16 window tokens of the full-attention layers, 0 = off (bits < 16 only) */
+    int swa_sink, swa_recent; /* the same for the sliding-window layers (geom swa_layers) */
 } wk_kv_fmt;
+
+/* The f16 windows of one layer class (0: full-attention layers, 1: sliding-window layers). A
+ * window slot is the classes' regions one after the other: class c's starts at byte `offset` of
+ * the slot and holds sink + recent rows of row_bytes, a row being one token of each of the
+ * class's `layers` layers, [layer in class][K|V][head][head_dim] f16 (row layout: kv_pool.h's
+ * top comment). A class with sink + recent 0 has no region and reads every key from its blocks. */
+typedef struct wk_kv_win {
+    int sink, recent, layers;
+    uint64_t row_bytes, offset;
+} wk_kv_win;
 
 typedef struct wk_kv_layout {
     int block_tokens;
@@ -139,9 +157,9 @@ typedef struct wk_kv_layout {
     uint64_t slab_bytes;          /* one (layer, K|V, head) slab of block_tokens tokens */
     uint64_t bytes_per_block;     /* one pool block: 2 * group_layers * n_head_kv * slab_bytes */
     uint64_t elements_per_token;  /* 2 * n_layer * n_head_kv * head_dim (K and V) */
-    uint64_t f16_row_bytes;       /* one window row: elements_per_token * 2 */
-    uint64_t window_bytes;        /* (sink + recent) * f16_row_bytes, per sequence */
-    int sink, recent;
+    uint64_t f16_row_bytes;       /* one token of every layer, K and V, f16: elements_per_token * 2 */
+    uint64_t window_bytes;        /* the window slot, per sequence: both classes' regions */
+    wk_kv_win win[2];             /* per layer class (0 full-attention, 1 sliding), wk_kv_win */
     double block_bits_per_element; /* codes + scales + zeros, no windows: slab_bytes*8/(bt*D) */
     wk_kvq_block_layout q;        /* the kv_quant.h slab layout (quantized formats; zero for f16) */
     /* Per-layer-class formats (wk_kv_layout_set_swa): the sliding groups' blocks are
@@ -161,6 +179,10 @@ typedef struct wk_kv_layout {
  * 3 layers, 5 of them sliding. */
 void wk_kv_layer_groups(const bool *is_swa, int n_layer, int window, int max_ctx, int *group_of, int *slot_of,
                         wk_kv_geom *g);
+/* The window classes (wk_kv_win): class_of[il] is 1 for a sliding-window layer (is_swa, window
+ * > 0), else 0; index_of[il] the layer's place among its class's layers. Returns the sliding
+ * layers' count, the geometry's swa_layers. */
+int wk_kv_win_layers(const bool *is_swa, int n_layer, int window, int *class_of, int *index_of);
 /* WK_OK, or WK_ERR_INVALID for a geometry/format kv_quant.h cannot lay out (D % G, D*b % 32, a
  * slab that is not a whole number of u32 words), layer groups that do not divide n_layer, or
  * windows on an f16 cache. */
@@ -208,6 +230,7 @@ typedef struct wk_kv_pool_params {
     uint32_t max_seqs;        /* window slots = sequences with a window at once; required when
                                * window_bytes > 0; 0: no windows (sequences are unlimited either way
                                * when created without one, wk_kv_seq_create_ex) */
+    uint32_t swa_sink, swa_recent; /* the sliding layers' window (ring checks: each class's ring) */
 } wk_kv_pool_params;
 
 /* Fills params from a layout (block size, window size and geometry). */

@@ -27,6 +27,7 @@ typedef struct fmt_state {
     bool quantize;
     wk_kvq_kind kind;
     int bits, G, sink, recent;
+    int swa_sink, swa_recent; /* the sliding-window layers' f16 windows (sink, recent unless their own) */
     int swa_bits; /* the sliding-window layers' bits (per-layer-class formats) */
     float rho_k, rho_v;
     wk_kv_xform x;
@@ -150,11 +151,13 @@ static void parallel_for(layer_ctx *c, item_fn fn, int n_items, int T, double *s
 
 /* Key or value row j of KV head g as query i reads it: the reference reads the f16 rows; the
  * format reads the exact (transformed) row inside the f16 windows, the dequantized one elsewhere. */
-static bool exact_row(const fmt_state *fs, int j, int i) { return j < fs->sink || j > i - fs->recent; }
+static int layer_sink(const layer_ctx *c) { return c->window ? c->fs->swa_sink : c->fs->sink; } /* window: sliding */
+static int layer_recent(const layer_ctx *c) { return c->window ? c->fs->swa_recent : c->fs->recent; }
+static bool exact_row(const layer_ctx *c, int j, int i) { return j < layer_sink(c) || j > i - layer_recent(c); }
 static const double *kv_row(const layer_ctx *c, bool quant, bool value, int j, int i, int g) {
     const size_t at = ((size_t)j * c->Hk + g) * c->D;
     if (!quant) return (value ? c->vr : c->kr) + at;
-    const bool exact = exact_row(c->fs, j, i);
+    const bool exact = exact_row(c, j, i);
     if (value) return (exact ? c->vt : c->vq) + at;
     return (exact ? c->kt : c->kq) + at;
 }
@@ -207,9 +210,9 @@ static void attend_block(const layer_ctx *c, bool quant, int h, int i0, int i1, 
         const double *q = Q + ((size_t)i * c->Hq + h) * D;
         double *si = s + (size_t)(i - i0) * m - jlo, *o = out + (size_t)(i - i0) * out_stride;
         const int j0 = first_key(c, i);
-        if (quant && (c->fs->sink || c->fs->recent))
+        if (quant && (layer_sink(c) || layer_recent(c)))
             for (int j = j0; j <= i; j++)
-                if (exact_row(c->fs, j, i)) si[j] = dot_ordered(q, kv_row(c, true, false, j, i, g), D);
+                if (exact_row(c, j, i)) si[j] = dot_ordered(q, kv_row(c, true, false, j, i, g), D);
         double mx = -INFINITY, sum = 0;
         for (int j = j0; j <= i; j++) {
             si[j] *= c->scale;
@@ -353,7 +356,7 @@ static int check_format(const wk_kv_error_format *f, int D, int idx, char *err, 
         return wk_fail(err, errlen, WK_ERR_INVALID, "format %d: unknown KV transform %d", idx, (int)f->transform);
     if (f->transform == WK_KV_TRANSFORM_WUSH && !f->wush_path)
         return wk_fail(err, errlen, WK_ERR_INVALID, "format %d: the WUSH transform needs a sidecar file", idx);
-    if (f->sink < 0 || f->recent < 0)
+    if (f->sink < 0 || f->recent < 0 || (f->swa_windows && (f->swa_sink < 0 || f->swa_recent < 0)))
         return wk_fail(err, errlen, WK_ERR_INVALID, "format %d: f16 windows must be >= 0", idx);
     if (!(f->rho_k >= 0 && f->rho_k <= 1 && f->rho_v >= 0 && f->rho_v <= 1))
         return wk_fail(err, errlen, WK_ERR_INVALID, "format %d: percentile quantiles must be in (0, 1]", idx);
@@ -377,6 +380,8 @@ static int load_format(const wk_engine *e, const wk_kv_error_format *f, fmt_stat
     fs->G = f->group ? f->group : 32;
     fs->sink = f->sink;
     fs->recent = f->recent;
+    fs->swa_sink = f->swa_windows ? f->swa_sink : f->sink;
+    fs->swa_recent = f->swa_windows ? f->swa_recent : f->recent;
     fs->rho_k = f->rho_k > 0 ? f->rho_k : WK_KVQ_RHO_K;
     fs->rho_v = f->rho_v > 0 ? f->rho_v : WK_KVQ_RHO_V;
     return wk_kv_xform_load(&fs->x, (wk_xform_kind)f->transform, f->wush_path, wk_engine_gguf(e),

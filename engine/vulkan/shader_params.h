@@ -46,18 +46,24 @@ typedef struct { WK_PC_GLU(WK_PC_MEMBER, ) } wk_pc_glu;
  * format). n_tiles: query tiles (wk_attn_tile), one workgroup each. */
 #define WK_PC_ATTENTION_PAGED(X, s)                                                                   \
     X(s, uint32_t, head_dim) X(s, uint32_t, n_head) X(s, uint32_t, n_head_kv) X(s, uint32_t, window) \
-    X(s, uint32_t, n_tiles) X(s, uint32_t, layer)                                                     \
+    X(s, uint32_t, n_tiles) X(s, uint32_t, win_layer)                                                 \
     X(s, int32_t, kind) X(s, int32_t, bits) X(s, int32_t, group)                                      \
     X(s, uint32_t, block_tokens) X(s, uint32_t, slab_words) X(s, uint32_t, block_words)               \
     X(s, uint32_t, params_words) X(s, uint32_t, code_words)                                           \
     X(s, uint32_t, head_rows) X(s, uint32_t, n_split) /* engine/kv/attention_plan.h */                \
-    X(s, uint32_t, sink) X(s, uint32_t, recent) X(s, uint32_t, f16_row_words) /* f16 windows */       \
+    /* f16 windows of the layer's class (engine/kv/kv_pool.h wk_kv_win): its region starts          \
+     * win_off words into the slot, a row is f16_row_words, the layer the win_layer-th of the class */ \
+    X(s, uint32_t, sink) X(s, uint32_t, recent) X(s, uint32_t, f16_row_words) X(s, uint32_t, win_off) \
     /* Layer groups (engine/kv/kv_pool.h): the layer's slabs are slab_layer's in its blocks, and       \
      * block i of a sequence is table entry i * table_stride + table_col. */                          \
     X(s, uint32_t, slab_layer) X(s, uint32_t, table_stride) X(s, uint32_t, table_col)
 typedef struct { WK_PC_ATTENTION_PAGED(WK_PC_MEMBER, ) } wk_pc_attention_paged;
 
-#define WK_PC_KV_STORE_WINDOW(X, s) X(s, uint32_t, head_dim) X(s, uint32_t, n_head_kv) X(s, uint32_t, n_tokens) X(s, uint32_t, layer)
+/* kv_store_window: token t's row is dest[dest_base + t] (the step's rows of the layer's window
+ * class); the layer is the win_layer-th of its class. */
+#define WK_PC_KV_STORE_WINDOW(X, s)                                                                  \
+    X(s, uint32_t, head_dim) X(s, uint32_t, n_head_kv) X(s, uint32_t, n_tokens) X(s, uint32_t, win_layer) \
+    X(s, uint32_t, dest_base)
 typedef struct { WK_PC_KV_STORE_WINDOW(WK_PC_MEMBER, ) } wk_pc_kv_store_window;
 
 #define WK_PC_ATTENTION_REDUCE(X, s) X(s, uint32_t, head_dim) X(s, uint32_t, n_head) X(s, uint32_t, n_tokens) X(s, uint32_t, n_split)

@@ -42,7 +42,7 @@ int wk_engine_wo(const wk_engine *e, int layer, float *out, char *err, size_t er
  *              layer's sliding window), scaled by the model's attention scale, f16 k and v;
  *   quantized  k' = T_K k, q' = T_K^-T q, v' = T_V v, each group of k' and v' quantized and
  *              dequantized (keys and values j < sink or j > p - recent of a query at p stay
- *              exact), o' = attn(q', k'^, v'^), o = T_V^-1 o', y_q = W_o o;
+ *              exact; the sliding layers' own windows with swa_windows), o' = attn(q', k'^, v'^), o = T_V^-1 o', y_q = W_o o;
  *   rel_mse = sum_t ||y_q - y_ref||^2 / sum_t ||y_ref||^2 and the same on o before W_o.
  * Each layer's inputs are the f16 model's activations, so each layer's error is its own, not
  * accumulated from earlier layers' errors. Arithmetic in double (scores, softmax, outputs). */
@@ -55,6 +55,8 @@ typedef struct wk_kv_error_format {
     const char *wush_path;   /* the WUSH sidecar (transform WK_KV_TRANSFORM_WUSH) */
     uint64_t transform_seed; /* Hadamard signs; 0: the engine's default (as wk_engine_params) */
     int sink, recent;        /* f16 windows, as wk_engine_params kv_sink / kv_recent; 0: off */
+    bool swa_windows;        /* the sliding-window layers keep swa_sink / swa_recent instead, as */
+    int swa_sink, swa_recent; /* wk_engine_params kv_swa_windows / kv_swa_sink / kv_swa_recent */
     int swa_bits;            /* the sliding-window layers' bits (2, 3, 4), as wk_engine_params
                               * kv_swa_bits; 0: bits (a quantized format only) */
 } wk_kv_error_format;

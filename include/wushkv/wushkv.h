@@ -90,8 +90,13 @@ typedef struct wk_engine_params {
     const char *wush_path;
     uint64_t kv_transform_seed;
     /* f16 windows of a quantized cache: a query at position p reads keys and values j < kv_sink
-     * and j > p - kv_recent in f16, the rest from the codes (0, 0: off). */
+     * and j > p - kv_recent in f16, the rest from the codes (0, 0: off). Per layer class: with
+     * kv_swa_windows the sliding-window layers keep kv_swa_sink / kv_swa_recent instead (0, 0: none
+     * for them; the full-attention layers keep kv_sink / kv_recent); without, every layer keeps
+     * kv_sink / kv_recent. A window for a class the model lacks changes nothing. */
     int kv_sink, kv_recent;
+    bool kv_swa_windows;
+    int kv_swa_sink, kv_swa_recent;
     /* Percentile quantizer clip quantiles for keys and values (0: 0.96 and 0.92). */
     float kv_rho_k, kv_rho_v;
     /* Unmap the model file once the engine is open. Serving never reads it again (the weights are on
@@ -135,8 +140,10 @@ typedef struct wk_model_info {
      * layers and windows) has kv_pool_bytes - kv_swa_pool_bytes; 0: one pool for every layer. */
     int kv_bits, kv_swa_bits;
     uint64_t kv_swa_block_bytes, kv_swa_pool_bytes, kv_swa_pool_blocks;
-    /* The f16 windows (wk_engine_params kv_sink, kv_recent; 0 for the f16 cache). */
-    int kv_sink, kv_recent;
+    /* The f16 windows (wk_engine_params kv_sink, kv_recent; 0 for the f16 cache) of the
+     * full-attention layers and kv_swa_sink, kv_swa_recent of the sliding-window layers (0 for a
+     * class the model does not have). */
+    int kv_sink, kv_recent, kv_swa_sink, kv_swa_recent;
     /* The device, for reports: its type ("discrete GPU", "integrated GPU", "virtual GPU", "CPU",
      * "other"), its driver's name and version string (empty below Vulkan 1.2), the subgroup size
      * the shaders run at, shared memory per workgroup, PCI vendor and device ids. */

@@ -275,6 +275,7 @@ int cmd_perplexity(int argc, char **argv) {
     }
     if (o.layer_error) { /* the layer error applies the format itself to an f16 capture of one window */
         ep.kv_bits = ep.kv_group = ep.kv_sink = ep.kv_recent = ep.kv_swa_bits = 0;
+        ep.kv_swa_windows = false;
         ep.kv_quant = WK_KV_QUANT_QUEST;
         ep.kv_transform = WK_KV_TRANSFORM_NONE;
         ep.kv_rho_k = ep.kv_rho_v = 0;

@@ -43,6 +43,12 @@ static const struct {
     {"--kv-swa", "FMT",
      "int2/3/4: format of the sliding-window layers' cache: int2, int3,\n"
      "int4 (default: as --kv; no effect on a model without them)"},
+    {"--kv-swa-sink", "S",
+     "int2/3/4: f16 sink tokens of the sliding-window layers (default:\n"
+     "as --kv-sink; --kv-sink then counts for the other layers only)"},
+    {"--kv-swa-recent", "R",
+     "int2/3/4: f16 recent tokens of the sliding-window layers (default:\n"
+     "as --kv-recent; --kv-recent then counts for the other layers only)"},
 };
 enum { N_FLAGS = sizeof flags / sizeof flags[0] };
 
@@ -130,6 +136,14 @@ bool kv_flags_parse(cli *c, kv_flags *f) {
     } else if (cli_is(c, NULL, "--kv-rho-v")) {
         name = f->percentile_only = "--kv-rho-v";
         ok = quantile(c, &f->rho_v);
+    } else if (cli_is(c, NULL, "--kv-swa-sink")) {
+        name = "--kv-swa-sink";
+        ok = cli_int(c, 0, INT_MAX, &f->swa_sink);
+        f->swa_sink_given = true;
+    } else if (cli_is(c, NULL, "--kv-swa-recent")) {
+        name = "--kv-swa-recent";
+        ok = cli_int(c, 0, INT_MAX, &f->swa_recent);
+        f->swa_recent_given = true;
     } else if (cli_is(c, NULL, "--kv-swa")) {
         name = "--kv-swa";
         ok = cli_choice(c, bits_names + 1, 3, &i); /* int2, int3, int4 */
@@ -152,6 +166,10 @@ bool kv_flags_finish(const cli *c, kv_flags *f) {
         if (!f->sink_given) f->sink = 0;
         if (!f->recent_given) f->recent = 0;
     }
+    /* The sliding layers' windows: the one of the pair not given follows the other layers'. */
+    f->swa_windows = f->swa_sink_given || f->swa_recent_given;
+    if (!f->swa_sink_given) f->swa_sink = f->sink;
+    if (!f->swa_recent_given) f->swa_recent = f->recent;
     if (f->bits == 16 && f->quantized_only) {
         cli_error(c, "%s applies to a quantized KV cache (--kv int2, int3 or int4), not to f16", f->quantized_only);
         return false;
@@ -181,6 +199,9 @@ void kv_flags_apply(const kv_flags *f, wk_engine_params *p) {
     p->kv_rho_k = f->rho_k;
     p->kv_rho_v = f->rho_v;
     p->kv_swa_bits = f->swa_bits;
+    p->kv_swa_windows = f->swa_windows;
+    p->kv_swa_sink = f->swa_sink;
+    p->kv_swa_recent = f->swa_recent;
 }
 
 /* Appends to buf at *len, keeping it NUL-terminated when it runs out. */
@@ -210,6 +231,9 @@ const char *kv_flags_describe(const kv_flags *f, char *buf, size_t cap) {
     if (f->sink) append(buf, cap, &len, " sink%d", f->sink);
     if (f->recent) append(buf, cap, &len, " recent%d", f->recent);
     if (quantized && f->swa_bits && f->swa_bits != f->bits) append(buf, cap, &len, " swa:int%d", f->swa_bits);
+    /* The sliding layers' windows, when they are their own. */
+    if (quantized && f->swa_windows && (f->swa_sink != f->sink || f->swa_recent != f->recent))
+        append(buf, cap, &len, " swa:sink%d:recent%d", f->swa_sink, f->swa_recent);
     return buf;
 }
 

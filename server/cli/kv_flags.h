@@ -1,6 +1,6 @@
 /* The KV-cache flags every model-running command shares (serve, generate, perplexity, bench): --kv,
  * --kv-quant, --kv-group, --kv-mem, --kv-transform, --wush, --kv-sink, --kv-recent, --kv-rho-k,
- * --kv-rho-v, --kv-swa. One parser, one set of defaults and messages, one help text. */
+ * --kv-rho-v, --kv-swa, --kv-swa-sink, --kv-swa-recent. One parser, one set of defaults and messages, one help text. */
 #ifndef WUSHKV_KV_FLAGS_H
 #define WUSHKV_KV_FLAGS_H
 
@@ -23,8 +23,12 @@ typedef struct kv_flags {
     int sink, recent;      /* f16 windows of a quantized cache, in tokens (0: off) */
     float rho_k, rho_v;    /* percentile clip quantiles; 0: the engine's (0.96, 0.92) */
     int swa_bits;          /* --kv-swa: 2, 3, 4 for the sliding-window layers; 0: as bits */
+    /* --kv-swa-sink / --kv-swa-recent: the sliding-window layers' own f16 windows (swa_windows;
+     * the one not given is as --kv-sink / --kv-recent); without either they keep sink / recent. */
+    bool swa_windows;
+    int swa_sink, swa_recent;
     /* What kv_flags_finish's defaults and checks depend on. */
-    bool bits_given, group_given, transform_given, sink_given, recent_given;
+    bool bits_given, group_given, transform_given, sink_given, recent_given, swa_sink_given, swa_recent_given;
     const char *quantized_only;  /* the last flag given that only an int2/3/4 cache takes */
     const char *percentile_only; /* the last of --kv-rho-k / --kv-rho-v given */
 } kv_flags;

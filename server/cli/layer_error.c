@@ -33,6 +33,9 @@ void layer_error_format_from_flags(const wk_engine_params *kv, wk_kv_error_forma
                               .transform_seed = kv->kv_transform_seed,
                               .sink = kv->kv_sink,
                               .recent = kv->kv_recent,
+                              .swa_windows = kv->kv_swa_windows,
+                              .swa_sink = kv->kv_swa_sink,
+                              .swa_recent = kv->kv_swa_recent,
                               .swa_bits = kv->kv_swa_bits};
 }
 
@@ -75,17 +78,20 @@ int layer_error_parse_formats(const char *list, const wk_engine_params *kv, wk_k
             int v = 0;
             bool ok = true;
             if (k == 0) ok = (v = lookup(field, len, bits_names, 4)) >= 0 && (f.bits = bits_of[v], true);
-            else if (len == 0 && k < 5) ok = true; /* empty: from the flags */
+            else if (len == 0 && k < 7) ok = true; /* empty: from the flags */
             else if (k == 1) ok = (v = lookup(field, len, quant_names, 3)) >= 0 && (f.quant = (wk_kv_quant)v, true);
             else if (k == 2) ok = (v = lookup(field, len, transform_names, 3)) >= 0 &&
                                   (f.transform = (wk_kv_transform)v, true);
             else if (k == 3) ok = parse_window(field, len, &f.sink);
             else if (k == 4) ok = parse_window(field, len, &f.recent);
+            /* The sliding layers' own windows; the other of the pair stays as it was. */
+            else if (k == 5) ok = parse_window(field, len, &f.swa_sink) && (f.swa_windows = true);
+            else if (k == 6) ok = parse_window(field, len, &f.swa_recent) && (f.swa_windows = true);
             else ok = false;
             if (!ok)
-                return snprintf(err, errlen, "format '%.*s': expected FMT[:QUANT[:TRANSFORM[:SINK[:RECENT]]]] "
-                                "with FMT f16/int2/int3/int4, QUANT quest/percentile/absmax, TRANSFORM "
-                                "none/hadamard/wush, windows 0..1048576", (int)(end - p), p), -1;
+                return snprintf(err, errlen, "format '%.*s': expected FMT[:QUANT[:TRANSFORM[:SINK[:RECENT[:SWA_SINK"
+                                "[:SWA_RECENT]]]]]] with FMT f16/int2/int3/int4, QUANT quest/percentile/absmax, "
+                                "TRANSFORM none/hadamard/wush, windows 0..1048576", (int)(end - p), p), -1;
             if (!colon) break;
             field = colon + 1;
         }
@@ -104,6 +110,8 @@ static void describe(const wk_kv_error_format *f, char *buf, size_t cap) {
         len = snprintf(buf, cap, "int%d %s g%d %s", f->bits, quant_name(f->quant), f->group ? f->group : 32, t);
     if ((f->sink || f->recent) && len > 0 && (size_t)len < cap)
         len += snprintf(buf + len, cap - (size_t)len, " sink %d recent %d", f->sink, f->recent);
+    if (f->swa_windows && (f->swa_sink != f->sink || f->swa_recent != f->recent) && len > 0 && (size_t)len < cap)
+        len += snprintf(buf + len, cap - (size_t)len, " swa sink %d recent %d", f->swa_sink, f->swa_recent);
     if (f->bits != 16 && f->bits != 0 && f->swa_bits && f->swa_bits != f->bits && len > 0 && (size_t)len < cap)
         snprintf(buf + len, cap - (size_t)len, " swa int%d", f->swa_bits);
 }
@@ -121,6 +129,8 @@ static void print_json(const wk_kv_error_format *f, const wk_kv_error_layer *r, 
     cJSON_AddNumberToObject(obj, "group", f->group ? f->group : 32);
     cJSON_AddNumberToObject(obj, "sink", f->sink);
     cJSON_AddNumberToObject(obj, "recent", f->recent);
+    cJSON_AddNumberToObject(obj, "swa_sink", f->swa_windows ? f->swa_sink : f->sink);
+    cJSON_AddNumberToObject(obj, "swa_recent", f->swa_windows ? f->swa_recent : f->recent);
     cJSON_AddNumberToObject(obj, "swa_bits", f->swa_bits && f->bits != 16 && f->bits != 0 ? f->swa_bits : f->bits == 0 ? 16 : f->bits);
     cJSON_AddNumberToObject(obj, "ctx", ctx);
     for (int il = 0; il < L; il++) {

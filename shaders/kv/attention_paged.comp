@@ -13,7 +13,10 @@
 // f16 windows (--kv-sink S, --kv-recent R): a row at position p reads key/value j in f16 when
 // j < S or j > p - R, from its sequence's window slot (engine/kv/kv_pool.h: sinks in rows 0..S-1, a
 // ring of the last R positions after them) or, for this step's own tokens, from the K/V
-// activations rounded to f16 exactly as kv_store_window.comp stores them after this pass.
+// activations rounded to f16 exactly as kv_store_window.comp stores them after this pass. S and R
+// are the layer's class's (wk_kv_win: full-attention and sliding layers each have their own), as
+// is the region of the slot its rows live in (win_off, f16_row_words, win_layer); S = R = 0 reads
+// every key, this step's included, from the blocks.
 // Lanes own contiguous 4-dim chunks of the head vector, so a lane's chunks usually sit in one
 // quantizer group (one parameter fetch per key). Decoding is kv_quant.glsl's, bit-identical to
 // the C twin. Pool layout (engine/kv/kv_pool.h): block b holds, for every (layer, K|V, KV head), a
@@ -57,7 +60,7 @@ layout(std430, binding = 4) writeonly buffer O { vec4 o4[]; };        // [T][n_h
 layout(std430, binding = 5) readonly buffer Tiles { Tile tiles[]; };
 layout(std430, binding = 6) writeonly buffer Part { vec4 part[]; };   // split partials (n_split > 1)
 layout(push_constant) uniform PC {
-    uint head_dim; uint n_head; uint n_head_kv; uint window; uint n_tiles; uint layer;
+    uint head_dim; uint n_head; uint n_head_kv; uint window; uint n_tiles; uint win_layer;
     int kind; int bits; int group; uint block_tokens;
     uint slab_words;        // one (layer, K|V, head) slab
     uint block_words;       // one block
@@ -65,8 +68,9 @@ layout(push_constant) uniform PC {
     uint code_words;        // codes of one token (D*bits/32; f16: D/2)
     uint head_rows;         // query heads per tile token
     uint n_split;           // key splits (gl_NumWorkGroups.z)
-    uint sink, recent;      // f16 windows (0, 0: off)
-    uint f16_row_words;     // one window row: every layer's K and V heads, f16
+    uint sink, recent;      // f16 windows of the layer's class (0, 0: off)
+    uint f16_row_words;     // one window row of the class: its layers' K and V heads, f16
+    uint win_off;           // the class's rows: words into the window slot
     uint slab_layer;        // the layer's place in its layer group: its slabs in a block
     uint table_stride;      // block-table entries per block of tokens (layer groups)
     uint table_col;         // the layer's group: its entry among them
@@ -156,7 +160,8 @@ void load_f16(uint j, uint kv, uint kh, Tile tile, uint chunk_pos0, uint ch0, ui
         return;
     }
     uint row = j < pc.sink ? j : pc.sink + (j - pc.sink) % max(pc.recent, 1u);
-    uint base = tile.win_word + row * pc.f16_row_words + ((pc.layer * 2u + kv) * pc.n_head_kv + kh) * (pc.head_dim / 2u);
+    uint base = tile.win_word + pc.win_off + row * pc.f16_row_words +
+                ((pc.win_layer * 2u + kv) * pc.n_head_kv + kh) * (pc.head_dim / 2u);
     [[unroll]] for (uint c = 0u; c < MAXC; ++c) {
         uint ch = ch0 + c;
         if (c < ncl && ch < C)
