@@ -280,7 +280,7 @@ for flag in --layer-error --layer-error-formats --threads; do
 done
 expect 2 "--layer-error-formats: format 'int5': expected FMT" -- perplexity -f x --layer-error-formats int2,int5
 expect 2 "format 'int2:quest:none:4:x': expected" -- perplexity -f x --layer-error-formats int2:quest:none:4:x
-expect 2 "format 'int2:quest:none:4:8:1': expected" -- perplexity -f x --layer-error-formats int2:quest:none:4:8:1
+expect 2 "format 'int2:quest:none:4:8:1:2:3': expected" -- perplexity -f x --layer-error-formats int2:quest:none:4:8:1:2:3
 expect 1 "cannot open /nonexistent/x" -- perplexity -f /nonexistent/x --layer-error-formats int2::wush # the cache's sidecar
 expect 2 "--layer-error takes no value" -- perplexity -f x --layer-error=int2
 expect 2 "--threads: expected an integer" -- perplexity -f x --layer-error --threads 0
