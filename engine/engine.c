@@ -45,6 +45,13 @@ struct wk_engine {
      * block stores). */
     bool prefix_cache;
     uint64_t prefix_salt;
+    /* Parking (formats with f16 windows; docs/design.md "Prefix caching", design 1): an ended
+     * sequence is kept whole (tables, partial block, window slot, token ids) on an LRU list,
+     * parked_head the least recently parked, until a prompt that extends its tokens adopts it
+     * (wk_seq_create_prefix) or a slot or a block is needed (evict_parked). */
+    bool park;
+    wk_seq *parked_head, *parked_tail;
+    int n_parked;
 };
 
 struct wk_seq {
@@ -61,6 +68,12 @@ struct wk_seq {
     uint64_t *hashes;
     int n_hashed;
     int32_t *pending;
+    /* Parking (e->park): the token ids in the cache, toks[0 .. len); the parked list's links. */
+    int32_t *toks;
+    int toks_cap;
+    bool toks_lost; /* out of memory once: toks incomplete, never parked */
+    bool parked;
+    wk_seq *park_prev, *park_next;
 };
 
 /* Releases what a sliding group's layers can no longer see: a query at position p >= len reads
@@ -70,6 +83,26 @@ static void seq_slide(wk_seq *s) {
     if (l->swa_groups == 0 || s->len < l->swa_window) return;
     for (int g = l->n_groups - l->swa_groups; g < s->n_kvs; g++)
         wk_kv_seq_drop_before(s->kvs[g], (uint32_t)(s->len - l->swa_window + 1));
+}
+
+/* Parking: appends the n tokens a step just committed to the sequence's token ids (its len is
+ * already past them). Out of memory loses them for good (toks_lost): such a sequence is never
+ * parked, which costs only the reuse. */
+static void seq_keep_tokens(wk_seq *s, const int32_t *tokens, int n) {
+    if (s->toks_lost) return;
+    if (s->len > s->toks_cap) {
+        int cap = s->toks_cap ? s->toks_cap : 64;
+        while (cap < s->len) cap *= 2;
+        if (cap > s->e->fwd.max_ctx) cap = s->e->fwd.max_ctx;
+        int32_t *t = realloc(s->toks, (size_t)cap * sizeof *t);
+        if (!t) {
+            s->toks_lost = true;
+            return;
+        }
+        s->toks = t;
+        s->toks_cap = cap;
+    }
+    memcpy(s->toks + (s->len - n), tokens, (size_t)n * sizeof *tokens);
 }
 
 /* Everything besides the tokens that decides what a block stores: the model (its file's path and
@@ -139,6 +172,37 @@ int wk_engine_profile(const wk_engine *e, wk_profile_entry *out, int max) {
     return n;
 }
 
+static void seq_free(wk_seq *s) {
+    for (int g = 0; g < s->n_kvs; g++) wk_kv_seq_destroy(s->kvs[g]);
+    s->e->slot_used[s->slot] = false;
+    free(s->hashes);
+    free(s->pending);
+    free(s->toks);
+    free(s);
+}
+
+static void park_unlink(wk_seq *s) {
+    wk_engine *e = s->e;
+    if (s->park_prev) s->park_prev->park_next = s->park_next;
+    else e->parked_head = s->park_next;
+    if (s->park_next) s->park_next->park_prev = s->park_prev;
+    else e->parked_tail = s->park_prev;
+    s->park_prev = s->park_next = NULL;
+    s->parked = false;
+    e->n_parked--;
+}
+
+/* Destroys the least recently parked sequence (its blocks and window slot back to the pool):
+ * false when none is parked. What every allocation that finds no room does first, so parked
+ * sequences cost nothing to anyone who needs the memory. */
+static bool evict_parked(wk_engine *e) {
+    wk_seq *s = e->parked_head;
+    if (!s) return false;
+    park_unlink(s);
+    seq_free(s);
+    return true;
+}
+
 static const char *device_type_name(VkPhysicalDeviceType t) {
     switch (t) {
     case VK_PHYSICAL_DEVICE_TYPE_DISCRETE_GPU: return "discrete GPU";
@@ -151,6 +215,8 @@ static const char *device_type_name(VkPhysicalDeviceType t) {
 
 void wk_engine_close(wk_engine *e) {
     if (!e) return;
+    while (evict_parked(e)) {
+    }
     wk_prof_print(&e->pipes);
     wk_fwd_free(&e->fwd);
     wk_kv_cache_destroy(&e->vk, &e->kv);
@@ -373,18 +439,17 @@ int wk_engine_open(const wk_engine_params *p, wk_engine **out, char *err, size_t
             i->kv_pool_bytes = wk_kv_pool_device_bytes(e->kv.pool) + i->kv_swa_pool_bytes;
         }
     }
-    /* The f16 window rows live in a per-sequence slot, not in blocks: a hit would also have to
-     * give the new sequence the sinks and the recent ring as of the prefix's end, which no block
-     * holds (docs/design.md, "Prefix caching"). Until then, no hits for those formats. */
-    if (p->prefix_cache && e->kv.layout.window_bytes) {
-        fprintf(stderr, "wushkv: prefix caching is off: the KV format keeps f16 windows (--kv-sink %d --kv-recent %d), "
-                "whose rows a cached prefix does not hold; --kv-sink 0 --kv-recent 0 turns it on\n", e->kv.fmt.sink,
-                e->kv.fmt.recent);
-    } else if (p->prefix_cache) {
+    /* The f16 window rows live in a per-sequence slot, not in blocks, so a cached block alone
+     * cannot serve a windowed format (the query after it also reads the sinks and the recent ring
+     * as of the prefix's end). Those formats park ended sequences whole instead (design 1 of
+     * docs/design.md, "Prefix caching"), and name no blocks: nothing could find them. */
+    if (p->prefix_cache) {
         e->prefix_cache = true;
+        e->park = e->kv.layout.window_bytes > 0;
         e->prefix_salt = prefix_salt(e, p);
     }
     i->prefix_cache = e->prefix_cache;
+    i->prefix_cache_park = e->park;
     if (p->verbose)
         fprintf(stderr, "wushkv: model %s (%s, %d layers, vocab %d), %.1f MiB weights, KV %.1f KiB/token, ctx %d\n",
                 i->name, i->arch, i->n_layer, i->n_vocab, i->weight_bytes / 1048576.0, i->kv_bytes_per_token / 1024.0,
@@ -441,7 +506,7 @@ int wk_token_to_piece(const wk_engine *e, int32_t token, bool render_special, ch
 
 bool wk_token_is_eog(const wk_engine *e, int32_t token) { return wk_tokenizer_is_eog(e->tok, token); }
 
-int wk_seq_create(wk_engine *e, wk_seq **out) {
+static int seq_create(wk_engine *e, wk_seq **out) {
     *out = NULL;
     for (int s = 0; s < e->max_seqs; s++)
         if (!e->slot_used[s]) {
@@ -462,7 +527,7 @@ int wk_seq_create(wk_engine *e, wk_seq **out) {
                     q->n_kvs = g + 1;
                 }
             }
-            if (e->prefix_cache) {
+            if (e->prefix_cache && !e->park) {
                 const size_t bt = (size_t)e->kv.layout.block_tokens;
                 q->hashes = malloc(((size_t)e->fwd.max_ctx / bt + 1) * sizeof *q->hashes);
                 q->pending = malloc(bt * sizeof *q->pending);
@@ -479,17 +544,40 @@ int wk_seq_create(wk_engine *e, wk_seq **out) {
     return WK_ERR_CONTEXT_FULL;
 }
 
+int wk_seq_create(wk_engine *e, wk_seq **out) {
+    *out = NULL;
+    int rc;
+    /* A parked sequence gives way to a new one: its slot (and window slot) is free to anyone. */
+    while ((rc = seq_create(e, out)) == WK_ERR_CONTEXT_FULL || rc == WK_ERR_KV_FULL)
+        if (!evict_parked(e)) break;
+    return rc;
+}
+
 void wk_seq_destroy(wk_seq *s) {
     if (!s) return;
-    for (int g = 0; g < s->n_kvs; g++) wk_kv_seq_destroy(s->kvs[g]);
-    s->e->slot_used[s->slot] = false;
-    free(s->hashes);
-    free(s->pending);
-    free(s);
+    if (s->parked) park_unlink(s);
+    seq_free(s);
+}
+
+void wk_seq_park(wk_seq *s) {
+    if (!s) return;
+    wk_engine *e = s->e;
+    if (!e->park || s->parked || s->len == 0 || !s->toks || s->toks_lost) {
+        wk_seq_destroy(s);
+        return;
+    }
+    s->parked = true;
+    s->park_prev = e->parked_tail;
+    s->park_next = NULL;
+    if (e->parked_tail) e->parked_tail->park_next = s;
+    else e->parked_head = s;
+    e->parked_tail = s;
+    e->n_parked++;
 }
 
 void wk_seq_reset(wk_seq *s) {
     s->len = 0;
+    s->toks_lost = false; /* recorded afresh from position 0 */
     s->n_hashed = 0;
     for (int g = 0; g < s->n_kvs; g++) wk_kv_seq_release(s->kvs[g]);
     s->peak_bytes = 0;
@@ -518,7 +606,7 @@ int wk_seq_len(const wk_seq *s) { return s->len; }
 
 int wk_seq_prefix_attach(wk_seq *s, const int32_t *tokens, int n_tokens) {
     wk_engine *e = s->e;
-    if (!e->prefix_cache || s->len != 0 || n_tokens <= 0 || !tokens) return 0;
+    if (!e->prefix_cache || e->park || s->len != 0 || n_tokens <= 0 || !tokens) return 0;
     const wk_kv_layout *l = &e->kv.layout;
     const int bt = l->block_tokens;
     int n_chain = n_tokens / bt;
@@ -536,7 +624,63 @@ int wk_seq_prefix_attach(wk_seq *s, const int32_t *tokens, int n_tokens) {
     return s->len;
 }
 
+/* Whether parked sequence p cut back to n tokens still holds everything the query at n reads:
+ * every layer group's table (wk_kv_seq_can_truncate: the recent ring's f16 rows, and a sliding
+ * group's blocks inside its window). */
+static bool park_can_take(const wk_seq *p, int n) {
+    const wk_kv_layout *l = &p->e->kv.layout;
+    for (int g = 0; g < p->n_kvs; g++) {
+        const uint32_t window = g >= l->n_groups - l->swa_groups ? (uint32_t)l->swa_window : 0;
+        if (!wk_kv_seq_can_truncate(p->kvs[g], (uint32_t)n, window)) return false;
+    }
+    return true;
+}
+
+/* Design 1 (docs/design.md "Prefix caching"): the parked sequence whose tokens share the longest
+ * usable start with tokens[0 .. n_tokens), cut back to that start and taken off the list; NULL when
+ * none shares a usable one. Usable: a = the common start's length, at least half the parked
+ * tokens (llama-server's slot similarity 0.5: a prompt that shares only a BOS or a template's
+ * first line would otherwise take over another conversation's parked sequence and cut it away),
+ * and park_can_take(a). Ties go to the most recently parked. */
+static wk_seq *park_adopt(wk_engine *e, const int32_t *tokens, int n_tokens, int *taken) {
+    wk_seq *best = NULL;
+    int best_a = 0;
+    for (wk_seq *p = e->parked_tail; p; p = p->park_prev) {
+        const int lim = p->len < n_tokens ? p->len : n_tokens;
+        int a = 0;
+        while (a < lim && p->toks[a] == tokens[a]) a++;
+        if (a > best_a && 2 * a >= p->len && park_can_take(p, a)) best = p, best_a = a;
+    }
+    if (!best) return NULL;
+    const wk_kv_layout *l = &e->kv.layout;
+    for (int g = 0; g < best->n_kvs; g++) {
+        const uint32_t window = g >= l->n_groups - l->swa_groups ? (uint32_t)l->swa_window : 0;
+        wk_kv_seq_truncate_window(best->kvs[g], (uint32_t)best_a, window); /* cannot fail: park_can_take */
+    }
+    park_unlink(best);
+    best->len = best_a;
+    best->peak_bytes = 0;
+    seq_note_peak(best);
+    *taken = best_a;
+    return best;
+}
+
+int wk_seq_create_prefix(wk_engine *e, const int32_t *tokens, int n_tokens, wk_seq **out) {
+    *out = NULL;
+    if (e->park && tokens && n_tokens > 0) {
+        int taken = 0;
+        if ((*out = park_adopt(e, tokens, n_tokens, &taken))) return taken;
+    }
+    int rc = wk_seq_create(e, out);
+    if (rc < 0) return rc;
+    if (!e->prefix_cache || e->park || !tokens || n_tokens <= 0) return 0;
+    rc = wk_seq_prefix_attach(*out, tokens, n_tokens);
+    return rc > 0 ? rc : 0; /* out of memory for the lookup leaves *out empty: a cold start */
+}
+
 void wk_engine_prefix_cache_flush(wk_engine *e) {
+    while (evict_parked(e)) {
+    }
     if (e->kv.pool) wk_kv_pool_cache_flush(e->kv.pool);
     if (e->kv.swa_pool) wk_kv_pool_cache_flush(e->kv.swa_pool);
 }
@@ -553,6 +697,22 @@ void wk_engine_kv_usage(const wk_engine *e, int pool, wk_kv_usage *u) {
     u->used_bytes = st.used_bytes;
     u->cached_bytes = st.cached_bytes;
     u->used_windows = st.used_windows;
+    /* Parked sequences' blocks and window slots are the cache's, evictable like cached blocks
+     * (no one else holds them: a windowed format shares no block). */
+    for (const wk_seq *s = e->parked_head; s; s = s->park_next) {
+        for (int g = 0; g < s->n_kvs; g++) {
+            const wk_kv_seq *k = s->kvs[g];
+            if (k->pool != kp) continue;
+            const uint64_t blocks = k->n_blocks - k->first_live;
+            const uint64_t bytes = wk_kv_seq_bytes(k);
+            u->used_blocks -= blocks;
+            u->cached_blocks += blocks;
+            u->used_bytes -= bytes;
+            u->cached_bytes += bytes;
+            if (k->window_slot != UINT32_MAX) u->used_windows--, u->cached_windows++;
+        }
+        u->parked_seqs += pool == 0;
+    }
 }
 
 int wk_forward(wk_engine *e, const wk_batch_item *items, int n_items, float *logits, char *err, size_t errlen) {
@@ -562,6 +722,8 @@ int wk_forward(wk_engine *e, const wk_batch_item *items, int n_items, float *log
         const wk_batch_item *it = &items[i];
         if (!it->seq || it->seq->e != e || it->n_tokens <= 0 || !it->tokens)
             return snprintf(err, errlen, "batch item %d is empty or has no sequence", i), WK_ERR_INVALID;
+        if (it->seq->parked)
+            return snprintf(err, errlen, "batch item %d: the sequence was parked (wk_seq_park)", i), WK_ERR_INVALID;
         for (int j = 0; j < i; j++)
             if (items[j].seq == it->seq)
                 return snprintf(err, errlen, "a sequence appears twice in one batch"), WK_ERR_INVALID;
@@ -579,7 +741,12 @@ int wk_forward(wk_engine *e, const wk_batch_item *items, int n_items, float *log
             const int G = it->seq->n_kvs;
             for (int g = 0; g < G; g++) {
                 wk_kv_copy copy;
-                int st = wk_kv_seq_prepare_write(it->seq->kvs[g], (uint32_t)it->n_tokens, &copy);
+                int st;
+                /* Parked sequences give their blocks up first (least recently parked first). */
+                while ((st = wk_kv_seq_prepare_write(it->seq->kvs[g], (uint32_t)it->n_tokens, &copy)) ==
+                           WK_ERR_KV_EXHAUSTED &&
+                       evict_parked(e)) {
+                }
                 if (st == WK_ERR_KV_EXHAUSTED)
                     return snprintf(err, errlen, "KV pool%s exhausted (%u blocks)",
                                     wk_kv_cache_group_swa(&e->kv, g) ? " of the sliding-window layers" : "",
@@ -624,6 +791,7 @@ int wk_forward(wk_engine *e, const wk_batch_item *items, int n_items, float *log
             if (wk_kv_seq_advance(items[i].seq->kvs[g], (uint32_t)items[i].n_tokens))
                 return snprintf(err, errlen, "internal: KV pool refused to commit written tokens"), WK_ERR_INVALID;
         seq_name_blocks(items[i].seq, items[i].tokens, items[i].n_tokens);
+        if (e->park) seq_keep_tokens(items[i].seq, items[i].tokens, items[i].n_tokens);
         seq_slide(items[i].seq);
         seq_note_peak(items[i].seq);
     }

@@ -1,7 +1,8 @@
 /* The scheduler's KV accounting (server/sched/kv_budget.c) against the engine's own pool layout
  * (engine/kv/kv_pool.c): a sequence's bytes for every length, how many 2048-token sequences the
  * admission arithmetic lets into 256 MiB (the figure docs/wush-kv.md gives), the exact boundary of
- * "fits", usage against f16, and the /metrics pool gauge with and without f16 windows. */
+ * "fits", what a prefilling sequence still takes, usage against f16, and the /metrics pool gauge
+ * from the pools' counts. */
 #include <stdint.h>
 #include <string.h>
 
@@ -61,8 +62,7 @@ static void test_paged(const wk_kv_geom *geom, int sink, int recent, int expect_
     CHECK_EQ_INT(wk_kv_layout_get(geom, &fmt, &l), WK_OK);
     wk_model_info info = paged_info(&l, POOL_256MIB, 2048);
     kv_budget b;
-    kv_budget_init(&b, &info, 8, 16, CHUNK);
-    CHECK(b.paged);
+    kv_budget_init(&b, &info, 8, CHUNK);
     CHECK_EQ_INT(b.block_tokens, 16);
     CHECK_EQ_INT(b.fp16_bytes_per_token, 18 * 2 * 256 * 2);
 
@@ -97,52 +97,28 @@ static void test_paged(const wk_kv_geom *geom, int sink, int recent, int expect_
     CHECK_EQ_INT(u.blocks, 7);
     CHECK_NEAR(u.bits_per_element, info.kv_bits_per_element, 0);
 
-    /* Gauge: 3 sequences holding their window slots and 10 blocks between them. */
+    /* What a prefilling sequence still takes: nothing once it holds its prefill's bytes (a
+     * prefix hit's included), the rest otherwise. */
+    CHECK_EQ_INT(kv_budget_to_come(&b, 0, 100, 0), kv_budget_pool_seq_bytes(&b, 0, 100));
+    CHECK_EQ_INT(kv_budget_to_come(&b, 0, 100, need), 0);
+    CHECK_EQ_INT(kv_budget_to_come(&b, 0, 100, need - 5), 5);
+    CHECK(kv_budget_claims_fit(&b, (const uint64_t[KV_POOLS]){POOL_256MIB, 0}));
+    CHECK(!kv_budget_claims_fit(&b, (const uint64_t[KV_POOLS]){POOL_256MIB + 1, 0}));
+    CHECK(!kv_budget_claims_fit(&b, (const uint64_t[KV_POOLS]){0, 1}));
+
+    /* Gauge: the pools' own counts (a block two sequences share counted once): 3 sequences
+     * holding their window slots and 7 blocks, 5 kept by the prefix cache. */
     metrics_pool p = {0};
-    uint64_t used = 3 * l.window_bytes + 10 * l.bytes_per_block;
-    kv_budget_gauge(&b, 3, (const uint64_t[KV_POOLS]){used, 0}, -1, &p);
-    CHECK_EQ_INT(p.kv_used_bytes, used);
-    CHECK_EQ_INT(p.kv_used_blocks, 10);
-    CHECK_EQ_INT(p.kv_capacity_bytes, POOL_256MIB);
-    CHECK_EQ_INT(p.kv_capacity_blocks, (long long)(POOL_256MIB / l.bytes_per_block));
-    /* With prefix caching the pools' own counts replace the sequences' sums (which count a shared
-     * block for every holder): 7 blocks in use, 5 kept by the cache. */
     wk_kv_usage pu[KV_POOLS] = {{.used_blocks = 7, .cached_blocks = 5, .used_windows = 3,
                                  .used_bytes = 3 * l.window_bytes + 7 * l.bytes_per_block,
                                  .cached_bytes = 5 * l.bytes_per_block}};
-    kv_budget_gauge_usage(&b, pu, &p);
+    kv_budget_gauge(&b, pu, &p);
     CHECK_EQ_INT(p.kv_used_bytes, 3 * l.window_bytes + 7 * l.bytes_per_block);
     CHECK_EQ_INT(p.kv_used_blocks, 7);
     CHECK_EQ_INT(p.kv_cached_blocks, 5);
     CHECK_EQ_INT(p.kv_cached_bytes, 5 * l.bytes_per_block);
     CHECK_EQ_INT(p.kv_capacity_bytes, POOL_256MIB);
-}
-
-static void test_f16(void) {
-    wk_model_info info;
-    memset(&info, 0, sizeof info);
-    info.n_layer = 18;
-    info.n_head_kv = 1;
-    info.head_dim = 256;
-    info.max_ctx = 1000;
-    info.kv_bits_per_element = 16;
-    info.kv_pool_bytes = 4ull * 1000 * 18432;
-    kv_budget b;
-    kv_budget_init(&b, &info, 4, 16, CHUNK);
-    CHECK(!b.paged);
-    CHECK_EQ_INT(b.block_tokens, 16);
-    kv_usage u = kv_budget_usage(&b, 33, 33ull * 18432);
-    CHECK_EQ_INT(u.fp16_bytes, u.bytes);
-    CHECK_EQ_INT(u.blocks, 3);
-    CHECK_NEAR(u.bits_per_element, 16, 0);
-    metrics_pool p = {0};
-    kv_budget_gauge(&b, 2, (const uint64_t[KV_POOLS]){12345, 0}, 9, &p);
-    CHECK_EQ_INT(p.kv_used_blocks, 9);
-    CHECK_EQ_INT(p.kv_capacity_blocks, 4 * 63); /* ceil(1000 / 16) = 63 per slot */
-    CHECK_EQ_INT(p.kv_capacity_bytes, info.kv_pool_bytes);
-    const wk_kv_usage none[KV_POOLS] = {{.used_blocks = 1}}; /* the f16 cache keeps its own figures */
-    kv_budget_gauge_usage(&b, none, &p);
-    CHECK_EQ_INT(p.kv_used_blocks, 9);
+    CHECK_EQ_INT(p.kv_capacity_blocks, (long long)(POOL_256MIB / l.bytes_per_block));
 }
 
 /* Per-layer-class formats: full-attention layers int2, sliding layers int4 in a
@@ -165,7 +141,7 @@ static void test_two_pools(void) {
     info.kv_pool_bytes = cap0 + info.kv_swa_pool_bytes;
     info.kv_pool_blocks = cap0 / l.bytes_per_block;
     kv_budget b;
-    kv_budget_init(&b, &info, 8, 16, CHUNK);
+    kv_budget_init(&b, &info, 8, CHUNK);
     CHECK_EQ_INT(b.pool_cap[0], cap0);
     CHECK_EQ_INT(b.pool_cap[1], info.kv_swa_pool_bytes);
     int mismatches = 0;
@@ -194,9 +170,10 @@ static void test_two_pools(void) {
     CHECK(!kv_budget_fits(&b, (const uint64_t[KV_POOLS]){0, info.kv_swa_pool_bytes - need1 + 1}, 100));
     /* Gauge: 2 sequences, 4 int2 blocks in pool 0, 9 int4 blocks in pool 1. */
     metrics_pool p = {0};
-    const uint64_t used[KV_POOLS] = {4 * l.bytes_per_block, 9 * l4.bytes_per_block};
-    kv_budget_gauge(&b, 2, used, -1, &p);
-    CHECK_EQ_INT(p.kv_used_bytes, used[0] + used[1]);
+    const wk_kv_usage pu[KV_POOLS] = {{.used_blocks = 4, .used_bytes = 4 * l.bytes_per_block},
+                                      {.used_blocks = 9, .used_bytes = 9 * l4.bytes_per_block}};
+    kv_budget_gauge(&b, pu, &p);
+    CHECK_EQ_INT(p.kv_used_bytes, 4 * l.bytes_per_block + 9 * l4.bytes_per_block);
     CHECK_EQ_INT(p.kv_used_blocks, 13);
     CHECK_EQ_INT(p.kv_capacity_blocks, (long long)(info.kv_pool_blocks + info.kv_swa_pool_blocks));
     CHECK_EQ_INT(p.kv_capacity_bytes, info.kv_pool_bytes);
@@ -207,7 +184,6 @@ int main(void) {
     test_paged(&FLAT270, 4, 64, 37); /* with sink 4 / recent 64: 37 */
     test_paged(&GEMMA270, 0, 0, 77); /* Gemma 3: the sliding layers give blocks back (docs/wush-kv.md) */
     test_paged(&GEMMA270, 4, 64, 56);
-    test_f16();
     test_two_pools();
     TEST_MAIN_END();
 }

@@ -635,6 +635,15 @@ static void test_drop_before(void) {
     CHECK_EQ_INT(wk_kv_seq_truncate(a, 24), WK_ERR_UNSUPPORTED);
     CHECK_EQ_INT(wk_kv_seq_truncate(a, 1), WK_ERR_UNSUPPORTED);
     CHECK_EQ_INT(wk_kv_seq_truncate(a, 26), WK_ERR_INVALID);
+    /* ... unless the caller's window says the next query sees no dropped block: the query at 24
+     * in a window of 1 reads only position 24 (block 6, live); with 2 also 23 (block 5, dropped). */
+    CHECK(wk_kv_seq_can_truncate(a, 24, 1));
+    CHECK(!wk_kv_seq_can_truncate(a, 24, 2));
+    CHECK(!wk_kv_seq_can_truncate(a, 24, 0));
+    CHECK(wk_kv_seq_can_truncate(a, 25, 0) && wk_kv_seq_can_truncate(a, 0, 0));
+    CHECK(!wk_kv_seq_can_truncate(a, 26, 1));
+    CHECK_EQ_INT(wk_kv_seq_truncate_window(a, 24, 2), WK_ERR_UNSUPPORTED);
+    CHECK_EQ_INT(wk_kv_seq_truncate_window(a, 26, 1), WK_ERR_INVALID);
     CHECK(wk_kv_seq_fork(a, 24, 100, &cp, &st) == NULL);
     CHECK_EQ_INT(st, WK_ERR_UNSUPPORTED);
     CHECK(wk_kv_seq_fork(a, 0, 100, &cp, &st) == NULL);

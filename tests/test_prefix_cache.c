@@ -4,8 +4,11 @@
  * bit-identical to a cold sequence fed the same 48 tokens in one step and the rest in a second
  * (what "identical to cold" means: the same steps; kv_pool.h, docs/design.md); the sliding groups
  * take only the blocks their window still shows; shared blocks count once in the pool; a flush
- * forgets them; the same for the f16 cache (the same paged pool); formats with f16 windows have
- * caching off. */
+ * forgets them; the same for the f16 cache (the same paged pool). Formats with f16 windows park
+ * ended sequences whole (design 1): a next turn that extends a parked sequence's tokens adopts it
+ * and gives the cold run's logits bit for bit, a prompt that diverges inside it adopts only what
+ * the ring still serves exactly, and parked sequences give way to new sequences and to blocks a
+ * step needs, leaking nothing after a flush. */
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -19,7 +22,8 @@
 
 enum { N = 90, P = 48, CTX = 128 };
 
-static wk_engine *open_engine(const char *model, int bits, int sink, int recent, const char *wush, bool cache) {
+static wk_engine *open_engine_mem(const char *model, int bits, int sink, int recent, const char *wush, bool cache,
+                                  uint64_t kv_mem) {
     wk_engine_params p;
     tiny_engine_params(&p, model);
     p.max_ctx = CTX;
@@ -32,11 +36,16 @@ static wk_engine *open_engine(const char *model, int bits, int sink, int recent,
     p.kv_transform = wush ? WK_KV_TRANSFORM_WUSH : WK_KV_TRANSFORM_NONE;
     p.wush_path = wush;
     p.prefix_cache = cache;
+    p.kv_mem = kv_mem;
     test_engine_params_from_env(&p);
     char err[WK_ERRMSG_LEN] = "";
     wk_engine *e = NULL;
     if (wk_engine_open(&p, &e, err, sizeof err)) fprintf(stderr, "open: %s\n", err);
     return e;
+}
+
+static wk_engine *open_engine(const char *model, int bits, int sink, int recent, const char *wush, bool cache) {
+    return open_engine_mem(model, bits, sink, recent, wush, cache, 0);
 }
 
 /* Feeds tok[from, to) in one step; all logits into out (may be NULL). */
@@ -163,6 +172,183 @@ static void hits_match_cold(const char *model, int bits, const char *wush, const
 
 }
 
+static wk_kv_usage usage(const wk_engine *e, int pool) {
+    wk_kv_usage u;
+    wk_engine_kv_usage(e, pool, &u);
+    return u;
+}
+
+/* A turn as a server runs it: the prompt tok[0, p) in one step, then `decode` single-token steps
+ * (the answer). */
+static void turn(wk_engine *e, wk_seq *s, const int32_t *tok, int from, int p, int decode) {
+    feed(e, s, tok, from, p, NULL);
+    for (int i = p; i < p + decode; i++) feed(e, s, tok, i, i + 1, NULL);
+}
+
+enum { T1 = 30, A1 = 10, L1 = T1 + A1, T2 = 70 };
+
+/* Parking (design 1) on a windowed format, sink 4 + recent 16 and the tiny model's sliding window
+ * of 16 (the file's first comment). */
+static void park_matches_cold(const char *model, const char *wush, const char *label) {
+    wk_engine *e = open_engine(model, 2, 4, 16, wush, true);
+    CHECK(e != NULL);
+    if (!e) return;
+    const wk_model_info *info = wk_engine_info(e);
+    const int V = info->n_vocab, R = T2 - L1;
+    CHECK(info->prefix_cache && info->prefix_cache_park);
+    int32_t tok[T2], div[T2];
+    tiny_model_tokens(tok, T2, 77);
+    float *warm = malloc(sizeof(float) * T2 * V), *cold = malloc(sizeof(float) * T2 * V);
+    wk_seq *a = NULL, *b = NULL;
+
+    /* Turn 1 (30 prompt tokens, 10 answered), parked: its blocks and window slot count as cached. */
+    CHECK_EQ_INT(wk_seq_create(e, &a), 0);
+    turn(e, a, tok, 0, T1, A1);
+    const uint64_t a_bytes = wk_seq_kv_bytes(a);
+    const uint64_t a_blocks = usage(e, 0).used_blocks;
+    wk_seq_park(a);
+    wk_kv_usage u = usage(e, 0);
+    CHECK_EQ_INT(u.used_blocks, 0);
+    CHECK_EQ_INT(u.used_windows, 0);
+    CHECK_EQ_INT(u.used_bytes, 0);
+    CHECK_EQ_INT(u.cached_blocks, a_blocks);
+    CHECK_EQ_INT(u.cached_windows, 1);
+    CHECK_EQ_INT(u.parked_seqs, 1);
+    CHECK_EQ_INT(u.cached_bytes, a_bytes);
+    /* The block form is off: nothing named, nothing found. */
+    CHECK_EQ_INT(wk_seq_create(e, &b), 0);
+    CHECK_EQ_INT(wk_seq_prefix_attach(b, tok, T2 - 1), 0);
+    wk_seq_destroy(b);
+
+    /* Turn 2 extends all 40 tokens: it adopts the parked sequence itself, and the 30 new tokens
+     * in one step give the logits of a sequence that ran both turns cold. */
+    CHECK_EQ_INT(wk_seq_create_prefix(e, tok, T2 - 1, &b), L1);
+    CHECK(b == a);
+    CHECK_EQ_INT(wk_seq_len(b), L1);
+    CHECK_EQ_INT(usage(e, 0).parked_seqs, 0);
+    CHECK_EQ_INT(usage(e, 0).used_blocks, a_blocks);
+    CHECK_EQ_INT(wk_seq_kv_bytes(b), a_bytes);
+    feed(e, b, tok, L1, T2, warm);
+    wk_seq_park(b);
+    /* A flush drops parked sequences: every block free, no window slot held. */
+    wk_engine_prefix_cache_flush(e);
+    u = usage(e, 0);
+    CHECK_EQ_INT(u.parked_seqs, 0);
+    CHECK_EQ_INT(u.cached_blocks, 0);
+    CHECK_EQ_INT(u.used_windows + u.cached_windows, 0);
+    CHECK_EQ_INT(u.free_blocks, info->kv_pool_blocks);
+    CHECK_EQ_INT(wk_seq_create_prefix(e, tok, T2 - 1, &b), 0);
+    turn(e, b, tok, 0, T1, A1);
+    feed(e, b, tok, L1, T2, cold);
+    CHECK(memcmp(warm, cold, sizeof(float) * R * V) == 0);
+    /* ... and the adoption is not a no-op: the same 30 tokens from nothing differ. */
+    wk_seq_reset(b);
+    feed(e, b, tok, L1, T2, warm);
+    CHECK(memcmp(warm, cold, sizeof(float) * R * V) != 0);
+    wk_seq_destroy(b);
+
+    /* A prompt that diverges inside the parked 40 tokens, below what the ring still holds (rows
+     * of positions 24..39): at 33 (the query at 33 needs rows 18..32; its sliding window's blocks,
+     * positions >= 18, are still there) and at 25 (nor is block 0 of the sliding groups): no
+     * adoption, the parked one stays. */
+    CHECK_EQ_INT(wk_seq_create(e, &a), 0);
+    turn(e, a, tok, 0, T1, A1);
+    wk_seq_park(a);
+    for (int at = 33; at >= 25; at -= 8) {
+        memcpy(div, tok, sizeof div);
+        div[at] ^= 1;
+        CHECK_EQ_INT(wk_seq_create_prefix(e, div, T2 - 1, &b), 0);
+        CHECK(b != a);
+        CHECK_EQ_INT(usage(e, 0).parked_seqs, 1);
+        wk_seq_destroy(b);
+    }
+    /* Diverging at 39 (the answer's last token differs): the query at 39 reads ring rows 24..38,
+     * all there, and its sliding window's blocks (positions >= 24): it adopts 39 tokens, exact. */
+    memcpy(div, tok, sizeof div);
+    div[39] ^= 1;
+    CHECK_EQ_INT(wk_seq_create_prefix(e, div, T2 - 1, &b), L1 - 1);
+    CHECK(b == a);
+    feed(e, b, div, L1 - 1, T2, warm);
+    wk_seq_destroy(b);
+    CHECK_EQ_INT(wk_seq_create(e, &b), 0);
+    feed(e, b, div, 0, T1, NULL);
+    for (int i = T1; i < L1 - 1; i++) feed(e, b, div, i, i + 1, NULL);
+    feed(e, b, div, L1 - 1, T2, cold);
+    wk_seq_destroy(b);
+    CHECK(memcmp(warm, cold, sizeof(float) * (R + 1) * V) == 0);
+    /* A short parked sequence (18 <= sink + recent tokens: the ring never wrapped) serves any start,
+     * but only a start of at least half its tokens is worth taking it away from its conversation:
+     * a prompt diverging at 8 adopts nothing, one diverging at 10 adopts 10 tokens. */
+    CHECK_EQ_INT(wk_seq_create(e, &a), 0);
+    feed(e, a, tok, 0, 18, NULL);
+    wk_seq_park(a);
+    memcpy(div, tok, sizeof div);
+    div[8] ^= 1;
+    CHECK_EQ_INT(wk_seq_create_prefix(e, div, T2 - 1, &b), 0);
+    CHECK(b != a);
+    wk_seq_destroy(b);
+    wk_engine_prefix_cache_flush(e);
+    CHECK_EQ_INT(wk_seq_create(e, &a), 0);
+    feed(e, a, tok, 0, 18, NULL);
+    wk_seq_park(a);
+    memcpy(div, tok, sizeof div);
+    div[10] ^= 1;
+    CHECK_EQ_INT(wk_seq_create_prefix(e, div, T2 - 1, &b), 10);
+    CHECK(b == a);
+    feed(e, b, div, 10, T2, warm);
+    wk_seq_destroy(b);
+    CHECK_EQ_INT(wk_seq_create(e, &b), 0);
+    feed(e, b, div, 0, 10, NULL);
+    feed(e, b, div, 10, T2, cold);
+    wk_seq_destroy(b);
+    CHECK(memcmp(warm, cold, sizeof(float) * (T2 - 10) * V) == 0);
+    wk_engine_prefix_cache_flush(e);
+    CHECK_EQ_INT(usage(e, 0).free_blocks, info->kv_pool_blocks);
+
+    /* Parked sequences give way: 4 of them park, 4 new sequences still get a slot each. */
+    wk_seq *s4[4] = {0};
+    for (int k = 0; k < 4; k++) {
+        CHECK_EQ_INT(wk_seq_create(e, &s4[k]), 0);
+        if (s4[k]) feed(e, s4[k], tok, 0, 20 + k, NULL);
+    }
+    for (int k = 0; k < 4; k++) wk_seq_park(s4[k]);
+    CHECK_EQ_INT(usage(e, 0).parked_seqs, 4);
+    for (int k = 0; k < 4; k++) CHECK_EQ_INT(wk_seq_create(e, &s4[k]), 0);
+    CHECK_EQ_INT(usage(e, 0).parked_seqs, 0);
+    for (int k = 0; k < 4; k++) wk_seq_destroy(s4[k]);
+    printf("%s, sink 4 + recent 16: a parked 40-token turn adopted by the next turn, and one cut back to "
+           "39 and to 10 tokens, give the cold logits bit for bit; divergences at 33 and 25 adopt nothing\n", label);
+    free(warm), free(cold);
+    const uint64_t block = info->kv_block_bytes, window = info->kv_window_bytes;
+    wk_engine_close(e);
+
+    /* Pool pressure: a pool of 4 window slots and 32 blocks. A parked sequence of 100 tokens
+     * holds 17 (7 of the global group, 2 of each sliding one); a new one of 120 written 8 at a time
+     * needs 23 at its peak (8 + 3 per sliding group): only if the parked one gives its blocks up. */
+    e = open_engine_mem(model, 2, 4, 16, wush, true, 4 * window + 32 * block);
+    CHECK(e != NULL);
+    if (!e) return;
+    int32_t big[120];
+    tiny_model_tokens(big, 120, 99);
+    CHECK_EQ_INT(wk_engine_info(e)->kv_pool_blocks, 32);
+    CHECK_EQ_INT(wk_seq_create(e, &a), 0);
+    for (int i = 0; i < 100; i += 20) feed(e, a, big, i, i + 20, NULL);
+    wk_seq_park(a);
+    CHECK_EQ_INT(usage(e, 0).parked_seqs, 1);
+    CHECK_EQ_INT(usage(e, 0).cached_blocks, 17);
+    CHECK_EQ_INT(wk_seq_create_prefix(e, tok, T2 - 1, &b), 0); /* tok does not extend big */
+    CHECK_EQ_INT(usage(e, 0).parked_seqs, 1);
+    for (int i = 0; i < 120; i += 8) feed(e, b, big, i, i + 8, NULL);
+    CHECK_EQ_INT(wk_seq_len(b), 120);
+    CHECK_EQ_INT(usage(e, 0).parked_seqs, 0);
+    wk_seq_park(b);
+    wk_engine_prefix_cache_flush(e);
+    u = usage(e, 0);
+    CHECK_EQ_INT(u.free_blocks, 32);
+    CHECK_EQ_INT(u.used_windows + u.cached_windows, 0);
+    wk_engine_close(e);
+}
+
 int main(void) {
     char model[64], side[64];
     temp_path(model, sizeof model, "prefix_model");
@@ -176,13 +362,27 @@ int main(void) {
 
     int32_t tok[N];
     tiny_model_tokens(tok, N, 5);
-    /* f16 windows: off (the ring rows are no block's); --no-prefix-cache: off. */
+    park_matches_cold(model, side, "int2 + WUSH");
+    park_matches_cold(model, NULL, "int2");
+
+    /* f16 windows: no block hits (the ring rows are no block's: parking instead); --no-prefix-cache
+     * (windows or not): off, nothing parked. */
     wk_engine *w = open_engine(model, 2, 4, 16, NULL, true);
     wk_engine *off = open_engine(model, 2, 0, 0, NULL, false);
-    CHECK(w && off);
-    if (w && off) {
-        CHECK(!wk_engine_info(w)->prefix_cache);
+    wk_engine *woff = open_engine(model, 2, 4, 16, NULL, false);
+    CHECK(w && off && woff);
+    if (w && off && woff) {
+        CHECK(wk_engine_info(w)->prefix_cache && wk_engine_info(w)->prefix_cache_park);
         CHECK(!wk_engine_info(off)->prefix_cache);
+        CHECK(!wk_engine_info(woff)->prefix_cache && !wk_engine_info(woff)->prefix_cache_park);
+        wk_seq *s = NULL;
+        CHECK_EQ_INT(wk_seq_create(woff, &s), 0);
+        feed(woff, s, tok, 0, P, NULL);
+        wk_seq_park(s);
+        CHECK_EQ_INT(usage(woff, 0).parked_seqs, 0);
+        CHECK_EQ_INT(usage(woff, 0).free_blocks, wk_engine_info(woff)->kv_pool_blocks);
+        CHECK_EQ_INT(wk_seq_create_prefix(woff, tok, N - 1, &s), 0);
+        wk_seq_destroy(s);
         wk_engine *es[2] = {w, off};
         for (int k = 0; k < 2; k++) {
             wk_seq *s = NULL;
@@ -198,6 +398,7 @@ int main(void) {
     }
     wk_engine_close(w);
     wk_engine_close(off);
+    wk_engine_close(woff);
     unlink(model);
     unlink(side);
     TEST_MAIN_END();

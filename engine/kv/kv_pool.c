@@ -672,6 +672,24 @@ int wk_kv_seq_truncate(wk_kv_seq *s, uint32_t n_tokens) {
     return WK_OK;
 }
 
+bool wk_kv_seq_can_truncate(const wk_kv_seq *s, uint32_t n_tokens, uint32_t window) {
+    if (n_tokens > s->n_tokens || !seq_ring_holds(s, n_tokens)) return false;
+    if (!s->first_live || !n_tokens || n_tokens == s->n_tokens) return true;
+    /* The query at n_tokens reads keys n_tokens - window + 1 .. n_tokens (wk_kv_prefix_first_needed). */
+    const uint32_t bt = s->pool->block_tokens;
+    const uint32_t needed = n_tokens < window ? 0 : (n_tokens - window + 1) / bt;
+    return window > 0 && s->first_live <= needed;
+}
+
+int wk_kv_seq_truncate_window(wk_kv_seq *s, uint32_t n_tokens, uint32_t window) {
+    if (n_tokens > s->n_tokens) return WK_ERR_INVALID;
+    if (!wk_kv_seq_can_truncate(s, n_tokens, window)) return WK_ERR_UNSUPPORTED;
+    s->n_tokens = n_tokens;
+    /* first_live <= needed <= blocks_for(n_tokens): drop_blocks leaves it. */
+    drop_blocks(s, n_tokens ? blocks_for(s->pool, n_tokens) : 0);
+    return WK_OK;
+}
+
 void wk_kv_seq_release(wk_kv_seq *s) {
     s->n_tokens = 0;
     drop_blocks(s, 0); /* first_live back to 0 with it */

@@ -345,6 +345,17 @@ int wk_kv_seq_advance(wk_kv_seq *s, uint32_t n);
  * blocks (first_live > 0) and 0 < n_tokens < current: the dropped keys are gone. Truncating to the
  * current length (dropping reserved blocks) and to 0 always work. */
 int wk_kv_seq_truncate(wk_kv_seq *s, uint32_t n_tokens);
+/* Whether wk_kv_seq_truncate_window(s, n_tokens, window) would succeed: n_tokens <= n_tokens, the
+ * recent ring still holds the f16 rows the next query (at n_tokens) reads, and, when drop_before
+ * released blocks and 0 < n_tokens < current, window > 0 and every block holding a position the
+ * query at n_tokens can see (>= n_tokens - window + 1) is still live. */
+bool wk_kv_seq_can_truncate(const wk_kv_seq *s, uint32_t n_tokens, uint32_t window);
+/* wk_kv_seq_truncate for a table that serves sliding-window layers of `window` tokens (0: full
+ * attention, exactly wk_kv_seq_truncate): cutting back a sequence drop_before thinned is fine as
+ * long as the blocks the next query sees are still there (wk_kv_seq_can_truncate). What a parked
+ * sequence adopted by a prompt that diverges inside it needs (engine.c). WK_ERR_INVALID past the
+ * end, WK_ERR_UNSUPPORTED otherwise (nothing changed). */
+int wk_kv_seq_truncate_window(wk_kv_seq *s, uint32_t n_tokens, uint32_t window);
 /* truncate(0): all blocks back to the pool, first_live = 0; the sequence (and its window slot)
  * stays usable from position 0. */
 void wk_kv_seq_release(wk_kv_seq *s);

@@ -100,10 +100,10 @@ typedef struct wk_engine_params {
      * SIGBUS), and its pages leave the process. The research API (research.h: calibration, layer
      * error, wk_engine_wo) reads the file through the engine and refuses such an engine. */
     bool release_model_file;
-    /* Automatic prefix caching (wk_seq_prefix_attach): full blocks stay cached after their
-     * sequence ends and a new sequence can take a cached prefix by reference. Only the paged
-     * pool without f16 windows has it (info.prefix_cache says whether it is on; a windowed format
-     * says why not on stderr). */
+    /* Automatic prefix caching (wk_seq_create_prefix): without f16 windows, full blocks stay
+     * cached after their sequence ends and a new sequence takes a cached prefix by reference; with
+     * f16 windows (--kv-sink/--kv-recent), an ended sequence is parked whole (wk_seq_park) and a
+     * prompt that extends its tokens adopts it. */
     bool prefix_cache;
 } wk_engine_params;
 
@@ -143,6 +143,7 @@ typedef struct wk_model_info {
     const char *device_type, *device_driver, *device_driver_info;
     uint32_t device_subgroup_size, device_shared_memory_bytes, device_vendor_id, device_id;
     bool prefix_cache; /* automatic prefix caching is on (wk_engine_params.prefix_cache) */
+    bool prefix_cache_park; /* ... in its parking form (the format has f16 windows) */
 } wk_model_info;
 
 /* Bytes the attention of one decode step reads from the KV cache of a sequence that already holds
@@ -245,7 +246,8 @@ uint64_t wk_seq_kv_peak_bytes(const wk_seq *s);
  * that does not exist, and for pool 1 of the f16 cache). No error. Engine thread. */
 uint64_t wk_seq_kv_pool_bytes(const wk_seq *s, int pool);
 
-/* Automatic prefix caching (info.prefix_cache). Every full block of kv_block_tokens tokens a
+/* Automatic prefix caching (info.prefix_cache), its block form (formats without f16 windows;
+ * with them see wk_seq_park below, and this call returns 0). Every full block of kv_block_tokens tokens a
  * sequence computes is named by a hash chain over its tokens and all before them (and the model
  * and KV format), and stays in the pool after the sequence ends, until an allocation needs the
  * block (least recently released first). wk_seq_prefix_attach puts the longest cached prefix of
@@ -259,7 +261,31 @@ uint64_t wk_seq_kv_pool_bytes(const wk_seq *s, int pool);
  * runs differ). Returns the tokens taken (a multiple of kv_block_tokens; 0: no hit, caching off,
  * or s not empty), or WK_ERR_NOMEM (s is then empty). Engine thread. */
 int wk_seq_prefix_attach(wk_seq *s, const int32_t *tokens, int n_tokens);
-/* Forgets every cached block (blocks sequences hold stay, unnamed). No error. Engine thread. */
+/* Parking, prefix caching's form for formats with f16 windows (info.prefix_cache_park): a
+ * cached block cannot serve them (the query after it also reads the sinks and the recent ring,
+ * which live in the sequence's window slot), so an ended sequence is kept whole instead. wk_seq_park
+ * hands s to the engine (the caller must not use it again): with parking on and s non-empty it
+ * joins an LRU list of parked sequences with its blocks, window slot and the token ids in its
+ * cache; otherwise it is destroyed. A parked sequence is destroyed, least recently parked first,
+ * whenever a sequence slot (wk_seq_create) or a block (wk_forward) is wanted and none is free, so
+ * it never stands in anyone's way; wk_engine_prefix_cache_flush destroys them all. Park only a
+ * sequence whose cache is sound (a finished one; not one whose step failed). No error. Engine
+ * thread. */
+void wk_seq_park(wk_seq *s);
+/* A new sequence for a prompt, with as much of tokens[0 .. n_tokens) as the cache holds already in
+ * it (pass the prompt less its last token, as for wk_seq_prefix_attach). With parking: the parked
+ * sequence sharing the longest start a with tokens is adopted -- taken off the list, cut back to a
+ * tokens -- provided a is at least half its L tokens (a prompt that shares only its first tokens
+ * does not take another conversation's sequence away) and its cache still holds everything the query at position a reads: the recent
+ * ring's f16 rows of positions max(sink, a - recent + 1) .. a - 1, which a sequence of L tokens
+ * has iff a >= L - 1, a <= sink or L <= sink + recent, and in every sliding-window layer the blocks of
+ * positions >= a - window + 1 (wk_kv_seq_can_truncate). A prompt that extends all L tokens (a
+ * chat's next turn) always qualifies. Without parking: wk_seq_create + wk_seq_prefix_attach.
+ * Caching off: wk_seq_create. Returns the tokens *out already holds (>= 0; 0 for a cold start),
+ * or wk_seq_create's error (*out NULL). Engine thread. */
+int wk_seq_create_prefix(wk_engine *e, const int32_t *tokens, int n_tokens, wk_seq **out);
+/* Forgets every cached block (blocks sequences hold stay, unnamed) and destroys every parked
+ * sequence. No error. Engine thread. */
 void wk_engine_prefix_cache_flush(wk_engine *e);
 /* Blocks of one KV pool now (wk_kv_pool_peak_bytes' numbering; all 0 for a pool that does not
  * exist and for the f16 cache): used_blocks are held by sequences, each counted once however many
@@ -269,6 +295,10 @@ void wk_engine_prefix_cache_flush(wk_engine *e);
 typedef struct wk_kv_usage {
     uint64_t used_blocks, cached_blocks, free_blocks, used_windows;
     uint64_t used_bytes, cached_bytes;
+    /* Parked sequences (wk_seq_park) count as cached, not used: their blocks are in
+     * cached_blocks, their window slots in cached_windows and cached_bytes (with their blocks');
+     * parked_seqs how many (pool 0 only). */
+    uint64_t cached_windows, parked_seqs;
 } wk_kv_usage;
 void wk_engine_kv_usage(const wk_engine *e, int pool, wk_kv_usage *out);
 

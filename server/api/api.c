@@ -162,7 +162,7 @@ static void on_ready(api_server *a) {
             "http://%s:%d\n",
             a->model_id, ms->name, ms->arch, ms->device, ms->max_ctx, chat_format_name(a->model.chat),
             ms->chat_template ? "" : " (no template in the model: its architecture's default)", a->cfg.engine.max_seqs,
-            kv, ms->prefix_cache ? "on" : "off", (double)sp->temperature, sp->top_k, (double)sp->top_p, (double)sp->min_p, (double)sp->repeat_penalty,
+            kv, !ms->prefix_cache ? "off" : ms->prefix_cache_park ? "on (parking)" : "on (blocks)", (double)sp->temperature, sp->top_k, (double)sp->top_p, (double)sp->min_p, (double)sp->repeat_penalty,
             sp->repeat_last_n, a->cfg.host, http_server_port(a->http));
 }
 
@@ -664,7 +664,7 @@ api_server *api_start(uv_loop_t *loop, const serve_config *cfg, api_fatal_cb on_
     fprintf(stderr, "wushkv: listening on http://%s:%d (at most %d connections; loading the model)\n", cfg->host,
             http_server_port(a->http), cfg->limits.max_conns);
     sched_config sc = {.max_seqs = cfg->engine.max_seqs, .max_batch_tokens = cfg->engine.max_batch_tokens,
-                       .kv_block_tokens = 16, .engine = cfg->engine, .prepare = cfg->prepare,
+                       .engine = cfg->engine, .prepare = cfg->prepare,
                        .prepare_data = cfg->prepare_data};
     if (sched_start(&a->sched, loop, &sc, a->m, on_event, a) != 0) {
         fprintf(stderr, "wushkv serve: cannot start the engine thread\n");

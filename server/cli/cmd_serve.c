@@ -62,8 +62,8 @@ static void serve_usage(FILE *f) {
             "                          -1: all (default 64)\n");
     fprintf(f,
             "  --device N              Vulkan device index (default: $WUSHKV_DEVICE, else the best)\n"
-            "  --no-prefix-cache       no automatic prefix caching (default: on where the KV format\n"
-            "                          allows it: --kv int2/3/4 without f16 windows)\n"
+            "  --no-prefix-cache       no automatic prefix caching (default: on; with f16 windows a\n"
+            "                          finished sequence is parked whole for the next turn)\n"
             "  --log-prompts           include (the start of) each prompt in the request log\n"
             "  -v, --verbose           device and model details on stderr\n"
             "  -h, --help              this text\n"
@@ -71,10 +71,11 @@ static void serve_usage(FILE *f) {
             "The sampling defaults are llama-server's; a request's own fields win (temperature 0 too).\n"
             "The default KV format is int2 with the WUSH transform: the first start with a model\n"
             "calibrates its transforms (/health says \"calibrating\") and caches them; --kv f16 opts out.\n"
-            "With --kv int2/3/4 the sequences share the pool in blocks of 16 tokens: a request waits\n"
-            "for free blocks, and when the pool runs out the newest sequence is preempted and\n"
-            "recomputed later. Full blocks stay cached after a request ends, so a prompt that starts\n"
-            "with an earlier one's tokens (a chat's history) prefills only the rest (--no-prefix-cache).\n");
+            "The sequences share the pool in blocks of 16 tokens: a request waits for free blocks,\n"
+            "and when the pool runs out the newest sequence is preempted and recomputed later. A\n"
+            "finished request's cache stays (full blocks; with f16 windows its whole sequence) until\n"
+            "the memory is needed, so a prompt that starts with an earlier one's tokens (a chat's\n"
+            "history) prefills only the rest (--no-prefix-cache).\n");
 }
 
 typedef struct serve_state {

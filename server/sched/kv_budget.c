@@ -4,10 +4,9 @@
 
 #include <string.h>
 
-void kv_budget_init(kv_budget *b, const wk_model_info *info, int max_seqs, int report_block_tokens, int chunk) {
+void kv_budget_init(kv_budget *b, const wk_model_info *info, int max_seqs, int chunk) {
     memset(b, 0, sizeof *b);
-    b->paged = info->kv_block_tokens > 0 && info->kv_block_bytes > 0;
-    b->block_tokens = b->paged ? info->kv_block_tokens : report_block_tokens;
+    b->block_tokens = info->kv_block_tokens > 0 ? info->kv_block_tokens : 16;
     b->block_bytes = info->kv_block_bytes;
     b->chunk = chunk > 0 ? chunk : 1;
     b->info = *info;
@@ -31,15 +30,14 @@ int kv_budget_blocks(const kv_budget *b, int tokens) {
 }
 
 uint64_t kv_budget_seq_bytes(const kv_budget *b, int tokens) {
-    return b->paged ? wk_kv_peak_bytes(&b->info, tokens > 0 ? (uint64_t)tokens : 0, (uint64_t)b->chunk) : 0;
+    return wk_kv_peak_bytes(&b->info, tokens > 0 ? (uint64_t)tokens : 0, (uint64_t)b->chunk);
 }
 
 uint64_t kv_budget_pool_seq_bytes(const kv_budget *b, int pool, int tokens) {
-    return b->paged ? wk_kv_pool_peak_bytes(&b->info, pool, tokens > 0 ? (uint64_t)tokens : 0, (uint64_t)b->chunk) : 0;
+    return wk_kv_pool_peak_bytes(&b->info, pool, tokens > 0 ? (uint64_t)tokens : 0, (uint64_t)b->chunk);
 }
 
 uint64_t kv_budget_pool_blocks(const kv_budget *b, int tokens) {
-    if (!b->paged) return 0;
     uint64_t blocks = (kv_budget_pool_seq_bytes(b, 0, tokens) - b->window_bytes) / b->block_bytes;
     if (b->pool_cap[1]) blocks += kv_budget_pool_seq_bytes(b, 1, tokens) / b->swa_block_bytes;
     return blocks;
@@ -53,6 +51,17 @@ bool kv_budget_fits(const kv_budget *b, const uint64_t claimed[KV_POOLS], int to
     return true;
 }
 
+bool kv_budget_claims_fit(const kv_budget *b, const uint64_t claimed[KV_POOLS]) {
+    for (int p = 0; p < KV_POOLS; p++)
+        if (claimed[p] > b->pool_cap[p]) return false;
+    return true;
+}
+
+uint64_t kv_budget_to_come(const kv_budget *b, int pool, int tokens, uint64_t held) {
+    const uint64_t fill = kv_budget_pool_seq_bytes(b, pool, tokens);
+    return fill > held ? fill - held : 0;
+}
+
 kv_usage kv_budget_usage(const kv_budget *b, int peak_len, uint64_t peak_bytes) {
     kv_usage u = {
         .bytes = peak_bytes,
@@ -63,25 +72,9 @@ kv_usage kv_budget_usage(const kv_budget *b, int peak_len, uint64_t peak_bytes) 
     return u;
 }
 
-void kv_budget_gauge(const kv_budget *b, int n_running, const uint64_t used[KV_POOLS], int f16_used_blocks,
-                     metrics_pool *p) {
-    p->kv_used_bytes = used[0] + used[1];
+void kv_budget_gauge(const kv_budget *b, const wk_kv_usage u[KV_POOLS], metrics_pool *p) {
     p->kv_capacity_bytes = b->pool_bytes;
-    if (b->paged) {
-        /* Every running sequence holds a window slot (in pool 0) when windows are on; the rest is
-         * blocks. */
-        uint64_t windows = (uint64_t)(n_running > 0 ? n_running : 0) * b->window_bytes;
-        uint64_t in_blocks = used[0] > windows ? used[0] - windows : 0;
-        p->kv_used_blocks = (int)(in_blocks / b->block_bytes + (b->swa_block_bytes ? used[1] / b->swa_block_bytes : 0));
-        p->kv_capacity_blocks = (int)(b->pool_blocks + b->swa_pool_blocks);
-    } else {
-        p->kv_used_blocks = f16_used_blocks;
-        p->kv_capacity_blocks = b->max_seqs * kv_budget_blocks(b, b->max_ctx);
-    }
-}
-
-void kv_budget_gauge_usage(const kv_budget *b, const wk_kv_usage u[KV_POOLS], metrics_pool *p) {
-    if (!b->paged) return;
+    p->kv_capacity_blocks = (int)(b->pool_blocks + b->swa_pool_blocks);
     p->kv_used_bytes = u[0].used_bytes + u[1].used_bytes;
     p->kv_used_blocks = (int)(u[0].used_blocks + u[1].used_blocks);
     p->kv_cached_bytes = u[0].cached_bytes + u[1].cached_bytes;

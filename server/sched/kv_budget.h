@@ -24,12 +24,11 @@ typedef struct kv_usage {
 } kv_usage;
 
 typedef struct kv_budget {
-    bool paged;            /* int2/3/4: one pool of blocks shared by all sequences */
-    int block_tokens;      /* the pool's block; for f16 the block usage is reported in */
-    uint64_t block_bytes;  /* paged: bytes of one pool block (one layer group, K and V) */
+    int block_tokens;      /* the pool's block (every format is paged) */
+    uint64_t block_bytes;  /* bytes of one pool block (one layer group, K and V) */
     int chunk;             /* tokens one step writes into a sequence at most (the engine's batch) */
     wk_model_info info;    /* what wk_kv_peak_bytes reads */
-    uint64_t window_bytes; /* paged: each sequence's f16 window slot (0 without windows) */
+    uint64_t window_bytes; /* each sequence's f16 window slot (0 without windows) */
     uint64_t pool_bytes, pool_blocks; /* both pools together; blocks: pool 0's */
     uint64_t pool_cap[KV_POOLS];      /* each pool's bytes (pool 1: 0 without per-layer-class formats) */
     uint64_t swa_block_bytes, swa_pool_blocks; /* pool 1's block and block count */
@@ -38,9 +37,8 @@ typedef struct kv_budget {
     int max_ctx, max_seqs;
 } kv_budget;
 
-/* report_block_tokens: the block f16 usage is counted in (the paged pool uses its own); chunk: the
- * most tokens one step writes into a sequence (the batch-token budget). */
-void kv_budget_init(kv_budget *b, const wk_model_info *info, int max_seqs, int report_block_tokens, int chunk);
+/* chunk: the most tokens one step writes into a sequence (the batch-token budget). */
+void kv_budget_init(kv_budget *b, const wk_model_info *info, int max_seqs, int chunk);
 
 /* Blocks of tokens covering `tokens` (rounded up): what usage.kv_cache.blocks reports. */
 int kv_budget_blocks(const kv_budget *b, int tokens);
@@ -55,16 +53,19 @@ uint64_t kv_budget_pool_blocks(const kv_budget *b, int tokens);
 /* Whether a sequence of `tokens` fits beside claimed[p] bytes of pool p held or promised to
  * others, in every pool. */
 bool kv_budget_fits(const kv_budget *b, const uint64_t claimed[KV_POOLS], int tokens);
+/* Whether claimed[p] bytes fit pool p, in every pool. */
+bool kv_budget_claims_fit(const kv_budget *b, const uint64_t claimed[KV_POOLS]);
+/* The bytes of pool `pool` a sequence that holds `held` of them still takes on its way to
+ * `tokens` (its prefill's end): what its blocks there will add, 0 when it holds that much already
+ * (a prefix hit's blocks count as held). */
+uint64_t kv_budget_to_come(const kv_budget *b, int pool, int tokens, uint64_t held);
 /* Usage of a sequence that held at most peak_len tokens and peak_bytes device bytes. */
 kv_usage kv_budget_usage(const kv_budget *b, int peak_len, uint64_t peak_bytes);
-/* The pool gauge: used[p] bytes of pool p held by n_running sequences; f16_used_blocks (f16 cache
- * only) the blocks their lengths cover. Blocks count both pools' (of their own sizes). */
-void kv_budget_gauge(const kv_budget *b, int n_running, const uint64_t used[KV_POOLS], int f16_used_blocks,
-                     metrics_pool *p);
-/* The paged pool's gauge from the pools' own counts (wk_engine_kv_usage of each pool), after
- * kv_budget_gauge: bytes and blocks in use each counted once however many sequences share them
- * (the sequences' own sums count a shared block for every holder), and the blocks only the
- * prefix cache keeps. No change for the f16 cache. */
-void kv_budget_gauge_usage(const kv_budget *b, const wk_kv_usage u[KV_POOLS], metrics_pool *p);
+/* The pool gauge from the pools' own counts (wk_engine_kv_usage of each pool): bytes and blocks
+ * in use each counted once however many sequences share them (the sequences' own sums count a
+ * shared block for every holder), the ones the prefix cache keeps (cached blocks, and parked
+ * sequences' blocks and window slots), and the capacity. Blocks count both pools' (of their own
+ * sizes). */
+void kv_budget_gauge(const kv_budget *b, const wk_kv_usage u[KV_POOLS], metrics_pool *p);
 
 #endif

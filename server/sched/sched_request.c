@@ -67,7 +67,7 @@ void req_remove(scheduler *s, req *r) {
     }
 }
 
-/* Ends a request: last text, usage, metrics; frees its sequence at once. */
+/* Ends a request: last text, usage, metrics; parks or frees its sequence at once. */
 void req_finish(scheduler *s, req *r, const char *reason) {
     bool oom = false;
     if (strcmp(reason, "abort") != 0) {
@@ -112,6 +112,12 @@ void req_finish(scheduler *s, req *r, const char *reason) {
         .kv_bytes = r->peak_bytes,
     };
     metrics_request_done(s->m, &m);
+    /* A finished sequence's cache is sound: parked, a later prompt that extends its tokens adopts
+     * it (wk_seq_park destroys it where the format does not park). An aborted one goes. */
+    if (strcmp(reason, "abort") != 0) {
+        wk_seq_park(r->seq);
+        r->seq = NULL;
+    }
     req_remove(s, r);
     req_free(r);
 }
@@ -172,7 +178,7 @@ static void job_generate(scheduler *s, sched_job *j) {
     }
     /* The paged pool is shared: a prompt that needs more blocks than the whole pool could never be
      * admitted, whatever else runs. (One that fits is admitted once enough blocks are free.) */
-    if (s->kv.paged) {
+    {
         static const uint64_t none[KV_POOLS] = {0};
         if (!kv_budget_fits(&s->kv, none, r->n_prompt)) {
             uint64_t need = kv_budget_seq_bytes(&s->kv, r->n_prompt);

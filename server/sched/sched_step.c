@@ -1,5 +1,5 @@
-/* One iteration of continuous batching: FCFS admission (with the paged pool, only while the KV
- * blocks of the head's prefill are free beside what the running sequences claim), one wk_forward
+/* One iteration of continuous batching: FCFS admission (only while the KV blocks of the head's
+ * prefill are free beside what the running sequences hold and will take), one wk_forward
  * carrying a decode token for every running sequence plus prefill chunks under the token budget,
  * preemption by recompute when the pool runs out, and the sampled tokens handed to their requests. */
 #include "sched/scheduler_int.h"
@@ -11,11 +11,15 @@
 #include "sched/logits.h"
 #include "metrics/mono_clock.h"
 
-/* KV bytes the running sequences hold now in each pool (a preempted, waiting one holds none). */
+/* KV bytes of each pool in use now: every block any running sequence holds counted once however
+ * many share it, and their window slots (wk_engine_kv_usage; cached blocks and parked sequences,
+ * free to any allocation, are not in use). */
 static void kv_used_pools(const scheduler *s, uint64_t used[KV_POOLS]) {
-    for (int p = 0; p < KV_POOLS; p++) used[p] = 0;
-    for (const req *r = s->running; r; r = r->next)
-        for (int p = 0; p < KV_POOLS; p++) used[p] += wk_seq_kv_pool_bytes(r->seq, p);
+    for (int p = 0; p < KV_POOLS; p++) {
+        wk_kv_usage u;
+        wk_engine_kv_usage(s->e, p, &u);
+        used[p] = u.used_bytes;
+    }
 }
 
 static uint64_t kv_used(const scheduler *s) {
@@ -42,21 +46,15 @@ static void live_entry(const scheduler *s, const req *r, double now, metrics_poo
 /* The pool gauge of /metrics and the dashboard's live requests, after every step. */
 void sched_publish_pool(scheduler *s) {
     metrics_pool p = {.running = s->n_running, .waiting = s->n_waiting};
-    int f16_blocks = 0;
     double now = mono_now_s();
     for (req *r = s->running; r; r = r->next) {
-        int len = wk_seq_len(r->seq);
-        if (!s->kv.paged) f16_blocks += kv_budget_blocks(&s->kv, len);
-        p.kv_fp16_bytes += (uint64_t)len * s->kv.fp16_bytes_per_token;
+        p.kv_fp16_bytes += (uint64_t)wk_seq_len(r->seq) * s->kv.fp16_bytes_per_token;
         live_entry(s, r, now, &p);
     }
     for (req *r = s->waiting; r; r = r->next) live_entry(s, r, now, &p);
-    uint64_t used[KV_POOLS];
-    kv_used_pools(s, used);
-    kv_budget_gauge(&s->kv, s->n_running, used, f16_blocks, &p);
     wk_kv_usage u[KV_POOLS];
     for (int i = 0; i < KV_POOLS; i++) wk_engine_kv_usage(s->e, i, &u[i]);
-    kv_budget_gauge_usage(&s->kv, u, &p);
+    kv_budget_gauge(&s->kv, u, &p);
     metrics_set_pool(s->m, &p);
 }
 
@@ -115,57 +113,71 @@ static void take_token(scheduler *s, req *r, const float *row) {
     }
 }
 
-/* KV bytes of pool `pool` a running sequence holds or is about to: a sequence still prefilling
- * will hold the blocks of its whole prefill (prompt, or prompt + generated tokens after a
- * preemption). */
-static uint64_t kv_claim(const scheduler *s, const req *r, int pool) {
-    uint64_t held = wk_seq_kv_pool_bytes(r->seq, pool);
-    if (r->state != R_PREFILL) return held;
-    uint64_t fill = kv_budget_pool_seq_bytes(&s->kv, pool, r->n_fill);
-    return fill > held ? fill : held;
+/* KV bytes of pool `pool` a running sequence is about to take beyond what it holds: one still
+ * prefilling will hold the blocks of its whole prefill (prompt, or prompt + generated tokens after
+ * a preemption). What it holds is in the pool's used bytes already (kv_used_pools), a block it
+ * shares with others once. */
+static uint64_t kv_to_come(const scheduler *s, const req *r, int pool) {
+    if (r->state != R_PREFILL) return 0;
+    return kv_budget_to_come(&s->kv, pool, r->n_fill, wk_seq_kv_pool_bytes(r->seq, pool));
 }
 
-/* Automatic prefix caching at admission: the longest cached prefix of what r must prefill (its
- * prompt, or prompt + generated tokens after a preemption) goes into its empty sequence by
- * reference, and prefill starts after it. At least the last token is left to compute: its logits
- * are the ones sampled. The blocks a hit takes were cached, i.e. free to admission, and are held
- * now, so kv_claim counts them like any other. Only the first lookup is counted (vLLM's
- * prefix_cache_queries/hits) and reported as the request's cached_tokens. */
-static void prefix_hit(scheduler *s, req *r) {
-    if (!s->info->prefix_cache) return;
+/* A sequence for r with as much as the prefix cache holds of what r must prefill (its prompt, or
+ * prompt + generated tokens after a preemption) already in it: cached blocks by reference, or a
+ * parked sequence adopted (wk_seq_create_prefix); prefill starts after it. At least the last
+ * token is left to compute: its logits are the ones sampled. What a hit takes was cached or
+ * parked, i.e. free to admission, and is held now, so kv_fits_with counts it like any other. Only the
+ * first lookup is counted (vLLM's prefix_cache_queries/hits) and reported as the request's
+ * cached_tokens. A negative return: no sequence (no slot). */
+static int open_seq(scheduler *s, req *r) {
     const int32_t *src = r->replay ? r->replay : r->prompt;
-    const int hit = wk_seq_prefix_attach(r->seq, src, r->n_fill - 1);
-    if (hit > 0) r->n_prefilled = hit; /* else (0, or out of memory: the sequence is empty) a cold prefill */
-    if (r->looked_up) return;
+    const int hit = wk_seq_create_prefix(s->e, src, s->info->prefix_cache ? r->n_fill - 1 : 0, &r->seq);
+    if (hit < 0) return hit;
+    r->n_prefilled = hit;
+    return 0;
+}
+
+/* The lookup's figures, once r is admitted for good. */
+static void count_hit(scheduler *s, req *r) {
+    if (!s->info->prefix_cache || r->looked_up) return;
     r->looked_up = true;
-    r->n_cached = hit > 0 ? hit : 0;
+    r->n_cached = r->n_prefilled;
     metrics_prefix_cache(s->m, r->n_prompt, r->n_cached);
 }
 
-/* FCFS admission into a sequence slot. With the paged pool the head of the queue also waits until
- * the blocks its prefill needs are free beside what the running sequences hold or are about to
- * (nobody overtakes it). With nothing running it is admitted regardless: its prompt fits the
- * pool (job_generate checked), and a replay that cannot fit alone ends in sched_step(). */
+/* Whether everything the running sequences hold and will take, with r (its sequence open, its hit
+ * taken) beside them, fits every pool. Blocks r shares with a running sequence are in the pools'
+ * used bytes once, so two requests with a common prefix are counted as the pool holds them. */
+static bool kv_fits_with(const scheduler *s, const req *r) {
+    uint64_t claimed[KV_POOLS];
+    kv_used_pools(s, claimed);
+    for (int p = 0; p < KV_POOLS; p++) {
+        for (const req *q = s->running; q; q = q->next) claimed[p] += kv_to_come(s, q, p);
+        claimed[p] += kv_budget_to_come(&s->kv, p, r->n_fill, wk_seq_kv_pool_bytes(r->seq, p));
+    }
+    return kv_budget_claims_fit(&s->kv, claimed);
+}
+
+/* FCFS admission into a sequence slot. The head of the queue also waits until the blocks its
+ * prefill still needs, after its prefix hit, are free beside what the running sequences hold or
+ * are about to (nobody overtakes it): it opens its sequence (taking the hit), and gives it back
+ * when that does not fit (parked again, or its cached blocks cached again). With nothing running
+ * it is admitted regardless: its prompt fits the pool (job_generate checked), and a replay that
+ * cannot fit alone ends in sched_step(). */
 static void admit(scheduler *s) {
     while (s->waiting && s->n_running < s->cfg.max_seqs) {
         req *r = s->waiting;
-        if (s->kv.paged && s->running) {
-            uint64_t claimed[KV_POOLS] = {0};
-            for (req *q = s->running; q; q = q->next)
-                for (int p = 0; p < KV_POOLS; p++) claimed[p] += kv_claim(s, q, p);
-            if (!kv_budget_fits(&s->kv, claimed, r->n_fill)) break;
+        if (open_seq(s, r) < 0) break;
+        if (s->running && !kv_fits_with(s, r)) {
+            wk_seq_park(r->seq);
+            r->seq = NULL;
+            break;
         }
-        if (!r->seq) { /* a preempted request keeps its (reset) sequence */
-            wk_seq *seq;
-            if (wk_seq_create(s->e, &seq) < 0) break;
-            r->seq = seq;
-        }
+        count_hit(s, r);
         s->waiting = r->next;
         if (!s->waiting) s->waiting_tail = NULL;
         s->n_waiting--;
         r->state = R_PREFILL;
-        r->n_prefilled = 0;
-        prefix_hit(s, r);
         if (r->t_admit == 0) r->t_admit = mono_now_s(); /* queue time: the first wait only */
         r->next = NULL;
         req **tail = &s->running;
@@ -175,10 +187,12 @@ static void admit(scheduler *s) {
     }
 }
 
-/* Preemption by recompute: frees r's KV blocks and puts it at the front of the queue. When it is
+/* Preemption by recompute: gives r's sequence up and puts r at the front of the queue. When it is
  * readmitted it prefills its prompt and the tokens it generated (the last of which it had not fed
- * yet), so its next logits are those its next decode step would have given. Returns false when
- * out of memory (r is then failed). */
+ * yet), so its next logits are those its next decode step would have given. Its sequence is
+ * parked, not destroyed (wk_seq_park; destroyed where the format does not park): the step's retry
+ * takes its blocks back as it needs them, and whatever is left on readmission is adopted instead
+ * of recomputed. Returns false when out of memory (r is then failed). */
 static bool preempt(scheduler *s, req *r, uint64_t used_before) {
     int32_t *replay = NULL;
     if (r->n_gen > 0) {
@@ -195,7 +209,8 @@ static bool preempt(scheduler *s, req *r, uint64_t used_before) {
             "generated are recomputed when blocks are free)\n",
             (unsigned long long)used_before, (unsigned long long)s->info->kv_pool_bytes, (unsigned long long)r->id,
             wk_seq_len(r->seq), r->n_prompt, r->n_gen);
-    wk_seq_reset(r->seq);
+    wk_seq_park(r->seq);
+    r->seq = NULL;
     free(r->replay);
     r->replay = replay;
     r->n_fill = r->n_prompt + r->n_gen;

@@ -126,10 +126,12 @@ static int warm_up(scheduler *s, char *err, size_t errlen) {
     int32_t toks[4];
     int32_t t0 = s->info->bos >= 0 ? s->info->bos : 0;
     for (int i = 0; i < 4; i++) toks[i] = t0;
+    /* Within the step's token budget (--batch-tokens may be as small as --max-batch, 1 included). */
+    const int budget = s->cfg.max_batch_tokens;
     int rc = wk_seq_create(s->e, &a);
     if (!rc && s->cfg.max_seqs > 1) rc = wk_seq_create(s->e, &b);
     if (!rc) {
-        wk_batch_item it = {.seq = a, .tokens = toks, .n_tokens = 4};
+        wk_batch_item it = {.seq = a, .tokens = toks, .n_tokens = budget < 4 ? budget : 4};
         rc = wk_forward(s->e, &it, 1, s->logits, err, errlen);
     }
     if (rc >= 0) {
@@ -137,7 +139,8 @@ static int warm_up(scheduler *s, char *err, size_t errlen) {
         rc = wk_forward(s->e, &it, 1, s->logits, err, errlen);
     }
     if (rc >= 0 && b) {
-        wk_batch_item it[2] = {{.seq = a, .tokens = toks, .n_tokens = 1}, {.seq = b, .tokens = toks, .n_tokens = 2}};
+        wk_batch_item it[2] = {{.seq = a, .tokens = toks, .n_tokens = 1},
+                               {.seq = b, .tokens = toks, .n_tokens = budget < 3 ? 1 : 2}};
         rc = wk_forward(s->e, it, 2, s->logits, err, errlen);
     }
     if (a) wk_seq_destroy(a);
@@ -185,7 +188,7 @@ static void *engine_main(void *arg) {
         return NULL;
     }
     s->info = wk_engine_info(s->e);
-    kv_budget_init(&s->kv, s->info, s->cfg.max_seqs, s->cfg.kv_block_tokens, s->cfg.max_batch_tokens);
+    kv_budget_init(&s->kv, s->info, s->cfg.max_seqs, s->cfg.max_batch_tokens);
     model_summary *m = &s->model;
     snprintf(m->name, sizeof m->name, "%s", s->info->name);
     snprintf(m->arch, sizeof m->arch, "%s", s->info->arch);
@@ -203,6 +206,7 @@ static void *engine_main(void *arg) {
     m->kv_bits_per_element = s->info->kv_bits_per_element;
     snprintf(m->wush_path, sizeof m->wush_path, "%s", s->cfg.engine.wush_path ? s->cfg.engine.wush_path : "");
     m->prefix_cache = s->info->prefix_cache;
+    m->prefix_cache_park = s->info->prefix_cache_park;
     m->kv_context_bytes = s->info->kv_pool_blocks
                               ? wk_kv_peak_bytes(s->info, (uint64_t)s->info->max_ctx, (uint64_t)s->cfg.max_batch_tokens)
                               : (uint64_t)s->info->max_ctx * s->info->kv_bytes_per_token;

@@ -116,6 +116,7 @@ typedef struct model_summary {
     double kv_bits_per_element;
     char wush_path[4096];        /* the WUSH sidecar the engine opened with ("" without) */
     bool prefix_cache;           /* automatic prefix caching is on (wk_model_info) */
+    bool prefix_cache_park;      /* ... by parking ended sequences (f16 windows), not by blocks */
     uint64_t kv_context_bytes;   /* held by one sequence of max_ctx tokens (wk_kv_peak_bytes; f16: its slot) */
     char *chat_template; /* owned copy, or NULL */
 } model_summary;
@@ -136,7 +137,6 @@ typedef struct sched_config {
     void *prepare_data;
     int max_seqs;         /* sequences decoded together */
     int max_batch_tokens; /* tokens per forward step (decode tokens + a prefill chunk) */
-    int kv_block_tokens;  /* the block usage.kv_cache.blocks counts an f16 cache in (the paged pool has its own) */
 } sched_config;
 
 typedef struct scheduler scheduler;
