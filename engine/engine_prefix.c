@@ -1,0 +1,218 @@
+/* Automatic prefix caching of the engine (wushkv.h: wk_seq_prefix_attach, wk_seq_park,
+ * wk_seq_create_prefix, wk_engine_prefix_cache_flush, wk_engine_kv_usage): naming full blocks by
+ * their token hash chain, parking ended sequences of windowed formats and adopting them.
+ * docs/design.md "Prefix caching". */
+#include <stdlib.h>
+#include <string.h>
+
+#include "engine_int.h"
+#include "kv/kv_prefix.h"
+
+/* Parking: appends the n tokens a step just committed to the sequence's token ids (its len is
+ * already past them). Out of memory loses them for good (toks_lost): such a sequence is never
+ * parked, which costs only the reuse. */
+void wk_eng_seq_keep_tokens(wk_seq *s, const int32_t *tokens, int n) {
+    if (s->toks_lost) return;
+    if (s->len > s->toks_cap) {
+        int cap = s->toks_cap ? s->toks_cap : 64;
+        while (cap < s->len) cap *= 2;
+        if (cap > s->e->fwd.max_ctx) cap = s->e->fwd.max_ctx;
+        int32_t *t = realloc(s->toks, (size_t)cap * sizeof *t);
+        if (!t) {
+            s->toks_lost = true;
+            return;
+        }
+        s->toks = t;
+        s->toks_cap = cap;
+    }
+    memcpy(s->toks + (s->len - n), tokens, (size_t)n * sizeof *tokens);
+}
+
+/* Everything besides the tokens that decides what a block stores: the model (its file's path and
+ * size, its shapes), the KV format of each layer class with its quantizer, group, windows and
+ * clip quantiles, the transform with its seed and sidecar. The cache lives inside one engine,
+ * which has one of each, so today this only guards against a mistake; it is what a cache shared
+ * between engines (or kept on disk) would need. */
+uint64_t wk_eng_prefix_salt(const wk_engine *e, const wk_engine_params *p) {
+    const wk_hparams *hp = &e->desc.hp;
+    union { float f; int32_t i; } rk = {.f = p->kv_rho_k}, rv = {.f = p->kv_rho_v};
+    const int32_t w[] = {e->kv.fmt.bits, e->kv.swa_pool ? e->kv.swa_fmt.bits : e->kv.fmt.bits, (int32_t)e->kv.fmt.kind,
+                         e->kv.fmt.group, e->kv.layout.win[0].sink, e->kv.layout.win[0].recent,
+                         e->kv.layout.win[1].sink, e->kv.layout.win[1].recent, rk.i, rv.i, (int32_t)p->kv_transform,
+                         (int32_t)p->kv_transform_seed, (int32_t)(p->kv_transform_seed >> 32), hp->n_layer, hp->n_embd,
+                         hp->n_vocab, hp->n_head_kv, hp->head_dim, e->kv.layout.block_tokens,
+                         (int32_t)e->model_bytes, (int32_t)(e->model_bytes >> 32)};
+    uint64_t h = wk_kv_block_hash(0, 0x77757368ull, w, (uint32_t)(sizeof w / sizeof w[0]));
+    const char *names[2] = {p->model_path, p->kv_transform == WK_KV_TRANSFORM_WUSH ? p->wush_path : NULL};
+    for (int k = 0; k < 2; k++)
+        for (const char *c = names[k]; c && *c; c++) h = wk_kv_block_hash(h, (uint64_t)k, &(int32_t){(uint8_t)*c}, 1);
+    return h;
+}
+
+/* After a step committed n tokens: every block they filled gets its chain hash, and each layer
+ * group's block for it is named in its pool (before seq_slide, which may release it at once: a
+ * released named block stays cached). */
+void wk_eng_seq_name_blocks(wk_seq *s, const int32_t *tokens, int n) {
+    if (!s->hashes) return;
+    const uint32_t bt = (uint32_t)s->e->kv.layout.block_tokens;
+    for (int j = 0; j < n; j++) {
+        const uint32_t pos = (uint32_t)(s->len - n + j);
+        s->pending[pos % bt] = tokens[j];
+        if ((pos + 1) % bt) continue;
+        const uint32_t k = pos / bt;
+        s->hashes[k] = wk_kv_block_hash(k ? s->hashes[k - 1] : 0, s->e->prefix_salt, s->pending, bt);
+        s->n_hashed = (int)k + 1;
+        for (int g = 0; g < s->n_kvs; g++)
+            if (s->kvs[g]->table[k] != WK_KV_NO_BLOCK)
+                wk_kv_pool_cache_insert(s->kvs[g]->pool, s->kvs[g]->table[k], wk_kv_prefix_key(s->hashes[k], g));
+    }
+}
+
+void wk_eng_park_unlink(wk_seq *s) {
+    wk_engine *e = s->e;
+    if (s->park_prev) s->park_prev->park_next = s->park_next;
+    else e->parked_head = s->park_next;
+    if (s->park_next) s->park_next->park_prev = s->park_prev;
+    else e->parked_tail = s->park_prev;
+    s->park_prev = s->park_next = NULL;
+    s->parked = false;
+    e->n_parked--;
+}
+
+/* Destroys the least recently parked sequence (its blocks and window slot back to the pool):
+ * false when none is parked. What every allocation that finds no room does first, so parked
+ * sequences cost nothing to anyone who needs the memory. */
+bool wk_eng_evict_parked(wk_engine *e) {
+    wk_seq *s = e->parked_head;
+    if (!s) return false;
+    wk_eng_park_unlink(s);
+    wk_eng_seq_free(s);
+    return true;
+}
+
+void wk_seq_park(wk_seq *s) {
+    if (!s) return;
+    wk_engine *e = s->e;
+    if (!e->park || s->parked || s->len == 0 || !s->toks || s->toks_lost) {
+        wk_seq_destroy(s);
+        return;
+    }
+    s->parked = true;
+    s->park_prev = e->parked_tail;
+    s->park_next = NULL;
+    if (e->parked_tail) e->parked_tail->park_next = s;
+    else e->parked_head = s;
+    e->parked_tail = s;
+    e->n_parked++;
+}
+
+int wk_seq_prefix_attach(wk_seq *s, const int32_t *tokens, int n_tokens) {
+    wk_engine *e = s->e;
+    if (!e->prefix_cache || e->park || s->len != 0 || n_tokens <= 0 || !tokens) return 0;
+    const wk_kv_layout *l = &e->kv.layout;
+    const int bt = l->block_tokens;
+    int n_chain = n_tokens / bt;
+    if (n_chain > e->fwd.max_ctx / bt) n_chain = e->fwd.max_ctx / bt;
+    for (int k = 0; k < n_chain; k++)
+        s->hashes[k] = wk_kv_block_hash(k ? s->hashes[k - 1] : 0, e->prefix_salt, tokens + (size_t)k * bt, (uint32_t)bt);
+    const uint32_t k = wk_kv_prefix_match(s->kvs, s->n_kvs, l->swa_groups, (uint32_t)l->swa_window, s->hashes,
+                                          (uint32_t)n_chain);
+    if (k == 0) return 0;
+    int rc = wk_kv_prefix_attach(s->kvs, s->n_kvs, l->swa_groups, (uint32_t)l->swa_window, s->hashes, k);
+    if (rc) return rc == WK_ERR_NOMEM ? WK_ERR_NOMEM : WK_ERR_INVALID;
+    s->len = (int)k * bt;
+    s->n_hashed = (int)k;
+    wk_eng_seq_note_peak(s);
+    return s->len;
+}
+
+/* Whether parked sequence p cut back to n tokens still holds everything the query at n reads:
+ * every layer group's table (wk_kv_seq_can_truncate: the recent ring's f16 rows, and a sliding
+ * group's blocks inside its window). */
+static bool park_can_take(const wk_seq *p, int n) {
+    const wk_kv_layout *l = &p->e->kv.layout;
+    for (int g = 0; g < p->n_kvs; g++) {
+        const uint32_t window = g >= l->n_groups - l->swa_groups ? (uint32_t)l->swa_window : 0;
+        if (!wk_kv_seq_can_truncate(p->kvs[g], (uint32_t)n, window)) return false;
+    }
+    return true;
+}
+
+/* Design 1 (docs/design.md "Prefix caching"): the parked sequence whose tokens share the longest
+ * usable start with tokens[0 .. n_tokens), cut back to that start and taken off the list; NULL when
+ * none shares a usable one. Usable: a = the common start's length, at least half the parked
+ * tokens (llama-server's slot similarity 0.5: a prompt that shares only a BOS or a template's
+ * first line would otherwise take over another conversation's parked sequence and cut it away),
+ * and park_can_take(a). Ties go to the most recently parked. */
+static wk_seq *park_adopt(wk_engine *e, const int32_t *tokens, int n_tokens, int *taken) {
+    wk_seq *best = NULL;
+    int best_a = 0;
+    for (wk_seq *p = e->parked_tail; p; p = p->park_prev) {
+        const int lim = p->len < n_tokens ? p->len : n_tokens;
+        int a = 0;
+        while (a < lim && p->toks[a] == tokens[a]) a++;
+        if (a > best_a && 2 * a >= p->len && park_can_take(p, a)) best = p, best_a = a;
+    }
+    if (!best) return NULL;
+    const wk_kv_layout *l = &e->kv.layout;
+    for (int g = 0; g < best->n_kvs; g++) {
+        const uint32_t window = g >= l->n_groups - l->swa_groups ? (uint32_t)l->swa_window : 0;
+        wk_kv_seq_truncate_window(best->kvs[g], (uint32_t)best_a, window); /* cannot fail: park_can_take */
+    }
+    wk_eng_park_unlink(best);
+    best->len = best_a;
+    best->peak_bytes = 0;
+    wk_eng_seq_note_peak(best);
+    *taken = best_a;
+    return best;
+}
+
+int wk_seq_create_prefix(wk_engine *e, const int32_t *tokens, int n_tokens, wk_seq **out) {
+    *out = NULL;
+    if (e->park && tokens && n_tokens > 0) {
+        int taken = 0;
+        if ((*out = park_adopt(e, tokens, n_tokens, &taken))) return taken;
+    }
+    int rc = wk_seq_create(e, out);
+    if (rc < 0) return rc;
+    if (!e->prefix_cache || e->park || !tokens || n_tokens <= 0) return 0;
+    rc = wk_seq_prefix_attach(*out, tokens, n_tokens);
+    return rc > 0 ? rc : 0; /* out of memory for the lookup leaves *out empty: a cold start */
+}
+
+void wk_engine_prefix_cache_flush(wk_engine *e) {
+    while (wk_eng_evict_parked(e)) {
+    }
+    if (e->kv.pool) wk_kv_pool_cache_flush(e->kv.pool);
+    if (e->kv.swa_pool) wk_kv_pool_cache_flush(e->kv.swa_pool);
+}
+
+void wk_engine_kv_usage(const wk_engine *e, int pool, wk_kv_usage *u) {
+    memset(u, 0, sizeof *u);
+    const wk_kv_pool *kp = pool == 0 ? e->kv.pool : pool == 1 ? e->kv.swa_pool : NULL;
+    if (!kp) return;
+    wk_kv_pool_stats st;
+    wk_kv_pool_get_stats(kp, &st);
+    u->used_blocks = st.used_blocks;
+    u->cached_blocks = st.cached_blocks;
+    u->free_blocks = st.free_blocks;
+    u->used_bytes = st.used_bytes;
+    u->cached_bytes = st.cached_bytes;
+    u->used_windows = st.used_windows;
+    /* Parked sequences' blocks and window slots are the cache's, evictable like cached blocks
+     * (no one else holds them: a windowed format shares no block). */
+    for (const wk_seq *s = e->parked_head; s; s = s->park_next) {
+        for (int g = 0; g < s->n_kvs; g++) {
+            const wk_kv_seq *k = s->kvs[g];
+            if (k->pool != kp) continue;
+            const uint64_t blocks = k->n_blocks - k->first_live;
+            const uint64_t bytes = wk_kv_seq_bytes(k);
+            u->used_blocks -= blocks;
+            u->cached_blocks += blocks;
+            u->used_bytes -= bytes;
+            u->cached_bytes += bytes;
+            if (k->window_slot != UINT32_MAX) u->used_windows--, u->cached_windows++;
+        }
+        u->parked_seqs += pool == 0;
+    }
+}
