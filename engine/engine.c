@@ -73,6 +73,7 @@ void wk_engine_close(wk_engine *e) {
     wk_prof_print(&e->pipes);
     wk_fwd_free(&e->fwd);
     wk_kv_cache_destroy(&e->vk, &e->kv);
+    wk_kv_snaps_destroy(&e->vk, &e->snaps);
     wk_kv_xform_free(&e->xform);
     wk_weights_free(&e->vk, &e->weights);
     wk_pipelines_destroy(&e->vk, &e->pipes);
@@ -304,13 +305,24 @@ int wk_engine_open(const wk_engine_params *p, wk_engine **out, char *err, size_t
     }
     /* The f16 window rows live in a per-sequence slot, not in blocks, so a cached block alone
      * cannot serve a windowed format (the query after it also reads the sinks and the recent ring
-     * as of the prefix's end). Those formats park ended sequences whole instead (design 1 of
-     * docs/design.md, "Prefix caching"), and name no blocks: nothing could find them. */
+     * as of the prefix's end). Those formats park ended sequences whole (design 1 of
+     * docs/design.md, "Prefix caching"), and a block serves them only with a window snapshot
+     * taken at its end (design 3). */
     if (p->prefix_cache) {
         e->prefix_cache = true;
         e->park = e->kv.layout.window_bytes > 0;
         e->prefix_salt = wk_eng_prefix_salt(e, p);
+        /* Window snapshots (design 3): one per sequence slot unless asked otherwise, so their
+         * device memory is at most the window slots' again. */
+        const int n_snap = !e->park || p->prefix_snapshots < 0 ? 0 : p->prefix_snapshots ? p->prefix_snapshots : e->max_seqs;
+        rc = wk_kv_snaps_create(&e->vk, &e->snaps, (uint32_t)n_snap, e->kv.layout.window_bytes, err, errlen);
+        if (rc) {
+            wk_engine_close(e);
+            return rc;
+        }
     }
+    i->kv_snapshots = (int)e->snaps.n;
+    i->kv_snapshot_bytes = (uint64_t)e->snaps.n * e->snaps.slot_bytes;
     i->prefix_cache = e->prefix_cache;
     i->prefix_cache_park = e->park;
     if (p->verbose)
@@ -390,7 +402,7 @@ static int seq_create(wk_engine *e, wk_seq **out) {
                     q->n_kvs = g + 1;
                 }
             }
-            if (e->prefix_cache && !e->park) {
+            if (e->prefix_cache) {
                 const size_t bt = (size_t)e->kv.layout.block_tokens;
                 q->hashes = malloc(((size_t)e->fwd.max_ctx / bt + 1) * sizeof *q->hashes);
                 q->pending = malloc(bt * sizeof *q->pending);
@@ -426,6 +438,7 @@ void wk_seq_reset(wk_seq *s) {
     s->len = 0;
     s->toks_lost = false; /* recorded afresh from position 0 */
     s->n_hashed = 0;
+    s->n_snap_pts = 0;
     for (int g = 0; g < s->n_kvs; g++) wk_kv_seq_release(s->kvs[g]);
     s->peak_bytes = 0;
 }
@@ -489,10 +502,16 @@ int wk_forward(wk_engine *e, const wk_batch_item *items, int n_items, float *log
                                     wk_kv_pool_n_blocks(it->seq->kvs[g]->pool)),
                            WK_ERR_KV_FULL;
                 if (st) return snprintf(err, errlen, "KV pool: %s", wk_kv_pool_strerror(st)), st;
-                /* Prefix hits share whole blocks and leave len on a block boundary, so no step ever
-                 * writes into a block that holds earlier tokens of someone else. */
-                if (copy.bytes)
-                    return snprintf(err, errlen, "internal: copy-on-write of a partly filled shared block"), WK_ERR_INVALID;
+                /* Prefix hits share whole blocks and leave len on a block boundary; only an adopted
+                 * parked sequence cut back into a named block writes into a copy of it. */
+                if (copy.bytes) {
+                    const uint64_t base = wk_kv_cache_group_swa(&e->kv, g)
+                                              ? (uint64_t)e->kv.swa_block_base * e->kv.layout.swa_bytes_per_block : 0;
+                    const wk_vk_region r = {.src = &e->kv.pool_buf, .dst = &e->kv.pool_buf,
+                                            .src_offset = base + copy.src_offset, .dst_offset = base + copy.dst_offset,
+                                            .bytes = copy.bytes};
+                    if ((st = wk_vk_copy(&e->vk, &r, 1, err, errlen))) return st;
+                }
             }
             wk_eng_seq_note_peak(it->seq); /* the step's blocks are held until the sliding groups let go */
             base = (uint32_t)n_tables;
@@ -528,9 +547,11 @@ int wk_forward(wk_engine *e, const wk_batch_item *items, int n_items, float *log
                 return snprintf(err, errlen, "internal: KV pool refused to commit written tokens"), WK_ERR_INVALID;
         wk_eng_seq_name_blocks(items[i].seq, items[i].tokens, items[i].n_tokens);
         if (e->park) wk_eng_seq_keep_tokens(items[i].seq, items[i].tokens, items[i].n_tokens);
+        wk_eng_seq_snapshot(items[i].seq);
         seq_slide(items[i].seq);
         wk_eng_seq_note_peak(items[i].seq);
     }
+    wk_eng_snaps_purge(e); /* the step's allocations may have evicted snapshotted blocks */
     return n_logits;
 }
 

@@ -6,6 +6,7 @@
 
 #include "forward.h"
 #include "kv/kv_cache.h"
+#include "kv/kv_snapshot.h"
 #include "kv/kv_transform.h"
 #include "model/gguf.h"
 #include "model/model.h"
@@ -57,7 +58,12 @@ struct wk_engine {
     bool park;
     wk_seq *parked_head, *parked_tail;
     int n_parked;
+    /* Window snapshots (design 3; kv_snapshot.h): n 0 without. */
+    wk_kv_snaps snaps;
 };
+
+/* Snapshot points a sequence may wait for at once (its prompt's end and a caller's hint). */
+#define WK_SNAP_POINTS 4
 
 struct wk_seq {
     wk_engine *e;
@@ -79,6 +85,9 @@ struct wk_seq {
     bool toks_lost; /* out of memory once: toks incomplete, never parked */
     bool parked;
     wk_seq *park_prev, *park_next;
+    /* Window snapshots: the points past len at which a step's end takes one (wk_seq_snapshot_at). */
+    int snap_pts[WK_SNAP_POINTS];
+    int n_snap_pts;
 };
 
 /* engine.c: frees a sequence (its blocks and window slot back to the pool, its engine slot free);
@@ -97,5 +106,10 @@ void wk_eng_seq_keep_tokens(wk_seq *s, const int32_t *tokens, int n);
  * none is parked). */
 void wk_eng_park_unlink(wk_seq *s);
 bool wk_eng_evict_parked(wk_engine *e);
+/* After a step: a snapshot of s's window slot when its length is one of its snapshot points (the
+ * points it passed are forgotten). A failed copy only loses the snapshot. */
+void wk_eng_seq_snapshot(wk_seq *s);
+/* Drops every snapshot whose block left the prefix cache (allocations evict cached blocks). */
+void wk_eng_snaps_purge(wk_engine *e);
 
 #endif

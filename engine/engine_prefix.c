@@ -106,20 +106,45 @@ void wk_seq_park(wk_seq *s) {
     e->n_parked++;
 }
 
+/* The snapshot slot holding the window rows for a hit of k blocks on s's chain, or -1. */
+static int snap_for(const wk_seq *s, uint32_t k) {
+    return k ? wk_kv_snaps_find(&s->e->snaps, s->hashes[k - 1]) : -1;
+}
+
 int wk_seq_prefix_attach(wk_seq *s, const int32_t *tokens, int n_tokens) {
     wk_engine *e = s->e;
-    if (!e->prefix_cache || e->park || s->len != 0 || n_tokens <= 0 || !tokens) return 0;
+    /* Windowed formats hit only where a snapshot holds the window rows (design 3). */
+    const bool windowed = e->park;
+    if (!e->prefix_cache || (windowed && !e->snaps.n) || s->len != 0 || n_tokens <= 0 || !tokens) return 0;
     const wk_kv_layout *l = &e->kv.layout;
     const int bt = l->block_tokens;
     int n_chain = n_tokens / bt;
     if (n_chain > e->fwd.max_ctx / bt) n_chain = e->fwd.max_ctx / bt;
     for (int k = 0; k < n_chain; k++)
         s->hashes[k] = wk_kv_block_hash(k ? s->hashes[k - 1] : 0, e->prefix_salt, tokens + (size_t)k * bt, (uint32_t)bt);
-    const uint32_t k = wk_kv_prefix_match(s->kvs, s->n_kvs, l->swa_groups, (uint32_t)l->swa_window, s->hashes,
-                                          (uint32_t)n_chain);
+    uint32_t k = wk_kv_prefix_match(s->kvs, s->n_kvs, l->swa_groups, (uint32_t)l->swa_window, s->hashes,
+                                    (uint32_t)n_chain);
+    int snap = -1;
+    if (windowed) {
+        /* The longest k <= the block match that ends at a snapshot and whose blocks are all there
+         * (a shorter k needs other sliding-window blocks, so each is matched again). */
+        wk_eng_snaps_purge(e);
+        for (; k > 0; k--)
+            if ((snap = snap_for(s, k)) >= 0 &&
+                wk_kv_prefix_match(s->kvs, s->n_kvs, l->swa_groups, (uint32_t)l->swa_window, s->hashes, k) == k)
+                break;
+    }
     if (k == 0) return 0;
     int rc = wk_kv_prefix_attach(s->kvs, s->n_kvs, l->swa_groups, (uint32_t)l->swa_window, s->hashes, k);
     if (rc) return rc == WK_ERR_NOMEM ? WK_ERR_NOMEM : WK_ERR_INVALID;
+    if (windowed) {
+        char err[WK_ERRMSG_LEN];
+        const uint64_t win = wk_kv_pool_window_offset(e->kv.pool, s->kvs[0]->window_slot);
+        if (wk_kv_snaps_restore(&e->vk, &e->snaps, snap, &e->kv.pool_buf, win, err, sizeof err)) {
+            for (int g = 0; g < s->n_kvs; g++) wk_kv_seq_release(s->kvs[g]); /* a cold start */
+            return 0;
+        }
+    }
     s->len = (int)k * bt;
     s->n_hashed = (int)k;
     wk_eng_seq_note_peak(s);
@@ -160,6 +185,13 @@ static wk_seq *park_adopt(wk_engine *e, const int32_t *tokens, int n_tokens, int
         wk_kv_seq_truncate_window(best->kvs[g], (uint32_t)best_a, window); /* cannot fail: park_can_take */
     }
     wk_eng_park_unlink(best);
+    /* The chain goes on from the block best_a falls in: its tokens so far are pending again. */
+    if (best->hashes) {
+        const int bt = l->block_tokens;
+        best->n_hashed = best_a / bt;
+        memcpy(best->pending, best->toks + (best_a - best_a % bt), (size_t)(best_a % bt) * sizeof *best->pending);
+    }
+    best->n_snap_pts = 0;
     best->len = best_a;
     best->peak_bytes = 0;
     wk_eng_seq_note_peak(best);
@@ -175,9 +207,61 @@ int wk_seq_create_prefix(wk_engine *e, const int32_t *tokens, int n_tokens, wk_s
     }
     int rc = wk_seq_create(e, out);
     if (rc < 0) return rc;
-    if (!e->prefix_cache || e->park || !tokens || n_tokens <= 0) return 0;
+    if (!e->prefix_cache || !tokens || n_tokens <= 0) return 0;
     rc = wk_seq_prefix_attach(*out, tokens, n_tokens);
-    return rc > 0 ? rc : 0; /* out of memory for the lookup leaves *out empty: a cold start */
+    rc = rc > 0 ? rc : 0; /* out of memory for the lookup leaves *out empty: a cold start */
+    wk_seq_snapshot_at(*out, n_tokens);
+    return rc;
+}
+
+int wk_seq_snapshot_at(wk_seq *s, int n_tokens) {
+    const wk_engine *e = s->e;
+    const int bt = e->kv.layout.block_tokens;
+    const int p = n_tokens > 0 && n_tokens <= e->fwd.max_ctx ? n_tokens / bt * bt : 0;
+    if (!e->snaps.n || !s->hashes || p <= s->len) return 0;
+    for (int i = 0; i < s->n_snap_pts; i++)
+        if (s->snap_pts[i] == p) return p;
+    if (s->n_snap_pts == WK_SNAP_POINTS) return 0;
+    s->snap_pts[s->n_snap_pts++] = p;
+    return p;
+}
+
+int wk_seq_snapshot_next(const wk_seq *s) {
+    int next = 0;
+    for (int i = 0; i < s->n_snap_pts; i++)
+        if (s->snap_pts[i] > s->len && (!next || s->snap_pts[i] < next)) next = s->snap_pts[i];
+    return next;
+}
+
+void wk_eng_seq_snapshot(wk_seq *s) {
+    wk_engine *e = s->e;
+    bool at = false;
+    int n = 0;
+    for (int i = 0; i < s->n_snap_pts; i++) {
+        if (s->snap_pts[i] == s->len) at = true;
+        else if (s->snap_pts[i] > s->len) s->snap_pts[n++] = s->snap_pts[i];
+    }
+    s->n_snap_pts = n;
+    const int k = s->len / e->kv.layout.block_tokens;
+    /* The window slot holds the rows a hit at len reads only now, at the end of the step that
+     * reached it: the next step's ring writes overwrite them. */
+    if (!at || k == 0 || s->n_hashed < k || s->kvs[0]->window_slot == UINT32_MAX || snap_for(s, (uint32_t)k) >= 0)
+        return;
+    char err[WK_ERRMSG_LEN];
+    const uint64_t win = wk_kv_pool_window_offset(e->kv.pool, s->kvs[0]->window_slot);
+    (void)wk_kv_snaps_save(&e->vk, &e->snaps, &e->kv.pool_buf, win, s->hashes[k - 1], (uint32_t)s->len, err,
+                           sizeof err);
+}
+
+/* Whether the block a snapshot belongs to (group 0's, ending at its point) is still cached or in use. */
+static bool snap_live(const wk_engine *e, int slot) {
+    const wk_kv_pool *p0 = wk_kv_cache_group_swa(&e->kv, 0) ? e->kv.swa_pool : e->kv.pool;
+    return wk_kv_pool_cache_lookup(p0, wk_kv_prefix_key(e->snaps.key[slot], 0)) != WK_KV_NO_BLOCK;
+}
+
+void wk_eng_snaps_purge(wk_engine *e) {
+    for (uint32_t i = 0; i < e->snaps.n; i++)
+        if (e->snaps.tokens[i] && !snap_live(e, (int)i)) wk_kv_snaps_drop(&e->snaps, (int)i);
 }
 
 void wk_engine_prefix_cache_flush(wk_engine *e) {
@@ -185,6 +269,7 @@ void wk_engine_prefix_cache_flush(wk_engine *e) {
     }
     if (e->kv.pool) wk_kv_pool_cache_flush(e->kv.pool);
     if (e->kv.swa_pool) wk_kv_pool_cache_flush(e->kv.swa_pool);
+    for (uint32_t i = 0; i < e->snaps.n; i++) wk_kv_snaps_drop(&e->snaps, (int)i);
 }
 
 void wk_engine_kv_usage(const wk_engine *e, int pool, wk_kv_usage *u) {
@@ -199,14 +284,15 @@ void wk_engine_kv_usage(const wk_engine *e, int pool, wk_kv_usage *u) {
     u->used_bytes = st.used_bytes;
     u->cached_bytes = st.cached_bytes;
     u->used_windows = st.used_windows;
-    /* Parked sequences' blocks and window slots are the cache's, evictable like cached blocks
-     * (no one else holds them: a windowed format shares no block). */
+    /* Parked sequences' blocks and window slots are the cache's, evictable like cached blocks,
+     * except blocks a snapshot hit shares with a sequence in use (refcount > 1: in use). */
+    const uint64_t bpb = wk_kv_pool_bytes_per_block(kp);
     for (const wk_seq *s = e->parked_head; s; s = s->park_next) {
         for (int g = 0; g < s->n_kvs; g++) {
             const wk_kv_seq *k = s->kvs[g];
             if (k->pool != kp) continue;
-            const uint64_t blocks = k->n_blocks - k->first_live;
-            const uint64_t bytes = wk_kv_seq_bytes(k);
+            const uint64_t bytes = wk_kv_seq_unique_bytes(k);
+            const uint64_t blocks = (bytes - (k->window_slot != UINT32_MAX ? e->kv.layout.window_bytes : 0)) / bpb;
             u->used_blocks -= blocks;
             u->cached_blocks += blocks;
             u->used_bytes -= bytes;
@@ -214,5 +300,12 @@ void wk_engine_kv_usage(const wk_engine *e, int pool, wk_kv_usage *u) {
             if (k->window_slot != UINT32_MAX) u->used_windows--, u->cached_windows++;
         }
         u->parked_seqs += pool == 0;
+    }
+    /* Snapshots live outside the pool but are the cache's too (evicted with their blocks). */
+    if (pool == 0) {
+        for (uint32_t i = 0; i < e->snaps.n; i++)
+            if (e->snaps.tokens[i] && snap_live(e, (int)i)) u->snapshots++;
+        u->snapshot_bytes = u->snapshots * e->snaps.slot_bytes;
+        u->cached_bytes += u->snapshot_bytes;
     }
 }
