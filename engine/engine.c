@@ -312,9 +312,15 @@ int wk_engine_open(const wk_engine_params *p, wk_engine **out, char *err, size_t
         e->prefix_cache = true;
         e->park = e->kv.layout.window_bytes > 0;
         e->prefix_salt = wk_eng_prefix_salt(e, p);
-        /* Window snapshots (design 3): one per sequence slot unless asked otherwise, so their
-         * device memory is at most the window slots' again. */
-        const int n_snap = !e->park || p->prefix_snapshots < 0 ? 0 : p->prefix_snapshots ? p->prefix_snapshots : e->max_seqs;
+        /* Window snapshots (design 3): two per sequence slot unless asked otherwise (a sequence
+         * takes at most two: its prompt's end and the caller's hint, a chat's system prompt), so
+         * their device memory is twice the window slots'. */
+        if (p->prefix_snapshots > 65536) {
+            snprintf(err, errlen, "%d window snapshots (more than 65536)", p->prefix_snapshots);
+            wk_engine_close(e);
+            return WK_ERR_INVALID;
+        }
+        const int n_snap = !e->park || p->prefix_snapshots < 0 ? 0 : p->prefix_snapshots ? p->prefix_snapshots : 2 * e->max_seqs;
         rc = wk_kv_snaps_create(&e->vk, &e->snaps, (uint32_t)n_snap, e->kv.layout.window_bytes, err, errlen);
         if (rc) {
             wk_engine_close(e);

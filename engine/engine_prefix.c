@@ -284,23 +284,33 @@ void wk_engine_kv_usage(const wk_engine *e, int pool, wk_kv_usage *u) {
     u->used_bytes = st.used_bytes;
     u->cached_bytes = st.cached_bytes;
     u->used_windows = st.used_windows;
-    /* Parked sequences' blocks and window slots are the cache's, evictable like cached blocks,
-     * except blocks a snapshot hit shares with a sequence in use (refcount > 1: in use). */
-    const uint64_t bpb = wk_kv_pool_bytes_per_block(kp);
-    for (const wk_seq *s = e->parked_head; s; s = s->park_next) {
+    /* Parked sequences' blocks and window slots are the cache's, evictable like cached blocks:
+     * a block whose every reference is a parked sequence's (a snapshot hit may share one with a
+     * running sequence, which keeps it in use, or with another parked one). */
+    const uint32_t nb = wk_kv_pool_n_blocks(kp);
+    uint32_t *refs = e->parked_head ? calloc(nb, sizeof *refs) : NULL;
+    for (const wk_seq *s = e->parked_head; s && refs; s = s->park_next) {
         for (int g = 0; g < s->n_kvs; g++) {
             const wk_kv_seq *k = s->kvs[g];
             if (k->pool != kp) continue;
-            const uint64_t bytes = wk_kv_seq_unique_bytes(k);
-            const uint64_t blocks = (bytes - (k->window_slot != UINT32_MAX ? e->kv.layout.window_bytes : 0)) / bpb;
-            u->used_blocks -= blocks;
-            u->cached_blocks += blocks;
-            u->used_bytes -= bytes;
-            u->cached_bytes += bytes;
-            if (k->window_slot != UINT32_MAX) u->used_windows--, u->cached_windows++;
+            for (uint32_t i = k->first_live; i < k->n_blocks; i++)
+                if (k->table[i] != WK_KV_NO_BLOCK) refs[k->table[i]]++;
+            if (k->window_slot != UINT32_MAX) {
+                u->used_windows--, u->cached_windows++;
+                u->used_bytes -= e->kv.layout.window_bytes;
+                u->cached_bytes += e->kv.layout.window_bytes;
+            }
         }
         u->parked_seqs += pool == 0;
     }
+    const uint64_t bpb = wk_kv_pool_bytes_per_block(kp);
+    for (uint32_t b = 0; refs && b < nb; b++)
+        if (refs[b] && refs[b] == wk_kv_pool_refcount(kp, b)) {
+            u->used_blocks--, u->cached_blocks++;
+            u->used_bytes -= bpb;
+            u->cached_bytes += bpb;
+        }
+    free(refs); /* out of memory: the pool's own counts, parked sequences as used */
     /* Snapshots live outside the pool but are the cache's too (evicted with their blocks). */
     if (pool == 0) {
         for (uint32_t i = 0; i < e->snaps.n; i++)

@@ -377,8 +377,8 @@ static void snap_matches_cold(const char *model, const char *wush, int sink, int
     if (!e) return;
     const wk_model_info *info = wk_engine_info(e);
     const int V = info->n_vocab;
-    CHECK_EQ_INT(info->kv_snapshots, 4); /* one per sequence slot */
-    CHECK_EQ_INT(info->kv_snapshot_bytes, 4 * info->kv_window_bytes);
+    CHECK_EQ_INT(info->kv_snapshots, 8); /* two per sequence slot */
+    CHECK_EQ_INT(info->kv_snapshot_bytes, 8 * info->kv_window_bytes);
     int32_t ta[SN], tb[SN], tc[SN];
     tiny_model_tokens(ta, SN, 11);
     tiny_model_tokens(tb, SN, 12);
@@ -409,8 +409,13 @@ static void snap_matches_cold(const char *model, const char *wush, int sink, int
      * the rows of 70..73), its blocks 0..4 are there and 80 has a snapshot: a hit of 80. */
     wk_seq_park(a);
     CHECK_EQ_INT(wk_seq_create_prefix(e, tc, SN - 1, &c), 80);
+    CHECK(usage(e, 0).used_blocks > 0); /* blocks of A's that C holds are in use */
     feed_snap(e, c, tc, 80, SN, 64, NULL);
-    wk_seq_destroy(c);
+    /* C parked too: blocks only parked sequences hold, shared or not, are cached, not used. */
+    wk_seq_park(c);
+    CHECK_EQ_INT(usage(e, 0).used_blocks, 0);
+    CHECK_EQ_INT(usage(e, 0).used_bytes, 0);
+    CHECK_EQ_INT(usage(e, 0).parked_seqs, 2);
     /* Y: the system prompt and 26 tokens of its own, fed with no snapshot point: its blocks 0..4
      * are cached, but a prompt of its first 85 tokens hits only at 64, its chain's last snapshot. */
     int32_t ty[SN];

@@ -112,7 +112,7 @@ typedef struct wk_engine_params {
      * prompt take another's full blocks at a snapshot point. */
     bool prefix_cache;
     /* Window snapshots kept at once (f16 windows with prefix_cache; each kv_window_bytes of device
-     * memory besides the pool): 0: max_seqs, negative: none. */
+     * memory besides the pool): 0: 2 * max_seqs, negative: none, at most 65536. */
     int prefix_snapshots;
 } wk_engine_params;
 
