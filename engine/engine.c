@@ -1,80 +1,14 @@
 /* The public engine API (wushkv.h): opens a GGUF model onto a Vulkan device, owns the tokenizer,
- * the KV cache slots and the forward pass, and turns batches of sequence items into steps. Also
+ * the KV cache slots and the forward pass, and turns batches of sequence items into steps (prefix
+ * caching: engine_prefix.c). Also
  * the two calls of research.h that need the engine's insides: wk_capture_run and wk_engine_wo. */
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
 #include "engine_int.h"
-#include "forward.h"
-#include "model/gguf.h"
-#include "kv/kv_cache.h"
-#include "kv/kv_prefix.h"
-#include "model/model.h"
 #include "model/quant.h"
-#include "tokenizer/tokenizer.h"
-#include "vulkan/vk_device.h"
-#include "vulkan/vk_pipelines.h"
-#include "weights.h"
 #include "wushkv/research.h"
-
-struct wk_engine {
-    wk_gguf *gguf;        /* NULL once released (wk_engine_params.release_model_file) */
-    uint64_t model_bytes; /* the model file's size, kept for prefix_salt after a release */
-    wk_model_desc desc;
-    wk_tokenizer *tok;
-    wk_vk vk;
-    wk_pipelines pipes;
-    wk_weights weights;
-    wk_kv_cache kv;
-    wk_kv_xform xform;
-    wk_fwd fwd;
-    wk_model_info info;
-    char name[256];
-    char *chat_template; /* tokenizer.chat_template (NUL-terminated copy), or NULL */
-    bool *slot_used;     /* [max_seqs] */
-    int max_seqs;
-    /* per-step scratch, sized for max_batch_tokens */
-    int32_t *step_tokens;
-    wk_row_info *step_rows;
-    uint32_t *step_win;         /* per row: its sequence's f16 window slot (pool words), paged + windows */
-    int *step_logit_rows;
-    uint32_t *step_tables;  /* paged cache: the step's block tables, concatenated */
-    /* Automatic prefix caching (wk_seq_prefix_attach): on when asked for and the format allows;
-     * prefix_salt enters every block hash (everything besides the tokens that changes what a
-     * block stores). */
-    bool prefix_cache;
-    uint64_t prefix_salt;
-    /* Parking (formats with f16 windows; docs/design.md "Prefix caching", design 1): an ended
-     * sequence is kept whole (tables, partial block, window slot, token ids) on an LRU list,
-     * parked_head the least recently parked, until a prompt that extends its tokens adopts it
-     * (wk_seq_create_prefix) or a slot or a block is needed (evict_parked). */
-    bool park;
-    wk_seq *parked_head, *parked_tail;
-    int n_parked;
-};
-
-struct wk_seq {
-    wk_engine *e;
-    int slot;
-    int len;
-    /* Paged cache: one block table per layer group (kv.layout.n_groups; group 0 holds the f16
-     * window slot); n_kvs 0 with the f16 cache. */
-    int n_kvs;
-    wk_kv_seq *kvs[WK_MAX_LAYERS];
-    uint64_t peak_bytes; /* wk_seq_kv_peak_bytes */
-    /* Prefix caching: the token chain's hash of every full block so far (hashes[0 .. n_hashed))
-     * and the tokens of the block being filled (pending[len % bt] is the next). */
-    uint64_t *hashes;
-    int n_hashed;
-    int32_t *pending;
-    /* Parking (e->park): the token ids in the cache, toks[0 .. len); the parked list's links. */
-    int32_t *toks;
-    int toks_cap;
-    bool toks_lost; /* out of memory once: toks incomplete, never parked */
-    bool parked;
-    wk_seq *park_prev, *park_next;
-};
 
 /* Releases what a sliding group's layers can no longer see: a query at position p >= len reads
  * keys >= p - window + 1, so every token below len - window + 1 is dead for good. */
@@ -83,66 +17,6 @@ static void seq_slide(wk_seq *s) {
     if (l->swa_groups == 0 || s->len < l->swa_window) return;
     for (int g = l->n_groups - l->swa_groups; g < s->n_kvs; g++)
         wk_kv_seq_drop_before(s->kvs[g], (uint32_t)(s->len - l->swa_window + 1));
-}
-
-/* Parking: appends the n tokens a step just committed to the sequence's token ids (its len is
- * already past them). Out of memory loses them for good (toks_lost): such a sequence is never
- * parked, which costs only the reuse. */
-static void seq_keep_tokens(wk_seq *s, const int32_t *tokens, int n) {
-    if (s->toks_lost) return;
-    if (s->len > s->toks_cap) {
-        int cap = s->toks_cap ? s->toks_cap : 64;
-        while (cap < s->len) cap *= 2;
-        if (cap > s->e->fwd.max_ctx) cap = s->e->fwd.max_ctx;
-        int32_t *t = realloc(s->toks, (size_t)cap * sizeof *t);
-        if (!t) {
-            s->toks_lost = true;
-            return;
-        }
-        s->toks = t;
-        s->toks_cap = cap;
-    }
-    memcpy(s->toks + (s->len - n), tokens, (size_t)n * sizeof *tokens);
-}
-
-/* Everything besides the tokens that decides what a block stores: the model (its file's path and
- * size, its shapes), the KV format of each layer class with its quantizer, group, windows and
- * clip quantiles, the transform with its seed and sidecar. The cache lives inside one engine,
- * which has one of each, so today this only guards against a mistake; it is what a cache shared
- * between engines (or kept on disk) would need. */
-static uint64_t prefix_salt(const wk_engine *e, const wk_engine_params *p) {
-    const wk_hparams *hp = &e->desc.hp;
-    union { float f; int32_t i; } rk = {.f = p->kv_rho_k}, rv = {.f = p->kv_rho_v};
-    const int32_t w[] = {e->kv.fmt.bits, e->kv.swa_pool ? e->kv.swa_fmt.bits : e->kv.fmt.bits, (int32_t)e->kv.fmt.kind,
-                         e->kv.fmt.group, e->kv.layout.win[0].sink, e->kv.layout.win[0].recent,
-                         e->kv.layout.win[1].sink, e->kv.layout.win[1].recent, rk.i, rv.i, (int32_t)p->kv_transform,
-                         (int32_t)p->kv_transform_seed, (int32_t)(p->kv_transform_seed >> 32), hp->n_layer, hp->n_embd,
-                         hp->n_vocab, hp->n_head_kv, hp->head_dim, e->kv.layout.block_tokens,
-                         (int32_t)e->model_bytes, (int32_t)(e->model_bytes >> 32)};
-    uint64_t h = wk_kv_block_hash(0, 0x77757368ull, w, (uint32_t)(sizeof w / sizeof w[0]));
-    const char *names[2] = {p->model_path, p->kv_transform == WK_KV_TRANSFORM_WUSH ? p->wush_path : NULL};
-    for (int k = 0; k < 2; k++)
-        for (const char *c = names[k]; c && *c; c++) h = wk_kv_block_hash(h, (uint64_t)k, &(int32_t){(uint8_t)*c}, 1);
-    return h;
-}
-
-/* After a step committed n tokens: every block they filled gets its chain hash, and each layer
- * group's block for it is named in its pool (before seq_slide, which may release it at once: a
- * released named block stays cached). */
-static void seq_name_blocks(wk_seq *s, const int32_t *tokens, int n) {
-    if (!s->hashes) return;
-    const uint32_t bt = (uint32_t)s->e->kv.layout.block_tokens;
-    for (int j = 0; j < n; j++) {
-        const uint32_t pos = (uint32_t)(s->len - n + j);
-        s->pending[pos % bt] = tokens[j];
-        if ((pos + 1) % bt) continue;
-        const uint32_t k = pos / bt;
-        s->hashes[k] = wk_kv_block_hash(k ? s->hashes[k - 1] : 0, s->e->prefix_salt, s->pending, bt);
-        s->n_hashed = (int)k + 1;
-        for (int g = 0; g < s->n_kvs; g++)
-            if (s->kvs[g]->table[k] != WK_KV_NO_BLOCK)
-                wk_kv_pool_cache_insert(s->kvs[g]->pool, s->kvs[g]->table[k], wk_kv_prefix_key(s->hashes[k], g));
-    }
 }
 
 void wk_engine_params_default(wk_engine_params *p) {
@@ -173,35 +47,13 @@ int wk_engine_profile(const wk_engine *e, wk_profile_entry *out, int max) {
     return n;
 }
 
-static void seq_free(wk_seq *s) {
+void wk_eng_seq_free(wk_seq *s) {
     for (int g = 0; g < s->n_kvs; g++) wk_kv_seq_destroy(s->kvs[g]);
     s->e->slot_used[s->slot] = false;
     free(s->hashes);
     free(s->pending);
     free(s->toks);
     free(s);
-}
-
-static void park_unlink(wk_seq *s) {
-    wk_engine *e = s->e;
-    if (s->park_prev) s->park_prev->park_next = s->park_next;
-    else e->parked_head = s->park_next;
-    if (s->park_next) s->park_next->park_prev = s->park_prev;
-    else e->parked_tail = s->park_prev;
-    s->park_prev = s->park_next = NULL;
-    s->parked = false;
-    e->n_parked--;
-}
-
-/* Destroys the least recently parked sequence (its blocks and window slot back to the pool):
- * false when none is parked. What every allocation that finds no room does first, so parked
- * sequences cost nothing to anyone who needs the memory. */
-static bool evict_parked(wk_engine *e) {
-    wk_seq *s = e->parked_head;
-    if (!s) return false;
-    park_unlink(s);
-    seq_free(s);
-    return true;
 }
 
 static const char *device_type_name(VkPhysicalDeviceType t) {
@@ -216,11 +68,12 @@ static const char *device_type_name(VkPhysicalDeviceType t) {
 
 void wk_engine_close(wk_engine *e) {
     if (!e) return;
-    while (evict_parked(e)) {
+    while (wk_eng_evict_parked(e)) {
     }
     wk_prof_print(&e->pipes);
     wk_fwd_free(&e->fwd);
     wk_kv_cache_destroy(&e->vk, &e->kv);
+    wk_kv_snaps_destroy(&e->vk, &e->snaps);
     wk_kv_xform_free(&e->xform);
     wk_weights_free(&e->vk, &e->weights);
     wk_pipelines_destroy(&e->vk, &e->pipes);
@@ -452,13 +305,30 @@ int wk_engine_open(const wk_engine_params *p, wk_engine **out, char *err, size_t
     }
     /* The f16 window rows live in a per-sequence slot, not in blocks, so a cached block alone
      * cannot serve a windowed format (the query after it also reads the sinks and the recent ring
-     * as of the prefix's end). Those formats park ended sequences whole instead (design 1 of
-     * docs/design.md, "Prefix caching"), and name no blocks: nothing could find them. */
+     * as of the prefix's end). Those formats park ended sequences whole (design 1 of
+     * docs/design.md, "Prefix caching"), and a block serves them only with a window snapshot
+     * taken at its end (design 3). */
     if (p->prefix_cache) {
         e->prefix_cache = true;
         e->park = e->kv.layout.window_bytes > 0;
-        e->prefix_salt = prefix_salt(e, p);
+        e->prefix_salt = wk_eng_prefix_salt(e, p);
+        /* Window snapshots (design 3): two per sequence slot unless asked otherwise (a sequence
+         * takes at most two: its prompt's end and the caller's hint, a chat's system prompt), so
+         * their device memory is twice the window slots'. */
+        if (p->prefix_snapshots > 65536) {
+            snprintf(err, errlen, "%d window snapshots (more than 65536)", p->prefix_snapshots);
+            wk_engine_close(e);
+            return WK_ERR_INVALID;
+        }
+        const int n_snap = !e->park || p->prefix_snapshots < 0 ? 0 : p->prefix_snapshots ? p->prefix_snapshots : 2 * e->max_seqs;
+        rc = wk_kv_snaps_create(&e->vk, &e->snaps, (uint32_t)n_snap, e->kv.layout.window_bytes, err, errlen);
+        if (rc) {
+            wk_engine_close(e);
+            return rc;
+        }
     }
+    i->kv_snapshots = (int)e->snaps.n;
+    i->kv_snapshot_bytes = (uint64_t)e->snaps.n * e->snaps.slot_bytes;
     i->prefix_cache = e->prefix_cache;
     i->prefix_cache_park = e->park;
     if (p->verbose)
@@ -538,7 +408,7 @@ static int seq_create(wk_engine *e, wk_seq **out) {
                     q->n_kvs = g + 1;
                 }
             }
-            if (e->prefix_cache && !e->park) {
+            if (e->prefix_cache) {
                 const size_t bt = (size_t)e->kv.layout.block_tokens;
                 q->hashes = malloc(((size_t)e->fwd.max_ctx / bt + 1) * sizeof *q->hashes);
                 q->pending = malloc(bt * sizeof *q->pending);
@@ -560,36 +430,21 @@ int wk_seq_create(wk_engine *e, wk_seq **out) {
     int rc;
     /* A parked sequence gives way to a new one: its slot (and window slot) is free to anyone. */
     while ((rc = seq_create(e, out)) == WK_ERR_CONTEXT_FULL || rc == WK_ERR_KV_FULL)
-        if (!evict_parked(e)) break;
+        if (!wk_eng_evict_parked(e)) break;
     return rc;
 }
 
 void wk_seq_destroy(wk_seq *s) {
     if (!s) return;
-    if (s->parked) park_unlink(s);
-    seq_free(s);
-}
-
-void wk_seq_park(wk_seq *s) {
-    if (!s) return;
-    wk_engine *e = s->e;
-    if (!e->park || s->parked || s->len == 0 || !s->toks || s->toks_lost) {
-        wk_seq_destroy(s);
-        return;
-    }
-    s->parked = true;
-    s->park_prev = e->parked_tail;
-    s->park_next = NULL;
-    if (e->parked_tail) e->parked_tail->park_next = s;
-    else e->parked_head = s;
-    e->parked_tail = s;
-    e->n_parked++;
+    if (s->parked) wk_eng_park_unlink(s);
+    wk_eng_seq_free(s);
 }
 
 void wk_seq_reset(wk_seq *s) {
     s->len = 0;
     s->toks_lost = false; /* recorded afresh from position 0 */
     s->n_hashed = 0;
+    s->n_snap_pts = 0;
     for (int g = 0; g < s->n_kvs; g++) wk_kv_seq_release(s->kvs[g]);
     s->peak_bytes = 0;
 }
@@ -609,122 +464,11 @@ uint64_t wk_seq_kv_pool_bytes(const wk_seq *s, int pool) {
     return bytes;
 }
 
-static void seq_note_peak(wk_seq *s) {
+void wk_eng_seq_note_peak(wk_seq *s) {
     const uint64_t now = wk_seq_kv_bytes(s);
     if (now > s->peak_bytes) s->peak_bytes = now;
 }
 int wk_seq_len(const wk_seq *s) { return s->len; }
-
-int wk_seq_prefix_attach(wk_seq *s, const int32_t *tokens, int n_tokens) {
-    wk_engine *e = s->e;
-    if (!e->prefix_cache || e->park || s->len != 0 || n_tokens <= 0 || !tokens) return 0;
-    const wk_kv_layout *l = &e->kv.layout;
-    const int bt = l->block_tokens;
-    int n_chain = n_tokens / bt;
-    if (n_chain > e->fwd.max_ctx / bt) n_chain = e->fwd.max_ctx / bt;
-    for (int k = 0; k < n_chain; k++)
-        s->hashes[k] = wk_kv_block_hash(k ? s->hashes[k - 1] : 0, e->prefix_salt, tokens + (size_t)k * bt, (uint32_t)bt);
-    const uint32_t k = wk_kv_prefix_match(s->kvs, s->n_kvs, l->swa_groups, (uint32_t)l->swa_window, s->hashes,
-                                          (uint32_t)n_chain);
-    if (k == 0) return 0;
-    int rc = wk_kv_prefix_attach(s->kvs, s->n_kvs, l->swa_groups, (uint32_t)l->swa_window, s->hashes, k);
-    if (rc) return rc == WK_ERR_NOMEM ? WK_ERR_NOMEM : WK_ERR_INVALID;
-    s->len = (int)k * bt;
-    s->n_hashed = (int)k;
-    seq_note_peak(s);
-    return s->len;
-}
-
-/* Whether parked sequence p cut back to n tokens still holds everything the query at n reads:
- * every layer group's table (wk_kv_seq_can_truncate: the recent ring's f16 rows, and a sliding
- * group's blocks inside its window). */
-static bool park_can_take(const wk_seq *p, int n) {
-    const wk_kv_layout *l = &p->e->kv.layout;
-    for (int g = 0; g < p->n_kvs; g++) {
-        const uint32_t window = g >= l->n_groups - l->swa_groups ? (uint32_t)l->swa_window : 0;
-        if (!wk_kv_seq_can_truncate(p->kvs[g], (uint32_t)n, window)) return false;
-    }
-    return true;
-}
-
-/* Design 1 (docs/design.md "Prefix caching"): the parked sequence whose tokens share the longest
- * usable start with tokens[0 .. n_tokens), cut back to that start and taken off the list; NULL when
- * none shares a usable one. Usable: a = the common start's length, at least half the parked
- * tokens (llama-server's slot similarity 0.5: a prompt that shares only a BOS or a template's
- * first line would otherwise take over another conversation's parked sequence and cut it away),
- * and park_can_take(a). Ties go to the most recently parked. */
-static wk_seq *park_adopt(wk_engine *e, const int32_t *tokens, int n_tokens, int *taken) {
-    wk_seq *best = NULL;
-    int best_a = 0;
-    for (wk_seq *p = e->parked_tail; p; p = p->park_prev) {
-        const int lim = p->len < n_tokens ? p->len : n_tokens;
-        int a = 0;
-        while (a < lim && p->toks[a] == tokens[a]) a++;
-        if (a > best_a && 2 * a >= p->len && park_can_take(p, a)) best = p, best_a = a;
-    }
-    if (!best) return NULL;
-    const wk_kv_layout *l = &e->kv.layout;
-    for (int g = 0; g < best->n_kvs; g++) {
-        const uint32_t window = g >= l->n_groups - l->swa_groups ? (uint32_t)l->swa_window : 0;
-        wk_kv_seq_truncate_window(best->kvs[g], (uint32_t)best_a, window); /* cannot fail: park_can_take */
-    }
-    park_unlink(best);
-    best->len = best_a;
-    best->peak_bytes = 0;
-    seq_note_peak(best);
-    *taken = best_a;
-    return best;
-}
-
-int wk_seq_create_prefix(wk_engine *e, const int32_t *tokens, int n_tokens, wk_seq **out) {
-    *out = NULL;
-    if (e->park && tokens && n_tokens > 0) {
-        int taken = 0;
-        if ((*out = park_adopt(e, tokens, n_tokens, &taken))) return taken;
-    }
-    int rc = wk_seq_create(e, out);
-    if (rc < 0) return rc;
-    if (!e->prefix_cache || e->park || !tokens || n_tokens <= 0) return 0;
-    rc = wk_seq_prefix_attach(*out, tokens, n_tokens);
-    return rc > 0 ? rc : 0; /* out of memory for the lookup leaves *out empty: a cold start */
-}
-
-void wk_engine_prefix_cache_flush(wk_engine *e) {
-    while (evict_parked(e)) {
-    }
-    if (e->kv.pool) wk_kv_pool_cache_flush(e->kv.pool);
-    if (e->kv.swa_pool) wk_kv_pool_cache_flush(e->kv.swa_pool);
-}
-
-void wk_engine_kv_usage(const wk_engine *e, int pool, wk_kv_usage *u) {
-    memset(u, 0, sizeof *u);
-    const wk_kv_pool *kp = pool == 0 ? e->kv.pool : pool == 1 ? e->kv.swa_pool : NULL;
-    if (!kp) return;
-    wk_kv_pool_stats st;
-    wk_kv_pool_get_stats(kp, &st);
-    u->used_blocks = st.used_blocks;
-    u->cached_blocks = st.cached_blocks;
-    u->free_blocks = st.free_blocks;
-    u->used_bytes = st.used_bytes;
-    u->cached_bytes = st.cached_bytes;
-    u->used_windows = st.used_windows;
-    /* Parked sequences' blocks and window slots are the cache's, evictable like cached blocks
-     * (no one else holds them: a windowed format shares no block). */
-    for (const wk_seq *s = e->parked_head; s; s = s->park_next) {
-        for (int g = 0; g < s->n_kvs; g++) {
-            const wk_kv_seq *k = s->kvs[g];
-            if (k->pool != kp) continue;
-            const uint64_t blocks = k->n_blocks - k->first_live;
-            const uint64_t bytes = wk_kv_seq_bytes(k);
-            u->used_blocks -= blocks;
-            u->cached_blocks += blocks;
-            u->used_bytes -= bytes;
-            u->cached_bytes += bytes;
-            if (k->window_slot != UINT32_MAX) u->used_windows--, u->cached_windows++;
-        }
-        u->parked_seqs += pool == 0;
-    }
-}
 
 int wk_forward(wk_engine *e, const wk_batch_item *items, int n_items, float *logits, char *err, size_t errlen) {
     if (n_items <= 0) return snprintf(err, errlen, "empty batch"), WK_ERR_INVALID;
@@ -756,7 +500,7 @@ int wk_forward(wk_engine *e, const wk_batch_item *items, int n_items, float *log
                 /* Parked sequences give their blocks up first (least recently parked first). */
                 while ((st = wk_kv_seq_prepare_write(it->seq->kvs[g], (uint32_t)it->n_tokens, &copy)) ==
                            WK_ERR_KV_EXHAUSTED &&
-                       evict_parked(e)) {
+                       wk_eng_evict_parked(e)) {
                 }
                 if (st == WK_ERR_KV_EXHAUSTED)
                     return snprintf(err, errlen, "KV pool%s exhausted (%u blocks)",
@@ -764,12 +508,18 @@ int wk_forward(wk_engine *e, const wk_batch_item *items, int n_items, float *log
                                     wk_kv_pool_n_blocks(it->seq->kvs[g]->pool)),
                            WK_ERR_KV_FULL;
                 if (st) return snprintf(err, errlen, "KV pool: %s", wk_kv_pool_strerror(st)), st;
-                /* Prefix hits share whole blocks and leave len on a block boundary, so no step ever
-                 * writes into a block that holds earlier tokens of someone else. */
-                if (copy.bytes)
-                    return snprintf(err, errlen, "internal: copy-on-write of a partly filled shared block"), WK_ERR_INVALID;
+                /* Prefix hits share whole blocks and leave len on a block boundary; only an adopted
+                 * parked sequence cut back into a named block writes into a copy of it. */
+                if (copy.bytes) {
+                    const uint64_t base = wk_kv_cache_group_swa(&e->kv, g)
+                                              ? (uint64_t)e->kv.swa_block_base * e->kv.layout.swa_bytes_per_block : 0;
+                    const wk_vk_region r = {.src = &e->kv.pool_buf, .dst = &e->kv.pool_buf,
+                                            .src_offset = base + copy.src_offset, .dst_offset = base + copy.dst_offset,
+                                            .bytes = copy.bytes};
+                    if ((st = wk_vk_copy(&e->vk, &r, 1, err, errlen))) return st;
+                }
             }
-            seq_note_peak(it->seq); /* the step's blocks are held until the sliding groups let go */
+            wk_eng_seq_note_peak(it->seq); /* the step's blocks are held until the sliding groups let go */
             base = (uint32_t)n_tables;
             if (it->seq->kvs[0]->window_slot != UINT32_MAX)
                 win = (uint32_t)(wk_kv_pool_window_offset(e->kv.pool, it->seq->kvs[0]->window_slot) / 4);
@@ -801,11 +551,13 @@ int wk_forward(wk_engine *e, const wk_batch_item *items, int n_items, float *log
         for (int g = 0; g < items[i].seq->n_kvs; g++)
             if (wk_kv_seq_advance(items[i].seq->kvs[g], (uint32_t)items[i].n_tokens))
                 return snprintf(err, errlen, "internal: KV pool refused to commit written tokens"), WK_ERR_INVALID;
-        seq_name_blocks(items[i].seq, items[i].tokens, items[i].n_tokens);
-        if (e->park) seq_keep_tokens(items[i].seq, items[i].tokens, items[i].n_tokens);
+        wk_eng_seq_name_blocks(items[i].seq, items[i].tokens, items[i].n_tokens);
+        if (e->park) wk_eng_seq_keep_tokens(items[i].seq, items[i].tokens, items[i].n_tokens);
+        wk_eng_seq_snapshot(items[i].seq);
         seq_slide(items[i].seq);
-        seq_note_peak(items[i].seq);
+        wk_eng_seq_note_peak(items[i].seq);
     }
+    wk_eng_snaps_purge(e); /* the step's allocations may have evicted snapshotted blocks */
     return n_logits;
 }
 

@@ -8,7 +8,11 @@
  * ended sequences whole (design 1): a next turn that extends a parked sequence's tokens adopts it
  * and gives the cold run's logits bit for bit, a prompt that diverges inside it adopts only what
  * the ring still serves exactly, and parked sequences give way to new sequences and to blocks a
- * step needs, leaking nothing after a flush. */
+ * step needs, leaking nothing after a flush. Window snapshots (design 3): a prompt sharing another's
+ * first 64 tokens (a system prompt) takes its blocks and the snapshot of its window at 64 and gives
+ * the cold run's logits bit for bit (int2 + WUSH sink 4 recent 16, and int2 sink 4 recent 64,
+ * where 64 - 64 + 1 < 4); hits happen only at snapshot points; a snapshot goes when its block is
+ * evicted, and a flush leaves no block and no snapshot behind. */
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -201,20 +205,22 @@ static void park_matches_cold(const char *model, const char *wush, const char *l
     float *warm = malloc(sizeof(float) * T2 * V), *cold = malloc(sizeof(float) * T2 * V);
     wk_seq *a = NULL, *b = NULL;
 
-    /* Turn 1 (30 prompt tokens, 10 answered), parked: its blocks and window slot count as cached. */
+    /* Turn 1 (30 prompt tokens, 10 answered), parked: its blocks and window slot count as cached,
+     * beside the named blocks its sliding groups let go (cached already). */
     CHECK_EQ_INT(wk_seq_create(e, &a), 0);
     turn(e, a, tok, 0, T1, A1);
     const uint64_t a_bytes = wk_seq_kv_bytes(a);
     const uint64_t a_blocks = usage(e, 0).used_blocks;
+    const wk_kv_usage u0 = usage(e, 0);
     wk_seq_park(a);
     wk_kv_usage u = usage(e, 0);
     CHECK_EQ_INT(u.used_blocks, 0);
     CHECK_EQ_INT(u.used_windows, 0);
     CHECK_EQ_INT(u.used_bytes, 0);
-    CHECK_EQ_INT(u.cached_blocks, a_blocks);
+    CHECK_EQ_INT(u.cached_blocks, u0.cached_blocks + a_blocks);
     CHECK_EQ_INT(u.cached_windows, 1);
     CHECK_EQ_INT(u.parked_seqs, 1);
-    CHECK_EQ_INT(u.cached_bytes, a_bytes);
+    CHECK_EQ_INT(u.cached_bytes, u0.cached_bytes + a_bytes);
     /* The block form is off: nothing named, nothing found. */
     CHECK_EQ_INT(wk_seq_create(e, &b), 0);
     CHECK_EQ_INT(wk_seq_prefix_attach(b, tok, T2 - 1), 0);
@@ -333,9 +339,10 @@ static void park_matches_cold(const char *model, const char *wush, const char *l
     CHECK_EQ_INT(wk_engine_info(e)->kv_pool_blocks, 32);
     CHECK_EQ_INT(wk_seq_create(e, &a), 0);
     for (int i = 0; i < 100; i += 20) feed(e, a, big, i, i + 20, NULL);
+    const uint64_t named = usage(e, 0).cached_blocks; /* what its sliding groups let go */
     wk_seq_park(a);
     CHECK_EQ_INT(usage(e, 0).parked_seqs, 1);
-    CHECK_EQ_INT(usage(e, 0).cached_blocks, 17);
+    CHECK_EQ_INT(usage(e, 0).cached_blocks, named + 17);
     CHECK_EQ_INT(wk_seq_create_prefix(e, tok, T2 - 1, &b), 0); /* tok does not extend big */
     CHECK_EQ_INT(usage(e, 0).parked_seqs, 1);
     for (int i = 0; i < 120; i += 8) feed(e, b, big, i, i + 8, NULL);
@@ -347,6 +354,136 @@ static void park_matches_cold(const char *model, const char *wush, const char *l
     CHECK_EQ_INT(u.free_blocks, 32);
     CHECK_EQ_INT(u.used_windows + u.cached_windows, 0);
     wk_engine_close(e);
+}
+
+/* Feeds tok[from, to) the way the scheduler does: a step ends at every snapshot point of s
+ * (wk_seq_snapshot_next) and at most `chunk` tokens long. The last step's logits into out. */
+static void feed_snap(wk_engine *e, wk_seq *s, const int32_t *tok, int from, int to, int chunk, float *out) {
+    while (from < to) {
+        int end = from + chunk < to ? from + chunk : to;
+        const int stop = wk_seq_snapshot_next(s);
+        if (stop > from && stop < end) end = stop;
+        feed(e, s, tok, from, end, end == to ? out : NULL);
+        from = end;
+    }
+}
+
+enum { SN = 90, SYS = 64 };
+
+/* Design 3 on a windowed format (the file's first comment). */
+static void snap_matches_cold(const char *model, const char *wush, int sink, int recent, const char *label) {
+    wk_engine *e = open_engine(model, 2, sink, recent, wush, true);
+    CHECK(e != NULL);
+    if (!e) return;
+    const wk_model_info *info = wk_engine_info(e);
+    const int V = info->n_vocab;
+    CHECK_EQ_INT(info->kv_snapshots, 8); /* two per sequence slot */
+    CHECK_EQ_INT(info->kv_snapshot_bytes, 8 * info->kv_window_bytes);
+    int32_t ta[SN], tb[SN], tc[SN];
+    tiny_model_tokens(ta, SN, 11);
+    tiny_model_tokens(tb, SN, 12);
+    memcpy(tb, ta, SYS * sizeof *tb); /* a 64-token system prompt, then another conversation */
+    memcpy(tc, ta, sizeof tc);
+    tc[85] ^= 1; /* A's prompt, but for its last 5 tokens */
+    const int last = SN - 80; /* logits compared: the last step's, 80..90 */
+    float *warm = malloc(sizeof(float) * last * V), *cold = malloc(sizeof(float) * last * V);
+    wk_seq *a = NULL, *b = NULL, *c = NULL;
+
+    /* A, cold, with its system prompt's end as a snapshot point (what the server hints) and its
+     * prompt's last block boundary (80, set by create_prefix): snapshots at 64 and 80. */
+    CHECK_EQ_INT(wk_seq_create_prefix(e, ta, SN - 1, &a), 0);
+    CHECK_EQ_INT(wk_seq_snapshot_at(a, SYS + 3), SYS); /* rounded down to a block */
+    CHECK_EQ_INT(wk_seq_snapshot_next(a), SYS);
+    feed_snap(e, a, ta, 0, SN, 64, NULL);
+    CHECK_EQ_INT(wk_seq_snapshot_next(a), 0);
+    CHECK_EQ_INT(usage(e, 0).snapshots, 2);
+    CHECK_EQ_INT(usage(e, 0).snapshot_bytes, 2 * info->kv_window_bytes);
+    CHECK_EQ_INT(wk_seq_snapshot_at(a, 40), 0); /* behind it */
+
+    /* B while A lives: its blocks 0..3 by reference and the window at 64; then cold logits. */
+    CHECK_EQ_INT(wk_seq_create_prefix(e, tb, SN - 1, &b), SYS);
+    CHECK_EQ_INT(wk_seq_snapshot_next(b), 80);
+    feed_snap(e, b, tb, SYS, SN, 64, warm);
+    wk_seq_destroy(b);
+    /* C: A's prompt but for its last 5 tokens, A parked. Parking cannot serve it (A's ring lost
+     * the rows of 70..73), its blocks 0..4 are there and 80 has a snapshot: a hit of 80. */
+    wk_seq_park(a);
+    CHECK_EQ_INT(wk_seq_create_prefix(e, tc, SN - 1, &c), 80);
+    CHECK(usage(e, 0).used_blocks > 0); /* blocks of A's that C holds are in use */
+    feed_snap(e, c, tc, 80, SN, 64, NULL);
+    /* C parked too: blocks only parked sequences hold, shared or not, are cached, not used. */
+    wk_seq_park(c);
+    CHECK_EQ_INT(usage(e, 0).used_blocks, 0);
+    CHECK_EQ_INT(usage(e, 0).used_bytes, 0);
+    CHECK_EQ_INT(usage(e, 0).parked_seqs, 2);
+    /* Y: the system prompt and 26 tokens of its own, fed with no snapshot point: its blocks 0..4
+     * are cached, but a prompt of its first 85 tokens hits only at 64, its chain's last snapshot. */
+    int32_t ty[SN];
+    tiny_model_tokens(ty, SN, 14);
+    memcpy(ty, ta, SYS * sizeof *ty);
+    CHECK_EQ_INT(wk_seq_create(e, &c), 0);
+    feed(e, c, ty, 0, 48, NULL);
+    feed(e, c, ty, 48, SN, NULL);
+    wk_seq_destroy(c);
+    ty[85] ^= 1;
+    CHECK_EQ_INT(wk_seq_create_prefix(e, ty, SN - 1, &c), SYS);
+    wk_seq_destroy(c);
+
+    /* Cold: after a flush no block, no snapshot; B fed in the same steps (0..64, 64..80, 80..90). */
+    wk_engine_prefix_cache_flush(e);
+    wk_kv_usage u = usage(e, 0);
+    CHECK_EQ_INT(u.snapshots, 0);
+    CHECK_EQ_INT(u.snapshot_bytes, 0);
+    CHECK_EQ_INT(u.cached_blocks, 0);
+    CHECK_EQ_INT(u.free_blocks, info->kv_pool_blocks);
+    CHECK_EQ_INT(wk_seq_create(e, &b), 0);
+    feed(e, b, tb, 0, SYS, NULL);
+    feed(e, b, tb, SYS, 80, NULL);
+    feed(e, b, tb, 80, SN, cold);
+    wk_seq_destroy(b);
+    CHECK(memcmp(warm, cold, sizeof(float) * last * V) == 0);
+    /* No snapshot, no hit, however many blocks are cached. */
+    wk_engine_prefix_cache_flush(e);
+    CHECK_EQ_INT(wk_seq_create(e, &a), 0);
+    feed(e, a, ta, 0, SYS, NULL);
+    feed(e, a, ta, SYS, SN, NULL);
+    CHECK_EQ_INT(wk_seq_create(e, &b), 0);
+    CHECK_EQ_INT(wk_seq_prefix_attach(b, tb, SN - 1), 0); /* no snapshot: no hit */
+    wk_seq_destroy(b);
+    wk_seq_destroy(a);
+    wk_engine_prefix_cache_flush(e);
+    printf("%s, sink %d + recent %d: a shared 64-token start taken at its snapshot gives the cold logits bit for "
+           "bit; hits only at snapshot points (64, 80)\n", label, sink, recent);
+    const uint64_t block = info->kv_block_bytes, window = info->kv_window_bytes;
+    wk_engine_close(e);
+
+    /* Eviction: a pool of 4 window slots and 20 blocks. A's 64 tokens, fed 16 at a time, leave
+     * their blocks cached with a snapshot at 64; X, 96 other tokens fed 16 at a time, allocates 36
+     * blocks (6 global, 6 in each sliding group, holding at most 16 at once), so every block A
+     * left goes, least recently released first, and the snapshot with the global group's block 3. */
+    e = open_engine_mem(model, 2, sink, recent, wush, true, 4 * window + 20 * block);
+    CHECK(e != NULL);
+    if (!e) return;
+    CHECK_EQ_INT(wk_engine_info(e)->kv_pool_blocks, 20);
+    CHECK_EQ_INT(wk_seq_create_prefix(e, ta, SYS + 1, &a), 0); /* its prompt's end: 64 */
+    feed_snap(e, a, ta, 0, SYS, 16, NULL);
+    wk_seq_destroy(a);
+    CHECK_EQ_INT(usage(e, 0).snapshots, 1);
+    int32_t tx[96];
+    tiny_model_tokens(tx, 96, 13);
+    wk_seq *x = NULL;
+    CHECK_EQ_INT(wk_seq_create(e, &x), 0);
+    feed_snap(e, x, tx, 0, 96, 16, NULL);
+    CHECK_EQ_INT(usage(e, 0).snapshots, 0);
+    CHECK_EQ_INT(wk_seq_create_prefix(e, tb, SN - 1, &b), 0);
+    wk_seq_destroy(b);
+    wk_seq_destroy(x);
+    wk_engine_prefix_cache_flush(e);
+    u = usage(e, 0);
+    CHECK_EQ_INT(u.free_blocks, 20);
+    CHECK_EQ_INT(u.snapshots + u.cached_windows + u.used_windows, 0);
+    wk_engine_close(e);
+    free(warm), free(cold);
 }
 
 int main(void) {
@@ -364,8 +501,11 @@ int main(void) {
     tiny_model_tokens(tok, N, 5);
     park_matches_cold(model, side, "int2 + WUSH");
     park_matches_cold(model, NULL, "int2");
+    snap_matches_cold(model, side, 4, 16, "int2 + WUSH");
+    snap_matches_cold(model, NULL, 4, 64, "int2");
 
-    /* f16 windows: no block hits (the ring rows are no block's: parking instead); --no-prefix-cache
+    /* f16 windows: blocks are named, but without a snapshot no block hits (the ring rows are no
+     * block's); --no-prefix-cache
      * (windows or not): off, nothing parked. */
     wk_engine *w = open_engine(model, 2, 4, 16, NULL, true);
     wk_engine *off = open_engine(model, 2, 0, 0, NULL, false);
@@ -392,7 +532,7 @@ int main(void) {
             CHECK_EQ_INT(wk_seq_prefix_attach(s, tok, N - 1), 0);
             wk_kv_usage u;
             wk_engine_kv_usage(es[k], 0, &u);
-            CHECK_EQ_INT(u.cached_blocks, 0);
+            CHECK(k == 0 ? u.cached_blocks > 0 : u.cached_blocks == 0);
             wk_seq_destroy(s);
         }
     }

@@ -1,7 +1,9 @@
 /* The Khronos validation layer with synchronization validation over real forward steps: a tiny
  * model opened through the public engine (weights upload, warm-up) in the f16 cache and in the
  * paged int2 cache with the Hadamard transform and f16 windows (every KV pipeline), then a step of
- * two sequences' prefill and a decode step; the layer must report nothing. First a control: two
+ * two sequences' prefill and a decode step, and in int2 prefix caching's device copies (a window
+ * snapshot taken, one restored, a parked sequence cut back into a named block and copied on its
+ * next write); the layer must report nothing. First a control: two
  * writes of one buffer without a barrier must be reported, so a layer that is silently absent or
  * not checking synchronization fails this test rather than passing it. */
 #include <stdio.h>
@@ -51,6 +53,7 @@ static void forward_steps(const char *path, int kv_bits) {
         p.kv_transform = WK_KV_TRANSFORM_HADAMARD;
         p.kv_sink = 2;
         p.kv_recent = 4;
+        p.prefix_cache = true;
     }
     test_engine_params_from_env(&p);
     char err[WK_ERRMSG_LEN] = "";
@@ -73,11 +76,31 @@ static void forward_steps(const char *path, int kv_bits) {
     CHECK_EQ_INT(wk_forward(e, prefill, 2, logits, err, sizeof err), N);
     wk_batch_item decode[2] = {{s[0], tok[0] + N - 1, 1, false}, {s[1], tok[1] + N - 1, 1, false}};
     CHECK_EQ_INT(wk_forward(e, decode, 2, logits, err, sizeof err), 2);
-    printf("  %s cache: %d validation messages\n", kv_bits == 2 ? "int2 + hadamard + windows" : "f16",
+    if (kv_bits == 2) {
+        for (int q = 0; q < 2; q++) wk_seq_destroy(s[q]), s[q] = NULL;
+        int32_t ta[48], tb[48];
+        for (int i = 0; i < 48; i++) ta[i] = tb[i] = (int32_t)((5 * i + 2) % V);
+        tb[40] ^= 1;
+        wk_seq *a = NULL, *b = NULL;
+        CHECK_EQ_INT(wk_seq_create_prefix(e, ta, 47, &a), 0); /* a snapshot point at 32 */
+        wk_batch_item a1 = {a, ta, 32, false}, a2 = {a, ta + 32, 16, false};
+        CHECK_EQ_INT(wk_forward(e, &a1, 1, NULL, err, sizeof err), 0);
+        CHECK_EQ_INT(wk_forward(e, &a2, 1, NULL, err, sizeof err), 0);
+        wk_seq_park(a);
+        CHECK_EQ_INT(wk_seq_create_prefix(e, tb, 47, &b), 32); /* the snapshot restored */
+        wk_batch_item b1 = {b, tb + 32, 16, false};
+        CHECK_EQ_INT(wk_forward(e, &b1, 1, NULL, err, sizeof err), 0);
+        wk_seq_destroy(b);
+        CHECK_EQ_INT(wk_seq_create_prefix(e, ta, 47, &a), 47); /* A adopted, cut inside block 2 */
+        wk_batch_item a3 = {a, ta + 47, 1, false};
+        CHECK_EQ_INT(wk_forward(e, &a3, 1, NULL, err, sizeof err), 0);
+        wk_seq_destroy(a);
+    }
+    printf("  %s cache: %d validation messages\n", kv_bits == 2 ? "int2 + hadamard + windows + prefix copies" : "f16",
            wk_engine_validation_messages(e));
     CHECK_EQ_INT(wk_engine_validation_messages(e), 0);
     free(logits);
-    for (int q = 0; q < 2; q++) wk_seq_destroy(s[q]);
+    for (int q = 0; q < 2; q++) wk_seq_destroy(s[q]); /* NULL: a no-op */
     wk_engine_close(e);
 }
 

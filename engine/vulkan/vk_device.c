@@ -429,6 +429,25 @@ void wk_vk_barrier(wk_vk *vk) {
                          0, 1, &mb, 0, NULL, 0, NULL);
 }
 
+int wk_vk_copy(wk_vk *vk, const wk_vk_region *r, int n, char *err, size_t errlen) {
+    for (int i = 0; i < n; i++)
+        if (r[i].src_offset + r[i].bytes > r[i].src->size || r[i].dst_offset + r[i].bytes > r[i].dst->size)
+            return snprintf(err, errlen, "device copy of %llu bytes out of its buffers", (unsigned long long)r[i].bytes),
+                   WK_ERR_INVALID;
+    int rc = wk_vk_begin(vk, err, errlen);
+    if (rc) return rc;
+    /* The barriers order the copy after every earlier step's writes and before every later read
+     * (their scopes reach across submissions to the one queue). */
+    wk_vk_barrier(vk);
+    for (int i = 0; i < n; i++) {
+        if (!r[i].bytes) continue;
+        VkBufferCopy c = {.srcOffset = r[i].src_offset, .dstOffset = r[i].dst_offset, .size = r[i].bytes};
+        vkCmdCopyBuffer(vk->cmd, r[i].src->buf, r[i].dst->buf, 1, &c);
+    }
+    wk_vk_barrier(vk);
+    return wk_vk_submit_wait(vk, err, errlen);
+}
+
 int wk_vk_upload(wk_vk *vk, wk_buf *b, VkDeviceSize offset, const void *data, VkDeviceSize size, char *err,
                  size_t errlen) {
     if (offset + size > b->size) {

@@ -62,6 +62,15 @@ void wk_vk_buffer_destroy(wk_vk *vk, wk_buf *b);
 /* Copies host data into a buffer at offset (staging through a host buffer when not mappable). */
 int wk_vk_upload(wk_vk *vk, wk_buf *b, VkDeviceSize offset, const void *data, VkDeviceSize size, char *err,
                  size_t errlen);
+/* Device-side copies (no host round trip), recorded and submitted at once, waiting for them:
+ * region i copies bytes from src at src_offset to dst at dst_offset (the same buffer is fine when
+ * the ranges do not overlap). WK_ERR_INVALID for a range outside its buffer. Engine thread, between
+ * steps. */
+typedef struct wk_vk_region {
+    const wk_buf *src, *dst;
+    VkDeviceSize src_offset, dst_offset, bytes;
+} wk_vk_region;
+int wk_vk_copy(wk_vk *vk, const wk_vk_region *r, int n, char *err, size_t errlen);
 /* A texel view of a sub-range (offset must satisfy minTexelBufferOffsetAlignment). */
 int wk_vk_view_create(wk_vk *vk, const wk_buf *b, VkFormat fmt, VkDeviceSize offset, VkDeviceSize range,
                       VkBufferView *out, char *err, size_t errlen);

@@ -108,8 +108,12 @@ typedef struct wk_engine_params {
     /* Automatic prefix caching (wk_seq_create_prefix): without f16 windows, full blocks stay
      * cached after their sequence ends and a new sequence takes a cached prefix by reference; with
      * f16 windows (--kv-sink/--kv-recent), an ended sequence is parked whole (wk_seq_park) and a
-     * prompt that extends its tokens adopts it. */
+     * prompt that extends its tokens adopts it, and window snapshots (wk_seq_snapshot_at) let a
+     * prompt take another's full blocks at a snapshot point. */
     bool prefix_cache;
+    /* Window snapshots kept at once (f16 windows with prefix_cache; each kv_window_bytes of device
+     * memory besides the pool): 0: 2 * max_seqs, negative: none, at most 65536. */
+    int prefix_snapshots;
 } wk_engine_params;
 
 typedef struct wk_model_info {
@@ -151,6 +155,10 @@ typedef struct wk_model_info {
     uint32_t device_subgroup_size, device_shared_memory_bytes, device_vendor_id, device_id;
     bool prefix_cache; /* automatic prefix caching is on (wk_engine_params.prefix_cache) */
     bool prefix_cache_park; /* ... in its parking form (the format has f16 windows) */
+    /* Window snapshots (wk_seq_snapshot_at): how many can be kept at once, and their device bytes
+     * (kv_snapshots * kv_window_bytes, outside kv_pool_bytes); 0 without. */
+    int kv_snapshots;
+    uint64_t kv_snapshot_bytes;
 } wk_model_info;
 
 /* Bytes the attention of one decode step reads from the KV cache of a sequence that already holds
@@ -254,7 +262,8 @@ uint64_t wk_seq_kv_peak_bytes(const wk_seq *s);
 uint64_t wk_seq_kv_pool_bytes(const wk_seq *s, int pool);
 
 /* Automatic prefix caching (info.prefix_cache), its block form (formats without f16 windows;
- * with them see wk_seq_park below, and this call returns 0). Every full block of kv_block_tokens tokens a
+ * with them see wk_seq_park below, and this call takes only a prefix that ends at a window
+ * snapshot, wk_seq_snapshot_at, and copies the snapshot into s's window slot). Every full block of kv_block_tokens tokens a
  * sequence computes is named by a hash chain over its tokens and all before them (and the model
  * and KV format), and stays in the pool after the sequence ends, until an allocation needs the
  * block (least recently released first). wk_seq_prefix_attach puts the longest cached prefix of
@@ -291,6 +300,21 @@ void wk_seq_park(wk_seq *s);
  * Caching off: wk_seq_create. Returns the tokens *out already holds (>= 0; 0 for a cold start),
  * or wk_seq_create's error (*out NULL). Engine thread. */
 int wk_seq_create_prefix(wk_engine *e, const int32_t *tokens, int n_tokens, wk_seq **out);
+/* Window snapshots (info.kv_snapshots > 0; docs/design.md "Prefix caching", design 3): with f16
+ * windows a cached block serves a hit at its end P only together with the window rows the query at
+ * P reads, so when a step leaves a sequence at exactly a snapshot point P (a multiple of
+ * kv_block_tokens) the engine copies its window slot into a snapshot kept with the block ending at
+ * P (evicted with it, or least recently used first among info.kv_snapshots). wk_seq_create_prefix
+ * (after parking, which goes first) and wk_seq_prefix_attach then take the longest cached prefix
+ * that ends at a snapshot. Snapshot points: wk_seq_create_prefix sets one at the last block
+ * boundary of tokens[0 .. n_tokens) (a prompt's end: retries, n > 1, few-shot prefixes); the
+ * caller adds others (a chat's system prompt) with wk_seq_snapshot_at, which rounds n_tokens down
+ * to a block boundary and returns it (0: none, no snapshots, or not past the sequence's length).
+ * A snapshot is only taken when a step ends exactly at the point: a caller that prefills in
+ * chunks ends a chunk at wk_seq_snapshot_next(s), the next point past s's length (0: none). No
+ * error. Engine thread. */
+int wk_seq_snapshot_at(wk_seq *s, int n_tokens);
+int wk_seq_snapshot_next(const wk_seq *s);
 /* Forgets every cached block (blocks sequences hold stay, unnamed) and destroys every parked
  * sequence. No error. Engine thread. */
 void wk_engine_prefix_cache_flush(wk_engine *e);
@@ -306,6 +330,9 @@ typedef struct wk_kv_usage {
      * cached_blocks, their window slots in cached_windows and cached_bytes (with their blocks');
      * parked_seqs how many (pool 0 only). */
     uint64_t cached_windows, parked_seqs;
+    /* Window snapshots held (pool 0 only), and their bytes, which cached_bytes includes though they
+     * live outside the pool (info.kv_snapshot_bytes). */
+    uint64_t snapshots, snapshot_bytes;
 } wk_kv_usage;
 void wk_engine_kv_usage(const wk_engine *e, int pool, wk_kv_usage *out);
 

@@ -233,6 +233,12 @@ static bool parse_messages(const cJSON *root, chat_format fmt, gen_params *g, ap
         g->prompt_text = chat_render(fmt, cm, n, &g->prompt_len, &g->plain, &g->n_plain);
         g->add_special = true;
         if (!g->prompt_text) ok = fail(e, 500, NULL, NULL, "out of memory");
+        /* Where the leading system messages' words end (every format renders messages' words in
+         * their order, one plain range each): conversations that share the system prompt share
+         * the prompt up to there, a prefix-cache snapshot point (sched_front.c). */
+        int n_sys = 0;
+        while (n_sys < n && (!strcmp(cm[n_sys].role, "system") || !strcmp(cm[n_sys].role, "developer"))) n_sys++;
+        if (ok && n_sys > 0 && g->n_plain >= n_sys) g->system_end = g->plain[n_sys - 1].off + g->plain[n_sys - 1].len;
     }
     for (int k = 0; texts && k < n; k++) text_buf_free(&texts[k]);
     free(texts);

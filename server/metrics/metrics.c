@@ -260,7 +260,8 @@ char *metrics_render(metrics *m, const char *model_name, size_t *len) {
           "KV cache blocks held by sequences (a block shared by several counted once).");
     gauge(&o, "kv_cache_cached_blocks", label, p.kv_cached_blocks,
           "KV cache blocks only the prefix cache keeps (evicted when an allocation needs them).");
-    gauge(&o, "kv_cache_cached_bytes", label, (double)p.kv_cached_bytes, "Bytes of those cached blocks.");
+    gauge(&o, "kv_cache_cached_bytes", label, (double)p.kv_cached_bytes,
+          "Bytes the prefix cache keeps: those blocks, parked sequences' window slots, window snapshots.");
     gauge(&o, "kv_cache_total_blocks", label, p.kv_capacity_blocks, "KV cache blocks in the pool.");
     counter(&o, "prompt_tokens_total", label, (double)m->prompt_tokens, "Prompt tokens prefilled.");
     counter(&o, "generation_tokens_total", label, (double)m->generation_tokens, "Tokens generated.");

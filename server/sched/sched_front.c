@@ -37,6 +37,28 @@ static bool fits_by_bytes(scheduler *s, uint64_t id, size_t len) {
     return false;
 }
 
+/* A chat's prompt tokens that its system messages' text alone tokenizes to as well (the text up to
+ * system_end, its plain ranges cut there): the longest common start, which every conversation
+ * with the same system messages shares, so the scheduler asks for a prefix-cache snapshot there.
+ * 0 when the prefix cannot be tokenized (it is only a hint). */
+static int system_tokens(scheduler *s, const gen_params *g, const int32_t *toks, int n) {
+    wk_text_range *plain = malloc((size_t)g->n_plain * sizeof *plain);
+    if (!plain) return 0;
+    int n_plain = 0;
+    for (int i = 0; i < g->n_plain && g->plain[i].off < g->system_end; i++) {
+        wk_text_range r = g->plain[i];
+        if (r.off + r.len > g->system_end) r.len = g->system_end - r.off;
+        plain[n_plain++] = r;
+    }
+    int32_t *head = NULL;
+    const int m = wk_tokenize_alloc_plain(s->e, g->prompt_text, g->system_end, g->add_special, plain, n_plain, &head);
+    free(plain);
+    int common = 0;
+    while (common < m && common < n && head[common] == toks[common]) common++;
+    free(head);
+    return common;
+}
+
 /* A generation prompt given as text -> its tokens, or an error event. `prev` is the job before it
  * in the same batch: the choices of one request carry the same text, tokenized once. */
 static bool tokenize_prompt(scheduler *s, sched_job *j, const sched_job *prev) {
@@ -66,6 +88,7 @@ static bool tokenize_prompt(scheduler *s, sched_job *j, const sched_job *prev) {
                          wk_strerror(n));
         return false;
     }
+    g->system_tokens = g->plain && g->system_end > 0 && g->system_end < len ? system_tokens(s, g, toks, n) : 0;
     g->prompt_tokens = toks;
     g->n_prompt_tokens = n;
     g->from_text = g->prompt_text; /* kept for the next choice's comparison; freed with the job */

@@ -134,6 +134,10 @@ static int open_seq(scheduler *s, req *r) {
     const int hit = wk_seq_create_prefix(s->e, src, s->info->prefix_cache ? r->n_fill - 1 : 0, &r->seq);
     if (hit < 0) return hit;
     r->n_prefilled = hit;
+    /* A chat's system prompt is where another conversation's prompt is most likely to meet this
+     * one's: a snapshot point there (windowed formats; a no-op elsewhere). */
+    if (s->info->prefix_cache && r->g.system_tokens > 0)
+        wk_seq_snapshot_at(r->seq, r->g.system_tokens < r->n_fill - 1 ? r->g.system_tokens : r->n_fill - 1);
     return 0;
 }
 
@@ -243,6 +247,9 @@ static int build_batch(scheduler *s, int *tokens) {
             const int32_t *src = r->replay ? r->replay : r->prompt;
             int k = r->n_fill - r->n_prefilled;
             if (k > budget) k = budget;
+            /* A chunk ends at a snapshot point: the engine takes the snapshot at a step's end. */
+            const int stop = wk_seq_snapshot_next(r->seq);
+            if (stop > r->n_prefilled && r->n_prefilled + k > stop) k = stop - r->n_prefilled;
             r->chunk = k;
             s->items[n] = (wk_batch_item){.seq = r->seq, .tokens = src + r->n_prefilled, .n_tokens = k};
             s->item_req[n++] = r;

@@ -27,8 +27,10 @@ typedef struct gen_params {
     wk_text_range *plain;    /* owned: ranges of prompt_text that are a user's words (chat), where
                               * control tokens are text; NULL: control tokens parsed everywhere */
     int n_plain;
+    size_t system_end;       /* chat: where the leading system messages' words end in prompt_text; 0: none */
     int32_t *prompt_tokens;  /* owned */
     int n_prompt_tokens;
+    int system_tokens;       /* chat: prompt tokens up to the system messages' end (from system_end); 0: none */
     bool add_special;        /* the model's BOS before prompt_text */
     int max_tokens;          /* -1: until the context is full */
     wk_sampler_params sampling;

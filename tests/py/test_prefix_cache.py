@@ -277,3 +277,42 @@ def test_shared_prefix_counted_once():
     finally:
         rc = s.stop()
     assert rc == 0, f"server exit status {rc} after SIGTERM:\n{s.log()}"
+
+
+# Two conversations that share a long system prompt, on the default format (f16 windows): the
+# second cannot adopt the first's parked sequence (they part right after the system prompt, long
+# before its end, whose ring rows are gone), but the server asked for a window snapshot where the
+# system messages end (design 3), so it takes the first's blocks up to there.
+SYSTEM = ("You are a careful assistant for a library of old maps. Answer in one short sentence, name the "
+          "map's region and century when you know them, never invent a catalogue number, and say so "
+          "plainly when the collection has no map of a place. The collection holds maps of Europe, the "
+          "Mediterranean coasts, the Baltic ports and the river valleys of France from the fifteenth to "
+          "the nineteenth century.")
+QUESTIONS = ["Do you have a map of the harbour of Genoa?", "Which century are the Baltic maps from?"]
+
+
+def test_shared_system_prompt_hits_a_snapshot(default_servers):
+    cached, plain = default_servers
+    requests.post(cached.url + "/reset_prefix_cache", timeout=60)
+    n_system = len(requests.post(cached.url + "/tokenize", json={"prompt": SYSTEM}, timeout=60).json()["tokens"])
+    assert n_system >= 64, n_system
+    on = [chat(cached, [{"role": "system", "content": SYSTEM}, {"role": "user", "content": q}]) for q in QUESTIONS]
+    off = [chat(plain, [{"role": "system", "content": SYSTEM}, {"role": "user", "content": q}]) for q in QUESTIONS]
+    for a, b in zip(on, off):
+        assert a.choices[0].message.content == b.choices[0].message.content
+        assert a.usage.prompt_tokens == b.usage.prompt_tokens
+        assert b.usage.prompt_tokens_details.cached_tokens == 0
+    assert on[0].usage.prompt_tokens_details.cached_tokens == 0
+    got = on[1].usage.prompt_tokens_details.cached_tokens
+    # Whole blocks up to the system prompt's end (the template's few tokens before it included).
+    assert got > 0 and got % BLOCK == 0 and got >= n_system // BLOCK * BLOCK - BLOCK, (got, n_system)
+    assert got <= n_system + 8, (got, n_system)
+    assert metric(cached, "prefix_cache_hits_total") >= got
+    wait_idle(cached)
+    assert metric(cached, "kv_cache_used_blocks") == 0
+    assert metric(cached, "kv_cache_cached_blocks") > 0
+    r = requests.post(cached.url + "/reset_prefix_cache", timeout=60)
+    assert r.status_code == 200 and r.json() == {}, r.text
+    assert metric(cached, "kv_cache_cached_blocks") == 0
+    assert metric(cached, "kv_cache_cached_bytes") == 0
+    assert metric(cached, "kv_cache_used_blocks") == 0
