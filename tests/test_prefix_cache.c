@@ -61,6 +61,18 @@ static void feed(wk_engine *e, wk_seq *s, const int32_t *tok, int from, int to, 
     if (n < 0) fprintf(stderr, "forward: %s\n", err);
 }
 
+/* A cold run: a new sequence fed tok[0..c] in the steps 0..c, c..d, d..n (so that its logits are
+ * comparable, bit for bit, with a hit computed in the same steps), the logits of d..n into out. */
+static void cold_run(wk_engine *e, const int32_t *tok, int c, int d, int n, float *out) {
+    wk_seq *s = NULL;
+    CHECK_EQ_INT(wk_seq_create(e, &s), 0);
+    if (!s) return;
+    feed(e, s, tok, 0, c, NULL);
+    feed(e, s, tok, c, d, NULL);
+    feed(e, s, tok, d, n, out);
+    wk_seq_destroy(s);
+}
+
 static void calibrate(const char *model, const char *side) {
     wk_engine *e = open_engine(model, 16, 0, 0, NULL, false);
     CHECK(e != NULL);
@@ -154,11 +166,7 @@ static void hits_match_cold(const char *model, int bits, const char *wush, const
         wk_seq_destroy(d);
         /* A cold run in three steps (0..48, 48..80, 80..90), against the hit at 80. */
         wk_engine_prefix_cache_flush(e);
-        CHECK_EQ_INT(wk_seq_create(e, &d), 0);
-        feed(e, d, tok, 0, P, NULL);
-        feed(e, d, tok, P, 80, NULL);
-        feed(e, d, tok, 80, N, cold80);
-        wk_seq_destroy(d);
+        cold_run(e, tok, P, 80, N, cold80);
 
         CHECK(memcmp(shared, cold, sizeof(float) * R * V) == 0);
         CHECK(memcmp(cached, cold, sizeof(float) * R * V) == 0);
@@ -436,11 +444,7 @@ static void snap_matches_cold(const char *model, const char *wush, int sink, int
     CHECK_EQ_INT(u.snapshot_bytes, 0);
     CHECK_EQ_INT(u.cached_blocks, 0);
     CHECK_EQ_INT(u.free_blocks, info->kv_pool_blocks);
-    CHECK_EQ_INT(wk_seq_create(e, &b), 0);
-    feed(e, b, tb, 0, SYS, NULL);
-    feed(e, b, tb, SYS, 80, NULL);
-    feed(e, b, tb, 80, SN, cold);
-    wk_seq_destroy(b);
+    cold_run(e, tb, SYS, 80, SN, cold);
     CHECK(memcmp(warm, cold, sizeof(float) * last * V) == 0);
     /* No snapshot, no hit, however many blocks are cached. */
     wk_engine_prefix_cache_flush(e);
