@@ -58,9 +58,10 @@ def test_default_format_calibrates_then_reports(tiny, tmp_path):
             seen.add(h.json()["status"])
             if h.json()["status"] == "calibrating":
                 r = requests.get(url + "/v1/models", timeout=2)
-                if r.status_code == 503:  # it may have finished in between
+                # It may have finished in between: 200, or 503 "loading" (Retry-After 1) while the
+                # engine starts.
+                if r.status_code == 503 and r.json()["error"]["code"] == "calibrating":
                     assert r.headers["Retry-After"] == "10"
-                    assert r.json()["error"]["code"] == "calibrating"
                     seen.add("models 503")
             time.sleep(0.05)
         assert "calibrating" in seen and "models 503" in seen, seen
