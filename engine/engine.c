@@ -175,10 +175,10 @@ int wk_engine_open(const wk_engine_params *p, wk_engine **out, char *err, size_t
             rc = wk_pipelines_specialize_kv(&e->vk, &e->pipes, true, (int)fmt.kind, e->kv.swa_fmt.bits, fmt.group, err,
                                             errlen);
         /* One command line serves every model: a format for layers the model lacks is no error. */
-        if (!rc && p->kv_swa_bits && p->kv_swa_bits != e->kv.fmt.bits && !e->kv.swa_pool)
+        if (!rc && !p->kv_swa_default && p->kv_swa_bits && p->kv_swa_bits != e->kv.fmt.bits && !e->kv.swa_pool)
             fprintf(stderr, "wushkv: the model has no sliding-window layers: their KV format (int%d) has no effect, "
                     "every layer uses int%d\n", p->kv_swa_bits, fmt.bits);
-        if (!rc && p->kv_swa_windows && (fmt.swa_sink != fmt.sink || fmt.swa_recent != fmt.recent) &&
+        if (!rc && !p->kv_swa_default && p->kv_swa_windows && (fmt.swa_sink != fmt.sink || fmt.swa_recent != fmt.recent) &&
             e->kv.layout.win[1].layers == 0)
             fprintf(stderr, "wushkv: the model has no sliding-window layers: their f16 windows (sink %d recent %d) have "
                     "no effect\n", fmt.swa_sink, fmt.swa_recent);

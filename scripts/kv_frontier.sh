@@ -22,9 +22,11 @@ bin=${WUSHKV_BIN:-build/wushkv}
 wush=()
 [[ -n ${WUSH:-} ]] && wush=(--wush "$WUSH")
 
-# name|flags (on top of the default int2 QuEST G32 + WUSH)
+# name|flags (on top of the default int2 QuEST G32 + WUSH; each names its windows of both layer
+# classes, so none depends on the default's). prev_default: the default before issue 11 chose
+# g16r128_swa2_r32 (docs/wush-kv.md, "The frontier").
 candidates=(
-    "default|--kv-sink 4 --kv-recent 64"
+    "prev_default|--kv-sink 4 --kv-recent 64"
     "g4r52_swa3_nowin|--kv-sink 4 --kv-recent 52 --kv-swa int3 --kv-swa-sink 0 --kv-swa-recent 0"
     "g4r64_swa3_nowin|--kv-sink 4 --kv-recent 64 --kv-swa int3 --kv-swa-sink 0 --kv-swa-recent 0"
     "oscar_swa2_nowin|--kv-sink 64 --kv-recent 256 --kv-swa-sink 0 --kv-swa-recent 0"

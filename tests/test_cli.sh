@@ -83,7 +83,7 @@ if [[ -n $writer ]]; then
     # model's file is refused with a message and replaced. Evidence: the log lines and the file.
     export WUSHKV_CACHE_DIR=$tmp/cache WUSHKV_CALIB_TOKENS=512
     expect 0 'no WUSH-KV sidecar for this model in .*/cache: calibrating' -- "${ppl[@]}"
-    if grep -q '"kv":"int2 quest G32 wush sink4 recent64"' <<<"$out"; then ok; else ko 'the default format in --json' "${ppl[@]}"; fi
+    if grep -q '"kv":"int2 quest G32 wush sink16 recent128 swa:sink0:recent32"' <<<"$out"; then ok; else ko 'the default format in --json' "${ppl[@]}"; fi
     cached=("$tmp"/cache/*.g32.t512.wush)
     if [[ ${#cached[@]} -eq 1 && -s ${cached[0]} && -z $(find "$tmp/cache" -name '*.tmp') ]]; then ok
     else ko "one cached sidecar *.g32.t512.wush and no temporary file" "ls $tmp/cache: $(ls "$tmp/cache")"; fi
@@ -102,7 +102,7 @@ if [[ -n $writer ]]; then
     expect 0 "WUSH-KV sidecar ${cached[0]} \(cached\)" -- "${ppl[@]}"
     # --kv f16 and --wush FILE never look in the cache; a cache that cannot be made is a clear error.
     WUSHKV_CACHE_DIR=/proc/wushkv-none expect 0 '"kv":"f16",' -- "${ppl[@]}" --kv f16
-    WUSHKV_CACHE_DIR=/proc/wushkv-none expect 0 '"kv":"int2 quest G32 wush sink4 recent64"' -- "${ppl[@]}" --wush "$wush"
+    WUSHKV_CACHE_DIR=/proc/wushkv-none expect 0 '"kv":"int2 quest G32 wush sink16 recent128 swa:sink0:recent32"' -- "${ppl[@]}" --wush "$wush"
     WUSHKV_CACHE_DIR=/proc/wushkv-none expect 1 'cannot create the cache directory /proc/wushkv-none' -- "${ppl[@]}"
     # (WUSHKV_CACHE_DIR stays $tmp/cache: nothing below may calibrate into the user's cache)
 
@@ -161,6 +161,12 @@ if [[ -n $writer ]]; then
     if "$writer" "$llama" llama 7; then
         expect 0 'no sliding-window layers: their KV format \(int3\) has no effect' -- generate -m "$llama" -p "the fox" -n 2 --kv int2 --kv-swa int3
         expect 0 'no sliding-window layers: their f16 windows \(sink 0 recent 2\) have no effect' -- generate -m "$llama" -p "the fox" -n 2 --kv int2 --kv-swa-sink 0 --kv-swa-recent 2
+        # The default's per-class windows were not asked for: on this model they say nothing (its
+        # sidecar is the one the two runs above cached).
+        run generate -m "$llama" -p "the fox" -n 2
+        if [[ $rc -eq 0 ]] && grep -q 'KV int2 quest G32 wush sink16 recent128 swa:sink0:recent32' <<<"$out" &&
+            ! grep -q 'no effect' <<<"$out"; then ok
+        else ko 'rc=0, the default format, no "no effect" line' generate -m "$llama" -p "the fox" -n 2; fi
     else ko "$writer $llama llama 7" ""; fi
 
     echo "$pass passed, $fail failed"

@@ -36,26 +36,31 @@ static const char *describe(const char *const *args, char *buf, size_t cap) {
     } while (0)
 
 static void test_describe(void) {
-    /* No flags: THE default, int2 QuEST G32 after WUSH with f16 windows 4 / 64. */
-    CHECK_DESCRIBE("int2 quest G32 wush sink4 recent64", NULL);
+    /* No flags: THE default, int2 QuEST G32 after WUSH with f16 windows 16 / 128 in the
+     * full-attention layers and 0 / 32 in the sliding-window ones. */
+    CHECK_DESCRIBE("int2 quest G32 wush sink16 recent128 swa:sink0:recent32", NULL);
     /* --kv f16 opts out: the default transform and windows go with it. */
     CHECK_DESCRIBE("f16", "--kv", "f16");
     CHECK_DESCRIBE("f16", "--kv=int2", "--kv", "f16");                    /* the last one counts */
     /* Each explicit flag overrides its own part of the default only. */
-    CHECK_DESCRIBE("int4 quest G32 wush sink4 recent64", "--kv", "int4");
-    CHECK_DESCRIBE("int2 quest G32 sink4 recent64", "--kv-transform", "none");
-    CHECK_DESCRIBE("int2 quest G32 wush recent64", "--kv-sink", "0");
-    CHECK_DESCRIBE("int2 quest G64 wush sink4 recent8", "--kv-group", "64", "--kv-recent", "8");
-    CHECK_DESCRIBE("int2 absmax G32 wush sink4 recent64", "--kv-quant", "absmax");
+    CHECK_DESCRIBE("int4 quest G32 wush sink16 recent128 swa:sink0:recent32", "--kv", "int4");
+    CHECK_DESCRIBE("int2 quest G32 sink16 recent128 swa:sink0:recent32", "--kv-transform", "none");
+    /* A window flag replaces the default's windows, both classes: the sliding layers follow
+     * --kv-sink / --kv-recent as they did before the default had a per-class part. */
+    CHECK_DESCRIBE("int2 quest G32 wush recent128", "--kv-sink", "0");
+    CHECK_DESCRIBE("int2 quest G32 wush sink4 recent64", "--kv-sink", "4", "--kv-recent", "64");
+    CHECK_DESCRIBE("int2 quest G64 wush sink16 recent8", "--kv-group", "64", "--kv-recent", "8");
+    CHECK_DESCRIBE("int2 absmax G32 wush sink16 recent128 swa:sink0:recent32", "--kv-quant", "absmax");
     CHECK_DESCRIBE("int2 quest G32", "--kv", "int2", "--kv-transform", "none", "--kv-sink", "0", "--kv-recent", "0");
-    CHECK_DESCRIBE("int2 quest G32 wush sink4 recent64", "--wush", "s.wush");
+    CHECK_DESCRIBE("int2 quest G32 wush sink16 recent128 swa:sink0:recent32", "--wush", "s.wush");
     CHECK_DESCRIBE("f16 wush", "--wush", "s.wush", "--kv", "f16");        /* a sidecar keeps wush on f16 */
     CHECK_DESCRIBE("f16 wush", "--kv", "f16", "--kv-transform", "wush");  /* ... and so does naming it */
-    CHECK_DESCRIBE("int4 quest G32 hadamard sink4 recent64", "--kv-transform", "hadamard", "--wush", "s", "--kv=int4");
+    CHECK_DESCRIBE("int4 quest G32 hadamard sink16 recent128 swa:sink0:recent32", "--kv-transform", "hadamard", "--wush",
+                   "s", "--kv=int4");
     CHECK_DESCRIBE("f16 hadamard G64", "--kv", "f16", "--kv-transform", "hadamard", "--kv-group", "64");
-    CHECK_DESCRIBE("int3 absmax G16 wush sink4 recent8", "--kv", "int3", "--kv-quant", "absmax", "--kv-group", "16",
+    CHECK_DESCRIBE("int3 absmax G16 wush sink16 recent8", "--kv", "int3", "--kv-quant", "absmax", "--kv-group", "16",
                    "--kv-recent", "8");
-    CHECK_DESCRIBE("int2 percentile G32 rho_k0.9 rho_v0.5 wush sink4 recent64", "--kv", "int2", "--kv-quant",
+    CHECK_DESCRIBE("int2 percentile G32 rho_k0.9 rho_v0.5 wush sink16 recent128 swa:sink0:recent32", "--kv", "int2", "--kv-quant",
                    "percentile", "--kv-rho-k", "0.9", "--kv-rho-v=0.5");
     /* Refused: "" (the message goes to stderr). A flag only a quantized cache takes, given with
      * --kv f16, is refused even though the default would have taken it. */
@@ -63,21 +68,21 @@ static void test_describe(void) {
     CHECK_DESCRIBE("", "--kv-recent", "64", "--kv", "f16");
     CHECK_DESCRIBE("f16", "--kv", "f16", "--kv-mem", "1MiB"); /* every format has a pool */
     CHECK_DESCRIBE("", "--kv", "f16", "--kv-group", "64");
-    CHECK_DESCRIBE("int2 quest G32 wush sink4 recent64", "--kv", "int4", "--kv", "int2"); /* the last one counts */
+    CHECK_DESCRIBE("int2 quest G32 wush sink16 recent128 swa:sink0:recent32", "--kv", "int4", "--kv", "int2"); /* the last one counts */
     /* Per-layer-class formats: named only when they differ from --kv. */
-    CHECK_DESCRIBE("int2 quest G32 wush sink4 recent64 swa:int4", "--kv-swa", "int4");
-    CHECK_DESCRIBE("int3 quest G32 wush sink4 recent64", "--kv", "int3", "--kv-swa", "int3");
+    CHECK_DESCRIBE("int2 quest G32 wush sink16 recent128 swa:int4 swa:sink0:recent32", "--kv-swa", "int4");
+    CHECK_DESCRIBE("int3 quest G32 wush sink16 recent128 swa:sink0:recent32", "--kv", "int3", "--kv-swa", "int3");
     CHECK_DESCRIBE("", "--kv", "f16", "--kv-swa", "int4");                  /* f16 has no sliding format */
     CHECK_DESCRIBE("", "--kv", "int2", "--kv-swa", "f16");                  /* int2, int3, int4 only */
     CHECK_DESCRIBE("", "--kv", "int2", "--kv-swa", "int5");
     /* Windows per layer class: the sliding layers' own, named when they differ; the one of the
      * pair not given follows --kv-sink / --kv-recent. */
-    CHECK_DESCRIBE("int2 quest G32 wush sink4 recent64 swa:sink0:recent0", "--kv-swa-sink", "0", "--kv-swa-recent", "0");
+    CHECK_DESCRIBE("int2 quest G32 wush sink16 recent128 swa:sink0:recent0", "--kv-swa-sink", "0", "--kv-swa-recent", "0");
     CHECK_DESCRIBE("int2 quest G32 wush sink64 recent256 swa:sink0:recent0", "--kv-sink", "64", "--kv-recent", "256",
                    "--kv-swa-sink=0", "--kv-swa-recent=0");
-    CHECK_DESCRIBE("int2 quest G32 wush sink4 recent64 swa:sink4:recent16", "--kv-swa-recent", "16");
-    CHECK_DESCRIBE("int2 quest G32 wush sink8 recent64 swa:sink0:recent64", "--kv-swa-sink", "0", "--kv-sink", "8");
-    CHECK_DESCRIBE("int2 quest G32 wush sink4 recent64", "--kv-swa-sink", "4", "--kv-swa-recent", "64");
+    CHECK_DESCRIBE("int2 quest G32 wush sink16 recent128 swa:sink16:recent16", "--kv-swa-recent", "16");
+    CHECK_DESCRIBE("int2 quest G32 wush sink8 recent128 swa:sink0:recent128", "--kv-swa-sink", "0", "--kv-sink", "8");
+    CHECK_DESCRIBE("int2 quest G32 wush sink16 recent128", "--kv-swa-sink", "16", "--kv-swa-recent", "128");
     CHECK_DESCRIBE("", "--kv", "f16", "--kv-swa-sink", "0");               /* a quantized cache's */
     CHECK_DESCRIBE("", "--kv-swa-recent", "-1");
     CHECK_DESCRIBE("", "--kv", "int2", "--kv-rho-k", "0.9");
@@ -120,7 +125,7 @@ static void test_apply(void) {
     CHECK(p.kv_swa_windows);
     CHECK_EQ_INT(p.kv_swa_sink, 0);
     CHECK_EQ_INT(p.kv_swa_recent, 256);
-    CHECK_EQ_INT(p.kv_sink, 4);
+    CHECK_EQ_INT(p.kv_sink, 16); /* the default's */
 
     /* No flags: the default format, WUSH with no sidecar path (the cache finds or makes it), and
      * the engine's quantile defaults (0). */
@@ -132,11 +137,30 @@ static void test_apply(void) {
     CHECK_EQ_INT(p.kv_group, 32);
     CHECK_EQ_INT(p.kv_transform, WK_KV_TRANSFORM_WUSH);
     CHECK(p.wush_path == NULL);
-    CHECK_EQ_INT(p.kv_sink, 4);
-    CHECK_EQ_INT(p.kv_recent, 64);
+    CHECK_EQ_INT(p.kv_sink, 16);
+    CHECK_EQ_INT(p.kv_recent, 128);
     CHECK_EQ_INT(p.kv_mem, 0);
     CHECK(p.kv_rho_k == 0.0f && p.kv_rho_v == 0.0f);
     CHECK_EQ_INT(p.kv_swa_bits, 0); /* the same format as --kv */
+    CHECK(p.kv_swa_windows);        /* the sliding layers' own windows: the last 32 tokens */
+    CHECK_EQ_INT(p.kv_swa_sink, 0);
+    CHECK_EQ_INT(p.kv_swa_recent, 32);
+    CHECK(p.kv_swa_default); /* nobody asked: no "no effect" line on a model without sliding layers */
+
+    /* A window flag: the sliding layers follow it (and the other default), still quietly; a
+     * per-class flag: the engine may say it has no effect. */
+    CHECK(parse((const char *const[]){"--kv-recent", "8", NULL}, &f));
+    wk_engine_params_default(&p);
+    kv_flags_apply(&f, &p);
+    CHECK(!p.kv_swa_windows && p.kv_sink == 16 && p.kv_recent == 8 && p.kv_swa_default);
+    CHECK(parse((const char *const[]){"--kv-swa-recent", "8", NULL}, &f));
+    wk_engine_params_default(&p);
+    kv_flags_apply(&f, &p);
+    CHECK(p.kv_swa_windows && p.kv_swa_sink == 16 && p.kv_swa_recent == 8 && !p.kv_swa_default);
+    CHECK(parse((const char *const[]){"--kv-swa", "int3", NULL}, &f));
+    wk_engine_params_default(&p);
+    kv_flags_apply(&f, &p);
+    CHECK(p.kv_swa_bits == 3 && p.kv_swa_windows && p.kv_swa_recent == 32 && !p.kv_swa_default);
 
     /* --kv f16: the plain f16 cache, nothing of the default left. */
     CHECK(parse((const char *const[]){"--kv", "f16", NULL}, &f));
@@ -148,6 +172,7 @@ static void test_apply(void) {
     CHECK_EQ_INT(p.kv_sink, 0);
     CHECK_EQ_INT(p.kv_recent, 0);
     CHECK_EQ_INT(p.kv_swa_bits, 0); /* no sliding format of its own */
+    CHECK(!p.kv_swa_windows);       /* ... nor windows */
 }
 
 int main(void) {

@@ -97,6 +97,10 @@ typedef struct wk_engine_params {
     int kv_sink, kv_recent;
     bool kv_swa_windows;
     int kv_swa_sink, kv_swa_recent;
+    /* kv_swa_bits and the sliding layers' windows are a default nobody asked for (the CLI's
+     * per-class default): on a model without sliding-window layers no stderr line says they have
+     * no effect. */
+    bool kv_swa_default;
     /* Percentile quantizer clip quantiles for keys and values (0: 0.96 and 0.92). */
     float kv_rho_k, kv_rho_v;
     /* Unmap the model file once the engine is open. Serving never reads it again (the weights are on

@@ -36,32 +36,44 @@ static const struct {
      "(default: the model's sidecar in the cache directory,\n"
      "$WUSHKV_CACHE_DIR, else $XDG_CACHE_HOME/wushkv, else\n"
      "~/.cache/wushkv; made from the built-in text when missing)"},
-    {"--kv-sink", "S", "int2/3/4: keep the first S tokens' keys and values in f16\n(default 4; 0 with --kv f16)"},
-    {"--kv-recent", "R", "int2/3/4: keep the last R tokens' keys and values in f16\n(default 64; 0 with --kv f16)"},
+    {"--kv-sink", "S", "int2/3/4: keep the first S tokens' keys and values in f16\n(default 16; 0 with --kv f16)"},
+    {"--kv-recent", "R", "int2/3/4: keep the last R tokens' keys and values in f16\n(default 128; 0 with --kv f16)"},
     {"--kv-rho-k", "X", "percentile quantizer: clip quantile of keys, in (0, 1]\n(default 0.96)"},
     {"--kv-rho-v", "X", "percentile quantizer: clip quantile of values, in (0, 1]\n(default 0.92)"},
     {"--kv-swa", "FMT",
      "int2/3/4: format of the sliding-window layers' cache: int2, int3,\n"
      "int4 (default: as --kv; no effect on a model without them)"},
     {"--kv-swa-sink", "S",
-     "int2/3/4: f16 sink tokens of the sliding-window layers (default:\n"
-     "as --kv-sink; --kv-sink then counts for the other layers only)"},
+     "int2/3/4: f16 sink tokens of the sliding-window layers (default 0\n"
+     "with no window flag, else as --kv-sink; --kv-sink then counts for\n"
+     "the other layers only)"},
     {"--kv-swa-recent", "R",
-     "int2/3/4: f16 recent tokens of the sliding-window layers (default:\n"
-     "as --kv-recent; --kv-recent then counts for the other layers only)"},
+     "int2/3/4: f16 recent tokens of the sliding-window layers (default\n"
+     "32 with no window flag, else as --kv-recent; --kv-recent then\n"
+     "counts for the other layers only)"},
 };
 enum { N_FLAGS = sizeof flags / sizeof flags[0] };
 
 /* THE default KV format of every command (serve, generate, perplexity, bench): the best 2-bit
- * format measured so far (docs/wush-kv.md): int2 QuEST in groups of 32 after the WUSH transform
- * (its sidecar found or made by wush_cache.c when no --wush is given), with the first 4 and the
- * last 64 tokens kept in f16. Change it here and nowhere else. */
+ * format measured inside issue 11's byte bounds (docs/wush-kv.md, "The frontier"): int2 QuEST in
+ * groups of 32 after the WUSH transform (its sidecar found or made by wush_cache.c when no --wush
+ * is given), with the first 16 and the last 128 tokens of the full-attention layers kept in f16
+ * and the last 32 of the sliding-window layers (a sliding layer's f16 row costs 5x a global one's
+ * on Gemma 3, and a sliding layer cannot see the first tokens past its window anyway). Change it
+ * here and nowhere else. */
 #define KV_DEFAULT_BITS 2
 #define KV_DEFAULT_QUANT WK_KV_QUANT_QUEST
 #define KV_DEFAULT_GROUP 32
 #define KV_DEFAULT_TRANSFORM WK_KV_TRANSFORM_WUSH
-#define KV_DEFAULT_SINK 4
-#define KV_DEFAULT_RECENT 64
+#define KV_DEFAULT_SINK 16
+#define KV_DEFAULT_RECENT 128
+/* Its per-layer-class part, for models with sliding-window layers (no effect on the others): the
+ * sliding layers' width (0: KV_DEFAULT_BITS) and their own f16 windows. It stands only while no
+ * flag of its kind is given (kv_flags_finish), so every explicit command line means what it meant
+ * before the default had a per-class part. */
+#define KV_DEFAULT_SWA_BITS 0
+#define KV_DEFAULT_SWA_SINK 0
+#define KV_DEFAULT_SWA_RECENT 32
 
 void kv_flags_init(kv_flags *f) {
     memset(f, 0, sizeof *f);
@@ -148,6 +160,7 @@ bool kv_flags_parse(cli *c, kv_flags *f) {
         name = "--kv-swa";
         ok = cli_choice(c, bits_names + 1, 3, &i); /* int2, int3, int4 */
         if (ok) f->swa_bits = bits_values[i + 1];
+        f->swa_bits_given = true;
     } else {
         cli_unknown(c); /* a caller that skipped kv_flags_is */
         return false;
@@ -170,6 +183,16 @@ bool kv_flags_finish(const cli *c, kv_flags *f) {
     f->swa_windows = f->swa_sink_given || f->swa_recent_given;
     if (!f->swa_sink_given) f->swa_sink = f->sink;
     if (!f->swa_recent_given) f->swa_recent = f->recent;
+    /* The default's per-class part: its windows while no window flag is given (one given keeps the
+     * rule above: the sliding layers follow --kv-sink / --kv-recent unless given their own), its
+     * sliding width while --kv is the default's width and --kv-swa is not given. */
+    f->swa_default = f->bits != 16 && !f->swa_bits_given && !f->swa_sink_given && !f->swa_recent_given;
+    if (f->bits != 16 && !f->sink_given && !f->recent_given && !f->swa_sink_given && !f->swa_recent_given) {
+        f->swa_windows = true;
+        f->swa_sink = KV_DEFAULT_SWA_SINK;
+        f->swa_recent = KV_DEFAULT_SWA_RECENT;
+    }
+    if (f->bits == KV_DEFAULT_BITS && !f->swa_bits_given) f->swa_bits = KV_DEFAULT_SWA_BITS;
     if (f->bits == 16 && f->quantized_only) {
         cli_error(c, "%s applies to a quantized KV cache (--kv int2, int3 or int4), not to f16", f->quantized_only);
         return false;
@@ -202,6 +225,7 @@ void kv_flags_apply(const kv_flags *f, wk_engine_params *p) {
     p->kv_swa_windows = f->swa_windows;
     p->kv_swa_sink = f->swa_sink;
     p->kv_swa_recent = f->swa_recent;
+    p->kv_swa_default = f->swa_default;
 }
 
 /* Appends to buf at *len, keeping it NUL-terminated when it runs out. */

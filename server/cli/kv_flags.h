@@ -28,13 +28,19 @@ typedef struct kv_flags {
     bool swa_windows;
     int swa_sink, swa_recent;
     /* What kv_flags_finish's defaults and checks depend on. */
-    bool bits_given, group_given, transform_given, sink_given, recent_given, swa_sink_given, swa_recent_given;
+    bool bits_given, group_given, transform_given, sink_given, recent_given, swa_bits_given, swa_sink_given,
+        swa_recent_given;
+    /* No per-class flag was given: the sliding layers' width and windows are the default's (the
+     * engine says nothing when the model has no sliding layers). */
+    bool swa_default;
     const char *quantized_only;  /* the last flag given that only an int2/3/4 cache takes */
     const char *percentile_only; /* the last of --kv-rho-k / --kv-rho-v given */
 } kv_flags;
 
 /* The defaults (one place: kv_flags.c's KV_DEFAULT_*): int2, quest, group 32, the WUSH transform
- * with no sidecar path (wush_cache.c finds or makes it), sink 4, recent 64. */
+ * with no sidecar path (wush_cache.c finds or makes it), sink 16, recent 128; the sliding-window
+ * layers' part (KV_DEFAULT_SWA_*: sink 0, recent 32) is applied by kv_flags_finish, where it
+ * depends on the flags. */
 void kv_flags_init(kv_flags *f);
 /* Whether the current option is one of the KV flags. */
 bool kv_flags_is(const cli *c);
@@ -48,7 +54,7 @@ bool kv_flags_parse(cli *c, kv_flags *f);
 bool kv_flags_finish(const cli *c, kv_flags *f);
 /* Copies the KV fields into engine params (the others are left alone). */
 void kv_flags_apply(const kv_flags *f, wk_engine_params *p);
-/* "f16", "f16 wush", "int2 quest G32 wush sink4 recent64", "int3 percentile G32 rho_k0.9" ...
+/* "f16", "f16 wush", "int2 quest G32 wush sink16 recent128 swa:sink0:recent32", "int3 percentile G32 rho_k0.9" ...
  * for logs and --json. Returns buf. */
 const char *kv_flags_describe(const kv_flags *f, char *buf, size_t cap);
 /* The flags' help lines, descriptions starting at column `col` as the command's other flags. */
