@@ -157,12 +157,16 @@ static void on_ready(api_server *a) {
              "of 16 tokens%s%s)", fmt, ms->kv_bits_per_element, ctx_mib, mib,
              (unsigned long long)ms->kv_pool_blocks, groups, swa);
     const api_sampling *sp = &a->cfg.sampling;
+    char pc[64];
+    if (!ms->prefix_cache) snprintf(pc, sizeof pc, "off");
+    else if (!ms->prefix_cache_park) snprintf(pc, sizeof pc, "on (blocks)");
+    else snprintf(pc, sizeof pc, "on (parking, %d window snapshots)", ms->kv_snapshots);
     fprintf(stderr, "wushkv: ready: model '%s' (%s, %s) on %s, context %d, chat format %s%s, %d sequences, %s, "
             "prefix cache %s, sampling defaults temp %g top_k %d top_p %g min_p %g repeat_penalty %g (last %d), "
             "http://%s:%d\n",
             a->model_id, ms->name, ms->arch, ms->device, ms->max_ctx, chat_format_name(a->model.chat),
             ms->chat_template ? "" : " (no template in the model: its architecture's default)", a->cfg.engine.max_seqs,
-            kv, !ms->prefix_cache ? "off" : ms->prefix_cache_park ? "on (parking)" : "on (blocks)", (double)sp->temperature, sp->top_k, (double)sp->top_p, (double)sp->min_p, (double)sp->repeat_penalty,
+            kv, pc, (double)sp->temperature, sp->top_k, (double)sp->top_p, (double)sp->min_p, (double)sp->repeat_penalty,
             sp->repeat_last_n, a->cfg.host, http_server_port(a->http));
 }
 

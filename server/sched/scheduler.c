@@ -207,6 +207,7 @@ static void *engine_main(void *arg) {
     snprintf(m->wush_path, sizeof m->wush_path, "%s", s->cfg.engine.wush_path ? s->cfg.engine.wush_path : "");
     m->prefix_cache = s->info->prefix_cache;
     m->prefix_cache_park = s->info->prefix_cache_park;
+    m->kv_snapshots = s->info->kv_snapshots;
     m->kv_context_bytes = s->info->kv_pool_blocks
                               ? wk_kv_peak_bytes(s->info, (uint64_t)s->info->max_ctx, (uint64_t)s->cfg.max_batch_tokens)
                               : (uint64_t)s->info->max_ctx * s->info->kv_bytes_per_token;

@@ -119,6 +119,7 @@ typedef struct model_summary {
     char wush_path[4096];        /* the WUSH sidecar the engine opened with ("" without) */
     bool prefix_cache;           /* automatic prefix caching is on (wk_model_info) */
     bool prefix_cache_park;      /* ... by parking ended sequences (f16 windows), not by blocks */
+    int kv_snapshots;            /* ... and window snapshots kept at most (wk_model_info's) */
     uint64_t kv_context_bytes;   /* held by one sequence of max_ctx tokens (wk_kv_peak_bytes; f16: its slot) */
     char *chat_template; /* owned copy, or NULL */
 } model_summary;

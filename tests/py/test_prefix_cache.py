@@ -155,7 +155,7 @@ def default_servers():
 
 def test_default_format_parks_and_adopts(default_servers):
     cached, plain = default_servers
-    assert "prefix cache on (parking)" in cached.log() and "prefix cache off" in plain.log()
+    assert "prefix cache on (parking, " in cached.log() and "prefix cache off" in plain.log()
     assert "prefix caching is off" not in cached.log()
     on, history = conversation(cached)
     off, _ = conversation(plain)
@@ -202,7 +202,7 @@ def test_tiny_pool_evicts_parked():
     # new one needs the parked ones' blocks (or their slot) and must get them.
     s = Server("--ctx", "256", "--max-batch", "2", "--batch-tokens", "64", "--kv-mem", "3MiB")
     try:
-        assert "prefix cache on (parking)" in s.log()
+        assert "prefix cache on (parking, " in s.log()
         words = ["alpha", "bravo", "charlie", "delta", "echo", "foxtrot", "golf", "hotel"]
 
         def ask(i):
