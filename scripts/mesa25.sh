@@ -18,7 +18,7 @@ dir=${WUSHKV_MESA25_DIR:-$HOME/.cache/wushkv/mesa25}
 pkgs=(mesa-vulkan-drivers libdrm2 libdrm-amdgpu1)
 icd=$dir/lvp_icd.json
 multiarch=$(gcc -dumpmachine 2>/dev/null || echo x86_64-linux-gnu) # Debian's library folder, e.g. x86_64-linux-gnu
-libdir=$dir/root/usr/lib/$multiarch
+libdir=$dir/tree/usr/lib/$multiarch
 
 log() { echo "mesa25: $*" >&2; }
 
@@ -56,15 +56,15 @@ fetch() {
     log "apt-get download ${want[*]}"
     (cd "$tmp/debs" && apt-get "${apt_o[@]}" download -q "${want[@]}" >&2)
     rm -rf "$dir.new"
-    mkdir -p "$dir.new/root"
-    for f in "$tmp"/debs/*.deb; do dpkg-deb -x "$f" "$dir.new/root"; done
-    [[ -f $dir.new/root/usr/lib/$multiarch/libvulkan_lvp.so ]] || {
+    mkdir -p "$dir.new/tree"
+    for f in "$tmp"/debs/*.deb; do dpkg-deb -x "$f" "$dir.new/tree"; done
+    [[ -f $dir.new/tree/usr/lib/$multiarch/libvulkan_lvp.so ]] || {
         log "no libvulkan_lvp.so in the packages"
         exit 1
     }
     # The packaged ICD json names the library without a path; ours names it absolutely.
     local api
-    api=$(sed -n 's/.*"api_version": *"\([^"]*\)".*/\1/p' "$dir.new/root/usr/share/vulkan/icd.d/lvp_icd.json")
+    api=$(sed -n 's/.*"api_version": *"\([^"]*\)".*/\1/p' "$dir.new/tree/usr/share/vulkan/icd.d/lvp_icd.json")
     printf '{\n    "ICD": {\n        "api_version": "%s",\n        "library_path": "%s/libvulkan_lvp.so"\n    },\n    "file_format_version": "1.0.0"\n}\n' \
         "${api:-1.3.0}" "$libdir" >"$dir.new/lvp_icd.json"
     (cd "$tmp/debs" && ls *.deb) >"$dir.new/packages.txt"
