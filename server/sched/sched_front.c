@@ -67,6 +67,7 @@ static bool tokenize_prompt(scheduler *s, sched_job *j, const sched_job *prev) {
     if (!fits_by_bytes(s, j->id, len)) return false;
     int n;
     int32_t *toks = NULL;
+    bool copied = false;
     if (prev && prev->kind == JOB_GENERATE && prev->gen.prompt_tokens && prev->gen.add_special == g->add_special &&
         prev->gen.from_text && prev->gen.from_len == len && memcmp(prev->gen.from_text, g->prompt_text, len) == 0 &&
         prev->gen.n_plain == g->n_plain &&
@@ -74,7 +75,7 @@ static bool tokenize_prompt(scheduler *s, sched_job *j, const sched_job *prev) {
         n = prev->gen.n_prompt_tokens;
         toks = malloc((size_t)(n > 0 ? n : 1) * sizeof *toks);
         if (!toks) n = WK_ERR_NOMEM;
-        else memcpy(toks, prev->gen.prompt_tokens, (size_t)n * sizeof *toks);
+        else memcpy(toks, prev->gen.prompt_tokens, (size_t)n * sizeof *toks), copied = true;
     } else if (g->plain) {
         /* A chat: the template's control tokens become their ids, the messages' words stay text. */
         n = wk_tokenize_alloc_plain(s->e, g->prompt_text, len, g->add_special, g->plain, g->n_plain, &toks);
@@ -88,7 +89,12 @@ static bool tokenize_prompt(scheduler *s, sched_job *j, const sched_job *prev) {
                          wk_strerror(n));
         return false;
     }
-    g->system_tokens = g->plain && g->system_end > 0 && g->system_end < len ? system_tokens(s, g, toks, n) : 0;
+    /* The snapshot hint matters only to an engine that keeps window snapshots; a choice whose
+     * tokens were copied from prev has prev's. */
+    if (copied) g->system_tokens = prev->gen.system_tokens;
+    else if (s->info->prefix_cache && s->info->kv_snapshots > 0 && g->plain && g->system_end > 0 && g->system_end < len)
+        g->system_tokens = system_tokens(s, g, toks, n);
+    else g->system_tokens = 0;
     g->prompt_tokens = toks;
     g->n_prompt_tokens = n;
     g->from_text = g->prompt_text; /* kept for the next choice's comparison; freed with the job */
