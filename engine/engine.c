@@ -146,7 +146,7 @@ int wk_engine_open(const wk_engine_params *p, wk_engine **out, char *err, size_t
         const wk_kv_fmt fmt = {.bits = 16};
         rc = wk_kv_cache_create_paged(&e->vk, &e->kv, hp, &fmt, 0, 0, 0, p->kv_mem, e->max_seqs, max_ctx, max_batch,
                                       err, errlen);
-        if (!rc) rc = wk_pipelines_specialize_kv(&e->vk, &e->pipes, false, 0, 16, 0, err, errlen);
+        if (!rc) rc = wk_pipelines_specialize_kv(&e->vk, &e->pipes, false, 0, 16, 0, hp->head_dim, err, errlen);
     } else if (!rc) {
         wk_kv_fmt fmt = {.bits = p->kv_bits, .kind = (wk_kvq_kind)p->kv_quant, .group = p->kv_group ? p->kv_group : 32,
                          .sink = p->kv_sink, .recent = p->kv_recent,
@@ -170,9 +170,10 @@ int wk_engine_open(const wk_engine_params *p, wk_engine **out, char *err, size_t
         if (!rc)
             rc = wk_kv_cache_create_paged(&e->vk, &e->kv, hp, &fmt, p->kv_swa_bits, rho_k, rho_v, p->kv_mem,
                                           e->max_seqs, max_ctx, max_batch, err, errlen);
-        if (!rc) rc = wk_pipelines_specialize_kv(&e->vk, &e->pipes, false, (int)fmt.kind, e->kv.fmt.bits, fmt.group, err, errlen);
+        if (!rc) rc = wk_pipelines_specialize_kv(&e->vk, &e->pipes, false, (int)fmt.kind, e->kv.fmt.bits, fmt.group, hp->head_dim,
+                                                        err, errlen);
         if (!rc && e->kv.swa_pool)
-            rc = wk_pipelines_specialize_kv(&e->vk, &e->pipes, true, (int)fmt.kind, e->kv.swa_fmt.bits, fmt.group, err,
+            rc = wk_pipelines_specialize_kv(&e->vk, &e->pipes, true, (int)fmt.kind, e->kv.swa_fmt.bits, fmt.group, hp->head_dim, err,
                                             errlen);
         /* One command line serves every model: a format for layers the model lacks is no error. */
         if (!rc && !p->kv_swa_default && p->kv_swa_bits && p->kv_swa_bits != e->kv.fmt.bits && !e->kv.swa_pool)

@@ -297,8 +297,11 @@ static int op_attention_paged(rec *r, int il, uint32_t T) {
     const wk_arg pool = pc.bits == 16 ? wk_arg_view(f->kv->pool_view2) : TV(&f->kv->pool_buf);
     wk_arg args[9] = {S(&f->a.q), S(&f->a.rows), S(&f->a.tables), pool, S(&f->a.attn), S(&f->a.tiles),
                       S(&f->a.attn_part), TV(&f->a.k), TV(&f->a.v)};
-    const wk_pipe_id pipe = wk_kv_cache_group_swa(f->kv, f->kv->group_of[il]) ? WK_PIPE_ATTENTION_PAGED_SWA
-                                                                             : WK_PIPE_ATTENTION_PAGED;
+    /* Steps of one token per sequence take the 4-row twin: its registers hold just their rows. */
+    const bool sliding = wk_kv_cache_group_swa(f->kv, f->kv->group_of[il]);
+    const bool decode = f->plan.tile_rows <= WK_ATTN_DECODE_ROWS;
+    const wk_pipe_id pipe = decode ? (sliding ? WK_PIPE_ATTENTION_DECODE_SWA : WK_PIPE_ATTENTION_DECODE)
+                                   : (sliding ? WK_PIPE_ATTENTION_PAGED_SWA : WK_PIPE_ATTENTION_PAGED);
     TRY(wk_dispatch(f->vk, f->pipes, pipe, args, &pc, sizeof pc, f->plan.n_tiles, f->plan.groups_y,
                     pc.n_split, r->err, r->errlen));
     return reduce_if_split(r, &pc, T);

@@ -92,12 +92,18 @@ check "f16 read bytes by layer class" "$out" '(lambda b: b[0] % 9 == 0 and (b[2]
 out=$(WUSHKV_PROFILE=1 "$exe" bench -m "$model" -p 0 -n 2 -r 1 -d 16 --kv f16 --json 2>"$tmp/err")
 if python3 -c 'import json,sys; sys.exit(0 if json.loads(sys.argv[1].strip().splitlines()[-1])["profile"] else 1)' "$out" 2>/dev/null; then
     check "profile bandwidth" "$out" 'j["tests"][0]["attention_ms_per_token"] > 0 and j["tests"][0]["attention_bytes_per_s"] > 0'
-    grep -q 'attention_paged' "$tmp/err" && ok || bad "profile printed" "$(cat "$tmp/err")"
+    grep -q 'attention_decode' "$tmp/err" && ok || bad "profile printed" "$(cat "$tmp/err")"
+    # Each row's own profile: per token, its pipelines largest first, the decode attention among them.
+    grep -qE '^tg2 @ d16 where GPU time goes, per token: [0-9.]+ ms in all' "$tmp/err" &&
+        grep -qE '^  attention_decode +[0-9.]+ ms +[0-9.]+% +[0-9.]+ dispatches' "$tmp/err" && ok ||
+        bad "row profile printed" "$(cat "$tmp/err")"
+    # On a CPU device the host's own limits come with it (C microbenchmarks in the same run).
+    check "host limits on a CPU" "$out" '(j["device_type"] != "CPU" and "host" not in j) or (j["host"]["threads"] >= 1 and j["host"]["memory_read_bytes_per_s"] > 1e8 and j["host"]["f32_fma_flops_per_s"] > 1e8)'
 else
     check "no profile: null bandwidth" "$out" 'j["tests"][0]["attention_bytes_per_s"] is None'
 fi
 out=$("$exe" bench -m "$model" -p 0 -n 2 -r 1 --kv f16 --json 2>/dev/null)
-check "no profile asked" "$out" 'j["profile"] is False and j["tests"][0]["attention_bytes_per_s"] is None'
+check "no profile asked" "$out" 'j["profile"] is False and j["tests"][0]["attention_bytes_per_s"] is None and "host" not in j'
 
 # 3. Text: the device, and one row per test.
 out=$("$exe" bench -m "$model" -p 16 -n 4 -r 1 2>/dev/null)

@@ -48,9 +48,9 @@ static bool stack_open(stack *s, wk_gguf *g, int slots, int max_ctx, int max_tok
     int rc = wk_model_desc_load(g, &s->desc, err, sizeof err);
     if (!rc) rc = wk_vk_init(&s->vk, test_engine_env_device(), true, false, err, sizeof err);
     if (!rc) rc = wk_pipelines_create(&s->vk, &s->pipes, err, sizeof err);
-    if (!rc) rc = wk_pipelines_specialize_kv(&s->vk, &s->pipes, false, 0, 16, 0, err, sizeof err);
-    if (!rc) rc = wk_weights_upload(&s->vk, &s->desc, NULL, &s->w, err, sizeof err);
     const wk_hparams *hp = &s->desc.hp;
+    if (!rc) rc = wk_pipelines_specialize_kv(&s->vk, &s->pipes, false, 0, 16, 0, hp->head_dim, err, sizeof err);
+    if (!rc) rc = wk_weights_upload(&s->vk, &s->desc, NULL, &s->w, err, sizeof err);
     const int nbt = (max_ctx + 15) / 16; /* blocks of 16 tokens of a full context */
     /* Every layer's K and V of 16 tokens in f16, for each block of tokens of every slot. */
     const uint64_t budget = (uint64_t)slots * nbt * 2 * hp->n_layer * hp->n_head_kv * 16 * hp->head_dim * 2;

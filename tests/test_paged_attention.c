@@ -4,7 +4,8 @@
  * softmax attention (in double) over the values the C decoder reads back — for every quantizer,
  * bit width, two group sizes, GQA 4:1 / 2:1 / 32:1 (head chunks), sliding window, decode rows and
  * prefill rows of different sequences in one dispatch (query tiles from engine/kv/attention_plan.c),
- * unsplit and split three ways. The block tables are those of a pool with three layer groups (the
+ * unsplit and split three ways; every case again as a decode step (one row per sequence), which runs
+ * the 4-row decode pipelines (attention_decode[_swa]) where the GQA group fits. The block tables are those of a pool with three layer groups (the
  * layer reads every third entry; the others name decoy blocks), and with a sliding window the
  * entries of blocks no query can see are WK_KV_NO_BLOCK, as the engine leaves them once released.
  * Per-layer-class formats (engine/kv/kv_cache.h): the layer's blocks in a second pool of their own
@@ -49,7 +50,15 @@ enum { BT = 16, NL = 2, LAYER = 1, NSEQ = 2, MAXROWS = 1100, MAXPOS = 1040, NGRO
  * read, as is every other layer's part of a row). */
 static const int WIN_LAYERS[2] = {3, 2};
 typedef struct { int D, Hq, Hk, window; wk_kvq_kind kind; int bits, G; int len0, len1, from1, S, R, other_bits; bool spec;
-                 int cls, S2, R2; } cfg;
+                 int cls, S2, R2; bool decode; } cfg;
+
+/* The same case as a decode step: sequence 1 brings only its last position too. */
+static cfg as_decode(cfg c) {
+    c.len1 = c.len1 ? c.len1 : 21;
+    c.from1 = c.len1 - 1;
+    c.decode = true;
+    return c;
+}
 
 static double run_case(wk_vk *vk, wk_pipelines *p, const cfg *c, uint32_t force_split) {
     char err[WK_ERRMSG_LEN] = "";
@@ -203,7 +212,13 @@ static double run_case(wk_vk *vk, wk_pipelines *p, const cfg *c, uint32_t force_
         wk_pc_attention_reduce rp = {.head_dim = (uint32_t)D, .n_head = (uint32_t)Hq, .n_tokens = (uint32_t)T, .n_split = n_split};
         wk_arg rargs[2] = {wk_arg_buf(bpart.buf), wk_arg_buf(bout.buf)};
         rc = wk_vk_begin(vk, err, sizeof err);
-        const wk_pipe_id pipe = c->other_bits || c->spec ? WK_PIPE_ATTENTION_PAGED_SWA : WK_PIPE_ATTENTION_PAGED;
+        /* As forward.c chooses: a step whose tiles hold at most WK_ATTN_DECODE_ROWS rows (every
+         * sequence one token, at most 4 query heads per KV head) runs the 4-row decode twin. */
+        const bool sliding = c->other_bits || c->spec, decode = plan.tile_rows <= WK_ATTN_DECODE_ROWS;
+        const wk_pipe_id pipe = decode ? (sliding ? WK_PIPE_ATTENTION_DECODE_SWA : WK_PIPE_ATTENTION_DECODE)
+                                       : (sliding ? WK_PIPE_ATTENTION_PAGED_SWA : WK_PIPE_ATTENTION_PAGED);
+        if (c->decode) CHECK_EQ_INT(decode, c->Hq / c->Hk <= WK_ATTN_DECODE_ROWS);
+        else CHECK(!decode);
         rc = rc ? rc : wk_dispatch(vk, p, pipe, args, &pc, sizeof pc, plan.n_tiles, plan.groups_y, n_split, err, sizeof err);
         if (!rc && n_split > 1) {
             wk_vk_barrier(vk);
@@ -289,27 +304,30 @@ int main(void) {
                 const cfg *cs[9] = {&c1, &c2, &c3, &c4, &c7, &c8, &c9, &c5, &c6};
                 int n_cfg = gi ? 4 : k == 0 && bits == 2 ? 9 : 7;
                 for (int i = 0; i < n_cfg; i++)
-                    for (uint32_t split = 0; split <= (i < 7 ? 3u : 0u); split += 3) {
-                        double e = run_case(&vk, &p, cs[i], split);
-                        cases++;
-                        if (e > worst) worst = e;
-                        if (!(e >= 0 && e < 1e-5))
-                            fprintf(stderr, "%s b%d G%d D%d Hq%d split %u: rel err %.3g\n", wk_kvq_kind_name(cs[i]->kind),
-                                    bits, cs[i]->G, cs[i]->D, cs[i]->Hq, split, e);
-                        CHECK(e >= 0 && e < 1e-5);
-                    }
+                    for (int dec = 0; dec < 2; dec++)
+                        for (uint32_t split = 0; split <= (i < 7 ? 3u : 0u); split += 3) {
+                            const cfg c = dec ? as_decode(*cs[i]) : *cs[i];
+                            double e = run_case(&vk, &p, &c, split);
+                            cases++;
+                            if (e > worst) worst = e;
+                            if (!(e >= 0 && e < 1e-5))
+                                fprintf(stderr, "%s b%d G%d D%d Hq%d%s split %u: rel err %.3g\n",
+                                        wk_kvq_kind_name(c.kind), bits, c.G, c.D, c.Hq, dec ? " decode" : "", split, e);
+                            CHECK(e >= 0 && e < 1e-5);
+                        }
             }
     /* Per-layer-class formats: the sliding layers' own pool behind the first one (another bit
      * width) and its windows, through attention_paged_swa specialised for their format as the
      * engine builds it; windowed and not, with a sliding window, split and not. */
     for (int bits = 2; bits <= 4; bits++) {
         const int other = bits == 2 ? 4 : 2;
-        CHECK_EQ_INT(wk_pipelines_specialize_kv(&vk, &p, true, WK_KVQ_QUEST, bits, 32, err, sizeof err), 0);
+        CHECK_EQ_INT(wk_pipelines_specialize_kv(&vk, &p, true, WK_KVQ_QUEST, bits, 32, 256, err, sizeof err), 0);
         cfg w = {.D = 256, .Hq = 4, .Hk = 1, .window = 20, .kind = WK_KVQ_QUEST, .bits = bits, .G = 32, .from1 = 10,
                  .S = 4, .R = 8, .other_bits = other};
         cfg n = {.D = 256, .Hq = 4, .Hk = 1, .window = 0, .kind = WK_KVQ_QUEST, .bits = bits, .G = 32, .other_bits = other};
-        const cfg *cs[2] = {&w, &n};
-        for (int i = 0; i < 2; i++)
+        const cfg dw = as_decode(w), dn = as_decode(n);
+        const cfg *cs[4] = {&w, &n, &dw, &dn};
+        for (int i = 0; i < 4; i++)
             for (uint32_t split = 0; split <= 3; split += 3) {
                 double e = run_case(&vk, &p, cs[i], split);
                 cases++;
@@ -346,16 +364,17 @@ int main(void) {
     /* The f16 cache: every shape above without windows, unsplit and split, through the pipeline
      * that reads the format from the push constants and through one specialised to bits 16. */
     for (int spec = 0; spec < 2; spec++) {
-        if (spec) CHECK_EQ_INT(wk_pipelines_specialize_kv(&vk, &p, true, 0, 16, 0, err, sizeof err), 0);
         const cfg cs[6] = {
             {.D = 256, .Hq = 4, .Hk = 1, .window = 0},   {.D = 64, .Hq = 4, .Hk = 2, .window = 7},
             {.D = 64, .Hq = 32, .Hk = 1, .window = 40},  {.D = 256, .Hq = 4, .Hk = 1, .window = 20},
             {.D = 256, .Hq = 4, .Hk = 1, .window = 512, .len0 = 20, .len1 = 1024, .from1 = 896},
             {.D = 256, .Hq = 4, .Hk = 1, .window = 0, .len0 = 20, .len1 = 1024, .from1 = 896}};
-        for (int i = 0; i < 6; i++)
-            for (uint32_t split = 0; split <= (i < 4 ? 3u : 0u); split += 3) {
-                cfg c = cs[i];
+        for (int i = 0; i < 12; i++)
+            for (uint32_t split = 0; split <= (i % 6 < 4 ? 3u : 0u); split += 3) {
+                cfg c = i < 6 ? cs[i] : as_decode(cs[i - 6]);
                 c.bits = 16, c.spec = spec;
+                /* The specialised pipeline is made for one head size (a lane's chunks, constant 6). */
+                if (spec) CHECK_EQ_INT(wk_pipelines_specialize_kv(&vk, &p, true, 0, 16, 0, c.D, err, sizeof err), 0);
                 double e = run_case(&vk, &p, &c, split);
                 cases++;
                 if (e > worst) worst = e;
@@ -376,9 +395,11 @@ int main(void) {
         uint32_t n = wk_attn_plan_splits(&pl, rr, TT, 4, 0, wk_attn_part_rows(TT, 4, 40256 + 16));
         CHECK(n >= (40256 + WK_ATTN_MAX_KEYS - 1) / WK_ATTN_MAX_KEYS);
         CHECK_EQ_INT(wk_attn_plan_splits(&pl, rr, TT, 4, 512, wk_attn_part_rows(TT, 4, 40256 + 16)), 1);
+        CHECK_EQ_INT(pl.tile_rows, WK_ATTN_MAXR); /* 4 tokens x 4 heads a tile: the 16-row pipelines */
         rr[0].pos = 1000; /* decode-sized step: one row, split for parallelism */
         CHECK_EQ_INT(wk_attn_plan_make(rr, NULL, 1, 4, 1, 256, vk.subgroup_size, tt, &pl), 0);
         CHECK(wk_attn_plan_splits(&pl, rr, 1, 4, 0, WK_ATTN_PART_ROWS) > 1);
+        CHECK_EQ_INT(pl.tile_rows, 4); /* one token x 4 heads: the decode pipelines */
     }
     printf("paged attention: %d configurations, worst max-abs error relative to output scale %.3g\n", cases, worst);
     wk_pipelines_destroy(&vk, &p);

@@ -12,7 +12,7 @@ int wk_attn_plan_make(const wk_row_info *rows, const uint32_t *win_words, uint32
     /* A GQA group larger than a tile is cut into head chunks (more workgroups along y). */
     const uint32_t head_rows = min_u32(hpk, WK_ATTN_MAXR);
     const uint32_t per_tile = max_u32(1, WK_ATTN_MAXR / head_rows);
-    uint32_t n = 0, chunk_row0 = 0;
+    uint32_t n = 0, chunk_row0 = 0, most = 0;
     for (uint32_t t = 0; t < T;) {
         if (t == 0 || rows[t].kv_base != rows[t - 1].kv_base || rows[t].pos != rows[t - 1].pos + 1) chunk_row0 = t;
         uint32_t len = 1;
@@ -22,9 +22,11 @@ int wk_attn_plan_make(const wk_row_info *rows, const uint32_t *win_words, uint32
         tiles[n++] = (wk_attn_tile){.row0 = t, .n_tok = len, .win_word = win_words ? win_words[t] : 0,
                                     .chunk_row0 = chunk_row0};
         t += len;
+        most = max_u32(most, len);
     }
     *out = (wk_attn_plan){.n_tiles = n, .head_rows = head_rows,
-                          .groups_y = n_head_kv * ((hpk + head_rows - 1) / head_rows), .max_tile = per_tile};
+                          .groups_y = n_head_kv * ((hpk + head_rows - 1) / head_rows), .max_tile = per_tile,
+                          .tile_rows = most * head_rows};
     return 0;
 }
 

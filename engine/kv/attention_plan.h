@@ -25,6 +25,10 @@ typedef struct wk_attn_plan {
     uint32_t head_rows;  /* query heads per tile token */
     uint32_t groups_y;   /* n_head_kv * ceil(heads per KV head / head_rows) */
     uint32_t max_tile;   /* tokens per tile at most */
+    uint32_t tile_rows;  /* rows of the fullest tile: <= WK_ATTN_DECODE_ROWS (shader_params.h) lets a
+                          * step run the decode pipelines, whose register state is that many rows
+                          * (one token per sequence, at most 4 query heads per KV head: Gemma 3,
+                          * most Llamas) */
 } wk_attn_plan;
 
 /* Tiles for T rows (tiles has room for T); win_words[t] (NULL: no windows) is the f16 window slot

@@ -16,6 +16,10 @@
 
 #define WK_PC_MEMBER(s, type, name) type name;
 
+/* attention_paged's rows per query tile in the decode pipelines (its specialisation constant 5;
+ * engine/kv/attention_plan.h says when a step may use them). */
+enum { WK_ATTN_DECODE_ROWS = 4 };
+
 /* embed: x[t] = W[tokens[t]] * scale */
 #define WK_PC_EMBED(X, s) X(s, uint32_t, n_embd) X(s, uint32_t, n_tokens) X(s, float, scale)
 typedef struct { WK_PC_EMBED(WK_PC_MEMBER, ) } wk_pc_embed;

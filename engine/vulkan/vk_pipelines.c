@@ -38,6 +38,7 @@ typedef struct {
     const char *bindings; /* one letter per binding */
     uint32_t push_size;
     bool subgroup_wg;     /* local_size_x (constant 0) = subgroup size */
+    uint32_t tile_rows;   /* attention: rows per query tile (constant 5); 0 leaves the shader's */
 } pipe_spec;
 
 #define SPV(x) x, sizeof(x)
@@ -53,6 +54,10 @@ static const pipe_spec specs[WK_PIPE_COUNT] = {
     [WK_PIPE_QK_NORM_ROPE] = {"qk_norm_rope", SPV(wk_spv_qk_norm_rope), "SSSSTS", sizeof(wk_pc_qk_norm_rope), true},
     [WK_PIPE_ATTENTION_PAGED] = {"attention_paged", SPV(wk_spv_attention_paged), "SSSTSSSTT", sizeof(wk_pc_attention_paged), true},
     [WK_PIPE_ATTENTION_PAGED_SWA] = {"attention_paged_swa", SPV(wk_spv_attention_paged), "SSSTSSSTT", sizeof(wk_pc_attention_paged), true},
+    [WK_PIPE_ATTENTION_DECODE] = {"attention_decode", SPV(wk_spv_attention_paged), "SSSTSSSTT", sizeof(wk_pc_attention_paged), true,
+                                  WK_ATTN_DECODE_ROWS},
+    [WK_PIPE_ATTENTION_DECODE_SWA] = {"attention_decode_swa", SPV(wk_spv_attention_paged), "SSSTSSSTT", sizeof(wk_pc_attention_paged),
+                                      true, WK_ATTN_DECODE_ROWS},
     [WK_PIPE_KV_STORE_WINDOW] = {"kv_store_window", SPV(wk_spv_kv_store_window), "SSSI", sizeof(wk_pc_kv_store_window), false},
     [WK_PIPE_ATTENTION_REDUCE] = {"attention_reduce", SPV(wk_spv_attention_reduce), "SS", sizeof(wk_pc_attention_reduce), true},
     [WK_PIPE_KV_STORE_QUANT] = {"kv_store_quant", SPV(wk_spv_kv_store_quant), "SSSSI", sizeof(wk_pc_kv_store_quant), false},
@@ -74,10 +79,11 @@ const char *wk_pipe_name(wk_pipe_id id) { return id < WK_PIPE_COUNT ? specs[id].
     } while (0)
 
 /* The pipeline of `id` on its existing layout. Specialisation constants: 0 the workgroup size
- * (subgroup_wg), 1 matvec rows, 2..4 `extra`, what a shader specialises on (attention_paged: the
- * KV format's kind, bits, group; kv_transform: its block); NULL leaves the shader's defaults,
+ * (subgroup_wg), 1 matvec rows, 5 the attention tile rows (pipe_spec.tile_rows), 2..4 and 6 `extra`,
+ * what a shader specialises on (attention_paged: the KV format's kind, bits, group and a lane's
+ * chunks of a head; kv_transform: its block); NULL leaves the shader's defaults,
  * which read those from the push constants. Constants a shader does not declare are ignored. */
-static int create_pipeline(wk_vk *vk, wk_pipelines *p, wk_pipe_id id, const int32_t extra[3], char *err,
+static int create_pipeline(wk_vk *vk, wk_pipelines *p, wk_pipe_id id, const int32_t extra[4], char *err,
                            size_t errlen) {
     const pipe_spec *spec = &specs[id];
     /* A workgroup the device cannot run is refused here: drivers need not refuse it themselves
@@ -94,15 +100,18 @@ static int create_pipeline(wk_vk *vk, wk_pipelines *p, wk_pipe_id id, const int3
                                     .codeSize = spec->spirv_bytes, .pCode = spec->spirv};
     VkShaderModule mod;
     VKCALL(vkCreateShaderModule(vk->dev, &sci, NULL, &mod), "vkCreateShaderModule");
-    uint32_t spec_data[5] = {vk->subgroup_size, p->matvec_rows, 0, 0, 0};
-    if (extra) memcpy(&spec_data[2], extra, 3 * sizeof *extra);
-    VkSpecializationMapEntry entries[5] = {{0, 0, 4}, {1, 4, 4}, {2, 8, 4}, {3, 12, 4}, {4, 16, 4}};
-    VkSpecializationInfo si = {.mapEntryCount = extra ? 5 : 2, .pMapEntries = entries,
-                               .dataSize = (extra ? 5 : 2) * sizeof *spec_data, .pData = spec_data};
+    uint32_t spec_data[7] = {vk->subgroup_size, p->matvec_rows, 0, 0, 0, spec->tile_rows, 0};
+    if (extra) memcpy(&spec_data[2], extra, 3 * sizeof *extra), spec_data[6] = (uint32_t)extra[3];
+    VkSpecializationMapEntry entries[7] = {{0, 0, 4}, {1, 4, 4}, {2, 8, 4}, {3, 12, 4}, {4, 16, 4}, {6, 24, 4}, {5, 20, 4}};
+    uint32_t n_entries = extra ? 6 : 2;
+    if (spec->tile_rows) entries[n_entries++] = entries[6];
+    VkSpecializationInfo si = {.mapEntryCount = n_entries, .pMapEntries = entries,
+                               .dataSize = sizeof spec_data, .pData = spec_data};
     VkComputePipelineCreateInfo pci = {
         .sType = VK_STRUCTURE_TYPE_COMPUTE_PIPELINE_CREATE_INFO,
         .stage = {.sType = VK_STRUCTURE_TYPE_PIPELINE_SHADER_STAGE_CREATE_INFO, .stage = VK_SHADER_STAGE_COMPUTE_BIT,
-                  .module = mod, .pName = "main", .pSpecializationInfo = spec->subgroup_wg || extra ? &si : NULL},
+                  .module = mod, .pName = "main",
+                  .pSpecializationInfo = spec->subgroup_wg || extra || spec->tile_rows ? &si : NULL},
         .layout = p->layout[id]};
     VkPipeline pipe = VK_NULL_HANDLE;
     VkResult r = vkCreateComputePipelines(vk->dev, VK_NULL_HANDLE, 1, &pci, NULL, &pipe);
@@ -113,7 +122,7 @@ static int create_pipeline(wk_vk *vk, wk_pipelines *p, wk_pipe_id id, const int3
 }
 
 /* Sets the specialisation of `id` for its next creation, dropping a pipeline made without it. */
-static void set_spec(wk_vk *vk, wk_pipelines *p, wk_pipe_id id, const int32_t c[3]) {
+static void set_spec(wk_vk *vk, wk_pipelines *p, wk_pipe_id id, const int32_t c[4]) {
     memcpy(p->spec[id], c, sizeof p->spec[id]);
     p->specialized[id] = true;
     if (p->pipe[id]) vkDestroyPipeline(vk->dev, p->pipe[id], NULL);
@@ -176,17 +185,20 @@ void wk_pipelines_enable_profile(wk_vk *vk, wk_pipelines *p) {
     p->profile = vkCreateQueryPool(vk->dev, &qci, NULL, &p->queries) == VK_SUCCESS;
 }
 
-int wk_pipelines_specialize_kv(wk_vk *vk, wk_pipelines *p, bool sliding, int kind, int bits, int group, char *err,
-                               size_t errlen) {
+int wk_pipelines_specialize_kv(wk_vk *vk, wk_pipelines *p, bool sliding, int kind, int bits, int group, int head_dim,
+                               char *err, size_t errlen) {
     (void)err, (void)errlen; /* creation, and its errors, come with the first dispatch */
-    const int32_t kv[3] = {kind, bits, group};
+    /* A lane's 4-element chunks of a head vector, as attention_paged.comp computes them. */
+    const uint32_t sg = vk->subgroup_size ? vk->subgroup_size : 1, chunks = (uint32_t)head_dim / 4;
+    const int32_t kv[4] = {kind, bits, group, (int32_t)((chunks + sg - 1) / sg)};
     set_spec(vk, p, sliding ? WK_PIPE_ATTENTION_PAGED_SWA : WK_PIPE_ATTENTION_PAGED, kv);
+    set_spec(vk, p, sliding ? WK_PIPE_ATTENTION_DECODE_SWA : WK_PIPE_ATTENTION_DECODE, kv);
     return 0;
 }
 
 int wk_pipelines_specialize_transform(wk_vk *vk, wk_pipelines *p, int block, char *err, size_t errlen) {
     (void)err, (void)errlen;
-    const int32_t c[3] = {block, 0, 0};
+    const int32_t c[4] = {block, 0, 0, 0};
     set_spec(vk, p, WK_PIPE_KV_TRANSFORM, c);
     return 0;
 }

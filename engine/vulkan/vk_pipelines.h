@@ -17,6 +17,8 @@ typedef enum {
     WK_PIPE_QK_NORM_ROPE,
     WK_PIPE_ATTENTION_PAGED,
     WK_PIPE_ATTENTION_PAGED_SWA, /* the same shader, specialised for the sliding layers' own KV format */
+    WK_PIPE_ATTENTION_DECODE,     /* the same two with 4-row tiles, for steps of one token per sequence */
+    WK_PIPE_ATTENTION_DECODE_SWA,
     WK_PIPE_ATTENTION_REDUCE,
     WK_PIPE_KV_STORE_WINDOW,
     WK_PIPE_KV_STORE_QUANT,
@@ -54,7 +56,7 @@ typedef struct wk_pipelines {
      * compiles at creation: a pipeline a model never runs costs nothing, and one specialised to the
      * KV format is compiled once, not generic and again specialised). */
     VkPipeline pipe[WK_PIPE_COUNT];
-    int32_t spec[WK_PIPE_COUNT][3];   /* constants 2..4 (wk_pipelines_specialize_*) */
+    int32_t spec[WK_PIPE_COUNT][4];   /* constants 2..4 and 6 (wk_pipelines_specialize_*) */
     bool specialized[WK_PIPE_COUNT];  /* false: the shader's defaults (format from push constants) */
     VkDescriptorPool pool;
     wk_desc_entry *cache; /* open addressing; sets are created once per distinct binding tuple */
@@ -78,13 +80,14 @@ int wk_pipelines_create(wk_vk *vk, wk_pipelines *p, char *err, size_t errlen);
  * timestamps or when the query pool cannot be made. */
 void wk_pipelines_enable_profile(wk_vk *vk, wk_pipelines *p);
 /* Specialises attention_paged (sliding: attention_paged_swa, the sliding-window layers' pipeline when
- * they have a KV format of their own) to one KV format (kind, bits, group as specialisation
- * constants), so its decode compiles to straight-line code for that format: ~1.5x faster on
- * lavapipe than reading the format from push constants. Dispatches must then pass the same format.
+ * they have a KV format of their own) and its decode twin (attention_decode[_swa]) to one KV format (kind, bits, group as specialisation
+ * constants) and the model's head size (a lane's chunks of a head vector, constant 6), so its decode
+ * compiles to straight-line code for that format: ~1.5x faster on lavapipe than reading the format
+ * from push constants. Dispatches must then pass the same format and head_dim.
  * Sets what the pipeline's creation (its next dispatch) uses; one already created is destroyed, so
  * call it before recording a step that uses it, never while one is in flight. */
-int wk_pipelines_specialize_kv(wk_vk *vk, wk_pipelines *p, bool sliding, int kind, int bits, int group, char *err,
-                               size_t errlen);
+int wk_pipelines_specialize_kv(wk_vk *vk, wk_pipelines *p, bool sliding, int kind, int bits, int group, int head_dim,
+                               char *err, size_t errlen);
 /* The same for kv_transform and the transform's block. */
 int wk_pipelines_specialize_transform(wk_vk *vk, wk_pipelines *p, int block, char *err, size_t errlen);
 void wk_pipelines_destroy(wk_vk *vk, wk_pipelines *p);

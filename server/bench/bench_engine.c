@@ -25,6 +25,7 @@
 #include <cjson/cJSON.h>
 
 #include "bench/bench.h"
+#include "bench/bench_host.h"
 #include "cli/cli_common.h"
 #include "cli/kv_flags.h"
 #include "cli/wush_cache.h"
@@ -112,6 +113,8 @@ static int run_decode(engine_run *r, int n, double *secs) {
     return wk_seq_len(r->seq) - before;
 }
 
+enum { WK_BENCH_PROF_MAX = 32 };
+
 /* GPU ms of the pipelines that read the KV cache (the attention itself, not its reduce pass), summed
  * since the engine opened; NAN without a profile. */
 static double attention_ms(const wk_engine *e) {
@@ -120,7 +123,7 @@ static double attention_ms(const wk_engine *e) {
     if (n <= 0) return NAN;
     double ms = 0.0;
     for (int i = 0; i < n && i < 64; i++)
-        if (strcmp(p[i].name, "attention_paged") == 0 || strcmp(p[i].name, "attention_paged_swa") == 0)
+        if (strncmp(p[i].name, "attention_", 10) == 0 && strcmp(p[i].name, "attention_reduce") != 0)
             ms += p[i].ms;
     return ms;
 }
@@ -136,8 +139,49 @@ typedef struct bench_row {
     uint64_t kv_read;         /* tg: KV bytes the first decode step reads (wk_kv_decode_read_bytes) */
     uint64_t kv_read_run;     /* tg: the same summed over the run's steps */
     double attn_ms;           /* tg with WUSHKV_PROFILE=1: attention GPU ms per run (mean); NAN without */
+    wk_profile_entry prof[WK_BENCH_PROF_MAX]; /* WUSHKV_PROFILE=1: GPU ms per pipeline, the timed runs' sum */
+    int n_prof;
     double peer_ts, peer_sd;  /* NAN when not measured */
 } bench_row;
+
+/* Adds (sign +1) or takes away (-1) the engine's per-pipeline profile so far to the row's: called
+ * around each timed run, the row is left with what its timed runs alone cost (the depth run and the
+ * warm-up excluded), the "where time goes" of docs/benchmarks.md. */
+static void row_profile_add(bench_row *w, const wk_engine *e, int sign) {
+    wk_profile_entry p[WK_BENCH_PROF_MAX];
+    int n = wk_engine_profile(e, p, WK_BENCH_PROF_MAX);
+    for (int i = 0; i < n && i < WK_BENCH_PROF_MAX; i++) {
+        int k = 0;
+        while (k < w->n_prof && strcmp(w->prof[k].name, p[i].name) != 0) k++;
+        if (k == w->n_prof) {
+            if (k == WK_BENCH_PROF_MAX) continue;
+            w->prof[w->n_prof++] = (wk_profile_entry){.name = p[i].name};
+        }
+        w->prof[k].ms += sign * p[i].ms;
+        w->prof[k].dispatches += sign > 0 ? p[i].dispatches : (uint64_t)0 - p[i].dispatches;
+    }
+}
+
+/* The row's profile on stderr: per token, the pipelines by GPU time, largest first. */
+static void row_profile_print(const bench_row *w, const char *name, int reps) {
+    int order[WK_BENCH_PROF_MAX], n = 0;
+    double total = 0.0;
+    for (int k = 0; k < w->n_prof; k++)
+        if (w->prof[k].dispatches > 0 && w->prof[k].ms > 0.0) order[n++] = k, total += w->prof[k].ms;
+    if (n == 0 || w->tokens <= 0) return;
+    for (int a = 1; a < n; a++)
+        for (int b = a; b > 0 && w->prof[order[b]].ms > w->prof[order[b - 1]].ms; b--) {
+            int t = order[b];
+            order[b] = order[b - 1], order[b - 1] = t;
+        }
+    const double per = 1.0 / ((double)w->tokens * reps);
+    fprintf(stderr, "%s where GPU time goes, per token: %.3f ms in all\n", name, total * per);
+    for (int i = 0; i < n; i++) {
+        const wk_profile_entry *p = &w->prof[order[i]];
+        fprintf(stderr, "  %-18s %9.3f ms  %5.1f%%  %8.2f dispatches\n", p->name, p->ms * per, 100.0 * p->ms / total,
+                (double)p->dispatches * per);
+    }
+}
 
 static void row_name(const bench_row *w, char *buf, size_t cap) {
     int k = snprintf(buf, cap, "%s%d", w->decode ? "tg" : "pp", w->n);
@@ -152,6 +196,8 @@ typedef struct engine_result {
     unsigned long long kv_bytes_per_token;
     int ctx;
     bool profiled;
+    bool host_measured;      /* CPU device with the profile on: the host's own limits beside it */
+    bench_host_limits host;
     bench_row *rows;
     int n_rows;
 } engine_result;
@@ -260,9 +306,11 @@ static int measure_engine(const bench_engine_opts *o, const char *model, engine_
             if (w->depth_held < 0) goto out;
             t_fill = mono_now_s() - t_fill;
             double a0 = attention_ms(e);
+            row_profile_add(w, e, -1);
             int got = w->decode ? run_decode(&r, w->n, &t) : run_prefill(&r, w->n, &t);
             if (got < 0) goto out;
             attn_sum += attention_ms(e) - a0;
+            row_profile_add(w, e, +1);
             w->tokens = got;
             w->ts[i] = t > 0.0 ? got / t : 0.0;
             fprintf(stderr, "%s run %d/%d:", name, i + 1, o->reps);
@@ -271,6 +319,7 @@ static int measure_engine(const bench_engine_opts *o, const char *model, engine_
                     w->ts[i]);
         }
         if (w->decode) w->attn_ms = attn_sum / o->reps; /* NAN without a profile */
+        row_profile_print(w, name, o->reps);
     }
     res->profiled = wk_engine_profile(e, NULL, 0) > 0;
     rc = 0;
@@ -494,6 +543,13 @@ static int print_json(const bench_engine_opts *o, const char *model, const engin
     cJSON_AddNumberToObject(obj, "batch_tokens", o->batch_tokens);
     cJSON_AddNumberToObject(obj, "repetitions", o->reps);
     cJSON_AddBoolToObject(obj, "profile", res->profiled);
+    if (res->host_measured) {
+        cJSON *h = cJSON_AddObjectToObject(obj, "host");
+        cJSON_AddNumberToObject(h, "threads", res->host.threads);
+        cJSON_AddNumberToObject(h, "memory_read_bytes_per_s", res->host.read_gbps * 1e9);
+        cJSON_AddNumberToObject(h, "f32_fma_flops_per_s", res->host.fma_gflops * 1e9);
+        cJSON_AddStringToObject(h, "fma_isa", res->host.fma_isa);
+    }
     cJSON *ds = cJSON_AddArrayToObject(obj, "depths");
     for (int i = 0; i < o->n_depths; i++) cJSON_AddItemToArray(ds, cJSON_CreateNumber(o->depths[i]));
 
@@ -577,6 +633,9 @@ static void print_text(const bench_engine_opts *o, const char *model, const engi
     printf("KV:     %s, %.2f bits/element, %llu bytes/token; ctx %d, batch %d, %d run%s after 1 warm-up\n",
            res->kv_desc, res->bits_per_element, res->kv_bytes_per_token, res->ctx, o->batch_tokens, o->reps,
            o->reps == 1 ? "" : "s");
+    if (res->host_measured)
+        printf("host:   %d threads: memory read %.1f GB/s, f32 FMA %.1f GFLOP/s (%s; C, this run)\n", res->host.threads,
+               res->host.read_gbps, res->host.fma_gflops, res->host.fma_isa);
     if (o->peer)
         printf("peer:   %s, KV cache %s (%s)\n", o->peer, peer->kv ? peer->kv : bench_peer_kv(o), peer_kv_note(o));
     printf("\n| %-15s | wushkv tok/s             | KV read/token |", "test");
@@ -620,6 +679,14 @@ int bench_engine_run(const bench_engine_opts *o) {
     if (!path) return 1;
     engine_result res = {0};
     int rc = measure_engine(o, path, &res);
+    if (rc == 0 && res.profiled && strcmp(res.device_type, "CPU") == 0) {
+        /* The CPU's memory bandwidth and FMA peak with as many threads as lavapipe runs, after our
+         * engine is closed: the bound beside the profile's attention GB/s. */
+        const char *lp = getenv("LP_NUM_THREADS");
+        long threads = lp && atoi(lp) > 0 ? atoi(lp) : sysconf(_SC_NPROCESSORS_ONLN);
+        bench_host_measure(threads > 0 ? (int)threads : 1, &res.host);
+        res.host_measured = true;
+    }
     if (rc == 0) {
         peer_result peer = {.kv = NULL};
         /* After our engine is closed, so the two never share the CPU. */

@@ -38,8 +38,20 @@ layout(local_size_x_id = 0) in;
 layout(constant_id = 2) const int SC_KIND = 0;
 layout(constant_id = 3) const int SC_BITS = 0;
 layout(constant_id = 4) const int SC_G = 0;
+// A lane's 4-element chunks of a head vector, ceil(head_dim / 4 / subgroup size), set with the
+// format (0: computed from the push constants). With it, which words and group parameters a lane
+// reads for chunk c is known at compile time, and the decode below has no data-dependent branch
+// around a fetch: llvmpipe runs a branch's body under a lane mask whether or not a lane takes it,
+// so "fetch only when the word changes" would cost a fetch per chunk.
+layout(constant_id = 6) const uint SC_NCL = 0;
+// Rows per tile, a specialisation constant: 16 for steps with several tokens of a sequence (prefill),
+// 4 for decode steps, whose tiles hold one token and so at most its query heads of one KV head
+// (attention_plan.h's WK_ATTN_DECODE_ROWS). The state below is MAXR rows of registers, unrolled:
+// a 16-row pipeline running 4-row tiles pays for the other 12 in every key, and llvmpipe's compile
+// time grows with MAXR squared (docs/lavapipe.md).
+layout(constant_id = 5) const uint SC_MAXR = 16;
 const uint MAXC = 8;    // chunks per lane: head_dim <= 32 * subgroup size (checked by the host)
-const uint MAXR = 16;   // rows per tile
+#define MAXR SC_MAXR
 const uint KT = 16;     // keys per softmax tile
 // llvmpipe stops EVERY loop of an invocation once 65535 loop iterations have run in total (its
 // loop limiter is one counter per shader invocation, never reset), silently. So the loops over
@@ -108,6 +120,39 @@ void decode_lane(uint slab, uint tt, uint ch0, uint ncl) {
     uint P = uint(wk_kvq_params_per_group(kind));
     uint groups = pc.head_dim / GS;
     uint base = slab + tt * pc.code_words;
+    // Straight-line decode (SC_NCL set, 2 or 4 bits): a lane's chunks start a word (ncl a multiple
+    // of the chunks per word) and either cover whole groups or sit in one, so chunk c's word and
+    // group are the lane's first plus compile-time constants. Every condition here is constant.
+    // (Plain variables, not spec-constant expressions: glslang 11 emits invalid SPIR-V for this
+    // condition as one; the driver folds them all the same once the constants are set.)
+    int sb = SC_BITS, sg = SC_G;
+    uint sn = SC_NCL;
+    uint CPW = sb == 2 ? 4u : 2u;  // chunks per 32-bit word
+    if (sn != 0u && (sb == 2 || sb == 4) && sn % CPW == 0u && sg >= 4 &&
+        ((4u * sn) % uint(sg) == 0u || uint(sg) % (4u * sn) == 0u)) {
+        uint GPL = (4u * sn) / uint(sg);  // groups a lane covers (0: inside one)
+        uint wbase = base + (ch0 * 4u * uint(sb) >> 5);
+        uint g0 = (4u * ch0) / GS;
+        vec2 ab = vec2(0);
+        uint w = 0u;
+        [[unroll]] for (uint c = 0u; c < MAXC; ++c) {
+            if (c >= sn) continue;
+            if ((c * 4u) % uint(sg) == 0u && (c == 0u || GPL > 0u)) {
+                uint pi = (tt * groups + g0 + (c * 4u) / uint(sg)) * P;
+                uint pw = word(slab + pc.params_words + (pi >> 1));
+                uint p0 = (pi & 1u) != 0u ? pw >> 16 : pw & 0xffffu, p1 = 0u;
+                if (P == 2u) {
+                    uint pw1 = (pi & 1u) != 0u ? word(slab + pc.params_words + (pi >> 1) + 1u) : pw;
+                    p1 = (pi & 1u) != 0u ? pw1 & 0xffffu : pw >> 16;
+                }
+                ab = wk_kvq_affine(kind, bits, p0, p1);
+            }
+            if (c % CPW == 0u) w = word(wbase + c / CPW);
+            vec4 v = wk_kvq_dequant4(w, (c % CPW) * 4u * uint(sb), bits, ab);
+            kbuf[c] = ch0 + c < C ? v : vec4(0);
+        }
+        return;
+    }
     uint g_have = 0xffffffffu, w_at = 0xffffffffu, w = 0u;
     vec2 ab = vec2(0);
     [[unroll]] for (uint c = 0u; c < MAXC; ++c) {
@@ -171,15 +216,70 @@ void load_f16(uint j, uint kv, uint kh, Tile tile, uint chunk_pos0, uint ch0, ui
 
 // Key (kv 0) or value (kv 1) j into kbuf, and for the rows that read it in f16 (windows) into
 // fbuf; returns whether fbuf was loaded.
-bool load_kv(uint kv, uint j) {
-    bool need_q = !g_windows || (j >= pc.sink && j + pc.recent <= g_jhi);
-    bool need_f = g_windows && (j < pc.sink || j + pc.recent > g_pmin);
+// mixed false: the caller knows no row reads key j in f16 (the bulk of a long context), and the f16
+// path is left out of the code: llvmpipe runs both sides of a branch under a lane mask, so a
+// window read behind a false condition would still cost its fetches.
+bool load_kv(uint kv, uint j, bool mixed) {
+    bool need_q = !mixed || !g_windows || (j >= pc.sink && j + pc.recent <= g_jhi);
+    bool need_f = mixed && g_windows && (j < pc.sink || j + pc.recent > g_pmin);
     if (need_q) {
         uint blk = tables[g_table_off + (j / pc.block_tokens) * pc.table_stride + pc.table_col];
         decode_lane(blk * pc.block_words + g_slab[kv], j % pc.block_tokens, g_ch0, g_ncl);
     }
     if (need_f) load_f16(j, kv, g_kh, g_tile, g_chunk_pos0, g_ch0, g_ncl);
     return need_f;
+}
+
+// One tile of up to KT keys from jt (to j1): scores, the online-softmax rescale, then the values.
+void key_tile(uint jt, uint j1, uint R, bool mixed) {
+    uint nk = min(KT, j1 - jt);
+    for (uint kk = 0u; kk < nk; ++kk) {
+        uint j = jt + kk;
+        bool need_f = load_kv(0u, j, mixed);
+        [[unroll]] for (uint r = 0u; r < MAXR; ++r) {
+            if (r >= R) continue;
+            bool f = need_f && (j < pc.sink || j + pc.recent > pos_r[r]);
+            float s = 0.0;
+            [[unroll]] for (uint c = 0u; c < MAXC; ++c)
+                if (c < g_ncl) s += dot(qv[r * MAXC + c], f ? fbuf[c] : kbuf[c]);
+            s = subgroupAdd(s);
+            sc[r * KT + kk] = (j >= first_r[r] && j <= pos_r[r]) ? s : -1.0 / 0.0;
+        }
+    }
+    [[unroll]] for (uint r = 0u; r < MAXR; ++r) {
+        if (r >= R) continue;
+        float mx = -1.0 / 0.0;
+        [[unroll]] for (uint kk = 0u; kk < KT; ++kk)
+            if (kk < nk) mx = max(mx, sc[r * KT + kk]);
+        if (mx == -1.0 / 0.0) {  // no key of this tile is visible to the row
+            [[unroll]] for (uint kk = 0u; kk < KT; ++kk) sc[r * KT + kk] = 0.0;
+            continue;
+        }
+        float m_new = max(m_r[r], mx);
+        if (m_new > m_r[r]) {
+            float corr = exp(m_r[r] - m_new);
+            l_r[r] *= corr;
+            [[unroll]] for (uint c = 0u; c < MAXC; ++c) acc[r * MAXC + c] *= corr;
+            m_r[r] = m_new;
+        }
+        float sum = 0.0;
+        [[unroll]] for (uint kk = 0u; kk < KT; ++kk) {
+            float p = kk < nk ? exp(sc[r * KT + kk] - m_new) : 0.0;
+            sc[r * KT + kk] = p;
+            sum += p;
+        }
+        l_r[r] += sum;
+    }
+    for (uint kk = 0u; kk < nk; ++kk) {
+        uint j = jt + kk;
+        bool need_f = load_kv(1u, j, mixed);
+        [[unroll]] for (uint r = 0u; r < MAXR; ++r) {
+            float p = r < R ? sc[r * KT + kk] : 0.0;
+            if (p == 0.0) continue;
+            bool f = need_f && (j < pc.sink || j + pc.recent > pos_r[r]);
+            [[unroll]] for (uint c = 0u; c < MAXC; ++c) acc[r * MAXC + c] += p * (f ? fbuf[c] : kbuf[c]);
+        }
+    }
 }
 
 void main() {
@@ -192,7 +292,7 @@ void main() {
     Tile tile = tiles[ti];
     uint R = tile.n_tok * pc.head_rows;
     uint C = pc.head_dim / 4u;
-    uint ncl = (C + nl - 1u) / nl, ch0 = lane * ncl;
+    uint ncl = SC_NCL != 0u ? SC_NCL : (C + nl - 1u) / nl, ch0 = lane * ncl;
     uint table_off = rows[tile.row0].table_off;
 
     // Rows: (token of the tile, query head); an unused row has an empty key range.
@@ -225,55 +325,20 @@ void main() {
     g_slab[1] = ((pc.slab_layer * 2u + 1u) * pc.n_head_kv + kh) * pc.slab_words;
     g_kh = kh, g_ch0 = ch0, g_ncl = ncl, g_table_off = table_off, g_jhi = jhi, g_pmin = pmin, g_tile = tile;
 
-    for (uint jt = j0; jt < j1; jt += KT) {
-        uint nk = min(KT, j1 - jt);
-        for (uint kk = 0u; kk < nk; ++kk) {
-            uint j = jt + kk;
-            bool need_f = load_kv(0u, j);
-            [[unroll]] for (uint r = 0u; r < MAXR; ++r) {
-                if (r >= R) continue;
-                bool f = need_f && (j < pc.sink || j + pc.recent > pos_r[r]);
-                float s = 0.0;
-                [[unroll]] for (uint c = 0u; c < MAXC; ++c)
-                    if (c < ncl) s += dot(qv[r * MAXC + c], f ? fbuf[c] : kbuf[c]);
-                s = subgroupAdd(s);
-                sc[r * KT + kk] = (j >= first_r[r] && j <= pos_r[r]) ? s : -1.0 / 0.0;
-            }
-        }
-        [[unroll]] for (uint r = 0u; r < MAXR; ++r) {
-            if (r >= R) continue;
-            float mx = -1.0 / 0.0;
-            [[unroll]] for (uint kk = 0u; kk < KT; ++kk)
-                if (kk < nk) mx = max(mx, sc[r * KT + kk]);
-            if (mx == -1.0 / 0.0) {  // no key of this tile is visible to the row
-                [[unroll]] for (uint kk = 0u; kk < KT; ++kk) sc[r * KT + kk] = 0.0;
-                continue;
-            }
-            float m_new = max(m_r[r], mx);
-            if (m_new > m_r[r]) {
-                float corr = exp(m_r[r] - m_new);
-                l_r[r] *= corr;
-                [[unroll]] for (uint c = 0u; c < MAXC; ++c) acc[r * MAXC + c] *= corr;
-                m_r[r] = m_new;
-            }
-            float sum = 0.0;
-            [[unroll]] for (uint kk = 0u; kk < KT; ++kk) {
-                float p = kk < nk ? exp(sc[r * KT + kk] - m_new) : 0.0;
-                sc[r * KT + kk] = p;
-                sum += p;
-            }
-            l_r[r] += sum;
-        }
-        for (uint kk = 0u; kk < nk; ++kk) {
-            uint j = jt + kk;
-            bool need_f = load_kv(1u, j);
-            [[unroll]] for (uint r = 0u; r < MAXR; ++r) {
-                float p = r < R ? sc[r * KT + kk] : 0.0;
-                if (p == 0.0) continue;
-                bool f = need_f && (j < pc.sink || j + pc.recent > pos_r[r]);
-                [[unroll]] for (uint c = 0u; c < MAXC; ++c) acc[r * MAXC + c] += p * (f ? fbuf[c] : kbuf[c]);
-            }
-        }
+    if (SC_MAXR > 4u) {
+        // Prefill tiles: one body with the f16 path (a second copy would double the compile time,
+        // docs/lavapipe.md).
+        for (uint jt = j0; jt < j1; jt += KT) key_tile(jt, j1, R, true);
+    } else {
+        // Decode: the keys no row reads in f16, [qa, qb) (all of them without windows), in a loop
+        // without the f16 path; the sinks before them and the recent keys after them in loops with
+        // it. A loop runs only while a lane is active, so an empty one costs nothing.
+        uint qa = g_windows ? clamp(pc.sink, j0, j1) : j0;
+        uint qb = !g_windows ? j1 : pmin + 1u > pc.recent ? pmin + 1u - pc.recent : 0u;
+        qb = clamp(qb, qa, j1);
+        for (uint jt = j0; jt < qa; jt += KT) key_tile(jt, qa, R, true);
+        for (uint jt = qa; jt < qb; jt += KT) key_tile(jt, qb, R, false);
+        for (uint jt = qb; jt < j1; jt += KT) key_tile(jt, j1, R, true);
     }
 
     [[unroll]] for (uint r = 0u; r < MAXR; ++r) {
