@@ -197,7 +197,7 @@ if all(j for _, j in bw):
     L.append("")
     L.append(f"Decode attention bandwidth: `WUSHKV_PROFILE=1 wushkv bench -m MODEL -p 0 -n 32 -r 1 -d {bw_depths} "
              "[--kv f16] --json`; the KV bytes the 32 steps' attention reads (from the format's layout) over the "
-             "GPU time of the attention dispatches (attention_paged[_swa], timestamps; the "
+             "GPU time of the attention dispatches (attention_paged[_swa] and attention_decode[_swa], timestamps; the "
              "profile itself slows the steps, so tok/s here is not the benchmark's):")
     L.append("")
     L.append("| KV | test | KV read per step | attention ms per step | achieved GB/s | of nominal |")
@@ -209,6 +209,12 @@ if all(j for _, j in bw):
             L.append(f"| {'f16' if name == 'f16' else j['kv']} | {t['test']} | {mib(t['kv_read_bytes_per_token'])} | "
                      f"{f'{ms:.3f}' if ms else 'n/a'} | {f'{gbs:.3g}' if gbs else 'n/a (no timestamps)'} | "
                      f"{f'{100 * gbs / peak:.1f}%' if gbs and peak else '-'} |")
+    hosts = [j["host"] for _, j in bw if j.get("host")]
+    if hosts:  # a CPU device: the host's own limits, measured in C in the same runs
+        L.append("")
+        L.append("Host (CPU device): " + "; ".join(
+            f"{h['threads']} threads, memory read {h['memory_read_bytes_per_s'] / 1e9:.1f} GB/s, "
+            f"f32 FMA {h['f32_fma_flops_per_s'] / 1e9:.1f} GFLOP/s ({h['fma_isa']})" for h in hosts))
 open(out, "w").write("\n".join(L) + "\n")
 print("\n".join(L))
 EOF

@@ -38,7 +38,6 @@ typedef struct {
     const char *bindings; /* one letter per binding */
     uint32_t push_size;
     bool subgroup_wg;     /* local_size_x (constant 0) = subgroup size */
-    uint32_t tile_rows;   /* attention: rows per query tile (constant 5); 0 leaves the shader's */
 } pipe_spec;
 
 #define SPV(x) x, sizeof(x)
@@ -54,10 +53,8 @@ static const pipe_spec specs[WK_PIPE_COUNT] = {
     [WK_PIPE_QK_NORM_ROPE] = {"qk_norm_rope", SPV(wk_spv_qk_norm_rope), "SSSSTS", sizeof(wk_pc_qk_norm_rope), true},
     [WK_PIPE_ATTENTION_PAGED] = {"attention_paged", SPV(wk_spv_attention_paged), "SSSTSSSTT", sizeof(wk_pc_attention_paged), true},
     [WK_PIPE_ATTENTION_PAGED_SWA] = {"attention_paged_swa", SPV(wk_spv_attention_paged), "SSSTSSSTT", sizeof(wk_pc_attention_paged), true},
-    [WK_PIPE_ATTENTION_DECODE] = {"attention_decode", SPV(wk_spv_attention_paged), "SSSTSSSTT", sizeof(wk_pc_attention_paged), true,
-                                  WK_ATTN_DECODE_ROWS},
-    [WK_PIPE_ATTENTION_DECODE_SWA] = {"attention_decode_swa", SPV(wk_spv_attention_paged), "SSSTSSSTT", sizeof(wk_pc_attention_paged),
-                                      true, WK_ATTN_DECODE_ROWS},
+    [WK_PIPE_ATTENTION_DECODE] = {"attention_decode", SPV(wk_spv_attention_paged), "SSSTSSSTT", sizeof(wk_pc_attention_paged), true},
+    [WK_PIPE_ATTENTION_DECODE_SWA] = {"attention_decode_swa", SPV(wk_spv_attention_paged), "SSSTSSSTT", sizeof(wk_pc_attention_paged), true},
     [WK_PIPE_KV_STORE_WINDOW] = {"kv_store_window", SPV(wk_spv_kv_store_window), "SSSI", sizeof(wk_pc_kv_store_window), false},
     [WK_PIPE_ATTENTION_REDUCE] = {"attention_reduce", SPV(wk_spv_attention_reduce), "SS", sizeof(wk_pc_attention_reduce), true},
     [WK_PIPE_KV_STORE_QUANT] = {"kv_store_quant", SPV(wk_spv_kv_store_quant), "SSSSI", sizeof(wk_pc_kv_store_quant), false},
@@ -66,6 +63,11 @@ static const pipe_spec specs[WK_PIPE_COUNT] = {
     [WK_PIPE_GLU] = {"glu", SPV(wk_spv_glu), "SSS", sizeof(wk_pc_glu), false},
 };
 #undef SPV
+
+/* The attention's rows per query tile (constant 5) for the decode twins; 0 leaves the shader's. */
+static uint32_t tile_rows_of(wk_pipe_id id) {
+    return id == WK_PIPE_ATTENTION_DECODE || id == WK_PIPE_ATTENTION_DECODE_SWA ? WK_ATTN_DECODE_ROWS : 0;
+}
 
 const char *wk_pipe_name(wk_pipe_id id) { return id < WK_PIPE_COUNT ? specs[id].name : "?"; }
 
@@ -79,7 +81,7 @@ const char *wk_pipe_name(wk_pipe_id id) { return id < WK_PIPE_COUNT ? specs[id].
     } while (0)
 
 /* The pipeline of `id` on its existing layout. Specialisation constants: 0 the workgroup size
- * (subgroup_wg), 1 matvec rows, 5 the attention tile rows (pipe_spec.tile_rows), 2..4 and 6 `extra`,
+ * (subgroup_wg), 1 matvec rows, 5 the attention tile rows (tile_rows_of), 2..4 and 6 `extra`,
  * what a shader specialises on (attention_paged: the KV format's kind, bits, group and a lane's
  * chunks of a head; kv_transform: its block); NULL leaves the shader's defaults,
  * which read those from the push constants. Constants a shader does not declare are ignored. */
@@ -100,18 +102,19 @@ static int create_pipeline(wk_vk *vk, wk_pipelines *p, wk_pipe_id id, const int3
                                     .codeSize = spec->spirv_bytes, .pCode = spec->spirv};
     VkShaderModule mod;
     VKCALL(vkCreateShaderModule(vk->dev, &sci, NULL, &mod), "vkCreateShaderModule");
-    uint32_t spec_data[7] = {vk->subgroup_size, p->matvec_rows, 0, 0, 0, spec->tile_rows, 0};
+    const uint32_t tile_rows = tile_rows_of(id);
+    uint32_t spec_data[7] = {vk->subgroup_size, p->matvec_rows, 0, 0, 0, tile_rows, 0};
     if (extra) memcpy(&spec_data[2], extra, 3 * sizeof *extra), spec_data[6] = (uint32_t)extra[3];
     VkSpecializationMapEntry entries[7] = {{0, 0, 4}, {1, 4, 4}, {2, 8, 4}, {3, 12, 4}, {4, 16, 4}, {6, 24, 4}, {5, 20, 4}};
     uint32_t n_entries = extra ? 6 : 2;
-    if (spec->tile_rows) entries[n_entries++] = entries[6];
+    if (tile_rows) entries[n_entries++] = entries[6];
     VkSpecializationInfo si = {.mapEntryCount = n_entries, .pMapEntries = entries,
                                .dataSize = sizeof spec_data, .pData = spec_data};
     VkComputePipelineCreateInfo pci = {
         .sType = VK_STRUCTURE_TYPE_COMPUTE_PIPELINE_CREATE_INFO,
         .stage = {.sType = VK_STRUCTURE_TYPE_PIPELINE_SHADER_STAGE_CREATE_INFO, .stage = VK_SHADER_STAGE_COMPUTE_BIT,
                   .module = mod, .pName = "main",
-                  .pSpecializationInfo = spec->subgroup_wg || extra || spec->tile_rows ? &si : NULL},
+                  .pSpecializationInfo = spec->subgroup_wg || extra || tile_rows ? &si : NULL},
         .layout = p->layout[id]};
     VkPipeline pipe = VK_NULL_HANDLE;
     VkResult r = vkCreateComputePipelines(vk->dev, VK_NULL_HANDLE, 1, &pci, NULL, &pipe);

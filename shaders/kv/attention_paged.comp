@@ -326,8 +326,9 @@ void main() {
     g_kh = kh, g_ch0 = ch0, g_ncl = ncl, g_table_off = table_off, g_jhi = jhi, g_pmin = pmin, g_tile = tile;
 
     if (SC_MAXR > 4u) {
-        // Prefill tiles: one body with the f16 path (a second copy would double the compile time,
-        // docs/lavapipe.md).
+        // Prefill tiles: one body with the f16 path. The decode's three loops here cost a cold
+        // compile over ten times as long (docs/lavapipe.md, "Compiling costs at first use").
+        // (4 is WK_ATTN_DECODE_ROWS, engine/vulkan/shader_params.h.)
         for (uint jt = j0; jt < j1; jt += KT) key_tile(jt, j1, R, true);
     } else {
         // Decode: the keys no row reads in f16, [qa, qb) (all of them without windows), in a loop
