@@ -102,14 +102,19 @@ static int create_pipeline(wk_vk *vk, wk_pipelines *p, wk_pipe_id id, const int3
                                     .codeSize = spec->spirv_bytes, .pCode = spec->spirv};
     VkShaderModule mod;
     VKCALL(vkCreateShaderModule(vk->dev, &sci, NULL, &mod), "vkCreateShaderModule");
+    /* One 32-bit value per constant set, in the order added. */
+    uint32_t spec_data[7];
+    VkSpecializationMapEntry entries[7];
+    uint32_t n = 0;
+#define SPEC(constant_id, value) \
+    (entries[n] = (VkSpecializationMapEntry){(constant_id), n * 4, 4}, spec_data[n++] = (uint32_t)(value))
+    SPEC(0, vk->subgroup_size);
+    SPEC(1, p->matvec_rows);
+    if (extra) SPEC(2, extra[0]), SPEC(3, extra[1]), SPEC(4, extra[2]), SPEC(6, extra[3]);
     const uint32_t tile_rows = tile_rows_of(id);
-    uint32_t spec_data[7] = {vk->subgroup_size, p->matvec_rows, 0, 0, 0, tile_rows, 0};
-    if (extra) memcpy(&spec_data[2], extra, 3 * sizeof *extra), spec_data[6] = (uint32_t)extra[3];
-    VkSpecializationMapEntry entries[7] = {{0, 0, 4}, {1, 4, 4}, {2, 8, 4}, {3, 12, 4}, {4, 16, 4}, {6, 24, 4}, {5, 20, 4}};
-    uint32_t n_entries = extra ? 6 : 2;
-    if (tile_rows) entries[n_entries++] = entries[6];
-    VkSpecializationInfo si = {.mapEntryCount = n_entries, .pMapEntries = entries,
-                               .dataSize = sizeof spec_data, .pData = spec_data};
+    if (tile_rows) SPEC(5, tile_rows);
+#undef SPEC
+    VkSpecializationInfo si = {.mapEntryCount = n, .pMapEntries = entries, .dataSize = n * 4, .pData = spec_data};
     VkComputePipelineCreateInfo pci = {
         .sType = VK_STRUCTURE_TYPE_COMPUTE_PIPELINE_CREATE_INFO,
         .stage = {.sType = VK_STRUCTURE_TYPE_PIPELINE_SHADER_STAGE_CREATE_INFO, .stage = VK_SHADER_STAGE_COMPUTE_BIT,

@@ -115,17 +115,21 @@ static int run_decode(engine_run *r, int n, double *secs) {
 
 enum { WK_BENCH_PROF_MAX = 32 };
 
-/* GPU ms of the pipelines that read the KV cache (the attention itself, not its reduce pass), summed
- * since the engine opened; NAN without a profile. */
-static double attention_ms(const wk_engine *e) {
-    wk_profile_entry p[64];
-    int n = wk_engine_profile(e, p, 64);
-    if (n <= 0) return NAN;
-    double ms = 0.0;
-    for (int i = 0; i < n && i < 64; i++)
-        if (strncmp(p[i].name, "attention_", 10) == 0 && strcmp(p[i].name, "attention_reduce") != 0)
-            ms += p[i].ms;
-    return ms;
+/* The engine's profile so far (wk_engine_profile): per pipeline, GPU ms and dispatches. */
+typedef struct prof_snap {
+    wk_profile_entry e[WK_BENCH_PROF_MAX];
+    int n;
+} prof_snap;
+
+static void prof_take(const wk_engine *e, prof_snap *s) {
+    s->n = wk_engine_profile(e, s->e, WK_BENCH_PROF_MAX);
+    if (s->n > WK_BENCH_PROF_MAX) s->n = WK_BENCH_PROF_MAX;
+    if (s->n < 0) s->n = 0;
+}
+
+/* Whether a pipeline reads the KV cache: the attention itself, not its reduce pass. */
+static bool reads_kv(const char *pipe) {
+    return strncmp(pipe, "attention_", 10) == 0 && strcmp(pipe, "attention_reduce") != 0;
 }
 
 /* One row of the report: a test (pp or tg) at one depth, as llama-bench names it ("tg128 @ d2048"). */
@@ -144,21 +148,23 @@ typedef struct bench_row {
     double peer_ts, peer_sd;  /* NAN when not measured */
 } bench_row;
 
-/* Adds (sign +1) or takes away (-1) the engine's per-pipeline profile so far to the row's: called
- * around each timed run, the row is left with what its timed runs alone cost (the depth run and the
- * warm-up excluded), the "where time goes" of docs/benchmarks.md. */
-static void row_profile_add(bench_row *w, const wk_engine *e, int sign) {
-    wk_profile_entry p[WK_BENCH_PROF_MAX];
-    int n = wk_engine_profile(e, p, WK_BENCH_PROF_MAX);
-    for (int i = 0; i < n && i < WK_BENCH_PROF_MAX; i++) {
+/* Adds what one timed run cost (the profile after it less the one before: the depth run and the
+ * warm-up left out) to the row's, per pipeline: the "where time goes" of docs/benchmarks.md. A
+ * pipeline's first dispatch may come during the run, so one missing before counts from zero. */
+static void row_profile_add(bench_row *w, const prof_snap *before, const prof_snap *after) {
+    for (int i = 0; i < after->n; i++) {
+        const wk_profile_entry *a = &after->e[i];
+        wk_profile_entry b = {.name = a->name};
+        for (int j = 0; j < before->n; j++)
+            if (strcmp(before->e[j].name, a->name) == 0) b = before->e[j];
         int k = 0;
-        while (k < w->n_prof && strcmp(w->prof[k].name, p[i].name) != 0) k++;
+        while (k < w->n_prof && strcmp(w->prof[k].name, a->name) != 0) k++;
         if (k == w->n_prof) {
             if (k == WK_BENCH_PROF_MAX) continue;
-            w->prof[w->n_prof++] = (wk_profile_entry){.name = p[i].name};
+            w->prof[w->n_prof++] = (wk_profile_entry){.name = a->name};
         }
-        w->prof[k].ms += sign * p[i].ms;
-        w->prof[k].dispatches += sign > 0 ? p[i].dispatches : (uint64_t)0 - p[i].dispatches;
+        w->prof[k].ms += a->ms - b.ms;
+        w->prof[k].dispatches += a->dispatches - b.dispatches;
     }
 }
 
@@ -299,18 +305,17 @@ static int measure_engine(const bench_engine_opts *o, const char *model, engine_
             w->kv_read = wk_kv_decode_read_bytes(e, (uint64_t)w->depth);
             for (int i = 0; i < w->n; i++) w->kv_read_run += wk_kv_decode_read_bytes(e, (uint64_t)(w->depth + i));
         }
-        double attn_sum = 0.0;
         for (int i = 0; i < o->reps; i++) {
             double t_fill = mono_now_s(), t = 0.0;
             w->depth_held = fill_depth(&r, w->depth);
             if (w->depth_held < 0) goto out;
             t_fill = mono_now_s() - t_fill;
-            double a0 = attention_ms(e);
-            row_profile_add(w, e, -1);
+            prof_snap before, after;
+            prof_take(e, &before);
             int got = w->decode ? run_decode(&r, w->n, &t) : run_prefill(&r, w->n, &t);
             if (got < 0) goto out;
-            attn_sum += attention_ms(e) - a0;
-            row_profile_add(w, e, +1);
+            prof_take(e, &after);
+            row_profile_add(w, &before, &after);
             w->tokens = got;
             w->ts[i] = t > 0.0 ? got / t : 0.0;
             fprintf(stderr, "%s run %d/%d:", name, i + 1, o->reps);
@@ -318,7 +323,12 @@ static int measure_engine(const bench_engine_opts *o, const char *model, engine_
             fprintf(stderr, " %s %d tokens in %.3f s (%.2f tok/s)\n", w->decode ? "decode" : "prefill", got, t,
                     w->ts[i]);
         }
-        if (w->decode) w->attn_ms = attn_sum / o->reps; /* NAN without a profile */
+        if (w->decode && w->n_prof > 0) { /* NAN without a profile */
+            double attn = 0.0;
+            for (int k = 0; k < w->n_prof; k++)
+                if (reads_kv(w->prof[k].name)) attn += w->prof[k].ms;
+            w->attn_ms = attn / o->reps;
+        }
         row_profile_print(w, name, o->reps);
     }
     res->profiled = wk_engine_profile(e, NULL, 0) > 0;
