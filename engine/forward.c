@@ -326,16 +326,18 @@ static int op_kv_transform(rec *r, int il, uint32_t T) {
     const wk_hparams *hp = f->hp;
     wk_arg args[3] = {S(&f->a.q), S(&f->a.k), TV(&f->xform_buf)};
     const uint32_t B = (uint32_t)f->xform->block, blocks = (uint32_t)hp->head_dim / B;
-    /* Block owners (4 tokens a workgroup, a lane per block, no barrier) when the blocks are small
-     * enough for registers and at least a quarter of the lanes own one: no more vector work than
-     * row owners, a quarter of the matrix fetches (kv_transform.comp). */
-    const uint32_t tok = B <= 64 && blocks * 4 >= f->vk->subgroup_size ? 4 : 1;
+    /* WK_XFORM_TOKENS tokens a workgroup, so each matrix fetch serves that many; a step of fewer
+     * (decode) takes the one-token twin rather than compute copies of its tokens. Block owners (a
+     * lane per block, no barrier) when the blocks are small enough for registers and at least a
+     * quarter of the lanes own one; row owners (a lane per row, a barrier) else (kv_transform.comp). */
+    const uint32_t owners = B <= 64 && blocks * 4 >= f->vk->subgroup_size;
+    const uint32_t tok = T < WK_XFORM_TOKENS ? 1 : WK_XFORM_TOKENS;
     wk_pc_kv_transform pc = {.head_dim = (uint32_t)hp->head_dim, .n_head = (uint32_t)hp->n_head,
                              .n_head_kv = (uint32_t)hp->n_head_kv, .n_tokens = T, .block = B,
                              .mat_base = (uint32_t)(wk_kv_xform_layer_bytes(f->xform) * (size_t)il / 16),
-                             .tok_per_wg = tok};
-    return wk_dispatch(f->vk, f->pipes, WK_PIPE_KV_TRANSFORM, args, &pc, sizeof pc, (T + tok - 1) / tok,
-                       (uint32_t)(hp->n_head + hp->n_head_kv), 1, r->err, r->errlen);
+                             .block_owners = owners};
+    return wk_dispatch(f->vk, f->pipes, tok == 1 ? WK_PIPE_KV_TRANSFORM_DECODE : WK_PIPE_KV_TRANSFORM, args, &pc,
+                       sizeof pc, (T + tok - 1) / tok, (uint32_t)(hp->n_head + hp->n_head_kv), 1, r->err, r->errlen);
 }
 
 /* The f16 cache: this step's keys and values, rounded to f16, into their blocks. */

@@ -1,6 +1,6 @@
 /* Weight upload: converts each GGUF tensor into the device format the shaders read. Quantized
  * blocks become q8a16 without loss (quant.c proves it per type); F32/BF16 matrices are stored as
- * f16, the one lossy path, taken only for float models. */
+ * f16, taken only for float models; the WUSH-folded W_v / W_o are rounded into q8a16. */
 #include "weights.h"
 
 #include <stdio.h>
@@ -26,6 +26,17 @@ static int upload_vector(wk_vk *vk, const wk_gguf_tensor *t, wk_buf *b, uint64_t
     return rc;
 }
 
+/* codes (n int8) and their scale/offset pairs (n / 16) into m's device buffers. */
+static int upload_q8a(wk_vk *vk, const int8_t *codes, const float *so, size_t n, wk_dev_matrix *m, char *err,
+                      size_t errlen) {
+    m->fmt = WK_WFMT_Q8A;
+    int rc = wk_vk_buffer_create(vk, &m->codes, n, WK_MEM_DEVICE, VK_FORMAT_R32G32B32A32_UINT, err, errlen);
+    if (!rc) rc = wk_vk_buffer_create(vk, &m->scales, n / 16 * 8, WK_MEM_DEVICE, VK_FORMAT_R32G32_SFLOAT, err, errlen);
+    if (!rc) rc = wk_vk_upload(vk, &m->codes, 0, codes, n, err, errlen);
+    if (!rc) rc = wk_vk_upload(vk, &m->scales, 0, so, n / 16 * 8, err, errlen);
+    return rc;
+}
+
 static int upload_matrix(wk_vk *vk, const wk_gguf_tensor *t, wk_dev_matrix *m, uint64_t *bytes, char *err,
                          size_t errlen) {
     memset(m, 0, sizeof *m);
@@ -38,16 +49,12 @@ static int upload_matrix(wk_vk *vk, const wk_gguf_tensor *t, wk_dev_matrix *m, u
     }
     int rc = 0;
     if (wk_quant_is_exact_q8a16(t->type)) {
-        m->fmt = WK_WFMT_Q8A;
         int8_t *codes = malloc(n);
         float *so = malloc(n / 16 * 2 * sizeof(float));
         if (!codes || !so) rc = WK_ERR_NOMEM, snprintf(err, errlen, "out of memory converting '%s'", t->name);
         if (!rc && !wk_quant_to_q8a16(t->type, t->data, n, codes, so))
             rc = WK_ERR_UNSUPPORTED, snprintf(err, errlen, "tensor '%s': cannot convert %s", t->name, wk_ggml_type_name(t->type));
-        if (!rc) rc = wk_vk_buffer_create(vk, &m->codes, n, WK_MEM_DEVICE, VK_FORMAT_R32G32B32A32_UINT, err, errlen);
-        if (!rc) rc = wk_vk_buffer_create(vk, &m->scales, n / 16 * 8, WK_MEM_DEVICE, VK_FORMAT_R32G32_SFLOAT, err, errlen);
-        if (!rc) rc = wk_vk_upload(vk, &m->codes, 0, codes, n, err, errlen);
-        if (!rc) rc = wk_vk_upload(vk, &m->scales, 0, so, n / 16 * 8, err, errlen);
+        if (!rc) rc = upload_q8a(vk, codes, so, n, m, err, errlen);
         free(codes);
         free(so);
     } else {
@@ -88,21 +95,25 @@ static int upload_matrix(wk_vk *vk, const wk_gguf_tensor *t, wk_dev_matrix *m, u
     return 0;
 }
 
-/* An f32 matrix (rows x cols, row-major) uploaded as f16: the folded W_v / W_o. */
-static int upload_f32_as_f16(wk_vk *vk, const float *a, uint32_t rows, uint32_t cols, wk_dev_matrix *m, uint64_t *bytes,
+/* An f32 matrix (rows x cols, row-major; cols a multiple of 16) rounded into q8a16: the folded W_v / W_o.
+ * Not f16: the int8 kernels are the faster ones on every device we measured (a decode step's
+ * matvec_f16 took 0.56 us per thousand elements against matvec_q8a's 0.43, docs/benchmarks.md), and
+ * half a step of 255 per 16 elements is far below the 4-6-bit error of the GGUF's own weights. */
+static int upload_f32_as_q8a(wk_vk *vk, const float *a, uint32_t rows, uint32_t cols, wk_dev_matrix *m, uint64_t *bytes,
                              char *err, size_t errlen) {
     memset(m, 0, sizeof *m);
-    m->fmt = WK_WFMT_F16;
     m->rows = rows;
     m->cols = cols;
     const size_t n = (size_t)rows * cols;
-    uint16_t *h = malloc(n * sizeof *h);
-    if (!h) return snprintf(err, errlen, "out of memory"), WK_ERR_NOMEM;
-    for (size_t i = 0; i < n; i++) h[i] = wk_f32_to_f16(a[i]);
-    int rc = wk_vk_buffer_create(vk, &m->codes, n * 2, WK_MEM_DEVICE, VK_FORMAT_R32G32B32A32_UINT, err, errlen);
-    if (!rc) rc = wk_vk_upload(vk, &m->codes, 0, h, n * 2, err, errlen);
-    free(h);
-    if (!rc) *bytes += m->codes.bytes;
+    if (cols % 16) return snprintf(err, errlen, "folded matrix: row length %u is not a multiple of 16", cols), WK_ERR_UNSUPPORTED;
+    int8_t *codes = malloc(n);
+    float *so = malloc(n / 16 * 2 * sizeof(float));
+    int rc = codes && so ? 0 : (snprintf(err, errlen, "out of memory"), WK_ERR_NOMEM);
+    if (!rc) wk_quant_f32_to_q8a16(a, n, codes, so);
+    if (!rc) rc = upload_q8a(vk, codes, so, n, m, err, errlen);
+    free(codes);
+    free(so);
+    if (!rc) *bytes += m->codes.bytes + m->scales.bytes;
     return rc;
 }
 
@@ -153,8 +164,8 @@ static int upload_folded_v(wk_vk *vk, const wk_hparams *hp, const wk_layer_weigh
             }
         }
     }
-    if (!rc) rc = upload_f32_as_f16(vk, wv2, (uint32_t)(Hk * Dh), (uint32_t)E, &D->wv, bytes, err, errlen);
-    if (!rc) rc = upload_f32_as_f16(vk, wo2, (uint32_t)E, (uint32_t)(Hq * Dh), &D->wo, bytes, err, errlen);
+    if (!rc) rc = upload_f32_as_q8a(vk, wv2, (uint32_t)(Hk * Dh), (uint32_t)E, &D->wv, bytes, err, errlen);
+    if (!rc) rc = upload_f32_as_q8a(vk, wo2, (uint32_t)E, (uint32_t)(Hq * Dh), &D->wo, bytes, err, errlen);
     free(wv), free(wo), free(wv2), free(wo2), free(acc);
     return rc;
 }

@@ -22,9 +22,10 @@ bin=${WUSHKV_BIN:-build/wushkv}
 wush=()
 [[ -n ${WUSH:-} ]] && wush=(--wush "$WUSH")
 
-# name|flags (on top of the default int2 QuEST G32 + WUSH; each names its windows of both layer
+# name|flags (on top of --kv int2: int2 QuEST + WUSH in groups of 32, one width in every layer,
+# unless a candidate names its group or sliding format; each names its windows of both layer
 # classes, so none depends on the default's). prev_default: the default before issue 11 chose
-# g16r128_swa2_r32 (docs/wush-kv.md, "The frontier").
+# g16r128_swa2_r32, the default until G128_g16r128_swa4_r32 (docs/wush-kv.md, "The frontier").
 candidates=(
     "prev_default|--kv-sink 4 --kv-recent 64"
     "g4r52_swa3_nowin|--kv-sink 4 --kv-recent 52 --kv-swa int3 --kv-swa-sink 0 --kv-swa-recent 0"
@@ -33,6 +34,10 @@ candidates=(
     "oscar_swa2_r12|--kv-sink 64 --kv-recent 256 --kv-swa-sink 0 --kv-swa-recent 12"
     "g16r128_swa2_r32|--kv-sink 16 --kv-recent 128 --kv-swa-sink 0 --kv-swa-recent 32"
     "g4r64_swa2_s4r56|--kv-sink 4 --kv-recent 64 --kv-swa-sink 4 --kv-swa-recent 56"
+    # Coarser groups (G128: 2.125 bits, G64: 2.25 at int2) buy the bytes for a wider sliding format.
+    "G128_g16r128_swa4_r32|--kv-group 128 --kv-sink 16 --kv-recent 128 --kv-swa int4 --kv-swa-sink 0 --kv-swa-recent 32"
+    "G64_g16r128_swa4_r32|--kv-group 64 --kv-sink 16 --kv-recent 128 --kv-swa int4 --kv-swa-sink 0 --kv-swa-recent 32"
+    "G128_g64r256_swa3_r64|--kv-group 128 --kv-sink 64 --kv-recent 256 --kv-swa int3 --kv-swa-sink 0 --kv-swa-recent 64"
 )
 want=("$@")
 
@@ -45,7 +50,7 @@ for c in "${candidates[@]}"; do
     flags=${c#*|}
     if ((${#want[@]})) && [[ " ${want[*]} " != *" $name "* ]]; then continue; fi
     # shellcheck disable=SC2086 # flags is a list of flags
-    j=$("$bin" perplexity -f "$text" --ctx "$ctx" --chunks "$chunks" --json "${wush[@]}" $flags 2>/dev/null | tail -1)
+    j=$("$bin" perplexity -f "$text" --ctx "$ctx" --chunks "$chunks" --json "${wush[@]}" --kv int2 $flags 2>/dev/null | tail -1)
     python3 - "$name" "$flags" "$j" <<'PY'
 import json, sys
 j = json.loads(sys.argv[3])

@@ -47,12 +47,13 @@ check "json runs" "$out" 'len(j["prefill_runs_tokens_per_s"]) == 1 and len(j["de
 check "json kv" "$out" 'j["kv"] == "f16" and j["bits_per_element"] == 16 and j["kv_bytes_per_token"] > 0'
 check "json device" "$out" 'j["device"] != "" and j["model"] == "tiny-gemma3" and "peer" not in j'
 
-# 2. The default KV format (int2 + WUSH from the cache, f16 windows), several runs, prefill split
+# 2. The default KV format (int2 + WUSH from the cache, its group 128 halved to the tiny model's
+# head_dim of 64, sliding layers int4, f16 windows), several runs, prefill split
 # into batches: counts and per-run speeds; then plain int2 (no transform, no windows).
 out=$("$exe" bench -m "$model" -p 40 -n 4 -r 2 --batch-tokens 16 --json 2>"$tmp/err")
 rc=$?
 [[ $rc -eq 0 ]] && ok || bad "bench (default KV) exit status $rc" "$(cat "$tmp/err")"
-check "default kv" "$out" 'j["kv"] == "int2 quest G32 wush sink16 recent128 swa:sink0:recent32" and j["bits_per_element"] > 2.5'
+check "default kv" "$out" 'j["kv"] == "int2 quest G64 wush sink16 recent128 swa:int4 swa:sink0:recent32" and j["bits_per_element"] > 2.25'
 grep -q 'no WUSH-KV sidecar for this model' "$tmp/err" && ok || bad "bench calibrates the default's sidecar" "$(cat "$tmp/err")"
 out=$("$exe" bench -m "$model" -p 40 -n 4 -r 2 --batch-tokens 16 --kv int2 --kv-transform none --kv-sink 0 --kv-recent 0 --json 2>"$tmp/err")
 rc=$?

@@ -77,16 +77,17 @@ if [[ -n $writer ]]; then
     expect 0 '"kv":"int2 quest G32 wush","bits_per_element":2.5,' -- generate -m "$model" -p "the fox" -n 2 --json --wush "$wush" "${nowin[@]}"
     expect 0 'KV int2 quest G32 wush' -- generate -m "$model" -p "the fox" -n 2 --wush "$wush"
 
-    # The default format (int2 QuEST G32 + WUSH, f16 windows 4 / 64) with no --wush: the sidecar is
+    # The default format (int2 QuEST + WUSH in groups of 128, which the tiny model's head_dim of 64
+    # halves to 64; sliding layers int4; f16 windows) with no --wush: the sidecar is
     # calibrated into the cache directory on the first run (from the built-in text; 512 tokens here
     # to keep the test short), reused on the next without calibrating, and a corrupt or another
     # model's file is refused with a message and replaced. Evidence: the log lines and the file.
     export WUSHKV_CACHE_DIR=$tmp/cache WUSHKV_CALIB_TOKENS=512
     expect 0 'no WUSH-KV sidecar for this model in .*/cache: calibrating' -- "${ppl[@]}"
-    if grep -q '"kv":"int2 quest G32 wush sink16 recent128 swa:sink0:recent32"' <<<"$out"; then ok; else ko 'the default format in --json' "${ppl[@]}"; fi
-    cached=("$tmp"/cache/*.g32.t512.wush)
+    if grep -q '"kv":"int2 quest G64 wush sink16 recent128 swa:int4 swa:sink0:recent32"' <<<"$out"; then ok; else ko 'the default format in --json' "${ppl[@]}"; fi
+    cached=("$tmp"/cache/*.g64.t512.wush)
     if [[ ${#cached[@]} -eq 1 && -s ${cached[0]} && -z $(find "$tmp/cache" -name '*.tmp') ]]; then ok
-    else ko "one cached sidecar *.g32.t512.wush and no temporary file" "ls $tmp/cache: $(ls "$tmp/cache")"; fi
+    else ko "one cached sidecar *.g64.t512.wush and no temporary file" "ls $tmp/cache: $(ls "$tmp/cache")"; fi
     stamp=$(stat -c %y "${cached[0]}")
     expect 0 "WUSH-KV sidecar ${cached[0]} \(cached\)" -- "${ppl[@]}"
     if ! grep -q calibrat <<<"$out" && [[ $(stat -c %y "${cached[0]}") == "$stamp" ]]; then ok
@@ -161,10 +162,10 @@ if [[ -n $writer ]]; then
     if "$writer" "$llama" llama 7; then
         expect 0 'no sliding-window layers: their KV format \(int3\) has no effect' -- generate -m "$llama" -p "the fox" -n 2 --kv int2 --kv-swa int3
         expect 0 'no sliding-window layers: their f16 windows \(sink 0 recent 2\) have no effect' -- generate -m "$llama" -p "the fox" -n 2 --kv int2 --kv-swa-sink 0 --kv-swa-recent 2
-        # The default's per-class windows were not asked for: on this model they say nothing (its
-        # sidecar is the one the two runs above cached).
+        # The default's per-class part was not asked for: on this model it says nothing (its
+        # group, 64 here, gets a sidecar of its own in the cache).
         run generate -m "$llama" -p "the fox" -n 2
-        if [[ $rc -eq 0 ]] && grep -q 'KV int2 quest G32 wush sink16 recent128 swa:sink0:recent32' <<<"$out" &&
+        if [[ $rc -eq 0 ]] && grep -q 'KV int2 quest G64 wush sink16 recent128 swa:int4 swa:sink0:recent32' <<<"$out" &&
             ! grep -q 'no effect' <<<"$out"; then ok
         else ko 'rc=0, the default format, no "no effect" line' generate -m "$llama" -p "the fox" -n 2; fi
     else ko "$writer $llama llama 7" ""; fi

@@ -36,21 +36,23 @@ static const char *describe(const char *const *args, char *buf, size_t cap) {
     } while (0)
 
 static void test_describe(void) {
-    /* No flags: THE default, int2 QuEST G32 after WUSH with f16 windows 16 / 128 in the
-     * full-attention layers and 0 / 32 in the sliding-window ones. */
-    CHECK_DESCRIBE("int2 quest G32 wush sink16 recent128 swa:sink0:recent32", NULL);
+    /* No flags: THE default, int2 QuEST G128 after WUSH with f16 windows 16 / 128 in the
+     * full-attention layers, int4 with windows 0 / 32 in the sliding-window ones. */
+    CHECK_DESCRIBE("int2 quest G128 wush sink16 recent128 swa:int4 swa:sink0:recent32", NULL);
     /* --kv f16 opts out: the default transform and windows go with it. */
     CHECK_DESCRIBE("f16", "--kv", "f16");
     CHECK_DESCRIBE("f16", "--kv=int2", "--kv", "f16");                    /* the last one counts */
-    /* Each explicit flag overrides its own part of the default only. */
+    /* Each explicit flag overrides its own part of the default only; naming the format (--kv, or
+     * a --wush sidecar) takes the plain one: groups of 32, one width in every layer. */
     CHECK_DESCRIBE("int4 quest G32 wush sink16 recent128 swa:sink0:recent32", "--kv", "int4");
-    CHECK_DESCRIBE("int2 quest G32 sink16 recent128 swa:sink0:recent32", "--kv-transform", "none");
+    CHECK_DESCRIBE("int2 quest G32 wush sink16 recent128 swa:sink0:recent32", "--kv", "int2");
+    CHECK_DESCRIBE("int2 quest G128 sink16 recent128 swa:int4 swa:sink0:recent32", "--kv-transform", "none");
     /* A window flag replaces the default's windows, both classes: the sliding layers follow
      * --kv-sink / --kv-recent as they did before the default had a per-class part. */
-    CHECK_DESCRIBE("int2 quest G32 wush recent128", "--kv-sink", "0");
-    CHECK_DESCRIBE("int2 quest G32 wush sink4 recent64", "--kv-sink", "4", "--kv-recent", "64");
-    CHECK_DESCRIBE("int2 quest G64 wush sink16 recent8", "--kv-group", "64", "--kv-recent", "8");
-    CHECK_DESCRIBE("int2 absmax G32 wush sink16 recent128 swa:sink0:recent32", "--kv-quant", "absmax");
+    CHECK_DESCRIBE("int2 quest G128 wush recent128 swa:int4", "--kv-sink", "0");
+    CHECK_DESCRIBE("int2 quest G128 wush sink4 recent64 swa:int4", "--kv-sink", "4", "--kv-recent", "64");
+    CHECK_DESCRIBE("int2 quest G64 wush sink16 recent8 swa:int4", "--kv-group", "64", "--kv-recent", "8");
+    CHECK_DESCRIBE("int2 absmax G128 wush sink16 recent128 swa:int4 swa:sink0:recent32", "--kv-quant", "absmax");
     CHECK_DESCRIBE("int2 quest G32", "--kv", "int2", "--kv-transform", "none", "--kv-sink", "0", "--kv-recent", "0");
     CHECK_DESCRIBE("int2 quest G32 wush sink16 recent128 swa:sink0:recent32", "--wush", "s.wush");
     CHECK_DESCRIBE("f16 wush", "--wush", "s.wush", "--kv", "f16");        /* a sidecar keeps wush on f16 */
@@ -70,19 +72,21 @@ static void test_describe(void) {
     CHECK_DESCRIBE("", "--kv", "f16", "--kv-group", "64");
     CHECK_DESCRIBE("int2 quest G32 wush sink16 recent128 swa:sink0:recent32", "--kv", "int4", "--kv", "int2"); /* the last one counts */
     /* Per-layer-class formats: named only when they differ from --kv. */
-    CHECK_DESCRIBE("int2 quest G32 wush sink16 recent128 swa:int4 swa:sink0:recent32", "--kv-swa", "int4");
+    CHECK_DESCRIBE("int2 quest G128 wush sink16 recent128 swa:int3 swa:sink0:recent32", "--kv-swa", "int3");
+    CHECK_DESCRIBE("int2 quest G128 wush sink16 recent128 swa:sink0:recent32", "--kv-swa", "int2");
+    CHECK_DESCRIBE("int2 quest G32 wush sink16 recent128 swa:int4 swa:sink0:recent32", "--kv", "int2", "--kv-swa", "int4");
     CHECK_DESCRIBE("int3 quest G32 wush sink16 recent128 swa:sink0:recent32", "--kv", "int3", "--kv-swa", "int3");
     CHECK_DESCRIBE("", "--kv", "f16", "--kv-swa", "int4");                  /* f16 has no sliding format */
     CHECK_DESCRIBE("", "--kv", "int2", "--kv-swa", "f16");                  /* int2, int3, int4 only */
     CHECK_DESCRIBE("", "--kv", "int2", "--kv-swa", "int5");
     /* Windows per layer class: the sliding layers' own, named when they differ; the one of the
      * pair not given follows --kv-sink / --kv-recent. */
-    CHECK_DESCRIBE("int2 quest G32 wush sink16 recent128 swa:sink0:recent0", "--kv-swa-sink", "0", "--kv-swa-recent", "0");
-    CHECK_DESCRIBE("int2 quest G32 wush sink64 recent256 swa:sink0:recent0", "--kv-sink", "64", "--kv-recent", "256",
+    CHECK_DESCRIBE("int2 quest G128 wush sink16 recent128 swa:int4 swa:sink0:recent0", "--kv-swa-sink", "0", "--kv-swa-recent", "0");
+    CHECK_DESCRIBE("int2 quest G128 wush sink64 recent256 swa:int4 swa:sink0:recent0", "--kv-sink", "64", "--kv-recent", "256",
                    "--kv-swa-sink=0", "--kv-swa-recent=0");
-    CHECK_DESCRIBE("int2 quest G32 wush sink16 recent128 swa:sink16:recent16", "--kv-swa-recent", "16");
-    CHECK_DESCRIBE("int2 quest G32 wush sink8 recent128 swa:sink0:recent128", "--kv-swa-sink", "0", "--kv-sink", "8");
-    CHECK_DESCRIBE("int2 quest G32 wush sink16 recent128", "--kv-swa-sink", "16", "--kv-swa-recent", "128");
+    CHECK_DESCRIBE("int2 quest G128 wush sink16 recent128 swa:int4 swa:sink16:recent16", "--kv-swa-recent", "16");
+    CHECK_DESCRIBE("int2 quest G128 wush sink8 recent128 swa:int4 swa:sink0:recent128", "--kv-swa-sink", "0", "--kv-sink", "8");
+    CHECK_DESCRIBE("int2 quest G128 wush sink16 recent128 swa:int4", "--kv-swa-sink", "16", "--kv-swa-recent", "128");
     CHECK_DESCRIBE("", "--kv", "f16", "--kv-swa-sink", "0");               /* a quantized cache's */
     CHECK_DESCRIBE("", "--kv-swa-recent", "-1");
     CHECK_DESCRIBE("", "--kv", "int2", "--kv-rho-k", "0.9");
@@ -134,14 +138,14 @@ static void test_apply(void) {
     kv_flags_apply(&f, &p);
     CHECK_EQ_INT(p.kv_bits, 2);
     CHECK_EQ_INT(p.kv_quant, WK_KV_QUANT_QUEST);
-    CHECK_EQ_INT(p.kv_group, 32);
+    CHECK_EQ_INT(p.kv_group, 128);
     CHECK_EQ_INT(p.kv_transform, WK_KV_TRANSFORM_WUSH);
     CHECK(p.wush_path == NULL);
     CHECK_EQ_INT(p.kv_sink, 16);
     CHECK_EQ_INT(p.kv_recent, 128);
     CHECK_EQ_INT(p.kv_mem, 0);
     CHECK(p.kv_rho_k == 0.0f && p.kv_rho_v == 0.0f);
-    CHECK_EQ_INT(p.kv_swa_bits, 0); /* the same format as --kv */
+    CHECK_EQ_INT(p.kv_swa_bits, 4); /* the sliding layers at int4 */
     CHECK(p.kv_swa_windows);        /* the sliding layers' own windows: the last 32 tokens */
     CHECK_EQ_INT(p.kv_swa_sink, 0);
     CHECK_EQ_INT(p.kv_swa_recent, 32);

@@ -1,5 +1,6 @@
 /* Quant tests: hand-built blocks with hand-computed values, an independent double-precision
- * reference for every block type, f16 edge cases, and the q8a16 == dequantize exactness property. */
+ * reference for every block type, f16 edge cases, the q8a16 == dequantize exactness property, and
+ * the rounding of f32 matrices into q8a16. */
 #include <math.h>
 #include <stdint.h>
 #include <string.h>
@@ -470,6 +471,42 @@ static void test_q8a16_extremes(void) {
     CHECK_EQ_INT(bad, 0);
 }
 
+/* f32 -> q8a16 rounding (the folded W_v / W_o): every element within half a step of its value (and
+ * the step no more than its 16's span / 255), the ends of each 16 within half a step, every code of
+ * -128..127 reachable, a constant 16 exact, and values already on a grid of 255 steps kept to f32
+ * rounding. */
+static void test_f32_to_q8a16(void) {
+    enum { N = 16 * 64 };
+    static float x[N], so[N / 8];
+    static int8_t codes[N];
+    uint64_t rng = 0xF01D;
+    for (int i = 0; i < N; i++) {
+        rng ^= rng << 13, rng ^= rng >> 7, rng ^= rng << 17;
+        double u = (double)(rng >> 11) / 9007199254740992.0;
+        int g = i / 16;
+        /* groups of different magnitudes and signs; group 1 constant, group 2 on an exact grid */
+        x[i] = g == 1 ? -0.75f : g == 2 ? (float)(0.5 + 0.25 * (i % 16) * 17) : (float)((u - 0.3) * ldexp(1.0, g % 20 - 10));
+    }
+    wk_quant_f32_to_q8a16(x, N, codes, so);
+    int far = 0, wide = 0, seen_lo = 0, seen_hi = 0;
+    for (int g = 0; g < N / 16; g++) {
+        float lo = x[g * 16], hi = lo;
+        for (int i = 0; i < 16; i++) lo = fminf(lo, x[g * 16 + i]), hi = fmaxf(hi, x[g * 16 + i]);
+        const double s = so[2 * g], o = so[2 * g + 1];
+        wide += s > ((double)hi - lo) / 255.0 * (1 + 1e-6);
+        for (int i = 0; i < 16; i++) {
+            double y = codes[g * 16 + i] * s + o;
+            far += fabs(y - x[g * 16 + i]) > 0.5 * s * (1 + 1e-6) + 1e-30;
+            seen_lo += codes[g * 16 + i] == -128, seen_hi += codes[g * 16 + i] == 127;
+        }
+    }
+    CHECK_EQ_INT(far, 0);
+    CHECK_EQ_INT(wide, 0);
+    CHECK(seen_lo >= N / 16 - 1 && seen_hi >= N / 16 - 1); /* each non-constant 16 spans the codes */
+    for (int i = 16; i < 32; i++) CHECK(codes[i] * so[2] + so[3] == -0.75f);
+    for (int i = 32; i < 48; i++) CHECK(fabsf(codes[i] * so[4] + so[5] - x[i]) <= 1e-5f * fabsf(x[i]));
+}
+
 int main(void) {
     test_q4_0();
     test_q4_1();
@@ -483,5 +520,6 @@ int main(void) {
     test_f16();
     test_q8a16_property();
     test_q8a16_extremes();
+    test_f32_to_q8a16();
     TEST_MAIN_END();
 }

@@ -87,7 +87,10 @@ int wk_kv_cache_create_paged(wk_vk *vk, wk_kv_cache *kv, const wk_hparams *hp, c
     /* With windows every sequence takes one of n_slots window slots; without, the engine's slots
      * bound the sequences. */
     pp.max_seqs = windows ? (uint32_t)n_slots : 0;
-    if (windows && budget < pp.max_seqs * kv->layout.window_bytes + kv->layout.n_groups * kv->layout.bytes_per_block)
+    /* The window slots and a block of each layer group this pool holds (the full-attention ones
+     * alone when the sliding layers have a pool of their own). */
+    const uint64_t groups0 = (uint64_t)(mixed ? kv->layout.n_groups - kv->layout.swa_groups : kv->layout.n_groups);
+    if (windows && budget < pp.max_seqs * kv->layout.window_bytes + groups0 * kv->layout.bytes_per_block)
         return snprintf(err, errlen, "KV pool of %llu bytes cannot hold %u f16 window slots of %llu bytes (one per "
                         "sequence) and a block: raise --kv-mem or lower --kv-sink/--kv-recent/--kv-swa-sink/--kv-swa-recent",
                         (unsigned long long)budget, pp.max_seqs, (unsigned long long)kv->layout.window_bytes),

@@ -7,9 +7,11 @@
  * code*scale therefore needs at most 23 significant bits and is exact in float; the single
  * rounding happens in the add of the offset, with or without fma. The offset of types without a
  * min is -0.0f, not +0.0f: x + (-0) == x for every x including -0, whereas -0 + (+0) is +0 and
- * would flip the sign of ggml's negative zeros. */
+ * would flip the sign of ggml's negative zeros. Matrices the engine computes (the folded W_v / W_o)
+ * are rounded into the same format by wk_quant_f32_to_q8a16, the one lossy path into it. */
 #include "model/quant.h"
 
+#include <math.h>
 #include <string.h>
 
 /* ---- half / bfloat16 ---- */
@@ -319,4 +321,21 @@ bool wk_quant_to_q8a16(wk_ggml_type type, const void *src, size_t n, int8_t *cod
     const uint8_t *s = src;
     for (size_t i = 0; i < n / be; i++) q8a16_block(type, s + i * bb, codes + i * be, scale_offset + i * (be / 16) * 2);
     return true;
+}
+
+void wk_quant_f32_to_q8a16(const float *src, size_t n, int8_t *codes, float *scale_offset) {
+    for (size_t g = 0; g < n / 16; g++) {
+        const float *x = src + g * 16;
+        float lo = x[0], hi = x[0];
+        for (int i = 1; i < 16; i++) lo = x[i] < lo ? x[i] : lo, hi = x[i] > hi ? x[i] : hi;
+        /* The step and offset are rounded to f32 first, then the codes chosen against those values:
+         * the device computes code * scale + offset with exactly them. */
+        const float scale = (float)(((double)hi - lo) / 255.0), offset = (float)(lo + 128.0 * scale);
+        for (int i = 0; i < 16; i++) {
+            double c = scale > 0 ? nearbyint(((double)x[i] - offset) / scale) : 0;
+            codes[g * 16 + i] = (int8_t)(c < -128 ? -128 : c > 127 ? 127 : c);
+        }
+        scale_offset[2 * g] = scale;
+        scale_offset[2 * g + 1] = offset;
+    }
 }

@@ -20,6 +20,12 @@ bool wk_dequantize(wk_ggml_type type, const void *src, float *dst, size_t n);
 bool wk_quant_is_exact_q8a16(wk_ggml_type type);
 bool wk_quant_to_q8a16(wk_ggml_type type, const void *src, size_t n, int8_t *codes, float *scale_offset);
 
+/* f32 values (n a multiple of 16) rounded into q8a16, for matrices the engine computes itself (the
+ * WUSH-folded W_v / W_o): each 16 spans its [min, max] in 255 steps, codes -128..127 to nearest, so
+ * an element is off by at most half a step, (max - min) / 510; equal values are exact. Not lossless
+ * like the conversion above, but it keeps those matrices on the int8 kernels. */
+void wk_quant_f32_to_q8a16(const float *src, size_t n, int8_t *codes, float *scale_offset);
+
 /* IEEE half <-> float. */
 float wk_f16_to_f32(uint16_t h);
 uint16_t wk_f32_to_f16(float f); /* round to nearest even */

@@ -60,6 +60,18 @@ int wk_model_fingerprint_file(const char *model_path, char out[WK_FINGERPRINT_LE
     return WK_OK;
 }
 
+int wk_model_head_dim_file(const char *model_path, int *head_dim, char *err, size_t errlen) {
+    char gerr[WK_ERRMSG_LEN];
+    wk_gguf *model = wk_gguf_open(model_path, gerr, sizeof gerr);
+    if (!model) return wk_fail(err, errlen, WK_ERR_IO, "model %s: %s", model_path, gerr);
+    wk_model_desc *desc = malloc(sizeof *desc);
+    int rc = desc ? wk_model_desc_load(model, desc, err, errlen) : wk_fail(err, errlen, WK_ERR_NOMEM, "out of memory");
+    if (rc == WK_OK) *head_dim = desc->hp.head_dim;
+    free(desc);
+    wk_gguf_close(model);
+    return rc;
+}
+
 /* ---- the calibrator -------------------------------------------------------------------------- */
 
 enum { N_VM = 3 }; /* value weightings: plain, mass, mass2 */

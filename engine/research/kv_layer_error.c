@@ -5,8 +5,9 @@
  * encoders) and the transforms are the matrices the engine would load (kv_transform.c).
  *
  * What it does not model: the engine transforms f32 keys before they are ever rounded to f16 and
- * computes v' = (T_V W_v) x with the folded matrix stored as f16; here the f16 keys and values of
- * the capture are transformed in double. Both differences are far below any 2..4-bit error. */
+ * computes v' = (T_V W_v) x with the folded matrix rounded to 8 bits (q8a16); here the f16 keys and
+ * values of the capture are transformed in double. Both differences are far below any 2..4-bit
+ * error. */
 #include <math.h>
 #include <pthread.h>
 #include <stdarg.h>

@@ -20,6 +20,10 @@
  * engine/kv/attention_plan.h says when a step may use them). */
 enum { WK_ATTN_DECODE_ROWS = 4 };
 
+/* kv_transform's tokens per workgroup (its specialisation constant 3; its register arrays hold at
+ * most this many); kv_transform_decode takes one, for steps of fewer tokens than this. */
+enum { WK_XFORM_TOKENS = 4 };
+
 /* embed: x[t] = W[tokens[t]] * scale */
 #define WK_PC_EMBED(X, s) X(s, uint32_t, n_embd) X(s, uint32_t, n_tokens) X(s, float, scale)
 typedef struct { WK_PC_EMBED(WK_PC_MEMBER, ) } wk_pc_embed;
@@ -83,7 +87,7 @@ typedef struct { WK_PC_KV_STORE_QUANT(WK_PC_MEMBER, ) } wk_pc_kv_store_quant;
 
 #define WK_PC_KV_TRANSFORM(X, s)                                                                    \
     X(s, uint32_t, head_dim) X(s, uint32_t, n_head) X(s, uint32_t, n_head_kv) X(s, uint32_t, n_tokens) \
-    X(s, uint32_t, block) X(s, uint32_t, mat_base) X(s, uint32_t, tok_per_wg)
+    X(s, uint32_t, block) X(s, uint32_t, mat_base) X(s, uint32_t, block_owners)
 typedef struct { WK_PC_KV_TRANSFORM(WK_PC_MEMBER, ) } wk_pc_kv_transform;
 
 #define WK_PC_KV_STORE_F16(X, s)                                                                     \

@@ -59,6 +59,7 @@ static const pipe_spec specs[WK_PIPE_COUNT] = {
     [WK_PIPE_ATTENTION_REDUCE] = {"attention_reduce", SPV(wk_spv_attention_reduce), "SS", sizeof(wk_pc_attention_reduce), true},
     [WK_PIPE_KV_STORE_QUANT] = {"kv_store_quant", SPV(wk_spv_kv_store_quant), "SSSSI", sizeof(wk_pc_kv_store_quant), false},
     [WK_PIPE_KV_TRANSFORM] = {"kv_transform", SPV(wk_spv_kv_transform), "SST", sizeof(wk_pc_kv_transform), true},
+    [WK_PIPE_KV_TRANSFORM_DECODE] = {"kv_transform_decode", SPV(wk_spv_kv_transform), "SST", sizeof(wk_pc_kv_transform), true},
     [WK_PIPE_KV_STORE_F16] = {"kv_store_f16", SPV(wk_spv_kv_store_f16), "SSSSI", sizeof(wk_pc_kv_store_f16), false},
     [WK_PIPE_GLU] = {"glu", SPV(wk_spv_glu), "SSS", sizeof(wk_pc_glu), false},
 };
@@ -206,8 +207,10 @@ int wk_pipelines_specialize_kv(wk_vk *vk, wk_pipelines *p, bool sliding, int kin
 
 int wk_pipelines_specialize_transform(wk_vk *vk, wk_pipelines *p, int block, char *err, size_t errlen) {
     (void)err, (void)errlen;
-    const int32_t c[4] = {block, 0, 0, 0};
-    set_spec(vk, p, WK_PIPE_KV_TRANSFORM, c);
+    /* Constant 3: tokens a workgroup (WK_XFORM_TOKENS for steps, 1 for the decode twin). */
+    const int32_t steps[4] = {block, WK_XFORM_TOKENS, 0, 0}, decode[4] = {block, 1, 0, 0};
+    set_spec(vk, p, WK_PIPE_KV_TRANSFORM, steps);
+    set_spec(vk, p, WK_PIPE_KV_TRANSFORM_DECODE, decode);
     return 0;
 }
 

@@ -23,6 +23,7 @@ typedef enum {
     WK_PIPE_KV_STORE_WINDOW,
     WK_PIPE_KV_STORE_QUANT,
     WK_PIPE_KV_TRANSFORM,
+    WK_PIPE_KV_TRANSFORM_DECODE, /* the same with one token a workgroup, for steps of under 4 tokens */
     WK_PIPE_KV_STORE_F16,
     WK_PIPE_GLU,
     WK_PIPE_COUNT

@@ -149,6 +149,11 @@ int wk_wush_sidecar_check_file(const char *model_path, const char *path, int *bl
  * the key of a sidecar cache. WK_OK, or WK_ERR_IO with a message when the file cannot be read as
  * GGUF. Any thread. */
 int wk_model_fingerprint_file(const char *model_path, char out[WK_MODEL_FINGERPRINT_LEN], char *err, size_t errlen);
+/* The head_dim (elements of one key or value head) of the model file at model_path, from its GGUF
+ * metadata, without a device: what a KV format's group must divide, known before an engine opens.
+ * WK_OK, or an error with a message (WK_ERR_IO: not readable as GGUF; others: wk_engine_open's for
+ * the metadata). Any thread. */
+int wk_model_head_dim_file(const char *model_path, int *head_dim, char *err, size_t errlen);
 
 #ifdef __cplusplus
 }

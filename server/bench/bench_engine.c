@@ -195,7 +195,7 @@ static void row_name(const bench_row *w, char *buf, size_t cap) {
 }
 
 typedef struct engine_result {
-    char model_name[256], device[256], kv_desc[64];
+    char model_name[256], device[256], kv_desc[128];
     char device_type[32], driver[256], driver_info[256];
     unsigned subgroup, shared_memory, vendor_id, device_id;
     double bits_per_element;
@@ -235,11 +235,13 @@ static int measure_engine(const bench_engine_opts *o, const char *model, engine_
     wk_engine_params_default(&ep);
     cli_common_apply(&o->common, &ep);
     ep.model_path = model;
-    kv_flags_apply(&o->kv, &ep);
+    kv_flags kv = o->kv;
+    kv_flags_fit_model(&kv, model);
+    kv_flags_apply(&kv, &ep);
     ep.max_ctx = o->ctx ? o->ctx : need_ctx;
     ep.max_batch_tokens = o->batch_tokens;
     ep.max_seqs = 1;
-    kv_flags_describe(&o->kv, res->kv_desc, sizeof res->kv_desc);
+    kv_flags_describe(&kv, res->kv_desc, sizeof res->kv_desc);
     if (make_rows(o, res) < 0) {
         fprintf(stderr, "wushkv bench: out of memory\n");
         return 1;

@@ -330,6 +330,7 @@ int cmd_generate(int argc, char **argv) {
     wk_engine_params ep;
     wk_engine_params_default(&ep);
     cli_common_apply(&o.common, &ep);
+    kv_flags_fit_model(&o.kv, o.common.model);
     kv_flags_apply(&o.kv, &ep);
     ep.max_ctx = o.ctx;
     ep.max_batch_tokens = PREFILL_CHUNK;

@@ -180,7 +180,8 @@ static bool fit_connections(cli *c, int *max_conns, bool given) {
 }
 
 /* Parses argv into cfg. Returns -1 to go on, else the exit status (0 after --help). */
-static int parse_serve(int argc, char **argv, serve_config *cfg, char *key_buf, size_t key_cap) {
+static int parse_serve(int argc, char **argv, serve_config *cfg, char *key_buf, size_t key_cap, char *model_buf,
+                       size_t model_cap) {
     memset(cfg, 0, sizeof *cfg);
     cfg->host = "127.0.0.1";
     cfg->port = 8080;
@@ -278,19 +279,22 @@ static int parse_serve(int argc, char **argv, serve_config *cfg, char *key_buf, 
         }
         if (!ok) return CLI_EXIT_USAGE;
     }
-    cfg->engine.model_path = common.model;
     cfg->engine.device_index = common.device;
     cfg->engine.verbose = common.verbose;
     cfg->engine.release_model_file = true; /* a model file changed under the server cannot fault it */
     if (!kv_flags_finish(&c, &kv)) return CLI_EXIT_USAGE;
-    kv_flags_apply(&kv, &cfg->engine);
-    kv_flags_describe(&kv, cfg->kv_desc, sizeof cfg->kv_desc);
     if (!fit_connections(&c, &cfg->limits.max_conns, max_conns_given)) return CLI_EXIT_USAGE;
     if (cfg->engine.max_seqs > cfg->engine.max_batch_tokens) {
         cli_error(&c, "--max-batch %d exceeds --batch-tokens %d: every running sequence needs a token per step",
                   cfg->engine.max_seqs, cfg->engine.max_batch_tokens);
         return CLI_EXIT_USAGE;
     }
+    /* The model is known before the KV format is final: the default's group fits its head_dim. */
+    cfg->engine.model_path = cli_model_path("serve", common.model, model_buf, model_cap);
+    if (!cfg->engine.model_path) return 1;
+    kv_flags_fit_model(&kv, cfg->engine.model_path);
+    kv_flags_apply(&kv, &cfg->engine);
+    kv_flags_describe(&kv, cfg->kv_desc, sizeof cfg->kv_desc);
     return -1;
 }
 
@@ -326,10 +330,8 @@ int cmd_serve(int argc, char **argv) {
     static serve_state s; /* handles must outlive every callback: the loop runs to the end here */
     char key[512], model[4096];
     memset(&s, 0, sizeof s);
-    int rc = parse_serve(argc, argv, &s.cfg, key, sizeof key);
+    int rc = parse_serve(argc, argv, &s.cfg, key, sizeof key, model, sizeof model);
     if (rc >= 0) return rc;
-    s.cfg.engine.model_path = cli_model_path("serve", s.cfg.engine.model_path, model, sizeof model);
-    if (!s.cfg.engine.model_path) return 1;
     char err[WK_ERRMSG_LEN] = "";
     rc = cli_engine_env(&s.cfg.engine, err, sizeof err);
     if (rc < 0) { /* as the engine thread reports a failed open */

@@ -2,6 +2,8 @@
  * defaults and errors are the same everywhere (see kv_flags.h). */
 #include "cli/kv_flags.h"
 
+#include "wushkv/research.h"
+
 #include <limits.h>
 #include <stdarg.h>
 #include <string.h>
@@ -24,7 +26,8 @@ static const struct {
     {"--kv-quant", "Q", "quantizer of int2/3/4: quest (default), percentile, absmax"},
     {"--kv-group", "G",
      "elements of a head vector per quantization group (and Hadamard\n"
-     "block): 16, 32 (default), 64, 128, 256"},
+     "block): 16, 32, 64, 128, 256 (default: 128, or the largest\n"
+     "that divides the model's head_dim; 32 with --kv or --wush)"},
     {"--kv-mem", "BYTES",
      "KV pool size, e.g. 256MiB (default: room for every sequence's\n"
      "full context)"},
@@ -56,22 +59,29 @@ enum { N_FLAGS = sizeof flags / sizeof flags[0] };
 
 /* THE default KV format of every command (serve, generate, perplexity, bench): the best 2-bit
  * format measured inside issue 11's byte bounds (docs/wush-kv.md, "The frontier"): int2 QuEST in
- * groups of 32 after the WUSH transform (its sidecar found or made by wush_cache.c when no --wush
- * is given), with the first 16 and the last 128 tokens of the full-attention layers kept in f16
- * and the last 32 of the sliding-window layers (a sliding layer's f16 row costs 5x a global one's
- * on Gemma 3, and a sliding layer cannot see the first tokens past its window anyway). Change it
- * here and nowhere else. */
+ * groups of 128 after the WUSH transform (its sidecar found or made by wush_cache.c when no --wush
+ * is given), with the first 16 and the last 128 tokens of the full-attention layers kept in f16;
+ * the sliding-window layers at int4 with their last 32 tokens in f16 (a sliding layer holds at
+ * most its window, so its bits are cheap at long context; its f16 row costs 5x a global one's on
+ * Gemma 3, and it cannot see the first tokens past its window anyway). Change it here and nowhere
+ * else. */
 #define KV_DEFAULT_BITS 2
 #define KV_DEFAULT_QUANT WK_KV_QUANT_QUEST
-#define KV_DEFAULT_GROUP 32
 #define KV_DEFAULT_TRANSFORM WK_KV_TRANSFORM_WUSH
 #define KV_DEFAULT_SINK 16
 #define KV_DEFAULT_RECENT 128
+/* The default's group, made to divide the model's head_dim (kv_flags_fit_model halves it), and
+ * the group of a format named on the command line (--kv, or a --wush sidecar: `wushkv calibrate`
+ * makes them for groups of 32 unless told otherwise). The default's group stands only while none
+ * of --kv, --kv-group, --wush is given (kv_flags_finish), so every explicit command line means what
+ * it meant before the default's group was 128. */
+#define KV_DEFAULT_GROUP 128
+#define KV_NAMED_GROUP 32
 /* Its per-layer-class part, for models with sliding-window layers (no effect on the others): the
- * sliding layers' width (0: KV_DEFAULT_BITS) and their own f16 windows. It stands only while no
- * flag of its kind is given (kv_flags_finish), so every explicit command line means what it meant
- * before the default had a per-class part. */
-#define KV_DEFAULT_SWA_BITS 0
+ * sliding layers' width and their own f16 windows. The width stands only while none of --kv,
+ * --wush, --kv-swa is given, the windows while no window flag is (kv_flags_finish), for the same
+ * reason. */
+#define KV_DEFAULT_SWA_BITS 4
 #define KV_DEFAULT_SWA_SINK 0
 #define KV_DEFAULT_SWA_RECENT 32
 
@@ -79,7 +89,7 @@ void kv_flags_init(kv_flags *f) {
     memset(f, 0, sizeof *f);
     f->bits = KV_DEFAULT_BITS;
     f->quant = KV_DEFAULT_QUANT;
-    f->group = KV_DEFAULT_GROUP;
+    f->group = KV_DEFAULT_GROUP; /* kv_flags_finish settles it */
     f->transform = KV_DEFAULT_TRANSFORM;
     f->sink = KV_DEFAULT_SINK;
     f->recent = KV_DEFAULT_RECENT;
@@ -192,7 +202,10 @@ bool kv_flags_finish(const cli *c, kv_flags *f) {
         f->swa_sink = KV_DEFAULT_SWA_SINK;
         f->swa_recent = KV_DEFAULT_SWA_RECENT;
     }
-    if (f->bits == KV_DEFAULT_BITS && !f->swa_bits_given) f->swa_bits = KV_DEFAULT_SWA_BITS;
+    /* A format named by --kv or a --wush sidecar is the plain one: groups of 32, one width. */
+    const bool named = f->bits_given || f->wush_path;
+    if (!named && !f->swa_bits_given) f->swa_bits = KV_DEFAULT_SWA_BITS;
+    if (!f->group_given) f->group = named ? KV_NAMED_GROUP : KV_DEFAULT_GROUP;
     if (f->bits == 16 && f->quantized_only) {
         cli_error(c, "%s applies to a quantized KV cache (--kv int2, int3 or int4), not to f16", f->quantized_only);
         return false;
@@ -237,6 +250,15 @@ static void append(char *buf, size_t cap, size_t *len, const char *fmt, ...) {
     int w = vsnprintf(buf + *len, cap - *len, fmt, ap);
     va_end(ap);
     if (w > 0) *len = *len + (size_t)w < cap ? *len + (size_t)w : cap;
+}
+
+void kv_flags_fit_model(kv_flags *f, const char *model_path) {
+    if (f->group_given || f->group != KV_DEFAULT_GROUP || !model_path) return;
+    int head_dim = 0;
+    char err[WK_ERRMSG_LEN];
+    /* Unreadable: leave it, wk_engine_open reports the model's problem in its own words. */
+    if (wk_model_head_dim_file(model_path, &head_dim, err, sizeof err) != WK_OK || head_dim <= 0) return;
+    while (f->group > 16 && head_dim % f->group) f->group /= 2;
 }
 
 const char *kv_flags_describe(const kv_flags *f, char *buf, size_t cap) {

@@ -37,10 +37,11 @@ typedef struct kv_flags {
     const char *percentile_only; /* the last of --kv-rho-k / --kv-rho-v given */
 } kv_flags;
 
-/* The defaults (one place: kv_flags.c's KV_DEFAULT_*): int2, quest, group 32, the WUSH transform
- * with no sidecar path (wush_cache.c finds or makes it), sink 16, recent 128; the sliding-window
- * layers' part (KV_DEFAULT_SWA_*: sink 0, recent 32) is applied by kv_flags_finish, where it
- * depends on the flags. */
+/* The defaults (one place: kv_flags.c's KV_DEFAULT_*): int2, quest, the WUSH transform with no
+ * sidecar path (wush_cache.c finds or makes it), sink 16, recent 128; the group (128, or 32 for a
+ * format named by --kv or --wush) and the sliding-window layers' part (KV_DEFAULT_SWA_*: int4,
+ * sink 0, recent 32) are applied by kv_flags_finish, where they depend on the flags, and the group
+ * fitted to the model by kv_flags_fit_model. */
 void kv_flags_init(kv_flags *f);
 /* Whether the current option is one of the KV flags. */
 bool kv_flags_is(const cli *c);
@@ -52,6 +53,10 @@ bool kv_flags_parse(cli *c, kv_flags *f);
  * finds or makes the sidecar (wush_cache_prepare). False after printing the error (a
  * command-line mistake: exit CLI_EXIT_USAGE). */
 bool kv_flags_finish(const cli *c, kv_flags *f);
+/* After kv_flags_finish, once the model file is known: the default's group (128 while no --kv,
+ * --kv-group or --wush is given) halved until it divides the model's head_dim (Phi-3's 96 takes 32,
+ * a head_dim of 64 takes 64). A model file that cannot be read is left to wk_engine_open. */
+void kv_flags_fit_model(kv_flags *f, const char *model_path);
 /* Copies the KV fields into engine params (the others are left alone). */
 void kv_flags_apply(const kv_flags *f, wk_engine_params *p);
 /* "f16", "f16 wush", "int2 quest G32 wush sink16 recent128 swa:sink0:recent32", "int3 percentile G32 rho_k0.9" ...
