@@ -93,6 +93,10 @@ if [[ -n $writer ]]; then
     if ! grep -q calibrat <<<"$out" && [[ $(stat -c %y "${cached[0]}") == "$stamp" ]]; then ok
     else ko "the second run reuses the file (no calibration, same mtime)" "${ppl[@]}"; fi
     expect 0 "WUSH-KV sidecar ${cached[0]} \(cached\)" -- generate -m "$model" -p "the fox" -n 2
+    # A context of one block: the default's two pools (sliding layers int4) fit it; the window
+    # check once counted every layer group's block against the first pool, which holds only the
+    # full-attention groups ("cannot hold 1 f16 window slots").
+    expect 0 '"kv":"int2 quest G64 wush sink16 recent128 swa:int4 swa:sink0:recent32"' -- perplexity -m "$model" -f "$text" --ctx 16 --chunks 1 --json
     printf 'not a sidecar' >"${cached[0]}"
     expect 0 "refusing the cached WUSH-KV sidecar ${cached[0]}: .*calibrating a new one" -- "${ppl[@]}"
     expect 0 "WUSH-KV sidecar ${cached[0]} \(cached\)" -- "${ppl[@]}"
