@@ -84,7 +84,7 @@ const char *wk_pipe_name(wk_pipe_id id) { return id < WK_PIPE_COUNT ? specs[id].
 /* The pipeline of `id` on its existing layout. Specialisation constants: 0 the workgroup size
  * (subgroup_wg), 1 matvec rows, 5 the attention tile rows (tile_rows_of), 2..4 and 6 `extra`,
  * what a shader specialises on (attention_paged: the KV format's kind, bits, group and a lane's
- * chunks of a head; kv_transform: its block); NULL leaves the shader's defaults,
+ * chunks of a head; kv_transform: its block and tokens a workgroup); NULL leaves the shader's defaults,
  * which read those from the push constants. Constants a shader does not declare are ignored. */
 static int create_pipeline(wk_vk *vk, wk_pipelines *p, wk_pipe_id id, const int32_t extra[4], char *err,
                            size_t errlen) {

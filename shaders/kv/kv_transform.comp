@@ -12,7 +12,7 @@
 //   - row owners: a lane owns output rows lane, lane + nl, ... of each block; the workgroup barrier
 //     lets every lane finish reading x before any lane overwrites it. For blocks too large to
 //     split among the lanes (128 on head_dim 256: 4x the fetches of 32, once per TT tokens; one
-//     token a workgroup, as before, cost 15x the 32-block transform in prefill, docs/lavapipe.md).
+//     token a workgroup, as before, cost 15x the 32-block transform in prefill, docs/engine.md).
 //     The loops walk blocks, then a block's rows: a load of x behind an `if` would run on every
 //     row (lavapipe runs both sides of a branch).
 // Both sum a row's products in the same order, so they agree to the bit.
