@@ -67,7 +67,15 @@ int wk_kv_cache_create_paged(wk_vk *vk, wk_kv_cache *kv, const wk_hparams *hp, c
         budget = peak0 * (uint64_t)n_slots;
         budget1 = peak1 * (uint64_t)n_slots;
     } else if (mixed) {
-        budget1 = split_budget(budget, peak0, peak1);
+        /* The first pool holds every slot's f16 window whatever the load: those come off the top,
+         * and the blocks share the rest in proportion to a full-context sequence's blocks in each
+         * pool, so a server of full-context requests runs both out together. (Split with the
+         * windows inside the proportion, a small --kv-mem left the first pool short of its
+         * windows while the second had blocks to spare.) */
+        const uint64_t win = (uint64_t)n_slots * kv->layout.window_bytes;
+        const uint64_t blocks0 = peak0 > kv->layout.window_bytes ? peak0 - kv->layout.window_bytes : 0;
+        budget1 = budget > win && blocks0 + peak1 > 0 ? split_budget(budget - win, blocks0, peak1)
+                                                      : split_budget(budget, peak0, peak1);
         budget -= budget1;
     }
     /* The pool is one buffer read through one R32 texel view: both bound it. Said before any
