@@ -40,30 +40,16 @@ static wk_engine *open_engine(const char *model, int bits, int transform, const 
     return wk_engine_open(&p, &e, err, errlen) == 0 ? e : NULL;
 }
 
-/* Logits of every position of one sequence. */
-static float *run(wk_engine *e, const int32_t *tok) {
-    const int V = wk_engine_info(e)->n_vocab;
-    float *out = malloc(sizeof(float) * N * V);
-    wk_seq *s = NULL;
-    char err[WK_ERRMSG_LEN];
-    CHECK_EQ_INT(wk_seq_create(e, &s), 0);
-    wk_batch_item it = {s, tok, N, true};
-    int n = wk_forward(e, &it, 1, out, err, sizeof err);
-    CHECK_EQ_INT(n, N);
-    if (n != N) fprintf(stderr, "forward: %s\n", err);
-    wk_seq_destroy(s);
-    return out;
-}
-
-/* The same logits, the last 4 positions decoded one token a step (the transform's one-token twin). */
-static float *run_decode(wk_engine *e, const int32_t *tok) {
+/* Logits of every position of one sequence: one step of all N tokens, or (decode_last > 0) the
+ * first N - decode_last in one step and the rest one token a step (the transform's one-token twin). */
+static float *run_steps(wk_engine *e, const int32_t *tok, int decode_last) {
     const int V = wk_engine_info(e)->n_vocab;
     float *out = malloc(sizeof(float) * N * V);
     wk_seq *s = NULL;
     char err[WK_ERRMSG_LEN];
     CHECK_EQ_INT(wk_seq_create(e, &s), 0);
     for (int p = 0; p < N;) {
-        const int n = p < N - 4 ? N - 4 : 1;
+        const int n = p < N - decode_last ? N - decode_last : 1;
         wk_batch_item it = {s, tok + p, n, true};
         int got = wk_forward(e, &it, 1, out + (size_t)p * V, err, sizeof err);
         CHECK_EQ_INT(got, n);
@@ -73,6 +59,8 @@ static float *run_decode(wk_engine *e, const int32_t *tok) {
     wk_seq_destroy(s);
     return out;
 }
+
+static float *run(wk_engine *e, const int32_t *tok) { return run_steps(e, tok, 0); }
 
 int main(void) {
     char model_a[64], model_b[64], side_a[64], side_b[64], err[WK_ERRMSG_LEN] = "";
@@ -137,7 +125,7 @@ int main(void) {
             wk_engine *hg = NULL;
             CHECK_EQ_INT(wk_engine_open(&p, &hg, err, sizeof err), 0);
             if (!hg) continue;
-            float *g = run(hg, tok), *gd = run_decode(hg, tok);
+            float *g = run(hg, tok), *gd = run_steps(hg, tok, 4);
             double eg = rel_err(g, a, (size_t)N * V), ed = rel_err(gd, a, (size_t)N * V);
             printf("f16 cache: hadamard blocks of %d vs none rel err %.2e, decoding the last 4 %.2e\n", groups[gi], eg, ed);
             CHECK(eg < 2e-2);
