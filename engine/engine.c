@@ -187,7 +187,8 @@ int wk_engine_open(const wk_engine_params *p, wk_engine **out, char *err, size_t
     if (!rc) rc = wk_fwd_init(&e->fwd, &e->vk, &e->pipes, hp, &e->weights, &e->kv, max_batch, max_ctx, false, err, errlen);
     if (!rc) rc = wk_fwd_set_transform(&e->fwd, &e->xform, err, errlen);
     if (!rc && e->xform.kind != WK_XFORM_NONE)
-        rc = wk_pipelines_specialize_transform(&e->vk, &e->pipes, e->xform.block, err, errlen);
+        rc = wk_pipelines_specialize_transform(&e->vk, &e->pipes, e->xform.block,
+                                               (int)wk_xform_decode_units(hp->n_head, hp->n_head_kv), err, errlen);
     if (!rc) {
         e->slot_used = calloc((size_t)e->max_seqs, sizeof *e->slot_used);
         e->step_tokens = malloc((size_t)max_batch * sizeof *e->step_tokens);

@@ -114,21 +114,27 @@ void wk_fwd_free(wk_fwd *f) {
     if (!f->vk) return;
     wk_buf *all[] = {&f->a.tokens, &f->a.rows, &f->a.tables, &f->a.tiles, &f->a.attn_part, &f->a.win_dest, &f->a.h, &f->a.xn, &f->a.q, &f->a.k, &f->a.v, &f->a.attn,
                      &f->a.o, &f->a.gate, &f->a.up, &f->a.act, &f->a.ffn, &f->a.head_in, &f->a.logits,
-                     &f->a.rope, &f->a.debug, &f->a.cap_q, &f->a.cap_k, &f->a.cap_v, &f->xform_buf};
+                     &f->a.rope, &f->a.debug, &f->a.cap_q, &f->a.cap_k, &f->a.cap_v, &f->xform_buf, &f->xform_in};
     for (size_t i = 0; i < sizeof all / sizeof *all; i++) wk_vk_buffer_destroy(f->vk, all[i]);
     memset(f, 0, sizeof *f);
 }
 
 int wk_fwd_set_transform(wk_fwd *f, const wk_kv_xform *x, char *err, size_t errlen) {
     wk_vk_buffer_destroy(f->vk, &f->xform_buf);
+    wk_vk_buffer_destroy(f->vk, &f->xform_in);
     f->xform = NULL;
     if (!x || x->kind == WK_XFORM_NONE) return 0;
     const size_t bytes = wk_kv_xform_layer_bytes(x) * (size_t)x->n_layer;
-    if (x->block % 4 || x->block / 4 > 64)
-        return snprintf(err, errlen, "KV transform block %d: the shader takes multiples of 4 up to 256", x->block),
+    if (x->block % 4)
+        return snprintf(err, errlen, "KV transform block %d: the shader takes multiples of 4", x->block),
                WK_ERR_UNSUPPORTED;
     int rc = make(f, &f->xform_buf, bytes, WK_MEM_DEVICE, VK_FORMAT_R32G32B32A32_SFLOAT, err, errlen);
     if (!rc) rc = wk_vk_upload(f->vk, &f->xform_buf, 0, x->kq, bytes, err, errlen);
+    const uint64_t T = (uint64_t)f->max_tokens, D = (uint64_t)f->hp->head_dim;
+    f->xform_k_offset = (T * f->hp->n_head * D * 4 + 255) / 256 * 256;
+    if (!rc)
+        rc = make(f, &f->xform_in, f->xform_k_offset + T * f->hp->n_head_kv * D * 4, WK_MEM_DEVICE,
+                  VK_FORMAT_R32G32B32A32_SFLOAT, err, errlen);
     if (!rc) f->xform = x;
     return rc;
 }
@@ -219,9 +225,16 @@ static int op_qk_norm_rope(rec *r, int il, uint32_t T) {
     const wk_hparams *hp = f->hp;
     const wk_dev_layer *L = &f->w->layers[il];
     const bool has_norm = hp->qk_norm;
-    wk_arg args[6] = {S(&f->a.q), S(&f->a.k),
+    /* In place, or into kv_transform's input when a transform follows. */
+    const bool out_of_place = f->xform != NULL;
+    const wk_arg qo = out_of_place ? (wk_arg){.buf = f->xform_in.buf, .offset = 0, .range = f->xform_k_offset}
+                                   : S(&f->a.q);
+    const wk_arg ko = out_of_place ? (wk_arg){.buf = f->xform_in.buf, .offset = f->xform_k_offset,
+                                              .range = (VkDeviceSize)T * hp->n_head_kv * hp->head_dim * 4}
+                                   : S(&f->a.k);
+    wk_arg args[8] = {S(&f->a.q), S(&f->a.k),
                       has_norm ? S(&L->q_norm) : S(&f->w->output_norm), has_norm ? S(&L->k_norm) : S(&f->w->output_norm),
-                      TV(&f->a.rope), S(&f->a.rows)};
+                      TV(&f->a.rope), S(&f->a.rows), qo, ko};
     wk_pc_qk_norm_rope pc = {
         .head_dim = (uint32_t)hp->head_dim, .n_head = (uint32_t)hp->n_head, .n_head_kv = (uint32_t)hp->n_head_kv,
         .n_rot = (uint32_t)hp->n_rot, .rope_neox = hp->rope_type == WK_ROPE_NEOX, .has_norm = has_norm,
@@ -320,24 +333,26 @@ static int op_kv_store_window(rec *r, int il, uint32_t T) {
     return wk_dispatch(f->vk, f->pipes, WK_PIPE_KV_STORE_WINDOW, args, &pc, sizeof pc, gx, gy, 1, r->err, r->errlen);
 }
 
-/* q' = T^-T q, k' = T k after RoPE, with this layer's matrices. */
+/* q' = T^-T q, k' = T k after RoPE, with this layer's matrices: from xform_in (qk_norm_rope's
+ * output) into q and k. */
 static int op_kv_transform(rec *r, int il, uint32_t T) {
     wk_fwd *f = r->f;
     const wk_hparams *hp = f->hp;
-    wk_arg args[3] = {S(&f->a.q), S(&f->a.k), TV(&f->xform_buf)};
-    const uint32_t B = (uint32_t)f->xform->block, blocks = (uint32_t)hp->head_dim / B;
-    /* WK_XFORM_TOKENS tokens a workgroup, so each matrix fetch serves that many; a step of fewer
-     * (decode) takes the one-token twin rather than compute copies of its tokens. Block owners (a
-     * lane per block, no barrier) when the blocks are small enough for registers and at least a
-     * quarter of the lanes own one; row owners (a lane per row, a barrier) else (kv_transform.comp). */
-    const uint32_t owners = B <= 64 && blocks * 4 >= f->vk->subgroup_size;
-    const uint32_t tok = T < WK_XFORM_TOKENS ? 1 : WK_XFORM_TOKENS;
+    wk_arg args[4] = {S(&f->a.q), S(&f->a.k), TV(&f->xform_buf), TV(&f->xform_in)};
+    /* Tiles of WK_XFORM_TOKENS units (a token's query heads of one KV head, or its key), so each
+     * matrix fetch serves that many; a step of fewer tokens (decode) takes the twin whose tile is
+     * one token's query heads (wk_pipelines_specialize_transform). */
+    const bool twin = T < WK_XFORM_TOKENS;
+    const uint32_t sg = f->vk->subgroup_size;
+    const uint32_t tile = twin ? wk_xform_decode_units(hp->n_head, hp->n_head_kv) : WK_XFORM_TOKENS;
     wk_pc_kv_transform pc = {.head_dim = (uint32_t)hp->head_dim, .n_head = (uint32_t)hp->n_head,
-                             .n_head_kv = (uint32_t)hp->n_head_kv, .n_tokens = T, .block = B,
+                             .n_head_kv = (uint32_t)hp->n_head_kv, .n_tokens = T, .block = (uint32_t)f->xform->block,
                              .mat_base = (uint32_t)(wk_kv_xform_layer_bytes(f->xform) * (size_t)il / 16),
-                             .block_owners = owners};
-    return wk_dispatch(f->vk, f->pipes, tok == 1 ? WK_PIPE_KV_TRANSFORM_DECODE : WK_PIPE_KV_TRANSFORM, args, &pc,
-                       sizeof pc, (T + tok - 1) / tok, (uint32_t)(hp->n_head + hp->n_head_kv), 1, r->err, r->errlen);
+                             .k_in_base = (uint32_t)(f->xform_k_offset / 16)};
+    /* x: a head's D/4 output vec4s in subgroup-sized workgroups; y: the tiles. */
+    return wk_dispatch(f->vk, f->pipes, twin ? WK_PIPE_KV_TRANSFORM_DECODE : WK_PIPE_KV_TRANSFORM, args, &pc,
+                       sizeof pc, (pc.head_dim / 4 + sg - 1) / sg, wk_xform_tiles(T, hp->n_head, hp->n_head_kv, tile),
+                       1, r->err, r->errlen);
 }
 
 /* The f16 cache: this step's keys and values, rounded to f16, into their blocks. */

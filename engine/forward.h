@@ -48,6 +48,10 @@ typedef struct wk_fwd {
     bool capture;         /* copy post-RoPE q and the stored k, v of every layer (wk_fwd_enable_capture) */
     const wk_kv_xform *xform; /* key/query transform after RoPE; NULL: none */
     wk_buf xform_buf;     /* every layer's [n_head_kv][2][D/B][B][B] matrices */
+    /* With a transform: qk_norm_rope's output, kv_transform's input ([T][n_head*D] queries, then
+     * from xform_k_offset [T][n_head_kv*D] keys; RGBA32F view), so the transform runs out of place. */
+    wk_buf xform_in;
+    uint64_t xform_k_offset; /* bytes; a multiple of 256 (storage buffer offset alignment) */
     wk_attn_plan plan;    /* this step's attention tiles (paged cache) */
     uint64_t attn_part_rows; /* partials a.attn_part holds */
     const wk_row_info *step_rows; /* this step's rows while it is recorded */

@@ -46,7 +46,7 @@ static void pipeline_failure(void) {
         /* Specialisation constant 0 is the workgroup size: far beyond maxComputeWorkGroupSize. */
         const uint32_t sg = vk.subgroup_size;
         vk.subgroup_size = vk.props.limits.maxComputeWorkGroupSize[0] * 64u;
-        CHECK_EQ_INT(wk_pipelines_specialize_transform(&vk, &p, 32, err, sizeof err), 0);
+        CHECK_EQ_INT(wk_pipelines_specialize_transform(&vk, &p, 32, 4, err, sizeof err), 0);
         rc = dispatch_transform(&vk, &p, err, sizeof err);
         printf("  invalid specialisation, first dispatch: rc %d: %s\n", rc, err);
         CHECK(rc == WK_ERR_UNSUPPORTED && strstr(err, "kv_transform") != NULL);

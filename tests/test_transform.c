@@ -40,16 +40,17 @@ static wk_engine *open_engine(const char *model, int bits, int transform, const 
     return wk_engine_open(&p, &e, err, errlen) == 0 ? e : NULL;
 }
 
-/* Logits of every position of one sequence: one step of all N tokens, or (decode_last > 0) the
- * first N - decode_last in one step and the rest one token a step (the transform's one-token twin). */
-static float *run_steps(wk_engine *e, const int32_t *tok, int decode_last) {
+/* Logits of every position of one sequence: one step of all N tokens, or (tail > 0) the first
+ * N - tail in one step and the rest in steps of tail_step (fewer than WK_XFORM_TOKENS: the
+ * transform's decode twin). */
+static float *run_steps(wk_engine *e, const int32_t *tok, int tail, int tail_step) {
     const int V = wk_engine_info(e)->n_vocab;
     float *out = malloc(sizeof(float) * N * V);
     wk_seq *s = NULL;
     char err[WK_ERRMSG_LEN];
     CHECK_EQ_INT(wk_seq_create(e, &s), 0);
     for (int p = 0; p < N;) {
-        const int n = p < N - decode_last ? N - decode_last : 1;
+        const int n = p < N - tail ? N - tail : tail_step;
         wk_batch_item it = {s, tok + p, n, true};
         int got = wk_forward(e, &it, 1, out + (size_t)p * V, err, sizeof err);
         CHECK_EQ_INT(got, n);
@@ -60,7 +61,7 @@ static float *run_steps(wk_engine *e, const int32_t *tok, int decode_last) {
     return out;
 }
 
-static float *run(wk_engine *e, const int32_t *tok) { return run_steps(e, tok, 0); }
+static float *run(wk_engine *e, const int32_t *tok) { return run_steps(e, tok, 0, 0); }
 
 int main(void) {
     char model_a[64], model_b[64], side_a[64], side_b[64], err[WK_ERRMSG_LEN] = "";
@@ -109,10 +110,11 @@ int main(void) {
          * gives ~1. */
         CHECK(eh < 2e-2);
         CHECK(ew < 2e-2);
-        /* Every block size the key transform's two shapes take (head_dim 64): blocks of 16 and 32
-         * by block owners, one block of 64 by row owners (kv_transform.comp), each for a step of
-         * many tokens and through the one-token twin; a row computed into the wrong place or a
-         * token's x mixed with another's moves the logits by O(1). */
+        /* Blocks of 16, 32 and 64 (head_dim 64; 4 query heads on 2 KV heads, so a query tile mixes
+         * tokens and heads, kv_transform.comp), each for a step of many tokens (not a whole number
+         * of tiles: 35 and 40) and through the decode twin (steps of 1 and of 5 tokens); a row
+         * computed into the wrong place or one unit's x mixed with another's moves the logits by
+         * O(1). */
         const int groups[3] = {16, 32, 64};
         for (int gi = 0; gi < 3; gi++) {
             wk_engine_params p;
@@ -125,12 +127,15 @@ int main(void) {
             wk_engine *hg = NULL;
             CHECK_EQ_INT(wk_engine_open(&p, &hg, err, sizeof err), 0);
             if (!hg) continue;
-            float *g = run(hg, tok), *gd = run_steps(hg, tok, 4);
+            float *g = run(hg, tok), *gd = run_steps(hg, tok, 4, 1), *g5 = run_steps(hg, tok, 5, 5);
             double eg = rel_err(g, a, (size_t)N * V), ed = rel_err(gd, a, (size_t)N * V);
-            printf("f16 cache: hadamard blocks of %d vs none rel err %.2e, decoding the last 4 %.2e\n", groups[gi], eg, ed);
+            double e5 = rel_err(g5, a, (size_t)N * V);
+            printf("f16 cache: hadamard blocks of %d vs none rel err %.2e, decoding the last 4 %.2e, a 5-token "
+                   "step %.2e\n", groups[gi], eg, ed, e5);
             CHECK(eg < 2e-2);
             CHECK(ed < 2e-2);
-            free(g), free(gd);
+            CHECK(e5 < 2e-2);
+            free(g), free(gd), free(g5);
             close_checked(hg);
         }
         free(a), free(b), free(c);

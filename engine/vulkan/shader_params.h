@@ -20,9 +20,20 @@
  * engine/kv/attention_plan.h says when a step may use them). */
 enum { WK_ATTN_DECODE_ROWS = 4 };
 
-/* kv_transform's tokens per workgroup (its specialisation constant 3; its register arrays hold at
- * most this many); kv_transform_decode takes one, for steps of fewer tokens than this. */
-enum { WK_XFORM_TOKENS = 4 };
+/* kv_transform's units (a token's query heads of one KV head, or its key) per invocation, its
+ * specialisation constant 3 (its accumulators hold at most this many), for steps of at least this
+ * many tokens; kv_transform_decode, for fewer, takes one token's query heads per KV head. */
+enum { WK_XFORM_TOKENS = 8 };
+static inline uint32_t wk_xform_decode_units(int n_head, int n_head_kv) {
+    const int g = n_head_kv > 0 ? n_head / n_head_kv : 1;
+    return g < 1 ? 1u : g > WK_XFORM_TOKENS ? (uint32_t)WK_XFORM_TOKENS : (uint32_t)g;
+}
+/* kv_transform's workgroups along y for T tokens in tiles of `tile` units: each KV head's query
+ * tiles (T x query heads per KV head units), then each one's key tiles (T units). */
+static inline uint32_t wk_xform_tiles(uint32_t T, int n_head, int n_head_kv, uint32_t tile) {
+    const uint32_t G = (uint32_t)(n_head / n_head_kv);
+    return (uint32_t)n_head_kv * ((T * G + tile - 1) / tile + (T + tile - 1) / tile);
+}
 
 /* embed: x[t] = W[tokens[t]] * scale */
 #define WK_PC_EMBED(X, s) X(s, uint32_t, n_embd) X(s, uint32_t, n_tokens) X(s, float, scale)
@@ -87,7 +98,7 @@ typedef struct { WK_PC_KV_STORE_QUANT(WK_PC_MEMBER, ) } wk_pc_kv_store_quant;
 
 #define WK_PC_KV_TRANSFORM(X, s)                                                                    \
     X(s, uint32_t, head_dim) X(s, uint32_t, n_head) X(s, uint32_t, n_head_kv) X(s, uint32_t, n_tokens) \
-    X(s, uint32_t, block) X(s, uint32_t, mat_base) X(s, uint32_t, block_owners)
+    X(s, uint32_t, block) X(s, uint32_t, mat_base) X(s, uint32_t, k_in_base)
 typedef struct { WK_PC_KV_TRANSFORM(WK_PC_MEMBER, ) } wk_pc_kv_transform;
 
 #define WK_PC_KV_STORE_F16(X, s)                                                                     \

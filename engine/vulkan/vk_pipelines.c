@@ -50,7 +50,7 @@ static const pipe_spec specs[WK_PIPE_COUNT] = {
     [WK_PIPE_MATMUL_F16] = {"matmul_f16", SPV(wk_spv_matmul_f16), "TTTS", sizeof(wk_pc_matmul), false},
     [WK_PIPE_MATVEC_Q8A] = {"matvec_q8a", SPV(wk_spv_matvec_q8a), "TTTS", sizeof(wk_pc_matmul), true},
     [WK_PIPE_MATVEC_F16] = {"matvec_f16", SPV(wk_spv_matvec_f16), "TTTS", sizeof(wk_pc_matmul), true},
-    [WK_PIPE_QK_NORM_ROPE] = {"qk_norm_rope", SPV(wk_spv_qk_norm_rope), "SSSSTS", sizeof(wk_pc_qk_norm_rope), true},
+    [WK_PIPE_QK_NORM_ROPE] = {"qk_norm_rope", SPV(wk_spv_qk_norm_rope), "SSSSTSSS", sizeof(wk_pc_qk_norm_rope), true},
     [WK_PIPE_ATTENTION_PAGED] = {"attention_paged", SPV(wk_spv_attention_paged), "SSSTSSSTT", sizeof(wk_pc_attention_paged), true},
     [WK_PIPE_ATTENTION_PAGED_SWA] = {"attention_paged_swa", SPV(wk_spv_attention_paged), "SSSTSSSTT", sizeof(wk_pc_attention_paged), true},
     [WK_PIPE_ATTENTION_DECODE] = {"attention_decode", SPV(wk_spv_attention_paged), "SSSTSSSTT", sizeof(wk_pc_attention_paged), true},
@@ -58,8 +58,8 @@ static const pipe_spec specs[WK_PIPE_COUNT] = {
     [WK_PIPE_KV_STORE_WINDOW] = {"kv_store_window", SPV(wk_spv_kv_store_window), "SSSI", sizeof(wk_pc_kv_store_window), false},
     [WK_PIPE_ATTENTION_REDUCE] = {"attention_reduce", SPV(wk_spv_attention_reduce), "SS", sizeof(wk_pc_attention_reduce), true},
     [WK_PIPE_KV_STORE_QUANT] = {"kv_store_quant", SPV(wk_spv_kv_store_quant), "SSSSI", sizeof(wk_pc_kv_store_quant), false},
-    [WK_PIPE_KV_TRANSFORM] = {"kv_transform", SPV(wk_spv_kv_transform), "SST", sizeof(wk_pc_kv_transform), true},
-    [WK_PIPE_KV_TRANSFORM_DECODE] = {"kv_transform_decode", SPV(wk_spv_kv_transform), "SST", sizeof(wk_pc_kv_transform), true},
+    [WK_PIPE_KV_TRANSFORM] = {"kv_transform", SPV(wk_spv_kv_transform), "SSTT", sizeof(wk_pc_kv_transform), true},
+    [WK_PIPE_KV_TRANSFORM_DECODE] = {"kv_transform_decode", SPV(wk_spv_kv_transform), "SSTT", sizeof(wk_pc_kv_transform), true},
     [WK_PIPE_KV_STORE_F16] = {"kv_store_f16", SPV(wk_spv_kv_store_f16), "SSSSI", sizeof(wk_pc_kv_store_f16), false},
     [WK_PIPE_GLU] = {"glu", SPV(wk_spv_glu), "SSS", sizeof(wk_pc_glu), false},
 };
@@ -205,10 +205,12 @@ int wk_pipelines_specialize_kv(wk_vk *vk, wk_pipelines *p, bool sliding, int kin
     return 0;
 }
 
-int wk_pipelines_specialize_transform(wk_vk *vk, wk_pipelines *p, int block, char *err, size_t errlen) {
+int wk_pipelines_specialize_transform(wk_vk *vk, wk_pipelines *p, int block, int decode_units, char *err,
+                                      size_t errlen) {
     (void)err, (void)errlen;
-    /* Constant 3: tokens a workgroup (WK_XFORM_TOKENS for steps, 1 for the decode twin). */
-    const int32_t steps[4] = {block, WK_XFORM_TOKENS, 0, 0}, decode[4] = {block, 1, 0, 0};
+    /* Constant 3: units an invocation (WK_XFORM_TOKENS for steps, a token's query heads per KV
+     * head for the decode twin). */
+    const int32_t steps[4] = {block, WK_XFORM_TOKENS, 0, 0}, decode[4] = {block, decode_units, 0, 0};
     set_spec(vk, p, WK_PIPE_KV_TRANSFORM, steps);
     set_spec(vk, p, WK_PIPE_KV_TRANSFORM_DECODE, decode);
     return 0;

@@ -89,8 +89,10 @@ void wk_pipelines_enable_profile(wk_vk *vk, wk_pipelines *p);
  * call it before recording a step that uses it, never while one is in flight. */
 int wk_pipelines_specialize_kv(wk_vk *vk, wk_pipelines *p, bool sliding, int kind, int bits, int group, int head_dim,
                                char *err, size_t errlen);
-/* The same for kv_transform and the transform's block. */
-int wk_pipelines_specialize_transform(wk_vk *vk, wk_pipelines *p, int block, char *err, size_t errlen);
+/* The same for kv_transform and the transform's block; decode_units: the decode twin's tile
+ * (wk_xform_decode_units). */
+int wk_pipelines_specialize_transform(wk_vk *vk, wk_pipelines *p, int block, int decode_units, char *err,
+                                      size_t errlen);
 void wk_pipelines_destroy(wk_vk *vk, wk_pipelines *p);
 /* Records bind + push + dispatch into vk->cmd (creating the pipeline on its first use). args has one
  * entry per binding of the pipeline. */

@@ -1,18 +1,21 @@
 #version 450
 // Per token and head: optional per-head RMSNorm (Gemma's q/k norm), RoPE from a host-computed
-// cos/sin table, q scaled, both in place: the KV store (kv_store_f16 / kv_store_quant) reads the
-// keys from K after a transform, if any, has run.
+// cos/sin table, q scaled, into QO / KO: the same buffers as Q / K (in place) without a KV
+// transform, else the scratch that kv_transform reads (it writes the transformed q and k back into
+// Q and K, where the KV store and the attention read them).
 // One subgroup-sized workgroup per (token, head); heads 0..n_head-1 are queries, the rest keys.
 #extension GL_KHR_shader_subgroup_arithmetic : require
 #extension GL_EXT_samplerless_texture_functions : require
 layout(local_size_x_id = 0) in;
 struct RowInfo { uint pos; uint kv_base; };
-layout(std430, binding = 0) buffer Q { float q[]; };               // [T][n_head*D], in place
-layout(std430, binding = 1) buffer K { float k[]; };               // [T][n_head_kv*D]
+layout(std430, binding = 0) readonly buffer Q { float q[]; };      // [T][n_head*D]
+layout(std430, binding = 1) readonly buffer K { float k[]; };      // [T][n_head_kv*D]
 layout(std430, binding = 2) readonly buffer QN { float q_norm[]; };
 layout(std430, binding = 3) readonly buffer KN { float k_norm[]; };
 layout(binding = 4) uniform textureBuffer Rope;                     // (cos, sin) per [pos][n_rot/2]
 layout(std430, binding = 5) readonly buffer Rows { RowInfo rows[]; };
+layout(std430, binding = 6) writeonly buffer QO { float qo[]; };   // [T][n_head*D]
+layout(std430, binding = 7) writeonly buffer KO { float ko[]; };   // [T][n_head_kv*D]
 layout(push_constant) uniform PC {
     uint head_dim; uint n_head; uint n_head_kv; uint n_rot;
     uint rope_neox; uint has_norm; uint n_tokens; uint rope_table_offset;
@@ -39,7 +42,7 @@ void main() {
     float scale = is_q ? pc.q_scale : 1.0;
     uint half_rot = pc.n_rot / 2;
     uint rope_row = pc.rope_table_offset + ri.pos * half_rot;
-    // Every lane reads both elements of its own pairs before writing them, so in-place q is safe.
+    // Every lane reads both elements of its own pairs before writing them, so in place is safe.
     for (uint i = lane; i < half_rot; i += nl) {
         uint da = pc.rope_neox != 0 ? i : 2 * i;
         uint db = pc.rope_neox != 0 ? i + half_rot : 2 * i + 1;
@@ -51,13 +54,13 @@ void main() {
         }
         vec2 cs = texelFetch(Rope, int(rope_row + i)).xy;
         float ya = (xa * cs.x - xb * cs.y) * scale, yb = (xa * cs.y + xb * cs.x) * scale;
-        if (is_q) { q[base + da] = ya; q[base + db] = yb; }
-        else { k[base + da] = ya; k[base + db] = yb; }
+        if (is_q) { qo[base + da] = ya; qo[base + db] = yb; }
+        else { ko[base + da] = ya; ko[base + db] = yb; }
     }
     for (uint d = pc.n_rot + lane; d < D; d += nl) {  // dimensions RoPE leaves alone
         float x = load_x(is_q, base, d) * inv;
         if (pc.has_norm != 0) x *= is_q ? q_norm[d] : k_norm[d];
-        if (is_q) q[base + d] = x * scale;
-        else k[base + d] = x;
+        if (is_q) qo[base + d] = x * scale;
+        else ko[base + d] = x;
     }
 }
