@@ -288,7 +288,12 @@ static int op_kv_store_quant(rec *r, int il, uint32_t T) {
                                .slab_words = g.slab_words, .block_words = g.block_words,
                                .params_words = g.params_words, .code_words = g.code_words,
                                .table_stride = g.table_stride, .table_col = g.table_col};
-    wk_arg args[5] = {S(&f->a.k), S(&f->a.v), S(&f->a.rows), S(&f->a.tables), TV(&f->kv->pool_buf)};
+    const int c = f->kv->win_class_of[il];
+    const wk_kv_win *win = &f->kv->layout.win[c];
+    pc.win_store = f->window_early && win->sink + win->recent > 0;
+    pc.win_layer = (uint32_t)f->kv->win_layer_of[il];
+    pc.dest_base = (uint32_t)c * T;
+    wk_arg args[6] = {S(&f->a.k), S(&f->a.v), S(&f->a.rows), S(&f->a.tables), TV(&f->kv->pool_buf), S(&f->a.win_dest)};
     uint32_t gx, gy;
     grid_1d((T * g.n_head_kv * 2 + 7) / 8, &gx, &gy);
     return wk_dispatch(f->vk, f->pipes, WK_PIPE_KV_STORE_QUANT, args, &pc, sizeof pc, gx, gy, 1, r->err, r->errlen);
@@ -450,7 +455,7 @@ static int record_layers(rec *r, uint32_t T) {
         wk_vk_barrier(vk);
         TRY(op_attention_paged(r, il, T));                      /* attn = softmax(q K^T) V over the blocks */
         const wk_kv_win *win = &f->kv->layout.win[f->kv->win_class_of[il]];
-        if (win->sink + win->recent > 0) {
+        if (win->sink + win->recent > 0 && !(f->window_early && f->kv->fmt.bits != 16)) {
             wk_vk_barrier(vk);
             TRY(op_kv_store_window(r, il, T));                  /* k, v (f16) -> window rows */
         }
@@ -535,6 +540,15 @@ int wk_fwd_step(wk_fwd *f, const int32_t *tokens, const wk_row_info *rows, int T
                             f->hp->head_dim, f->vk->subgroup_size), WK_ERR_UNSUPPORTED;
     }
     f->step_rows = rows;
+    /* One token per sequence: every row's table distinct (a sequence's rows share one). Checked
+     * pairwise up to 64 rows; a larger step is taken as prefill (the window after the attention). */
+    f->window_early = T <= 64;
+    for (int i = 0; f->window_early && i < T; i++)
+        for (int j = 0; j < i; j++)
+            if (rows[j].kv_base == rows[i].kv_base) {
+                f->window_early = false;
+                break;
+            }
     rec r = {f, err, errlen};
     TRY(wk_vk_begin(f->vk, err, errlen));
     wk_prof_begin(f->vk, f->pipes);

@@ -55,6 +55,9 @@ typedef struct wk_fwd {
     wk_attn_plan plan;    /* this step's attention tiles (paged cache) */
     uint64_t attn_part_rows; /* partials a.attn_part holds */
     const wk_row_info *step_rows; /* this step's rows while it is recorded */
+    /* This step has one token per sequence (decode): kv_store_quant writes the f16 window rows
+     * with the codes, before the attention, instead of kv_store_window after it. */
+    bool window_early;
 } wk_fwd;
 
 int wk_fwd_init(wk_fwd *f, wk_vk *vk, wk_pipelines *pipes, const wk_hparams *hp, const wk_weights *w,

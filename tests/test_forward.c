@@ -498,9 +498,12 @@ static void mixed_case(uint64_t seed) {
 
 /* f16 windows through the public API: an int2 cache whose sink + recent windows cover every
  * position reads nothing from the codes, so its logits must equal the f16 cache's (same f16
- * values, another summation order); with a small recent window they must not. Prefill in chunks
- * of 13 (so the ring is filled across steps and read back from the slot), then decode, two
- * sequences interleaved in one batch. */
+ * values, another summation order); with a small recent window they must not. Prefill in two
+ * chunks of 13 (so the ring is filled across steps and read back from the slot), then 14 decode
+ * steps, two sequences interleaved in one batch: a decode step writes its window rows with the
+ * codes, before the attention (kv_store_quant's win_store), and later steps read them. The same
+ * format with each whole sequence in one step (every window key from the activations, nothing
+ * from the slot) must give the same logits, the small ring wrapping included. */
 static void window_case(const char *arch, uint64_t seed, int sink, int recent, bool covers) {
     enum { N = 40, CTX = 64 };
     char path[] = "/tmp/wushkv_test_windows_XXXXXX";
@@ -510,16 +513,16 @@ static void window_case(const char *arch, uint64_t seed, int sink, int recent, b
     close(fd);
     tiny_model_opts o = {.arch = arch, .seed = seed, .mixed_quants = true, .sliding_window = 16};
     CHECK(tiny_model_write(&o, path));
-    float *got[2], *want[2];
-    for (int pass = 0; pass < 2; pass++) { /* 0: int2 + windows, 1: f16 */
+    float *got[2], *want[2], *one[2];
+    for (int pass = 0; pass < 3; pass++) { /* 0: int2 + windows, 1: f16, 2: as 0 in one step */
         wk_engine_params p;
         wk_engine_params_default(&p);
         p.model_path = path;
         p.max_ctx = CTX;
-        p.max_batch_tokens = 32;
+        p.max_batch_tokens = pass == 2 ? 2 * N : 32;
         p.max_seqs = 2;
         p.validation = true;
-        if (pass == 0) p.kv_bits = 2, p.kv_sink = sink, p.kv_recent = recent;
+        if (pass != 1) p.kv_bits = 2, p.kv_sink = sink, p.kv_recent = recent;
         test_engine_params_from_env(&p);
         char err[WK_ERRMSG_LEN] = "";
         wk_engine *e = NULL;
@@ -531,7 +534,7 @@ static void window_case(const char *arch, uint64_t seed, int sink, int recent, b
             return;
         }
         const int V = wk_engine_info(e)->n_vocab;
-        float **out = pass == 0 ? got : want;
+        float **out = pass == 0 ? got : pass == 1 ? want : one;
         wk_seq *s[2];
         int32_t tok[2][N];
         for (int q = 0; q < 2; q++) {
@@ -539,9 +542,9 @@ static void window_case(const char *arch, uint64_t seed, int sink, int recent, b
             out[q] = malloc(sizeof(float) * N * V);
             for (int i = 0; i < N; i++) tok[q][i] = i == 0 ? 1 : (int32_t)((seed * 31 + (uint64_t)i * 7 + (uint64_t)q * 13) % (uint64_t)V);
         }
-        float *buf = malloc(sizeof(float) * 2 * 13 * V);
+        float *buf = malloc(sizeof(float) * 2 * N * V);
         for (int at = 0; at < N;) {
-            int n = at < 39 ? (N - 1 - at < 13 ? N - 1 - at : 13) : 1;
+            int n = pass == 2 ? N : at < 26 ? 13 : 1;
             wk_batch_item items[2] = {{s[0], tok[0] + at, n, true}, {s[1], tok[1] + at, n, true}};
             rc = wk_forward(e, items, 2, buf, err, sizeof err);
             CHECK_EQ_INT(rc, 2 * n);
@@ -552,17 +555,25 @@ static void window_case(const char *arch, uint64_t seed, int sink, int recent, b
         free(buf);
         for (int q = 0; q < 2; q++) wk_seq_destroy(s[q]);
         wk_engine_close(e);
-        if (pass == 1) {
-            double worst = 0;
+        if (pass == 2) {
+            double worst = 0, worst_one = 0;
             for (int q = 0; q < 2; q++)
                 for (int i = 0; i < N; i++) {
                     double r = rel_err(got[q] + (size_t)i * V, want[q] + (size_t)i * V, (size_t)V);
+                    double r1 = rel_err(got[q] + (size_t)i * V, one[q] + (size_t)i * V, (size_t)V);
                     if (r > worst) worst = r;
+                    if (r1 > worst_one) worst_one = r1;
                 }
-            printf("  %s int2 sink %d recent %d: logits rel err %.2e vs the f16 cache\n", arch, sink, recent, worst);
+            printf("  %s int2 sink %d recent %d: logits rel err %.2e vs the f16 cache, %.2e vs one step\n", arch,
+                   sink, recent, worst, worst_one);
             if (covers) CHECK(worst < 2e-3);
             else CHECK(worst > 1e-2);
-            for (int q = 0; q < 2; q++) free(got[q]), free(want[q]);
+            /* Covered: every key in f16 either way. Not covered: a few 2-bit codes flip between
+             * the two step shapes (earlier layers sum in another order): 2.7e-3 measured, the same
+             * with the window rows written after the attention; a missing or misplaced window row
+             * gives 0.5 or more. */
+            CHECK(worst_one < (covers ? 2e-3 : 2e-2));
+            for (int q = 0; q < 2; q++) free(got[q]), free(want[q]), free(one[q]);
         }
     }
     unlink(path);

@@ -93,7 +93,8 @@ typedef struct { WK_PC_ATTENTION_REDUCE(WK_PC_MEMBER, ) } wk_pc_attention_reduce
     X(s, int32_t, kind) X(s, int32_t, bits) X(s, int32_t, group) X(s, int32_t, rank_k) X(s, int32_t, rank_v) \
     X(s, uint32_t, block_tokens) X(s, uint32_t, slab_words) X(s, uint32_t, block_words)                 \
     X(s, uint32_t, params_words) X(s, uint32_t, code_words)                                             \
-    X(s, uint32_t, table_stride) X(s, uint32_t, table_col) /* as in wk_pc_attention_paged */
+    X(s, uint32_t, table_stride) X(s, uint32_t, table_col) /* as in wk_pc_attention_paged */          \
+    X(s, uint32_t, win_store) X(s, uint32_t, win_layer) X(s, uint32_t, dest_base) /* as kv_store_window's */
 typedef struct { WK_PC_KV_STORE_QUANT(WK_PC_MEMBER, ) } wk_pc_kv_store_quant;
 
 #define WK_PC_KV_TRANSFORM(X, s)                                                                    \

@@ -5,8 +5,13 @@
 // codes start on a word. Its parameters fill whole words unless the token has an odd number of
 // them (one f16 step per token: QuEST or absmax with G = head_dim); then two tokens share each
 // parameter word and each writes its own half with a pair of atomics.
+// With pc.win_store (a step of one token per sequence: decode) it also writes the token's f16
+// window row, as kv_store_window.comp would after the attention: one dispatch fewer per layer
+// (a dispatch costs ~0.1 ms on lavapipe whatever its size). Before the attention is safe then:
+// the ring row a token takes held the token `recent` positions back, which its own row no longer
+// reads in f16, and a sequence has no other row in the step (engine/forward.c, window_early).
 #extension GL_GOOGLE_include_directive : require
-#include "kv_quant.glsl"
+#include "kv_quant.glsl" // also wk_kvq_pack_f16x2: the one f32 -> f16 rounding, as kv_store_window's
 layout(local_size_x = 8) in;
 struct RowInfo { uint pos; uint table_off; };
 layout(std430, binding = 0) readonly buffer K { float k[]; };        // [T][n_head_kv][D]
@@ -14,6 +19,7 @@ layout(std430, binding = 1) readonly buffer V { float v[]; };
 layout(std430, binding = 2) readonly buffer Rows { RowInfo rows[]; };
 layout(std430, binding = 3) readonly buffer Tables { uint tables[]; };
 layout(binding = 4, r32ui) uniform uimageBuffer Pool; // not writeonly: the atomics read (they need no coherent)
+layout(std430, binding = 5) readonly buffer Dest { uint dest[]; };  // [class][T] window row (word offset) or ~0
 layout(push_constant) uniform PC {
     uint head_dim; uint n_head_kv; uint n_tokens;
     uint slab_layer;   // the layer's place in its layer group: its slabs in a block
@@ -21,6 +27,8 @@ layout(push_constant) uniform PC {
     uint block_tokens; uint slab_words; uint block_words; uint params_words; uint code_words;
     uint table_stride; // block-table entries per block of tokens (layer groups)
     uint table_col;    // the layer's group: its entry among them
+    uint win_store;    // 1: also the f16 window row (below); win_layer, dest_base as kv_store_window's
+    uint win_layer; uint dest_base;
 } pc;
 
 const uint MAXW = 64u; // code words of one token head: D*b/32 <= 512*4/32
@@ -77,4 +85,12 @@ void main() {
     }
     uint cbase = slab + tt * pc.code_words;
     for (uint w = 0u; w < pc.code_words; ++w) imageStore(Pool, int(cbase + w), uvec4(words[w]));
+    if (pc.win_store == 0u) return;
+    uint row = dest[pc.dest_base + t];
+    if (row == 0xffffffffu) return;
+    uint half_d = D / 2u, wbase = row + (pc.win_layer * 2u + kv) * pc.n_head_kv * half_d + kh * half_d;
+    for (uint w = 0u; w < half_d; ++w) {
+        vec2 x = kv == 0u ? vec2(k[src + 2u * w], k[src + 2u * w + 1u]) : vec2(v[src + 2u * w], v[src + 2u * w + 1u]);
+        imageStore(Pool, int(wbase + w), uvec4(wk_kvq_pack_f16x2(x)));
+    }
 }
