@@ -97,6 +97,9 @@ if [[ -n $writer ]]; then
     # check once counted every layer group's block against the first pool, which holds only the
     # full-attention groups ("cannot hold 1 f16 window slots").
     expect 0 '"kv":"int2 quest G64 wush sink16 recent128 swa:int4 swa:sink0:recent32"' -- perplexity -m "$model" -f "$text" --ctx 16 --chunks 1 --json
+    # --layer-error takes the same default, its group fitted to the model's head_dim 64 (it once
+    # kept 128: "block size 128: must be a power of two dividing head_dim 64").
+    expect 0 'int2 quest g64 wush .*relative MSE' -- perplexity -m "$model" -f "$text" --ctx 16 --chunks 1 --layer-error
     printf 'not a sidecar' >"${cached[0]}"
     expect 0 "refusing the cached WUSH-KV sidecar ${cached[0]}: .*calibrating a new one" -- "${ppl[@]}"
     expect 0 "WUSH-KV sidecar ${cached[0]} \(cached\)" -- "${ppl[@]}"

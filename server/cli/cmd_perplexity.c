@@ -59,6 +59,22 @@ static void perplexity_usage(FILE *f) {
             "  -h, --help         this text\n");
 }
 
+/* --layer-error's formats, from --layer-error-formats (fields it leaves out from the KV flags) or
+ * the KV flags themselves; -1 with err for a malformed list. */
+static int layer_error_formats(ppl_opts *o, char *err, size_t errlen) {
+    wk_engine_params kv; /* the format the flags describe, as the layer-error code reads it */
+    wk_engine_params_default(&kv);
+    kv_flags_apply(&o->kv, &kv);
+    if (o->layer_error_list) {
+        o->n_le_formats = layer_error_parse_formats(o->layer_error_list, &kv, o->le_formats, LAYER_ERROR_MAX_FORMATS,
+                                                    err, errlen);
+        return o->n_le_formats < 0 ? -1 : 0;
+    }
+    layer_error_format_from_flags(&kv, &o->le_formats[0]);
+    o->n_le_formats = 1;
+    return 0;
+}
+
 /* Parses argv into o. Returns -1 to go on, else the exit status (0 after --help). */
 static int parse_perplexity(int argc, char **argv, ppl_opts *o) {
     memset(o, 0, sizeof *o);
@@ -99,22 +115,11 @@ static int parse_perplexity(int argc, char **argv, ppl_opts *o) {
         if (!ok) return CLI_EXIT_USAGE;
     }
     if (!kv_flags_finish(&c, &o->kv)) return CLI_EXIT_USAGE;
-    if (o->layer_error) {
-        wk_engine_params kv; /* the format the flags describe, as the layer-error code reads it */
-        wk_engine_params_default(&kv);
-        kv_flags_apply(&o->kv, &kv);
-        if (o->layer_error_list) {
-            char err[WK_ERRMSG_LEN];
-            o->n_le_formats = layer_error_parse_formats(o->layer_error_list, &kv, o->le_formats,
-                                                        LAYER_ERROR_MAX_FORMATS, err, sizeof err);
-            if (o->n_le_formats < 0) {
-                cli_error(&c, "--layer-error-formats: %s", err);
-                return CLI_EXIT_USAGE;
-            }
-        } else {
-            layer_error_format_from_flags(&kv, &o->le_formats[0]);
-            o->n_le_formats = 1;
-        }
+    char err[WK_ERRMSG_LEN];
+    /* Checked before anything is opened; made again once the model fits the default group. */
+    if (o->layer_error && layer_error_formats(o, err, sizeof err) < 0) {
+        cli_error(&c, "--layer-error-formats: %s", err);
+        return CLI_EXIT_USAGE;
     }
     if (!o->common.file) {
         cli_error(&c, "missing -f FILE (see wushkv perplexity --help)");
@@ -248,6 +253,14 @@ int cmd_perplexity(int argc, char **argv) {
     cli_common_apply(&o.common, &ep);
     kv_flags_fit_model(&o.kv, o.common.model);
     kv_flags_apply(&o.kv, &ep);
+    if (o.layer_error) { /* again, with the default's group fitted to the model */
+        char err[WK_ERRMSG_LEN];
+        if (layer_error_formats(&o, err, sizeof err) < 0) {
+            fprintf(stderr, "wushkv perplexity: --layer-error-formats: %s\n", err);
+            free(text);
+            return CLI_EXIT_USAGE;
+        }
+    }
     ep.max_ctx = o.ctx;
     ep.max_batch_tokens = o.batch;
     char wush[4200];
