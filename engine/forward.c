@@ -81,7 +81,7 @@ int wk_fwd_init(wk_fwd *f, wk_vk *vk, wk_pipelines *pipes, const wk_hparams *hp,
     if (!rc) rc = make(f, &a->tokens, T * 4, WK_MEM_HOST, NONE, err, errlen);
     if (!rc) rc = make(f, &a->rows, T * sizeof(wk_row_info), WK_MEM_HOST, NONE, err, errlen);
     if (!rc) rc = make(f, &a->tables, wk_fwd_max_tables(f) * 4, WK_MEM_HOST, NONE, err, errlen);
-    if (!rc && ((uint32_t)hp->head_dim / 4 + vk->subgroup_size - 1) / vk->subgroup_size > WK_ATTN_MAXC)
+    if (!rc && wk_attn_lane_chunks((uint32_t)hp->head_dim, vk->subgroup_size) > WK_ATTN_MAXC)
         rc = WK_ERR_UNSUPPORTED, snprintf(err, errlen, "head_dim %d is too large for the attention at subgroup size %u",
                                           hp->head_dim, vk->subgroup_size);
     if (!rc) {

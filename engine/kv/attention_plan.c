@@ -6,7 +6,7 @@ static uint32_t max_u32(uint32_t a, uint32_t b) { return a > b ? a : b; }
 
 int wk_attn_plan_make(const wk_row_info *rows, const uint32_t *win_words, uint32_t T, uint32_t n_head,
                       uint32_t n_head_kv, uint32_t head_dim, uint32_t subgroup, wk_attn_tile *tiles, wk_attn_plan *out) {
-    const uint32_t chunks = head_dim / 4, ncl = (chunks + subgroup - 1) / subgroup;
+    const uint32_t ncl = wk_attn_lane_chunks(head_dim, subgroup);
     if (ncl > WK_ATTN_MAXC || ncl == 0) return -1;
     const uint32_t hpk = n_head / n_head_kv;
     /* A GQA group larger than a tile is cut into head chunks (more workgroups along y). */

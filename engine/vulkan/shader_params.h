@@ -20,6 +20,12 @@
  * engine/kv/attention_plan.h says when a step may use them). */
 enum { WK_ATTN_DECODE_ROWS = 4 };
 
+/* attention_paged's 4-element chunks of a head vector per lane (its specialisation constant 6):
+ * the head's D/4 chunks spread over a subgroup. */
+static inline uint32_t wk_attn_lane_chunks(uint32_t head_dim, uint32_t subgroup) {
+    return subgroup ? (head_dim / 4 + subgroup - 1) / subgroup : 0;
+}
+
 /* kv_transform's units (a token's query heads of one KV head, or its key) per invocation, its
  * specialisation constant 3 (its accumulators hold at most this many), for steps of at least this
  * many tokens; kv_transform_decode, for fewer, takes one token's query heads per KV head. */

@@ -197,9 +197,8 @@ void wk_pipelines_enable_profile(wk_vk *vk, wk_pipelines *p) {
 int wk_pipelines_specialize_kv(wk_vk *vk, wk_pipelines *p, bool sliding, int kind, int bits, int group, int head_dim,
                                char *err, size_t errlen) {
     (void)err, (void)errlen; /* creation, and its errors, come with the first dispatch */
-    /* A lane's 4-element chunks of a head vector, as attention_paged.comp computes them. */
-    const uint32_t sg = vk->subgroup_size ? vk->subgroup_size : 1, chunks = (uint32_t)head_dim / 4;
-    const int32_t kv[4] = {kind, bits, group, (int32_t)((chunks + sg - 1) / sg)};
+    const uint32_t sg = vk->subgroup_size ? vk->subgroup_size : 1;
+    const int32_t kv[4] = {kind, bits, group, (int32_t)wk_attn_lane_chunks((uint32_t)head_dim, sg)};
     set_spec(vk, p, sliding ? WK_PIPE_ATTENTION_PAGED_SWA : WK_PIPE_ATTENTION_PAGED, kv);
     set_spec(vk, p, sliding ? WK_PIPE_ATTENTION_DECODE_SWA : WK_PIPE_ATTENTION_DECODE, kv);
     return 0;
