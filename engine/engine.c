@@ -120,6 +120,7 @@ int wk_engine_open(const wk_engine_params *p, wk_engine **out, char *err, size_t
                                                                                     : WK_VK_VALIDATION_ON;
     if (!rc) rc = wk_vk_init(&e->vk, p->device_index, validation, p->verbose, err, errlen);
     if (!rc) rc = wk_pipelines_create(&e->vk, &e->pipes, err, errlen);
+    if (!rc) rc = wk_pipelines_choose_kernels(&e->vk, &e->pipes, p->kernels, err, errlen);
     if (!rc && p->profile) wk_pipelines_enable_profile(&e->vk, &e->pipes);
     if (!rc && p->kv_transform == WK_KV_TRANSFORM_WUSH && !p->wush_path) {
         snprintf(err, errlen, "the WUSH transform needs a sidecar file (wushkv calibrate -o FILE, then --wush FILE)");
@@ -264,6 +265,7 @@ int wk_engine_open(const wk_engine_params *p, wk_engine **out, char *err, size_t
     i->device_driver_info = e->vk.driver_info;
     i->device_subgroup_size = e->vk.subgroup_size;
     i->device_shared_memory_bytes = e->vk.props.limits.maxComputeSharedMemorySize;
+    i->kernels = e->pipes.gpu_kernels ? "gpu" : "cpu";
     i->device_vendor_id = e->vk.props.vendorID;
     i->device_id = e->vk.props.deviceID;
     i->n_vocab = hp->n_vocab;

@@ -78,6 +78,13 @@ check "kv read bytes" "$out" '"kv_read_bytes_per_token" not in j["tests"][0] and
 check "flat keys = first depth" "$out" 'j["prefill_tokens_per_s"] == j["tests"][0]["tokens_per_s"] and j["decode_tokens_per_s"] == j["tests"][1]["tokens_per_s"]'
 check "device fields" "$out" 'j["device_type"] in ("CPU", "discrete GPU", "integrated GPU", "virtual GPU", "other") and j["subgroup_size"] >= 4 and j["shared_memory_bytes"] > 0'
 [[ $(grep -c '^tg4 @ d24 run [12]/2: depth 24 tokens in' "$tmp/err") -eq 2 ]] && ok || bad "depth progress lines" "$(cat "$tmp/err")"
+# The kernel set: "cpu" on a CPU device unless forced; WUSHKV_KERNELS=gpu forces the GPU variants.
+check "kernel set by device type" "$out" 'j["kernels"] in ("cpu", "gpu") and (j["device_type"] != "CPU" or j["kernels"] == "cpu")'
+out=$(WUSHKV_KERNELS=gpu "$exe" bench -m "$model" -p 8 -n 2 -r 1 --kv f16 --json 2>"$tmp/err")
+check "WUSHKV_KERNELS=gpu" "$out" 'j["kernels"] == "gpu" and j["prefill_tokens_per_s"] > 0'
+WUSHKV_KERNELS=fast "$exe" bench -m "$model" -p 8 -n 2 -r 1 --json >/dev/null 2>"$tmp/err"
+rc=$?
+[[ $rc -ne 0 ]] && grep -q "WUSHKV_KERNELS='fast': expected cpu, gpu or auto" "$tmp/err" && ok || bad "WUSHKV_KERNELS=fast refused (rc $rc)" "$(cat "$tmp/err")"
 # f16 at depth 24 on the tiny model (its own figures from the layout: every key and value f16).
 out=$("$exe" bench -m "$model" -p 0 -n 2 -r 1 -d 8-32*2 --kv f16 --json 2>"$tmp/err")
 rc=$?

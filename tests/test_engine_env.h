@@ -2,7 +2,7 @@
  * (server/cli/cli_common.c cli_engine_env): the engine library reads no environment, so a test
  * that opens an engine or a device itself asks here. WUSHKV_DEVICE picks the device,
  * WUSHKV_VALIDATION=1 turns the validation layer on (=sync: with its synchronization validation),
- * WUSHKV_PROFILE=1 the per-pipeline profile. */
+ * WUSHKV_PROFILE=1 the per-pipeline profile, WUSHKV_KERNELS=cpu|gpu the shader variants. */
 #ifndef WK_TEST_ENGINE_ENV_H
 #define WK_TEST_ENGINE_ENV_H
 
@@ -26,6 +26,17 @@ static inline int test_engine_env_device(void) {
     return (int)v;
 }
 
+/* WUSHKV_KERNELS as a wk_kernels value (unset or empty: WK_KERNELS_AUTO); another value ends the
+ * test (status 1) with a message. */
+static inline int test_engine_env_kernels(void) {
+    const char *s = getenv("WUSHKV_KERNELS");
+    if (!s || !*s || strcmp(s, "auto") == 0) return WK_KERNELS_AUTO;
+    if (strcmp(s, "cpu") == 0) return WK_KERNELS_CPU;
+    if (strcmp(s, "gpu") == 0) return WK_KERNELS_GPU;
+    fprintf(stderr, "WUSHKV_KERNELS='%s': expected cpu, gpu or auto\n", s);
+    exit(1);
+}
+
 /* Applies the environment to params a test built: the device when p->device_index < 0,
  * validation and profile switched on (never off). */
 static inline void test_engine_params_from_env(wk_engine_params *p) {
@@ -35,6 +46,7 @@ static inline void test_engine_params_from_env(wk_engine_params *p) {
     if (v && strcmp(v, "sync") == 0) p->validation = p->validation_sync = true;
     const char *prof = getenv("WUSHKV_PROFILE");
     if (prof && strcmp(prof, "1") == 0) p->profile = true;
+    if (p->kernels == WK_KERNELS_AUTO) p->kernels = test_engine_env_kernels();
 }
 
 #endif

@@ -48,6 +48,7 @@ static bool stack_open(stack *s, wk_gguf *g, int slots, int max_ctx, int max_tok
     int rc = wk_model_desc_load(g, &s->desc, err, sizeof err);
     if (!rc) rc = wk_vk_init(&s->vk, test_engine_env_device(), true, false, err, sizeof err);
     if (!rc) rc = wk_pipelines_create(&s->vk, &s->pipes, err, sizeof err);
+    if (!rc) rc = wk_pipelines_choose_kernels(&s->vk, &s->pipes, test_engine_env_kernels(), err, sizeof err);
     const wk_hparams *hp = &s->desc.hp;
     if (!rc) rc = wk_pipelines_specialize_kv(&s->vk, &s->pipes, false, 0, 16, 0, hp->head_dim, err, sizeof err);
     if (!rc) rc = wk_weights_upload(&s->vk, &s->desc, NULL, &s->w, err, sizeof err);
@@ -256,6 +257,7 @@ static void paged_case(const char *arch, uint64_t seed, int bits, wk_kvq_kind ki
     int rc = wk_model_desc_load(g, &s.desc, err, sizeof err);
     if (!rc) rc = wk_vk_init(&s.vk, test_engine_env_device(), true, false, err, sizeof err);
     if (!rc) rc = wk_pipelines_create(&s.vk, &s.pipes, err, sizeof err);
+    if (!rc) rc = wk_pipelines_choose_kernels(&s.vk, &s.pipes, test_engine_env_kernels(), err, sizeof err);
     if (!rc) rc = wk_weights_upload(&s.vk, &s.desc, NULL, &s.w, err, sizeof err);
     if (!rc)
         rc = wk_kv_cache_create_paged(&s.vk, &s.kv, &s.desc.hp, &fmt, 0, WK_KVQ_RHO_K, WK_KVQ_RHO_V, 0, 2, PCTX, 13, err,
@@ -616,6 +618,7 @@ static void real_model_case(const char *path) {
 }
 
 int main(void) {
+    printf("kernel set: %s (WUSHKV_KERNELS)\n", test_engine_env_kernels() == WK_KERNELS_GPU ? "gpu" : "as the device's type");
     tiny_case("gemma3", 7, 16);
     tiny_case("llama", 11, 0);
     paged_case("gemma3", 5, 2, WK_KVQ_QUEST, 32, 0);

@@ -126,7 +126,7 @@ typedef struct { WK_PC_KV_QUANT_TEST(WK_PC_MEMBER, ) } wk_pc_kv_quant_test;
     B(wk_pc_embed, WK_PC_EMBED, "model/embed.comp")                                   \
     B(wk_pc_rmsnorm, WK_PC_RMSNORM, "model/rmsnorm.comp")                             \
     B(wk_pc_add_norm, WK_PC_ADD_NORM, "model/add_norm.comp")                          \
-    B(wk_pc_matmul, WK_PC_MATMUL, "model/matmul.comp", "model/matvec.comp")           \
+    B(wk_pc_matmul, WK_PC_MATMUL, "model/matmul.comp", "model/matvec.comp", "model/matmul_tiled.comp") \
     B(wk_pc_qk_norm_rope, WK_PC_QK_NORM_ROPE, "model/qk_norm_rope.comp")              \
     B(wk_pc_glu, WK_PC_GLU, "model/glu.comp")                                         \
     B(wk_pc_attention_paged, WK_PC_ATTENTION_PAGED, "kv/attention_paged.comp")        \

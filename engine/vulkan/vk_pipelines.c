@@ -21,6 +21,8 @@
 #include "spv_glu.h"
 #include "spv_matmul_f16.h"
 #include "spv_matmul_q8a.h"
+#include "spv_matmul_tiled_f16.h"
+#include "spv_matmul_tiled_q8a.h"
 #include "spv_matvec_f16.h"
 #include "spv_matvec_q8a.h"
 #include "spv_qk_norm_rope.h"
@@ -48,6 +50,8 @@ static const pipe_spec specs[WK_PIPE_COUNT] = {
     [WK_PIPE_ADD_NORM] = {"add_norm", SPV(wk_spv_add_norm), "SSSSS", sizeof(wk_pc_add_norm), true},
     [WK_PIPE_MATMUL_Q8A] = {"matmul_q8a", SPV(wk_spv_matmul_q8a), "TTTS", sizeof(wk_pc_matmul), false},
     [WK_PIPE_MATMUL_F16] = {"matmul_f16", SPV(wk_spv_matmul_f16), "TTTS", sizeof(wk_pc_matmul), false},
+    [WK_PIPE_MATMUL_TILED_Q8A] = {"matmul_tiled_q8a", SPV(wk_spv_matmul_tiled_q8a), "TTTS", sizeof(wk_pc_matmul), false},
+    [WK_PIPE_MATMUL_TILED_F16] = {"matmul_tiled_f16", SPV(wk_spv_matmul_tiled_f16), "TTTS", sizeof(wk_pc_matmul), false},
     [WK_PIPE_MATVEC_Q8A] = {"matvec_q8a", SPV(wk_spv_matvec_q8a), "TTTS", sizeof(wk_pc_matmul), true},
     [WK_PIPE_MATVEC_F16] = {"matvec_f16", SPV(wk_spv_matvec_f16), "TTTS", sizeof(wk_pc_matmul), true},
     [WK_PIPE_QK_NORM_ROPE] = {"qk_norm_rope", SPV(wk_spv_qk_norm_rope), "SSSSTSSS", sizeof(wk_pc_qk_norm_rope), true},
@@ -201,6 +205,26 @@ int wk_pipelines_specialize_kv(wk_vk *vk, wk_pipelines *p, bool sliding, int kin
     const int32_t kv[4] = {kind, bits, group, (int32_t)wk_attn_lane_chunks((uint32_t)head_dim, sg)};
     set_spec(vk, p, sliding ? WK_PIPE_ATTENTION_PAGED_SWA : WK_PIPE_ATTENTION_PAGED, kv);
     set_spec(vk, p, sliding ? WK_PIPE_ATTENTION_DECODE_SWA : WK_PIPE_ATTENTION_DECODE, kv);
+    return 0;
+}
+
+int wk_pipelines_choose_kernels(wk_vk *vk, wk_pipelines *p, int kernels, char *err, size_t errlen) {
+    const VkPhysicalDeviceLimits *lim = &vk->props.limits;
+    /* matmul_tiled.comp: a 16 x 16 workgroup, two 64 x 16 f32 tiles in shared memory. */
+    const bool fits = lim->maxComputeWorkGroupInvocations >= 256 && lim->maxComputeWorkGroupSize[0] >= 16 &&
+                      lim->maxComputeWorkGroupSize[1] >= 16 && lim->maxComputeSharedMemorySize >= 8192;
+    if (kernels == WK_KERNELS_GPU && !fits) {
+        snprintf(err, errlen, "kernel set gpu: device %s allows %u invocations and %u bytes of shared memory a "
+                 "workgroup, its matmul needs 256 and 8192", vk->props.deviceName, lim->maxComputeWorkGroupInvocations,
+                 lim->maxComputeSharedMemorySize);
+        return WK_ERR_UNSUPPORTED;
+    }
+    if (kernels != WK_KERNELS_AUTO && kernels != WK_KERNELS_CPU && kernels != WK_KERNELS_GPU) {
+        snprintf(err, errlen, "kernel set %d: expected auto, cpu or gpu", kernels);
+        return WK_ERR_INVALID;
+    }
+    p->gpu_kernels = kernels == WK_KERNELS_GPU ||
+                     (kernels == WK_KERNELS_AUTO && fits && vk->props.deviceType != VK_PHYSICAL_DEVICE_TYPE_CPU);
     return 0;
 }
 

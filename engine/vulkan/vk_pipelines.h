@@ -12,6 +12,8 @@ typedef enum {
     WK_PIPE_ADD_NORM,
     WK_PIPE_MATMUL_Q8A,
     WK_PIPE_MATMUL_F16,
+    WK_PIPE_MATMUL_TILED_Q8A,    /* the "gpu" kernel set's matmul (shared-memory tiles) */
+    WK_PIPE_MATMUL_TILED_F16,
     WK_PIPE_MATVEC_Q8A,
     WK_PIPE_MATVEC_F16,
     WK_PIPE_QK_NORM_ROPE,
@@ -23,7 +25,7 @@ typedef enum {
     WK_PIPE_KV_STORE_WINDOW,
     WK_PIPE_KV_STORE_QUANT,
     WK_PIPE_KV_TRANSFORM,
-    WK_PIPE_KV_TRANSFORM_DECODE, /* the same with one token a workgroup, for steps of under 4 tokens */
+    WK_PIPE_KV_TRANSFORM_DECODE, /* the same with a token's query heads a tile, for steps of few tokens */
     WK_PIPE_KV_STORE_F16,
     WK_PIPE_GLU,
     WK_PIPE_COUNT
@@ -63,6 +65,10 @@ typedef struct wk_pipelines {
     wk_desc_entry *cache; /* open addressing; sets are created once per distinct binding tuple */
     uint32_t cache_cap, cache_used;
     uint32_t matvec_rows;  /* rows per matvec workgroup */
+    /* The kernel set (wk_pipelines_choose_kernels): false "cpu", the shaders tuned for lavapipe
+     * (texel buffers, register tiles, no shared memory); true "gpu", which swaps in the variants
+     * written for GPUs (today the matmul's shared-memory tiles). */
+    bool gpu_kernels;
     /* Optional GPU-time profile per pipeline (wk_pipelines_enable_profile): a timestamp after each
      * dispatch. */
     bool profile;
@@ -89,6 +95,10 @@ void wk_pipelines_enable_profile(wk_vk *vk, wk_pipelines *p);
  * call it before recording a step that uses it, never while one is in flight. */
 int wk_pipelines_specialize_kv(wk_vk *vk, wk_pipelines *p, bool sliding, int kind, int bits, int group, int head_dim,
                                char *err, size_t errlen);
+/* Chooses the kernel set: kernels WK_KERNELS_CPU / WK_KERNELS_GPU force one, WK_KERNELS_AUTO takes
+ * "cpu" on a CPU device and "gpu" on any other that allows the GPU variants' workgroups (256
+ * invocations, 8 KiB of shared memory). Forcing "gpu" on a device that does not allow them fails. */
+int wk_pipelines_choose_kernels(wk_vk *vk, wk_pipelines *p, int kernels, char *err, size_t errlen);
 /* The same for kv_transform and the transform's block; decode_units: the decode twin's tile
  * (wk_xform_decode_units). */
 int wk_pipelines_specialize_transform(wk_vk *vk, wk_pipelines *p, int block, int decode_units, char *err,

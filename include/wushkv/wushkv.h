@@ -53,6 +53,10 @@ typedef struct wk_seq wk_seq;       /* one sequence's KV cache and position */
 /* KV cache quantizers and transforms (wk_engine_params kv_quant and kv_transform). */
 typedef enum { WK_KV_QUANT_QUEST = 0, WK_KV_QUANT_PERCENTILE = 1, WK_KV_QUANT_ABSMAX = 2 } wk_kv_quant;
 typedef enum { WK_KV_TRANSFORM_NONE = 0, WK_KV_TRANSFORM_HADAMARD = 1, WK_KV_TRANSFORM_WUSH = 2 } wk_kv_transform;
+/* Shader variants (wk_engine_params.kernels): "cpu", tuned for lavapipe (texel buffers, register
+ * tiles, no shared memory), or "gpu" (shared-memory tiles where a GPU wants them); AUTO picks by
+ * the device's type. */
+typedef enum { WK_KERNELS_AUTO = 0, WK_KERNELS_CPU = 1, WK_KERNELS_GPU = 2 } wk_kernels;
 
 typedef struct wk_engine_params {
     const char *model_path;
@@ -64,6 +68,7 @@ typedef struct wk_engine_params {
     bool validation_sync;  /* with validation: its synchronization validation too (hazards between dispatches; slow) */
     bool verbose;          /* device and model summary on stderr */
     bool skip_warmup;      /* don't run every shader once at open (lavapipe compiles on first use) */
+    int kernels;           /* wk_kernels; the CLI sets it from WUSHKV_KERNELS=cpu|gpu */
     /* GPU time per pipeline: a timestamp after every dispatch (where the device has compute
      * timestamps), the sums printed on stderr by wk_engine_close. The engine reads no environment:
      * the CLI sets this from WUSHKV_PROFILE=1, as it sets device_index from WUSHKV_DEVICE and
@@ -156,6 +161,7 @@ typedef struct wk_model_info {
      * "other"), its driver's name and version string (empty below Vulkan 1.2), the subgroup size
      * the shaders run at, shared memory per workgroup, PCI vendor and device ids. */
     const char *device_type, *device_driver, *device_driver_info;
+    const char *kernels; /* the shader variants the engine chose: "cpu" or "gpu" (wk_kernels) */
     uint32_t device_subgroup_size, device_shared_memory_bytes, device_vendor_id, device_id;
     bool prefix_cache; /* automatic prefix caching is on (wk_engine_params.prefix_cache) */
     bool prefix_cache_park; /* ... in its parking form (the format has f16 windows) */

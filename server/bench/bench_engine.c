@@ -198,6 +198,7 @@ typedef struct engine_result {
     char model_name[256], device[256], kv_desc[128];
     char device_type[32], driver[256], driver_info[256];
     unsigned subgroup, shared_memory, vendor_id, device_id;
+    const char *kernels; /* the shader variants: "cpu" or "gpu" */
     double bits_per_element;
     unsigned long long kv_bytes_per_token;
     int ctx;
@@ -259,6 +260,7 @@ static int measure_engine(const bench_engine_opts *o, const char *model, engine_
     snprintf(res->driver_info, sizeof res->driver_info, "%s", info->device_driver_info);
     res->subgroup = info->device_subgroup_size;
     res->shared_memory = info->device_shared_memory_bytes;
+    res->kernels = info->kernels;
     res->vendor_id = info->device_vendor_id;
     res->device_id = info->device_id;
     res->bits_per_element = info->kv_bits_per_element;
@@ -546,6 +548,7 @@ static int print_json(const bench_engine_opts *o, const char *model, const engin
     cJSON_AddStringToObject(obj, "device_driver_info", res->driver_info);
     cJSON_AddNumberToObject(obj, "subgroup_size", res->subgroup);
     cJSON_AddNumberToObject(obj, "shared_memory_bytes", res->shared_memory);
+    cJSON_AddStringToObject(obj, "kernels", res->kernels ? res->kernels : "");
     cJSON_AddNumberToObject(obj, "vendor_id", res->vendor_id);
     cJSON_AddNumberToObject(obj, "device_id", res->device_id);
     cJSON_AddStringToObject(obj, "kv", res->kv_desc);
@@ -639,9 +642,9 @@ static void print_text(const bench_engine_opts *o, const char *model, const engi
                        const peer_result *peer) {
     const size_t n = (size_t)o->reps;
     printf("model:  %s (%s)\n", res->model_name, model);
-    printf("device: %s (%s; driver %s%s%s; subgroup %u, shared memory %u KiB)\n", res->device, res->device_type,
-           res->driver[0] ? res->driver : "?", res->driver_info[0] ? " " : "", res->driver_info, res->subgroup,
-           res->shared_memory / 1024);
+    printf("device: %s (%s; driver %s%s%s; subgroup %u, shared memory %u KiB; kernels %s)\n", res->device,
+           res->device_type, res->driver[0] ? res->driver : "?", res->driver_info[0] ? " " : "", res->driver_info,
+           res->subgroup, res->shared_memory / 1024, res->kernels ? res->kernels : "?");
     printf("KV:     %s, %.2f bits/element, %llu bytes/token; ctx %d, batch %d, %d run%s after 1 warm-up\n",
            res->kv_desc, res->bits_per_element, res->kv_bytes_per_token, res->ctx, o->batch_tokens, o->reps,
            o->reps == 1 ? "" : "s");

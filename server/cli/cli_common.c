@@ -86,6 +86,13 @@ int cli_engine_env(wk_engine_params *p, char *err, size_t errlen) {
     if (validation && strcmp(validation, "sync") == 0) p->validation = p->validation_sync = true; /* + hazards */
     const char *profile = getenv("WUSHKV_PROFILE");
     if (profile && strcmp(profile, "1") == 0) p->profile = true;
+    const char *kernels = getenv("WUSHKV_KERNELS");
+    if (kernels && *kernels) {
+        if (strcmp(kernels, "cpu") == 0) p->kernels = WK_KERNELS_CPU;
+        else if (strcmp(kernels, "gpu") == 0) p->kernels = WK_KERNELS_GPU;
+        else if (strcmp(kernels, "auto") == 0) p->kernels = WK_KERNELS_AUTO;
+        else return snprintf(err, errlen, "WUSHKV_KERNELS='%s': expected cpu, gpu or auto", kernels), WK_ERR_INVALID;
+    }
     return WK_OK;
 }
 
