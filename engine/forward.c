@@ -278,6 +278,14 @@ static void paged_geometry(const wk_fwd *f, int il, wk_pc_attention_paged *pc) {
         .table_stride = (uint32_t)l->n_groups, .table_col = (uint32_t)kv->group_of[il]};
 }
 
+/* Whether layer il's f16 window rows go in with its codes (kv_store_quant's win_store) rather than
+ * through kv_store_window after the attention: a decode-shaped step (window_early), a quantized
+ * cache, a window for the layer's class. The one rule both places read. */
+static bool window_with_codes(const wk_fwd *f, int il) {
+    const wk_kv_win *win = &f->kv->layout.win[f->kv->win_class_of[il]];
+    return f->window_early && f->kv->fmt.bits != 16 && win->sink + win->recent > 0;
+}
+
 /* Quantizes this step's keys (post-RoPE, in a.k) and values into their blocks. */
 static int op_kv_store_quant(rec *r, int il, uint32_t T) {
     wk_fwd *f = r->f;
@@ -292,8 +300,7 @@ static int op_kv_store_quant(rec *r, int il, uint32_t T) {
                                .params_words = g.params_words, .code_words = g.code_words,
                                .table_stride = g.table_stride, .table_col = g.table_col};
     const int c = f->kv->win_class_of[il];
-    const wk_kv_win *win = &f->kv->layout.win[c];
-    pc.win_store = f->window_early && win->sink + win->recent > 0;
+    pc.win_store = window_with_codes(f, il);
     pc.win_layer = (uint32_t)f->kv->win_layer_of[il];
     pc.dest_base = (uint32_t)c * T;
     wk_arg args[6] = {S(&f->a.k), S(&f->a.v), S(&f->a.rows), S(&f->a.tables), TV(&f->kv->pool_buf), S(&f->a.win_dest)};
@@ -458,7 +465,7 @@ static int record_layers(rec *r, uint32_t T) {
         wk_vk_barrier(vk);
         TRY(op_attention_paged(r, il, T));                      /* attn = softmax(q K^T) V over the blocks */
         const wk_kv_win *win = &f->kv->layout.win[f->kv->win_class_of[il]];
-        if (win->sink + win->recent > 0 && !(f->window_early && f->kv->fmt.bits != 16)) {
+        if (win->sink + win->recent > 0 && !window_with_codes(f, il)) {
             wk_vk_barrier(vk);
             TRY(op_kv_store_window(r, il, T));                  /* k, v (f16) -> window rows */
         }
