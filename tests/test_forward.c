@@ -617,10 +617,21 @@ static void real_model_case(const char *path) {
     wk_gguf_close(g);
 }
 
-int main(void) {
+int main(int argc, char **argv) {
+    /* --kernel-cases: only the cases whose result depends on the kernel set's
+     * matmul and attention variants (the dense forward of each architecture and
+     * the real model); the paged, mixed and window cases exercise pool and
+     * window logic the kernel set does not change, and the default suite already
+     * runs them once. */
+    bool kernel_cases_only = argc > 1 && strcmp(argv[1], "--kernel-cases") == 0;
     printf("kernel set: %s (WUSHKV_KERNELS)\n", test_engine_env_kernels() == WK_KERNELS_GPU ? "gpu" : "as the device's type");
     tiny_case("gemma3", 7, 16);
     tiny_case("llama", 11, 0);
+    if (kernel_cases_only) {
+        const char *model = real_model_path("the real-model check");
+        if (model) real_model_case(model);
+        TEST_MAIN_END();
+    }
     paged_case("gemma3", 5, 2, WK_KVQ_QUEST, 32, 0);
     paged_case("gemma3", 6, 3, WK_KVQ_PERCENTILE, 16, 0);
     paged_case("gemma3", 10, 4, WK_KVQ_QUEST, 32, 12); /* 2 full + 10 sliding layers: groups of 2 */
