@@ -30,15 +30,17 @@ void wk_eng_seq_keep_tokens(wk_seq *s, const int32_t *tokens, int n) {
 
 /* Everything besides the tokens that decides what a block stores: the model (its file's path and
  * size, its shapes), the KV format of each layer class with its quantizer, group, windows and
- * clip quantiles, the transform with its seed and sidecar. The cache lives inside one engine,
+ * clip quantiles and QuEST clip, the transform with its seed and sidecar. The cache lives inside one engine,
  * which has one of each, so today this only guards against a mistake; it is what a cache shared
  * between engines (or kept on disk) would need. */
 uint64_t wk_eng_prefix_salt(const wk_engine *e, const wk_engine_params *p) {
     const wk_hparams *hp = &e->desc.hp;
-    union { float f; int32_t i; } rk = {.f = p->kv_rho_k}, rv = {.f = p->kv_rho_v};
+    union { float f; int32_t i; } rk = {.f = p->kv_rho_k}, rv = {.f = p->kv_rho_v}, c2 = {.f = e->kv.quest_c2},
+        swa_c2 = {.f = e->kv.swa_quest_c2};
     const int32_t w[] = {e->kv.fmt.bits, e->kv.swa_pool ? e->kv.swa_fmt.bits : e->kv.fmt.bits, (int32_t)e->kv.fmt.kind,
                          e->kv.fmt.group, e->kv.layout.win[0].sink, e->kv.layout.win[0].recent,
-                         e->kv.layout.win[1].sink, e->kv.layout.win[1].recent, rk.i, rv.i, (int32_t)p->kv_transform,
+                         e->kv.layout.win[1].sink, e->kv.layout.win[1].recent, rk.i, rv.i, c2.i, swa_c2.i,
+                         (int32_t)p->kv_transform,
                          (int32_t)p->kv_transform_seed, (int32_t)(p->kv_transform_seed >> 32), hp->n_layer, hp->n_embd,
                          hp->n_vocab, hp->n_head_kv, hp->head_dim, e->kv.layout.block_tokens,
                          (int32_t)e->model_bytes, (int32_t)(e->model_bytes >> 32)};

@@ -298,7 +298,8 @@ static int op_kv_store_quant(rec *r, int il, uint32_t T) {
                                .rank_v = own ? f->kv->swa_rank_v : f->kv->rank_v, .block_tokens = g.block_tokens,
                                .slab_words = g.slab_words, .block_words = g.block_words,
                                .params_words = g.params_words, .code_words = g.code_words,
-                               .table_stride = g.table_stride, .table_col = g.table_col};
+                               .table_stride = g.table_stride, .table_col = g.table_col,
+                               .quest_c2 = own ? f->kv->swa_quest_c2 : f->kv->quest_c2};
     const int c = f->kv->win_class_of[il];
     pc.win_store = window_with_codes(f, il);
     pc.win_layer = (uint32_t)f->kv->win_layer_of[il];

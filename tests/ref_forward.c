@@ -40,6 +40,7 @@ struct ref_model {
     int kv_bits;        /* 0: f16 cache; 2..4: the quantized cache (kv_quant.c round trip) */
     int kv_kind, kv_group;
     int kv_swa_bits;    /* the sliding-window layers' bits (per-layer-class formats); 0: kv_bits */
+    float kv_quest_c2, kv_swa_quest_c2; /* QuEST's constant per class (wk_kvq_quest_c2); 0: unclipped */
 };
 
 /* Dequantizes a whole tensor (NULL tensor -> NULL, not an error: optional weights). */
@@ -197,11 +198,11 @@ float ref_gelu_tanh(float x) {
 float ref_silu(float x) { return (float)((double)x / (1.0 + exp(-(double)x))); }
 
 /* The quantized cache: every group of G elements of a head vector through the C quantizer. */
-static void kv_quant_round(const ref_model *m, int bits, float *x, int n_heads, int D, float rho) {
+static void kv_quant_round(const ref_model *m, int bits, float *x, int n_heads, int D, float rho, float quest_c2) {
     uint8_t buf[1024];
     for (int h = 0; h < n_heads; h++)
         for (int g = 0; g < D; g += m->kv_group) {
-            wk_kvq_encode((wk_kvq_kind)m->kv_kind, bits, m->kv_group, rho, x + (size_t)h * D + g, buf);
+            wk_kvq_encode_c2((wk_kvq_kind)m->kv_kind, bits, m->kv_group, rho, quest_c2, x + (size_t)h * D + g, buf);
             wk_kvq_decode((wk_kvq_kind)m->kv_kind, bits, m->kv_group, buf, x + (size_t)h * D + g);
         }
 }
@@ -211,6 +212,12 @@ void ref_model_set_kv_quant(ref_model *m, int bits, int kind, int group) {
     m->kv_kind = kind;
     m->kv_group = group;
     m->kv_swa_bits = 0;
+    m->kv_quest_c2 = m->kv_swa_quest_c2 = 0;
+}
+
+void ref_model_set_kv_clip(ref_model *m, float quest_c2, float swa_quest_c2) {
+    m->kv_quest_c2 = quest_c2;
+    m->kv_swa_quest_c2 = swa_quest_c2;
 }
 
 void ref_model_set_kv_swa_bits(ref_model *m, int bits) { m->kv_swa_bits = bits; }
@@ -313,8 +320,9 @@ static void layer_forward(const ref_model *m, int il, ref_state *s, int n) {
         /* kv store: what the cache gives back, f16 or the quantizer's round trip per group */
         if (m->kv_bits) {
             const int bits = swa && m->kv_swa_bits ? m->kv_swa_bits : m->kv_bits;
-            kv_quant_round(m, bits, k, Hk, D, WK_KVQ_RHO_K);
-            kv_quant_round(m, bits, v, Hk, D, WK_KVQ_RHO_V);
+            const float c2 = swa ? m->kv_swa_quest_c2 : m->kv_quest_c2;
+            kv_quant_round(m, bits, k, Hk, D, WK_KVQ_RHO_K, c2);
+            kv_quant_round(m, bits, v, Hk, D, WK_KVQ_RHO_V, c2);
         } else {
             round_f16(k, (size_t)Hk * D);
             round_f16(v, (size_t)Hk * D);

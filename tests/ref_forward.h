@@ -23,6 +23,9 @@ void ref_model_set_kv_quant(ref_model *m, int bits, int kind, int group);
 /* Per-layer-class formats: the sliding-window layers' K and V through `bits` instead (0: the same
  * as every layer). Call after ref_model_set_kv_quant, which resets it. */
 void ref_model_set_kv_swa_bits(ref_model *m, int bits);
+/* QuEST's constant (wk_kvq_quest_c2) of the other layers and of the sliding-window ones (0:
+ * unclipped). Call after ref_model_set_kv_quant, which resets both. */
+void ref_model_set_kv_clip(ref_model *m, float quest_c2, float swa_quest_c2);
 
 /* Evaluates tokens at positions 0..n-1 from an empty cache.
  * logits: NULL or n x n_vocab. layer_out: NULL or n_layer buffers of n x n_embd that receive the

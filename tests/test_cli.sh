@@ -84,7 +84,7 @@ if [[ -n $writer ]]; then
     # model's file is refused with a message and replaced. Evidence: the log lines and the file.
     export WUSHKV_CACHE_DIR=$tmp/cache WUSHKV_CALIB_TOKENS=512
     expect 0 'no WUSH-KV sidecar for this model in .*/cache: calibrating' -- "${ppl[@]}"
-    if grep -q '"kv":"int2 quest G64 wush sink16 recent128 swa:int4 swa:sink0:recent32"' <<<"$out"; then ok; else ko 'the default format in --json' "${ppl[@]}"; fi
+    if grep -q '"kv":"int2 quest G64 clip1.2 wush sink16 recent128 swa:int4 swa:sink0:recent32"' <<<"$out"; then ok; else ko 'the default format in --json' "${ppl[@]}"; fi
     cached=("$tmp"/cache/*.g64.t512.wush)
     if [[ ${#cached[@]} -eq 1 && -s ${cached[0]} && -z $(find "$tmp/cache" -name '*.tmp') ]]; then ok
     else ko "one cached sidecar *.g64.t512.wush and no temporary file" "ls $tmp/cache: $(ls "$tmp/cache")"; fi
@@ -96,10 +96,10 @@ if [[ -n $writer ]]; then
     # A context of one block: the default's two pools (sliding layers int4) fit it; the window
     # check once counted every layer group's block against the first pool, which holds only the
     # full-attention groups ("cannot hold 1 f16 window slots").
-    expect 0 '"kv":"int2 quest G64 wush sink16 recent128 swa:int4 swa:sink0:recent32"' -- perplexity -m "$model" -f "$text" --ctx 16 --chunks 1 --json
+    expect 0 '"kv":"int2 quest G64 clip1.2 wush sink16 recent128 swa:int4 swa:sink0:recent32"' -- perplexity -m "$model" -f "$text" --ctx 16 --chunks 1 --json
     # --layer-error takes the same default, its group fitted to the model's head_dim 64 (it once
     # kept 128: "block size 128: must be a power of two dividing head_dim 64").
-    expect 0 'int2 quest g64 wush .*relative MSE' -- perplexity -m "$model" -f "$text" --ctx 16 --chunks 1 --layer-error
+    expect 0 'int2 quest g64 wush .*clip 1\.2.*relative MSE' -- perplexity -m "$model" -f "$text" --ctx 16 --chunks 1 --layer-error
     printf 'not a sidecar' >"${cached[0]}"
     expect 0 "refusing the cached WUSH-KV sidecar ${cached[0]}: .*calibrating a new one" -- "${ppl[@]}"
     expect 0 "WUSH-KV sidecar ${cached[0]} \(cached\)" -- "${ppl[@]}"
@@ -133,6 +133,17 @@ if [[ -n $writer ]]; then
     ppl_of "${pq[@]}" --kv-rho-v 0.5
     if [[ -n $val && $val != "$base" && $val != "$rho_k_val" ]] && grep -q '"kv":"int2 percentile G32 rho_v0.5 wush"' <<<"$out"; then ok
     else ko "a ppl other than $base and $rho_k_val, and rho_v0.5 in kv" "${pq[@]}" --kv-rho-v 0.5; fi
+
+    # --kv-clip reaches the QuEST encoder: 1 is the plain step (the same ppl, named by nothing),
+    # another value changes the ppl and is named.
+    pl=("${ppl[@]}" --wush "$wush" "${nowin[@]}")
+    ppl_of "${pl[@]}" && base=$val
+    ppl_of "${pl[@]}" --kv-clip 1
+    if [[ $val == "$base" ]] && grep -q '"kv":"int2 quest G32 wush",' <<<"$out"; then ok
+    else ko "ppl $base (clip 1 is the plain step) and no clip in kv" "${pl[@]}" --kv-clip 1; fi
+    ppl_of "${pl[@]}" --kv-clip 1.5
+    if [[ -n $val && $val != "$base" ]] && grep -q '"kv":"int2 quest G32 clip1.5 wush",' <<<"$out"; then ok
+    else ko "a ppl other than $base and clip1.5 in kv" "${pl[@]}" --kv-clip 1.5; fi
 
     # --kv-sink/--kv-recent reach the engine: it keeps the f16 windows, --json names them and counts
     # them in bits_per_element (more than the 2.5 of int2 G32 alone).
@@ -172,7 +183,7 @@ if [[ -n $writer ]]; then
         # The default's per-class part was not asked for: on this model it says nothing (its
         # group, 64 here, gets a sidecar of its own in the cache).
         run generate -m "$llama" -p "the fox" -n 2
-        if [[ $rc -eq 0 ]] && grep -q 'KV int2 quest G64 wush sink16 recent128 swa:int4 swa:sink0:recent32' <<<"$out" &&
+        if [[ $rc -eq 0 ]] && grep -q 'KV int2 quest G64 clip1.2 wush sink16 recent128 swa:int4 swa:sink0:recent32' <<<"$out" &&
             ! grep -q 'no effect' <<<"$out"; then ok
         else ko 'rc=0, the default format, no "no effect" line' generate -m "$llama" -p "the fox" -n 2; fi
     else ko "$writer $llama llama 7" ""; fi
@@ -248,7 +259,7 @@ expect 1 "^wushkv bench: cannot reach http://127.0.0.1:1: connect to 127.0.0.1:1
 expect 0 '--top-p' -- generate --help
 expect 0 '--min-p' -- help generate
 for flag in -m -p -n --temp --top-k --top-p --min-p --seed --ctx --device --json --no-bos --validation -v \
-    --kv --kv-quant --kv-group --kv-mem --kv-transform --wush --kv-sink --kv-recent --kv-rho-k --kv-rho-v --kv-swa; do
+    --kv --kv-quant --kv-group --kv-mem --kv-transform --wush --kv-sink --kv-recent --kv-clip --kv-rho-k --kv-rho-v --kv-swa; do
     expect 0 "(^|[ ,])$flag[ ,]" -- generate --help
 done
 expect 2 "--temp: expected a number >= 0, got 'abc'" -- generate -p hi --temp abc
@@ -280,7 +291,7 @@ expect 1 "cannot open /nonexistent/cal.txt" -- calibrate -m /nonexistent/model.g
 
 # perplexity
 for flag in -m -f --ctx --chunks --batch --json --device --validation -v \
-    --kv --kv-quant --kv-group --kv-mem --kv-transform --wush --kv-sink --kv-recent --kv-rho-k --kv-rho-v --kv-swa; do
+    --kv --kv-quant --kv-group --kv-mem --kv-transform --wush --kv-sink --kv-recent --kv-clip --kv-rho-k --kv-rho-v --kv-swa; do
     expect 0 "(^|[ ,])$flag[ ,]" -- perplexity --help
 done
 expect 2 "missing -f FILE" -- perplexity --ctx 512
@@ -302,7 +313,7 @@ expect 2 "--threads: expected an integer" -- perplexity -f x --layer-error --thr
 
 # ---- the KV flags: one parser for serve, generate and perplexity ----------------------------
 for flag in -m --host --port --ctx --max-batch --device -v \
-    --kv --kv-quant --kv-group --kv-mem --kv-transform --wush --kv-sink --kv-recent --kv-rho-k --kv-rho-v --kv-swa \
+    --kv --kv-quant --kv-group --kv-mem --kv-transform --wush --kv-sink --kv-recent --kv-clip --kv-rho-k --kv-rho-v --kv-swa \
     --temp --top-k --top-p --min-p --repeat-penalty --repeat-last-n; do
     expect 0 "(^|[ ,])$flag[ ,]" -- serve --help
 done
@@ -340,6 +351,9 @@ for cmd in serve generate perplexity; do
         expect_only 2 "${w}--kv-rho-v: expected a number in (0, 1], got '$v'" -- "${pc[@]}" --kv-rho-v "$v"
     done
     expect_only 2 "${w}--kv-rho-v: missing value" -- "${pc[@]}" --kv-rho-v
+    for v in 0 0.2 4.5 -1 nan inf abc 1.2x ''; do
+        expect_only 2 "${w}--kv-clip: expected a number in [0.25, 4], got '$v'" -- "${q[@]}" --kv-clip "$v"
+    done
 
     # Flags the chosen format does not take.
     f16="applies to a quantized KV cache (--kv int2, int3 or int4), not to f16"
@@ -354,6 +368,9 @@ for cmd in serve generate perplexity; do
     expect_only 2 "${w}--kv-rho-k applies to the percentile quantizer (--kv-quant percentile), not to quest" -- "${q[@]}" --kv-rho-k 0.9
     expect_only 2 "${w}--kv-rho-v applies to the percentile quantizer (--kv-quant percentile), not to absmax" -- "${q[@]}" --kv-quant absmax --kv-rho-v 0.9
     expect_only 2 "${w}--kv-rho-k applies to the percentile quantizer (--kv-quant percentile), not to quest" -- "${base[@]}" --kv-rho-k 0.9
+    expect_only 2 "${w}--kv-clip $f16" -- "${base[@]}" --kv f16 --kv-clip 1.2
+    expect_only 2 "${w}--kv-clip applies to the quest quantizer, not to percentile" -- "${pc[@]}" --kv-clip 1.2
+    expect_only 2 "${w}--kv-clip applies to the quest quantizer, not to absmax" -- "${base[@]}" --kv-clip 1.2 --kv-quant absmax
 
     # The older flags' bad values.
     expect_only 2 "${w}--kv: expected f16, int2, int3 or int4, got 'int5'" -- "${base[@]}" --kv int5
@@ -367,6 +384,7 @@ for cmd in serve generate perplexity; do
     # taken (the sidecar comes from the cache); with --kv f16 they are not. Every format takes --kv-mem.
     expect 1 "cannot open /nonexistent/" -- "${base[@]}" --kv-mem 1MiB --kv-sink 8 --kv-recent 16
     expect 1 "cannot open /nonexistent/" -- "${base[@]}" --kv-transform wush
+    expect 1 "cannot open /nonexistent/" -- "${q[@]}" --kv-clip 1.5 --kv-quant quest
     expect 1 "cannot open /nonexistent/" -- "${base[@]}" --wush /nonexistent/x.wush --kv-mem 1MiB
     expect 1 "cannot open /nonexistent/" -- "${base[@]}" --kv f16 --kv-mem 1MiB
     expect 1 "cannot open /nonexistent/" -- "${base[@]}" --kv f16 --kv-transform hadamard --kv-group 64

@@ -383,14 +383,14 @@ static void paged_case(const char *arch, uint64_t seed, int bits, wk_kvq_kind ki
 /* One sequence of the tiny model at `path` through the public API, in the paged format bits with
  * the sliding layers in swa_bits: PN tokens in steps of 13, 13, 13, 1 (all logits into out). Fills
  * the bytes it holds at the end in each pool and its peak, and the engine's info; false on failure. */
-static bool run_engine_paged(const char *path, int bits, int swa_bits, const int32_t *tok, float *out,
+static bool run_engine_paged(const char *path, int bits, int swa_bits, float clip, const int32_t *tok, float *out,
                              uint64_t held[2], uint64_t *peak, wk_model_info *info) {
     wk_engine_params p;
     wk_engine_params_default(&p);
     p.model_path = path;
     p.max_ctx = PCTX;
     p.max_batch_tokens = 13;
-    p.kv_bits = bits, p.kv_swa_bits = swa_bits, p.kv_quant = WK_KV_QUANT_QUEST, p.kv_group = 32;
+    p.kv_bits = bits, p.kv_swa_bits = swa_bits, p.kv_quant = WK_KV_QUANT_QUEST, p.kv_group = 32, p.kv_clip = clip;
     test_engine_params_from_env(&p);
     char err[WK_ERRMSG_LEN] = "";
     wk_engine *e = NULL;
@@ -451,7 +451,7 @@ static void mixed_case(uint64_t seed) {
 
     uint64_t held[2], peak;
     wk_model_info info;
-    if (run_engine_paged(path, 2, 4, tok, got, held, &peak, &info)) {
+    if (run_engine_paged(path, 2, 4, 0, tok, got, held, &peak, &info)) {
         double worst = 0, worst2 = 0, worst4 = 0;
         for (int i = 0; i < N; i++) {
             worst = fmax(worst, rel_err(got + (size_t)i * V, want + (size_t)i * V, (size_t)V));
@@ -483,8 +483,8 @@ static void mixed_case(uint64_t seed) {
     }
     uint64_t held_b[2], peak_b, held_c[2], peak_c;
     wk_model_info info_b, info_c;
-    CHECK(run_engine_paged(path, 2, 2, tok, same, held_b, &peak_b, &info_b));
-    CHECK(run_engine_paged(path, 2, 0, tok, today, held_c, &peak_c, &info_c));
+    CHECK(run_engine_paged(path, 2, 2, 0, tok, same, held_b, &peak_b, &info_b));
+    CHECK(run_engine_paged(path, 2, 0, 0, tok, today, held_c, &peak_c, &info_c));
     CHECK(memcmp(same, today, all) == 0);
     CHECK_EQ_INT(info_b.kv_swa_pool_bytes, 0);
     CHECK_EQ_INT(info_b.kv_pool_bytes, info_c.kv_pool_bytes);
@@ -493,6 +493,73 @@ static void mixed_case(uint64_t seed) {
     CHECK_EQ_INT(peak_b, peak_c);
     unlink(path);
     free(want), free(want2), free(want4), free(got), free(same), free(today);
+    ref_model_free(ref);
+    wk_gguf_close(g);
+    free(bytes);
+}
+
+/* QuEST's clip (wk_engine_params.kv_clip) through the public API, against the C reference with
+ * the same constant: with one width the step of every layer is clipped; with a sliding width of
+ * its own (int4) only the int2 layers' is, the sliding ones keep the plain step. Each run is far
+ * closer to the reference that follows that rule than to the one that does not. */
+static void clip_case(uint64_t seed) {
+    tiny_model_opts o = {.arch = "gemma3", .seed = seed, .mixed_quants = true, .sliding_window = 16};
+    size_t size = 0;
+    uint8_t *bytes = tiny_model_bytes(&o, &size);
+    char err[WK_ERRMSG_LEN] = "";
+    wk_gguf *g = bytes ? wk_gguf_open_memory(bytes, size, err, sizeof err) : NULL;
+    ref_model *ref = g ? ref_model_load(g, err, sizeof err) : NULL;
+    char path[] = "/tmp/wushkv_test_clip_XXXXXX";
+    int fd = mkstemp(path);
+    CHECK(ref != NULL && fd >= 0);
+    if (!ref || fd < 0) return;
+    close(fd);
+    CHECK(tiny_model_write(&o, path));
+    const int V = ref_model_hparams(ref)->n_vocab, N = PN;
+    uint64_t r = seed * 2654435761u + 7;
+    int32_t tok[PN];
+    for (int i = 0; i < N; i++) tok[i] = (int32_t)(rng_xorshift64(&r) % (uint64_t)V);
+    tok[0] = 1;
+    const size_t all = sizeof(float) * N * V;
+    const float clip = 1.5f, c2 = wk_kvq_quest_c2(2, clip), c2_4 = wk_kvq_quest_c2(4, clip);
+    float *want = malloc(all), *want_plain = malloc(all), *got = malloc(all);
+    float *want_mixed = malloc(all), *want_mixed_all = malloc(all);
+    ref_model_set_kv_quant(ref, 2, WK_KVQ_QUEST, 32);
+    CHECK(ref_forward(ref, tok, N, want_plain, NULL) == 0);
+    ref_model_set_kv_clip(ref, c2, c2);
+    CHECK(ref_forward(ref, tok, N, want, NULL) == 0);
+    ref_model_set_kv_swa_bits(ref, 4);
+    ref_model_set_kv_clip(ref, c2, 0);
+    CHECK(ref_forward(ref, tok, N, want_mixed, NULL) == 0);
+    ref_model_set_kv_clip(ref, c2, c2_4);
+    CHECK(ref_forward(ref, tok, N, want_mixed_all, NULL) == 0);
+    uint64_t held[2], peak;
+    wk_model_info info;
+    double worst[4] = {0, 0, 0, 0};
+    if (run_engine_paged(path, 2, 0, clip, tok, got, held, &peak, &info)) {
+        for (int i = 0; i < N; i++) {
+            worst[0] = fmax(worst[0], rel_err(got + (size_t)i * V, want + (size_t)i * V, (size_t)V));
+            worst[1] = fmax(worst[1], rel_err(got + (size_t)i * V, want_plain + (size_t)i * V, (size_t)V));
+        }
+    } else {
+        CHECK(false);
+    }
+    if (run_engine_paged(path, 2, 4, clip, tok, got, held, &peak, &info)) {
+        for (int i = 0; i < N; i++) {
+            worst[2] = fmax(worst[2], rel_err(got + (size_t)i * V, want_mixed + (size_t)i * V, (size_t)V));
+            worst[3] = fmax(worst[3], rel_err(got + (size_t)i * V, want_mixed_all + (size_t)i * V, (size_t)V));
+        }
+    } else {
+        CHECK(false);
+    }
+    printf("  gemma3 int2 clip %.1f: logits rel err %.2e vs the clipped reference (%.2e vs the plain step); with "
+           "sliding int4: %.2e vs int2 clipped only (%.2e vs both clipped)\n", (double)clip, worst[0], worst[1], worst[2],
+           worst[3]);
+    CHECK(worst[0] < 0.1 && worst[2] < 0.1);
+    CHECK(worst[0] * 5 < worst[1]);
+    CHECK(worst[2] * 3 < worst[3]);
+    unlink(path);
+    free(want), free(want_plain), free(got), free(want_mixed), free(want_mixed_all);
     ref_model_free(ref);
     wk_gguf_close(g);
     free(bytes);
@@ -643,6 +710,7 @@ int main(int argc, char **argv) {
     paged_case("gemma3", 13, 16, WK_KVQ_QUEST, 0, 12);
     paged_case("llama", 14, 16, WK_KVQ_QUEST, 0, 0);
     mixed_case(31);
+    clip_case(33);
     window_case("gemma3", 21, 4, 40, true);  /* sinks + ring cover all 40 positions */
     window_case("llama", 22, 0, 40, true);
     window_case("gemma3", 23, 2, 5, false);  /* most keys from the 2-bit codes */

@@ -38,7 +38,7 @@ static const char *describe(const char *const *args, char *buf, size_t cap) {
 static void test_describe(void) {
     /* No flags: THE default, int2 QuEST G128 after WUSH with f16 windows 16 / 128 in the
      * full-attention layers, int4 with windows 0 / 32 in the sliding-window ones. */
-    CHECK_DESCRIBE("int2 quest G128 wush sink16 recent128 swa:int4 swa:sink0:recent32", NULL);
+    CHECK_DESCRIBE("int2 quest G128 clip1.2 wush sink16 recent128 swa:int4 swa:sink0:recent32", NULL);
     /* --kv f16 opts out: the default transform and windows go with it. */
     CHECK_DESCRIBE("f16", "--kv", "f16");
     CHECK_DESCRIBE("f16", "--kv=int2", "--kv", "f16");                    /* the last one counts */
@@ -46,12 +46,12 @@ static void test_describe(void) {
      * a --wush sidecar) takes the plain one: groups of 32, one width in every layer. */
     CHECK_DESCRIBE("int4 quest G32 wush sink16 recent128 swa:sink0:recent32", "--kv", "int4");
     CHECK_DESCRIBE("int2 quest G32 wush sink16 recent128 swa:sink0:recent32", "--kv", "int2");
-    CHECK_DESCRIBE("int2 quest G128 sink16 recent128 swa:int4 swa:sink0:recent32", "--kv-transform", "none");
+    CHECK_DESCRIBE("int2 quest G128 clip1.2 sink16 recent128 swa:int4 swa:sink0:recent32", "--kv-transform", "none");
     /* A window flag replaces the default's windows, both classes: the sliding layers follow
      * --kv-sink / --kv-recent as they did before the default had a per-class part. */
-    CHECK_DESCRIBE("int2 quest G128 wush recent128 swa:int4", "--kv-sink", "0");
-    CHECK_DESCRIBE("int2 quest G128 wush sink4 recent64 swa:int4", "--kv-sink", "4", "--kv-recent", "64");
-    CHECK_DESCRIBE("int2 quest G64 wush sink16 recent8 swa:int4", "--kv-group", "64", "--kv-recent", "8");
+    CHECK_DESCRIBE("int2 quest G128 clip1.2 wush recent128 swa:int4", "--kv-sink", "0");
+    CHECK_DESCRIBE("int2 quest G128 clip1.2 wush sink4 recent64 swa:int4", "--kv-sink", "4", "--kv-recent", "64");
+    CHECK_DESCRIBE("int2 quest G64 clip1.2 wush sink16 recent8 swa:int4", "--kv-group", "64", "--kv-recent", "8");
     CHECK_DESCRIBE("int2 absmax G128 wush sink16 recent128 swa:int4 swa:sink0:recent32", "--kv-quant", "absmax");
     CHECK_DESCRIBE("int2 quest G32", "--kv", "int2", "--kv-transform", "none", "--kv-sink", "0", "--kv-recent", "0");
     CHECK_DESCRIBE("int2 quest G32 wush sink16 recent128 swa:sink0:recent32", "--wush", "s.wush");
@@ -72,8 +72,8 @@ static void test_describe(void) {
     CHECK_DESCRIBE("", "--kv", "f16", "--kv-group", "64");
     CHECK_DESCRIBE("int2 quest G32 wush sink16 recent128 swa:sink0:recent32", "--kv", "int4", "--kv", "int2"); /* the last one counts */
     /* Per-layer-class formats: named only when they differ from --kv. */
-    CHECK_DESCRIBE("int2 quest G128 wush sink16 recent128 swa:int3 swa:sink0:recent32", "--kv-swa", "int3");
-    CHECK_DESCRIBE("int2 quest G128 wush sink16 recent128 swa:sink0:recent32", "--kv-swa", "int2");
+    CHECK_DESCRIBE("int2 quest G128 clip1.2 wush sink16 recent128 swa:int3 swa:sink0:recent32", "--kv-swa", "int3");
+    CHECK_DESCRIBE("int2 quest G128 clip1.2 wush sink16 recent128 swa:sink0:recent32", "--kv-swa", "int2");
     CHECK_DESCRIBE("int2 quest G32 wush sink16 recent128 swa:int4 swa:sink0:recent32", "--kv", "int2", "--kv-swa", "int4");
     CHECK_DESCRIBE("int3 quest G32 wush sink16 recent128 swa:sink0:recent32", "--kv", "int3", "--kv-swa", "int3");
     CHECK_DESCRIBE("", "--kv", "f16", "--kv-swa", "int4");                  /* f16 has no sliding format */
@@ -81,16 +81,32 @@ static void test_describe(void) {
     CHECK_DESCRIBE("", "--kv", "int2", "--kv-swa", "int5");
     /* Windows per layer class: the sliding layers' own, named when they differ; the one of the
      * pair not given follows --kv-sink / --kv-recent. */
-    CHECK_DESCRIBE("int2 quest G128 wush sink16 recent128 swa:int4 swa:sink0:recent0", "--kv-swa-sink", "0", "--kv-swa-recent", "0");
-    CHECK_DESCRIBE("int2 quest G128 wush sink64 recent256 swa:int4 swa:sink0:recent0", "--kv-sink", "64", "--kv-recent", "256",
+    CHECK_DESCRIBE("int2 quest G128 clip1.2 wush sink16 recent128 swa:int4 swa:sink0:recent0", "--kv-swa-sink", "0", "--kv-swa-recent", "0");
+    CHECK_DESCRIBE("int2 quest G128 clip1.2 wush sink64 recent256 swa:int4 swa:sink0:recent0", "--kv-sink", "64", "--kv-recent", "256",
                    "--kv-swa-sink=0", "--kv-swa-recent=0");
-    CHECK_DESCRIBE("int2 quest G128 wush sink16 recent128 swa:int4 swa:sink16:recent16", "--kv-swa-recent", "16");
-    CHECK_DESCRIBE("int2 quest G128 wush sink8 recent128 swa:int4 swa:sink0:recent128", "--kv-swa-sink", "0", "--kv-sink", "8");
-    CHECK_DESCRIBE("int2 quest G128 wush sink16 recent128 swa:int4", "--kv-swa-sink", "16", "--kv-swa-recent", "128");
+    CHECK_DESCRIBE("int2 quest G128 clip1.2 wush sink16 recent128 swa:int4 swa:sink16:recent16", "--kv-swa-recent", "16");
+    CHECK_DESCRIBE("int2 quest G128 clip1.2 wush sink8 recent128 swa:int4 swa:sink0:recent128", "--kv-swa-sink", "0", "--kv-sink", "8");
+    CHECK_DESCRIBE("int2 quest G128 clip1.2 wush sink16 recent128 swa:int4", "--kv-swa-sink", "16", "--kv-swa-recent", "128");
     CHECK_DESCRIBE("", "--kv", "f16", "--kv-swa-sink", "0");               /* a quantized cache's */
     CHECK_DESCRIBE("", "--kv-swa-recent", "-1");
     CHECK_DESCRIBE("", "--kv", "int2", "--kv-rho-k", "0.9");
     CHECK_DESCRIBE("", "--kv", "int2", "--kv-quant", "percentile", "--kv-rho-v", "0");
+    /* QuEST's clip: 1.2 by default; given, it replaces the default's only, and --kv, --wush or
+     * --kv-quant take the plain format's step (clip 1, named by nothing). */
+    CHECK_DESCRIBE("int2 quest G128 clip1.5 wush sink16 recent128 swa:int4 swa:sink0:recent32", "--kv-clip", "1.5");
+    CHECK_DESCRIBE("int2 quest G128 wush sink16 recent128 swa:int4 swa:sink0:recent32", "--kv-clip", "1");
+    CHECK_DESCRIBE("int2 quest G32 clip0.8 wush sink16 recent128 swa:sink0:recent32", "--kv", "int2", "--kv-clip=0.8");
+    CHECK_DESCRIBE("int2 quest G128 wush sink16 recent128 swa:int4 swa:sink0:recent32", "--kv-quant", "quest");
+    CHECK_DESCRIBE("int2 quest G32 wush sink16 recent128 swa:sink0:recent32", "--wush", "s.wush");
+    CHECK_DESCRIBE("int2 quest G128 clip0.25 wush sink16 recent128 swa:int4 swa:sink0:recent32", "--kv-clip", "0.25");
+    CHECK_DESCRIBE("int2 quest G128 clip4 wush sink16 recent128 swa:int4 swa:sink0:recent32", "--kv-clip", "4");
+    CHECK_DESCRIBE("", "--kv-clip", "0.2");                                  /* [0.25, 4] */
+    CHECK_DESCRIBE("", "--kv-clip", "4.5");
+    CHECK_DESCRIBE("", "--kv-clip", "nan");
+    CHECK_DESCRIBE("", "--kv-clip", "1.2x");
+    CHECK_DESCRIBE("", "--kv-clip", "1.2", "--kv-quant", "absmax");          /* QuEST's */
+    CHECK_DESCRIBE("", "--kv-quant", "percentile", "--kv-clip", "1.2");
+    CHECK_DESCRIBE("", "--kv", "f16", "--kv-clip", "1.2");                   /* a quantized cache's */
     /* A short buffer is cut, never overrun. */
     kv_flags f;
     CHECK(parse((const char *const[]){"--wush", "s", "--kv-sink", "4", NULL}, &f));
@@ -150,6 +166,13 @@ static void test_apply(void) {
     CHECK_EQ_INT(p.kv_swa_sink, 0);
     CHECK_EQ_INT(p.kv_swa_recent, 32);
     CHECK(p.kv_swa_default); /* nobody asked: no "no effect" line on a model without sliding layers */
+    CHECK_NEAR(p.kv_clip, 1.2, 1e-7); /* QuEST's step 1.2x the MSE-optimal one */
+    CHECK(parse((const char *const[]){"--kv-clip", "1.25", NULL}, &f));
+    kv_flags_apply(&f, &p);
+    CHECK(p.kv_clip == 1.25f);
+    CHECK(parse((const char *const[]){"--kv", "int3", NULL}, &f));
+    kv_flags_apply(&f, &p);
+    CHECK(p.kv_clip == 0.0f); /* a named format: the unclipped step */
 
     /* A window flag: the sliding layers follow it (and the other default), still quietly; a
      * per-class flag: the engine may say it has no effect. */
@@ -176,6 +199,7 @@ static void test_apply(void) {
     CHECK_EQ_INT(p.kv_sink, 0);
     CHECK_EQ_INT(p.kv_recent, 0);
     CHECK_EQ_INT(p.kv_swa_bits, 0); /* no sliding format of its own */
+    CHECK(p.kv_clip == 0.0f);
     CHECK(!p.kv_swa_windows);       /* ... nor windows */
 }
 

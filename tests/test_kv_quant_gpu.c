@@ -28,6 +28,7 @@ static const int GROUPS[5] = {16, 32, 64, 128, 256};
 static const wk_kvq_kind KINDS[3] = {WK_KVQ_QUEST, WK_KVQ_PERCENTILE, WK_KVQ_ABSMAX};
 /* percentile clip levels: the key and value defaults, no clipping, and a strong clip */
 static const float RHOS[4] = {WK_KVQ_RHO_K, WK_KVQ_RHO_V, 1.0f, 0.5f};
+static const float CLIPS[3] = {1.0f, 1.2f, 0.7f}; /* QuEST: the plain step, the default's, a narrower one */
 
 /* ---- more draws on test_rng.h ---- */
 static int rng_int(int n) { return (int)(rng_u64() % (uint64_t)n); }
@@ -58,10 +59,14 @@ static const char *CAT_NAME[NCAT] = {"gauss", "heavy", "zero", "const", "tiny", 
 
 /* QuEST ties: elements k*s on the thresholds, with two free elements that bring the sum of squares
  * to G*s^2/C2 so that the group's own step is s (checked afterwards by counting ties). */
+/* QuEST's constant of the configuration under test: wk_kvq_quest_c2(bits, its clip). The tie
+ * generators aim at the encoder's v2 = C2 * S/G, so they must use the same constant. */
+static float quest_c2_now[5];
+
 static void ties_quest(int bits, int G, float *x) {
     const int half = 1 << (bits - 1);
     float s = fabsf(rng_f16_value(-3, 3));
-    double budget = G / (double)WK_KVQ_QUEST_C2[bits];
+    double budget = G / (double)quest_c2_now[bits];
     for (int i = 2; i < G; i++) {
         int k = rng_int(2 * half - 1) - (half - 1);
         if ((double)k * k > budget - 0.5) k = 0;
@@ -126,7 +131,7 @@ static float quest_tie_mean(int bits, uint16_t h) {
     float mid = (wk_f16_to_f32(h) + wk_f16_to_f32((uint16_t)(h + 1))) * 0.5f, v2 = mid * mid;
     int dir = rng_int(3);
     if (dir) v2 = nextafterf(v2, dir == 1 ? INFINITY : 0.0f);
-    return solve_product(WK_KVQ_QUEST_C2[bits], v2, (double)v2 / WK_KVQ_QUEST_C2[bits]);
+    return solve_product(quest_c2_now[bits], v2, (double)v2 / quest_c2_now[bits]);
 }
 
 /* kv_quant.h's summation tree (restated: the test must know S exactly). */
@@ -146,7 +151,7 @@ static bool quest_tie_tree(int bits, int G, float *x) {
     for (int i = 0; i < G; i++) x[i] = (i & 1) ? 0.0f : (float)(sigma * rng_gauss());
     float A = tree_sum_squares(G, x);
     /* h: the f16 step for S about 2A, so that x1^2 carries about half of S */
-    uint16_t h = wk_f32_to_f16(sqrtf(WK_KVQ_QUEST_C2[bits] * (2.0f * A / (float)G)));
+    uint16_t h = wk_f32_to_f16(sqrtf(quest_c2_now[bits] * (2.0f * A / (float)G)));
     if (h == 0 || h >= 0x7BFE) return false;
     float m = quest_tie_mean(bits, h);
     if (m == 0.0f) return false;
@@ -418,7 +423,7 @@ static bool at_f16_tie(float v, bool squared) {
  * recomputed by the documented rule, sits exactly on an f16 midpoint). */
 static int param_at_tie(wk_kvq_kind kind, int bits, int G, int rank, const float *x) {
     if (kind == WK_KVQ_QUEST)
-        return at_f16_tie(WK_KVQ_QUEST_C2[bits] * (tree_sum_squares(G, x) * (1.0f / (float)G)), true);
+        return at_f16_tie(quest_c2_now[bits] * (tree_sum_squares(G, x) * (1.0f / (float)G)), true);
     if (kind == WK_KVQ_ABSMAX) {
         float amax = 0.0f;
         for (int i = 0; i < G; i++) amax = fmaxf(amax, fabsf(x[i]));
@@ -440,7 +445,9 @@ static void hex(const uint8_t *b, size_t n) {
 /* One (kind, bits, G, rho) run: NGROUPS generated groups encoded and decoded, NRAND random-byte
  * groups decoded. Returns the mismatches (also counted in the CHECK tally). */
 static long run_config(wk_vk *vk, kernel *k, wk_buf *bx, wk_buf *benc, wk_buf *bdec, wk_buf *by,
-                       wk_kvq_kind kind, int bits, int G, float rho, tally *t) {
+                       wk_kvq_kind kind, int bits, int G, float rho, float clip, tally *t) {
+    const float c2 = kind == WK_KVQ_QUEST ? wk_kvq_quest_c2(bits, clip) : 0.0f;
+    quest_c2_now[bits] = wk_kvq_quest_c2(bits, kind == WK_KVQ_QUEST ? clip : 1.0f);
     const int rank = wk_kvq_percentile_rank(rho, G), L = 1 << bits, P = wk_kvq_params_per_group(kind);
     const size_t gb = wk_kvq_group_bytes(kind, bits, G), cb = wk_kvq_code_bytes(bits, G);
     const uint32_t slot = (uint32_t)((gb + 3) / 4);
@@ -456,10 +463,10 @@ static long run_config(wk_vk *vk, kernel *k, wk_buf *bx, wk_buf *benc, wk_buf *b
         float *xg = x + (size_t)g * G;
         cats[g] = g % NCAT;
         gen_group(cats[g], kind, bits, G, rank, xg);
-        wk_kvq_encode(kind, bits, G, rho, xg, ref + (size_t)g * slot * 4);
+        wk_kvq_encode_c2(kind, bits, G, rho, c2, xg, ref + (size_t)g * slot * 4);
         uint8_t codes[WK_KVQ_MAX_GROUP];
         uint16_t p[2];
-        wk_kvq_quantize_group(kind, bits, G, rho, xg, codes, p);
+        wk_kvq_quantize_group_c2(kind, bits, G, rho, c2, xg, codes, p);
         t->cat_groups[cats[g]]++;
         t->tie_elems += count_ties(kind, bits, G, rank, xg, p);
         t->param_ties += param_at_tie(kind, bits, G, rank, xg);
@@ -496,7 +503,7 @@ static long run_config(wk_vk *vk, kernel *k, wk_buf *bx, wk_buf *benc, wk_buf *b
 
     char err[256];
     wk_pc_kv_quant_test pe = {.mode = 0, .kind = (int32_t)kind, .bits = bits, .group = G, .rank = rank,
-                              .ngroups = NGROUPS, .slot = slot};
+                              .ngroups = NGROUPS, .slot = slot, .quest_c2 = c2};
     wk_pc_kv_quant_test pd = pe;
     pd.mode = 1;
     pd.ngroups = ndec;
@@ -522,8 +529,8 @@ static long run_config(wk_vk *vk, kernel *k, wk_buf *bx, wk_buf *benc, wk_buf *b
         if (memcmp(a, b, (size_t)slot * 4) == 0) {
             t->group_bytes_ok++;
         } else if (bad++ < MAX_PRINT) {
-            fprintf(stderr, "encode mismatch %s b=%d G=%d rho=%g group %d (%s):\n  gpu ", wk_kvq_kind_name(kind),
-                    bits, G, (double)rho, g, CAT_NAME[cats[g]]);
+            fprintf(stderr, "encode mismatch %s b=%d G=%d rho=%g clip=%g group %d (%s):\n  gpu ", wk_kvq_kind_name(kind),
+                    bits, G, (double)rho, (double)clip, g, CAT_NAME[cats[g]]);
             hex(a, gb);
             fprintf(stderr, "\n  c   ");
             hex(b, gb);
@@ -577,20 +584,24 @@ int main(void) {
         for (int bits = 2; bits <= 4; bits++) {
             for (int gi = 0; gi < 5; gi++) {
                 const int G = GROUPS[gi];
-                const int nrho = kind == WK_KVQ_PERCENTILE ? 4 : 1;
-                for (int ri = 0; ri < nrho; ri++) {
+                /* percentile: each clip quantile; QuEST: each clip factor (its constant comes
+                 * from the host as a push constant) */
+                const int nvar = kind == WK_KVQ_PERCENTILE ? 4 : kind == WK_KVQ_QUEST ? 3 : 1;
+                for (int ri = 0; ri < nvar; ri++) {
                     tally t;
                     memset(&t, 0, sizeof t);
-                    long bad = run_config(&vk, &k, &bx, &benc, &bdec, &by, kind, bits, G, RHOS[ri], &t);
+                    const float rho = kind == WK_KVQ_PERCENTILE ? RHOS[ri] : 0.0f;
+                    const float clip = kind == WK_KVQ_QUEST ? CLIPS[ri] : 1.0f;
+                    long bad = run_config(&vk, &k, &bx, &benc, &bdec, &by, kind, bits, G, rho, clip, &t);
                     CHECK_EQ_INT(bad, 0);
                     CHECK_EQ_INT(t.group_bytes_ok, t.groups);
                     CHECK_EQ_INT(t.decoded_ok, t.decoded);
                     /* every configuration must reach the f16 rounding ties of its parameters */
                     CHECK(t.param_ties >= 20);
-                    printf("%-10s b=%d G=%3d rho=%.2f  encode %ld/%ld groups  decode %ld/%ld elems  "
+                    printf("%-10s b=%d G=%3d rho=%.2f clip=%.1f  encode %ld/%ld groups  decode %ld/%ld elems  "
                            "threshold-ties %ld  param-ties %ld  denormals %ld  zero-step %ld  saturated %ld  "
                            "f16-subnormal %ld\n",
-                           wk_kvq_kind_name(kind), bits, G, kind == WK_KVQ_PERCENTILE ? (double)RHOS[ri] : 0.0,
+                           wk_kvq_kind_name(kind), bits, G, (double)rho, (double)clip,
                            t.group_bytes_ok, t.groups, t.decoded_ok, t.decoded, t.tie_elems, t.param_ties,
                            t.denorm_elems, t.zero_step, t.sat_param, t.sub_param);
                     all.groups += t.groups, all.group_bytes_ok += t.group_bytes_ok, all.decoded += t.decoded;

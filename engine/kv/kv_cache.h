@@ -25,6 +25,8 @@ typedef struct wk_kv_cache {
      * (1: a sliding-window layer), its K and V the win_layer_of[il]-th layer's in each of that class's rows. */
     int win_class_of[WK_MAX_LAYERS], win_layer_of[WK_MAX_LAYERS];
     int rank_k, rank_v;        /* percentile clip ranks (wk_kvq_percentile_rank) */
+    /* QuEST's constant (wk_kvq_quest_c2) for fmt's layers and for swa_pool's; 0: unclipped. */
+    float quest_c2, swa_quest_c2;
     /* Per-layer-class formats (swa_pool non-NULL): the sliding groups' blocks are swa_fmt's
      * (swa_layout: the same groups, no windows) and come from swa_pool. Its blocks live in pool_buf
      * too, after the first pool's blocks and window slots, so one binding still reaches every

@@ -111,8 +111,19 @@ static int cmp_float(const void *a, const void *b) {
     return (x > y) - (x < y);
 }
 
+float wk_kvq_quest_c2(int bits, float clip) {
+    if (bits < 2 || bits > 4) return 0.0f;
+    if (!(clip > 0.0f) || clip == 1.0f) return WK_KVQ_QUEST_C2[bits];
+    return WK_KVQ_QUEST_C2[bits] * (clip * clip);
+}
+
 void wk_kvq_quantize_group(wk_kvq_kind kind, int bits, int G, float rho, const float *x, uint8_t *codes,
                            uint16_t *params) {
+    wk_kvq_quantize_group_c2(kind, bits, G, rho, 0.0f, x, codes, params);
+}
+
+void wk_kvq_quantize_group_c2(wk_kvq_kind kind, int bits, int G, float rho, float quest_c2, const float *x,
+                              uint8_t *codes, uint16_t *params) {
     const int L = 1 << bits;
     if (kind == WK_KVQ_PERCENTILE) {
         float a[WK_KVQ_MAX_GROUP];
@@ -146,7 +157,7 @@ void wk_kvq_quantize_group(wk_kvq_kind kind, int bits, int G, float rho, const f
     uint16_t sh;
     if (kind == WK_KVQ_QUEST) {
         float m = tree_sum_squares(G, x) * (1.0f / (float)G); /* exact: G is a power of two */
-        sh = f16_sqrt_rne(WK_KVQ_QUEST_C2[bits] * m);
+        sh = f16_sqrt_rne((quest_c2 > 0.0f ? quest_c2 : WK_KVQ_QUEST_C2[bits]) * m);
     } else {
         float amax = 0.0f;
         for (int i = 0; i < G; i++) amax = fmaxf(amax, fabsf(x[i]));
@@ -199,10 +210,14 @@ static void put_u16(uint8_t *p, uint16_t v) {
 static uint16_t get_u16(const uint8_t *p) { return (uint16_t)(p[0] | (p[1] << 8)); }
 
 void wk_kvq_encode(wk_kvq_kind kind, int bits, int G, float rho, const float *x, uint8_t *out) {
+    wk_kvq_encode_c2(kind, bits, G, rho, 0.0f, x, out);
+}
+
+void wk_kvq_encode_c2(wk_kvq_kind kind, int bits, int G, float rho, float quest_c2, const float *x, uint8_t *out) {
     uint8_t codes[WK_KVQ_MAX_GROUP];
     uint16_t params[2];
     size_t cb = wk_kvq_code_bytes(bits, G);
-    wk_kvq_quantize_group(kind, bits, G, rho, x, codes, params);
+    wk_kvq_quantize_group_c2(kind, bits, G, rho, quest_c2, x, codes, params);
     memset(out, 0, cb);
     wk_kvq_pack(bits, codes, (size_t)G, out, 0);
     for (int p = 0; p < wk_kvq_params_per_group(kind); p++) put_u16(out + cb + 2 * (size_t)p, params[p]);

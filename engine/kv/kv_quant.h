@@ -24,7 +24,8 @@
  *   S      = pairwise tree sum of the G squares x_i*x_i: a_i = x_i*x_i, then for h = G/2, G/4, .., 1:
  *            a_i = a_i + a_(i+h) for i < h; S = a_0. (A subgroup xor-butterfly with offsets
  *            G/2..1 gives the same value in every lane, since IEEE addition commutes.)
- *   v2     = WK_KVQ_QUEST_C2[b] * (S * (1/G))       (f32, C2 = (2*alpha_b/(L-1))^2 rounded to f32)
+ *   v2     = C2 * (S * (1/G))   (f32; C2 = WK_KVQ_QUEST_C2[b] = (2*alpha_b/(L-1))^2 rounded to f32,
+ *            or wk_kvq_quest_c2(b, clip) for a clipped step: the format's clip factor)
  *   step_h = f16 nearest to sqrt(v2) (exact real sqrt, ties to even), saturated to 65504.
  *   q      = clamp(floor(x/step_h), -L/2, L/2-1) in exact arithmetic; stored u = q + L/2.
  *   decode   (u - L/2 + 0.5) * step_h  (exact in f32).  step_h == 0 => every u = L/2, decodes 0.
@@ -98,10 +99,19 @@ double wk_kvq_bits_per_element(wk_kvq_kind kind, int bits, int G);
  * at 0. Computed once on the host and handed to shaders as an integer. */
 int wk_kvq_percentile_rank(float rho, int G);
 
+/* The QuEST constant for a clip factor c (the step is c times the Gaussian-MSE-optimal one):
+ * fl(C2[b] * fl(c*c)), one f32 value computed here and handed to shaders as it is (a push
+ * constant), so host and device use the same bits. c == 1 or c <= 0 gives C2[b] itself. */
+float wk_kvq_quest_c2(int bits, float clip);
+
 /* Quantize one group to unsigned codes (0..2^b-1, one per byte) and f16 parameters; `rho` is used
  * by WK_KVQ_PERCENTILE only. params receives wk_kvq_params_per_group() values. */
 void wk_kvq_quantize_group(wk_kvq_kind kind, int bits, int G, float rho, const float *x, uint8_t *codes,
                            uint16_t *params);
+/* The same with QuEST's constant given (wk_kvq_quest_c2); quest_c2 <= 0 means C2[b]. Why a clip
+ * other than 1 exists: the MSE-optimal step is not the attention-optimal one (docs/wush-kv.md). */
+void wk_kvq_quantize_group_c2(wk_kvq_kind kind, int bits, int G, float rho, float quest_c2, const float *x,
+                              uint8_t *codes, uint16_t *params);
 void wk_kvq_dequantize_group(wk_kvq_kind kind, int bits, int G, const uint8_t *codes, const uint16_t *params,
                              float *y);
 
@@ -111,6 +121,7 @@ void wk_kvq_unpack(int bits, const uint8_t *stream, size_t first, size_t n, uint
 
 /* One group in the group layout: out/in hold wk_kvq_group_bytes() bytes. */
 void wk_kvq_encode(wk_kvq_kind kind, int bits, int G, float rho, const float *x, uint8_t *out);
+void wk_kvq_encode_c2(wk_kvq_kind kind, int bits, int G, float rho, float quest_c2, const float *x, uint8_t *out);
 void wk_kvq_decode(wk_kvq_kind kind, int bits, int G, const uint8_t *in, float *y);
 
 /* Block layout of ntok tokens of dimension D; false if the combination is not representable. */

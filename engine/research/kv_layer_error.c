@@ -31,6 +31,9 @@ typedef struct fmt_state {
     int swa_sink, swa_recent; /* the sliding-window layers' f16 windows (sink, recent unless their own) */
     int swa_bits; /* the sliding-window layers' bits (per-layer-class formats) */
     float rho_k, rho_v;
+    /* QuEST's constant (wk_kvq_quest_c2) of the bits layers and of sliding layers of their own
+     * swa_bits: as the engine's kv cache, the clip is the main width's */
+    float quest_c2, swa_quest_c2;
     wk_kv_xform x;
 } fmt_state;
 
@@ -95,13 +98,13 @@ static void apply_d(const double *M, int D, int B, const double *x, double *y) {
 }
 
 /* Quantizes and dequantizes one head vector group by group with the engine's C twin. */
-static void quant_row(const fmt_state *fs, int bits, float rho, int D, const double *x, double *y) {
+static void quant_row(const fmt_state *fs, int bits, float rho, float quest_c2, int D, const double *x, double *y) {
     float xf[WK_KVQ_MAX_GROUP], yf[WK_KVQ_MAX_GROUP];
     uint8_t codes[WK_KVQ_MAX_GROUP];
     uint16_t params[2];
     for (int g0 = 0; g0 < D; g0 += fs->G) {
         for (int i = 0; i < fs->G; i++) xf[i] = (float)x[g0 + i];
-        wk_kvq_quantize_group(fs->kind, bits, fs->G, rho, xf, codes, params);
+        wk_kvq_quantize_group_c2(fs->kind, bits, fs->G, rho, quest_c2, xf, codes, params);
         wk_kvq_dequantize_group(fs->kind, bits, fs->G, codes, params, yf);
         for (int i = 0; i < fs->G; i++) y[g0 + i] = yf[i];
     }
@@ -340,11 +343,12 @@ static void prep_q_item(layer_ctx *c, int t, double *scratch) {
         }
     }
     const int bits = c->window && fs->swa_bits ? fs->swa_bits : fs->bits; /* window > 0: a sliding layer */
+    const float c2 = c->window ? fs->swa_quest_c2 : fs->quest_c2;
     if (fs->quantize)
         for (int g = 0; g < Hk; g++) {
             const size_t row = ((size_t)t * Hk + g) * D;
-            quant_row(fs, bits, fs->rho_k, D, c->kt + row, c->kq + row);
-            quant_row(fs, bits, fs->rho_v, D, c->vt + row, c->vq + row);
+            quant_row(fs, bits, fs->rho_k, c2, D, c->kt + row, c->kq + row);
+            quant_row(fs, bits, fs->rho_v, c2, D, c->vt + row, c->vq + row);
         }
     if (c->ktq != c->ktr) transpose_token(c, c->kq, c->ktq, t);
 }
@@ -362,6 +366,10 @@ static int check_format(const wk_kv_error_format *f, int D, int idx, char *err, 
     if (!(f->rho_k >= 0 && f->rho_k <= 1 && f->rho_v >= 0 && f->rho_v <= 1))
         return wk_fail(err, errlen, WK_ERR_INVALID, "format %d: percentile quantiles must be in (0, 1]", idx);
     if (f->bits == 0 || f->bits == 16) return WK_OK;
+    if (f->clip != 0.0f && f->clip != 1.0f &&
+        !(f->clip >= WK_KV_CLIP_MIN && f->clip <= WK_KV_CLIP_MAX && f->quant == WK_KV_QUANT_QUEST))
+        return wk_fail(err, errlen, WK_ERR_INVALID, "format %d: the clip (%g) applies to QuEST only and must be in [%g, %g]",
+                       idx, (double)f->clip, (double)WK_KV_CLIP_MIN, (double)WK_KV_CLIP_MAX);
     if (f->swa_bits && !wk_kvq_valid((wk_kvq_kind)f->quant, f->swa_bits, G))
         return wk_fail(err, errlen, WK_ERR_INVALID, "format %d: the sliding-window layers' %d bits are not 2/3/4", idx,
                        f->swa_bits);
@@ -385,6 +393,10 @@ static int load_format(const wk_engine *e, const wk_kv_error_format *f, fmt_stat
     fs->swa_recent = f->swa_windows ? f->swa_recent : f->recent;
     fs->rho_k = f->rho_k > 0 ? f->rho_k : WK_KVQ_RHO_K;
     fs->rho_v = f->rho_v > 0 ? f->rho_v : WK_KVQ_RHO_V;
+    if (fs->quantize && f->clip != 0.0f && f->clip != 1.0f) {
+        fs->quest_c2 = wk_kvq_quest_c2(f->bits, f->clip);
+        fs->swa_quest_c2 = f->swa_bits && f->swa_bits != f->bits ? 0.0f : fs->quest_c2;
+    }
     return wk_kv_xform_load(&fs->x, (wk_xform_kind)f->transform, f->wush_path, wk_engine_gguf(e),
                             &wk_engine_desc(e)->hp, fs->G, f->transform_seed ? f->transform_seed : WK_KV_TRANSFORM_SEED_DEFAULT, err,
                             errlen);

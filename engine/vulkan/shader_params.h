@@ -100,7 +100,8 @@ typedef struct { WK_PC_ATTENTION_REDUCE(WK_PC_MEMBER, ) } wk_pc_attention_reduce
     X(s, uint32_t, block_tokens) X(s, uint32_t, slab_words) X(s, uint32_t, block_words)                 \
     X(s, uint32_t, params_words) X(s, uint32_t, code_words)                                             \
     X(s, uint32_t, table_stride) X(s, uint32_t, table_col) /* as in wk_pc_attention_paged */          \
-    X(s, uint32_t, win_store) X(s, uint32_t, win_layer) X(s, uint32_t, dest_base) /* as kv_store_window's */
+    X(s, uint32_t, win_store) X(s, uint32_t, win_layer) X(s, uint32_t, dest_base) /* as kv_store_window's */ \
+    X(s, float, quest_c2) /* wk_kvq_quest_c2(bits, the layer class's clip); 0: unclipped */
 typedef struct { WK_PC_KV_STORE_QUANT(WK_PC_MEMBER, ) } wk_pc_kv_store_quant;
 
 #define WK_PC_KV_TRANSFORM(X, s)                                                                    \
@@ -118,7 +119,7 @@ typedef struct { WK_PC_KV_STORE_F16(WK_PC_MEMBER, ) } wk_pc_kv_store_f16;
  * slot words each. */
 #define WK_PC_KV_QUANT_TEST(X, s)                                                                  \
     X(s, int32_t, mode) X(s, int32_t, kind) X(s, int32_t, bits) X(s, int32_t, group) X(s, int32_t, rank) \
-    X(s, uint32_t, ngroups) X(s, uint32_t, slot)
+    X(s, uint32_t, ngroups) X(s, uint32_t, slot) X(s, float, quest_c2)
 typedef struct { WK_PC_KV_QUANT_TEST(WK_PC_MEMBER, ) } wk_pc_kv_quant_test;
 
 /* Every block: B(struct, field list, shader sources under shaders/ that declare it). */

@@ -59,6 +59,7 @@ typedef struct wk_kv_error_format {
     int swa_sink, swa_recent; /* wk_engine_params kv_swa_windows / kv_swa_sink / kv_swa_recent */
     int swa_bits;            /* the sliding-window layers' bits (2, 3, 4), as wk_engine_params
                               * kv_swa_bits; 0: bits (a quantized format only) */
+    float clip;              /* QuEST's clip, as wk_engine_params kv_clip (0 or 1: none) */
 } wk_kv_error_format;
 
 typedef struct wk_kv_error_layer {

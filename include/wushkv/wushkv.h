@@ -52,6 +52,8 @@ typedef struct wk_seq wk_seq;       /* one sequence's KV cache and position */
 
 /* KV cache quantizers and transforms (wk_engine_params kv_quant and kv_transform). */
 typedef enum { WK_KV_QUANT_QUEST = 0, WK_KV_QUANT_PERCENTILE = 1, WK_KV_QUANT_ABSMAX = 2 } wk_kv_quant;
+#define WK_KV_CLIP_MIN 0.25f
+#define WK_KV_CLIP_MAX 4.0f
 typedef enum { WK_KV_TRANSFORM_NONE = 0, WK_KV_TRANSFORM_HADAMARD = 1, WK_KV_TRANSFORM_WUSH = 2 } wk_kv_transform;
 /* Shader variants (wk_engine_params.kernels): "cpu", tuned for lavapipe (texel buffers, register
  * tiles, no shared memory), or "gpu" (shared-memory tiles where a GPU wants them); AUTO picks by
@@ -108,6 +110,11 @@ typedef struct wk_engine_params {
     bool kv_swa_default;
     /* Percentile quantizer clip quantiles for keys and values (0: 0.96 and 0.92). */
     float kv_rho_k, kv_rho_v;
+    /* QuEST's clip: the step of the main (kv_bits) format is kv_clip times the Gaussian-MSE-
+     * optimal one (0 or 1: that one; else within [WK_KV_CLIP_MIN, WK_KV_CLIP_MAX], QuEST only).
+     * A sliding-window pool of its own width (kv_swa_bits) keeps the unclipped step: a wider
+     * step helps attention at 2 bits and hurts at 4 (docs/wush-kv.md, QuEST's clip). */
+    float kv_clip;
     /* Unmap the model file once the engine is open. Serving never reads it again (the weights are on
      * the device, the vocabulary and chat template copied), so a model file truncated, replaced or
      * removed under a running server cannot fault the process (a read from a truncated mapping is

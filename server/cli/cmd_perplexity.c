@@ -292,7 +292,7 @@ int cmd_perplexity(int argc, char **argv) {
         ep.kv_swa_windows = false;
         ep.kv_quant = WK_KV_QUANT_QUEST;
         ep.kv_transform = WK_KV_TRANSFORM_NONE;
-        ep.kv_rho_k = ep.kv_rho_v = 0;
+        ep.kv_rho_k = ep.kv_rho_v = ep.kv_clip = 0;
         ep.kv_mem = 0;
         ep.wush_path = NULL;
         ep.max_batch_tokens = o.ctx;

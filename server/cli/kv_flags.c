@@ -41,6 +41,10 @@ static const struct {
      "~/.cache/wushkv; made from the built-in text when missing)"},
     {"--kv-sink", "S", "int2/3/4: keep the first S tokens' keys and values in f16\n(default 16; 0 with --kv f16)"},
     {"--kv-recent", "R", "int2/3/4: keep the last R tokens' keys and values in f16\n(default 128; 0 with --kv f16)"},
+    {"--kv-clip", "X",
+     "quest quantizer: step of the main width's groups as X times the\n"
+     "Gaussian-MSE-optimal one, in [0.25, 4] (default 1.2 with the\n"
+     "default format, else 1; a sliding-window width of its own keeps 1)"},
     {"--kv-rho-k", "X", "percentile quantizer: clip quantile of keys, in (0, 1]\n(default 0.96)"},
     {"--kv-rho-v", "X", "percentile quantizer: clip quantile of values, in (0, 1]\n(default 0.92)"},
     {"--kv-swa", "FMT",
@@ -84,6 +88,10 @@ enum { N_FLAGS = sizeof flags / sizeof flags[0] };
 #define KV_DEFAULT_SWA_BITS 4
 #define KV_DEFAULT_SWA_SINK 0
 #define KV_DEFAULT_SWA_RECENT 32
+/* QuEST's clip of the main width: a step 1.2x the Gaussian-MSE-optimal one, which costs some MSE
+ * and buys attention quality at 2 bits (docs/wush-kv.md, QuEST's clip). It stands only while none
+ * of --kv, --wush, --kv-quant, --kv-clip is given, for the same reason as the group. */
+#define KV_DEFAULT_CLIP 1.2f
 
 void kv_flags_init(kv_flags *f) {
     memset(f, 0, sizeof *f);
@@ -99,6 +107,20 @@ bool kv_flags_is(const cli *c) {
     for (int i = 0; i < N_FLAGS; i++)
         if (cli_is(c, NULL, flags[i].flag)) return true;
     return false;
+}
+
+/* QuEST's clip factor: a number in [WK_KV_CLIP_MIN, WK_KV_CLIP_MAX]. */
+static bool clip_factor(cli *c, float *out) {
+    const char *s;
+    if (!cli_str(c, &s)) return false;
+    double v;
+    if (!cli_parse_double(s, &v) || !(v >= WK_KV_CLIP_MIN && v <= WK_KV_CLIP_MAX)) {
+        cli_error(c, "%s: expected a number in [%g, %g], got '%s'", c->name, (double)WK_KV_CLIP_MIN,
+                  (double)WK_KV_CLIP_MAX, s);
+        return false;
+    }
+    *out = (float)v;
+    return true;
 }
 
 /* A clip quantile: a number in (0, 1]. 0 would mean the engine's default, so it is refused, as
@@ -144,6 +166,11 @@ bool kv_flags_parse(cli *c, kv_flags *f) {
         name = "--kv-quant";
         ok = cli_choice(c, quant_names, 3, &i);
         if (ok) f->quant = (wk_kv_quant)i; /* cli_choice gave 0..2 */
+        f->quant_given = true;
+    } else if (cli_is(c, NULL, "--kv-clip")) {
+        name = f->quest_only = "--kv-clip";
+        ok = clip_factor(c, &f->clip);
+        f->clip_given = true;
     } else if (cli_is(c, NULL, "--kv-sink")) {
         name = "--kv-sink";
         ok = cli_int(c, 0, INT_MAX, &f->sink);
@@ -206,6 +233,7 @@ bool kv_flags_finish(const cli *c, kv_flags *f) {
     const bool named = f->bits_given || f->wush_path;
     if (!named && !f->swa_bits_given) f->swa_bits = KV_DEFAULT_SWA_BITS;
     if (!f->group_given) f->group = named ? KV_NAMED_GROUP : KV_DEFAULT_GROUP;
+    if (!named && !f->quant_given && !f->clip_given) f->clip = KV_DEFAULT_CLIP;
     if (f->bits == 16 && f->quantized_only) {
         cli_error(c, "%s applies to a quantized KV cache (--kv int2, int3 or int4), not to f16", f->quantized_only);
         return false;
@@ -213,6 +241,10 @@ bool kv_flags_finish(const cli *c, kv_flags *f) {
     if (f->bits == 16 && f->group_given && f->transform != WK_KV_TRANSFORM_HADAMARD) {
         cli_error(c, "--kv-group applies to a quantized KV cache (--kv int2, int3 or int4) or to --kv-transform "
                   "hadamard, not to f16 alone");
+        return false;
+    }
+    if (f->quest_only && f->quant != WK_KV_QUANT_QUEST) {
+        cli_error(c, "%s applies to the quest quantizer, not to %s", f->quest_only, quant_names[f->quant]);
         return false;
     }
     if (f->percentile_only && f->quant != WK_KV_QUANT_PERCENTILE) {
@@ -234,6 +266,7 @@ void kv_flags_apply(const kv_flags *f, wk_engine_params *p) {
     p->kv_recent = f->recent;
     p->kv_rho_k = f->rho_k;
     p->kv_rho_v = f->rho_v;
+    p->kv_clip = f->bits == 16 ? 0.0f : f->clip;
     p->kv_swa_bits = f->swa_bits;
     p->kv_swa_windows = f->swa_windows;
     p->kv_swa_sink = f->swa_sink;
@@ -272,6 +305,7 @@ const char *kv_flags_describe(const kv_flags *f, char *buf, size_t cap) {
         append(buf, cap, &len, "f16");
     if (quantized && f->rho_k > 0) append(buf, cap, &len, " rho_k%g", (double)f->rho_k);
     if (quantized && f->rho_v > 0) append(buf, cap, &len, " rho_v%g", (double)f->rho_v);
+    if (quantized && f->clip > 0 && f->clip != 1.0f) append(buf, cap, &len, " clip%g", (double)f->clip);
     if (f->transform != WK_KV_TRANSFORM_NONE) append(buf, cap, &len, " %s", transform_names[f->transform]);
     if (!quantized && f->transform == WK_KV_TRANSFORM_HADAMARD) append(buf, cap, &len, " G%d", f->group);
     if (f->sink) append(buf, cap, &len, " sink%d", f->sink);

@@ -1,6 +1,6 @@
 /* The KV-cache flags every model-running command shares (serve, generate, perplexity, bench): --kv,
  * --kv-quant, --kv-group, --kv-mem, --kv-transform, --wush, --kv-sink, --kv-recent, --kv-rho-k,
- * --kv-rho-v, --kv-swa, --kv-swa-sink, --kv-swa-recent. One parser, one set of defaults and messages, one help text. */
+ * --kv-rho-v, --kv-clip, --kv-swa, --kv-swa-sink, --kv-swa-recent. One parser, one set of defaults and messages, one help text. */
 #ifndef WUSHKV_KV_FLAGS_H
 #define WUSHKV_KV_FLAGS_H
 
@@ -22,24 +22,27 @@ typedef struct kv_flags {
     const char *wush_path; /* the `wushkv calibrate` sidecar; NULL: none */
     int sink, recent;      /* f16 windows of a quantized cache, in tokens (0: off) */
     float rho_k, rho_v;    /* percentile clip quantiles; 0: the engine's (0.96, 0.92) */
+    float clip;            /* QuEST's clip of the main width; 0: none (1) */
     int swa_bits;          /* --kv-swa: 2, 3, 4 for the sliding-window layers; 0: as bits */
     /* --kv-swa-sink / --kv-swa-recent: the sliding-window layers' own f16 windows (swa_windows;
      * the one not given is as --kv-sink / --kv-recent); without either they keep sink / recent. */
     bool swa_windows;
     int swa_sink, swa_recent;
     /* What kv_flags_finish's defaults and checks depend on. */
-    bool bits_given, group_given, transform_given, sink_given, recent_given, swa_bits_given, swa_sink_given,
+    bool bits_given, group_given, quant_given, clip_given, transform_given, sink_given, recent_given, swa_bits_given, swa_sink_given,
         swa_recent_given;
     /* No per-class flag was given: the sliding layers' width and windows are the default's (the
      * engine says nothing when the model has no sliding layers). */
     bool swa_default;
     const char *quantized_only;  /* the last flag given that only an int2/3/4 cache takes */
     const char *percentile_only; /* the last of --kv-rho-k / --kv-rho-v given */
+    const char *quest_only;      /* --kv-clip, when given */
 } kv_flags;
 
 /* The defaults (one place: kv_flags.c's KV_DEFAULT_*): int2, quest, the WUSH transform with no
  * sidecar path (wush_cache.c finds or makes it), sink 16, recent 128; the group (128, or 32 for a
- * format named by --kv or --wush) and the sliding-window layers' part (KV_DEFAULT_SWA_*: int4,
+ * format named by --kv or --wush), the clip (1.2 while none of --kv, --wush, --kv-quant, --kv-clip
+ * is given) and the sliding-window layers' part (KV_DEFAULT_SWA_*: int4,
  * sink 0, recent 32) are applied by kv_flags_finish, where they depend on the flags, and the group
  * fitted to the model by kv_flags_fit_model. */
 void kv_flags_init(kv_flags *f);
@@ -59,7 +62,7 @@ bool kv_flags_finish(const cli *c, kv_flags *f);
 void kv_flags_fit_model(kv_flags *f, const char *model_path);
 /* Copies the KV fields into engine params (the others are left alone). */
 void kv_flags_apply(const kv_flags *f, wk_engine_params *p);
-/* "f16", "f16 wush", "int2 quest G32 wush sink16 recent128 swa:sink0:recent32", "int3 percentile G32 rho_k0.9" ...
+/* "f16", "f16 wush", "int2 quest G128 clip1.2 wush sink16 recent128 swa:int4 swa:sink0:recent32", "int3 percentile G32 rho_k0.9" ...
  * for logs and --json. Returns buf. */
 const char *kv_flags_describe(const kv_flags *f, char *buf, size_t cap);
 /* The flags' help lines, descriptions starting at column `col` as the command's other flags. */

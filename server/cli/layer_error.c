@@ -36,7 +36,8 @@ void layer_error_format_from_flags(const wk_engine_params *kv, wk_kv_error_forma
                               .swa_windows = kv->kv_swa_windows,
                               .swa_sink = kv->kv_swa_sink,
                               .swa_recent = kv->kv_swa_recent,
-                              .swa_bits = kv->kv_swa_bits};
+                              .swa_bits = kv->kv_swa_bits,
+                              .clip = kv->kv_clip};
 }
 
 static int lookup(const char *s, size_t len, const char *const *names, int n) {
@@ -113,7 +114,9 @@ static void describe(const wk_kv_error_format *f, char *buf, size_t cap) {
     if (f->swa_windows && (f->swa_sink != f->sink || f->swa_recent != f->recent) && len > 0 && (size_t)len < cap)
         len += snprintf(buf + len, cap - (size_t)len, " swa sink %d recent %d", f->swa_sink, f->swa_recent);
     if (f->bits != 16 && f->bits != 0 && f->swa_bits && f->swa_bits != f->bits && len > 0 && (size_t)len < cap)
-        snprintf(buf + len, cap - (size_t)len, " swa int%d", f->swa_bits);
+        len += snprintf(buf + len, cap - (size_t)len, " swa int%d", f->swa_bits);
+    if (f->bits != 16 && f->bits != 0 && f->clip != 0.0f && f->clip != 1.0f && len > 0 && (size_t)len < cap)
+        snprintf(buf + len, cap - (size_t)len, " clip %g", (double)f->clip);
 }
 
 static void print_json(const wk_kv_error_format *f, const wk_kv_error_layer *r, int L, int ctx, double mean,
@@ -132,6 +135,7 @@ static void print_json(const wk_kv_error_format *f, const wk_kv_error_layer *r, 
     cJSON_AddNumberToObject(obj, "swa_sink", f->swa_windows ? f->swa_sink : f->sink);
     cJSON_AddNumberToObject(obj, "swa_recent", f->swa_windows ? f->swa_recent : f->recent);
     cJSON_AddNumberToObject(obj, "swa_bits", f->swa_bits && f->bits != 16 && f->bits != 0 ? f->swa_bits : f->bits == 0 ? 16 : f->bits);
+    cJSON_AddNumberToObject(obj, "clip", f->clip == 0.0f || f->bits == 16 || f->bits == 0 ? 1.0 : (double)f->clip);
     cJSON_AddNumberToObject(obj, "ctx", ctx);
     for (int il = 0; il < L; il++) {
         cJSON *l = cJSON_CreateObject();

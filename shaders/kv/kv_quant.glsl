@@ -135,10 +135,12 @@ uint wk_kvq_f16_sqrt_rne(float v2) {
     return h;
 }
 
-// QuEST step from S, the fixed-tree sum of squares: f16 nearest sqrt(C2 * (S * (1/G))).
-uint wk_kvq_quest_step(float S, int bits, int G) {
+// QuEST step from S, the fixed-tree sum of squares: f16 nearest sqrt(C2 * (S * (1/G))). c2 is
+// the format's constant from the host (wk_kvq_quest_c2(bits, clip) in kv_quant.c, the same f32
+// bits); c2 <= 0 means the unclipped C2[b].
+uint wk_kvq_quest_step(float S, int bits, int G, float c2) {
     float inv_g = uintBitsToFloat(uint(127 - findLSB(G)) << 23); // exactly 1/G, G a power of two
-    precise float v2 = wk_kvq_quest_c2(bits) * (S * inv_g);
+    precise float v2 = (c2 > 0.0 ? c2 : wk_kvq_quest_c2(bits)) * (S * inv_g);
     return wk_kvq_f16_sqrt_rne(v2);
 }
 
@@ -232,8 +234,8 @@ void wk_kvq_put_param(uint cb, int p, uint h) {
 }
 
 // wk_kvq_encode for the group in wk_kvq_x: rank = wk_kvq_percentile_rank(rho, G), computed on the
-// host (used by WK_KVQ_PERCENTILE only).
-void wk_kvq_encode_group(int kind, int bits, int G, int rank) {
+// host (used by WK_KVQ_PERCENTILE only); quest_c2 as wk_kvq_quest_step's c2 (QuEST only).
+void wk_kvq_encode_group(int kind, int bits, int G, int rank, float quest_c2) {
     uint nw = wk_kvq_group_words(kind, bits, G), cb = wk_kvq_code_bytes(bits, G);
     for (uint w = 0u; w < nw; w++) wk_kvq_w[w] = 0u;
     if (kind == WK_KVQ_PERCENTILE) {
@@ -256,7 +258,7 @@ void wk_kvq_encode_group(int kind, int bits, int G, int rank) {
     }
     uint sh;
     if (kind == WK_KVQ_QUEST) {
-        sh = wk_kvq_quest_step(wk_kvq_tree_sum_squares(G), bits, G);
+        sh = wk_kvq_quest_step(wk_kvq_tree_sum_squares(G), bits, G, quest_c2);
     } else {
         uint amax = 0u;
         for (int i = 0; i < G; i++) amax = max(amax, floatBitsToUint(wk_kvq_x[i]) & 0x7FFFFFFFu);

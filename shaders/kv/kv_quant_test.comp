@@ -11,8 +11,9 @@ layout(std430, binding = 0) readonly buffer X { float x[]; };       // ngroups *
 layout(std430, binding = 1) writeonly buffer E { uint enc[]; };     // ngroups * slot words (encode out)
 layout(std430, binding = 2) readonly buffer D { uint dec_in[]; };   // ngroups * slot words (decode in)
 layout(std430, binding = 3) writeonly buffer Y { float y[]; };      // ngroups * G floats (decode out)
-// slot: words per group in both byte buffers (>= wk_kvq_group_words); rank: percentile rank.
-layout(push_constant) uniform PC { int mode; int kind; int bits; int group; int rank; uint ngroups; uint slot; } pc;
+// slot: words per group in both byte buffers (>= wk_kvq_group_words); rank: percentile rank;
+// quest_c2: QuEST's constant (wk_kvq_quest_c2), 0 for the unclipped one.
+layout(push_constant) uniform PC { int mode; int kind; int bits; int group; int rank; uint ngroups; uint slot; float quest_c2; } pc;
 
 void main() {
     uint g = gl_GlobalInvocationID.x;
@@ -20,7 +21,7 @@ void main() {
     int G = pc.group, bits = pc.bits;
     if (pc.mode == 0) {
         for (int i = 0; i < G; i++) wk_kvq_x[i] = x[g * uint(G) + uint(i)];
-        wk_kvq_encode_group(pc.kind, bits, G, pc.rank);
+        wk_kvq_encode_group(pc.kind, bits, G, pc.rank, pc.quest_c2);
         uint nw = wk_kvq_group_words(pc.kind, bits, G);
         for (uint w = 0u; w < pc.slot; w++) enc[g * pc.slot + w] = w < nw ? wk_kvq_w[w] : 0u;
         return;

@@ -29,6 +29,7 @@ layout(push_constant) uniform PC {
     uint table_col;    // the layer's group: its entry among them
     uint win_store;    // 1: also the f16 window row (below); win_layer, dest_base as kv_store_window's
     uint win_layer; uint dest_base;
+    float quest_c2;    // QuEST's constant for this layer's clip (wk_kvq_quest_c2); 0: unclipped
 } pc;
 
 const uint MAXW = 64u; // code words of one token head: D*b/32 <= 512*4/32
@@ -52,7 +53,7 @@ void main() {
     uint pword = 0u;
     for (uint g = 0u; g < ngroups; ++g) {
         for (uint i = 0u; i < G; ++i) wk_kvq_x[i] = kv == 0u ? k[src + g * G + i] : v[src + g * G + i];
-        wk_kvq_encode_group(pc.kind, pc.bits, pc.group, kv == 0u ? pc.rank_k : pc.rank_v);
+        wk_kvq_encode_group(pc.kind, pc.bits, pc.group, kv == 0u ? pc.rank_k : pc.rank_v, pc.quest_c2);
         // The group's G*b code bits go to token bit g*G*b (a 3-bit group of 16 straddles words).
         uint gbits = G * bits, at = g * gbits;
         for (uint b = 0u; b < gbits; b += 32u) {
