@@ -25,7 +25,8 @@ wush=()
 # name|flags (on top of --kv int2: int2 QuEST + WUSH in groups of 32, one width in every layer,
 # unless a candidate names its group or sliding format; each names its windows of both layer
 # classes, so none depends on the default's). prev_default: the default before issue 11 chose
-# g16r128_swa2_r32, the default until G128_g16r128_swa4_r32 (docs/wush-kv.md, "The frontier").
+# g16r128_swa2_r32, the default until G128_g16r128_swa4_r32, the default until its clip12
+# (docs/wush-kv.md, "The frontier").
 candidates=(
     "prev_default|--kv-sink 4 --kv-recent 64"
     "g4r52_swa3_nowin|--kv-sink 4 --kv-recent 52 --kv-swa int3 --kv-swa-sink 0 --kv-swa-recent 0"
@@ -38,6 +39,12 @@ candidates=(
     "G128_g16r128_swa4_r32|--kv-group 128 --kv-sink 16 --kv-recent 128 --kv-swa int4 --kv-swa-sink 0 --kv-swa-recent 32"
     "G64_g16r128_swa4_r32|--kv-group 64 --kv-sink 16 --kv-recent 128 --kv-swa int4 --kv-swa-sink 0 --kv-swa-recent 32"
     "G128_g64r256_swa3_r64|--kv-group 128 --kv-sink 64 --kv-recent 256 --kv-swa int3 --kv-swa-sink 0 --kv-swa-recent 64"
+    # QuEST's clip of the int2 layers (--kv-clip; the int4 sliding layers keep the plain step):
+    # clip12 is the default since 2026-12-03; r224 spends the 2048-token bound's last rows.
+    "G128_g16r128_swa4_r32_clip11|--kv-group 128 --kv-sink 16 --kv-recent 128 --kv-swa int4 --kv-swa-sink 0 --kv-swa-recent 32 --kv-clip 1.1"
+    "G128_g16r128_swa4_r32_clip12|--kv-group 128 --kv-sink 16 --kv-recent 128 --kv-swa int4 --kv-swa-sink 0 --kv-swa-recent 32 --kv-clip 1.2"
+    "G128_g16r128_swa4_r32_clip13|--kv-group 128 --kv-sink 16 --kv-recent 128 --kv-swa int4 --kv-swa-sink 0 --kv-swa-recent 32 --kv-clip 1.3"
+    "G128_g16r224_swa4_r32_clip12|--kv-group 128 --kv-sink 16 --kv-recent 224 --kv-swa int4 --kv-swa-sink 0 --kv-swa-recent 32 --kv-clip 1.2"
 )
 want=("$@")
 

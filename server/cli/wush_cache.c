@@ -68,6 +68,7 @@ static int calibrate(const char *cmd, const wk_engine_params *p, int tokens, con
     cp.kv_sink = cp.kv_recent = 0;
     cp.kv_swa_windows = false;
     cp.kv_swa_bits = 0; /* f16 has one format for every layer */
+    cp.kv_clip = 0;     /* ... and no quantizer step */
     cp.kv_mem = 0;
     cp.max_ctx = cp.max_batch_tokens = WUSH_CACHE_CHUNK; /* a chunk is one capture step */
     cp.max_seqs = 1;
