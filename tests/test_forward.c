@@ -417,41 +417,70 @@ static bool run_engine_paged(const char *path, int bits, int swa_bits, float cli
     return rc == 0;
 }
 
+/* A tiny Gemma 3 (6 layers, 5 sliding, window 16) both as the C reference and as a model file for
+ * the public API, and PN random tokens (BOS first): what the engine-level cases start from. */
+typedef struct engine_case {
+    uint8_t *bytes;
+    wk_gguf *g;
+    ref_model *ref;
+    char path[64];
+    int32_t tok[PN];
+    int V;
+} engine_case;
+
+static bool engine_case_open(engine_case *c, uint64_t seed, uint64_t token_salt) {
+    memset(c, 0, sizeof *c);
+    tiny_model_opts o = {.arch = "gemma3", .seed = seed, .mixed_quants = true, .sliding_window = 16};
+    size_t size = 0;
+    char err[WK_ERRMSG_LEN] = "";
+    c->bytes = tiny_model_bytes(&o, &size);
+    c->g = c->bytes ? wk_gguf_open_memory(c->bytes, size, err, sizeof err) : NULL;
+    c->ref = c->g ? ref_model_load(c->g, err, sizeof err) : NULL;
+    snprintf(c->path, sizeof c->path, "/tmp/wushkv_test_engine_XXXXXX");
+    int fd = mkstemp(c->path);
+    CHECK(c->ref != NULL && fd >= 0);
+    if (!c->ref || fd < 0) {
+        if (fd >= 0) close(fd), unlink(c->path);
+        ref_model_free(c->ref), wk_gguf_close(c->g), free(c->bytes);
+        return false;
+    }
+    close(fd);
+    CHECK(tiny_model_write(&o, c->path));
+    c->V = ref_model_hparams(c->ref)->n_vocab;
+    uint64_t r = seed * 2654435761u + token_salt;
+    for (int i = 0; i < PN; i++) c->tok[i] = (int32_t)(rng_xorshift64(&r) % (uint64_t)c->V);
+    c->tok[0] = 1;
+    return true;
+}
+
+static void engine_case_close(engine_case *c) {
+    unlink(c->path);
+    ref_model_free(c->ref);
+    wk_gguf_close(c->g);
+    free(c->bytes);
+}
+
 /* Per-layer-class formats (--kv-swa): int2 on the full-attention layer, int4 on the five sliding
  * ones, against the C reference that quantizes each class with its own width: far closer to it
  * than to either uniform format. The sliding blocks come from their own pool and every byte count
  * adds the two classes' blocks; --kv-swa equal to --kv is today's one-pool cache, bit for bit. */
 static void mixed_case(uint64_t seed) {
-    tiny_model_opts o = {.arch = "gemma3", .seed = seed, .mixed_quants = true, .sliding_window = 16};
-    size_t size = 0;
-    uint8_t *bytes = tiny_model_bytes(&o, &size);
-    char err[WK_ERRMSG_LEN] = "";
-    wk_gguf *g = bytes ? wk_gguf_open_memory(bytes, size, err, sizeof err) : NULL;
-    ref_model *ref = g ? ref_model_load(g, err, sizeof err) : NULL;
-    char path[] = "/tmp/wushkv_test_mixed_XXXXXX";
-    int fd = mkstemp(path);
-    CHECK(ref != NULL && fd >= 0);
-    if (!ref || fd < 0) return;
-    close(fd);
-    CHECK(tiny_model_write(&o, path));
-    const int V = ref_model_hparams(ref)->n_vocab, N = PN;
-    uint64_t r = seed * 2654435761u + 5;
-    int32_t tok[PN];
-    for (int i = 0; i < N; i++) tok[i] = (int32_t)(rng_xorshift64(&r) % (uint64_t)V);
-    tok[0] = 1;
+    engine_case ec;
+    if (!engine_case_open(&ec, seed, 5)) return;
+    const int V = ec.V, N = PN;
     const size_t all = sizeof(float) * N * V;
     float *want = malloc(all), *want2 = malloc(all), *want4 = malloc(all);
     float *got = malloc(all), *same = malloc(all), *today = malloc(all);
-    ref_model_set_kv_quant(ref, 2, WK_KVQ_QUEST, 32);
-    CHECK(ref_forward(ref, tok, N, want2, NULL) == 0);
-    ref_model_set_kv_swa_bits(ref, 4);
-    CHECK(ref_forward(ref, tok, N, want, NULL) == 0);
-    ref_model_set_kv_quant(ref, 4, WK_KVQ_QUEST, 32);
-    CHECK(ref_forward(ref, tok, N, want4, NULL) == 0);
+    ref_model_set_kv_quant(ec.ref, 2, WK_KVQ_QUEST, 32);
+    CHECK(ref_forward(ec.ref, ec.tok, N, want2, NULL) == 0);
+    ref_model_set_kv_swa_bits(ec.ref, 4);
+    CHECK(ref_forward(ec.ref, ec.tok, N, want, NULL) == 0);
+    ref_model_set_kv_quant(ec.ref, 4, WK_KVQ_QUEST, 32);
+    CHECK(ref_forward(ec.ref, ec.tok, N, want4, NULL) == 0);
 
     uint64_t held[2], peak;
     wk_model_info info;
-    if (run_engine_paged(path, 2, 4, 0, tok, got, held, &peak, &info)) {
+    if (run_engine_paged(ec.path, 2, 4, 0, ec.tok, got, held, &peak, &info)) {
         double worst = 0, worst2 = 0, worst4 = 0;
         for (int i = 0; i < N; i++) {
             worst = fmax(worst, rel_err(got + (size_t)i * V, want + (size_t)i * V, (size_t)V));
@@ -483,19 +512,16 @@ static void mixed_case(uint64_t seed) {
     }
     uint64_t held_b[2], peak_b, held_c[2], peak_c;
     wk_model_info info_b, info_c;
-    CHECK(run_engine_paged(path, 2, 2, 0, tok, same, held_b, &peak_b, &info_b));
-    CHECK(run_engine_paged(path, 2, 0, 0, tok, today, held_c, &peak_c, &info_c));
+    CHECK(run_engine_paged(ec.path, 2, 2, 0, ec.tok, same, held_b, &peak_b, &info_b));
+    CHECK(run_engine_paged(ec.path, 2, 0, 0, ec.tok, today, held_c, &peak_c, &info_c));
     CHECK(memcmp(same, today, all) == 0);
     CHECK_EQ_INT(info_b.kv_swa_pool_bytes, 0);
     CHECK_EQ_INT(info_b.kv_pool_bytes, info_c.kv_pool_bytes);
     CHECK_EQ_INT(held_b[0], held_c[0]);
     CHECK_EQ_INT(held_b[1], 0);
     CHECK_EQ_INT(peak_b, peak_c);
-    unlink(path);
     free(want), free(want2), free(want4), free(got), free(same), free(today);
-    ref_model_free(ref);
-    wk_gguf_close(g);
-    free(bytes);
+    engine_case_close(&ec);
 }
 
 /* QuEST's clip (wk_engine_params.kv_clip) through the public API, against the C reference with
@@ -503,54 +529,37 @@ static void mixed_case(uint64_t seed) {
  * its own (int4) only the int2 layers' is, the sliding ones keep the plain step. Each run is far
  * closer to the reference that follows that rule than to the one that does not. */
 static void clip_case(uint64_t seed) {
-    tiny_model_opts o = {.arch = "gemma3", .seed = seed, .mixed_quants = true, .sliding_window = 16};
-    size_t size = 0;
-    uint8_t *bytes = tiny_model_bytes(&o, &size);
-    char err[WK_ERRMSG_LEN] = "";
-    wk_gguf *g = bytes ? wk_gguf_open_memory(bytes, size, err, sizeof err) : NULL;
-    ref_model *ref = g ? ref_model_load(g, err, sizeof err) : NULL;
-    char path[] = "/tmp/wushkv_test_clip_XXXXXX";
-    int fd = mkstemp(path);
-    CHECK(ref != NULL && fd >= 0);
-    if (!ref || fd < 0) return;
-    close(fd);
-    CHECK(tiny_model_write(&o, path));
-    const int V = ref_model_hparams(ref)->n_vocab, N = PN;
-    uint64_t r = seed * 2654435761u + 7;
-    int32_t tok[PN];
-    for (int i = 0; i < N; i++) tok[i] = (int32_t)(rng_xorshift64(&r) % (uint64_t)V);
-    tok[0] = 1;
+    engine_case ec;
+    if (!engine_case_open(&ec, seed, 7)) return;
+    const int V = ec.V, N = PN;
     const size_t all = sizeof(float) * N * V;
     const float clip = 1.5f, c2 = wk_kvq_quest_c2(2, clip), c2_4 = wk_kvq_quest_c2(4, clip);
     float *want = malloc(all), *want_plain = malloc(all), *got = malloc(all);
     float *want_mixed = malloc(all), *want_mixed_all = malloc(all);
-    ref_model_set_kv_quant(ref, 2, WK_KVQ_QUEST, 32);
-    CHECK(ref_forward(ref, tok, N, want_plain, NULL) == 0);
-    ref_model_set_kv_clip(ref, c2, c2);
-    CHECK(ref_forward(ref, tok, N, want, NULL) == 0);
-    ref_model_set_kv_swa_bits(ref, 4);
-    ref_model_set_kv_clip(ref, c2, 0);
-    CHECK(ref_forward(ref, tok, N, want_mixed, NULL) == 0);
-    ref_model_set_kv_clip(ref, c2, c2_4);
-    CHECK(ref_forward(ref, tok, N, want_mixed_all, NULL) == 0);
+    ref_model_set_kv_quant(ec.ref, 2, WK_KVQ_QUEST, 32);
+    CHECK(ref_forward(ec.ref, ec.tok, N, want_plain, NULL) == 0);
+    ref_model_set_kv_clip(ec.ref, c2, c2);
+    CHECK(ref_forward(ec.ref, ec.tok, N, want, NULL) == 0);
+    ref_model_set_kv_swa_bits(ec.ref, 4);
+    ref_model_set_kv_clip(ec.ref, c2, 0);
+    CHECK(ref_forward(ec.ref, ec.tok, N, want_mixed, NULL) == 0);
+    ref_model_set_kv_clip(ec.ref, c2, c2_4);
+    CHECK(ref_forward(ec.ref, ec.tok, N, want_mixed_all, NULL) == 0);
     uint64_t held[2], peak;
     wk_model_info info;
+    /* run 0: one width, its reference and the unclipped one; run 1: sliding int4, the reference
+     * of the class rule and the one that clips the int4 layers too */
+    const float *refs[2][2] = {{want, want_plain}, {want_mixed, want_mixed_all}};
     double worst[4] = {0, 0, 0, 0};
-    if (run_engine_paged(path, 2, 0, clip, tok, got, held, &peak, &info)) {
-        for (int i = 0; i < N; i++) {
-            worst[0] = fmax(worst[0], rel_err(got + (size_t)i * V, want + (size_t)i * V, (size_t)V));
-            worst[1] = fmax(worst[1], rel_err(got + (size_t)i * V, want_plain + (size_t)i * V, (size_t)V));
+    for (int run = 0; run < 2; run++) {
+        if (!run_engine_paged(ec.path, 2, run ? 4 : 0, clip, ec.tok, got, held, &peak, &info)) {
+            CHECK(false);
+            continue;
         }
-    } else {
-        CHECK(false);
-    }
-    if (run_engine_paged(path, 2, 4, clip, tok, got, held, &peak, &info)) {
-        for (int i = 0; i < N; i++) {
-            worst[2] = fmax(worst[2], rel_err(got + (size_t)i * V, want_mixed + (size_t)i * V, (size_t)V));
-            worst[3] = fmax(worst[3], rel_err(got + (size_t)i * V, want_mixed_all + (size_t)i * V, (size_t)V));
-        }
-    } else {
-        CHECK(false);
+        for (int i = 0; i < N; i++)
+            for (int k = 0; k < 2; k++)
+                worst[2 * run + k] =
+                    fmax(worst[2 * run + k], rel_err(got + (size_t)i * V, refs[run][k] + (size_t)i * V, (size_t)V));
     }
     printf("  gemma3 int2 clip %.1f: logits rel err %.2e vs the clipped reference (%.2e vs the plain step); with "
            "sliding int4: %.2e vs int2 clipped only (%.2e vs both clipped)\n", (double)clip, worst[0], worst[1], worst[2],
@@ -558,11 +567,8 @@ static void clip_case(uint64_t seed) {
     CHECK(worst[0] < 0.1 && worst[2] < 0.1);
     CHECK(worst[0] * 5 < worst[1]);
     CHECK(worst[2] * 3 < worst[3]);
-    unlink(path);
     free(want), free(want_plain), free(got), free(want_mixed), free(want_mixed_all);
-    ref_model_free(ref);
-    wk_gguf_close(g);
-    free(bytes);
+    engine_case_close(&ec);
 }
 
 /* f16 windows through the public API: an int2 cache whose sink + recent windows cover every
