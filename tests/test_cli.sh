@@ -100,6 +100,8 @@ if [[ -n $writer ]]; then
     # --layer-error takes the same default, its group fitted to the model's head_dim 64 (it once
     # kept 128: "block size 128: must be a power of two dividing head_dim 64").
     expect 0 'int2 quest g64 wush .*clip 1\.2.*relative MSE' -- perplexity -m "$model" -f "$text" --ctx 16 --chunks 1 --layer-error
+    # A list entry naming another quantizer drops the default's QuEST clip instead of being refused.
+    expect 0 'int2 absmax g64 wush .*relative MSE' -- perplexity -m "$model" -f "$text" --ctx 16 --chunks 1 --layer-error-formats int2:absmax
     printf 'not a sidecar' >"${cached[0]}"
     expect 0 "refusing the cached WUSH-KV sidecar ${cached[0]}: .*calibrating a new one" -- "${ppl[@]}"
     expect 0 "WUSH-KV sidecar ${cached[0]} \(cached\)" -- "${ppl[@]}"

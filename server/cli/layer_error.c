@@ -96,6 +96,9 @@ int layer_error_parse_formats(const char *list, const wk_engine_params *kv, wk_k
             if (!colon) break;
             field = colon + 1;
         }
+        /* The flags' QuEST clip (the default's 1.2, or --kv-clip) goes with QuEST: an entry that
+         * names another quantizer takes that quantizer's own rule rather than a refusal. */
+        if (f.quant != WK_KV_QUANT_QUEST) f.clip = 0;
         out[n++] = f;
         if (!*end) return n;
         p = end + 1;
