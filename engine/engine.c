@@ -166,10 +166,9 @@ int wk_engine_open(const wk_engine_params *p, wk_engine **out, char *err, size_t
             snprintf(err, errlen, "KV format of the sliding-window layers: %d bits is not one of 2/3/4", p->kv_swa_bits);
             rc = WK_ERR_INVALID;
         }
-        const float clip = p->kv_clip == 0.0f ? 1.0f : p->kv_clip;
-        if (!rc && clip != 1.0f && !(clip >= WK_KV_CLIP_MIN && clip <= WK_KV_CLIP_MAX && fmt.kind == WK_KVQ_QUEST)) {
+        if (!rc && !wk_kvq_clip_valid(fmt.kind, p->kv_clip)) {
             snprintf(err, errlen, "KV format: the clip (%g) applies to the QuEST quantizer only and must be in [%g, %g]",
-                     (double)clip, (double)WK_KV_CLIP_MIN, (double)WK_KV_CLIP_MAX);
+                     (double)p->kv_clip, (double)WK_KV_CLIP_MIN, (double)WK_KV_CLIP_MAX);
             rc = WK_ERR_INVALID;
         }
         if (!rc && !wk_kvq_valid(fmt.kind, fmt.bits, fmt.group)) {
@@ -180,11 +179,7 @@ int wk_engine_open(const wk_engine_params *p, wk_engine **out, char *err, size_t
         if (!rc)
             rc = wk_kv_cache_create_paged(&e->vk, &e->kv, hp, &fmt, p->kv_swa_bits, rho_k, rho_v, p->kv_mem,
                                           e->max_seqs, max_ctx, max_batch, err, errlen);
-        if (!rc && clip != 1.0f) {
-            /* The clip is the main width's: a sliding pool of its own width keeps the unclipped step. */
-            e->kv.quest_c2 = wk_kvq_quest_c2(e->kv.fmt.bits, clip);
-            e->kv.swa_quest_c2 = e->kv.swa_pool ? 0.0f : e->kv.quest_c2;
-        }
+        if (!rc) wk_kvq_clip_constants(e->kv.fmt.bits, e->kv.swa_pool != NULL, p->kv_clip, &e->kv.quest_c2, &e->kv.swa_quest_c2);
         if (!rc) rc = wk_pipelines_specialize_kv(&e->vk, &e->pipes, false, (int)fmt.kind, e->kv.fmt.bits, fmt.group, hp->head_dim,
                                                         err, errlen);
         if (!rc && e->kv.swa_pool)

@@ -8,6 +8,7 @@
 #include <string.h>
 
 #include "model/quant.h"
+#include "wushkv/wushkv.h" /* WK_KV_CLIP_MIN, WK_KV_CLIP_MAX */
 
 const double WK_KVQ_QUEST_ALPHA[5] = {0, 0, 1.493535, 2.051068, 2.513931};
 const float WK_KVQ_QUEST_C2[5] = {0, 0, 0x1.fb9898p-1f, 0x1.5fa92cp-2f, 0x1.cc3286p-4f};
@@ -115,6 +116,16 @@ float wk_kvq_quest_c2(int bits, float clip) {
     if (bits < 2 || bits > 4) return 0.0f;
     if (!(clip > 0.0f) || clip == 1.0f) return WK_KVQ_QUEST_C2[bits];
     return WK_KVQ_QUEST_C2[bits] * (clip * clip);
+}
+
+bool wk_kvq_clip_valid(wk_kvq_kind kind, float clip) {
+    return clip == 0.0f || clip == 1.0f || (kind == WK_KVQ_QUEST && clip >= WK_KV_CLIP_MIN && clip <= WK_KV_CLIP_MAX);
+}
+
+void wk_kvq_clip_constants(int bits, bool swa_own_width, float clip, float *quest_c2, float *swa_quest_c2) {
+    const bool plain = clip == 0.0f || clip == 1.0f;
+    *quest_c2 = plain ? 0.0f : wk_kvq_quest_c2(bits, clip);
+    *swa_quest_c2 = swa_own_width ? 0.0f : *quest_c2;
 }
 
 void wk_kvq_quantize_group(wk_kvq_kind kind, int bits, int G, float rho, const float *x, uint8_t *codes,

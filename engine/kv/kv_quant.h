@@ -103,6 +103,12 @@ int wk_kvq_percentile_rank(float rho, int G);
  * fl(C2[b] * fl(c*c)), one f32 value computed here and handed to shaders as it is (a push
  * constant), so host and device use the same bits. c == 1 or c <= 0 gives C2[b] itself. */
 float wk_kvq_quest_c2(int bits, float clip);
+/* A format's clip (wk_engine_params.kv_clip, wk_kv_error_format.clip): 0 or 1 (none) for any
+ * quantizer, else QuEST only, within [WK_KV_CLIP_MIN, WK_KV_CLIP_MAX]. */
+bool wk_kvq_clip_valid(wk_kvq_kind kind, float clip);
+/* The one class rule for a format's clip: the main width (bits) takes wk_kvq_quest_c2(bits,
+ * clip), a sliding-window class of its own width (swa_own_width) the plain step; 0 means plain. */
+void wk_kvq_clip_constants(int bits, bool swa_own_width, float clip, float *quest_c2, float *swa_quest_c2);
 
 /* Quantize one group to unsigned codes (0..2^b-1, one per byte) and f16 parameters; `rho` is used
  * by WK_KVQ_PERCENTILE only. params receives wk_kvq_params_per_group() values. */

@@ -366,8 +366,7 @@ static int check_format(const wk_kv_error_format *f, int D, int idx, char *err, 
     if (!(f->rho_k >= 0 && f->rho_k <= 1 && f->rho_v >= 0 && f->rho_v <= 1))
         return wk_fail(err, errlen, WK_ERR_INVALID, "format %d: percentile quantiles must be in (0, 1]", idx);
     if (f->bits == 0 || f->bits == 16) return WK_OK;
-    if (f->clip != 0.0f && f->clip != 1.0f &&
-        !(f->clip >= WK_KV_CLIP_MIN && f->clip <= WK_KV_CLIP_MAX && f->quant == WK_KV_QUANT_QUEST))
+    if (!wk_kvq_clip_valid((wk_kvq_kind)f->quant, f->clip))
         return wk_fail(err, errlen, WK_ERR_INVALID, "format %d: the clip (%g) applies to QuEST only and must be in [%g, %g]",
                        idx, (double)f->clip, (double)WK_KV_CLIP_MIN, (double)WK_KV_CLIP_MAX);
     if (f->swa_bits && !wk_kvq_valid((wk_kvq_kind)f->quant, f->swa_bits, G))
@@ -393,10 +392,8 @@ static int load_format(const wk_engine *e, const wk_kv_error_format *f, fmt_stat
     fs->swa_recent = f->swa_windows ? f->swa_recent : f->recent;
     fs->rho_k = f->rho_k > 0 ? f->rho_k : WK_KVQ_RHO_K;
     fs->rho_v = f->rho_v > 0 ? f->rho_v : WK_KVQ_RHO_V;
-    if (fs->quantize && f->clip != 0.0f && f->clip != 1.0f) {
-        fs->quest_c2 = wk_kvq_quest_c2(f->bits, f->clip);
-        fs->swa_quest_c2 = f->swa_bits && f->swa_bits != f->bits ? 0.0f : fs->quest_c2;
-    }
+    if (fs->quantize)
+        wk_kvq_clip_constants(f->bits, f->swa_bits && f->swa_bits != f->bits, f->clip, &fs->quest_c2, &fs->swa_quest_c2);
     return wk_kv_xform_load(&fs->x, (wk_xform_kind)f->transform, f->wush_path, wk_engine_gguf(e),
                             &wk_engine_desc(e)->hp, fs->G, f->transform_seed ? f->transform_seed : WK_KV_TRANSFORM_SEED_DEFAULT, err,
                             errlen);
