@@ -439,6 +439,41 @@ static void test_gaussian_mse(void) {
     free(y);
 }
 
+/* QuEST's clip: the constant is (clip * 2 * alpha_b / (L - 1))^2 (checked against that formula in
+ * double, to a few f32 ulps: a constant scaled by clip instead of clip^2 fails by far), clip 1 and
+ * 0 give the unclipped constant exactly, and a group's step under clip c is c times its plain step
+ * to f16 rounding. The class rule keeps a sliding width of its own unclipped. */
+static void test_quest_clip(void) {
+    const float clips[] = {0.25f, 0.7f, 1.2f, 1.5f, 4.0f};
+    for (int bits = 2; bits <= 4; bits++) {
+        CHECK(wk_kvq_quest_c2(bits, 1.0f) == WK_KVQ_QUEST_C2[bits]);
+        CHECK(wk_kvq_quest_c2(bits, 0.0f) == WK_KVQ_QUEST_C2[bits]);
+        for (size_t k = 0; k < sizeof clips / sizeof clips[0]; k++) {
+            const double c = clips[k], s = c * 2.0 * WK_KVQ_QUEST_ALPHA[bits] / ((1 << bits) - 1);
+            CHECK_NEAR(wk_kvq_quest_c2(bits, clips[k]) / (s * s), 1.0, 1e-6);
+            float x[32];
+            for (int i = 0; i < 32; i++) x[i] = (float)sin(1.0 + 0.37 * i) * (1.0f + (float)(i % 5));
+            uint8_t codes[32];
+            uint16_t plain, clipped;
+            wk_kvq_quantize_group_c2(WK_KVQ_QUEST, bits, 32, 0, 0.0f, x, codes, &plain);
+            wk_kvq_quantize_group_c2(WK_KVQ_QUEST, bits, 32, 0, wk_kvq_quest_c2(bits, clips[k]), x, codes, &clipped);
+            /* each step is the f16 nearest its real value: relative error <= 2^-11 each */
+            CHECK_NEAR(wk_f16_to_f32(clipped) / (c * wk_f16_to_f32(plain)), 1.0, 2.0 / 2048);
+        }
+    }
+    CHECK(wk_kvq_clip_valid(WK_KVQ_QUEST, 1.2f) && wk_kvq_clip_valid(WK_KVQ_ABSMAX, 0.0f) &&
+          wk_kvq_clip_valid(WK_KVQ_PERCENTILE, 1.0f));
+    CHECK(!wk_kvq_clip_valid(WK_KVQ_ABSMAX, 1.2f) && !wk_kvq_clip_valid(WK_KVQ_QUEST, 0.2f) &&
+          !wk_kvq_clip_valid(WK_KVQ_QUEST, 4.5f));
+    float c2, swa_c2;
+    wk_kvq_clip_constants(2, false, 1.2f, &c2, &swa_c2);
+    CHECK(c2 == wk_kvq_quest_c2(2, 1.2f) && swa_c2 == c2);
+    wk_kvq_clip_constants(2, true, 1.2f, &c2, &swa_c2);
+    CHECK(c2 == wk_kvq_quest_c2(2, 1.2f) && swa_c2 == 0.0f);
+    wk_kvq_clip_constants(2, false, 1.0f, &c2, &swa_c2);
+    CHECK(c2 == 0.0f && swa_c2 == 0.0f);
+}
+
 int main(void) {
     test_sizes();
     test_packing();
@@ -447,5 +482,6 @@ int main(void) {
     test_quest_step_rounding();
     test_round_trips();
     test_gaussian_mse();
+    test_quest_clip();
     TEST_MAIN_END();
 }
