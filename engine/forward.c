@@ -87,7 +87,12 @@ int wk_fwd_init(wk_fwd *f, wk_vk *vk, wk_pipelines *pipes, const wk_hparams *hp,
     if (!rc) {
         rc = make(f, &a->tiles, T * sizeof(wk_attn_tile), WK_MEM_HOST, NONE, err, errlen);
         if (!rc) rc = make(f, &a->win_dest, 2 * T * 4, WK_MEM_HOST, NONE, err, errlen); /* per window class */
-        f->attn_part_rows = wk_attn_part_rows((uint32_t)max_tokens, (uint32_t)hp->n_head, (uint32_t)max_ctx);
+        uint32_t window_keys = 0; /* the larger class window: a prefill step's window pass splits by it */
+        for (int c = 0; kv && c < 2; c++) {
+            const uint32_t k = (uint32_t)(kv->layout.win[c].sink + kv->layout.win[c].recent);
+            if (k > window_keys) window_keys = k;
+        }
+        f->attn_part_rows = wk_attn_part_rows((uint32_t)max_tokens, (uint32_t)hp->n_head, (uint32_t)max_ctx, window_keys);
         if (!rc) rc = make(f, &a->attn_part, f->attn_part_rows * (hp->head_dim / 4 + 1) * 16, WK_MEM_DEVICE, NONE, err, errlen);
     }
     if (!rc) rc = make(f, &a->h, T * E * 4, WK_MEM_DEVICE, NONE, err, errlen);
@@ -247,17 +252,6 @@ static int op_qk_norm_rope(rec *r, int il, uint32_t T) {
                        (uint32_t)(hp->n_head + hp->n_head_kv), 1, r->err, r->errlen);
 }
 
-/* Splits the keys when the plan asks for it, then merges the partials into a.attn. */
-static int reduce_if_split(rec *r, const wk_pc_attention_paged *pc, uint32_t T) {
-    wk_fwd *f = r->f;
-    if (pc->n_split == 1) return 0;
-    wk_vk_barrier(f->vk);
-    wk_pc_attention_reduce rp = {.head_dim = pc->head_dim, .n_head = pc->n_head, .n_tokens = T, .n_split = pc->n_split};
-    wk_arg rargs[2] = {S(&f->a.attn_part), S(&f->a.attn)};
-    return wk_dispatch(f->vk, f->pipes, WK_PIPE_ATTENTION_REDUCE, rargs, &rp, sizeof rp, T, pc->n_head, 1, r->err,
-                       r->errlen);
-}
-
 /* Fills the paged-cache push constants shared by the store and the attention, in the format of
  * the layer's class (kv_cache.h: with per-layer-class formats a sliding layer's blocks are the
  * second pool's, which table entries already name by their block in pool_buf). */
@@ -314,9 +308,6 @@ static int op_attention_paged(rec *r, int il, uint32_t T) {
     wk_fwd *f = r->f;
     wk_pc_attention_paged pc;
     paged_geometry(f, il, &pc);
-    pc.n_tiles = f->plan.n_tiles;
-    pc.head_rows = f->plan.head_rows;
-    pc.n_split = wk_attn_plan_splits(&f->plan, f->step_rows, T, pc.n_head, pc.window, f->attn_part_rows);
     const wk_kv_win *w = &f->kv->layout.win[f->kv->win_class_of[il]];
     pc.sink = (uint32_t)w->sink;
     pc.recent = (uint32_t)w->recent;
@@ -326,14 +317,10 @@ static int op_attention_paged(rec *r, int il, uint32_t T) {
     const wk_arg pool = pc.bits == 16 ? wk_arg_view(f->kv->pool_view2) : TV(&f->kv->pool_buf);
     wk_arg args[9] = {S(&f->a.q), S(&f->a.rows), S(&f->a.tables), pool, S(&f->a.attn), S(&f->a.tiles),
                       S(&f->a.attn_part), TV(&f->a.k), TV(&f->a.v)};
-    /* Steps of one token per sequence take the 4-row twin: its registers hold just their rows. */
+    const wk_attn_splits splits = wk_attn_plan_splits(&f->plan, f->step_rows, T, pc.n_head, pc.window, pc.sink,
+                                                      pc.recent, f->attn_part_rows);
     const bool sliding = wk_kv_cache_group_swa(f->kv, f->kv->group_of[il]);
-    const bool decode = f->plan.tile_rows <= WK_ATTN_DECODE_ROWS;
-    const wk_pipe_id pipe = decode ? (sliding ? WK_PIPE_ATTENTION_DECODE_SWA : WK_PIPE_ATTENTION_DECODE)
-                                   : (sliding ? WK_PIPE_ATTENTION_PAGED_SWA : WK_PIPE_ATTENTION_PAGED);
-    TRY(wk_dispatch(f->vk, f->pipes, pipe, args, &pc, sizeof pc, f->plan.n_tiles, f->plan.groups_y,
-                    pc.n_split, r->err, r->errlen));
-    return reduce_if_split(r, &pc, T);
+    return wk_attn_record(f->vk, f->pipes, &f->plan, splits, sliding, T, &pc, args, r->err, r->errlen);
 }
 
 /* This step's keys and values (f16) into the window rows wk_fwd_step chose, after the attention. */

@@ -4,6 +4,7 @@
 #define WK_FORWARD_H
 
 #include "kv/attention_plan.h"
+#include "kv/attention_record.h"
 #include "kv/kv_cache.h"
 #include "kv/kv_transform.h"
 #include "vulkan/shader_params.h"

@@ -198,7 +198,7 @@ if all(j for _, j in bw):
     L.append("")
     L.append(f"Decode attention bandwidth: `WUSHKV_PROFILE=1 wushkv bench -m MODEL -p 0 -n 32 -r 1 -d {bw_depths} "
              "[--kv f16] --json`; the KV bytes the 32 steps' attention reads (from the format's layout) over the "
-             "GPU time of the attention dispatches (attention_paged[_swa] and attention_decode[_swa], timestamps; the "
+             "GPU time of the attention dispatches (attention_bulk, attention_windows, attention_decode and their _swa twins, timestamps; the "
              "profile itself slows the steps, so tok/s here is not the benchmark's):")
     L.append("")
     L.append("| KV | test | KV read per step | attention ms per step | achieved GB/s | of nominal |")

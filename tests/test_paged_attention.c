@@ -10,7 +10,7 @@
  * entries of blocks no query can see are WK_KV_NO_BLOCK, as the engine leaves them once released.
  * Per-layer-class formats (engine/kv/kv_cache.h): the layer's blocks in a second pool of their own
  * format, placed after a first pool of another format and its f16 windows in the same buffer, the
- * table naming them from that pool's base block on, read by attention_paged_swa specialised for
+ * table naming them from that pool's base block on, read by the _swa pipelines specialised for
  * the layer's format while the windows stay in the first pool. The f16 cache (bits 16): f16 slabs
  * (token t, element i at half t * D + i) read through an RG32UI view of the pool, from the
  * pipeline of push-constant formats and from the one specialised to bits 16 as the engine runs it.
@@ -22,6 +22,7 @@
 #include <string.h>
 
 #include "kv/attention_plan.h"
+#include "kv/attention_record.h"
 #include "kv/kv_quant.h"
 #include "model/quant.h"
 #include "vulkan/shader_params.h"
@@ -169,7 +170,12 @@ static double run_case(wk_vk *vk, wk_pipelines *p, const cfg *c, uint32_t force_
     wk_attn_plan plan;
     CHECK_EQ_INT(wk_attn_plan_make(rows, step_windows ? win_words : NULL, (uint32_t)T, (uint32_t)Hq, (uint32_t)Hk, (uint32_t)D, vk->subgroup_size, tiles,
                                    &plan), 0);
-    const uint32_t n_split = force_split ? force_split : wk_attn_plan_splits(&plan, rows, (uint32_t)T, (uint32_t)Hq, (uint32_t)c->window, (uint64_t)T * Hq * 4);
+    /* The engine's splits (force_split: that many for the bulk or decode pass instead), and its
+     * window pass when the step has one (wk_attn_plan_splits). */
+    wk_attn_splits splits = wk_attn_plan_splits(&plan, rows, (uint32_t)T, (uint32_t)Hq, (uint32_t)c->window,
+                                                (uint32_t)c->S, (uint32_t)c->R, (uint64_t)T * Hq * 4);
+    if (force_split) splits.main = force_split;
+    const uint32_t n_split = splits.main + splits.win;
     float *Qv = malloc(sizeof(float) * T * Hq * D);
     for (int i = 0; i < T * Hq * D; i++) Qv[i] = gauss() * (c->window == 20 ? 1.0f : 0.1f);
 
@@ -202,28 +208,23 @@ static double run_case(wk_vk *vk, wk_pipelines *p, const cfg *c, uint32_t force_
                           wk_arg_view(bva.view)};
         wk_pc_attention_paged pc = {
             .head_dim = (uint32_t)D, .n_head = (uint32_t)Hq, .n_head_kv = (uint32_t)Hk, .window = (uint32_t)c->window,
-            .n_tiles = plan.n_tiles, .win_layer = LAYER, .kind = c->kind, .bits = c->bits, .group = c->G,
+            .win_layer = LAYER, .kind = c->kind, .bits = c->bits, .group = c->G,
             .block_tokens = BT, .slab_words = (uint32_t)(slab / 4), .block_words = (uint32_t)(block / 4),
             .params_words = (uint32_t)(lay.params_offset / 4), .code_words = (uint32_t)(lay.code_bytes_per_token / 4),
-            .head_rows = plan.head_rows, .n_split = n_split, .sink = (uint32_t)c->S, .recent = (uint32_t)c->R,
+            .sink = (uint32_t)c->S, .recent = (uint32_t)c->R,
             .f16_row_words = (uint32_t)(row_bytes / 4), .win_off = (uint32_t)(win_off / 4), .slab_layer = LAYER,
             .table_stride = NGROUPS,
             .table_col = GROUP};
-        wk_pc_attention_reduce rp = {.head_dim = (uint32_t)D, .n_head = (uint32_t)Hq, .n_tokens = (uint32_t)T, .n_split = n_split};
-        wk_arg rargs[2] = {wk_arg_buf(bpart.buf), wk_arg_buf(bout.buf)};
         rc = wk_vk_begin(vk, err, sizeof err);
-        /* As forward.c chooses: a step whose tiles hold at most WK_ATTN_DECODE_ROWS rows (every
-         * sequence one token, at most 4 query heads per KV head) runs the 4-row decode twin. */
+        /* As forward.c records it (wk_attn_record): a step whose tiles hold at most
+         * WK_ATTN_DECODE_ROWS rows (every sequence one token, at most 4 query heads per KV head)
+         * runs the 4-row decode pipeline over all keys; others the bulk pass, and the window pass
+         * when the layer has windows; then the reduce when there is more than one split. */
         const bool sliding = c->other_bits || c->spec, decode = plan.tile_rows <= WK_ATTN_DECODE_ROWS;
-        const wk_pipe_id pipe = decode ? (sliding ? WK_PIPE_ATTENTION_DECODE_SWA : WK_PIPE_ATTENTION_DECODE)
-                                       : (sliding ? WK_PIPE_ATTENTION_PAGED_SWA : WK_PIPE_ATTENTION_PAGED);
         if (c->decode) CHECK_EQ_INT(decode, c->Hq / c->Hk <= WK_ATTN_DECODE_ROWS);
         else CHECK(!decode);
-        rc = rc ? rc : wk_dispatch(vk, p, pipe, args, &pc, sizeof pc, plan.n_tiles, plan.groups_y, n_split, err, sizeof err);
-        if (!rc && n_split > 1) {
-            wk_vk_barrier(vk);
-            rc = wk_dispatch(vk, p, WK_PIPE_ATTENTION_REDUCE, rargs, &rp, sizeof rp, (uint32_t)T, (uint32_t)Hq, 1, err, sizeof err);
-        }
+        CHECK_EQ_INT(splits.win, !decode && c->S + c->R > 0);
+        rc = rc ? rc : wk_attn_record(vk, p, &plan, splits, sliding, (uint32_t)T, &pc, args, err, sizeof err);
         int rc2 = wk_vk_submit_wait(vk, err, sizeof err);
         CHECK_EQ_INT(rc, 0);
         CHECK_EQ_INT(rc2, 0);
@@ -317,7 +318,7 @@ int main(void) {
                         }
             }
     /* Per-layer-class formats: the sliding layers' own pool behind the first one (another bit
-     * width) and its windows, through attention_paged_swa specialised for their format as the
+     * width) and its windows, through the _swa pipelines specialised for their format as the
      * engine builds it; windowed and not, with a sliding window, split and not. */
     for (int bits = 2; bits <= 4; bits++) {
         const int other = bits == 2 ? 4 : 2;
@@ -392,13 +393,26 @@ int main(void) {
         for (int t = 0; t < TT; t++) rr[t] = (wk_row_info){.pos = (uint32_t)(40000 + t), .kv_base = 0};
         wk_attn_plan pl;
         CHECK_EQ_INT(wk_attn_plan_make(rr, NULL, TT, 4, 1, 256, vk.subgroup_size, tt, &pl), 0);
-        uint32_t n = wk_attn_plan_splits(&pl, rr, TT, 4, 0, wk_attn_part_rows(TT, 4, 40256 + 16));
-        CHECK(n >= (40256 + WK_ATTN_MAX_KEYS - 1) / WK_ATTN_MAX_KEYS);
-        CHECK_EQ_INT(wk_attn_plan_splits(&pl, rr, TT, 4, 512, wk_attn_part_rows(TT, 4, 40256 + 16)), 1);
+        wk_attn_splits n = wk_attn_plan_splits(&pl, rr, TT, 4, 0, 0, 0, wk_attn_part_rows(TT, 4, 40256 + 16, 0));
+        CHECK(n.main >= (40256 + WK_ATTN_MAX_KEYS - 1) / WK_ATTN_MAX_KEYS);
+        CHECK_EQ_INT(n.win, 0);
+        n = wk_attn_plan_splits(&pl, rr, TT, 4, 512, 0, 0, wk_attn_part_rows(TT, 4, 40256 + 16, 0));
+        CHECK_EQ_INT(n.main, 1);
+        CHECK_EQ_INT(n.win, 0);
         CHECK_EQ_INT(pl.tile_rows, WK_ATTN_MAXR); /* 4 tokens x 4 heads a tile: the 16-row pipelines */
-        rr[0].pos = 1000; /* decode-sized step: one row, split for parallelism */
+        /* f16 windows: a window pass of its own, and room for its partials beside the bulk's. */
+        const uint64_t room = wk_attn_part_rows(TT, 4, 40256 + 16, 16 + 128);
+        n = wk_attn_plan_splits(&pl, rr, TT, 4, 0, 16, 128, room);
+        CHECK_EQ_INT(n.win, 1);
+        CHECK(n.main >= (40256 + WK_ATTN_MAX_KEYS - 1) / WK_ATTN_MAX_KEYS);
+        CHECK((uint64_t)(n.main + n.win) * TT * 4 <= room);
+        n = wk_attn_plan_splits(&pl, rr, TT, 4, 0, 0, 20000, wk_attn_part_rows(TT, 4, 40256 + 16, 20000));
+        CHECK_EQ_INT(n.win, 2); /* a window longer than one workgroup walks */
+        rr[0].pos = 1000; /* decode-sized step: one row, split for parallelism, no window pass */
         CHECK_EQ_INT(wk_attn_plan_make(rr, NULL, 1, 4, 1, 256, vk.subgroup_size, tt, &pl), 0);
-        CHECK(wk_attn_plan_splits(&pl, rr, 1, 4, 0, WK_ATTN_PART_ROWS) > 1);
+        n = wk_attn_plan_splits(&pl, rr, 1, 4, 0, 16, 128, WK_ATTN_PART_ROWS);
+        CHECK(n.main > 1);
+        CHECK_EQ_INT(n.win, 0);
         CHECK_EQ_INT(pl.tile_rows, 4); /* one token x 4 heads: the decode pipelines */
     }
     printf("paged attention: %d configurations, worst max-abs error relative to output scale %.3g\n", cases, worst);

@@ -30,8 +30,15 @@ int wk_attn_plan_make(const wk_row_info *rows, const uint32_t *win_words, uint32
     return 0;
 }
 
-uint32_t wk_attn_plan_splits(const wk_attn_plan *p, const wk_row_info *rows, uint32_t T, uint32_t n_head,
-                             uint32_t window, uint64_t part_rows) {
+/* Splits of a window pass: a tile's window keys are its sinks and the keys from its earliest row's
+ * recent window to its last row, at most sink + recent + max_tile. */
+static uint32_t window_splits(uint32_t window_keys, uint32_t max_tile) {
+    return window_keys ? (window_keys + max_tile + WK_ATTN_MAX_KEYS - 1) / WK_ATTN_MAX_KEYS : 0;
+}
+
+wk_attn_splits wk_attn_plan_splits(const wk_attn_plan *p, const wk_row_info *rows, uint32_t T, uint32_t n_head,
+                                   uint32_t window, uint32_t sink, uint32_t recent, uint64_t part_rows) {
+    const uint32_t win = wk_attn_plan_two_pass(p, sink, recent) ? window_splits(sink + recent, p->max_tile) : 0;
     uint32_t keys = 0;
     for (uint32_t t = 0; t < T; t++) {
         uint32_t k = rows[t].pos + 1;
@@ -42,7 +49,7 @@ uint32_t wk_attn_plan_splits(const wk_attn_plan *p, const wk_row_info *rows, uin
     keys += p->max_tile;
     const uint32_t need = (keys + WK_ATTN_MAX_KEYS - 1) / WK_ATTN_MAX_KEYS;
     const uint32_t wgs = p->n_tiles * p->groups_y;
-    const uint64_t room = part_rows / ((uint64_t)T * n_head);
+    const uint64_t all = part_rows / ((uint64_t)T * n_head), room = all > win ? all - win : 0;
     uint32_t n = 1;
     if (wgs < WK_ATTN_TARGET_WG) {
         /* Each split keeps at least 4 key tiles, or the reduce pass costs more than it saves. */
@@ -51,11 +58,13 @@ uint32_t wk_attn_plan_splits(const wk_attn_plan *p, const wk_row_info *rows, uin
         n = min_u32(n, WK_ATTN_MAX_SPLIT);
         if (n > room) n = (uint32_t)room;
     }
-    return max_u32(max_u32(n, need), 1);
+    return (wk_attn_splits){.main = max_u32(max_u32(n, need), 1), .win = win};
 }
 
-uint64_t wk_attn_part_rows(uint32_t max_tokens, uint32_t n_head, uint32_t max_ctx) {
+uint64_t wk_attn_part_rows(uint32_t max_tokens, uint32_t n_head, uint32_t max_ctx, uint32_t window_keys) {
     const uint64_t need = ((uint64_t)max_ctx + 16 + WK_ATTN_MAX_KEYS - 1) / WK_ATTN_MAX_KEYS;
-    const uint64_t rows = need > 1 ? (uint64_t)max_tokens * n_head * need : 0;
+    /* A window pass only runs in steps with tiles of several tokens (at most WK_ATTN_MAXR). */
+    const uint64_t splits = need + window_splits(window_keys, WK_ATTN_MAXR);
+    const uint64_t rows = splits > 1 ? (uint64_t)max_tokens * n_head * splits : 0;
     return rows > WK_ATTN_PART_ROWS ? rows : WK_ATTN_PART_ROWS;
 }

@@ -37,11 +37,25 @@ typedef struct wk_attn_plan {
  * per lane at this subgroup size. */
 int wk_attn_plan_make(const wk_row_info *rows, const uint32_t *win_words, uint32_t T, uint32_t n_head,
                       uint32_t n_head_kv, uint32_t head_dim, uint32_t subgroup, wk_attn_tile *tiles, wk_attn_plan *out);
-/* Key splits for one layer (window 0: the whole context); 1 means no reduce pass. part_rows: the
- * (token, head, split) partials the caller's buffer holds (wk_attn_part_rows). */
-uint32_t wk_attn_plan_splits(const wk_attn_plan *p, const wk_row_info *rows, uint32_t T, uint32_t n_head,
-                             uint32_t window, uint64_t part_rows);
-/* Partials a buffer needs for steps of up to max_tokens over contexts of up to max_ctx. */
-uint64_t wk_attn_part_rows(uint32_t max_tokens, uint32_t n_head, uint32_t max_ctx);
+/* How one layer's keys are split among workgroups: `main` ways for the pass over all keys (decode
+ * pipelines) or over the bulk (a prefill step), `win` ways for a prefill step's window pass (0: no
+ * such pass: a decode-shaped step, or no f16 window in the layer's class). Each split writes a
+ * partial per (token, head); main + win == 1 means the one split writes the output itself and no
+ * reduce pass runs. */
+typedef struct wk_attn_splits {
+    uint32_t main, win;
+} wk_attn_splits;
+
+/* Whether a step of this plan walks a layer with sink + recent f16 window rows in two passes. */
+static inline int wk_attn_plan_two_pass(const wk_attn_plan *p, uint32_t sink, uint32_t recent) {
+    return p->tile_rows > WK_ATTN_DECODE_ROWS && sink + recent > 0;
+}
+/* Key splits for one layer (window 0: the whole context; sink, recent: its class's f16 windows).
+ * part_rows: the (token, head, split) partials the caller's buffer holds (wk_attn_part_rows). */
+wk_attn_splits wk_attn_plan_splits(const wk_attn_plan *p, const wk_row_info *rows, uint32_t T, uint32_t n_head,
+                                   uint32_t window, uint32_t sink, uint32_t recent, uint64_t part_rows);
+/* Partials a buffer needs for steps of up to max_tokens over contexts of up to max_ctx, with f16
+ * windows of at most window_keys (sink + recent) rows in a layer class (0: none). */
+uint64_t wk_attn_part_rows(uint32_t max_tokens, uint32_t n_head, uint32_t max_ctx, uint32_t window_keys);
 
 #endif

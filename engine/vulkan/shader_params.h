@@ -67,8 +67,8 @@ typedef struct { WK_PC_QK_NORM_ROPE(WK_PC_MEMBER, ) } wk_pc_qk_norm_rope;
 #define WK_PC_GLU(X, s) X(s, uint32_t, n) X(s, uint32_t, act)
 typedef struct { WK_PC_GLU(WK_PC_MEMBER, ) } wk_pc_glu;
 
-/* attention_paged (and attention_paged_swa, the same shader specialised for the sliding layers'
- * format). n_tiles: query tiles (wk_attn_tile), one workgroup each. */
+/* attention_paged.comp (its pipelines: vk_pipelines.h). n_tiles: query tiles (wk_attn_tile), one
+ * workgroup each; n_split: the partials per (token, head) of all its passes (wk_attn_record). */
 #define WK_PC_ATTENTION_PAGED(X, s)                                                                   \
     X(s, uint32_t, head_dim) X(s, uint32_t, n_head) X(s, uint32_t, n_head_kv) X(s, uint32_t, window) \
     X(s, uint32_t, n_tiles) X(s, uint32_t, win_layer)                                                 \

@@ -55,8 +55,10 @@ static const pipe_spec specs[WK_PIPE_COUNT] = {
     [WK_PIPE_MATVEC_Q8A] = {"matvec_q8a", SPV(wk_spv_matvec_q8a), "TTTS", sizeof(wk_pc_matmul), true},
     [WK_PIPE_MATVEC_F16] = {"matvec_f16", SPV(wk_spv_matvec_f16), "TTTS", sizeof(wk_pc_matmul), true},
     [WK_PIPE_QK_NORM_ROPE] = {"qk_norm_rope", SPV(wk_spv_qk_norm_rope), "SSSSTSSS", sizeof(wk_pc_qk_norm_rope), true},
-    [WK_PIPE_ATTENTION_PAGED] = {"attention_paged", SPV(wk_spv_attention_paged), "SSSTSSSTT", sizeof(wk_pc_attention_paged), true},
-    [WK_PIPE_ATTENTION_PAGED_SWA] = {"attention_paged_swa", SPV(wk_spv_attention_paged), "SSSTSSSTT", sizeof(wk_pc_attention_paged), true},
+    [WK_PIPE_ATTENTION_BULK] = {"attention_bulk", SPV(wk_spv_attention_paged), "SSSTSSSTT", sizeof(wk_pc_attention_paged), true},
+    [WK_PIPE_ATTENTION_BULK_SWA] = {"attention_bulk_swa", SPV(wk_spv_attention_paged), "SSSTSSSTT", sizeof(wk_pc_attention_paged), true},
+    [WK_PIPE_ATTENTION_WINDOWS] = {"attention_windows", SPV(wk_spv_attention_paged), "SSSTSSSTT", sizeof(wk_pc_attention_paged), true},
+    [WK_PIPE_ATTENTION_WINDOWS_SWA] = {"attention_windows_swa", SPV(wk_spv_attention_paged), "SSSTSSSTT", sizeof(wk_pc_attention_paged), true},
     [WK_PIPE_ATTENTION_DECODE] = {"attention_decode", SPV(wk_spv_attention_paged), "SSSTSSSTT", sizeof(wk_pc_attention_paged), true},
     [WK_PIPE_ATTENTION_DECODE_SWA] = {"attention_decode_swa", SPV(wk_spv_attention_paged), "SSSTSSSTT", sizeof(wk_pc_attention_paged), true},
     [WK_PIPE_KV_STORE_WINDOW] = {"kv_store_window", SPV(wk_spv_kv_store_window), "SSSI", sizeof(wk_pc_kv_store_window), false},
@@ -69,9 +71,16 @@ static const pipe_spec specs[WK_PIPE_COUNT] = {
 };
 #undef SPV
 
-/* The attention's rows per query tile (constant 5) for the decode twins; 0 leaves the shader's. */
+/* The attention's rows per query tile (constant 5) for the decode pipelines; 0 leaves the shader's. */
 static uint32_t tile_rows_of(wk_pipe_id id) {
     return id == WK_PIPE_ATTENTION_DECODE || id == WK_PIPE_ATTENTION_DECODE_SWA ? WK_ATTN_DECODE_ROWS : 0;
+}
+
+/* The attention's pass (constant 7): 1 the bulk, 2 the windows; 0 (all keys) for the decode pipelines. */
+static uint32_t attn_pass_of(wk_pipe_id id) {
+    return id == WK_PIPE_ATTENTION_BULK || id == WK_PIPE_ATTENTION_BULK_SWA           ? 1
+           : id == WK_PIPE_ATTENTION_WINDOWS || id == WK_PIPE_ATTENTION_WINDOWS_SWA ? 2
+                                                                                    : 0;
 }
 
 const char *wk_pipe_name(wk_pipe_id id) { return id < WK_PIPE_COUNT ? specs[id].name : "?"; }
@@ -86,7 +95,7 @@ const char *wk_pipe_name(wk_pipe_id id) { return id < WK_PIPE_COUNT ? specs[id].
     } while (0)
 
 /* The pipeline of `id` on its existing layout. Specialisation constants: 0 the workgroup size
- * (subgroup_wg), 1 matvec rows, 5 the attention tile rows (tile_rows_of), 2..4 and 6 `extra`,
+ * (subgroup_wg), 1 matvec rows, 5 the attention tile rows (tile_rows_of), 7 its pass (attn_pass_of), 2..4 and 6 `extra`,
  * what a shader specialises on (attention_paged: the KV format's kind, bits, group and a lane's
  * chunks of a head; kv_transform: its block and tokens a workgroup); NULL leaves the shader's defaults,
  * which read those from the push constants. Constants a shader does not declare are ignored. */
@@ -108,8 +117,8 @@ static int create_pipeline(wk_vk *vk, wk_pipelines *p, wk_pipe_id id, const int3
     VkShaderModule mod;
     VKCALL(vkCreateShaderModule(vk->dev, &sci, NULL, &mod), "vkCreateShaderModule");
     /* One 32-bit value per constant set, in the order added. */
-    uint32_t spec_data[7];
-    VkSpecializationMapEntry entries[7];
+    uint32_t spec_data[8];
+    VkSpecializationMapEntry entries[8];
     uint32_t n = 0;
 #define SPEC(constant_id, value) \
     (entries[n] = (VkSpecializationMapEntry){(constant_id), n * 4, 4}, spec_data[n++] = (uint32_t)(value))
@@ -118,13 +127,15 @@ static int create_pipeline(wk_vk *vk, wk_pipelines *p, wk_pipe_id id, const int3
     if (extra) SPEC(2, extra[0]), SPEC(3, extra[1]), SPEC(4, extra[2]), SPEC(6, extra[3]);
     const uint32_t tile_rows = tile_rows_of(id);
     if (tile_rows) SPEC(5, tile_rows);
+    const uint32_t pass = attn_pass_of(id);
+    if (pass) SPEC(7, pass);
 #undef SPEC
     VkSpecializationInfo si = {.mapEntryCount = n, .pMapEntries = entries, .dataSize = n * 4, .pData = spec_data};
     VkComputePipelineCreateInfo pci = {
         .sType = VK_STRUCTURE_TYPE_COMPUTE_PIPELINE_CREATE_INFO,
         .stage = {.sType = VK_STRUCTURE_TYPE_PIPELINE_SHADER_STAGE_CREATE_INFO, .stage = VK_SHADER_STAGE_COMPUTE_BIT,
                   .module = mod, .pName = "main",
-                  .pSpecializationInfo = spec->subgroup_wg || extra || tile_rows ? &si : NULL},
+                  .pSpecializationInfo = spec->subgroup_wg || extra || tile_rows || pass ? &si : NULL},
         .layout = p->layout[id]};
     VkPipeline pipe = VK_NULL_HANDLE;
     VkResult r = vkCreateComputePipelines(vk->dev, VK_NULL_HANDLE, 1, &pci, NULL, &pipe);
@@ -203,7 +214,8 @@ int wk_pipelines_specialize_kv(wk_vk *vk, wk_pipelines *p, bool sliding, int kin
     (void)err, (void)errlen; /* creation, and its errors, come with the first dispatch */
     const uint32_t sg = vk->subgroup_size ? vk->subgroup_size : 1;
     const int32_t kv[4] = {kind, bits, group, (int32_t)wk_attn_lane_chunks((uint32_t)head_dim, sg)};
-    set_spec(vk, p, sliding ? WK_PIPE_ATTENTION_PAGED_SWA : WK_PIPE_ATTENTION_PAGED, kv);
+    set_spec(vk, p, sliding ? WK_PIPE_ATTENTION_BULK_SWA : WK_PIPE_ATTENTION_BULK, kv);
+    set_spec(vk, p, sliding ? WK_PIPE_ATTENTION_WINDOWS_SWA : WK_PIPE_ATTENTION_WINDOWS, kv);
     set_spec(vk, p, sliding ? WK_PIPE_ATTENTION_DECODE_SWA : WK_PIPE_ATTENTION_DECODE, kv);
     return 0;
 }

@@ -17,9 +17,15 @@ typedef enum {
     WK_PIPE_MATVEC_Q8A,
     WK_PIPE_MATVEC_F16,
     WK_PIPE_QK_NORM_ROPE,
-    WK_PIPE_ATTENTION_PAGED,
-    WK_PIPE_ATTENTION_PAGED_SWA, /* the same shader, specialised for the sliding layers' own KV format */
-    WK_PIPE_ATTENTION_DECODE,     /* the same two with 4-row tiles, for steps of one token per sequence */
+    /* attention_paged.comp: a prefill step's two passes (16-row tiles) -- the bulk of the keys
+     * without the f16 window path, and the window keys with it -- and the decode pipelines (4-row
+     * tiles, all keys in one pass) for steps of one token per sequence; each also as _SWA,
+     * specialised for the sliding layers' own KV format. engine/kv/attention_record.c. */
+    WK_PIPE_ATTENTION_BULK,
+    WK_PIPE_ATTENTION_BULK_SWA,
+    WK_PIPE_ATTENTION_WINDOWS,
+    WK_PIPE_ATTENTION_WINDOWS_SWA,
+    WK_PIPE_ATTENTION_DECODE,
     WK_PIPE_ATTENTION_DECODE_SWA,
     WK_PIPE_ATTENTION_REDUCE,
     WK_PIPE_KV_STORE_WINDOW,
@@ -86,8 +92,8 @@ int wk_pipelines_create(wk_vk *vk, wk_pipelines *p, char *err, size_t errlen);
  * per pipeline and printed by wk_prof_print. Stays off, silently, on a device without compute
  * timestamps or when the query pool cannot be made. */
 void wk_pipelines_enable_profile(wk_vk *vk, wk_pipelines *p);
-/* Specialises attention_paged (sliding: attention_paged_swa, the sliding-window layers' pipeline when
- * they have a KV format of their own) and its decode twin (attention_decode[_swa]) to one KV format (kind, bits, group as specialisation
+/* Specialises attention_paged's pipelines (bulk, windows, decode; sliding: their _swa twins, the
+ * sliding-window layers' pipelines when they have a KV format of their own) to one KV format (kind, bits, group as specialisation
  * constants) and the model's head size (a lane's chunks of a head vector, constant 6), so its decode
  * compiles to straight-line code for that format: ~1.5x faster on lavapipe than reading the format
  * from push constants. Dispatches must then pass the same format and head_dim.

@@ -192,7 +192,7 @@ uint64_t wk_kv_decode_read_bytes(const wk_engine *e, uint64_t depth);
  * when max is 0). A pipeline's time runs from the previous dispatch's timestamp to its own, so
  * barrier waits count. Take two readings and subtract to time a phase. Engine thread. */
 typedef struct wk_profile_entry {
-    const char *name;     /* "attention_paged", "matvec_q8a", ...; "output_head": the head's matrix */
+    const char *name;     /* "attention_bulk", "matvec_q8a", ...; "output_head": the head's matrix */
     double ms;
     uint64_t dispatches;
 } wk_profile_entry;

@@ -10,6 +10,12 @@
 //     the values, so the rescale of the accumulators is paid per 16 keys, not per key.
 //   - a long context with few tiles (decode) is split over gl_WorkGroupID.z; each split writes
 //     its (max, sum, unnormalised output) per row and attention_reduce.comp combines them.
+//   - a prefill step walks its keys in two dispatches of two pipelines (SC_PASS): the bulk, the keys
+//     every row of a tile reads from the blocks, in a body without the f16 window path, and the
+//     windows, the sinks and recent keys, in a body with it; each writes partials and
+//     attention_reduce.comp combines them (engine/kv/attention_record.c). llvmpipe runs both sides
+//     of a branch, so one body with the window path pays for it on every key (about half of the
+//     prefill attention's time), and two bodies in one pipeline cost ten times the compile.
 // f16 windows (--kv-sink S, --kv-recent R): a row at position p reads key/value j in f16 when
 // j < S or j > p - R, from its sequence's window slot (engine/kv/kv_pool.h: sinks in rows 0..S-1, a
 // ring of the last R positions after them) or, for this step's own tokens, from the K/V
@@ -50,6 +56,13 @@ layout(constant_id = 6) const uint SC_NCL = 0;
 // a 16-row pipeline running 4-row tiles pays for the other 12 in every key, and llvmpipe's compile
 // time grows with MAXR squared (docs/lavapipe.md).
 layout(constant_id = 5) const uint SC_MAXR = 16;
+// Which keys the pipeline walks: 0 all of them (the decode pipelines: the bulk and the windows in
+// loops of their own, three bodies; with 4 rows that still compiles in seconds, with 16 it would
+// take ten times a 16-row pass's minutes, so prefill pipelines are never pass 0), 1 the bulk only (keys no
+// row reads in f16; every key when the layer has no window), 2 the windows only (keys some row
+// reads in f16). A pass dispatched over z = n splits divides its keys among them; partials go to
+// index z (all, bulk) or pc.n_split - n + z (windows: the last ones).
+layout(constant_id = 7) const uint SC_PASS = 0;
 const uint MAXC = 8;    // chunks per lane: head_dim <= 32 * subgroup size (checked by the host)
 #define MAXR SC_MAXR
 const uint KT = 16;     // keys per softmax tile
@@ -312,31 +325,52 @@ void main() {
             acc[r * MAXC + c] = vec4(0);
         }
     }
-    // This split's share of the keys, in whole key tiles.
-    uint j0 = jlo, j1 = jhi + 1u;
-    if (pc.n_split > 1u && jlo <= jhi) {
-        uint span = ((jhi - jlo + 1u + pc.n_split - 1u) / pc.n_split + KT - 1u) / KT * KT;
-        j0 = min(jlo + split * span, jhi + 1u);
-        j1 = min(j0 + span, jhi + 1u);
-    }
     g_windows = pc.sink + pc.recent > 0u;
+    // The keys of this pass: [a0, a1) then [b0, b1). The bulk [ba, bb) is what no row reads in
+    // f16: after the sinks, and older than the recent keys of the tile's earliest row.
+    uint ba = jlo, bb = jhi + 1u;
+    if (g_windows && jlo <= jhi) {
+        ba = clamp(pc.sink, jlo, jhi + 1u);
+        bb = clamp(pmin + 1u > pc.recent ? pmin + 1u - pc.recent : 0u, ba, jhi + 1u);
+    }
+    uint a0 = jlo, a1 = jhi + 1u, b0 = a1, b1 = a1;
+    if (SC_PASS == 1u) a0 = ba, a1 = bb;
+    if (SC_PASS == 2u) a1 = ba, b0 = bb;
+    if (jlo > jhi) a0 = a1 = b0 = b1 = 0u;
+    // This split's share of each range, in whole key tiles.
+    uint nz = gl_NumWorkGroups.z;
+    if (nz > 1u) {
+        uint span_a = ((a1 - a0 + nz - 1u) / nz + KT - 1u) / KT * KT;
+        uint span_b = ((b1 - b0 + nz - 1u) / nz + KT - 1u) / KT * KT;
+        a0 = min(a0 + split * span_a, a1);
+        a1 = min(a0 + span_a, a1);
+        b0 = min(b0 + split * span_b, b1);
+        b1 = min(b0 + span_b, b1);
+    }
+    uint j0 = a0, j1 = a1;  // the decode pipelines' range (pass 0: b is empty)
     g_chunk_pos0 = g_windows ? rows[tile.chunk_row0].pos : 0u;
     g_slab[0] = ((pc.slab_layer * 2u + 0u) * pc.n_head_kv + kh) * pc.slab_words;
     g_slab[1] = ((pc.slab_layer * 2u + 1u) * pc.n_head_kv + kh) * pc.slab_words;
     g_kh = kh, g_ch0 = ch0, g_ncl = ncl, g_table_off = table_off, g_jhi = jhi, g_pmin = pmin, g_tile = tile;
 
-    if (SC_MAXR > 4u) {
-        // Prefill tiles: one body with the f16 path. The decode's three loops here cost a cold
-        // compile over ten times as long (docs/lavapipe.md, "Compiling costs at first use").
-        // (4 is WK_ATTN_DECODE_ROWS, engine/vulkan/shader_params.h.)
-        for (uint jt = j0; jt < j1; jt += KT) key_tile(jt, j1, R, true);
+    if (SC_PASS == 1u) {
+        // The bulk: no f16 path in the code at all.
+        for (uint jt = a0; jt < a1; jt += KT) key_tile(jt, a1, R, false);
+    } else if (SC_PASS == 2u) {
+        // The windows: the sinks, then the recent keys, in one loop (one copy of the body: a
+        // second costs ten times the compile, docs/lavapipe.md "Compiling costs at first use").
+        bool in_a = a0 < a1;
+        uint jt = in_a ? a0 : b0, end = in_a ? a1 : b1;
+        while (jt < end) {
+            key_tile(jt, end, R, true);
+            jt = min(jt + KT, end);
+            if (in_a && jt == end) { in_a = false; jt = b0; end = b1; }
+        }
     } else {
         // Decode: the keys no row reads in f16, [qa, qb) (all of them without windows), in a loop
         // without the f16 path; the sinks before them and the recent keys after them in loops with
         // it. A loop runs only while a lane is active, so an empty one costs nothing.
-        uint qa = g_windows ? clamp(pc.sink, j0, j1) : j0;
-        uint qb = !g_windows ? j1 : pmin + 1u > pc.recent ? pmin + 1u - pc.recent : 0u;
-        qb = clamp(qb, qa, j1);
+        uint qa = clamp(ba, j0, j1), qb = clamp(bb, qa, j1);
         for (uint jt = j0; jt < qa; jt += KT) key_tile(jt, qa, R, true);
         for (uint jt = qa; jt < qb; jt += KT) key_tile(jt, qb, R, false);
         for (uint jt = qb; jt < j1; jt += KT) key_tile(jt, j1, R, true);
@@ -346,6 +380,7 @@ void main() {
         uint t = tile.row0 + r / pc.head_rows, hh = hc * pc.head_rows + r % pc.head_rows;
         if (r >= R || hh >= hpk) continue;
         uint h = kh * hpk + hh;
+        uint slot = SC_PASS == 2u ? pc.n_split - nz + split : split;  // its partial among the n_split
         if (pc.n_split == 1u) {
             [[unroll]] for (uint c = 0u; c < MAXC; ++c) {
                 uint ch = ch0 + c;
@@ -353,7 +388,7 @@ void main() {
             }
         } else {
             // Partial of (token t, head h, split): [m, l, -, -] then C chunks.
-            uint at = ((t * pc.n_head + h) * pc.n_split + split) * (C + 1u);
+            uint at = ((t * pc.n_head + h) * pc.n_split + slot) * (C + 1u);
             if (lane == 0u) part[at] = vec4(m_r[r], l_r[r], 0.0, 0.0);
             [[unroll]] for (uint c = 0u; c < MAXC; ++c) {
                 uint ch = ch0 + c;

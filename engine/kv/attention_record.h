@@ -1,0 +1,19 @@
+/* Records one layer's paged attention into the open command buffer: the attention_paged pipelines
+ * a step's shape calls for (decode: one pass; prefill: the bulk pass and, with f16 windows, the
+ * window pass), each over its key splits, then the reduce that merges their partials. The one
+ * sequence forward.c runs and tests/test_paged_attention.c checks against the C reference. */
+#ifndef WK_ATTENTION_RECORD_H
+#define WK_ATTENTION_RECORD_H
+
+#include <stdbool.h>
+
+#include "kv/attention_plan.h"
+#include "vulkan/vk_pipelines.h"
+
+/* args: attention_paged's nine bindings (q, rows, tables, pool, out, tiles, partials, k, v); pc:
+ * its push constants, geometry and windows filled, n_tiles / head_rows / n_split set here from
+ * plan and splits (wk_attn_plan_splits). sliding: the layer uses the sliding layers' own format. */
+int wk_attn_record(wk_vk *vk, wk_pipelines *p, const wk_attn_plan *plan, wk_attn_splits splits, bool sliding,
+                   uint32_t T, wk_pc_attention_paged *pc, const wk_arg args[9], char *err, size_t errlen);
+
+#endif
