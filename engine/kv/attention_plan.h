@@ -46,9 +46,12 @@ typedef struct wk_attn_splits {
     uint32_t main, win;
 } wk_attn_splits;
 
+/* Whether a step of this plan takes the 4-row decode pipelines (one pass over all keys): its
+ * fullest tile has at most WK_ATTN_DECODE_ROWS rows (one token per sequence). */
+static inline int wk_attn_plan_decode(const wk_attn_plan *p) { return p->tile_rows <= WK_ATTN_DECODE_ROWS; }
 /* Whether a step of this plan walks a layer with sink + recent f16 window rows in two passes. */
 static inline int wk_attn_plan_two_pass(const wk_attn_plan *p, uint32_t sink, uint32_t recent) {
-    return p->tile_rows > WK_ATTN_DECODE_ROWS && sink + recent > 0;
+    return !wk_attn_plan_decode(p) && sink + recent > 0;
 }
 /* Key splits for one layer (window 0: the whole context; sink, recent: its class's f16 windows).
  * part_rows: the (token, head, split) partials the caller's buffer holds (wk_attn_part_rows). */

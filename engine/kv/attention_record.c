@@ -8,7 +8,7 @@ int wk_attn_record(wk_vk *vk, wk_pipelines *p, const wk_attn_plan *plan, wk_attn
     pc->n_split = splits.main + splits.win;
     /* Steps of one token per sequence take the 4-row decode pipelines: their registers hold just
      * their rows, and one body walks the bulk and the windows in loops of their own. */
-    const bool decode = plan->tile_rows <= WK_ATTN_DECODE_ROWS;
+    const bool decode = wk_attn_plan_decode(plan);
     const wk_pipe_id main = decode ? (sliding ? WK_PIPE_ATTENTION_DECODE_SWA : WK_PIPE_ATTENTION_DECODE)
                                    : (sliding ? WK_PIPE_ATTENTION_BULK_SWA : WK_PIPE_ATTENTION_BULK);
     int rc = wk_dispatch(vk, p, main, args, pc, sizeof *pc, plan->n_tiles, plan->groups_y, splits.main, err, errlen);
