@@ -194,11 +194,13 @@ static int op_matmul(rec *r, const wk_dev_matrix *W, const wk_buf *x, const wk_b
         return wk_dispatch(f->vk, f->pipes, q8 ? WK_PIPE_MATVEC_Q8A : WK_PIPE_MATVEC_F16, args, &pc, sizeof pc, gx, gy,
                            1, r->err, r->errlen);
     }
-    if (f->pipes->gpu_kernels) /* 64 x 64 tiles (matmul_tiled.comp) */
-        return wk_dispatch(f->vk, f->pipes, q8 ? WK_PIPE_MATMUL_TILED_Q8A : WK_PIPE_MATMUL_TILED_F16, args, &pc,
-                           sizeof pc, (W->rows + 63) / 64, (T + 63) / 64, 1, r->err, r->errlen);
-    return wk_dispatch(f->vk, f->pipes, q8 ? WK_PIPE_MATMUL_Q8A : WK_PIPE_MATMUL_F16, args, &pc, sizeof pc,
-                       (W->rows + 31) / 32, (T + 31) / 32, 1, r->err, r->errlen);
+    /* "gpu" kernels: 64 x 64 tiles through shared memory (matmul_tiled.comp) */
+    const bool tiled = f->pipes->gpu_kernels;
+    const wk_pipe_id pipe = tiled ? (q8 ? WK_PIPE_MATMUL_TILED_Q8A : WK_PIPE_MATMUL_TILED_F16)
+                                  : (q8 ? WK_PIPE_MATMUL_Q8A : WK_PIPE_MATMUL_F16);
+    uint32_t gx, gy;
+    wk_matmul_grid(tiled, W->rows, T, &gx, &gy);
+    return wk_dispatch(f->vk, f->pipes, pipe, args, &pc, sizeof pc, gx, gy, 1, r->err, r->errlen);
 }
 
 static int op_embed(rec *r, uint32_t T) {

@@ -26,6 +26,18 @@ static inline uint32_t wk_attn_lane_chunks(uint32_t head_dim, uint32_t subgroup)
     return subgroup ? (head_dim / 4 + subgroup - 1) / subgroup : 0;
 }
 
+/* The weight products of more than 4 tokens. matmul.comp ("cpu" kernels): an invocation computes
+ * a register tile of WK_MATMUL_TOKENS tokens x WK_MATMUL_ROWS rows (its TT and TR), a workgroup
+ * 8 x 8 of them; matmul_tiled.comp ("gpu"): a workgroup a 64-row x 64-token tile. Rows run along
+ * x, tokens along y. Eight rows a tile fetch each activation texel once for eight rows instead of
+ * four: on lavapipe a weight kernel's time follows its texel fetches (docs/lavapipe.md). */
+enum { WK_MATMUL_ROWS = 8, WK_MATMUL_TOKENS = 4, WK_MATMUL_TILED = 64 };
+static inline void wk_matmul_grid(int tiled, uint32_t rows, uint32_t T, uint32_t *gx, uint32_t *gy) {
+    const uint32_t r = tiled ? WK_MATMUL_TILED : 8 * WK_MATMUL_ROWS, t = tiled ? WK_MATMUL_TILED : 8 * WK_MATMUL_TOKENS;
+    *gx = (rows + r - 1) / r;
+    *gy = (T + t - 1) / t;
+}
+
 /* kv_transform's units (a token's query heads of one KV head, or its key) per invocation, its
  * specialisation constant 3 (its accumulators hold at most this many), for steps of at least this
  * many tokens; kv_transform_decode, for fewer, takes one token's query heads per KV head. */

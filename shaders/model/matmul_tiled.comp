@@ -10,7 +10,7 @@
 #include "common.glsl"
 layout(local_size_x = 16, local_size_y = 16) in;
 layout(binding = 2) uniform textureBuffer X;                   // [T][K/4] vec4
-layout(std430, binding = 3) writeonly buffer Y { vec4 y4[]; }; // [T][N/4]
+layout(std430, binding = 3) writeonly buffer Y { float y[]; }; // [T][N]
 layout(push_constant) uniform PC { uint N; uint K; uint T; } pc;
 const uint TILE = 64u;
 shared vec4 w_sh[TILE][4];  // the tile's 64 rows x this group's 16 weights, dequantized
@@ -41,8 +41,8 @@ void main() {
         }
         barrier();
     }
-    if (n0 >= pc.N) return;
-    uint N4 = pc.N / 4u, o = n0 / 4u;
+    // Scalar stores: any N (a vocabulary need not be a multiple of 4).
     for (uint j = 0u; j < 4u; ++j)
-        if (t0 + j < pc.T) y4[(t0 + j) * N4 + o] = vec4(c[j][0], c[j][1], c[j][2], c[j][3]);
+        for (uint i = 0u; i < 4u; ++i)
+            if (t0 + j < pc.T && n0 + i < pc.N) y[(t0 + j) * pc.N + n0 + i] = c[j][i];
 }

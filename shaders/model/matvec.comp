@@ -1,7 +1,7 @@
 #version 450
 // y[t][r] = W[r] . x[t] for 1..4 tokens (decode): one subgroup per ROWS rows, lanes stride over
-// 16-weight groups. With several tokens a group is dequantized once and reused for each of them;
-// a single token takes its own loop, rows innermost, so it fetches each activation texel once.
+// 16-weight groups, rows innermost, so a lane fetches each activation texel of its groups once for
+// all ROWS rows. With several tokens a group is dequantized once and reused for each of them.
 #extension GL_GOOGLE_include_directive : require
 #extension GL_KHR_shader_subgroup_arithmetic : require
 #extension GL_EXT_control_flow_attributes : require
@@ -55,31 +55,43 @@ void main() {
         }
         return;
     }
-    uint t1 = pc.T > 1 ? K4 : 0, t2 = pc.T > 2 ? 2 * K4 : 0, t3 = pc.T > 3 ? 3 * K4 : 0;
-    for (uint rr = 0; rr < ROWS; ++rr) {
-        uint r = row0 + rr;
-        if (r >= pc.N) return;
-        vec4 a0 = vec4(0), a1 = vec4(0), a2 = vec4(0), a3 = vec4(0);
-        for (uint g = lane; g < G; g += nl) {
-            wgroup w = wgroup_load(r * G + g);
-            for (uint i = 0; i < 4; ++i) {
+    // 2 to 4 tokens: rows inside the group loop as well, so a lane fetches each token's texels of
+    // a group once for the ROWS rows, not once a row. Tokens past T repeat token 0 (never stored).
+    if (row0 >= pc.N) return;
+    uint nr = min(ROWS, pc.N - row0);
+    int t1 = int(pc.T > 1 ? K4 : 0), t2 = int(pc.T > 2 ? 2 * K4 : 0), t3 = int(pc.T > 3 ? 3 * K4 : 0);
+    float s0[ROWS], s1[ROWS], s2[ROWS], s3[ROWS];
+    [[unroll]] for (uint rr = 0; rr < ROWS; ++rr) { s0[rr] = 0; s1[rr] = 0; s2[rr] = 0; s3[rr] = 0; }
+    for (uint g = lane; g < G; g += nl) {
+        int xi = int(g * 4);
+        vec4 xa[4], xb[4], xc[4], xd[4];
+        [[unroll]] for (int i = 0; i < 4; ++i) {
+            xa[i] = texelFetch(X, xi + i);
+            xb[i] = texelFetch(X, t1 + xi + i);
+            xc[i] = texelFetch(X, t2 + xi + i);
+            xd[i] = texelFetch(X, t3 + xi + i);
+        }
+        [[unroll]] for (uint rr = 0; rr < ROWS; ++rr) {
+            if (rr >= nr) continue;
+            wgroup w = wgroup_load((row0 + rr) * G + g);
+            [[unroll]] for (uint i = 0; i < 4; ++i) {
                 vec4 wi = wgroup_part(w, i);
-                int xi = int(g * 4 + i);
-                a0 = fma(wi, texelFetch(X, xi), a0);
-                a1 = fma(wi, texelFetch(X, int(t1) + xi), a1);
-                a2 = fma(wi, texelFetch(X, int(t2) + xi), a2);
-                a3 = fma(wi, texelFetch(X, int(t3) + xi), a3);
+                s0[rr] += dot(wi, xa[i]);
+                s1[rr] += dot(wi, xb[i]);
+                s2[rr] += dot(wi, xc[i]);
+                s3[rr] += dot(wi, xd[i]);
             }
         }
-        float s0 = subgroupAdd(a0.x + a0.y + a0.z + a0.w);
-        float s1 = subgroupAdd(a1.x + a1.y + a1.z + a1.w);
-        float s2 = subgroupAdd(a2.x + a2.y + a2.z + a2.w);
-        float s3 = subgroupAdd(a3.x + a3.y + a3.z + a3.w);
+    }
+    [[unroll]] for (uint rr = 0; rr < ROWS; ++rr) {
+        if (rr >= nr) continue;
+        uint r = row0 + rr;
+        float y0 = subgroupAdd(s0[rr]), y1 = subgroupAdd(s1[rr]), y2 = subgroupAdd(s2[rr]), y3 = subgroupAdd(s3[rr]);
         if (lane == 0) {
-            y[r] = s0;
-            if (pc.T > 1) y[pc.N + r] = s1;
-            if (pc.T > 2) y[2 * pc.N + r] = s2;
-            if (pc.T > 3) y[3 * pc.N + r] = s3;
+            y[r] = y0;
+            if (pc.T > 1) y[pc.N + r] = y1;
+            if (pc.T > 2) y[2 * pc.N + r] = y2;
+            if (pc.T > 3) y[3 * pc.N + r] = y3;
         }
     }
 }
