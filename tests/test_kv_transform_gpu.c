@@ -10,12 +10,10 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "test_engine_env.h"
 #include "test_rng.h"
 #include "test_util.h"
+#include "test_vk_open.h"
 #include "vulkan/shader_params.h"
-#include "vulkan/vk_device.h"
-#include "vulkan/vk_pipelines.h"
 
 typedef struct { int D, B, n_head, n_head_kv, T; } shape;
 
@@ -103,14 +101,9 @@ static long run_shape(wk_vk *vk, wk_pipelines *p, const shape *s, uint64_t seed)
 }
 
 int main(void) {
-    char err[WK_ERRMSG_LEN] = "";
     wk_vk vk;
     wk_pipelines p;
-    if (wk_vk_init(&vk, test_engine_env_device(), true, false, err, sizeof err) ||
-        wk_pipelines_create(&vk, &p, err, sizeof err)) {
-        fprintf(stderr, "vulkan: %s\n", err);
-        return 1;
-    }
+    if (!test_vk_open(&vk, &p)) return 1;
     const shape shapes[] = {
         {64, 16, 4, 2, 35},  {64, 64, 4, 2, 5},   {64, 32, 4, 2, 1},    /* the tiny test model's heads */
         {256, 128, 4, 1, 35}, {256, 128, 4, 1, 1}, {256, 32, 4, 1, 8},  /* Gemma 3 270M, default and G32 */
@@ -121,8 +114,6 @@ int main(void) {
     };
     uint64_t seed = 0x5eed7a11;
     for (size_t i = 0; i < sizeof shapes / sizeof *shapes; i++) CHECK_EQ_INT(run_shape(&vk, &p, &shapes[i], seed + i), 0);
-    wk_pipelines_destroy(&vk, &p);
-    CHECK_EQ_INT(vk.validation_messages, 0);
-    wk_vk_destroy(&vk);
+    CHECK_EQ_INT(test_vk_close(&vk, &p), 0);
     TEST_MAIN_END();
 }

@@ -11,12 +11,10 @@
 #include <string.h>
 
 #include "model/quant.h"
-#include "test_engine_env.h"
 #include "test_rng.h"
 #include "test_util.h"
+#include "test_vk_open.h"
 #include "vulkan/shader_params.h"
-#include "vulkan/vk_device.h"
-#include "vulkan/vk_pipelines.h"
 
 typedef struct { int N, K, T; } shape;
 typedef enum { KERNEL_MATVEC, KERNEL_MATMUL, KERNEL_TILED } kernel;
@@ -117,11 +115,7 @@ int main(void) {
     char err[WK_ERRMSG_LEN] = "";
     wk_vk vk;
     wk_pipelines p;
-    if (wk_vk_init(&vk, test_engine_env_device(), true, false, err, sizeof err) ||
-        wk_pipelines_create(&vk, &p, err, sizeof err)) {
-        fprintf(stderr, "vulkan: %s\n", err);
-        return 1;
-    }
+    if (!test_vk_open(&vk, &p)) return 1;
     /* The tiled kernel needs 256 invocations and 8 KiB of shared memory a workgroup: lavapipe has
      * them; a device without them runs the "cpu" set only (wk_pipelines_choose_kernels). */
     const bool tiled_ok = wk_pipelines_choose_kernels(&vk, &p, WK_KERNELS_GPU, err, sizeof err) == 0;
@@ -144,8 +138,6 @@ int main(void) {
             if (tiled_ok) CHECK_EQ_INT(run_shape(&vk, &p, &matmul_shapes[i], KERNEL_TILED, q8, seed++), 0);
         }
     }
-    wk_pipelines_destroy(&vk, &p);
-    CHECK_EQ_INT(vk.validation_messages, 0);
-    wk_vk_destroy(&vk);
+    CHECK_EQ_INT(test_vk_close(&vk, &p), 0);
     TEST_MAIN_END();
 }

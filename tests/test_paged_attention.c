@@ -27,8 +27,8 @@
 #include "model/quant.h"
 #include "vulkan/shader_params.h"
 #include "test_rng.h"
-#include "test_engine_env.h"
 #include "test_util.h"
+#include "test_vk_open.h"
 #include "vulkan/vk_pipelines.h"
 #include "wushkv/wushkv.h"
 
@@ -271,8 +271,7 @@ int main(void) {
     wk_vk vk;
     wk_pipelines p;
     char err[WK_ERRMSG_LEN] = "";
-    if (wk_vk_init(&vk, test_engine_env_device(), true, false, err, sizeof err) || wk_pipelines_create(&vk, &p, err, sizeof err)) {
-        fprintf(stderr, "vulkan: %s\n", err);
+    if (!test_vk_open(&vk, &p)) {
         CHECK(false);
         TEST_MAIN_END();
     }
@@ -416,8 +415,6 @@ int main(void) {
         CHECK_EQ_INT(pl.tile_rows, 4); /* one token x 4 heads: the decode pipelines */
     }
     printf("paged attention: %d configurations, worst max-abs error relative to output scale %.3g\n", cases, worst);
-    wk_pipelines_destroy(&vk, &p);
-    wk_vk_destroy(&vk);
-    CHECK_EQ_INT(vk.validation_messages, 0);
+    CHECK_EQ_INT(test_vk_close(&vk, &p), 0);
     TEST_MAIN_END();
 }
