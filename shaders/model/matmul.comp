@@ -1,8 +1,9 @@
 #version 450
 // Y[t][n] = W[n] . X[t] for a batch (prefill): each invocation computes a TT-token x TR-row register
 // tile, reading weights and activations through texel buffers and no shared memory (docs/lavapipe.md).
-// Eight rows a tile: each activation texel fetched serves eight rows (a weight kernel's time on
-// lavapipe follows its fetches; 4 x 4 tiles took 1.3-1.4x as long, docs/benchmarks.md tuning log).
+// 8 x 8 tiles: each activation texel fetched serves eight rows and each weight group eight
+// tokens (a weight kernel's time on lavapipe follows its fetches; 4 x 4 tiles took 1.3-1.4x as
+// long, 4 x 8 about 1.1x; docs/benchmarks.md tuning log).
 #extension GL_GOOGLE_include_directive : require
 #extension GL_EXT_samplerless_texture_functions : require
 #extension GL_EXT_control_flow_attributes : require
@@ -11,7 +12,7 @@ layout(local_size_x = 8, local_size_y = 8) in;
 layout(binding = 2) uniform textureBuffer X;                   // [T][K/4] vec4
 layout(std430, binding = 3) writeonly buffer Y { float y[]; }; // [T][N]
 layout(push_constant) uniform PC { uint N; uint K; uint T; } pc;
-const uint TR = 8, TT = 4; // WK_MATMUL_ROWS, WK_MATMUL_TOKENS (engine/vulkan/shader_params.h)
+const uint TR = 8, TT = 8; // WK_MATMUL_ROWS, WK_MATMUL_TOKENS (engine/vulkan/shader_params.h)
 void main() {
     uint n0 = gl_GlobalInvocationID.x * TR, t0 = gl_GlobalInvocationID.y * TT;
     if (n0 >= pc.N || t0 >= pc.T) return;
