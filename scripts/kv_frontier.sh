@@ -26,7 +26,7 @@ wush=()
 # unless a candidate names its group or sliding format; each names its windows of both layer
 # classes, so none depends on the default's). prev_default: the default before issue 11 chose
 # g16r128_swa2_r32, the default until G128_g16r128_swa4_r32, the default until its clip12
-# (docs/wush-kv.md, "The frontier").
+# (docs/wush-kv-frontier.md).
 candidates=(
     "prev_default|--kv-sink 4 --kv-recent 64"
     "g4r52_swa3_nowin|--kv-sink 4 --kv-recent 52 --kv-swa int3 --kv-swa-sink 0 --kv-swa-recent 0"

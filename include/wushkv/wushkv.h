@@ -113,7 +113,7 @@ typedef struct wk_engine_params {
     /* QuEST's clip: the step of the main (kv_bits) format is kv_clip times the Gaussian-MSE-
      * optimal one (0 or 1: that one; else within [WK_KV_CLIP_MIN, WK_KV_CLIP_MAX], QuEST only).
      * A sliding-window pool of its own width (kv_swa_bits) keeps the unclipped step: a wider
-     * step helps attention at 2 bits and hurts at 4 (docs/wush-kv.md, QuEST's clip). */
+     * step helps attention at 2 bits and hurts at 4 (docs/wush-kv-frontier.md, QuEST's clip). */
     float kv_clip;
     /* Unmap the model file once the engine is open. Serving never reads it again (the weights are on
      * the device, the vocabulary and chat template copied), so a model file truncated, replaced or

@@ -62,7 +62,7 @@ static const struct {
 enum { N_FLAGS = sizeof flags / sizeof flags[0] };
 
 /* THE default KV format of every command (serve, generate, perplexity, bench): the best 2-bit
- * format measured inside issue 11's byte bounds (docs/wush-kv.md, "The frontier"): int2 QuEST in
+ * format measured inside issue 11's byte bounds (docs/wush-kv-frontier.md): int2 QuEST in
  * groups of 128 after the WUSH transform (its sidecar found or made by wush_cache.c when no --wush
  * is given), with the first 16 and the last 128 tokens of the full-attention layers kept in f16;
  * the sliding-window layers at int4 with their last 32 tokens in f16 (a sliding layer holds at
@@ -89,7 +89,7 @@ enum { N_FLAGS = sizeof flags / sizeof flags[0] };
 #define KV_DEFAULT_SWA_SINK 0
 #define KV_DEFAULT_SWA_RECENT 32
 /* QuEST's clip of the main width: a step 1.2x the Gaussian-MSE-optimal one, which costs some MSE
- * and buys attention quality at 2 bits (docs/wush-kv.md, QuEST's clip). It stands only while none
+ * and buys attention quality at 2 bits (docs/wush-kv-frontier.md, QuEST's clip). It stands only while none
  * of --kv, --wush, --kv-quant, --kv-clip is given, for the same reason as the group. */
 #define KV_DEFAULT_CLIP 1.2f
 
