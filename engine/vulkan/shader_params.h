@@ -28,13 +28,15 @@ static inline uint32_t wk_attn_lane_chunks(uint32_t head_dim, uint32_t subgroup)
 
 /* The weight products of more than 4 tokens. matmul.comp ("cpu" kernels): an invocation computes
  * a register tile of WK_MATMUL_TOKENS tokens x WK_MATMUL_ROWS rows (its TT and TR), a workgroup
- * 8 x 8 of them; matmul_tiled.comp ("gpu"): a workgroup a 64-row x 64-token tile. Rows run along
- * x, tokens along y. An 8 x 8 tile fetches each activation texel once for eight rows and each
- * weight group once for eight tokens: on lavapipe a weight kernel's time follows its texel
- * fetches (docs/lavapipe.md). */
-enum { WK_MATMUL_ROWS = 8, WK_MATMUL_TOKENS = 8, WK_MATMUL_TILED = 64 };
+ * WK_MATMUL_WG x WK_MATMUL_WG of them (its local size); matmul_tiled.comp ("gpu"): a workgroup a
+ * 64-row x 64-token tile. Rows run along x, tokens along y. An 8 x 8 tile fetches each activation
+ * texel once for eight rows and each weight group once for eight tokens: on lavapipe a weight
+ * kernel's time follows its texel fetches (docs/lavapipe.md). The shader's constants are written
+ * there by hand: tests/test_matmul_gpu.c fails if this grid covers less than the shader needs. */
+enum { WK_MATMUL_ROWS = 8, WK_MATMUL_TOKENS = 8, WK_MATMUL_WG = 8, WK_MATMUL_TILED = 64 };
 static inline void wk_matmul_grid(int tiled, uint32_t rows, uint32_t T, uint32_t *gx, uint32_t *gy) {
-    const uint32_t r = tiled ? WK_MATMUL_TILED : 8 * WK_MATMUL_ROWS, t = tiled ? WK_MATMUL_TILED : 8 * WK_MATMUL_TOKENS;
+    const uint32_t r = tiled ? WK_MATMUL_TILED : WK_MATMUL_WG * WK_MATMUL_ROWS;
+    const uint32_t t = tiled ? WK_MATMUL_TILED : WK_MATMUL_WG * WK_MATMUL_TOKENS;
     *gx = (rows + r - 1) / r;
     *gy = (T + t - 1) / t;
 }

@@ -8,7 +8,7 @@
 #extension GL_EXT_samplerless_texture_functions : require
 #extension GL_EXT_control_flow_attributes : require
 #include "common.glsl"
-layout(local_size_x = 8, local_size_y = 8) in;
+layout(local_size_x = 8, local_size_y = 8) in; // WK_MATMUL_WG
 layout(binding = 2) uniform textureBuffer X;                   // [T][K/4] vec4
 layout(std430, binding = 3) writeonly buffer Y { float y[]; }; // [T][N]
 layout(push_constant) uniform PC { uint N; uint K; uint T; } pc;
