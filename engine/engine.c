@@ -90,6 +90,14 @@ void wk_engine_close(wk_engine *e) {
     free(e);
 }
 
+/* The default's wide keys (wk_engine_params.kv_wide_keys_auto): the layers kv_transform.c ranks. */
+static int choose_wide_keys(const wk_hparams *hp, const wk_kv_xform *x, int key_bits, bool *wide, wk_kv_fmt *fmt,
+                            char *err, size_t errlen) {
+    int rc = wk_kv_xform_wide_keys(x, hp, wide, err, errlen);
+    if (!rc) fmt->key_bits = key_bits;
+    return rc;
+}
+
 int wk_engine_open(const wk_engine_params *p, wk_engine **out, char *err, size_t errlen) {
     *out = NULL;
     if (!p->model_path) return snprintf(err, errlen, "no model path given"), WK_ERR_INVALID;
@@ -138,6 +146,10 @@ int wk_engine_open(const wk_engine_params *p, wk_engine **out, char *err, size_t
     if (!rc && f16 && p->kv_clip != 0.0f && p->kv_clip != 1.0f) {
         snprintf(err, errlen, "a KV clip (--kv-clip) needs a quantized cache (--kv int2, int3 or int4)");
         rc = WK_ERR_INVALID;
+    } else if (!rc && f16 && p->kv_key_bits &&
+               (p->kv_wide_keys[0] | p->kv_wide_keys[1] | p->kv_wide_keys[2] | p->kv_wide_keys[3])) {
+        snprintf(err, errlen, "wide keys (--kv-wide-keys) need a quantized cache (--kv int2 or int3)");
+        rc = WK_ERR_INVALID;
     } else if (!rc && f16 && p->kv_swa_bits && p->kv_swa_bits != 16) {
         snprintf(err, errlen, "a KV format for the sliding-window layers (--kv-swa) needs a quantized cache (--kv int2, "
                  "int3 or int4)");
@@ -148,9 +160,9 @@ int wk_engine_open(const wk_engine_params *p, wk_engine **out, char *err, size_t
         rc = WK_ERR_INVALID;
     } else if (!rc && f16) {
         const wk_kv_fmt fmt = {.bits = 16};
-        rc = wk_kv_cache_create_paged(&e->vk, &e->kv, hp, &fmt, 0, 0, 0, p->kv_mem, e->max_seqs, max_ctx, max_batch,
+        rc = wk_kv_cache_create_paged(&e->vk, &e->kv, hp, &fmt, NULL, 0, 0, 0, p->kv_mem, e->max_seqs, max_ctx, max_batch,
                                       err, errlen);
-        if (!rc) rc = wk_pipelines_specialize_kv(&e->vk, &e->pipes, false, 0, 16, 0, hp->head_dim, err, errlen);
+        if (!rc) rc = wk_pipelines_specialize_kv(&e->vk, &e->pipes, WK_ATTN_SET_MAIN, 0, 16, 0, 0, hp->head_dim, err, errlen);
     } else if (!rc) {
         wk_kv_fmt fmt = {.bits = p->kv_bits, .kind = (wk_kvq_kind)p->kv_quant, .group = p->kv_group ? p->kv_group : 32,
                          .sink = p->kv_sink, .recent = p->kv_recent,
@@ -176,15 +188,35 @@ int wk_engine_open(const wk_engine_params *p, wk_engine **out, char *err, size_t
                      "quest/percentile/absmax, group 16..256", fmt.bits, (int)p->kv_quant, fmt.group);
             rc = WK_ERR_INVALID;
         }
+        /* Wide keys: the layers the bitset names (a layer the model lacks is refused), or chosen. */
+        bool wide[WK_MAX_LAYERS] = {false};
+        if (!rc && p->kv_wide_keys_auto && p->kv_key_bits) rc = choose_wide_keys(hp, &e->xform, p->kv_key_bits, wide, &fmt, err, errlen);
+        for (int il = 0; !rc && il < 256; il++) {
+            if (!(p->kv_wide_keys[il / 64] >> (il % 64) & 1)) continue;
+            if (il >= hp->n_layer) {
+                snprintf(err, errlen, "wide keys in layer %d: the model has %d layers (0..%d)", il, hp->n_layer,
+                         hp->n_layer - 1);
+                rc = WK_ERR_INVALID;
+            } else {
+                wide[il] = true;
+                fmt.key_bits = p->kv_key_bits;
+            }
+        }
         if (!rc)
-            rc = wk_kv_cache_create_paged(&e->vk, &e->kv, hp, &fmt, p->kv_swa_bits, rho_k, rho_v, p->kv_mem,
+            rc = wk_kv_cache_create_paged(&e->vk, &e->kv, hp, &fmt, wide, p->kv_swa_bits, rho_k, rho_v, p->kv_mem,
                                           e->max_seqs, max_ctx, max_batch, err, errlen);
         if (!rc) wk_kvq_clip_constants(e->kv.fmt.bits, e->kv.swa_pool != NULL, p->kv_clip, &e->kv.quest_c2, &e->kv.swa_quest_c2);
-        if (!rc) rc = wk_pipelines_specialize_kv(&e->vk, &e->pipes, false, (int)fmt.kind, e->kv.fmt.bits, fmt.group, hp->head_dim,
-                                                        err, errlen);
+        /* The wide keys keep the format's clip at their own width (the measured format). */
+        if (!rc && e->kv.fmt.key_bits)
+            e->kv.key_quest_c2 = e->kv.quest_c2 > 0.0f ? wk_kvq_quest_c2(e->kv.fmt.key_bits, p->kv_clip) : 0.0f;
+        if (!rc) rc = wk_pipelines_specialize_kv(&e->vk, &e->pipes, WK_ATTN_SET_MAIN, (int)fmt.kind, e->kv.fmt.bits, 0, fmt.group,
+                                                 hp->head_dim, err, errlen);
         if (!rc && e->kv.swa_pool)
-            rc = wk_pipelines_specialize_kv(&e->vk, &e->pipes, true, (int)fmt.kind, e->kv.swa_fmt.bits, fmt.group, hp->head_dim, err,
-                                            errlen);
+            rc = wk_pipelines_specialize_kv(&e->vk, &e->pipes, WK_ATTN_SET_SWA, (int)fmt.kind, e->kv.swa_fmt.bits, 0, fmt.group,
+                                            hp->head_dim, err, errlen);
+        if (!rc && e->kv.fmt.key_bits)
+            rc = wk_pipelines_specialize_kv(&e->vk, &e->pipes, WK_ATTN_SET_WIDE, (int)fmt.kind, e->kv.fmt.bits,
+                                            e->kv.fmt.key_bits, fmt.group, hp->head_dim, err, errlen);
         /* One command line serves every model: a format for layers the model lacks is no error. */
         if (!rc && !p->kv_swa_default && p->kv_swa_bits && p->kv_swa_bits != e->kv.fmt.bits && !e->kv.swa_pool)
             fprintf(stderr, "wushkv: the model has no sliding-window layers: their KV format (int%d) has no effect, "
@@ -305,6 +337,9 @@ int wk_engine_open(const wk_engine_params *p, wk_engine **out, char *err, size_t
         i->kv_bits = e->kv.fmt.bits;
         i->kv_swa_bits = e->kv.swa_pool ? e->kv.swa_fmt.bits : e->kv.fmt.bits;
         i->kv_swa_block_bytes = e->kv.layout.swa_bytes_per_block;
+        i->kv_key_bits = e->kv.fmt.key_bits;
+        for (int il = 0; il < e->kv.n_layer && i->kv_key_bits; il++)
+            if (e->kv.key_wide[il]) i->kv_wide_keys[il / 64] |= 1ull << (il % 64);
         i->kv_sink = e->kv.layout.win[0].sink;
         i->kv_recent = e->kv.layout.win[0].recent;
         i->kv_swa_sink = e->kv.layout.win[1].sink;

@@ -263,15 +263,22 @@ static void paged_geometry(const wk_fwd *f, int il, wk_pc_attention_paged *pc) {
     const bool own = wk_kv_cache_group_swa(kv, kv->group_of[il]);
     const wk_kv_fmt *fmt = own ? &kv->swa_fmt : &kv->fmt;
     const wk_kv_layout *l = own ? &kv->swa_layout : &kv->layout;
+    /* Wide keys (kv_pool.h): the keys' own width and slab layout; otherwise the values'. */
+    const bool wide = kv->key_wide[il];
+    const wk_kvq_block_layout *qk = wide ? &l->qk : &l->q;
+    const uint32_t half_dim = (uint32_t)hp->head_dim / 2;
     *pc = (wk_pc_attention_paged){
         .head_dim = (uint32_t)hp->head_dim, .n_head = (uint32_t)hp->n_head, .n_head_kv = (uint32_t)hp->n_head_kv,
         .window = hp->is_swa[il] ? (uint32_t)hp->sliding_window : 0, .win_layer = (uint32_t)kv->win_layer_of[il],
         .kind = (int32_t)fmt->kind, .bits = fmt->bits, .group = fmt->group,
         .block_tokens = (uint32_t)l->block_tokens, .slab_words = (uint32_t)(l->slab_bytes / 4),
         .block_words = (uint32_t)(l->bytes_per_block / 4), .params_words = (uint32_t)(l->q.params_offset / 4),
-        .code_words = fmt->bits == 16 ? (uint32_t)hp->head_dim / 2 : (uint32_t)(l->q.code_bytes_per_token / 4),
-        .slab_layer = (uint32_t)kv->slot_of[il],
-        .table_stride = (uint32_t)l->n_groups, .table_col = (uint32_t)kv->group_of[il]};
+        .code_words = fmt->bits == 16 ? half_dim : (uint32_t)(l->q.code_bytes_per_token / 4),
+        .k_off = kv->k_word[il], .table_stride = (uint32_t)l->n_groups, .table_col = (uint32_t)kv->group_of[il],
+        .v_off = kv->v_word[il], .k_bits = wide ? l->key_bits : fmt->bits,
+        .k_slab_words = (uint32_t)((wide ? l->key_slab_bytes : l->slab_bytes) / 4),
+        .k_params_words = (uint32_t)(qk->params_offset / 4),
+        .k_code_words = fmt->bits == 16 ? half_dim : (uint32_t)(qk->code_bytes_per_token / 4)};
 }
 
 /* Whether layer il's f16 window rows go in with its codes (kv_store_quant's win_store) rather than
@@ -289,13 +296,18 @@ static int op_kv_store_quant(rec *r, int il, uint32_t T) {
     paged_geometry(f, il, &g);
     const bool own = wk_kv_cache_group_swa(f->kv, f->kv->group_of[il]);
     wk_pc_kv_store_quant pc = {.head_dim = g.head_dim, .n_head_kv = g.n_head_kv, .n_tokens = T,
-                               .slab_layer = g.slab_layer, .kind = g.kind, .bits = g.bits, .group = g.group,
+                               .k_off = g.k_off, .kind = g.kind, .bits = g.bits, .group = g.group,
                                .rank_k = own ? f->kv->swa_rank_k : f->kv->rank_k,
                                .rank_v = own ? f->kv->swa_rank_v : f->kv->rank_v, .block_tokens = g.block_tokens,
                                .slab_words = g.slab_words, .block_words = g.block_words,
                                .params_words = g.params_words, .code_words = g.code_words,
                                .table_stride = g.table_stride, .table_col = g.table_col,
-                               .quest_c2 = own ? f->kv->swa_quest_c2 : f->kv->quest_c2};
+                               .quest_c2 = own ? f->kv->swa_quest_c2 : f->kv->quest_c2, .v_off = g.v_off,
+                               .k_bits = g.k_bits, .k_slab_words = g.k_slab_words, .k_params_words = g.k_params_words,
+                               .k_code_words = g.k_code_words,
+                               .k_quest_c2 = f->kv->key_wide[il] ? f->kv->key_quest_c2
+                                             : own             ? f->kv->swa_quest_c2
+                                                               : f->kv->quest_c2};
     const int c = f->kv->win_class_of[il];
     pc.win_store = window_with_codes(f, il);
     pc.win_layer = (uint32_t)f->kv->win_layer_of[il];
@@ -321,8 +333,10 @@ static int op_attention_paged(rec *r, int il, uint32_t T) {
                       S(&f->a.attn_part), TV(&f->a.k), TV(&f->a.v)};
     const wk_attn_splits splits = wk_attn_plan_splits(&f->plan, f->step_rows, T, pc.n_head, pc.window, pc.sink,
                                                       pc.recent, f->attn_part_rows);
-    const bool sliding = wk_kv_cache_group_swa(f->kv, f->kv->group_of[il]);
-    return wk_attn_record(f->vk, f->pipes, &f->plan, splits, sliding, T, &pc, args, r->err, r->errlen);
+    const wk_attn_set set = f->kv->key_wide[il]                                   ? WK_ATTN_SET_WIDE
+                            : wk_kv_cache_group_swa(f->kv, f->kv->group_of[il]) ? WK_ATTN_SET_SWA
+                                                                                : WK_ATTN_SET_MAIN;
+    return wk_attn_record(f->vk, f->pipes, &f->plan, splits, set, T, &pc, args, r->err, r->errlen);
 }
 
 /* This step's keys and values (f16) into the window rows wk_fwd_step chose, after the attention. */
@@ -366,7 +380,7 @@ static int op_kv_store_f16(rec *r, int il, uint32_t T) {
     wk_pc_attention_paged g;
     paged_geometry(f, il, &g);
     wk_pc_kv_store_f16 pc = {.head_dim = g.head_dim, .n_head_kv = g.n_head_kv, .n_tokens = T,
-                             .slab_layer = g.slab_layer, .block_tokens = g.block_tokens, .slab_words = g.slab_words,
+                             .slab_layer = (uint32_t)f->kv->slot_of[il], .block_tokens = g.block_tokens, .slab_words = g.slab_words,
                              .block_words = g.block_words, .table_stride = g.table_stride, .table_col = g.table_col};
     wk_arg args[5] = {S(&f->a.k), S(&f->a.v), S(&f->a.rows), S(&f->a.tables), TV(&f->kv->pool_buf)};
     uint32_t gx, gy;

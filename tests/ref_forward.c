@@ -41,6 +41,8 @@ struct ref_model {
     int kv_kind, kv_group;
     int kv_swa_bits;    /* the sliding-window layers' bits (per-layer-class formats); 0: kv_bits */
     float kv_quest_c2, kv_swa_quest_c2; /* QuEST's constant per class (wk_kvq_quest_c2); 0: unclipped */
+    int kv_wide_layer, kv_key_bits;     /* wide keys: that layer's keys in kv_key_bits (-1, 0: none) */
+    float kv_key_quest_c2;
 };
 
 /* Dequantizes a whole tensor (NULL tensor -> NULL, not an error: optional weights). */
@@ -213,6 +215,15 @@ void ref_model_set_kv_quant(ref_model *m, int bits, int kind, int group) {
     m->kv_group = group;
     m->kv_swa_bits = 0;
     m->kv_quest_c2 = m->kv_swa_quest_c2 = 0;
+    m->kv_wide_layer = -1;
+    m->kv_key_bits = 0;
+    m->kv_key_quest_c2 = 0;
+}
+
+void ref_model_set_kv_wide_keys(ref_model *m, int layer, int key_bits, float key_quest_c2) {
+    m->kv_wide_layer = layer;
+    m->kv_key_bits = key_bits;
+    m->kv_key_quest_c2 = key_quest_c2;
 }
 
 void ref_model_set_kv_clip(ref_model *m, float quest_c2, float swa_quest_c2) {
@@ -321,7 +332,8 @@ static void layer_forward(const ref_model *m, int il, ref_state *s, int n) {
         if (m->kv_bits) {
             const int bits = swa && m->kv_swa_bits ? m->kv_swa_bits : m->kv_bits;
             const float c2 = swa ? m->kv_swa_quest_c2 : m->kv_quest_c2;
-            kv_quant_round(m, bits, k, Hk, D, WK_KVQ_RHO_K, c2);
+            const bool wide = il == m->kv_wide_layer && m->kv_key_bits;
+            kv_quant_round(m, wide ? m->kv_key_bits : bits, k, Hk, D, WK_KVQ_RHO_K, wide ? m->kv_key_quest_c2 : c2);
             kv_quant_round(m, bits, v, Hk, D, WK_KVQ_RHO_V, c2);
         } else {
             round_f16(k, (size_t)Hk * D);

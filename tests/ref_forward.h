@@ -26,6 +26,9 @@ void ref_model_set_kv_swa_bits(ref_model *m, int bits);
 /* QuEST's constant (wk_kvq_quest_c2) of the other layers and of the sliding-window ones (0:
  * unclipped). Call after ref_model_set_kv_quant, which resets both. */
 void ref_model_set_kv_clip(ref_model *m, float quest_c2, float swa_quest_c2);
+/* Wide keys: layer `layer`'s keys through key_bits (and key_quest_c2) instead, its values as
+ * before. Call after ref_model_set_kv_quant, which resets it. */
+void ref_model_set_kv_wide_keys(ref_model *m, int layer, int key_bits, float key_quest_c2);
 
 /* Evaluates tokens at positions 0..n-1 from an empty cache.
  * logits: NULL or n x n_vocab. layer_out: NULL or n_layer buffers of n x n_embd that receive the

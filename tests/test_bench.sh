@@ -53,7 +53,7 @@ check "json device" "$out" 'j["device"] != "" and j["model"] == "tiny-gemma3" an
 out=$("$exe" bench -m "$model" -p 40 -n 4 -r 2 --batch-tokens 16 --json 2>"$tmp/err")
 rc=$?
 [[ $rc -eq 0 ]] && ok || bad "bench (default KV) exit status $rc" "$(cat "$tmp/err")"
-check "default kv" "$out" 'j["kv"] == "int2 quest G64 clip1.2 wush sink16 recent128 swa:int4 swa:sink0:recent32" and j["bits_per_element"] > 2.25'
+check "default kv" "$out" 'j["kv"] == "int2 quest G64 clip1.2 wush sink16 recent104 swa:int4 keys:int3@5 swa:sink0:recent32" and j["bits_per_element"] > 2.25'
 grep -q 'no WUSH-KV sidecar for this model' "$tmp/err" && ok || bad "bench calibrates the default's sidecar" "$(cat "$tmp/err")"
 out=$("$exe" bench -m "$model" -p 40 -n 4 -r 2 --batch-tokens 16 --kv int2 --kv-transform none --kv-sink 0 --kv-recent 0 --json 2>"$tmp/err")
 rc=$?

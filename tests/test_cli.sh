@@ -84,7 +84,7 @@ if [[ -n $writer ]]; then
     # model's file is refused with a message and replaced. Evidence: the log lines and the file.
     export WUSHKV_CACHE_DIR=$tmp/cache WUSHKV_CALIB_TOKENS=512
     expect 0 'no WUSH-KV sidecar for this model in .*/cache: calibrating' -- "${ppl[@]}"
-    if grep -q '"kv":"int2 quest G64 clip1.2 wush sink16 recent128 swa:int4 swa:sink0:recent32"' <<<"$out"; then ok; else ko 'the default format in --json' "${ppl[@]}"; fi
+    if grep -q '"kv":"int2 quest G64 clip1.2 wush sink16 recent104 swa:int4 keys:int3@5 swa:sink0:recent32"' <<<"$out"; then ok; else ko 'the default format in --json' "${ppl[@]}"; fi
     cached=("$tmp"/cache/*.g64.t512.wush)
     if [[ ${#cached[@]} -eq 1 && -s ${cached[0]} && -z $(find "$tmp/cache" -name '*.tmp') ]]; then ok
     else ko "one cached sidecar *.g64.t512.wush and no temporary file" "ls $tmp/cache: $(ls "$tmp/cache")"; fi
@@ -96,12 +96,20 @@ if [[ -n $writer ]]; then
     # A context of one block: the default's two pools (sliding layers int4) fit it; the window
     # check once counted every layer group's block against the first pool, which holds only the
     # full-attention groups ("cannot hold 1 f16 window slots").
-    expect 0 '"kv":"int2 quest G64 clip1.2 wush sink16 recent128 swa:int4 swa:sink0:recent32"' -- perplexity -m "$model" -f "$text" --ctx 16 --chunks 1 --json
+    expect 0 '"kv":"int2 quest G64 clip1.2 wush sink16 recent104 swa:int4 keys:int3@5 swa:sink0:recent32"' -- perplexity -m "$model" -f "$text" --ctx 16 --chunks 1 --json
     # --layer-error takes the same default, its group fitted to the model's head_dim 64 (it once
     # kept 128: "block size 128: must be a power of two dividing head_dim 64").
     expect 0 'int2 quest g64 wush .*clip 1\.2.*relative MSE' -- perplexity -m "$model" -f "$text" --ctx 16 --chunks 1 --layer-error
     # A list entry naming another quantizer drops the default's QuEST clip instead of being refused.
     expect 0 'int2 absmax g64 wush .*relative MSE' -- perplexity -m "$model" -f "$text" --ctx 16 --chunks 1 --layer-error-formats int2:absmax
+    # Wide keys: the default widened the keys of the full-attention layer (5, the only one), as the
+    # sidecar's predicted key error ranks it; named layers replace the choice, a layer the model
+    # lacks or a sliding layer with a format of its own is refused, none turns them off.
+    expect 0 '"kv":"int2 quest G64 clip1.2 wush sink16 recent104 swa:int4 keys:int4@5 swa:sink0:recent32"' -- "${ppl[@]}" --kv-wide-keys 5:int4
+    expect 0 '"kv":"int2 quest G64 clip1.2 wush sink16 recent104 swa:int4 swa:sink0:recent32"' -- "${ppl[@]}" --kv-wide-keys none
+    expect 1 'wide keys in layer 9: the model has 6 layers' -- "${ppl[@]}" --kv-wide-keys 9
+    expect 1 'wide keys in layer 0: the sliding-window layers have a KV format of their own' -- "${ppl[@]}" --kv-wide-keys 0
+    expect 2 'expected none or layer indices' -- "${ppl[@]}" --kv-wide-keys 5:int2
     printf 'not a sidecar' >"${cached[0]}"
     expect 0 "refusing the cached WUSH-KV sidecar ${cached[0]}: .*calibrating a new one" -- "${ppl[@]}"
     expect 0 "WUSH-KV sidecar ${cached[0]} \(cached\)" -- "${ppl[@]}"
@@ -112,7 +120,7 @@ if [[ -n $writer ]]; then
     expect 0 "WUSH-KV sidecar ${cached[0]} \(cached\)" -- "${ppl[@]}"
     # --kv f16 and --wush FILE never look in the cache; a cache that cannot be made is a clear error.
     WUSHKV_CACHE_DIR=/proc/wushkv-none expect 0 '"kv":"f16",' -- "${ppl[@]}" --kv f16
-    WUSHKV_CACHE_DIR=/proc/wushkv-none expect 0 '"kv":"int2 quest G32 wush sink16 recent128 swa:sink0:recent32"' -- "${ppl[@]}" --wush "$wush"
+    WUSHKV_CACHE_DIR=/proc/wushkv-none expect 0 '"kv":"int2 quest G32 wush sink16 recent104 swa:sink0:recent32"' -- "${ppl[@]}" --wush "$wush"
     WUSHKV_CACHE_DIR=/proc/wushkv-none expect 1 'cannot create the cache directory /proc/wushkv-none' -- "${ppl[@]}"
     # (WUSHKV_CACHE_DIR stays $tmp/cache: nothing below may calibrate into the user's cache)
 
@@ -185,7 +193,7 @@ if [[ -n $writer ]]; then
         # The default's per-class part was not asked for: on this model it says nothing (its
         # group, 64 here, gets a sidecar of its own in the cache).
         run generate -m "$llama" -p "the fox" -n 2
-        if [[ $rc -eq 0 ]] && grep -q 'KV int2 quest G64 clip1.2 wush sink16 recent128 swa:int4 swa:sink0:recent32' <<<"$out" &&
+        if [[ $rc -eq 0 ]] && grep -Eq 'KV int2 quest G64 clip1.2 wush sink16 recent104 swa:int4 keys:int3@[0-9]+ swa:sink0:recent32' <<<"$out" &&
             ! grep -q 'no effect' <<<"$out"; then ok
         else ko 'rc=0, the default format, no "no effect" line' generate -m "$llama" -p "the fox" -n 2; fi
     else ko "$writer $llama llama 7" ""; fi

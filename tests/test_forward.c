@@ -50,13 +50,13 @@ static bool stack_open(stack *s, wk_gguf *g, int slots, int max_ctx, int max_tok
     if (!rc) rc = wk_pipelines_create(&s->vk, &s->pipes, err, sizeof err);
     if (!rc) rc = wk_pipelines_choose_kernels(&s->vk, &s->pipes, test_engine_env_kernels(), err, sizeof err);
     const wk_hparams *hp = &s->desc.hp;
-    if (!rc) rc = wk_pipelines_specialize_kv(&s->vk, &s->pipes, false, 0, 16, 0, hp->head_dim, err, sizeof err);
+    if (!rc) rc = wk_pipelines_specialize_kv(&s->vk, &s->pipes, WK_ATTN_SET_MAIN, 0, 16, 0, 0, hp->head_dim, err, sizeof err);
     if (!rc) rc = wk_weights_upload(&s->vk, &s->desc, NULL, &s->w, err, sizeof err);
     const int nbt = (max_ctx + 15) / 16; /* blocks of 16 tokens of a full context */
     /* Every layer's K and V of 16 tokens in f16, for each block of tokens of every slot. */
     const uint64_t budget = (uint64_t)slots * nbt * 2 * hp->n_layer * hp->n_head_kv * 16 * hp->head_dim * 2;
     const wk_kv_fmt fmt = {.bits = 16};
-    if (!rc) rc = wk_kv_cache_create_paged(&s->vk, &s->kv, hp, &fmt, 0, 0, 0, budget, slots, max_ctx, max_tokens, err,
+    if (!rc) rc = wk_kv_cache_create_paged(&s->vk, &s->kv, hp, &fmt, NULL, 0, 0, 0, budget, slots, max_ctx, max_tokens, err,
                                            sizeof err);
     if (!rc) rc = wk_fwd_init(&s->fwd, &s->vk, &s->pipes, hp, &s->w, &s->kv, max_tokens, max_ctx, debug, err, sizeof err);
     if (!rc) {
@@ -260,7 +260,7 @@ static void paged_case(const char *arch, uint64_t seed, int bits, wk_kvq_kind ki
     if (!rc) rc = wk_pipelines_choose_kernels(&s.vk, &s.pipes, test_engine_env_kernels(), err, sizeof err);
     if (!rc) rc = wk_weights_upload(&s.vk, &s.desc, NULL, &s.w, err, sizeof err);
     if (!rc)
-        rc = wk_kv_cache_create_paged(&s.vk, &s.kv, &s.desc.hp, &fmt, 0, WK_KVQ_RHO_K, WK_KVQ_RHO_V, 0, 2, PCTX, 13, err,
+        rc = wk_kv_cache_create_paged(&s.vk, &s.kv, &s.desc.hp, &fmt, NULL, 0, WK_KVQ_RHO_K, WK_KVQ_RHO_V, 0, 2, PCTX, 13, err,
                                       sizeof err);
     if (!rc) rc = wk_fwd_init(&s.fwd, &s.vk, &s.pipes, &s.desc.hp, &s.w, &s.kv, PCTX, PCTX, false, err, sizeof err);
     CHECK_EQ_INT(rc, 0);
@@ -361,7 +361,7 @@ static void paged_case(const char *arch, uint64_t seed, int bits, wk_kvq_kind ki
         flat_hp.sliding_window = PCTX;
         wk_fwd_free(&s.fwd);
         wk_kv_cache_destroy(&s.vk, &s.kv);
-        rc = wk_kv_cache_create_paged(&s.vk, &s.kv, &flat_hp, &fmt, 0, WK_KVQ_RHO_K, WK_KVQ_RHO_V, 0, 2, PCTX, 13, err,
+        rc = wk_kv_cache_create_paged(&s.vk, &s.kv, &flat_hp, &fmt, NULL, 0, WK_KVQ_RHO_K, WK_KVQ_RHO_V, 0, 2, PCTX, 13, err,
                                       sizeof err);
         if (!rc) rc = wk_fwd_init(&s.fwd, &s.vk, &s.pipes, &s.desc.hp, &s.w, &s.kv, PCTX, PCTX, false, err, sizeof err);
         CHECK_EQ_INT(rc, 0);
@@ -383,14 +383,17 @@ static void paged_case(const char *arch, uint64_t seed, int bits, wk_kvq_kind ki
 /* One sequence of the tiny model at `path` through the public API, in the paged format bits with
  * the sliding layers in swa_bits: PN tokens in steps of 13, 13, 13, 1 (all logits into out). Fills
  * the bytes it holds at the end in each pool and its peak, and the engine's info; false on failure. */
-static bool run_engine_paged(const char *path, int bits, int swa_bits, float clip, const int32_t *tok, float *out,
-                             uint64_t held[2], uint64_t *peak, wk_model_info *info) {
+static bool run_engine_paged_wide(const char *path, int bits, int swa_bits, float clip, int wide_layer, int key_bits,
+                                  int window, const int32_t *tok, float *out, uint64_t held[2], uint64_t *peak,
+                                  wk_model_info *info) {
     wk_engine_params p;
     wk_engine_params_default(&p);
     p.model_path = path;
     p.max_ctx = PCTX;
     p.max_batch_tokens = 13;
     p.kv_bits = bits, p.kv_swa_bits = swa_bits, p.kv_quant = WK_KV_QUANT_QUEST, p.kv_group = 32, p.kv_clip = clip;
+    if (wide_layer >= 0) p.kv_key_bits = key_bits, p.kv_wide_keys[wide_layer / 64] = 1ull << (wide_layer % 64);
+    p.kv_sink = p.kv_recent = window;
     test_engine_params_from_env(&p);
     char err[WK_ERRMSG_LEN] = "";
     wk_engine *e = NULL;
@@ -415,6 +418,11 @@ static bool run_engine_paged(const char *path, int bits, int swa_bits, float cli
     wk_seq_destroy(seq);
     wk_engine_close(e);
     return rc == 0;
+}
+
+static bool run_engine_paged(const char *path, int bits, int swa_bits, float clip, const int32_t *tok, float *out,
+                             uint64_t held[2], uint64_t *peak, wk_model_info *info) {
+    return run_engine_paged_wide(path, bits, swa_bits, clip, -1, 0, 0, tok, out, held, peak, info);
 }
 
 /* A tiny Gemma 3 (6 layers, 5 sliding, window 16) both as the C reference and as a model file for
@@ -481,12 +489,8 @@ static void mixed_case(uint64_t seed) {
     uint64_t held[2], peak;
     wk_model_info info;
     if (run_engine_paged(ec.path, 2, 4, 0, ec.tok, got, held, &peak, &info)) {
-        double worst = 0, worst2 = 0, worst4 = 0;
-        for (int i = 0; i < N; i++) {
-            worst = fmax(worst, rel_err(got + (size_t)i * V, want + (size_t)i * V, (size_t)V));
-            worst2 = fmax(worst2, rel_err(got + (size_t)i * V, want2 + (size_t)i * V, (size_t)V));
-            worst4 = fmax(worst4, rel_err(got + (size_t)i * V, want4 + (size_t)i * V, (size_t)V));
-        }
+        const double worst = rel_err_rows(got, want, N, V), worst2 = rel_err_rows(got, want2, N, V);
+        const double worst4 = rel_err_rows(got, want4, N, V);
         printf("  gemma3 int2 + sliding int4: logits rel err %.2e vs the mixed reference (%.2e vs all int2, %.2e vs "
                "all int4)\n", worst, worst2, worst4);
         CHECK(worst < 0.1);
@@ -568,6 +572,58 @@ static void clip_case(uint64_t seed) {
     CHECK(worst[0] * 5 < worst[1]);
     CHECK(worst[2] * 3 < worst[3]);
     free(want), free(want_plain), free(got), free(want_mixed), free(want_mixed_all);
+    engine_case_close(&ec);
+}
+
+/* Wide keys (wk_engine_params.kv_wide_keys): int3 keys in one layer, int2 everywhere else, against
+ * the C reference that quantizes that layer's keys with 3 bits: far closer to it than to plain
+ * int2. Twice: the full-attention layer with the sliding ones in int4 (their own pool, whose
+ * blocks wide keys must not touch); and a sliding layer in a one-pool int2
+ * cache, where the wide slabs widen the block of every group (6 groups of one layer). The bytes:
+ * a block grows by the wider key slabs (one per KV head), nothing else moves. */
+static void wide_keys_case(uint64_t seed) {
+    engine_case ec;
+    if (!engine_case_open(&ec, seed, 9)) return;
+    const int V = ec.V, N = PN, D = ref_model_hparams(ec.ref)->head_dim, Hk = ref_model_hparams(ec.ref)->n_head_kv;
+    const size_t all = sizeof(float) * N * V;
+    float *want = malloc(all), *want_plain = malloc(all), *got = malloc(all);
+    wk_kvq_block_layout l2, l3;
+    CHECK(wk_kvq_block_layout_get(WK_KVQ_QUEST, 2, 32, D, 16, &l2) && wk_kvq_block_layout_get(WK_KVQ_QUEST, 3, 32, D, 16, &l3));
+    for (int run = 0; run < 2; run++) {
+        const int layer = run ? 2 : 5, swa = run ? 0 : 4; /* the tiny Gemma 3's full-attention layer is 5 */
+        ref_model_set_kv_quant(ec.ref, 2, WK_KVQ_QUEST, 32);
+        if (swa) ref_model_set_kv_swa_bits(ec.ref, swa);
+        CHECK(ref_forward(ec.ref, ec.tok, N, want_plain, NULL) == 0);
+        ref_model_set_kv_wide_keys(ec.ref, layer, 3, 0);
+        CHECK(ref_forward(ec.ref, ec.tok, N, want, NULL) == 0);
+        uint64_t held[2], peak, held_p[2], peak_p;
+        wk_model_info info, info_p;
+        float *plain = malloc(all);
+        if (!run_engine_paged_wide(ec.path, 2, swa, 0, layer, 3, 0, ec.tok, got, held, &peak, &info) ||
+            !run_engine_paged_wide(ec.path, 2, swa, 0, -1, 0, 0, ec.tok, plain, held_p, &peak_p, &info_p)) {
+            CHECK(false);
+            free(plain);
+            continue;
+        }
+        const double worst = rel_err_rows(got, want, N, V), worst_plain = rel_err_rows(got, want_plain, N, V);
+        const double base = rel_err_rows(plain, want_plain, N, V); /* the engine's own rounding flips */
+        printf("  gemma3 int2%s, int3 keys in layer %d: logits rel err %.2e vs its reference (%.2e vs plain int2; "
+               "plain int2 %.2e vs its reference)\n", swa ? " + sliding int4" : "", layer, worst, worst_plain, base);
+        /* The engine differs from the C reference by the same rounding flips with or without wide
+         * keys (its sums run in another order), and from plain int2 by the wide layer: one of six. */
+        CHECK(worst < 0.1 && worst < 1.5 * base);
+        CHECK(worst * 1.6 < worst_plain);
+        CHECK_EQ_INT(info.kv_key_bits, 3);
+        CHECK_EQ_INT(info.kv_wide_keys[0], 1ull << layer);
+        CHECK_EQ_INT(info_p.kv_key_bits, 0);
+        /* One KV head: the block of the wide key's pool grows by one slab's difference. */
+        CHECK_EQ_INT(info.kv_block_bytes, info_p.kv_block_bytes + (uint64_t)Hk * (l3.bytes - l2.bytes));
+        CHECK_EQ_INT(info.kv_swa_block_bytes, swa ? info_p.kv_swa_block_bytes : info.kv_block_bytes);
+        CHECK_EQ_INT(held[1], held_p[1]);
+        CHECK_EQ_INT(held[0] - held_p[0], (uint64_t)Hk * (swa ? 3 : 3 + 5 * 2) * (l3.bytes - l2.bytes));
+        free(plain);
+    }
+    free(want), free(want_plain), free(got);
     engine_case_close(&ec);
 }
 
@@ -717,6 +773,7 @@ int main(int argc, char **argv) {
     paged_case("llama", 14, 16, WK_KVQ_QUEST, 0, 0);
     mixed_case(31);
     clip_case(33);
+    wide_keys_case(35);
     window_case("gemma3", 21, 4, 40, true);  /* sinks + ring cover all 40 positions */
     window_case("llama", 22, 0, 40, true);
     window_case("gemma3", 23, 2, 5, false);  /* most keys from the 2-bit codes */

@@ -57,7 +57,7 @@ static bool fits0(const kv_budget *b, uint64_t claimed, int n) {
 }
 
 static void test_paged(const wk_kv_geom *geom, int sink, int recent, int expect_fit) {
-    wk_kv_fmt fmt = {2, WK_KVQ_QUEST, 32, sink, recent, 0, 0};
+    wk_kv_fmt fmt = {2, WK_KVQ_QUEST, 32, sink, recent, 0, 0, 0, 0};
     wk_kv_layout l;
     CHECK_EQ_INT(wk_kv_layout_get(geom, &fmt, &l), WK_OK);
     wk_model_info info = paged_info(&l, POOL_256MIB, 2048);
@@ -126,7 +126,7 @@ static void test_paged(const wk_kv_geom *geom, int sink, int recent, int expect_
  * sequence's peak in each pool). Admission must respect each pool: short sequences keep every
  * sliding block, so the sliding pool runs out first, which a check of the sum alone would miss. */
 static void test_two_pools(void) {
-    const wk_kv_fmt f2 = {2, WK_KVQ_QUEST, 32, 0, 0, 0, 0}, f4 = {4, WK_KVQ_QUEST, 32, 0, 0, 0, 0};
+    const wk_kv_fmt f2 = {2, WK_KVQ_QUEST, 32, 0, 0, 0, 0, 0, 0}, f4 = {4, WK_KVQ_QUEST, 32, 0, 0, 0, 0, 0, 0};
     wk_kv_layout l, l4;
     CHECK_EQ_INT(wk_kv_layout_get(&GEMMA270, &f2, &l), WK_OK);
     CHECK_EQ_INT(wk_kv_layout_get(&GEMMA270, &f4, &l4), WK_OK);

@@ -57,7 +57,7 @@ static void test_layer_groups(void) {
      * figures are unchanged; the peak of a 2048-token sequence written in 512-token steps is
      * 128 blocks of the full group + 5 * 65 of the sliding ones = 453 * 7680 = 3479040 bytes
      * (flat: 5898240), so 256 MiB admits 77 sequences instead of 45. */
-    wk_kv_fmt q2 = {2, WK_KVQ_QUEST, 32, 0, 0, 0, 0};
+    wk_kv_fmt q2 = {2, WK_KVQ_QUEST, 32, 0, 0, 0, 0, 0, 0};
     wk_kv_layout l;
     CHECK_EQ_INT(wk_kv_layout_get(&g, &q2, &l), WK_OK);
     CHECK_EQ_INT(l.n_groups, 6);
@@ -110,7 +110,7 @@ static void test_layer_groups(void) {
 static void test_layouts(void) {
     wk_kv_layout l;
     /* f16: 18 layers * (K,V) * 1 head * 16 tokens * 256 dims * 2 bytes. */
-    wk_kv_fmt f16 = {16, WK_KVQ_QUEST, 0, 0, 0, 0, 0};
+    wk_kv_fmt f16 = {16, WK_KVQ_QUEST, 0, 0, 0, 0, 0, 0, 0};
     CHECK_EQ_INT(wk_kv_layout_get(&GEMMA270, &f16, &l), WK_OK);
     CHECK_EQ_INT(l.bytes_per_block, 18 * 2 * 256 * 2 * 16);
     CHECK_EQ_INT(l.bytes_per_block, 294912);
@@ -124,7 +124,7 @@ static void test_layouts(void) {
     /* 2-bit QuEST, G = 32, by hand. Per token and head vector: 256 codes * 2 bits = 64 bytes of
      * codes, 256/32 = 8 groups * one f16 step = 16 bytes; 80 bytes. Slab = 16 tokens * 80 = 1280;
      * block = 18 layers * 2 (K,V) * 1 head * 1280 = 46080. Bits/element = 80*8/256 = 2.5. */
-    wk_kv_fmt q2 = {2, WK_KVQ_QUEST, 32, 0, 0, 0, 0};
+    wk_kv_fmt q2 = {2, WK_KVQ_QUEST, 32, 0, 0, 0, 0, 0, 0};
     CHECK_EQ_INT(wk_kv_layout_get(&GEMMA270, &q2, &l), WK_OK);
     CHECK_EQ_INT(l.slab_bytes, 1280);
     CHECK_EQ_INT(l.q.params_offset, 1024); /* 16 tokens * 64 code bytes */
@@ -141,12 +141,12 @@ static void test_layouts(void) {
 
     /* 2-bit percentile G32: two f16 per group (scale, min): 64 + 8*2*2 = 96 bytes/token/head;
      * slab 1536, block 55296, 3 bits/element. */
-    wk_kv_fmt p2 = {2, WK_KVQ_PERCENTILE, 32, 0, 0, 0, 0};
+    wk_kv_fmt p2 = {2, WK_KVQ_PERCENTILE, 32, 0, 0, 0, 0, 0, 0};
     CHECK_EQ_INT(wk_kv_layout_get(&GEMMA270, &p2, &l), WK_OK);
     CHECK_EQ_INT(l.bytes_per_block, 55296);
     CHECK_NEAR(wk_kv_layout_bits_per_element(&l, 0), 3.0, 0);
     /* 3-bit absmax G64: 96 code bytes + 4 groups * 2 = 104 bytes; slab 1664; block 59904; 3.25. */
-    wk_kv_fmt a3 = {3, WK_KVQ_ABSMAX, 64, 0, 0, 0, 0};
+    wk_kv_fmt a3 = {3, WK_KVQ_ABSMAX, 64, 0, 0, 0, 0, 0, 0};
     CHECK_EQ_INT(wk_kv_layout_get(&GEMMA270, &a3, &l), WK_OK);
     CHECK_EQ_INT(l.bytes_per_block, 59904);
     CHECK_NEAR(wk_kv_layout_bits_per_element(&l, 0), 3.25, 0);
@@ -155,7 +155,7 @@ static void test_layouts(void) {
      * 18*2*256*2 = 18432 bytes = 1253376 bytes. At 2048 tokens: 5898240 + 1253376 = 7151616
      * bytes = 3492 bytes/token; bits/element = 2.5 + 68*16/2048 = 3.03125 exactly; 256 MiB holds
      * 268435456 / 7151616 = 37.5 -> 37 sequences. */
-    wk_kv_fmt w2 = {2, WK_KVQ_QUEST, 32, 4, 64, 0, 0};
+    wk_kv_fmt w2 = {2, WK_KVQ_QUEST, 32, 4, 64, 0, 0, 0, 0};
     CHECK_EQ_INT(wk_kv_layout_get(&GEMMA270, &w2, &l), WK_OK);
     CHECK_EQ_INT(l.f16_row_bytes, 18432);
     CHECK_EQ_INT(l.window_bytes, 1253376);
@@ -183,7 +183,7 @@ static void test_layouts(void) {
     CHECK_EQ_INT(wk_kv_win_layers(swa18, 18, 0, cls, idx), 0); /* no window: every layer global */
     CHECK_EQ_INT(idx[17], 17);
     g270.swa_layers = 15;
-    wk_kv_fmt cw = {2, WK_KVQ_QUEST, 32, 64, 256, 0, 0};
+    wk_kv_fmt cw = {2, WK_KVQ_QUEST, 32, 64, 256, 0, 0, 0, 0};
     CHECK_EQ_INT(wk_kv_layout_get(&g270, &cw, &l), WK_OK);
     CHECK_EQ_INT(l.win[0].row_bytes, 3072);
     CHECK_EQ_INT(l.win[0].offset, 0);
@@ -191,18 +191,18 @@ static void test_layouts(void) {
     CHECK_EQ_INT(l.window_bytes, 983040);
     CHECK_EQ_INT(wk_kv_layout_seq_bytes(&l, 32768), 2048ull * 6 * 7680 + 983040);
     /* Both classes: global 4 / 64, sliding 2 / 30: the sliding rows after the 68 global ones. */
-    cw = (wk_kv_fmt){2, WK_KVQ_QUEST, 32, 4, 64, 2, 30};
+    cw = (wk_kv_fmt){2, WK_KVQ_QUEST, 32, 4, 64, 2, 30, 0, 0};
     CHECK_EQ_INT(wk_kv_layout_get(&g270, &cw, &l), WK_OK);
     CHECK_EQ_INT(l.win[1].sink, 2);
     CHECK_EQ_INT(l.win[1].recent, 30);
     CHECK_EQ_INT(l.win[1].offset, 68 * 3072);
     CHECK_EQ_INT(l.window_bytes, 68 * 3072 + 32 * 15360);
     /* The same windows in both classes cost what one window of every layer did. */
-    cw = (wk_kv_fmt){2, WK_KVQ_QUEST, 32, 4, 64, 4, 64};
+    cw = (wk_kv_fmt){2, WK_KVQ_QUEST, 32, 4, 64, 4, 64, 0, 0};
     CHECK_EQ_INT(wk_kv_layout_get(&g270, &cw, &l), WK_OK);
     CHECK_EQ_INT(l.window_bytes, 1253376);
     /* A model without sliding layers: their windows cost nothing and are not kept. */
-    cw = (wk_kv_fmt){2, WK_KVQ_QUEST, 32, 4, 64, 8, 8};
+    cw = (wk_kv_fmt){2, WK_KVQ_QUEST, 32, 4, 64, 8, 8, 0, 0};
     CHECK_EQ_INT(wk_kv_layout_get(&GEMMA270, &cw, &l), WK_OK);
     CHECK_EQ_INT(l.window_bytes, 1253376);
     CHECK_EQ_INT(l.win[1].sink + l.win[1].recent, 0);
@@ -212,24 +212,24 @@ static void test_layouts(void) {
     for (int k = 0; k < 3; k++)
         for (int b = 2; b <= 4; b++)
             for (int G = 16; G <= 256; G *= 2) {
-                wk_kv_fmt f = {b, kinds[k], G, 0, 0, 0, 0};
+                wk_kv_fmt f = {b, kinds[k], G, 0, 0, 0, 0, 0, 0};
                 CHECK_EQ_INT(wk_kv_layout_get(&GEMMA270, &f, &l), WK_OK);
                 CHECK_NEAR(l.block_bits_per_element, wk_kvq_bits_per_element(kinds[k], b, G), 1e-12);
                 CHECK_EQ_INT(l.slab_bytes, 16 * 256 / G * wk_kvq_group_bytes(kinds[k], b, G));
             }
 
     /* Refusals. */
-    wk_kv_fmt f16w = {16, WK_KVQ_QUEST, 0, 4, 0, 0, 0};
+    wk_kv_fmt f16w = {16, WK_KVQ_QUEST, 0, 4, 0, 0, 0, 0, 0};
     CHECK_EQ_INT(wk_kv_layout_get(&GEMMA270, &f16w, &l), WK_ERR_INVALID); /* windows on f16 */
-    f16w = (wk_kv_fmt){16, WK_KVQ_QUEST, 0, 0, 0, 0, 2};
+    f16w = (wk_kv_fmt){16, WK_KVQ_QUEST, 0, 0, 0, 0, 2, 0, 0};
     CHECK_EQ_INT(wk_kv_layout_get(&GEMMA270, &f16w, &l), WK_ERR_INVALID); /* the sliding layers' too */
     wk_kv_geom d48 = {.n_layer = 2, .n_head_kv = 1, .head_dim = 48, .block_tokens = 16};
     CHECK_EQ_INT(wk_kv_layout_get(&d48, &q2, &l), WK_ERR_INVALID); /* 48 % 32 */
     test_layer_groups();
     wk_kv_geom bt1 = {.n_layer = 2, .n_head_kv = 1, .head_dim = 256, .block_tokens = 1};
-    wk_kv_fmt q2g256 = {2, WK_KVQ_QUEST, 256, 0, 0, 0, 0};
+    wk_kv_fmt q2g256 = {2, WK_KVQ_QUEST, 256, 0, 0, 0, 0, 0, 0};
     CHECK_EQ_INT(wk_kv_layout_get(&bt1, &q2g256, &l), WK_ERR_INVALID); /* 64 + 2 bytes: not u32 words */
-    wk_kv_fmt bad = {5, WK_KVQ_QUEST, 32, 0, 0, 0, 0};
+    wk_kv_fmt bad = {5, WK_KVQ_QUEST, 32, 0, 0, 0, 0, 0, 0};
     CHECK_EQ_INT(wk_kv_layout_get(&GEMMA270, &bad, &l), WK_ERR_INVALID);
     /* Default block size. */
     wk_kv_geom g0 = {.n_layer = 18, .n_head_kv = 1, .head_dim = 256, .block_tokens = 0};
@@ -244,7 +244,7 @@ static void test_layouts(void) {
 static void test_two_classes(void) {
     const wk_kv_geom G6 = {.n_layer = 18, .n_head_kv = 1, .head_dim = 256, .block_tokens = 16, .group_layers = 3,
                            .swa_groups = 5, .swa_window = 512};
-    const wk_kv_fmt w2 = {2, WK_KVQ_QUEST, 32, 4, 64, 0, 0}, q4 = {4, WK_KVQ_QUEST, 32, 0, 0, 0, 0}, w4 = {4, WK_KVQ_QUEST, 32, 4, 64, 0, 0};
+    const wk_kv_fmt w2 = {2, WK_KVQ_QUEST, 32, 4, 64, 0, 0, 0, 0}, q4 = {4, WK_KVQ_QUEST, 32, 0, 0, 0, 0, 0, 0}, w4 = {4, WK_KVQ_QUEST, 32, 4, 64, 0, 0, 0, 0};
     wk_kv_layout l, l4, bad;
     CHECK_EQ_INT(wk_kv_layout_get(&G6, &w2, &l), WK_OK);
     CHECK_EQ_INT(wk_kv_layout_get(&G6, &q4, &l4), WK_OK);

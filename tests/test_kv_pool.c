@@ -31,7 +31,7 @@ static void test_create(void) {
     CHECK_EQ_INT(wk_kv_pool_create(&p, &pool), WK_ERR_INVALID); /* windows alone exceed the budget */
     /* From a layout: windows come out of the budget first. */
     wk_kv_layout l;
-    wk_kv_fmt w2 = {2, WK_KVQ_QUEST, 32, 4, 64, 0, 0};
+    wk_kv_fmt w2 = {2, WK_KVQ_QUEST, 32, 4, 64, 0, 0, 0, 0};
     CHECK_EQ_INT(wk_kv_layout_get(&GEMMA270, &w2, &l), WK_OK);
     wk_kv_pool_params_from_layout(&l, 256ull << 20, 8, &p);
     CHECK_EQ_INT(wk_kv_pool_create(&p, &pool), WK_OK);
@@ -277,7 +277,7 @@ static void test_share_cow(void) {
 static void test_windows(void) {
     /* Tiny geometry, real layout: 1 layer, 1 head, D 32, 2-bit QuEST G32, sink 2, recent 4. */
     wk_kv_geom g = {.n_layer = 1, .n_head_kv = 1, .head_dim = 32, .block_tokens = 4};
-    wk_kv_fmt f = {2, WK_KVQ_QUEST, 32, 2, 4, 0, 0};
+    wk_kv_fmt f = {2, WK_KVQ_QUEST, 32, 2, 4, 0, 0, 0, 0};
     wk_kv_layout l;
     CHECK_EQ_INT(wk_kv_layout_get(&g, &f, &l), WK_OK);
     CHECK_EQ_INT(l.slab_bytes, 4 * (8 + 2)); /* 4 tokens * (32*2/8 code bytes + one f16) */

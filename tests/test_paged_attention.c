@@ -51,7 +51,10 @@ enum { BT = 16, NL = 2, LAYER = 1, NSEQ = 2, MAXROWS = 1100, MAXPOS = 1040, NGRO
  * read, as is every other layer's part of a row). */
 static const int WIN_LAYERS[2] = {3, 2};
 typedef struct { int D, Hq, Hk, window; wk_kvq_kind kind; int bits, G; int len0, len1, from1, S, R, other_bits; bool spec;
-                 int cls, S2, R2; bool decode; } cfg;
+                 int cls, S2, R2; bool decode; int kbits, kbits0; } cfg;
+/* kbits: wide keys (engine/kv/kv_pool.h): the layer's keys in kbits while its values keep bits
+ * (0: bits); kbits0 the same for the block's other layer, which comes first and so moves the
+ * layer's slabs. spec with kbits: through the _wide pipelines specialised as the engine does. */
 
 /* The same case as a decode step: sequence 1 brings only its last position too. */
 static cfg as_decode(cfg c) {
@@ -65,7 +68,12 @@ static double run_case(wk_vk *vk, wk_pipelines *p, const cfg *c, uint32_t force_
     char err[WK_ERRMSG_LEN] = "";
     wk_kvq_block_layout lay = {.bytes = (size_t)BT * c->D * 2, .code_bytes_per_token = (size_t)c->D * 2};
     if (c->bits != 16 && !wk_kvq_block_layout_get(c->kind, c->bits, c->G, c->D, BT, &lay)) return -1;
-    const size_t slab = lay.bytes, block = 2 * NL * (size_t)c->Hk * slab;
+    /* The block: layer 0's key slabs (kbits0 wide or not), its value slabs, then the layer's. */
+    wk_kvq_block_layout klay = lay, k0lay = lay;
+    if (c->kbits && !wk_kvq_block_layout_get(c->kind, c->kbits, c->G, c->D, BT, &klay)) return -1;
+    if (c->kbits0 && !wk_kvq_block_layout_get(c->kind, c->kbits0, c->G, c->D, BT, &k0lay)) return -1;
+    const size_t slab = lay.bytes, k_off = (size_t)c->Hk * (k0lay.bytes + slab), v_off = k_off + (size_t)c->Hk * klay.bytes;
+    const size_t block = v_off + (size_t)c->Hk * slab;
     wk_kvq_block_layout other_lay = lay;
     if (c->other_bits && !wk_kvq_block_layout_get(c->kind, c->other_bits, c->G, c->D, BT, &other_lay)) return -1;
     const size_t other_block = 2 * NL * (size_t)c->Hk * other_lay.bytes;
@@ -113,8 +121,8 @@ static double run_case(wk_vk *vk, wk_pipelines *p, const cfg *c, uint32_t force_
                     V[at + i] = gauss();
                 }
                 uint32_t blk = tables[table_off[s] + (pos / BT) * NGROUPS + GROUP];
-                uint8_t *kslab = pool + blk * block + ((LAYER * 2 + 0) * (size_t)Hk + kh) * slab;
-                uint8_t *vslab = pool + blk * block + ((LAYER * 2 + 1) * (size_t)Hk + kh) * slab;
+                uint8_t *kslab = pool + blk * block + k_off + kh * klay.bytes;
+                uint8_t *vslab = pool + blk * block + v_off + kh * slab;
                 if (c->bits == 16) { /* the f16 slab: token pos % BT's D halves */
                     uint16_t *kh16 = (uint16_t *)kslab + (size_t)(pos % BT) * D, *vh16 = (uint16_t *)vslab + (size_t)(pos % BT) * D;
                     for (int i = 0; i < D; i++) {
@@ -123,9 +131,10 @@ static double run_case(wk_vk *vk, wk_pipelines *p, const cfg *c, uint32_t force_
                     }
                     continue;
                 }
-                wk_kvq_encode_token(c->kind, c->bits, c->G, WK_KVQ_RHO_K, D, BT, pos % BT, K + at, kslab);
+                const int kb = c->kbits ? c->kbits : c->bits;
+                wk_kvq_encode_token(c->kind, kb, c->G, WK_KVQ_RHO_K, D, BT, pos % BT, K + at, kslab);
                 wk_kvq_encode_token(c->kind, c->bits, c->G, WK_KVQ_RHO_V, D, BT, pos % BT, V + at, vslab);
-                wk_kvq_decode_token(c->kind, c->bits, c->G, D, BT, pos % BT, kslab, Kd + at);
+                wk_kvq_decode_token(c->kind, kb, c->G, D, BT, pos % BT, kslab, Kd + at);
                 wk_kvq_decode_token(c->kind, c->bits, c->G, D, BT, pos % BT, vslab, Vd + at);
             }
     /* The windows as earlier steps left them: sinks, and the ring of the R positions before each
@@ -212,19 +221,25 @@ static double run_case(wk_vk *vk, wk_pipelines *p, const cfg *c, uint32_t force_
             .block_tokens = BT, .slab_words = (uint32_t)(slab / 4), .block_words = (uint32_t)(block / 4),
             .params_words = (uint32_t)(lay.params_offset / 4), .code_words = (uint32_t)(lay.code_bytes_per_token / 4),
             .sink = (uint32_t)c->S, .recent = (uint32_t)c->R,
-            .f16_row_words = (uint32_t)(row_bytes / 4), .win_off = (uint32_t)(win_off / 4), .slab_layer = LAYER,
-            .table_stride = NGROUPS,
-            .table_col = GROUP};
+            .f16_row_words = (uint32_t)(row_bytes / 4), .win_off = (uint32_t)(win_off / 4),
+            .k_off = (uint32_t)(k_off / 4), .table_stride = NGROUPS, .table_col = GROUP, .v_off = (uint32_t)(v_off / 4),
+            .k_bits = c->kbits ? c->kbits : c->bits, .k_slab_words = (uint32_t)(klay.bytes / 4),
+            .k_params_words = (uint32_t)(klay.params_offset / 4),
+            .k_code_words = (uint32_t)(klay.code_bytes_per_token / 4)};
         rc = wk_vk_begin(vk, err, sizeof err);
         /* As forward.c records it (wk_attn_record): a step whose tiles hold at most
          * WK_ATTN_DECODE_ROWS rows (every sequence one token, at most 4 query heads per KV head)
          * runs the 4-row decode pipeline over all keys; others the bulk pass, and the window pass
          * when the layer has windows; then the reduce when there is more than one split. */
-        const bool sliding = c->other_bits || c->spec, decode = plan.tile_rows <= WK_ATTN_DECODE_ROWS;
+        const bool decode = plan.tile_rows <= WK_ATTN_DECODE_ROWS;
+        const wk_attn_set set = c->kbits && c->spec            ? WK_ATTN_SET_WIDE
+                                : c->kbits                     ? WK_ATTN_SET_MAIN
+                                : c->other_bits || c->spec     ? WK_ATTN_SET_SWA
+                                                               : WK_ATTN_SET_MAIN;
         if (c->decode) CHECK_EQ_INT(decode, c->Hq / c->Hk <= WK_ATTN_DECODE_ROWS);
         else CHECK(!decode);
         CHECK_EQ_INT(splits.win, !decode && c->S + c->R > 0);
-        rc = rc ? rc : wk_attn_record(vk, p, &plan, splits, sliding, (uint32_t)T, &pc, args, err, sizeof err);
+        rc = rc ? rc : wk_attn_record(vk, p, &plan, splits, set, (uint32_t)T, &pc, args, err, sizeof err);
         int rc2 = wk_vk_submit_wait(vk, err, sizeof err);
         CHECK_EQ_INT(rc, 0);
         CHECK_EQ_INT(rc2, 0);
@@ -321,7 +336,7 @@ int main(void) {
      * engine builds it; windowed and not, with a sliding window, split and not. */
     for (int bits = 2; bits <= 4; bits++) {
         const int other = bits == 2 ? 4 : 2;
-        CHECK_EQ_INT(wk_pipelines_specialize_kv(&vk, &p, true, WK_KVQ_QUEST, bits, 32, 256, err, sizeof err), 0);
+        CHECK_EQ_INT(wk_pipelines_specialize_kv(&vk, &p, WK_ATTN_SET_SWA, WK_KVQ_QUEST, bits, 0, 32, 256, err, sizeof err), 0);
         cfg w = {.D = 256, .Hq = 4, .Hk = 1, .window = 20, .kind = WK_KVQ_QUEST, .bits = bits, .G = 32, .from1 = 10,
                  .S = 4, .R = 8, .other_bits = other};
         cfg n = {.D = 256, .Hq = 4, .Hk = 1, .window = 0, .kind = WK_KVQ_QUEST, .bits = bits, .G = 32, .other_bits = other};
@@ -361,6 +376,31 @@ int main(void) {
                     CHECK(e >= 0 && e < 1e-5);
                 }
     }
+    /* Wide keys: the layer's keys wider than its values (and than the block's other layer's, or as
+     * wide), with and without windows and a sliding window, prefill and decode, split and not;
+     * through the pipeline that reads the formats from the push constants and through the _wide
+     * pipelines specialised to them (SC_BITS_K), as the engine runs them. */
+    for (int bits = 2; bits <= 3; bits++)
+        for (int kbits = bits + 1; kbits <= 4; kbits++)
+            for (int spec = 0; spec < 2; spec++) {
+                if (spec)
+                    CHECK_EQ_INT(wk_pipelines_specialize_kv(&vk, &p, WK_ATTN_SET_WIDE, WK_KVQ_QUEST, bits, kbits, 32, 256,
+                                                            err, sizeof err), 0);
+                for (int i = 0; i < 4; i++)
+                    for (uint32_t split = 0; split <= 3; split += 3) {
+                        cfg c = {.D = 256, .Hq = 4, .Hk = 1, .window = i % 2 ? 20 : 0, .kind = WK_KVQ_QUEST,
+                                 .bits = bits, .G = 32, .from1 = 10, .S = i < 2 ? 4 : 0, .R = i < 2 ? 8 : 0,
+                                 .spec = spec, .kbits = kbits, .kbits0 = split ? kbits : 0};
+                        if (i == 3) c = as_decode(c);
+                        double e = run_case(&vk, &p, &c, split);
+                        cases++;
+                        if (e > worst) worst = e;
+                        if (!(e >= 0 && e < 1e-5))
+                            fprintf(stderr, "wide keys int%d values int%d%s S%d R%d window %d split %u: rel err %.3g\n",
+                                    kbits, bits, spec ? " specialised" : "", c.S, c.R, c.window, split, e);
+                        CHECK(e >= 0 && e < 1e-5);
+                    }
+            }
     /* The f16 cache: every shape above without windows, unsplit and split, through the pipeline
      * that reads the format from the push constants and through one specialised to bits 16. */
     for (int spec = 0; spec < 2; spec++) {
@@ -374,7 +414,7 @@ int main(void) {
                 cfg c = i < 6 ? cs[i] : as_decode(cs[i - 6]);
                 c.bits = 16, c.spec = spec;
                 /* The specialised pipeline is made for one head size (a lane's chunks, constant 6). */
-                if (spec) CHECK_EQ_INT(wk_pipelines_specialize_kv(&vk, &p, true, 0, 16, 0, c.D, err, sizeof err), 0);
+                if (spec) CHECK_EQ_INT(wk_pipelines_specialize_kv(&vk, &p, WK_ATTN_SET_SWA, 0, 16, 0, 0, c.D, err, sizeof err), 0);
                 double e = run_case(&vk, &p, &c, split);
                 cases++;
                 if (e > worst) worst = e;

@@ -62,6 +62,13 @@ static inline double rel_err(const float *a, const float *b, size_t n) {
     return den > 0 ? num / den : num;
 }
 
+/* The worst rel_err over `rows` rows of `cols` values (logits of several positions). */
+static inline double rel_err_rows(const float *a, const float *b, size_t rows, size_t cols) {
+    double worst = 0;
+    for (size_t r = 0; r < rows; r++) worst = fmax(worst, rel_err(a + r * cols, b + r * cols, cols));
+    return worst;
+}
+
 /* A new empty file /tmp/wk_test_<name>_XXXXXX; its path into buf (cap bytes). */
 static inline void temp_path(char *buf, size_t cap, const char *name) {
     snprintf(buf, cap, "/tmp/wk_test_%s_XXXXXX", name);

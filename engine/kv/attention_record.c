@@ -1,7 +1,7 @@
 /* Records a layer's paged attention passes and their reduce (see attention_record.h). */
 #include "kv/attention_record.h"
 
-int wk_attn_record(wk_vk *vk, wk_pipelines *p, const wk_attn_plan *plan, wk_attn_splits splits, bool sliding,
+int wk_attn_record(wk_vk *vk, wk_pipelines *p, const wk_attn_plan *plan, wk_attn_splits splits, wk_attn_set set,
                    uint32_t T, wk_pc_attention_paged *pc, const wk_arg args[9], char *err, size_t errlen) {
     pc->n_tiles = plan->n_tiles;
     pc->head_rows = plan->head_rows;
@@ -9,12 +9,12 @@ int wk_attn_record(wk_vk *vk, wk_pipelines *p, const wk_attn_plan *plan, wk_attn
     /* Steps of one token per sequence take the 4-row decode pipelines: their registers hold just
      * their rows, and one body walks the bulk and the windows in loops of their own. */
     const bool decode = wk_attn_plan_decode(plan);
-    const wk_pipe_id main = decode ? (sliding ? WK_PIPE_ATTENTION_DECODE_SWA : WK_PIPE_ATTENTION_DECODE)
-                                   : (sliding ? WK_PIPE_ATTENTION_BULK_SWA : WK_PIPE_ATTENTION_BULK);
-    int rc = wk_dispatch(vk, p, main, args, pc, sizeof *pc, plan->n_tiles, plan->groups_y, splits.main, err, errlen);
+    const wk_attn_pipes pipes = wk_attn_pipes_of(set);
+    int rc = wk_dispatch(vk, p, decode ? pipes.decode : pipes.bulk, args, pc, sizeof *pc, plan->n_tiles,
+                         plan->groups_y, splits.main, err, errlen);
     if (!rc && splits.win)
-        rc = wk_dispatch(vk, p, sliding ? WK_PIPE_ATTENTION_WINDOWS_SWA : WK_PIPE_ATTENTION_WINDOWS, args, pc,
-                         sizeof *pc, plan->n_tiles, plan->groups_y, splits.win, err, errlen);
+        rc = wk_dispatch(vk, p, pipes.windows, args, pc, sizeof *pc, plan->n_tiles, plan->groups_y, splits.win, err,
+                         errlen);
     if (rc || pc->n_split == 1) return rc;
     wk_vk_barrier(vk);
     wk_pc_attention_reduce rp = {.head_dim = pc->head_dim, .n_head = pc->n_head, .n_tokens = T, .n_split = pc->n_split};

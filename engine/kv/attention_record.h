@@ -12,8 +12,9 @@
 
 /* args: attention_paged's nine bindings (q, rows, tables, pool, out, tiles, partials, k, v); pc:
  * its push constants, geometry and windows filled, n_tiles / head_rows / n_split set here from
- * plan and splits (wk_attn_plan_splits). sliding: the layer uses the sliding layers' own format. */
-int wk_attn_record(wk_vk *vk, wk_pipelines *p, const wk_attn_plan *plan, wk_attn_splits splits, bool sliding,
+ * plan and splits (wk_attn_plan_splits). set: the pipelines specialised for the layer's format
+ * (the sliding layers' own format, or wide keys). */
+int wk_attn_record(wk_vk *vk, wk_pipelines *p, const wk_attn_plan *plan, wk_attn_splits splits, wk_attn_set set,
                    uint32_t T, wk_pc_attention_paged *pc, const wk_arg args[9], char *err, size_t errlen);
 
 #endif

@@ -17,8 +17,24 @@ static uint64_t split_budget(uint64_t budget, uint64_t peak0, uint64_t peak1) {
     return budget / sum * peak1 + budget % sum * peak1 / sum;
 }
 
-int wk_kv_cache_create_paged(wk_vk *vk, wk_kv_cache *kv, const wk_hparams *hp, const wk_kv_fmt *fmt, int swa_bits,
-                             float rho_k, float rho_v, uint64_t budget, int n_slots, int max_ctx, int max_batch,
+/* Each layer's first key and value slab in its blocks (kv_pool.h "Wide keys"): in slot order,
+ * a layer's key slabs (wide or not) then its value slabs, in the layout of the layer's pool. */
+static void slab_offsets(wk_kv_cache *kv) {
+    const uint64_t hkv = (uint64_t)kv->n_head_kv;
+    for (int il = 0; il < kv->n_layer; il++) {
+        const bool own = wk_kv_cache_group_swa(kv, kv->group_of[il]);
+        const wk_kv_layout *l = own ? &kv->swa_layout : &kv->layout;
+        uint64_t at = 0;
+        for (int jl = 0; jl < kv->n_layer; jl++)
+            if (kv->group_of[jl] == kv->group_of[il] && kv->slot_of[jl] < kv->slot_of[il])
+                at += hkv * ((kv->key_wide[jl] ? l->key_slab_bytes : l->slab_bytes) + l->slab_bytes);
+        kv->k_word[il] = (uint32_t)(at / 4);
+        kv->v_word[il] = (uint32_t)((at + hkv * (kv->key_wide[il] ? l->key_slab_bytes : l->slab_bytes)) / 4);
+    }
+}
+
+int wk_kv_cache_create_paged(wk_vk *vk, wk_kv_cache *kv, const wk_hparams *hp, const wk_kv_fmt *fmt,
+                             const bool *wide_keys, int swa_bits, float rho_k, float rho_v, uint64_t budget, int n_slots, int max_ctx, int max_batch,
                              char *err, size_t errlen) {
     memset(kv, 0, sizeof *kv);
     kv->fmt = *fmt;
@@ -42,6 +58,22 @@ int wk_kv_cache_create_paged(wk_vk *vk, wk_kv_cache *kv, const wk_hparams *hp, c
      * release nothing, as before, but their blocks have their format). */
     wk_kv_layer_groups(hp->is_swa, hp->n_layer, hp->sliding_window, mixed ? INT32_MAX : max_ctx, kv->group_of,
                        kv->slot_of, &geom);
+    /* Wide keys: which layers, and the most any first-pool group has (its blocks' wide slabs). */
+    int wide_in_group[WK_MAX_LAYERS] = {0};
+    kv->fmt.key_wide_slots = 0;
+    const int swa_group0 = geom.swa_groups && mixed ? hp->n_layer / geom.group_layers - geom.swa_groups : INT32_MAX;
+    for (int il = 0; il < hp->n_layer && wide_keys && fmt->key_bits; il++) {
+        if (!wide_keys[il]) continue;
+        if (kv->group_of[il] >= swa_group0)
+            return snprintf(err, errlen, "wide keys in layer %d: the sliding-window layers have a KV format of their "
+                            "own (--kv-swa); wide keys are for the full-attention layers", il), WK_ERR_INVALID;
+        kv->key_wide[il] = true;
+        if (++wide_in_group[kv->group_of[il]] > kv->fmt.key_wide_slots) kv->fmt.key_wide_slots = wide_in_group[kv->group_of[il]];
+    }
+    if (!kv->fmt.key_wide_slots) kv->fmt.key_bits = 0;
+    if (fmt->key_bits && (fmt->bits == 16 || fmt->key_bits <= fmt->bits || !wk_kvq_valid(fmt->kind, fmt->key_bits, fmt->group)))
+        return snprintf(err, errlen, "wide keys of %d bits need a quantized cache of fewer bits (int%d) and a width of 3 or 4",
+                        fmt->key_bits, fmt->bits), WK_ERR_INVALID;
     if (fmt->bits == 16 && (swa_bits || hp->head_dim % 4))
         return snprintf(err, errlen, "the f16 KV cache has one format for every layer and needs head_dim %% 4 == 0 "
                         "(head_dim %d)", hp->head_dim), WK_ERR_INVALID;
@@ -144,6 +176,7 @@ int wk_kv_cache_create_paged(wk_vk *vk, wk_kv_cache *kv, const wk_hparams *hp, c
                            (uint64_t)kv->layout.swa_groups * kv->layout.swa_bytes_per_block) / bt;
     kv->rank_k = wk_kvq_percentile_rank(rho_k, fmt->group);
     kv->rank_v = wk_kvq_percentile_rank(rho_v, fmt->group);
+    slab_offsets(kv);
     return 0;
 }
 
@@ -165,13 +198,16 @@ uint64_t wk_kv_cache_step_read_bytes(const wk_kv_cache *kv, const wk_hparams *hp
     for (int il = 0; il < hp->n_layer; il++) {
         const uint64_t window = hp->is_swa[il] && hp->sliding_window > 0 ? (uint64_t)hp->sliding_window : 0;
         const uint64_t first = window && pos + 1 > window ? pos + 1 - window : 0;
-        uint64_t bytes = 0; /* one KV head's keys, as read */
+        uint64_t bytes = 0; /* one KV head's keys and values, as read */
         if (kv->fmt.bits == 16) {
-            bytes = (pos + 1 - first) * f16_key;
+            bytes = (pos + 1 - first) * f16_key * 2;
         } else {
             const bool own = wk_kv_cache_group_swa(kv, kv->group_of[il]);
             const wk_kvq_block_layout *q = own ? &kv->swa_layout.q : &kv->layout.q;
-            const uint64_t code = q->code_bytes_per_token + q->param_bytes_per_token;
+            const wk_kvq_block_layout *qk = kv->key_wide[il] ? &kv->layout.qk : q;
+            /* a key's codes and parameters plus a value's */
+            const uint64_t code = qk->code_bytes_per_token + qk->param_bytes_per_token + q->code_bytes_per_token +
+                                  q->param_bytes_per_token;
             const wk_kv_win *w = &kv->layout.win[kv->win_class_of[il]];
             const uint64_t sink = (uint64_t)w->sink, recent = (uint64_t)w->recent;
             if (sink + recent == 0) {
@@ -185,10 +221,10 @@ uint64_t wk_kv_cache_step_read_bytes(const wk_kv_cache *kv, const wk_hparams *hp
                 if (lo < first) lo = first;
                 if (lo < sink) lo = sink;
                 const uint64_t f16 = sinks + (lo < pos ? pos - lo : 0);
-                bytes = f16 * f16_key + (n - f16) * code;
+                bytes = f16 * f16_key * 2 + (n - f16) * code;
             }
         }
-        total += bytes * 2 * hkv * reads;
+        total += bytes * hkv * reads;
     }
     return total;
 }

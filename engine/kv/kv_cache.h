@@ -24,9 +24,14 @@ typedef struct wk_kv_cache {
     /* Window classes (layout.win): layer il's f16 window rows are class win_class_of[il]'s
      * (1: a sliding-window layer), its K and V the win_layer_of[il]-th layer's in each of that class's rows. */
     int win_class_of[WK_MAX_LAYERS], win_layer_of[WK_MAX_LAYERS];
+    /* Layer il's first key slab and first value slab in each of its blocks, in u32 words (its KV
+     * heads' slabs follow each); key_wide[il]: its keys are fmt.key_bits wide (layout.qk). */
+    uint32_t k_word[WK_MAX_LAYERS], v_word[WK_MAX_LAYERS];
+    bool key_wide[WK_MAX_LAYERS];
     int rank_k, rank_v;        /* percentile clip ranks (wk_kvq_percentile_rank) */
     /* QuEST's constant (wk_kvq_quest_c2) for fmt's layers and for swa_pool's; 0: unclipped. */
     float quest_c2, swa_quest_c2;
+    float key_quest_c2; /* the same for the wide keys (their own width, the same clip) */
     /* Per-layer-class formats (swa_pool non-NULL): the sliding groups' blocks are swa_fmt's
      * (swa_layout: the same groups, no windows) and come from swa_pool. Its blocks live in pool_buf
      * too, after the first pool's blocks and window slots, so one binding still reaches every
@@ -47,12 +52,14 @@ static inline bool wk_kv_cache_group_swa(const wk_kv_cache *kv, int g) {
 
 /* The cache: budget bytes of blocks (0: room for n_slots full contexts written in steps of up to
  * max_batch tokens). fmt->bits 16 is f16 (swa_bits 0, no windows, rho unused); 2/3/4 quantized,
- * rho_k, rho_v: percentile clip quantiles (that quantizer only).
+ * rho_k, rho_v: percentile clip quantiles (that quantizer only). Wide keys: fmt->key_bits for
+ * the layers with wide_keys[il] (NULL: none); they must be layers of the first pool (with a
+ * sliding-window format of their own, full-attention layers); fmt->key_wide_slots is computed.
  * swa_bits: the sliding-window layers' bits (0 or fmt->bits: one format, one pool); a different
  * value on a model with sliding layers makes the second pool, the budget split between the two in
  * proportion to a full-context sequence's peak in each, so they run out together. */
-int wk_kv_cache_create_paged(wk_vk *vk, wk_kv_cache *kv, const wk_hparams *hp, const wk_kv_fmt *fmt, int swa_bits,
-                             float rho_k, float rho_v, uint64_t budget, int n_slots, int max_ctx, int max_batch,
+int wk_kv_cache_create_paged(wk_vk *vk, wk_kv_cache *kv, const wk_hparams *hp, const wk_kv_fmt *fmt,
+                             const bool *wide_keys, int swa_bits, float rho_k, float rho_v, uint64_t budget, int n_slots, int max_ctx, int max_batch,
                              char *err, size_t errlen);
 void wk_kv_cache_destroy(wk_vk *vk, wk_kv_cache *kv);
 /* Bytes the attention of a one-token step at position pos (pos tokens already cached) reads from

@@ -93,6 +93,18 @@ int wk_kv_layout_get(const wk_kv_geom *g, const wk_kv_fmt *f, wk_kv_layout *out)
         w->offset = out->window_bytes;
         out->window_bytes += (uint64_t)(w->sink + w->recent) * w->row_bytes;
     }
+    if (f->key_bits) {
+        /* Wide keys: quantized formats only, more bits than the values, in at most every slot. */
+        if (f->bits == 16 || f->key_bits <= f->bits || f->key_wide_slots < 1 || f->key_wide_slots > gl ||
+            !wk_kvq_block_layout_get(f->kind, f->key_bits, f->group, g->head_dim, bt, &out->qk) || out->qk.bytes % 4) {
+            memset(out, 0, sizeof *out);
+            return WK_ERR_INVALID;
+        }
+        out->key_bits = f->key_bits;
+        out->key_wide_slots = f->key_wide_slots;
+        out->key_slab_bytes = out->qk.bytes;
+        out->bytes_per_block += (uint64_t)f->key_wide_slots * (uint64_t)g->n_head_kv * (out->qk.bytes - slab);
+    }
     out->block_bits_per_element = (double)slab * 8.0 / ((double)bt * (double)D);
     out->swa_bytes_per_block = out->bytes_per_block;
     return WK_OK;
@@ -101,7 +113,7 @@ int wk_kv_layout_get(const wk_kv_geom *g, const wk_kv_fmt *f, wk_kv_layout *out)
 int wk_kv_layout_set_swa(wk_kv_layout *l, const wk_kv_layout *swa) {
     if (l->swa_groups <= 0 || swa->window_bytes != 0 || swa->block_tokens != l->block_tokens ||
         swa->n_groups != l->n_groups || swa->group_layers != l->group_layers || swa->swa_groups != l->swa_groups ||
-        swa->swa_window != l->swa_window || swa->elements_per_token != l->elements_per_token)
+        swa->swa_window != l->swa_window || swa->elements_per_token != l->elements_per_token || swa->key_bits)
         return WK_ERR_INVALID;
     l->swa_bytes_per_block = swa->bytes_per_block;
     l->swa_pool = true;

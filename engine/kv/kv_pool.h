@@ -9,7 +9,9 @@
  *   block b at byte b * bytes_per_block; window slot w at n_blocks * bytes_per_block + w * window_bytes.
  *
  * Inside a block (wk_kv_layout): block_tokens tokens of every layer and KV head, as slabs
- *   slab index ((layer * 2 + kv) * n_head_kv + head), kv = 0 keys, 1 values, each slab_bytes long;
+ *   slab index ((layer * 2 + kv) * n_head_kv + head), kv = 0 keys, 1 values, each slab_bytes long
+ *   (wide keys, wk_kv_fmt: a wide layer's key slabs are key_slab_bytes, so the slabs after them
+ *   move; each layer's first key and value slab are kv_cache.h's k_word / v_word);
  *   f16 slab:   token t, element i at byte (t * head_dim + i) * 2;
  *   quantized:  the kv_quant.h block layout of block_tokens tokens (codes, then f16 params).
  * Grouping by layer keeps one layer's K and V of a block contiguous, which is what one attention
@@ -138,6 +140,12 @@ typedef struct wk_kv_fmt {
     int group;        /* G (bits < 16 only) */
     int sink, recent; /* f16 window tokens of the full-attention layers, 0 = off (bits < 16 only) */
     int swa_sink, swa_recent; /* the same for the sliding-window layers (geom swa_layers) */
+    /* Wide keys: in some layers the keys take key_bits (> bits) while the values keep bits, the
+     * quantizer and group staying the same. A block then holds, per KV head, key_wide_slots key
+     * slabs of key_slab_bytes (the most wide layers any of the pool's groups has; a group with
+     * fewer leaves the rest unused), and a layer's slabs lie at per-layer offsets (kv_cache.h
+     * k_word/v_word): in slot order, each layer's key slabs then its value slabs. 0, 0: none. */
+    int key_bits, key_wide_slots;
 } wk_kv_fmt;
 
 /* The f16 windows of one layer class (0: full-attention layers, 1: sliding-window layers). A
@@ -155,13 +163,18 @@ typedef struct wk_kv_layout {
     int n_groups, group_layers;   /* n_groups * group_layers = n_layer */
     int swa_groups, swa_window;   /* the last swa_groups groups slide (window in tokens); 0: none */
     uint64_t slab_bytes;          /* one (layer, K|V, head) slab of block_tokens tokens */
-    uint64_t bytes_per_block;     /* one pool block: 2 * group_layers * n_head_kv * slab_bytes */
+    uint64_t bytes_per_block;     /* one pool block: 2 * group_layers * n_head_kv * slab_bytes, plus
+                                   * key_wide_slots * n_head_kv * (key_slab_bytes - slab_bytes) */
     uint64_t elements_per_token;  /* 2 * n_layer * n_head_kv * head_dim (K and V) */
     uint64_t f16_row_bytes;       /* one token of every layer, K and V, f16: elements_per_token * 2 */
     uint64_t window_bytes;        /* the window slot, per sequence: both classes' regions */
     wk_kv_win win[2];             /* per layer class (0 full-attention, 1 sliding), wk_kv_win */
     double block_bits_per_element; /* codes + scales + zeros, no windows: slab_bytes*8/(bt*D) */
     wk_kvq_block_layout q;        /* the kv_quant.h slab layout (quantized formats; zero for f16) */
+    /* Wide keys (wk_kv_fmt key_bits): their slab layout and bytes; key_bits 0: none. */
+    int key_bits, key_wide_slots;
+    wk_kvq_block_layout qk;
+    uint64_t key_slab_bytes;
     /* Per-layer-class formats (wk_kv_layout_set_swa): the sliding groups' blocks are
      * swa_bytes_per_block each and, when swa_pool, come from a second pool of their own. Uniform
      * format: swa_bytes_per_block == bytes_per_block, swa_pool false. Every size below counts
@@ -190,7 +203,7 @@ int wk_kv_layout_get(const wk_kv_geom *g, const wk_kv_fmt *f, wk_kv_layout *out)
 /* Per-layer-class formats: l (the full-attention layers' format, which also holds the f16
  * windows) takes its sliding groups' blocks from swa, the same geometry in the sliding layers'
  * format without windows, kept in a pool of their own. WK_ERR_INVALID unless both layouts have the
- * same groups and block_tokens, l has sliding groups and swa no windows. */
+ * same groups and block_tokens, l has sliding groups and swa no windows and no wide keys. */
 int wk_kv_layout_set_swa(wk_kv_layout *l, const wk_kv_layout *swa);
 /* What one sequence of n_tokens would hold if every layer kept every token: ceil(n/bt) blocks of
  * each group + its window slot. The format's cost, which bits_per_element and bytes_per_token

@@ -19,6 +19,7 @@ void wk_kv_xform_free(wk_kv_xform *x) {
     free(x->kq);
     free(x->v_t);
     free(x->v_tinv);
+    free(x->key_err);
     memset(x, 0, sizeof *x);
 }
 
@@ -87,7 +88,36 @@ int wk_kv_xform_load(wk_kv_xform *x, wk_xform_kind kind, const char *path, const
             if (!rc) rc = wk_wush_sidecar_read(sc, il, h, WK_WUSH_V_T, per, NULL, x->v_t + at * per, err, errlen);
             if (!rc) rc = wk_wush_sidecar_read(sc, il, h, WK_WUSH_V_TINV, per, NULL, x->v_tinv + at * per, err, errlen);
         }
+    /* Optional: sidecars made before 2026-12-04 lack it. */
+    const wk_gguf_kv *ke = rc ? NULL : wk_gguf_find(sc, WK_WUSH_KEY_KEY_ERR);
+    const size_t n_err = (size_t)hp->n_layer * hp->n_head_kv;
+    if (ke && ke->type == WK_GGUF_ARRAY && ke->arr_type == WK_GGUF_FLOAT32 && ke->arr_count == n_err) {
+        x->key_err = malloc(n_err * sizeof *x->key_err);
+        if (!x->key_err) rc = WK_ERR_NOMEM, snprintf(err, errlen, "out of memory");
+        else memcpy(x->key_err, ke->arr_data, n_err * sizeof *x->key_err);
+    }
     wk_gguf_close(sc);
     if (rc) wk_kv_xform_free(x);
     return rc;
+}
+
+int wk_kv_xform_wide_keys(const wk_kv_xform *x, const wk_hparams *hp, bool *wide, char *err, size_t errlen) {
+    if (x->kind != WK_XFORM_WUSH) return WK_OK; /* no sidecar to rank by: none */
+    if (!x->key_err)
+        return snprintf(err, errlen, "the WUSH sidecar has no predicted key error (made before 2026-12-04): make it "
+                        "again with wushkv calibrate, or name the layers (--kv-wide-keys) or none"), WK_ERR_INVALID;
+    int n_full = 0;
+    for (int il = 0; il < hp->n_layer; il++) n_full += hp->is_swa[il] && hp->sliding_window > 0 ? 0 : 1;
+    for (int k = 0; k < (n_full + 2) / 3; k++) {
+        int best = -1;
+        double best_err = -1;
+        for (int il = 0; il < hp->n_layer; il++) {
+            if (wide[il] || (hp->is_swa[il] && hp->sliding_window > 0)) continue;
+            double e = 0;
+            for (int h = 0; h < hp->n_head_kv; h++) e += x->key_err[il * hp->n_head_kv + h];
+            if (e > best_err) best = il, best_err = e;
+        }
+        if (best >= 0) wide[best] = true;
+    }
+    return WK_OK;
 }

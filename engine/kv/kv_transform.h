@@ -23,6 +23,9 @@ typedef struct wk_kv_xform {
     float *kq;
     /* [layer][kv_head][D/B][B][B], f64: T_V and T_V^-1 for the weight fold */
     double *v_t, *v_tinv;
+    /* [layer][kv_head]: the sidecar's predicted key error (wk_calib_head.key_err); NULL when it has
+     * none (a Hadamard transform, or a sidecar made before it existed) */
+    float *key_err;
 } wk_kv_xform;
 
 /* kind WUSH reads `path` (checked against the model); HADAMARD builds signs from `seed` with
@@ -30,6 +33,10 @@ typedef struct wk_kv_xform {
 int wk_kv_xform_load(wk_kv_xform *x, wk_xform_kind kind, const char *path, const wk_gguf *model,
                      const wk_hparams *hp, int block, uint64_t seed, char *err, size_t errlen);
 void wk_kv_xform_free(wk_kv_xform *x);
+/* The default format's wide keys (wk_engine_params.kv_wide_keys_auto): sets wide[il] for one
+ * full-attention layer in three, at least one, those with the largest key_err summed over their KV
+ * heads. A transform that is not WUSH sets none; a WUSH sidecar without key_err is an error. */
+int wk_kv_xform_wide_keys(const wk_kv_xform *x, const wk_hparams *hp, bool *wide, char *err, size_t errlen);
 /* Bytes of one layer's slice of kq. */
 size_t wk_kv_xform_layer_bytes(const wk_kv_xform *x);
 

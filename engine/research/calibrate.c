@@ -49,6 +49,15 @@ int wk_wush_sidecar_check_file(const char *model_path, const char *path, int *bl
     return rc;
 }
 
+bool wk_wush_sidecar_has_key_err(const char *path) {
+    char gerr[WK_ERRMSG_LEN];
+    wk_gguf *sc = wk_gguf_open(path, gerr, sizeof gerr);
+    const wk_gguf_kv *kv = sc ? wk_gguf_find(sc, WK_WUSH_KEY_KEY_ERR) : NULL;
+    const bool has = kv && kv->type == WK_GGUF_ARRAY && kv->arr_type == WK_GGUF_FLOAT32;
+    wk_gguf_close(sc);
+    return has;
+}
+
 _Static_assert(WK_FINGERPRINT_LEN == WK_MODEL_FINGERPRINT_LEN, "one fingerprint size");
 
 int wk_model_fingerprint_file(const char *model_path, char out[WK_FINGERPRINT_LEN], char *err, size_t errlen) {
@@ -81,6 +90,10 @@ static const char *const v_moments_name[N_VM] = {"plain", "mass", "mass2"};
 typedef struct head_acc {
     wk_moments gk, gq, gv[N_VM];
     double sink_mass, total_mass;
+    /* sum over queries of sum_j p_j^2 |v_j - o|^2 (the output's sensitivity to iid score noise)
+     * and of |o|^2, and the queries counted */
+    double out_sens, out_energy;
+    uint64_t n_queries;
 } head_acc;
 
 struct wk_calib {
@@ -176,6 +189,8 @@ static float dot8(const float *a, const float *b, int n) {
     return ((s[0] + s[4]) + (s[1] + s[5])) + ((s[2] + s[6]) + (s[3] + s[7]));
 }
 
+enum { OUT_MAX_D = 1024 }; /* head sizes the output sensitivity is measured for */
+
 typedef struct job {
     wk_calib *c;
     const wk_capture *cap;
@@ -217,6 +232,27 @@ static void accumulate_layer(wk_calib *c, const wk_capture *cap, int il, double 
                     double pr = score[j] / sum;
                     mass[j] += pr;
                     mass2[j] += pr * pr;
+                }
+                /* Linearised, iid noise e_j of variance s^2 on the scores moves the output by
+                 * sum_j p_j e_j (v_j - o): E|do|^2 = s^2 sum_j p_j^2 |v_j - o|^2. */
+                if (D <= OUT_MAX_D) {
+                    double o[OUT_MAX_D] = {0}, oo = 0, sens = 0;
+                    for (int j = j0; j <= i; j++) {
+                        const float *v = V + ((size_t)j * Hk + g) * D;
+                        const double pr = score[j] / sum;
+                        for (int d = 0; d < D; d++) o[d] += pr * v[d];
+                    }
+                    for (int d = 0; d < D; d++) oo += o[d] * o[d];
+                    for (int j = j0; j <= i; j++) {
+                        const float *v = V + ((size_t)j * Hk + g) * D;
+                        const double pr = score[j] / sum;
+                        double e = 0;
+                        for (int d = 0; d < D; d++) e += (v[d] - o[d]) * (v[d] - o[d]);
+                        sens += pr * pr * e;
+                    }
+                    a->out_sens += sens;
+                    a->out_energy += oo;
+                    a->n_queries++;
                 }
             }
         for (int j = 0; j < n; j++) {
@@ -311,8 +347,10 @@ int wk_calib_finish(wk_calib *c, const char *out_path, wk_calib_report *report, 
     double *m = malloc(10 * nb * sizeof *m);
     float *f32 = malloc(nb * sizeof *f32);
     float *gain_k = malloc((size_t)L * Hk * sizeof *gain_k), *gain_v = malloc((size_t)L * Hk * sizeof *gain_v);
+    float *err_k = malloc((size_t)L * Hk * sizeof *err_k);
+    wk_wush_block_info *binfo = malloc((size_t)(D / B) * sizeof *binfo);
     wk_moments gwo = {0};
-    if (!w || !wo || !m || !f32 || !gain_k || !gain_v || wk_moments_init(&gwo, D, B)) {
+    if (!w || !wo || !m || !f32 || !gain_k || !gain_v || !err_k || !binfo || wk_moments_init(&gwo, D, B)) {
         rc = wk_fail(err, errlen, WK_ERR_NOMEM, "out of memory");
         goto out;
     }
@@ -358,7 +396,15 @@ int wk_calib_finish(wk_calib *c, const char *out_path, wk_calib_report *report, 
             }
             *hd = (wk_calib_head){.layer = il, .kv_head = g, .swa = c->hp->is_swa[il],
                                   .sink_mass = a->total_mass > 0 ? a->sink_mass / a->total_mass : 0};
-            rc = wk_wush_blockdiag(D, B, gq, gk, WK_WUSH_DAMP, tk, tk_inv_t, NULL, &hd->gain_k, werr);
+            rc = wk_wush_blockdiag(D, B, gq, gk, WK_WUSH_DAMP, tk, tk_inv_t, binfo, &hd->gain_k, werr);
+            /* The key code's predicted harm (wk_calib_head.key_err): the variance of a score's error
+             * per unit relative key noise after T_K (both transformed moments of block k have trace
+             * sum s_k: sum_k (sum s_k)^2 / B, times the score scale squared), times the output's
+             * sensitivity to iid score noise, over the output's energy. */
+            double score_var = 0;
+            for (int k = 0; !rc && k < D / B; k++) score_var += binfo[k].sum_s * binfo[k].sum_s / B;
+            const double scale = c->hp->attn_scale;
+            hd->key_err = a->out_energy > 0 ? score_var * scale * scale * a->out_sens / a->out_energy : 0;
             if (!rc) rc = wk_wush_blockdiag(D, B, gw, gv[c->v_moments], WK_WUSH_DAMP, tv, tv_inv_t, NULL, &hd->gain_v, werr);
             for (int v = 0; v < N_VM && !rc; v++)
                 rc = wk_wush_predicted_gain(D, B, gw, gv[v], WK_WUSH_DAMP, &hd->gain_v_by[v], werr);
@@ -368,6 +414,7 @@ int wk_calib_finish(wk_calib *c, const char *out_path, wk_calib_report *report, 
             }
             gain_k[il * Hk + g] = (float)hd->gain_k;
             gain_v[il * Hk + g] = (float)hd->gain_v;
+            err_k[il * Hk + g] = (float)hd->key_err;
             const struct { wk_wush_tensor which; const double *src; bool transpose; } out[] = {
                 {WK_WUSH_K_T, tk, false}, {WK_WUSH_K_TINV_T, tk_inv_t, false},
                 {WK_WUSH_V_T, tv, false}, {WK_WUSH_V_TINV, tv_inv_t, true}, /* (T^-T)^T = T^-1 */
@@ -383,6 +430,7 @@ int wk_calib_finish(wk_calib *c, const char *out_path, wk_calib_report *report, 
     if (rc) goto out;
     wk_gw_kv_arr_f32(w, WK_WUSH_KEY_GAIN_K, gain_k, (size_t)L * Hk);
     wk_gw_kv_arr_f32(w, WK_WUSH_KEY_GAIN_V, gain_v, (size_t)L * Hk);
+    wk_gw_kv_arr_f32(w, WK_WUSH_KEY_KEY_ERR, err_k, (size_t)L * Hk);
     size_t size;
     uint8_t *bytes = wk_gw_bytes(w, &size);
     if (!bytes) {
@@ -405,5 +453,7 @@ out:
     free(f32);
     free(gain_k);
     free(gain_v);
+    free(err_k);
+    free(binfo);
     return rc;
 }

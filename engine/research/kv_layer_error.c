@@ -34,6 +34,10 @@ typedef struct fmt_state {
     /* QuEST's constant (wk_kvq_quest_c2) of the bits layers and of sliding layers of their own
      * swa_bits: as the engine's kv cache, the clip is the main width's */
     float quest_c2, swa_quest_c2;
+    /* Wide keys: layer il's keys in key_bits (key_quest_c2) when wide[il] */
+    int key_bits;
+    float key_quest_c2;
+    bool wide[256];
     wk_kv_xform x;
 } fmt_state;
 
@@ -347,7 +351,8 @@ static void prep_q_item(layer_ctx *c, int t, double *scratch) {
     if (fs->quantize)
         for (int g = 0; g < Hk; g++) {
             const size_t row = ((size_t)t * Hk + g) * D;
-            quant_row(fs, bits, fs->rho_k, c2, D, c->kt + row, c->kq + row);
+            const bool wide = fs->key_bits && fs->wide[c->il];
+            quant_row(fs, wide ? fs->key_bits : bits, fs->rho_k, wide ? fs->key_quest_c2 : c2, D, c->kt + row, c->kq + row);
             quant_row(fs, bits, fs->rho_v, c2, D, c->vt + row, c->vq + row);
         }
     if (c->ktq != c->ktr) transpose_token(c, c->kq, c->ktq, t);
@@ -394,9 +399,24 @@ static int load_format(const wk_engine *e, const wk_kv_error_format *f, fmt_stat
     fs->rho_v = f->rho_v > 0 ? f->rho_v : WK_KVQ_RHO_V;
     if (fs->quantize)
         wk_kvq_clip_constants(f->bits, f->swa_bits && f->swa_bits != f->bits, f->clip, &fs->quest_c2, &fs->swa_quest_c2);
-    return wk_kv_xform_load(&fs->x, (wk_xform_kind)f->transform, f->wush_path, wk_engine_gguf(e),
-                            &wk_engine_desc(e)->hp, fs->G, f->transform_seed ? f->transform_seed : WK_KV_TRANSFORM_SEED_DEFAULT, err,
-                            errlen);
+    int rc = wk_kv_xform_load(&fs->x, (wk_xform_kind)f->transform, f->wush_path, wk_engine_gguf(e),
+                              &wk_engine_desc(e)->hp, fs->G, f->transform_seed ? f->transform_seed : WK_KV_TRANSFORM_SEED_DEFAULT,
+                              err, errlen);
+    if (rc) return rc;
+    /* Wide keys, as the engine's cache: the layers named, or those it would choose itself; the
+     * format's clip at their own width. */
+    const int key_bits = f->key_bits;
+    for (int il = 0; fs->quantize && key_bits && !f->wide_keys_auto && il < 256; il++)
+        fs->wide[il] = f->wide_keys[il / 64] >> (il % 64) & 1;
+    if (fs->quantize && key_bits && f->wide_keys_auto) rc = wk_kv_xform_wide_keys(&fs->x, &wk_engine_desc(e)->hp, fs->wide, err, errlen);
+    if (rc) return rc;
+    if (fs->quantize && key_bits) {
+        if (!wk_kvq_valid(fs->kind, key_bits, fs->G) || key_bits <= f->bits)
+            return wk_fail(err, errlen, WK_ERR_INVALID, "wide keys of %d bits for a cache of %d bits", key_bits, f->bits);
+        fs->key_bits = key_bits;
+        fs->key_quest_c2 = fs->quest_c2 > 0 ? wk_kvq_quest_c2(key_bits, f->clip) : 0;
+    }
+    return WK_OK;
 }
 
 static double ratio(const double *num, const double *den, int n) {

@@ -94,9 +94,13 @@ typedef struct { WK_PC_GLU(WK_PC_MEMBER, ) } wk_pc_glu;
     /* f16 windows of the layer's class (engine/kv/kv_pool.h wk_kv_win): its region starts          \
      * win_off words into the slot, a row is f16_row_words, the layer the win_layer-th of the class */ \
     X(s, uint32_t, sink) X(s, uint32_t, recent) X(s, uint32_t, f16_row_words) X(s, uint32_t, win_off) \
-    /* Layer groups (engine/kv/kv_pool.h): the layer's slabs are slab_layer's in its blocks, and       \
-     * block i of a sequence is table entry i * table_stride + table_col. */                          \
-    X(s, uint32_t, slab_layer) X(s, uint32_t, table_stride) X(s, uint32_t, table_col)
+    /* Layer groups (engine/kv/kv_pool.h): the layer's first key slab is k_off words into its blocks, \
+     * and block i of a sequence is table entry i * table_stride + table_col. */                      \
+    X(s, uint32_t, k_off) X(s, uint32_t, table_stride) X(s, uint32_t, table_col)                     \
+    /* bits, slab_words, params_words, code_words are the values'; the keys' (wide keys, kv_pool.h:  \
+     * more bits than the values in some layers) are these, their first value slab at v_off. */      \
+    X(s, uint32_t, v_off) X(s, int32_t, k_bits) X(s, uint32_t, k_slab_words) X(s, uint32_t, k_params_words) \
+    X(s, uint32_t, k_code_words)
 typedef struct { WK_PC_ATTENTION_PAGED(WK_PC_MEMBER, ) } wk_pc_attention_paged;
 
 /* kv_store_window: token t's row is dest[dest_base + t] (the step's rows of the layer's window
@@ -110,13 +114,16 @@ typedef struct { WK_PC_KV_STORE_WINDOW(WK_PC_MEMBER, ) } wk_pc_kv_store_window;
 typedef struct { WK_PC_ATTENTION_REDUCE(WK_PC_MEMBER, ) } wk_pc_attention_reduce;
 
 #define WK_PC_KV_STORE_QUANT(X, s)                                                                      \
-    X(s, uint32_t, head_dim) X(s, uint32_t, n_head_kv) X(s, uint32_t, n_tokens) X(s, uint32_t, slab_layer) \
+    X(s, uint32_t, head_dim) X(s, uint32_t, n_head_kv) X(s, uint32_t, n_tokens) X(s, uint32_t, k_off)   \
     X(s, int32_t, kind) X(s, int32_t, bits) X(s, int32_t, group) X(s, int32_t, rank_k) X(s, int32_t, rank_v) \
     X(s, uint32_t, block_tokens) X(s, uint32_t, slab_words) X(s, uint32_t, block_words)                 \
     X(s, uint32_t, params_words) X(s, uint32_t, code_words)                                             \
     X(s, uint32_t, table_stride) X(s, uint32_t, table_col) /* as in wk_pc_attention_paged */          \
     X(s, uint32_t, win_store) X(s, uint32_t, win_layer) X(s, uint32_t, dest_base) /* as kv_store_window's */ \
-    X(s, float, quest_c2) /* wk_kvq_quest_c2(bits, the layer class's clip); 0: unclipped */
+    X(s, float, quest_c2) /* wk_kvq_quest_c2(bits, the layer class's clip); 0: unclipped */         \
+    /* the keys' format and first value slab, as in wk_pc_attention_paged; k_quest_c2 the keys' */    \
+    X(s, uint32_t, v_off) X(s, int32_t, k_bits) X(s, uint32_t, k_slab_words) X(s, uint32_t, k_params_words) \
+    X(s, uint32_t, k_code_words) X(s, float, k_quest_c2)
 typedef struct { WK_PC_KV_STORE_QUANT(WK_PC_MEMBER, ) } wk_pc_kv_store_quant;
 
 #define WK_PC_KV_TRANSFORM(X, s)                                                                    \

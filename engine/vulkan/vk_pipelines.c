@@ -61,6 +61,9 @@ static const pipe_spec specs[WK_PIPE_COUNT] = {
     [WK_PIPE_ATTENTION_WINDOWS_SWA] = {"attention_windows_swa", SPV(wk_spv_attention_paged), "SSSTSSSTT", sizeof(wk_pc_attention_paged), true},
     [WK_PIPE_ATTENTION_DECODE] = {"attention_decode", SPV(wk_spv_attention_paged), "SSSTSSSTT", sizeof(wk_pc_attention_paged), true},
     [WK_PIPE_ATTENTION_DECODE_SWA] = {"attention_decode_swa", SPV(wk_spv_attention_paged), "SSSTSSSTT", sizeof(wk_pc_attention_paged), true},
+    [WK_PIPE_ATTENTION_BULK_WIDE] = {"attention_bulk_wide", SPV(wk_spv_attention_paged), "SSSTSSSTT", sizeof(wk_pc_attention_paged), true},
+    [WK_PIPE_ATTENTION_WINDOWS_WIDE] = {"attention_windows_wide", SPV(wk_spv_attention_paged), "SSSTSSSTT", sizeof(wk_pc_attention_paged), true},
+    [WK_PIPE_ATTENTION_DECODE_WIDE] = {"attention_decode_wide", SPV(wk_spv_attention_paged), "SSSTSSSTT", sizeof(wk_pc_attention_paged), true},
     [WK_PIPE_KV_STORE_WINDOW] = {"kv_store_window", SPV(wk_spv_kv_store_window), "SSSI", sizeof(wk_pc_kv_store_window), false},
     [WK_PIPE_ATTENTION_REDUCE] = {"attention_reduce", SPV(wk_spv_attention_reduce), "SS", sizeof(wk_pc_attention_reduce), true},
     [WK_PIPE_KV_STORE_QUANT] = {"kv_store_quant", SPV(wk_spv_kv_store_quant), "SSSSIS", sizeof(wk_pc_kv_store_quant), false},
@@ -73,14 +76,18 @@ static const pipe_spec specs[WK_PIPE_COUNT] = {
 
 /* The attention's rows per query tile (constant 5) for the decode pipelines; 0 leaves the shader's. */
 static uint32_t tile_rows_of(wk_pipe_id id) {
-    return id == WK_PIPE_ATTENTION_DECODE || id == WK_PIPE_ATTENTION_DECODE_SWA ? WK_ATTN_DECODE_ROWS : 0;
+    return id == WK_PIPE_ATTENTION_DECODE || id == WK_PIPE_ATTENTION_DECODE_SWA || id == WK_PIPE_ATTENTION_DECODE_WIDE
+               ? WK_ATTN_DECODE_ROWS
+               : 0;
 }
 
 /* The attention's pass (constant 7): 1 the bulk, 2 the windows; 0 (all keys) for the decode pipelines. */
 static uint32_t attn_pass_of(wk_pipe_id id) {
-    return id == WK_PIPE_ATTENTION_BULK || id == WK_PIPE_ATTENTION_BULK_SWA           ? 1
-           : id == WK_PIPE_ATTENTION_WINDOWS || id == WK_PIPE_ATTENTION_WINDOWS_SWA ? 2
-                                                                                    : 0;
+    return id == WK_PIPE_ATTENTION_BULK || id == WK_PIPE_ATTENTION_BULK_SWA || id == WK_PIPE_ATTENTION_BULK_WIDE ? 1
+           : id == WK_PIPE_ATTENTION_WINDOWS || id == WK_PIPE_ATTENTION_WINDOWS_SWA ||
+                   id == WK_PIPE_ATTENTION_WINDOWS_WIDE
+               ? 2
+               : 0;
 }
 
 const char *wk_pipe_name(wk_pipe_id id) { return id < WK_PIPE_COUNT ? specs[id].name : "?"; }
@@ -95,11 +102,11 @@ const char *wk_pipe_name(wk_pipe_id id) { return id < WK_PIPE_COUNT ? specs[id].
     } while (0)
 
 /* The pipeline of `id` on its existing layout. Specialisation constants: 0 the workgroup size
- * (subgroup_wg), 1 matvec rows, 5 the attention tile rows (tile_rows_of), 7 its pass (attn_pass_of), 2..4 and 6 `extra`,
- * what a shader specialises on (attention_paged: the KV format's kind, bits, group and a lane's
- * chunks of a head; kv_transform: its block and tokens a workgroup); NULL leaves the shader's defaults,
+ * (subgroup_wg), 1 matvec rows, 5 the attention tile rows (tile_rows_of), 7 its pass (attn_pass_of), 2..4, 6 and 8 `extra`,
+ * what a shader specialises on (attention_paged: the KV format's kind, bits, group, a lane's
+ * chunks of a head and the wide keys' bits; kv_transform: its block and tokens a workgroup); NULL leaves the shader's defaults,
  * which read those from the push constants. Constants a shader does not declare are ignored. */
-static int create_pipeline(wk_vk *vk, wk_pipelines *p, wk_pipe_id id, const int32_t extra[4], char *err,
+static int create_pipeline(wk_vk *vk, wk_pipelines *p, wk_pipe_id id, const int32_t extra[5], char *err,
                            size_t errlen) {
     const pipe_spec *spec = &specs[id];
     /* A workgroup the device cannot run is refused here: drivers need not refuse it themselves
@@ -124,7 +131,7 @@ static int create_pipeline(wk_vk *vk, wk_pipelines *p, wk_pipe_id id, const int3
     (entries[n] = (VkSpecializationMapEntry){(constant_id), n * 4, 4}, spec_data[n++] = (uint32_t)(value))
     SPEC(0, vk->subgroup_size);
     SPEC(1, p->matvec_rows);
-    if (extra) SPEC(2, extra[0]), SPEC(3, extra[1]), SPEC(4, extra[2]), SPEC(6, extra[3]);
+    if (extra) SPEC(2, extra[0]), SPEC(3, extra[1]), SPEC(4, extra[2]), SPEC(6, extra[3]), SPEC(8, extra[4]);
     const uint32_t tile_rows = tile_rows_of(id);
     if (tile_rows) SPEC(5, tile_rows);
     const uint32_t pass = attn_pass_of(id);
@@ -146,7 +153,7 @@ static int create_pipeline(wk_vk *vk, wk_pipelines *p, wk_pipe_id id, const int3
 }
 
 /* Sets the specialisation of `id` for its next creation, dropping a pipeline made without it. */
-static void set_spec(wk_vk *vk, wk_pipelines *p, wk_pipe_id id, const int32_t c[4]) {
+static void set_spec(wk_vk *vk, wk_pipelines *p, wk_pipe_id id, const int32_t c[5]) {
     memcpy(p->spec[id], c, sizeof p->spec[id]);
     p->specialized[id] = true;
     if (p->pipe[id]) vkDestroyPipeline(vk->dev, p->pipe[id], NULL);
@@ -209,14 +216,15 @@ void wk_pipelines_enable_profile(wk_vk *vk, wk_pipelines *p) {
     p->profile = vkCreateQueryPool(vk->dev, &qci, NULL, &p->queries) == VK_SUCCESS;
 }
 
-int wk_pipelines_specialize_kv(wk_vk *vk, wk_pipelines *p, bool sliding, int kind, int bits, int group, int head_dim,
-                               char *err, size_t errlen) {
+int wk_pipelines_specialize_kv(wk_vk *vk, wk_pipelines *p, wk_attn_set set, int kind, int bits, int key_bits, int group,
+                               int head_dim, char *err, size_t errlen) {
     (void)err, (void)errlen; /* creation, and its errors, come with the first dispatch */
     const uint32_t sg = vk->subgroup_size ? vk->subgroup_size : 1;
-    const int32_t kv[4] = {kind, bits, group, (int32_t)wk_attn_lane_chunks((uint32_t)head_dim, sg)};
-    set_spec(vk, p, sliding ? WK_PIPE_ATTENTION_BULK_SWA : WK_PIPE_ATTENTION_BULK, kv);
-    set_spec(vk, p, sliding ? WK_PIPE_ATTENTION_WINDOWS_SWA : WK_PIPE_ATTENTION_WINDOWS, kv);
-    set_spec(vk, p, sliding ? WK_PIPE_ATTENTION_DECODE_SWA : WK_PIPE_ATTENTION_DECODE, kv);
+    const int32_t kv[5] = {kind, bits, group, (int32_t)wk_attn_lane_chunks((uint32_t)head_dim, sg), key_bits};
+    const wk_attn_pipes pipes = wk_attn_pipes_of(set);
+    set_spec(vk, p, pipes.bulk, kv);
+    set_spec(vk, p, pipes.windows, kv);
+    set_spec(vk, p, pipes.decode, kv);
     return 0;
 }
 
@@ -245,7 +253,7 @@ int wk_pipelines_specialize_transform(wk_vk *vk, wk_pipelines *p, int block, int
     (void)err, (void)errlen;
     /* Constant 3: units an invocation (WK_XFORM_TOKENS for steps, a token's query heads per KV
      * head for the decode twin). */
-    const int32_t steps[4] = {block, WK_XFORM_TOKENS, 0, 0}, decode[4] = {block, decode_units, 0, 0};
+    const int32_t steps[5] = {block, WK_XFORM_TOKENS, 0, 0, 0}, decode[5] = {block, decode_units, 0, 0, 0};
     set_spec(vk, p, WK_PIPE_KV_TRANSFORM, steps);
     set_spec(vk, p, WK_PIPE_KV_TRANSFORM_DECODE, decode);
     return 0;

@@ -20,13 +20,17 @@ typedef enum {
     /* attention_paged.comp: a prefill step's two passes (16-row tiles) -- the bulk of the keys
      * without the f16 window path, and the window keys with it -- and the decode pipelines (4-row
      * tiles, all keys in one pass) for steps of one token per sequence; each also as _SWA,
-     * specialised for the sliding layers' own KV format. engine/kv/attention_record.c. */
+     * specialised for the sliding layers' own KV format, and as _WIDE, for the layers whose keys
+     * are wider than their values (kv_pool.h "Wide keys"). engine/kv/attention_record.c. */
     WK_PIPE_ATTENTION_BULK,
     WK_PIPE_ATTENTION_BULK_SWA,
     WK_PIPE_ATTENTION_WINDOWS,
     WK_PIPE_ATTENTION_WINDOWS_SWA,
     WK_PIPE_ATTENTION_DECODE,
     WK_PIPE_ATTENTION_DECODE_SWA,
+    WK_PIPE_ATTENTION_BULK_WIDE,
+    WK_PIPE_ATTENTION_WINDOWS_WIDE,
+    WK_PIPE_ATTENTION_DECODE_WIDE,
     WK_PIPE_ATTENTION_REDUCE,
     WK_PIPE_KV_STORE_WINDOW,
     WK_PIPE_KV_STORE_QUANT,
@@ -36,6 +40,19 @@ typedef enum {
     WK_PIPE_GLU,
     WK_PIPE_COUNT
 } wk_pipe_id;
+
+/* attention_paged's pipeline sets, one per format a layer may have: the main format, the sliding
+ * layers' own (_SWA), wide keys (_WIDE). */
+typedef enum { WK_ATTN_SET_MAIN, WK_ATTN_SET_SWA, WK_ATTN_SET_WIDE, WK_ATTN_SETS } wk_attn_set;
+typedef struct { wk_pipe_id bulk, windows, decode; } wk_attn_pipes;
+static inline wk_attn_pipes wk_attn_pipes_of(wk_attn_set set) {
+    return set == WK_ATTN_SET_SWA    ? (wk_attn_pipes){WK_PIPE_ATTENTION_BULK_SWA, WK_PIPE_ATTENTION_WINDOWS_SWA,
+                                                       WK_PIPE_ATTENTION_DECODE_SWA}
+           : set == WK_ATTN_SET_WIDE ? (wk_attn_pipes){WK_PIPE_ATTENTION_BULK_WIDE, WK_PIPE_ATTENTION_WINDOWS_WIDE,
+                                                       WK_PIPE_ATTENTION_DECODE_WIDE}
+                                     : (wk_attn_pipes){WK_PIPE_ATTENTION_BULK, WK_PIPE_ATTENTION_WINDOWS,
+                                                       WK_PIPE_ATTENTION_DECODE};
+}
 
 /* Profile buckets: one per pipeline, then the start mark, then buckets that time a role rather than
  * a pipeline (wk_prof_label): the output head runs matvec/matmul like the layers' matrices, but its
@@ -65,7 +82,7 @@ typedef struct wk_pipelines {
      * compiles at creation: a pipeline a model never runs costs nothing, and one specialised to the
      * KV format is compiled once, not generic and again specialised). */
     VkPipeline pipe[WK_PIPE_COUNT];
-    int32_t spec[WK_PIPE_COUNT][4];   /* constants 2..4 and 6 (wk_pipelines_specialize_*) */
+    int32_t spec[WK_PIPE_COUNT][5];   /* constants 2..4, 6 and 8 (wk_pipelines_specialize_*) */
     bool specialized[WK_PIPE_COUNT];  /* false: the shader's defaults (format from push constants) */
     VkDescriptorPool pool;
     wk_desc_entry *cache; /* open addressing; sets are created once per distinct binding tuple */
@@ -92,15 +109,16 @@ int wk_pipelines_create(wk_vk *vk, wk_pipelines *p, char *err, size_t errlen);
  * per pipeline and printed by wk_prof_print. Stays off, silently, on a device without compute
  * timestamps or when the query pool cannot be made. */
 void wk_pipelines_enable_profile(wk_vk *vk, wk_pipelines *p);
-/* Specialises attention_paged's pipelines (bulk, windows, decode; sliding: their _swa twins, the
- * sliding-window layers' pipelines when they have a KV format of their own) to one KV format (kind, bits, group as specialisation
- * constants) and the model's head size (a lane's chunks of a head vector, constant 6), so its decode
+/* Specialises attention_paged's pipelines of one set (bulk, windows, decode; WK_ATTN_SET_SWA: the
+ * sliding-window layers' when they have a KV format of their own; WK_ATTN_SET_WIDE: the layers with
+ * wide keys, key_bits wide, 0 elsewhere) to one KV format (kind, bits, group, key_bits as specialisation
+ * constants 2, 3, 4, 8) and the model's head size (a lane's chunks of a head vector, constant 6), so its decode
  * compiles to straight-line code for that format: ~1.5x faster on lavapipe than reading the format
  * from push constants. Dispatches must then pass the same format and head_dim.
  * Sets what the pipeline's creation (its next dispatch) uses; one already created is destroyed, so
  * call it before recording a step that uses it, never while one is in flight. */
-int wk_pipelines_specialize_kv(wk_vk *vk, wk_pipelines *p, bool sliding, int kind, int bits, int group, int head_dim,
-                               char *err, size_t errlen);
+int wk_pipelines_specialize_kv(wk_vk *vk, wk_pipelines *p, wk_attn_set set, int kind, int bits, int key_bits, int group,
+                               int head_dim, char *err, size_t errlen);
 /* Chooses the kernel set: kernels WK_KERNELS_CPU / WK_KERNELS_GPU force one, WK_KERNELS_AUTO takes
  * "cpu" on a CPU device and "gpu" on any other that allows the GPU variants' workgroups (256
  * invocations, 8 KiB of shared memory). Forcing "gpu" on a device that does not allow them fails. */

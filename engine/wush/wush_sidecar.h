@@ -41,6 +41,9 @@
 #define WK_WUSH_KEY_V_MOMENTS "wush.calib.v_moments"
 #define WK_WUSH_KEY_GAIN_K "wush.gain.k"
 #define WK_WUSH_KEY_GAIN_V "wush.gain.v"
+/* Per (layer, KV head), layer-major, f32: wk_calib_head.key_err. Sidecars made before
+ * 2026-12-04 lack it; the default's wide keys need it (wush_cache.c remakes such a cached one). */
+#define WK_WUSH_KEY_KEY_ERR "wush.key_err"
 
 /* Which of a head's four tensors. */
 typedef enum { WK_WUSH_K_T = 0, WK_WUSH_K_TINV_T = 1, WK_WUSH_V_T = 2, WK_WUSH_V_TINV = 3 } wk_wush_tensor;

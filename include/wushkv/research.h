@@ -60,6 +60,11 @@ typedef struct wk_kv_error_format {
     int swa_bits;            /* the sliding-window layers' bits (2, 3, 4), as wk_engine_params
                               * kv_swa_bits; 0: bits (a quantized format only) */
     float clip;              /* QuEST's clip, as wk_engine_params kv_clip (0 or 1: none) */
+    /* Wide keys, as wk_engine_params kv_key_bits / kv_wide_keys (their clip: clip); with
+     * wide_keys_auto, the layers the engine chose for itself (wk_model_info kv_wide_keys). */
+    int key_bits;
+    uint64_t wide_keys[4];
+    bool wide_keys_auto;
 } wk_kv_error_format;
 
 typedef struct wk_kv_error_layer {
@@ -106,6 +111,13 @@ typedef struct wk_calib_head {
     double gain_v;                /* the same for the stored T_V */
     double gain_v_by[3];          /* the gain T_V would have with each wk_calib_v_moments */
     double sink_mass;             /* share of the attention mass on position 0 (BOS) */
+    /* The attention output's predicted relative error per unit relative noise on the transformed
+     * keys (a quantizer's step scales it): the variance of a score's error, sum_k (sum s_k)^2 / B
+     * after WUSH (both transformed moments of block k have trace sum s_k) times the score scale
+     * squared, times sum_j p_j^2 |v_j - o|^2 (what iid score noise does to o = sum_j p_j v_j,
+     * linearised) over |o|^2, both summed over the calibration queries. Which layers' keys lose
+     * most to a coarse code: the default's wide keys go to the largest (docs/wush-kv.md). */
+    double key_err;
 } wk_calib_head;
 
 typedef struct wk_calib_report {
@@ -143,6 +155,10 @@ int wk_wush_sidecar_check(const wk_engine *e, const char *path, int *block_size,
  * hands one to wk_engine_open. Errors as wk_wush_sidecar_check, plus WK_ERR_IO for a model that
  * cannot be read. Any thread. */
 int wk_wush_sidecar_check_file(const char *model_path, const char *path, int *block_size, char *err, size_t errlen);
+/* Whether the sidecar at path records the predicted key error per layer (wk_calib_head.key_err),
+ * which the default format's wide keys rank layers by (wk_engine_params.kv_wide_keys_auto);
+ * sidecars made before 2026-12-04 do not. False for a file that cannot be read as a GGUF. */
+bool wk_wush_sidecar_has_key_err(const char *path);
 /* Room for a model fingerprint ("fnv1a64:" + 16 hex digits + NUL). */
 #define WK_MODEL_FINGERPRINT_LEN 32
 /* The fingerprint a sidecar records for the model file at model_path (a hash of its architecture,

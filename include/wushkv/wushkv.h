@@ -115,6 +115,20 @@ typedef struct wk_engine_params {
      * A sliding-window pool of its own width (kv_swa_bits) keeps the unclipped step: a wider
      * step helps attention at 2 bits and hurts at 4 (docs/wush-kv-frontier.md, QuEST's clip). */
     float kv_clip;
+    /* Wide keys: the keys of the layers in kv_wide_keys (bit il % 64 of word il / 64 for layer il)
+     * take kv_key_bits (3 or 4, more than kv_bits) while their values keep kv_bits; the quantizer,
+     * group, clip, transform and windows stay the format's. Long-context error sits in the keys
+     * of a few full-attention layers (docs/wush-kv.md, "Wide keys"), so a bit there buys more than
+     * anywhere else. kv_key_bits 0 or no layer set: none. The layers must be in the first pool:
+     * with a sliding-window format of their own (kv_swa_bits), full-attention layers only. */
+    int kv_key_bits;
+    uint64_t kv_wide_keys[4];
+    /* Wide keys chosen by the engine instead of kv_wide_keys: one full-attention layer in three (at
+     * least one) gets kv_key_bits keys, those whose keys the WUSH sidecar predicts lose most to the
+     * code (its key_err, wushkv calibrate; docs/wush-kv.md "Wide keys"). Needs the WUSH transform
+     * and a sidecar that has key_err; without the transform, on an f16 cache or with kv_key_bits 0,
+     * nothing is widened. */
+    bool kv_wide_keys_auto;
     /* Unmap the model file once the engine is open. Serving never reads it again (the weights are on
      * the device, the vocabulary and chat template copied), so a model file truncated, replaced or
      * removed under a running server cannot fault the process (a read from a truncated mapping is
@@ -160,6 +174,9 @@ typedef struct wk_model_info {
      * layers and windows) has kv_pool_bytes - kv_swa_pool_bytes; 0: one pool for every layer. */
     int kv_bits, kv_swa_bits;
     uint64_t kv_swa_block_bytes, kv_swa_pool_bytes, kv_swa_pool_blocks;
+    /* Wide keys (wk_engine_params): their bits (0: none) and the layers that have them. */
+    int kv_key_bits;
+    uint64_t kv_wide_keys[4];
     /* The f16 windows (wk_engine_params kv_sink, kv_recent; 0 for the f16 cache) of the
      * full-attention layers and kv_swa_sink, kv_swa_recent of the sliding-window layers (0 for a
      * class the model does not have). */

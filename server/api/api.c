@@ -144,6 +144,14 @@ static void on_ready(api_server *a) {
     a->model.sampling = &a->cfg.sampling;
     a->ready = true;
     char kv[512], groups[128] = "", swa[128] = "";
+    /* The default's wide keys were named "@auto" before the engine chose their layers. */
+    char *auto_at = strstr(a->cfg.kv_desc, "@auto");
+    if (auto_at) {
+        char tail[128];
+        snprintf(tail, sizeof tail, "%s", auto_at + 5);
+        snprintf(auto_at, sizeof a->cfg.kv_desc - (size_t)(auto_at - a->cfg.kv_desc), "@%s%s",
+                 ms->kv_wide_layers[0] ? ms->kv_wide_layers : "none", tail);
+    }
     const char *fmt = a->cfg.kv_desc;
     double mib = (double)ms->kv_pool_bytes / 1048576.0;
     if (ms->kv_layer_groups > 1)

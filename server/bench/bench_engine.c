@@ -242,7 +242,7 @@ static int measure_engine(const bench_engine_opts *o, const char *model, engine_
     ep.max_ctx = o->ctx ? o->ctx : need_ctx;
     ep.max_batch_tokens = o->batch_tokens;
     ep.max_seqs = 1;
-    kv_flags_describe(&kv, res->kv_desc, sizeof res->kv_desc);
+    kv_flags_describe(&kv, NULL, res->kv_desc, sizeof res->kv_desc);
     if (make_rows(o, res) < 0) {
         fprintf(stderr, "wushkv bench: out of memory\n");
         return 1;
@@ -253,6 +253,7 @@ static int measure_engine(const bench_engine_opts *o, const char *model, engine_
     wk_engine *e = cli_engine_open("bench", &ep);
     if (!e) return 1;
     const wk_model_info *info = wk_engine_info(e);
+    kv_flags_describe(&kv, info, res->kv_desc, sizeof res->kv_desc); /* with the wide keys' layers */
     snprintf(res->model_name, sizeof res->model_name, "%s", info->name);
     snprintf(res->device, sizeof res->device, "%s", info->device_name);
     snprintf(res->device_type, sizeof res->device_type, "%s", info->device_type);

@@ -61,14 +61,14 @@ static void print_report(const wk_calib_report *r, const char *model_name) {
            model_name, (unsigned long long)r->n_tokens, (unsigned long long)r->n_chunks, r->block, r->head_dim,
            v_moments_names[r->v_moments]);
     printf("predicted gain tr(Gx) tr(Gw) / (sum s)^2 over any orthogonal transform (>= 1; larger: WUSH helps more)\n");
-    printf("layer head  kind    gain_K   gain_V |  V:plain    V:mass   V:mass2 | sink\n");
+    printf("layer head  kind    gain_K   gain_V |  V:plain    V:mass   V:mass2 | sink | key_err\n");
     double lk = 0, lv = 0, lvb[3] = {0};
     const int n = r->n_layer * r->n_head_kv;
     for (int i = 0; i < n; i++) {
         const wk_calib_head *h = &r->heads[i];
-        printf("%5d %4d  %-6s %8.3f %8.3f | %8.3f  %8.3f  %8.3f | %4.2f\n", h->layer, h->kv_head,
+        printf("%5d %4d  %-6s %8.3f %8.3f | %8.3f  %8.3f  %8.3f | %4.2f | %10.4g\n", h->layer, h->kv_head,
                h->swa ? "swa" : "global", h->gain_k, h->gain_v, h->gain_v_by[0], h->gain_v_by[1], h->gain_v_by[2],
-               h->sink_mass);
+               h->sink_mass, h->key_err);
         lk += log(h->gain_k);
         lv += log(h->gain_v);
         for (int v = 0; v < 3; v++) lvb[v] += log(h->gain_v_by[v]);
@@ -76,6 +76,9 @@ static void print_report(const wk_calib_report *r, const char *model_name) {
     printf("geomean           %8.3f %8.3f | %8.3f  %8.3f  %8.3f |\n", exp(lk / n), exp(lv / n), exp(lvb[0] / n),
            exp(lvb[1] / n), exp(lvb[2] / n));
     printf("sink: share of the attention mass on position 0 (BOS)\n");
+    printf("key_err: predicted relative error of the attention output per unit relative noise on\n"
+           "the transformed keys (larger: the layer's keys lose more to a coarse code; the default\n"
+           "format's wide keys go to the full-attention layers where it is largest)\n");
     printf("model fingerprint %s\n", r->fingerprint);
 }
 

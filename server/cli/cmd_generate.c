@@ -341,7 +341,7 @@ int cmd_generate(int argc, char **argv) {
     wk_engine *e = cli_engine_open("generate", &ep);
     if (!e) return 1;
     char kv[128];
-    kv_flags_describe(&o.kv, kv, sizeof kv);
+    kv_flags_describe(&o.kv, wk_engine_info(e), kv, sizeof kv);
     fprintf(stderr, "wushkv generate: %s on %s, KV %s\n", wk_engine_info(e)->name, wk_engine_info(e)->device_name, kv);
 
     gen_result r = {0};

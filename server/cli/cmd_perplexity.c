@@ -305,7 +305,7 @@ int cmd_perplexity(int argc, char **argv) {
         return 1;
     }
     char kv[128];
-    kv_flags_describe(&o.kv, kv, sizeof kv);
+    kv_flags_describe(&o.kv, o.layer_error ? NULL : wk_engine_info(e), kv, sizeof kv); /* layer error: the engine is f16 */
     fprintf(stderr, "wushkv perplexity: %s on %s, KV %s\n", wk_engine_info(e)->name, wk_engine_info(e)->device_name,
             kv);
 

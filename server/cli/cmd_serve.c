@@ -294,7 +294,7 @@ static int parse_serve(int argc, char **argv, serve_config *cfg, char *key_buf, 
     if (!cfg->engine.model_path) return 1;
     kv_flags_fit_model(&kv, cfg->engine.model_path);
     kv_flags_apply(&kv, &cfg->engine);
-    kv_flags_describe(&kv, cfg->kv_desc, sizeof cfg->kv_desc);
+    kv_flags_describe(&kv, NULL, cfg->kv_desc, sizeof cfg->kv_desc);
     return -1;
 }
 

@@ -5,6 +5,7 @@
 #include "wushkv/research.h"
 
 #include <limits.h>
+#include <stdlib.h>
 #include <stdarg.h>
 #include <string.h>
 
@@ -54,6 +55,11 @@ static const struct {
      "int2/3/4: f16 sink tokens of the sliding-window layers (default 0\n"
      "with no window flag, else as --kv-sink; --kv-sink then counts for\n"
      "the other layers only)"},
+    {"--kv-wide-keys", "LAYERS",
+     "int2/3: the keys of these layers (comma-separated indices, or\n"
+     "none) one bit wider than --kv, or FMT with LAYERS:FMT; values\n"
+     "keep --kv (default: none; full-attention layers when --kv-swa\n"
+     "differs)"},
     {"--kv-swa-recent", "R",
      "int2/3/4: f16 recent tokens of the sliding-window layers (default\n"
      "32 with no window flag, else as --kv-recent; --kv-recent then\n"
@@ -73,7 +79,7 @@ enum { N_FLAGS = sizeof flags / sizeof flags[0] };
 #define KV_DEFAULT_QUANT WK_KV_QUANT_QUEST
 #define KV_DEFAULT_TRANSFORM WK_KV_TRANSFORM_WUSH
 #define KV_DEFAULT_SINK 16
-#define KV_DEFAULT_RECENT 128
+#define KV_DEFAULT_RECENT 104
 /* The default's group, made to divide the model's head_dim (kv_flags_fit_model halves it), and
  * the group of a format named on the command line (--kv, or a --wush sidecar: `wushkv calibrate`
  * makes them for groups of 32 unless told otherwise). The default's group stands only while none
@@ -120,6 +126,41 @@ static bool clip_factor(cli *c, float *out) {
         return false;
     }
     *out = (float)v;
+    return true;
+}
+
+/* --kv-wide-keys: "none", or layer indices "5,11" with an optional ":int3" / ":int4". */
+static bool wide_keys(cli *c, kv_flags *f) {
+    const char *s;
+    if (!cli_str(c, &s)) return false;
+    memset(f->wide_keys, 0, sizeof f->wide_keys);
+    f->key_bits = 0;
+    if (strcmp(s, "none") == 0) return true;
+    const char *p = s;
+    int n = 0;
+    bool after_comma = false;
+    for (;;) {
+        char *end = (char *)p;
+        long il = *p >= '0' && *p <= '9' ? strtol(p, &end, 10) : -1;
+        if (il < 0 || il >= 256 || end == p) break;
+        f->wide_keys[il / 64] |= 1ull << (il % 64);
+        n++;
+        after_comma = false;
+        p = end;
+        if (*p != ',') break;
+        p++;
+        after_comma = true;
+    }
+    if (after_comma) n = 0; /* "3," */
+    if (n > 0 && *p == ':' && (strcmp(p + 1, "int3") == 0 || strcmp(p + 1, "int4") == 0)) {
+        f->key_bits = p[4] - '0';
+        p += strlen(p);
+    }
+    if (n == 0 || *p) {
+        cli_error(c, "%s: expected none or layer indices 0..255 separated by commas, optionally :int3 or :int4 "
+                  "(e.g. 11 or 5,11:int4), got '%s'", c->name, s);
+        return false;
+    }
     return true;
 }
 
@@ -193,6 +234,10 @@ bool kv_flags_parse(cli *c, kv_flags *f) {
         name = "--kv-swa-recent";
         ok = cli_int(c, 0, INT_MAX, &f->swa_recent);
         f->swa_recent_given = true;
+    } else if (cli_is(c, NULL, "--kv-wide-keys")) {
+        name = "--kv-wide-keys";
+        ok = wide_keys(c, f);
+        f->wide_keys_given = true;
     } else if (cli_is(c, NULL, "--kv-swa")) {
         name = "--kv-swa";
         ok = cli_choice(c, bits_names + 1, 3, &i); /* int2, int3, int4 */
@@ -234,6 +279,10 @@ bool kv_flags_finish(const cli *c, kv_flags *f) {
     if (!named && !f->swa_bits_given) f->swa_bits = KV_DEFAULT_SWA_BITS;
     if (!f->group_given) f->group = named ? KV_NAMED_GROUP : KV_DEFAULT_GROUP;
     if (!named && !f->quant_given && !f->clip_given) f->clip = KV_DEFAULT_CLIP;
+    /* The default's wide keys: one bit more in the full-attention layers the sidecar ranks first
+     * (the engine chooses them), while no --kv, --wush or --kv-wide-keys is given. */
+    f->wide_keys_auto = !named && !f->wide_keys_given && f->bits < 4 && f->transform == WK_KV_TRANSFORM_WUSH;
+    if (f->wide_keys_auto) f->key_bits = f->bits + 1;
     if (f->bits == 16 && f->quantized_only) {
         cli_error(c, "%s applies to a quantized KV cache (--kv int2, int3 or int4), not to f16", f->quantized_only);
         return false;
@@ -241,6 +290,17 @@ bool kv_flags_finish(const cli *c, kv_flags *f) {
     if (f->bits == 16 && f->group_given && f->transform != WK_KV_TRANSFORM_HADAMARD) {
         cli_error(c, "--kv-group applies to a quantized KV cache (--kv int2, int3 or int4) or to --kv-transform "
                   "hadamard, not to f16 alone");
+        return false;
+    }
+    /* Wide keys: one bit more than the values unless named, and more than them. */
+    const bool any_wide = (f->wide_keys[0] | f->wide_keys[1] | f->wide_keys[2] | f->wide_keys[3]) != 0;
+    if (any_wide && !f->key_bits) f->key_bits = f->bits + 1;
+    if (any_wide && f->bits != 16 && f->key_bits <= f->bits) {
+        cli_error(c, "--kv-wide-keys: int%d keys are not wider than the int%d cache (--kv)", f->key_bits, f->bits);
+        return false;
+    }
+    if (any_wide && f->key_bits > 4) {
+        cli_error(c, "--kv-wide-keys: an int4 cache has no wider key format");
         return false;
     }
     if (f->quest_only && f->quant != WK_KV_QUANT_QUEST) {
@@ -272,6 +332,9 @@ void kv_flags_apply(const kv_flags *f, wk_engine_params *p) {
     p->kv_swa_sink = f->swa_sink;
     p->kv_swa_recent = f->swa_recent;
     p->kv_swa_default = f->swa_default;
+    p->kv_key_bits = f->bits == 16 ? 0 : f->key_bits;
+    memcpy(p->kv_wide_keys, f->wide_keys, sizeof p->kv_wide_keys);
+    p->kv_wide_keys_auto = f->wide_keys_auto;
 }
 
 /* Appends to buf at *len, keeping it NUL-terminated when it runs out. */
@@ -294,7 +357,7 @@ void kv_flags_fit_model(kv_flags *f, const char *model_path) {
     while (f->group > 16 && head_dim % f->group) f->group /= 2;
 }
 
-const char *kv_flags_describe(const kv_flags *f, char *buf, size_t cap) {
+const char *kv_flags_describe(const kv_flags *f, const wk_model_info *info, char *buf, size_t cap) {
     size_t len = 0;
     if (cap == 0) return buf;
     buf[0] = '\0';
@@ -311,6 +374,13 @@ const char *kv_flags_describe(const kv_flags *f, char *buf, size_t cap) {
     if (f->sink) append(buf, cap, &len, " sink%d", f->sink);
     if (f->recent) append(buf, cap, &len, " recent%d", f->recent);
     if (quantized && f->swa_bits && f->swa_bits != f->bits) append(buf, cap, &len, " swa:int%d", f->swa_bits);
+    /* Wide keys: "keys:int3@11" (layers in order, comma-separated). */
+    const uint64_t *layers = info ? info->kv_wide_keys : f->wide_keys;
+    const int key_bits = info ? info->kv_key_bits : f->key_bits;
+    if (quantized && key_bits && f->wide_keys_auto && !info) append(buf, cap, &len, " keys:int%d@auto", key_bits);
+    else if (quantized && key_bits) append(buf, cap, &len, " keys:int%d@", key_bits);
+    for (int il = 0, n = 0; quantized && key_bits && (info || !f->wide_keys_auto) && il < 256; il++)
+        if (layers[il / 64] >> (il % 64) & 1) append(buf, cap, &len, n++ ? ",%d" : "%d", il);
     /* The sliding layers' windows, when they are their own. */
     if (quantized && f->swa_windows && (f->swa_sink != f->sink || f->swa_recent != f->recent))
         append(buf, cap, &len, " swa:sink%d:recent%d", f->swa_sink, f->swa_recent);

@@ -1,6 +1,6 @@
 /* The KV-cache flags every model-running command shares (serve, generate, perplexity, bench): --kv,
  * --kv-quant, --kv-group, --kv-mem, --kv-transform, --wush, --kv-sink, --kv-recent, --kv-rho-k,
- * --kv-rho-v, --kv-clip, --kv-swa, --kv-swa-sink, --kv-swa-recent. One parser, one set of defaults and messages, one help text. */
+ * --kv-rho-v, --kv-clip, --kv-swa, --kv-swa-sink, --kv-swa-recent, --kv-wide-keys. One parser, one set of defaults and messages, one help text. */
 #ifndef WUSHKV_KV_FLAGS_H
 #define WUSHKV_KV_FLAGS_H
 
@@ -28,6 +28,13 @@ typedef struct kv_flags {
      * the one not given is as --kv-sink / --kv-recent); without either they keep sink / recent. */
     bool swa_windows;
     int swa_sink, swa_recent;
+    /* --kv-wide-keys: the layers whose keys take key_bits (bit il % 64 of word il / 64), as
+     * wk_engine_params; key_bits 0 until kv_flags_finish (then --kv's width + 1 unless named). */
+    uint64_t wide_keys[4];
+    int key_bits;
+    bool wide_keys_given;
+    /* The default's wide keys: the engine chooses the layers (wk_engine_params.kv_wide_keys_auto). */
+    bool wide_keys_auto;
     /* What kv_flags_finish's defaults and checks depend on. */
     bool bits_given, group_given, quant_given, clip_given, transform_given, sink_given, recent_given, swa_bits_given, swa_sink_given,
         swa_recent_given;
@@ -62,9 +69,10 @@ bool kv_flags_finish(const cli *c, kv_flags *f);
 void kv_flags_fit_model(kv_flags *f, const char *model_path);
 /* Copies the KV fields into engine params (the others are left alone). */
 void kv_flags_apply(const kv_flags *f, wk_engine_params *p);
-/* "f16", "f16 wush", "int2 quest G128 clip1.2 wush sink16 recent128 swa:int4 swa:sink0:recent32", "int3 percentile G32 rho_k0.9" ...
- * for logs and --json. Returns buf. */
-const char *kv_flags_describe(const kv_flags *f, char *buf, size_t cap);
+/* "f16", "f16 wush", "int2 quest G128 clip1.2 wush sink16 recent104 swa:int4 keys:int3@11 swa:sink0:recent32",
+ * "int3 percentile G32 rho_k0.9" ... for logs and --json. info: the open engine's, which names the
+ * wide keys' layers when the engine chose them (NULL before it opens: "keys:int3@auto"). Returns buf. */
+const char *kv_flags_describe(const kv_flags *f, const wk_model_info *info, char *buf, size_t cap);
 /* The flags' help lines, descriptions starting at column `col` as the command's other flags. */
 void kv_flags_usage(FILE *out, int col);
 

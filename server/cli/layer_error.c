@@ -37,7 +37,11 @@ void layer_error_format_from_flags(const wk_engine_params *kv, wk_kv_error_forma
                               .swa_sink = kv->kv_swa_sink,
                               .swa_recent = kv->kv_swa_recent,
                               .swa_bits = kv->kv_swa_bits,
-                              .clip = kv->kv_clip};
+                              .clip = kv->kv_clip,
+                              .key_bits = kv->kv_key_bits,
+                              .wide_keys = {kv->kv_wide_keys[0], kv->kv_wide_keys[1], kv->kv_wide_keys[2],
+                                            kv->kv_wide_keys[3]},
+                              .wide_keys_auto = kv->kv_wide_keys_auto};
 }
 
 static int lookup(const char *s, size_t len, const char *const *names, int n) {
@@ -118,6 +122,8 @@ static void describe(const wk_kv_error_format *f, char *buf, size_t cap) {
         len += snprintf(buf + len, cap - (size_t)len, " swa sink %d recent %d", f->swa_sink, f->swa_recent);
     if (f->bits != 16 && f->bits != 0 && f->swa_bits && f->swa_bits != f->bits && len > 0 && (size_t)len < cap)
         len += snprintf(buf + len, cap - (size_t)len, " swa int%d", f->swa_bits);
+    if (f->bits != 16 && f->bits != 0 && f->key_bits && len > 0 && (size_t)len < cap)
+        len += snprintf(buf + len, cap - (size_t)len, " keys int%d%s", f->key_bits, f->wide_keys_auto ? " (the engine's layers)" : "");
     if (f->bits != 16 && f->bits != 0 && f->clip != 0.0f && f->clip != 1.0f && len > 0 && (size_t)len < cap)
         snprintf(buf + len, cap - (size_t)len, " clip %g", (double)f->clip);
 }

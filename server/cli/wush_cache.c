@@ -132,12 +132,16 @@ int wush_cache_prepare(const char *cmd, wk_engine_params *p, char *path_buf, siz
     int block = 0;
     if (access(path_buf, F_OK) == 0) {
         st = wk_wush_sidecar_check_file(p->model_path, path_buf, &block, err, sizeof err);
-        if (st == WK_OK && block == group) {
+        /* The default's wide keys rank layers by the sidecar's predicted key error: one made
+         * before it existed is remade. */
+        const bool stale = st == WK_OK && block == group && p->kv_wide_keys_auto && !wk_wush_sidecar_has_key_err(path_buf);
+        if (stale) snprintf(err, sizeof err, "it has no predicted key error per layer (made before wide keys)");
+        if (st == WK_OK && block == group && !stale) {
             fprintf(stderr, "wushkv %s: WUSH-KV sidecar %s (cached)\n", cmd, path_buf);
             p->wush_path = path_buf;
             return 0;
         }
-        if (st == WK_OK) snprintf(err, sizeof err, "its block size is %d, not %d", block, group);
+        if (st == WK_OK && !stale) snprintf(err, sizeof err, "its block size is %d, not %d", block, group);
         fprintf(stderr, "wushkv %s: refusing the cached WUSH-KV sidecar %s: %s; calibrating a new one\n", cmd,
                 path_buf, err);
     } else {

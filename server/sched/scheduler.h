@@ -115,6 +115,7 @@ typedef struct model_summary {
     int kv_layer_groups, kv_swa_groups, kv_swa_window; /* wk_model_info's */
     int kv_swa_bits;             /* the sliding layers' format (per-layer-class formats) */
     uint64_t kv_swa_pool_blocks; /* their own pool's blocks (0: one pool) */
+    char kv_wide_layers[128];    /* wide keys: their layers, "11" or "5,11" ("" without) */
     double kv_bits_per_element;
     char wush_path[4096];        /* the WUSH sidecar the engine opened with ("" without) */
     bool prefix_cache;           /* automatic prefix caching is on (wk_model_info) */

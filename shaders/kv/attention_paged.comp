@@ -44,6 +44,9 @@ layout(local_size_x_id = 0) in;
 layout(constant_id = 2) const int SC_KIND = 0;
 layout(constant_id = 3) const int SC_BITS = 0;
 layout(constant_id = 4) const int SC_G = 0;
+// Wide keys (engine/kv/kv_pool.h "Wide keys"): the keys' bits when they differ from the values'
+// (the pipelines of the layers whose keys take more bits); 0: the keys are SC_BITS wide too.
+layout(constant_id = 8) const int SC_BITS_K = 0;
 // A lane's 4-element chunks of a head vector, ceil(head_dim / 4 / subgroup size), set with the
 // format (0: computed from the push constants). With it, which words and group parameters a lane
 // reads for chunk c is known at compile time, and the decode below has no data-dependent branch
@@ -96,9 +99,12 @@ layout(push_constant) uniform PC {
     uint sink, recent;      // f16 windows of the layer's class (0, 0: off)
     uint f16_row_words;     // one window row of the class: its layers' K and V heads, f16
     uint win_off;           // the class's rows: words into the window slot
-    uint slab_layer;        // the layer's place in its layer group: its slabs in a block
+    uint k_off;             // the layer's first key slab: words into a block (its KV heads' follow)
     uint table_stride;      // block-table entries per block of tokens (layer groups)
     uint table_col;         // the layer's group: its entry among them
+    // The values are bits / slab_words / params_words / code_words above; the keys these (the
+    // same unless the layer has wide keys), their first slab at k_off and the values' at v_off.
+    uint v_off; int k_bits; uint k_slab_words; uint k_params_words; uint k_code_words;
 } pc;
 
 vec4 kbuf[MAXC];          // one key or value: this lane's chunks
@@ -114,11 +120,15 @@ Tile g_tile;
 
 uint word(uint at) { return texelFetch(Pool, int(at)).x; }
 
-// This lane's chunks of token tt of the slab at word `slab` into kbuf.
-void decode_lane(uint slab, uint tt, uint ch0, uint ncl) {
-    int kind = SC_BITS != 0 ? SC_KIND : pc.kind, bits = SC_BITS != 0 ? SC_BITS : pc.bits;
+// This lane's chunks of token tt of the key (kv 0) or value (kv 1) slab at word `slab` into kbuf.
+// kv is a constant at every call, so a specialised pipeline folds the format of each.
+void decode_lane(uint kv, uint slab, uint tt, uint ch0, uint ncl) {
+    int kind = SC_BITS != 0 ? SC_KIND : pc.kind;
+    int bits = SC_BITS == 0 ? (kv == 0u ? pc.k_bits : pc.bits) : kv == 0u && SC_BITS_K != 0 ? SC_BITS_K : SC_BITS;
+    uint code_words = kv == 0u ? pc.k_code_words : pc.code_words;
+    uint params_words = kv == 0u ? pc.k_params_words : pc.params_words;
     if (bits == 16) {  // f16 slab through the RG32UI view: chunk ch is texel (word + 2 ch) / 2
-        uint at = (slab + tt * pc.code_words) >> 1;
+        uint at = (slab + tt * code_words) >> 1;
         [[unroll]] for (uint c = 0u; c < MAXC; ++c) {
             uint ch = ch0 + c;
             if (c < ncl && ch < pc.head_dim / 4u) {
@@ -132,36 +142,50 @@ void decode_lane(uint slab, uint tt, uint ch0, uint ncl) {
     uint C = pc.head_dim / 4u;
     uint P = uint(wk_kvq_params_per_group(kind));
     uint groups = pc.head_dim / GS;
-    uint base = slab + tt * pc.code_words;
-    // Straight-line decode (SC_NCL set, 2 or 4 bits): a lane's chunks start a word (ncl a multiple
-    // of the chunks per word) and either cover whole groups or sit in one, so chunk c's word and
+    uint base = slab + tt * code_words;
+    // Straight-line decode (SC_NCL set, 2 or 4 bits, or 3 with ncl a multiple of 8): a lane's
+    // chunks start a word (ncl a multiple of the chunks per word) and either cover whole groups or sit in one, so chunk c's word and
     // group are the lane's first plus compile-time constants. Every condition here is constant.
     // (Plain variables, not spec-constant expressions: glslang 11 emits invalid SPIR-V for this
     // condition as one; the driver folds them all the same once the constants are set.)
-    int sb = SC_BITS, sg = SC_G;
+    int sb = kv == 0u && SC_BITS_K != 0 ? SC_BITS_K : SC_BITS, sg = SC_G;
     uint sn = SC_NCL;
     uint CPW = sb == 2 ? 4u : 2u;  // chunks per 32-bit word
-    if (sn != 0u && (sb == 2 || sb == 4) && sn % CPW == 0u && sg >= 4 &&
+    // 3 bits (wide keys, int3): a chunk is 12 bits, so 8 chunks fill 3 words; a lane with a
+    // multiple of 8 chunks starts on a word and every shift below is a constant too.
+    bool s3 = sb == 3 && sn % 8u == 0u;
+    if (sn != 0u && (((sb == 2 || sb == 4) && sn % CPW == 0u) || s3) && sg >= 4 &&
         ((4u * sn) % uint(sg) == 0u || uint(sg) % (4u * sn) == 0u)) {
         uint GPL = (4u * sn) / uint(sg);  // groups a lane covers (0: inside one)
         uint wbase = base + (ch0 * 4u * uint(sb) >> 5);
         uint g0 = (4u * ch0) / GS;
         vec2 ab = vec2(0);
         uint w = 0u;
+        uint ws[MAXC * 3u / 8u + 1u];  // s3: the lane's code words
+        [[unroll]] for (uint i = 0u; i < MAXC * 3u / 8u + 1u; ++i)
+            if (s3 && i < (sn * 12u + 31u) / 32u) ws[i] = word(wbase + i);
         [[unroll]] for (uint c = 0u; c < MAXC; ++c) {
             if (c >= sn) continue;
             if ((c * 4u) % uint(sg) == 0u && (c == 0u || GPL > 0u)) {
                 uint pi = (tt * groups + g0 + (c * 4u) / uint(sg)) * P;
-                uint pw = word(slab + pc.params_words + (pi >> 1));
+                uint pw = word(slab + params_words + (pi >> 1));
                 uint p0 = (pi & 1u) != 0u ? pw >> 16 : pw & 0xffffu, p1 = 0u;
                 if (P == 2u) {
-                    uint pw1 = (pi & 1u) != 0u ? word(slab + pc.params_words + (pi >> 1) + 1u) : pw;
+                    uint pw1 = (pi & 1u) != 0u ? word(slab + params_words + (pi >> 1) + 1u) : pw;
                     p1 = (pi & 1u) != 0u ? pw1 & 0xffffu : pw >> 16;
                 }
                 ab = wk_kvq_affine(kind, bits, p0, p1);
             }
-            if (c % CPW == 0u) w = word(wbase + c / CPW);
-            vec4 v = wk_kvq_dequant4(w, (c % CPW) * 4u * uint(sb), bits, ab);
+            vec4 v;
+            if (s3) {  // the four codes of bits [12c, 12c + 12), the generic path's arithmetic
+                uint b0 = c * 12u, wi = b0 >> 5, o = b0 & 31u;
+                uint x = ws[wi] >> o;
+                if (o > 20u) x |= ws[wi + 1u] << (32u - o);
+                v = fma(vec4((uvec4(x) >> uvec4(0u, 3u, 6u, 9u)) & uvec4(7u)), vec4(ab.x), vec4(ab.y));
+            } else {
+                if (c % CPW == 0u) w = word(wbase + c / CPW);
+                v = wk_kvq_dequant4(w, (c % CPW) * 4u * uint(sb), bits, ab);
+            }
             kbuf[c] = ch0 + c < C ? v : vec4(0);
         }
         return;
@@ -174,11 +198,11 @@ void decode_lane(uint slab, uint tt, uint ch0, uint ncl) {
         uint g = (4u * ch) / GS;
         if (g != g_have) {
             uint pi = (tt * groups + g) * P;  // u16 index of the group's first parameter
-            uint pw = word(slab + pc.params_words + (pi >> 1));
+            uint pw = word(slab + params_words + (pi >> 1));
             uint p0 = (pi & 1u) != 0u ? pw >> 16 : pw & 0xffffu;
             uint p1 = 0u;
             if (P == 2u) {
-                uint pw1 = (pi & 1u) != 0u ? word(slab + pc.params_words + (pi >> 1) + 1u) : pw;
+                uint pw1 = (pi & 1u) != 0u ? word(slab + params_words + (pi >> 1) + 1u) : pw;
                 p1 = (pi & 1u) != 0u ? pw1 & 0xffffu : pw >> 16;
             }
             ab = wk_kvq_affine(kind, bits, p0, p1);
@@ -237,7 +261,7 @@ bool load_kv(uint kv, uint j, bool mixed) {
     bool need_f = mixed && g_windows && (j < pc.sink || j + pc.recent > g_pmin);
     if (need_q) {
         uint blk = tables[g_table_off + (j / pc.block_tokens) * pc.table_stride + pc.table_col];
-        decode_lane(blk * pc.block_words + g_slab[kv], j % pc.block_tokens, g_ch0, g_ncl);
+        decode_lane(kv, blk * pc.block_words + g_slab[kv], j % pc.block_tokens, g_ch0, g_ncl);
     }
     if (need_f) load_f16(j, kv, g_kh, g_tile, g_chunk_pos0, g_ch0, g_ncl);
     return need_f;
@@ -349,8 +373,8 @@ void main() {
     }
     uint j0 = a0, j1 = a1;  // the decode pipelines' range (pass 0: b is empty)
     g_chunk_pos0 = g_windows ? rows[tile.chunk_row0].pos : 0u;
-    g_slab[0] = ((pc.slab_layer * 2u + 0u) * pc.n_head_kv + kh) * pc.slab_words;
-    g_slab[1] = ((pc.slab_layer * 2u + 1u) * pc.n_head_kv + kh) * pc.slab_words;
+    g_slab[0] = pc.k_off + kh * pc.k_slab_words;
+    g_slab[1] = pc.v_off + kh * pc.slab_words;
     g_kh = kh, g_ch0 = ch0, g_ncl = ncl, g_table_off = table_off, g_jhi = jhi, g_pmin = pmin, g_tile = tile;
 
     if (SC_PASS == 1u) {

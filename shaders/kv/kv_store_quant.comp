@@ -22,7 +22,7 @@ layout(binding = 4, r32ui) uniform uimageBuffer Pool; // not writeonly: the atom
 layout(std430, binding = 5) readonly buffer Dest { uint dest[]; };  // [class][T] window row (word offset) or ~0
 layout(push_constant) uniform PC {
     uint head_dim; uint n_head_kv; uint n_tokens;
-    uint slab_layer;   // the layer's place in its layer group: its slabs in a block
+    uint k_off;        // the layer's first key slab: words into a block (its KV heads' follow)
     int kind; int bits; int group; int rank_k; int rank_v;
     uint block_tokens; uint slab_words; uint block_words; uint params_words; uint code_words;
     uint table_stride; // block-table entries per block of tokens (layer groups)
@@ -30,6 +30,9 @@ layout(push_constant) uniform PC {
     uint win_store;    // 1: also the f16 window row (below); win_layer, dest_base as kv_store_window's
     uint win_layer; uint dest_base;
     float quest_c2;    // QuEST's constant for this layer's clip (wk_kvq_quest_c2); 0: unclipped
+    // The values are bits / slab_words / params_words / code_words / quest_c2; the keys these (the
+    // same unless the layer has wide keys, engine/kv/kv_pool.h), the values' first slab at v_off.
+    uint v_off; int k_bits; uint k_slab_words; uint k_params_words; uint k_code_words; float k_quest_c2;
 } pc;
 
 const uint MAXW = 64u; // code words of one token head: D*b/32 <= 512*4/32
@@ -41,19 +44,23 @@ void main() {
     RowInfo ri = rows[t];
     uint blk = tables[ri.table_off + (ri.pos / pc.block_tokens) * pc.table_stride + pc.table_col];
     uint tt = ri.pos % pc.block_tokens;
-    uint slab = blk * pc.block_words + ((pc.slab_layer * 2u + kv) * pc.n_head_kv + kh) * pc.slab_words;
-    uint D = pc.head_dim, G = uint(pc.group), ngroups = D / G, bits = uint(pc.bits);
-    uint P = uint(wk_kvq_params_per_group(pc.kind)), cb = wk_kvq_code_bytes(pc.bits, pc.group);
+    int ibits = kv == 0u ? pc.k_bits : pc.bits;
+    uint code_words = kv == 0u ? pc.k_code_words : pc.code_words;
+    uint params_words = kv == 0u ? pc.k_params_words : pc.params_words;
+    float quest_c2 = kv == 0u ? pc.k_quest_c2 : pc.quest_c2;
+    uint slab = blk * pc.block_words + (kv == 0u ? pc.k_off + kh * pc.k_slab_words : pc.v_off + kh * pc.slab_words);
+    uint D = pc.head_dim, G = uint(pc.group), ngroups = D / G, bits = uint(ibits);
+    uint P = uint(wk_kvq_params_per_group(pc.kind)), cb = wk_kvq_code_bytes(ibits, pc.group);
     uint src = (t * pc.n_head_kv + kh) * D;
     uint words[MAXW];
-    for (uint w = 0u; w < pc.code_words; ++w) words[w] = 0u;
+    for (uint w = 0u; w < code_words; ++w) words[w] = 0u;
     uint hbase = tt * ngroups * P; // u16 index of the token's first parameter in the slab
     bool shared_words = ((ngroups * P) & 1u) != 0u;
-    uint pbase = slab + pc.params_words + hbase / 2u;
+    uint pbase = slab + params_words + hbase / 2u;
     uint pword = 0u;
     for (uint g = 0u; g < ngroups; ++g) {
         for (uint i = 0u; i < G; ++i) wk_kvq_x[i] = kv == 0u ? k[src + g * G + i] : v[src + g * G + i];
-        wk_kvq_encode_group(pc.kind, pc.bits, pc.group, kv == 0u ? pc.rank_k : pc.rank_v, pc.quest_c2);
+        wk_kvq_encode_group(pc.kind, ibits, pc.group, kv == 0u ? pc.rank_k : pc.rank_v, quest_c2);
         // The group's G*b code bits go to token bit g*G*b (a 3-bit group of 16 straddles words).
         uint gbits = G * bits, at = g * gbits;
         for (uint b = 0u; b < gbits; b += 32u) {
@@ -72,7 +79,7 @@ void main() {
             if (shared_words) {
                 // The neighbouring token may be written in this dispatch or another step: only
                 // this half of the word changes (stale bits of a reused block are cleared first).
-                uint hi = hbase + idx, at = slab + pc.params_words + (hi >> 1), sh = (hi & 1u) * 16u;
+                uint hi = hbase + idx, at = slab + params_words + (hi >> 1), sh = (hi & 1u) * 16u;
                 imageAtomicAnd(Pool, int(at), ~(0xffffu << sh));
                 imageAtomicOr(Pool, int(at), h << sh);
                 continue;
@@ -84,8 +91,8 @@ void main() {
             }
         }
     }
-    uint cbase = slab + tt * pc.code_words;
-    for (uint w = 0u; w < pc.code_words; ++w) imageStore(Pool, int(cbase + w), uvec4(words[w]));
+    uint cbase = slab + tt * code_words;
+    for (uint w = 0u; w < code_words; ++w) imageStore(Pool, int(cbase + w), uvec4(words[w]));
     if (pc.win_store == 0u) return;
     uint row = dest[pc.dest_base + t];
     if (row == 0xffffffffu) return;

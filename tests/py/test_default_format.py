@@ -68,7 +68,7 @@ def test_default_format_calibrates_then_reports(tiny, tmp_path):
         m = requests.get(url + "/v1/models", timeout=10).json()["data"][0]
         kv = m["kv_cache"]
         # The default's group of 128 halved to the tiny model's head_dim of 64; sliding layers int4.
-        assert kv["format"] == "int2 quest G64 clip1.2 wush sink16 recent128 swa:int4 swa:sink0:recent32"
+        assert kv["format"] == "int2 quest G64 clip1.2 wush sink16 recent104 swa:int4 keys:int3@5 swa:sink0:recent32"
         assert kv["bits_per_element"] > 2.25  # 2.25 for the codes + sliding int4 + the f16 windows' share
         assert os.path.basename(kv["wush_sidecar"]).endswith(".g64.t512.wush")
         assert kv["pool_bytes"] >= kv["bytes_per_context"] > 0
@@ -78,7 +78,7 @@ def test_default_format_calibrates_then_reports(tiny, tmp_path):
         text = open(log).read()
         assert "calibrating one from the built-in text" in text
         ready = next(l for l in text.splitlines() if "wushkv: ready:" in l)
-        assert "KV int2 quest G64 clip1.2 wush sink16 recent128 swa:int4 swa:sink0:recent32 (" in ready and "bits/element" in ready
+        assert "KV int2 quest G64 clip1.2 wush sink16 recent104 swa:int4 keys:int3@5 swa:sink0:recent32 (" in ready and "bits/element" in ready
         assert "per full context" in ready and "sampling defaults temp 0.8 top_k 40 top_p 0.95 min_p 0.05" in ready
     finally:
         stop(p)
