@@ -237,6 +237,51 @@ static void test_layouts(void) {
     CHECK_EQ_INT(l.block_tokens, 16);
 }
 
+/* Wide keys: the default's block on Gemma 3 270M (one global group of 3 layers, int2 G128, one of
+ * them with int3 keys) against hand-computed bytes: a token's int2 head is 64 code bytes + 2 f16
+ * steps, its int3 keys 96 + 2, so the block is 16 * (3 * 2 * 68 + 32) = 7040 bytes, 512 more
+ * than without (6528), and a 32768-token sequence holds 2048 such blocks of the global group. The
+ * layout refuses keys not wider than the values, more wide slots than a group has layers, f16,
+ * and a sliding pool with wide keys. */
+static void test_wide_keys(void) {
+    const wk_kv_geom G6 = {.n_layer = 18, .n_head_kv = 1, .head_dim = 256, .block_tokens = 16, .group_layers = 3,
+                           .swa_groups = 5, .swa_window = 512};
+    wk_kv_fmt f = {2, WK_KVQ_QUEST, 128, 16, 104, 0, 32, 3, 1};
+    wk_kv_layout l, plain;
+    CHECK_EQ_INT(wk_kv_layout_get(&G6, &f, &l), WK_OK);
+    wk_kv_fmt p = f;
+    p.key_bits = p.key_wide_slots = 0;
+    CHECK_EQ_INT(wk_kv_layout_get(&G6, &p, &plain), WK_OK);
+    CHECK_EQ_INT(plain.bytes_per_block, 6528);
+    CHECK_EQ_INT(l.bytes_per_block, 7040);
+    CHECK_EQ_INT(l.slab_bytes, 16 * 68);
+    CHECK_EQ_INT(l.key_slab_bytes, 16 * 100);
+    CHECK_EQ_INT(l.key_bits, 3);
+    wk_kv_layout swa4;
+    const wk_kv_fmt q4 = {4, WK_KVQ_QUEST, 128, 0, 0, 0, 0, 0, 0};
+    CHECK_EQ_INT(wk_kv_layout_get(&G6, &q4, &swa4), WK_OK);
+    CHECK_EQ_INT(wk_kv_layout_set_swa(&l, &swa4), WK_OK);
+    CHECK_EQ_INT(wk_kv_layout_pool_peak_bytes(&l, 0, 32768, 512) - l.window_bytes, 2048 * 7040);
+    wk_kv_layout bad;
+    const wk_kv_fmt refused[] = {
+        {2, WK_KVQ_QUEST, 128, 0, 0, 0, 0, 2, 1},  /* not wider */
+        {3, WK_KVQ_QUEST, 128, 0, 0, 0, 0, 2, 1},  /* narrower */
+        {2, WK_KVQ_QUEST, 128, 0, 0, 0, 0, 3, 4},  /* 4 wide slots in groups of 3 */
+        {2, WK_KVQ_QUEST, 128, 0, 0, 0, 0, 3, 0},  /* no slot */
+        {2, WK_KVQ_QUEST, 128, 0, 0, 0, 0, 5, 1},  /* no 5-bit code */
+        {16, WK_KVQ_QUEST, 0, 0, 0, 0, 0, 3, 1},   /* f16 */
+    };
+    for (size_t i = 0; i < sizeof refused / sizeof refused[0]; i++) CHECK_EQ_INT(wk_kv_layout_get(&G6, &refused[i], &bad), WK_ERR_INVALID);
+    /* The sliding layers' own pool never has wide keys. */
+    wk_kv_layout l2;
+    const wk_kv_fmt f2 = {2, WK_KVQ_QUEST, 128, 0, 0, 0, 0, 0, 0};
+    CHECK_EQ_INT(wk_kv_layout_get(&G6, &f2, &l2), WK_OK);
+    wk_kv_layout wide4;
+    const wk_kv_fmt w4 = {3, WK_KVQ_QUEST, 128, 0, 0, 0, 0, 4, 1};
+    CHECK_EQ_INT(wk_kv_layout_get(&G6, &w4, &wide4), WK_OK);
+    CHECK_EQ_INT(wk_kv_layout_set_swa(&l2, &wide4), WK_ERR_INVALID);
+}
+
 /* Per-layer-class formats: the full-attention groups in int2 with the windows, the sliding groups
  * in int4 in a pool of their own. The layout's sizes against hand-computed numbers, what
  * set_swa refuses, and a sequence grown to 2048 tokens in 512-token steps over the two pools as
@@ -396,6 +441,7 @@ static void test_prefix_hybrid(void) {
 int main(void) {
     test_layouts();
     test_two_classes();
+    test_wide_keys();
     test_prefix_hybrid();
     TEST_MAIN_END();
 }
