@@ -58,8 +58,9 @@ static const struct {
     {"--kv-wide-keys", "LAYERS",
      "int2/3: the keys of these layers (comma-separated indices, or\n"
      "none) one bit wider than --kv, or FMT with LAYERS:FMT; values\n"
-     "keep --kv (default: none; full-attention layers when --kv-swa\n"
-     "differs)"},
+     "keep --kv; with --kv-swa, full-attention layers only (default:\n"
+     "one full-attention layer in three, by the sidecar's predicted\n"
+     "key error, while no --kv or --wush is given; else none)"},
     {"--kv-swa-recent", "R",
      "int2/3/4: f16 recent tokens of the sliding-window layers (default\n"
      "32 with no window flag, else as --kv-recent; --kv-recent then\n"
