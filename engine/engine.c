@@ -90,12 +90,16 @@ void wk_engine_close(wk_engine *e) {
     free(e);
 }
 
-/* The default's wide keys (wk_engine_params.kv_wide_keys_auto): the layers kv_transform.c ranks. */
-static int choose_wide_keys(const wk_hparams *hp, const wk_kv_xform *x, int key_bits, bool *wide, wk_kv_fmt *fmt,
-                            char *err, size_t errlen) {
-    int rc = wk_kv_xform_wide_keys(x, hp, wide, err, errlen);
-    if (!rc) fmt->key_bits = key_bits;
-    return rc;
+const char *wk_layer_set_format(const uint64_t set[4], char *buf, size_t cap) {
+    size_t at = 0;
+    if (cap) buf[0] = '\0';
+    for (int il = 0; il < 256 && at < cap; il++) {
+        if (!wk_layer_set_has(set, il)) continue;
+        const int w = snprintf(buf + at, cap - at, at ? ",%d" : "%d", il);
+        if (w < 0) break;
+        at += (size_t)w;
+    }
+    return buf;
 }
 
 int wk_engine_open(const wk_engine_params *p, wk_engine **out, char *err, size_t errlen) {
@@ -190,9 +194,12 @@ int wk_engine_open(const wk_engine_params *p, wk_engine **out, char *err, size_t
         }
         /* Wide keys: the layers the bitset names (a layer the model lacks is refused), or chosen. */
         bool wide[WK_MAX_LAYERS] = {false};
-        if (!rc && p->kv_wide_keys_auto && p->kv_key_bits) rc = choose_wide_keys(hp, &e->xform, p->kv_key_bits, wide, &fmt, err, errlen);
+        if (!rc && p->kv_wide_keys_auto && p->kv_key_bits) {
+            rc = wk_kv_xform_wide_keys(&e->xform, hp, wide, err, errlen);
+            fmt.key_bits = p->kv_key_bits;
+        }
         for (int il = 0; !rc && il < 256; il++) {
-            if (!(p->kv_wide_keys[il / 64] >> (il % 64) & 1)) continue;
+            if (!wk_layer_set_has(p->kv_wide_keys, il)) continue;
             if (il >= hp->n_layer) {
                 snprintf(err, errlen, "wide keys in layer %d: the model has %d layers (0..%d)", il, hp->n_layer,
                          hp->n_layer - 1);
@@ -339,7 +346,7 @@ int wk_engine_open(const wk_engine_params *p, wk_engine **out, char *err, size_t
         i->kv_swa_block_bytes = e->kv.layout.swa_bytes_per_block;
         i->kv_key_bits = e->kv.fmt.key_bits;
         for (int il = 0; il < e->kv.n_layer && i->kv_key_bits; il++)
-            if (e->kv.key_wide[il]) i->kv_wide_keys[il / 64] |= 1ull << (il % 64);
+            if (e->kv.key_wide[il]) wk_layer_set_add(i->kv_wide_keys, il);
         i->kv_sink = e->kv.layout.win[0].sink;
         i->kv_recent = e->kv.layout.win[0].recent;
         i->kv_swa_sink = e->kv.layout.win[1].sink;

@@ -407,7 +407,7 @@ static int load_format(const wk_engine *e, const wk_kv_error_format *f, fmt_stat
      * format's clip at their own width. */
     const int key_bits = f->key_bits;
     for (int il = 0; fs->quantize && key_bits && !f->wide_keys_auto && il < 256; il++)
-        fs->wide[il] = f->wide_keys[il / 64] >> (il % 64) & 1;
+        fs->wide[il] = wk_layer_set_has(f->wide_keys, il);
     if (fs->quantize && key_bits && f->wide_keys_auto) rc = wk_kv_xform_wide_keys(&fs->x, &wk_engine_desc(e)->hp, fs->wide, err, errlen);
     if (rc) return rc;
     if (fs->quantize && key_bits) {

@@ -60,6 +60,17 @@ typedef enum { WK_KV_TRANSFORM_NONE = 0, WK_KV_TRANSFORM_HADAMARD = 1, WK_KV_TRA
  * the device's type. */
 typedef enum { WK_KERNELS_AUTO = 0, WK_KERNELS_CPU = 1, WK_KERNELS_GPU = 2 } wk_kernels;
 
+/* Sets of layers (wk_engine_params.kv_wide_keys, wk_model_info.kv_wide_keys): layer il is bit
+ * il % 64 of word il / 64, layers 0..255. */
+static inline bool wk_layer_set_has(const uint64_t set[4], int il) {
+    return il >= 0 && il < 256 && (set[il / 64] >> (il % 64) & 1);
+}
+static inline void wk_layer_set_add(uint64_t set[4], int il) {
+    if (il >= 0 && il < 256) set[il / 64] |= 1ull << (il % 64);
+}
+/* The set's layers in order, comma-separated ("5,11"; "" when empty), into buf; returns buf. */
+const char *wk_layer_set_format(const uint64_t set[4], char *buf, size_t cap);
+
 typedef struct wk_engine_params {
     const char *model_path;
     int device_index;      /* -1: pick by type (discrete > integrated > virtual > cpu) */

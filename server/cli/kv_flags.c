@@ -144,7 +144,7 @@ static bool wide_keys(cli *c, kv_flags *f) {
         char *end = (char *)p;
         long il = *p >= '0' && *p <= '9' ? strtol(p, &end, 10) : -1;
         if (il < 0 || il >= 256 || end == p) break;
-        f->wide_keys[il / 64] |= 1ull << (il % 64);
+        wk_layer_set_add(f->wide_keys, (int)il);
         n++;
         after_comma = false;
         p = end;
@@ -378,10 +378,10 @@ const char *kv_flags_describe(const kv_flags *f, const wk_model_info *info, char
     /* Wide keys: "keys:int3@11" (layers in order, comma-separated). */
     const uint64_t *layers = info ? info->kv_wide_keys : f->wide_keys;
     const int key_bits = info ? info->kv_key_bits : f->key_bits;
-    if (quantized && key_bits && f->wide_keys_auto && !info) append(buf, cap, &len, " keys:int%d@auto", key_bits);
-    else if (quantized && key_bits) append(buf, cap, &len, " keys:int%d@", key_bits);
-    for (int il = 0, n = 0; quantized && key_bits && (info || !f->wide_keys_auto) && il < 256; il++)
-        if (layers[il / 64] >> (il % 64) & 1) append(buf, cap, &len, n++ ? ",%d" : "%d", il);
+    char list[128];
+    if (quantized && key_bits)
+        append(buf, cap, &len, " keys:int%d@%s", key_bits,
+               f->wide_keys_auto && !info ? "auto" : wk_layer_set_format(layers, list, sizeof list));
     /* The sliding layers' windows, when they are their own. */
     if (quantized && f->swa_windows && (f->swa_sink != f->sink || f->swa_recent != f->recent))
         append(buf, cap, &len, " swa:sink%d:recent%d", f->swa_sink, f->swa_recent);

@@ -203,10 +203,7 @@ static void *engine_main(void *arg) {
     m->kv_swa_window = s->info->kv_swa_window;
     m->kv_swa_bits = s->info->kv_swa_bits;
     m->kv_swa_pool_blocks = s->info->kv_swa_pool_blocks;
-    m->kv_wide_layers[0] = '\0';
-    for (int il = 0, at = 0; s->info->kv_key_bits && il < 256 && at < (int)sizeof m->kv_wide_layers - 5; il++)
-        if (s->info->kv_wide_keys[il / 64] >> (il % 64) & 1)
-            at += snprintf(m->kv_wide_layers + at, sizeof m->kv_wide_layers - (size_t)at, at ? ",%d" : "%d", il);
+    wk_layer_set_format(s->info->kv_wide_keys, m->kv_wide_layers, sizeof m->kv_wide_layers);
     m->kv_bits_per_element = s->info->kv_bits_per_element;
     snprintf(m->wush_path, sizeof m->wush_path, "%s", s->cfg.engine.wush_path ? s->cfg.engine.wush_path : "");
     m->prefix_cache = s->info->prefix_cache;
