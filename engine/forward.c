@@ -183,17 +183,28 @@ static void grid_1d(uint32_t groups, uint32_t *gx, uint32_t *gy) {
     *gy = (groups + *gx - 1) / *gx;
 }
 
+/* A matvec dispatch (1 to 4 tokens): W's rows from pc->row0, outputs split over ys by pc->n0 /
+ * pc->n1, or, for the gate/up pipelines, act(gate) * up into ys[0] (matvec.comp). */
+static int op_matvec(rec *r, const wk_dev_matrix *W, const wk_buf *x, const wk_buf *const ys[3],
+                     const wk_pc_matmul *pc, wk_pipe_id pipe) {
+    wk_fwd *f = r->f;
+    const bool q8 = W->fmt == WK_WFMT_Q8A;
+    wk_arg args[6] = {TV(&W->codes), q8 ? TV(&W->scales) : TV(&f->w->dummy), TV(x), S(ys[0]), S(ys[1]), S(ys[2])};
+    uint32_t gx, gy;
+    grid_1d((pc->N + f->pipes->matvec_rows - 1) / f->pipes->matvec_rows, &gx, &gy);
+    return wk_dispatch(f->vk, f->pipes, pipe, args, pc, sizeof *pc, gx, gy, 1, r->err, r->errlen);
+}
+
+/* y = x W^T over W's rows (W may be a part of a joined matrix, from its row0). */
 static int op_matmul(rec *r, const wk_dev_matrix *W, const wk_buf *x, const wk_buf *y, uint32_t T) {
     wk_fwd *f = r->f;
     const bool q8 = W->fmt == WK_WFMT_Q8A;
-    wk_arg args[4] = {TV(&W->codes), q8 ? TV(&W->scales) : TV(&f->w->dummy), TV(x), S(y)};
-    wk_pc_matmul pc = {.N = W->rows, .K = W->cols, .T = T};
+    wk_pc_matmul pc = {.N = W->rows, .K = W->cols, .T = T, .row0 = W->row0, .n0 = W->rows};
     if (T <= 4) {
-        uint32_t gx, gy;
-        grid_1d((W->rows + f->pipes->matvec_rows - 1) / f->pipes->matvec_rows, &gx, &gy);
-        return wk_dispatch(f->vk, f->pipes, q8 ? WK_PIPE_MATVEC_Q8A : WK_PIPE_MATVEC_F16, args, &pc, sizeof pc, gx, gy,
-                           1, r->err, r->errlen);
+        const wk_buf *ys[3] = {y, y, y};
+        return op_matvec(r, W, x, ys, &pc, q8 ? WK_PIPE_MATVEC_Q8A : WK_PIPE_MATVEC_F16);
     }
+    wk_arg args[4] = {TV(&W->codes), q8 ? TV(&W->scales) : TV(&f->w->dummy), TV(x), S(y)};
     /* "gpu" kernels: 64 x 64 tiles through shared memory (matmul_tiled.comp) */
     const bool tiled = f->pipes->gpu_kernels;
     const wk_pipe_id pipe = tiled ? (q8 ? WK_PIPE_MATMUL_TILED_Q8A : WK_PIPE_MATMUL_TILED_F16)
@@ -201,6 +212,41 @@ static int op_matmul(rec *r, const wk_dev_matrix *W, const wk_buf *x, const wk_b
     uint32_t gx, gy;
     wk_matmul_grid(tiled, W->rows, T, &gx, &gy);
     return wk_dispatch(f->vk, f->pipes, pipe, args, &pc, sizeof pc, gx, gy, 1, r->err, r->errlen);
+}
+
+/* q, k, v = xn W_q, xn W_k, xn W_v: one matvec over the joined matrix for a decode-sized step (a
+ * dispatch, not three), else one product each. */
+static int op_qkv(rec *r, const wk_dev_layer *L, uint32_t T) {
+    wk_acts *a = &r->f->a;
+    if (T <= 4 && L->qkv.rows) {
+        const bool q8 = L->qkv.fmt == WK_WFMT_Q8A;
+        wk_pc_matmul pc = {.N = L->qkv.rows, .K = L->qkv.cols, .T = T, .n0 = L->wq.rows, .n1 = L->wk.rows};
+        const wk_buf *ys[3] = {&a->q, &a->k, &a->v};
+        return op_matvec(r, &L->qkv, &a->xn, ys, &pc, q8 ? WK_PIPE_MATVEC_QKV_Q8A : WK_PIPE_MATVEC_QKV_F16);
+    }
+    TRY(op_matmul(r, &L->wq, &a->xn, &a->q, T));
+    TRY(op_matmul(r, &L->wk, &a->xn, &a->k, T));
+    return op_matmul(r, &L->wv, &a->xn, &a->v, T);
+}
+
+static int op_glu(rec *r, uint32_t T);
+
+/* act = act(xn W_gate) * (xn W_up): for a decode-sized step one matvec over the joined matrix that
+ * applies the activation itself, else the two products and op_glu. */
+static int op_gated_ffn_in(rec *r, const wk_dev_layer *L, uint32_t T) {
+    wk_fwd *f = r->f;
+    wk_acts *a = &f->a;
+    if (T <= 4 && L->gate_up.rows) {
+        const bool q8 = L->gate_up.fmt == WK_WFMT_Q8A;
+        wk_pc_matmul pc = {.N = L->ffn_gate.rows, .K = L->gate_up.cols, .T = T, .row0 = L->ffn_gate.row0,
+                           .n0 = L->ffn_gate.rows, .act = f->hp->ffn_act == WK_FFN_GEGLU};
+        const wk_buf *ys[3] = {&a->act, &a->act, &a->act};
+        return op_matvec(r, &L->gate_up, &a->xn, ys, &pc, q8 ? WK_PIPE_MATVEC_GLU_Q8A : WK_PIPE_MATVEC_GLU_F16);
+    }
+    TRY(op_matmul(r, &L->ffn_gate, &a->xn, &a->gate, T));
+    TRY(op_matmul(r, &L->ffn_up, &a->xn, &a->up, T));
+    wk_vk_barrier(f->vk);
+    return op_glu(r, T);
 }
 
 static int op_embed(rec *r, uint32_t T) {
@@ -450,9 +496,7 @@ static int record_layers(rec *r, uint32_t T) {
     wk_vk_barrier(vk);
     for (int il = 0; il < hp->n_layer; il++) {
         const wk_dev_layer *L = &w->layers[il];
-        TRY(op_matmul(r, &L->wq, &a->xn, &a->q, T));            /* q, k, v = xn W */
-        TRY(op_matmul(r, &L->wk, &a->xn, &a->k, T));
-        TRY(op_matmul(r, &L->wv, &a->xn, &a->v, T));
+        TRY(op_qkv(r, L, T));                                   /* q, k, v = xn W */
         wk_vk_barrier(vk);
         TRY(op_qk_norm_rope(r, il, T));                         /* q,k: norm, RoPE; k,v -> cache */
         wk_vk_barrier(vk);
@@ -478,10 +522,7 @@ static int record_layers(rec *r, uint32_t T) {
         wk_vk_barrier(vk);
         TRY(op_add_norm(r, &a->o, &L->post_attn_norm, &L->ffn_norm, T)); /* h += o; xn = norm(h) */
         wk_vk_barrier(vk);
-        TRY(op_matmul(r, &L->ffn_gate, &a->xn, &a->gate, T));   /* gate, up = xn W */
-        TRY(op_matmul(r, &L->ffn_up, &a->xn, &a->up, T));
-        wk_vk_barrier(vk);
-        TRY(op_glu(r, T));                                      /* act = act(gate) * up */
+        TRY(op_gated_ffn_in(r, L, T));                          /* act = act(xn Wgate) * (xn Wup) */
         wk_vk_barrier(vk);
         TRY(op_matmul(r, &L->ffn_down, &a->act, &a->ffn, T));   /* ffn = act Wdown */
         wk_vk_barrier(vk);

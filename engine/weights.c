@@ -1,6 +1,7 @@
 /* Weight upload: converts each GGUF tensor into the device format the shaders read. Quantized
  * blocks become q8a16 without loss (quant.c proves it per type); F32/BF16 matrices are stored as
- * f16, taken only for float models; the WUSH-folded W_v / W_o are rounded into q8a16. */
+ * f16, taken only for float models; the WUSH-folded W_v / W_o are rounded into q8a16. A layer's
+ * W_q, W_k, W_v and its W_gate, W_up are each stored as one joined matrix (weights.h). */
 #include "weights.h"
 
 #include <stdio.h>
@@ -26,94 +27,136 @@ static int upload_vector(wk_vk *vk, const wk_gguf_tensor *t, wk_buf *b, uint64_t
     return rc;
 }
 
-/* codes (n int8) and their scale/offset pairs (n / 16) into m's device buffers. */
-static int upload_q8a(wk_vk *vk, const int8_t *codes, const float *so, size_t n, wk_dev_matrix *m, char *err,
-                      size_t errlen) {
-    m->fmt = WK_WFMT_Q8A;
-    int rc = wk_vk_buffer_create(vk, &m->codes, n, WK_MEM_DEVICE, VK_FORMAT_R32G32B32A32_UINT, err, errlen);
-    if (!rc) rc = wk_vk_buffer_create(vk, &m->scales, n / 16 * 8, WK_MEM_DEVICE, VK_FORMAT_R32G32_SFLOAT, err, errlen);
-    if (!rc) rc = wk_vk_upload(vk, &m->codes, 0, codes, n, err, errlen);
-    if (!rc) rc = wk_vk_upload(vk, &m->scales, 0, so, n / 16 * 8, err, errlen);
-    return rc;
+/* A matrix in its device format on the host, before upload. */
+typedef struct host_matrix {
+    wk_wfmt fmt;
+    uint32_t rows, cols;
+    void *codes; /* q8a: int8, one per weight; f16: halves */
+    float *so;   /* q8a: (scale, offset) per 16 weights; f16: NULL */
+} host_matrix;
+
+static size_t code_bytes(const host_matrix *h) {
+    return (size_t)h->rows * h->cols * (h->fmt == WK_WFMT_Q8A ? 1 : 2);
+}
+static size_t so_bytes(const host_matrix *h) { return h->fmt == WK_WFMT_Q8A ? (size_t)h->rows * h->cols / 16 * 8 : 0; }
+
+static void host_free(host_matrix *h) {
+    free(h->codes);
+    free(h->so);
+    memset(h, 0, sizeof *h);
 }
 
-static int upload_matrix(wk_vk *vk, const wk_gguf_tensor *t, wk_dev_matrix *m, uint64_t *bytes, char *err,
-                         size_t errlen) {
-    memset(m, 0, sizeof *m);
-    m->cols = (uint32_t)t->ne[0];
-    m->rows = (uint32_t)t->ne[1];
-    const size_t n = (size_t)m->cols * m->rows;
-    if (m->cols % 16) {
-        snprintf(err, errlen, "tensor '%s': row length %u is not a multiple of 16", t->name, m->cols);
+/* A GGUF tensor into h: quantized types into q8a16 exactly, float types into f16. */
+static int convert_tensor(const wk_gguf_tensor *t, host_matrix *h, char *err, size_t errlen) {
+    memset(h, 0, sizeof *h);
+    h->cols = (uint32_t)t->ne[0];
+    h->rows = (uint32_t)t->ne[1];
+    const size_t n = (size_t)h->cols * h->rows;
+    if (h->cols % 16) {
+        snprintf(err, errlen, "tensor '%s': row length %u is not a multiple of 16", t->name, h->cols);
         return WK_ERR_UNSUPPORTED;
     }
     int rc = 0;
     if (wk_quant_is_exact_q8a16(t->type)) {
-        int8_t *codes = malloc(n);
-        float *so = malloc(n / 16 * 2 * sizeof(float));
-        if (!codes || !so) rc = WK_ERR_NOMEM, snprintf(err, errlen, "out of memory converting '%s'", t->name);
-        if (!rc && !wk_quant_to_q8a16(t->type, t->data, n, codes, so))
+        h->fmt = WK_WFMT_Q8A;
+        h->codes = malloc(n);
+        h->so = malloc(n / 16 * 2 * sizeof(float));
+        if (!h->codes || !h->so) rc = WK_ERR_NOMEM, snprintf(err, errlen, "out of memory converting '%s'", t->name);
+        if (!rc && !wk_quant_to_q8a16(t->type, t->data, n, h->codes, h->so))
             rc = WK_ERR_UNSUPPORTED, snprintf(err, errlen, "tensor '%s': cannot convert %s", t->name, wk_ggml_type_name(t->type));
-        if (!rc) rc = upload_q8a(vk, codes, so, n, m, err, errlen);
-        free(codes);
-        free(so);
     } else {
-        m->fmt = WK_WFMT_F16;
-        uint16_t *h = malloc(n * sizeof *h);
-        float *row = malloc(m->cols * sizeof *row);
-        if (!h || !row) rc = WK_ERR_NOMEM, snprintf(err, errlen, "out of memory converting '%s'", t->name);
+        h->fmt = WK_WFMT_F16;
+        uint16_t *half = h->codes = malloc(n * sizeof *half);
+        float *row = malloc(h->cols * sizeof *row);
+        if (!half || !row) rc = WK_ERR_NOMEM, snprintf(err, errlen, "out of memory converting '%s'", t->name);
         uint32_t blk_elems = 1, blk_bytes = 0;
         if (!rc && !wk_ggml_type_layout(t->type, &blk_elems, &blk_bytes))
             rc = WK_ERR_UNSUPPORTED, snprintf(err, errlen, "tensor '%s': unsupported type", t->name);
-        const size_t row_bytes = (size_t)m->cols / blk_elems * blk_bytes;
-        for (uint32_t r = 0; !rc && r < m->rows; r++) {
+        const size_t row_bytes = (size_t)h->cols / blk_elems * blk_bytes;
+        for (uint32_t r = 0; !rc && r < h->rows; r++) {
             if (t->type == WK_GGML_F16) {
-                memcpy(h + (size_t)r * m->cols, t->data + r * row_bytes, row_bytes);
+                memcpy(half + (size_t)r * h->cols, t->data + r * row_bytes, row_bytes);
                 continue;
             }
-            if (!wk_dequantize(t->type, t->data + r * row_bytes, row, m->cols)) {
+            if (!wk_dequantize(t->type, t->data + r * row_bytes, row, h->cols)) {
                 rc = WK_ERR_UNSUPPORTED;
                 snprintf(err, errlen, "tensor '%s' has type %s, which cannot be read", t->name, wk_ggml_type_name(t->type));
                 break;
             }
-            for (uint32_t c = 0; c < m->cols; c++) h[(size_t)r * m->cols + c] = wk_f32_to_f16(row[c]);
+            for (uint32_t c = 0; c < h->cols; c++) half[(size_t)r * h->cols + c] = wk_f32_to_f16(row[c]);
         }
-        if (!rc) rc = wk_vk_buffer_create(vk, &m->codes, n * 2, WK_MEM_DEVICE, VK_FORMAT_R32G32B32A32_UINT, err, errlen);
-        if (!rc) rc = wk_vk_upload(vk, &m->codes, 0, h, n * 2, err, errlen);
-        free(h);
         free(row);
     }
-    if (rc) {
-        if (!strstr(err, t->name)) {
-            char inner[WK_ERRMSG_LEN];
-            snprintf(inner, sizeof inner, "%s", err);
-            snprintf(err, errlen, "tensor '%s': %s", t->name, inner);
-        }
-        return rc;
-    }
-    *bytes += m->codes.bytes + m->scales.bytes;
-    return 0;
+    if (rc) host_free(h);
+    return rc;
 }
 
 /* An f32 matrix (rows x cols, row-major; cols a multiple of 16) rounded into q8a16: the folded W_v / W_o.
  * Not f16: the int8 kernels are the faster ones on every device we measured (a decode step's
  * matvec_f16 took 0.56 us per thousand elements against matvec_q8a's 0.43, docs/benchmarks.md), and
  * half a step of 255 per 16 elements is far below the 4-6-bit error of the GGUF's own weights. */
-static int upload_f32_as_q8a(wk_vk *vk, const float *a, uint32_t rows, uint32_t cols, wk_dev_matrix *m, uint64_t *bytes,
-                             char *err, size_t errlen) {
-    memset(m, 0, sizeof *m);
-    m->rows = rows;
-    m->cols = cols;
+static int convert_f32(const float *a, uint32_t rows, uint32_t cols, host_matrix *h, char *err, size_t errlen) {
+    *h = (host_matrix){.fmt = WK_WFMT_Q8A, .rows = rows, .cols = cols};
     const size_t n = (size_t)rows * cols;
     if (cols % 16) return snprintf(err, errlen, "folded matrix: row length %u is not a multiple of 16", cols), WK_ERR_UNSUPPORTED;
-    int8_t *codes = malloc(n);
-    float *so = malloc(n / 16 * 2 * sizeof(float));
-    int rc = codes && so ? 0 : (snprintf(err, errlen, "out of memory"), WK_ERR_NOMEM);
-    if (!rc) wk_quant_f32_to_q8a16(a, n, codes, so);
-    if (!rc) rc = upload_q8a(vk, codes, so, n, m, err, errlen);
-    free(codes);
-    free(so);
+    h->codes = malloc(n);
+    h->so = malloc(n / 16 * 2 * sizeof(float));
+    if (!h->codes || !h->so) {
+        host_free(h);
+        return snprintf(err, errlen, "out of memory"), WK_ERR_NOMEM;
+    }
+    wk_quant_f32_to_q8a16(a, n, h->codes, h->so);
+    return 0;
+}
+
+/* Device buffers for `rows` rows of h's format and width into m (its views: RGBA32UI codes, RG32F
+ * scale/offset pairs for q8a). */
+static int create_matrix(wk_vk *vk, const host_matrix *h, uint32_t rows, wk_dev_matrix *m, uint64_t *bytes, char *err,
+                         size_t errlen) {
+    const host_matrix all = {.fmt = h->fmt, .rows = rows, .cols = h->cols};
+    *m = (wk_dev_matrix){.fmt = h->fmt, .rows = rows, .cols = h->cols};
+    int rc = wk_vk_buffer_create(vk, &m->codes, code_bytes(&all), WK_MEM_DEVICE, VK_FORMAT_R32G32B32A32_UINT, err, errlen);
+    if (!rc && h->fmt == WK_WFMT_Q8A)
+        rc = wk_vk_buffer_create(vk, &m->scales, so_bytes(&all), WK_MEM_DEVICE, VK_FORMAT_R32G32_SFLOAT, err, errlen);
     if (!rc) *bytes += m->codes.bytes + m->scales.bytes;
+    return rc;
+}
+
+/* h's rows into m's buffers from row `row0` on. */
+static int upload_rows(wk_vk *vk, const host_matrix *h, wk_dev_matrix *m, uint32_t row0, char *err, size_t errlen) {
+    const host_matrix before = {.fmt = h->fmt, .rows = row0, .cols = h->cols};
+    int rc = wk_vk_upload(vk, &m->codes, code_bytes(&before), h->codes, code_bytes(h), err, errlen);
+    if (!rc && h->fmt == WK_WFMT_Q8A) rc = wk_vk_upload(vk, &m->scales, so_bytes(&before), h->so, so_bytes(h), err, errlen);
+    return rc;
+}
+
+/* Uploads n host matrices. n > 1 and one format and width: as one matrix, `joined`, their rows one
+ * after another, each parts[i] a view of its rows; otherwise each into its own parts[i] (joined,
+ * if given, keeps rows 0). */
+static int upload_joined(wk_vk *vk, const host_matrix *h, int n, wk_dev_matrix *joined, wk_dev_matrix *const *parts,
+                         uint64_t *bytes, char *err, size_t errlen) {
+    bool one = n > 1 && joined;
+    uint32_t rows = 0;
+    for (int i = 0; i < n; i++) {
+        one = one && h[i].fmt == h[0].fmt && h[i].cols == h[0].cols;
+        rows += h[i].rows;
+    }
+    int rc = 0;
+    if (!one) {
+        for (int i = 0; !rc && i < n; i++) {
+            rc = create_matrix(vk, &h[i], h[i].rows, parts[i], bytes, err, errlen);
+            if (!rc) rc = upload_rows(vk, &h[i], parts[i], 0, err, errlen);
+        }
+        return rc;
+    }
+    rc = create_matrix(vk, &h[0], rows, joined, bytes, err, errlen);
+    for (uint32_t i = 0, row0 = 0; !rc && i < (uint32_t)n; row0 += h[i++].rows) {
+        rc = upload_rows(vk, &h[i], joined, row0, err, errlen);
+        *parts[i] = *joined;
+        parts[i]->rows = h[i].rows;
+        parts[i]->row0 = row0;
+        parts[i]->part = true;
+    }
     return rc;
 }
 
@@ -128,9 +171,10 @@ static float *dequantize_all(const wk_gguf_tensor *t) {
 }
 
 /* W_v' = T_V W_v (per KV head, block-diagonal over its head_dim rows) and W_o' = W_o T_V^-1 (per
- * query head's column block, with the T_V^-1 of its KV head): o = W_o' (P T_V V) = W_o (P V). */
-static int upload_folded_v(wk_vk *vk, const wk_hparams *hp, const wk_layer_weights *L, const wk_kv_xform *x, int il,
-                           wk_dev_layer *D, uint64_t *bytes, char *err, size_t errlen) {
+ * query head's column block, with the T_V^-1 of its KV head): o = W_o' (P T_V V) = W_o (P V).
+ * Into hv and ho, rounded into q8a16. */
+static int fold_v(const wk_hparams *hp, const wk_layer_weights *L, const wk_kv_xform *x, int il, host_matrix *hv,
+                  host_matrix *ho, char *err, size_t errlen) {
     const int Dh = hp->head_dim, B = x->block, E = hp->n_embd, Hq = hp->n_head, Hk = hp->n_head_kv;
     const size_t per = (size_t)Dh * B;
     float *wv = dequantize_all(L->wv), *wo = dequantize_all(L->wo);
@@ -164,20 +208,59 @@ static int upload_folded_v(wk_vk *vk, const wk_hparams *hp, const wk_layer_weigh
             }
         }
     }
-    if (!rc) rc = upload_f32_as_q8a(vk, wv2, (uint32_t)(Hk * Dh), (uint32_t)E, &D->wv, bytes, err, errlen);
-    if (!rc) rc = upload_f32_as_q8a(vk, wo2, (uint32_t)E, (uint32_t)(Hq * Dh), &D->wo, bytes, err, errlen);
+    if (!rc) rc = convert_f32(wv2, (uint32_t)(Hk * Dh), (uint32_t)E, hv, err, errlen);
+    if (!rc) rc = convert_f32(wo2, (uint32_t)E, (uint32_t)(Hq * Dh), ho, err, errlen);
     free(wv), free(wo), free(wv2), free(wo2), free(acc);
     return rc;
 }
 
+/* One tensor as its own matrix (the embedding, the output head). */
+static int upload_matrix(wk_vk *vk, const wk_gguf_tensor *t, wk_dev_matrix *m, uint64_t *bytes, char *err,
+                         size_t errlen) {
+    host_matrix h;
+    int rc = convert_tensor(t, &h, err, errlen);
+    if (!rc) rc = upload_joined(vk, &h, 1, NULL, &m, bytes, err, errlen);
+    host_free(&h);
+    return rc;
+}
+
+/* A layer's seven matrices: W_q, W_k, W_v joined, W_o, W_gate and W_up joined, W_down (with the
+ * WUSH fold, W_v and W_o folded first). */
+static int upload_layer_matrices(wk_vk *vk, const wk_hparams *hp, const wk_layer_weights *L, const wk_kv_xform *xform,
+                                 int il, wk_dev_layer *D, uint64_t *bytes, char *err, size_t errlen) {
+    const bool fold = xform && xform->kind != WK_XFORM_NONE;
+    enum { Q, K, V, O, GATE, UP, DOWN, N_MATS };
+    const wk_gguf_tensor *src[N_MATS] = {L->wq, L->wk, L->wv, L->wo, L->ffn_gate, L->ffn_up, L->ffn_down};
+    host_matrix h[N_MATS] = {0};
+    int rc = 0;
+    for (int i = 0; !rc && i < N_MATS; i++)
+        if (!fold || (i != V && i != O)) rc = convert_tensor(src[i], &h[i], err, errlen);
+    if (!rc && fold) rc = fold_v(hp, L, xform, il, &h[V], &h[O], err, errlen);
+    wk_dev_matrix *qkv[] = {&D->wq, &D->wk, &D->wv}, *o[] = {&D->wo}, *gu[] = {&D->ffn_gate, &D->ffn_up},
+                  *down[] = {&D->ffn_down};
+    if (!rc) rc = upload_joined(vk, &h[Q], 3, &D->qkv, qkv, bytes, err, errlen);
+    if (!rc) rc = upload_joined(vk, &h[O], 1, NULL, o, bytes, err, errlen);
+    if (!rc) rc = upload_joined(vk, &h[GATE], 2, &D->gate_up, gu, bytes, err, errlen);
+    if (!rc) rc = upload_joined(vk, &h[DOWN], 1, NULL, down, bytes, err, errlen);
+    for (int i = 0; i < N_MATS; i++) host_free(&h[i]);
+    if (rc && !strstr(err, "layer")) {
+        char inner[WK_ERRMSG_LEN];
+        snprintf(inner, sizeof inner, "%s", err);
+        snprintf(err, errlen, "layer %d: %s", il, inner);
+    }
+    return rc;
+}
+
 static void free_matrix(wk_vk *vk, wk_dev_matrix *m) {
-    wk_vk_buffer_destroy(vk, &m->codes);
-    wk_vk_buffer_destroy(vk, &m->scales);
+    if (!m->part) {
+        wk_vk_buffer_destroy(vk, &m->codes);
+        wk_vk_buffer_destroy(vk, &m->scales);
+    }
+    memset(m, 0, sizeof *m);
 }
 
 int wk_weights_upload(wk_vk *vk, const wk_model_desc *m, const wk_kv_xform *xform, wk_weights *w, char *err,
                       size_t errlen) {
-    const bool fold = xform && xform->kind != WK_XFORM_NONE;
     memset(w, 0, sizeof *w);
     w->n_layer = m->hp.n_layer;
     w->layers = calloc((size_t)w->n_layer, sizeof *w->layers);
@@ -190,14 +273,7 @@ int wk_weights_upload(wk_vk *vk, const wk_model_desc *m, const wk_kv_xform *xfor
     for (int il = 0; !rc && il < w->n_layer; il++) {
         const wk_layer_weights *L = &m->layers[il];
         wk_dev_layer *D = &w->layers[il];
-        const struct { const wk_gguf_tensor *t; wk_dev_matrix *m; } mats[] = {
-            {L->wq, &D->wq}, {L->wk, &D->wk}, {L->wv, &D->wv}, {L->wo, &D->wo},
-            {L->ffn_gate, &D->ffn_gate}, {L->ffn_up, &D->ffn_up}, {L->ffn_down, &D->ffn_down}};
-        for (size_t i = 0; !rc && i < sizeof mats / sizeof *mats; i++) {
-            if (fold && (mats[i].m == &D->wv || mats[i].m == &D->wo)) continue;
-            rc = upload_matrix(vk, mats[i].t, mats[i].m, &w->bytes, err, errlen);
-        }
-        if (!rc && fold) rc = upload_folded_v(vk, &m->hp, L, xform, il, D, &w->bytes, err, errlen);
+        rc = upload_layer_matrices(vk, &m->hp, L, xform, il, D, &w->bytes, err, errlen);
         const struct { const wk_gguf_tensor *t; wk_buf *b; } vecs[] = {
             {L->attn_norm, &D->attn_norm}, {L->q_norm, &D->q_norm}, {L->k_norm, &D->k_norm},
             {L->post_attn_norm, &D->post_attn_norm}, {L->ffn_norm, &D->ffn_norm}, {L->post_ffn_norm, &D->post_ffn_norm}};
@@ -215,7 +291,7 @@ void wk_weights_free(wk_vk *vk, wk_weights *w) {
     wk_vk_buffer_destroy(vk, &w->dummy);
     for (int il = 0; w->layers && il < w->n_layer; il++) {
         wk_dev_layer *D = &w->layers[il];
-        wk_dev_matrix *mats[] = {&D->wq, &D->wk, &D->wv, &D->wo, &D->ffn_gate, &D->ffn_up, &D->ffn_down};
+        wk_dev_matrix *mats[] = {&D->wq, &D->wk, &D->wv, &D->wo, &D->ffn_gate, &D->ffn_up, &D->ffn_down, &D->qkv, &D->gate_up};
         for (size_t i = 0; i < sizeof mats / sizeof *mats; i++) free_matrix(vk, mats[i]);
         wk_buf *vecs[] = {&D->attn_norm, &D->q_norm, &D->k_norm, &D->post_attn_norm, &D->ffn_norm, &D->post_ffn_norm};
         for (size_t i = 0; i < sizeof vecs / sizeof *vecs; i++) wk_vk_buffer_destroy(vk, vecs[i]);

@@ -12,6 +12,8 @@ typedef enum { WK_WFMT_Q8A = 0, WK_WFMT_F16 = 1 } wk_wfmt;
 typedef struct wk_dev_matrix {
     wk_wfmt fmt;
     uint32_t rows, cols;   /* rows outputs of cols inputs (ggml ne1 x ne0) */
+    uint32_t row0;         /* its first row in codes / scales (a part of a joined matrix; else 0) */
+    bool part;             /* codes / scales are the joined matrix's: not this one's to free */
     wk_buf codes;          /* q8a: int8 codes, RGBA32UI view (16 per texel); f16: halves (8 per texel) */
     wk_buf scales;         /* q8a: (scale, offset) f32 pairs per 16, RG32F view; f16: unused */
 } wk_dev_matrix;
@@ -19,6 +21,11 @@ typedef struct wk_dev_matrix {
 typedef struct wk_dev_layer {
     wk_buf attn_norm, q_norm, k_norm, post_attn_norm, ffn_norm, post_ffn_norm; /* f32; absent = dummy */
     wk_dev_matrix wq, wk, wv, wo, ffn_gate, ffn_up, ffn_down;
+    /* W_q, W_k, W_v as one matrix (their rows one after another), and W_gate, W_up as another, when
+     * the parts share a format (rows 0: not joined). The parts above are then views into it (part),
+     * so a decode step computes q, k and v in one dispatch and the gated FFN input in another
+     * (engine/forward.c), while a prefill step still takes each part alone. */
+    wk_dev_matrix qkv, gate_up;
 } wk_dev_layer;
 
 typedef struct wk_weights {

@@ -5,6 +5,15 @@
 // Texel buffers are read as textureBuffer with samplerless texelFetch (a sampled image of Dim Buffer
 // is invalid SPIR-V for Vulkan): the including shader enables GL_EXT_samplerless_texture_functions.
 
+// The gated FFN's activation of the gate: act 0 SiLU (SwiGLU), 1 tanh-approximated GELU (GeGLU).
+// glu.comp and matvec.comp's fused gate/up pipelines both call it, so the two give the same bits.
+float glu_act(float g, uint act) {
+    if (act == 0u) return g / (1.0 + exp(-g));
+    // tanh(u) = 1 - 2/(exp(2u)+1): stays finite for large |u| where a naive ratio overflows.
+    float u = 0.7978845608 * (g + 0.044715 * g * g * g);
+    return 0.5 * g * (2.0 - 2.0 / (exp(2.0 * u) + 1.0));
+}
+
 vec4 i8x4(uint v) {
     return vec4(ivec4(bitfieldExtract(int(v), 0, 8), bitfieldExtract(int(v), 8, 8),
                       bitfieldExtract(int(v), 16, 8), bitfieldExtract(int(v), 24, 8)));

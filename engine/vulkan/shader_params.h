@@ -67,8 +67,13 @@ typedef struct { WK_PC_RMSNORM(WK_PC_MEMBER, ) } wk_pc_rmsnorm;
 #define WK_PC_ADD_NORM(X, s) X(s, uint32_t, n) X(s, uint32_t, n_rows) X(s, float, eps) X(s, uint32_t, has_post)
 typedef struct { WK_PC_ADD_NORM(WK_PC_MEMBER, ) } wk_pc_add_norm;
 
-/* matmul, matvec: y[t][n] = sum_k W[n][k] x[t][k]; x rows of K floats, y rows of N floats */
-#define WK_PC_MATMUL(X, s) X(s, uint32_t, N) X(s, uint32_t, K) X(s, uint32_t, T)
+/* matmul, matvec: y[t][n] = sum_k W[row0 + n][k] x[t][k]; x rows of K floats, y rows of N floats.
+ * matvec only: rows [0, n0) go to its output 0, [n0, n0 + n1) to output 1, the rest to output 2,
+ * each [T][its rows] (n0 = N: one output); its gate/up pipelines (WK_PIPE_MATVEC_GLU_*) write
+ * glu_act(gate, act) * up instead, act as wk_pc_glu's. */
+#define WK_PC_MATMUL(X, s)                                                                         \
+    X(s, uint32_t, N) X(s, uint32_t, K) X(s, uint32_t, T) X(s, uint32_t, row0) X(s, uint32_t, n0) \
+    X(s, uint32_t, n1) X(s, uint32_t, act)
 typedef struct { WK_PC_MATMUL(WK_PC_MEMBER, ) } wk_pc_matmul;
 
 #define WK_PC_QK_NORM_ROPE(X, s)                                                                    \

@@ -52,8 +52,12 @@ static const pipe_spec specs[WK_PIPE_COUNT] = {
     [WK_PIPE_MATMUL_F16] = {"matmul_f16", SPV(wk_spv_matmul_f16), "TTTS", sizeof(wk_pc_matmul), false},
     [WK_PIPE_MATMUL_TILED_Q8A] = {"matmul_tiled_q8a", SPV(wk_spv_matmul_tiled_q8a), "TTTS", sizeof(wk_pc_matmul), false},
     [WK_PIPE_MATMUL_TILED_F16] = {"matmul_tiled_f16", SPV(wk_spv_matmul_tiled_f16), "TTTS", sizeof(wk_pc_matmul), false},
-    [WK_PIPE_MATVEC_Q8A] = {"matvec_q8a", SPV(wk_spv_matvec_q8a), "TTTS", sizeof(wk_pc_matmul), true},
-    [WK_PIPE_MATVEC_F16] = {"matvec_f16", SPV(wk_spv_matvec_f16), "TTTS", sizeof(wk_pc_matmul), true},
+    [WK_PIPE_MATVEC_Q8A] = {"matvec_q8a", SPV(wk_spv_matvec_q8a), "TTTSSS", sizeof(wk_pc_matmul), true},
+    [WK_PIPE_MATVEC_F16] = {"matvec_f16", SPV(wk_spv_matvec_f16), "TTTSSS", sizeof(wk_pc_matmul), true},
+    [WK_PIPE_MATVEC_GLU_Q8A] = {"matvec_glu_q8a", SPV(wk_spv_matvec_q8a), "TTTSSS", sizeof(wk_pc_matmul), true},
+    [WK_PIPE_MATVEC_GLU_F16] = {"matvec_glu_f16", SPV(wk_spv_matvec_f16), "TTTSSS", sizeof(wk_pc_matmul), true},
+    [WK_PIPE_MATVEC_QKV_Q8A] = {"matvec_qkv_q8a", SPV(wk_spv_matvec_q8a), "TTTSSS", sizeof(wk_pc_matmul), true},
+    [WK_PIPE_MATVEC_QKV_F16] = {"matvec_qkv_f16", SPV(wk_spv_matvec_f16), "TTTSSS", sizeof(wk_pc_matmul), true},
     [WK_PIPE_QK_NORM_ROPE] = {"qk_norm_rope", SPV(wk_spv_qk_norm_rope), "SSSSTSSS", sizeof(wk_pc_qk_norm_rope), true},
     [WK_PIPE_ATTENTION_BULK] = {"attention_bulk", SPV(wk_spv_attention_paged), "SSSTSSSTT", sizeof(wk_pc_attention_paged), true},
     [WK_PIPE_ATTENTION_BULK_SWA] = {"attention_bulk_swa", SPV(wk_spv_attention_paged), "SSSTSSSTT", sizeof(wk_pc_attention_paged), true},
@@ -90,6 +94,13 @@ static uint32_t attn_pass_of(wk_pipe_id id) {
                : 0;
 }
 
+/* matvec's outputs (its constant 2, SC_MODE): 1 the gate/up pipelines, 2 the q/k/v split; 0 plain. */
+static uint32_t matvec_mode_of(wk_pipe_id id) {
+    return id == WK_PIPE_MATVEC_GLU_Q8A || id == WK_PIPE_MATVEC_GLU_F16   ? 1
+           : id == WK_PIPE_MATVEC_QKV_Q8A || id == WK_PIPE_MATVEC_QKV_F16 ? 2
+                                                                          : 0;
+}
+
 const char *wk_pipe_name(wk_pipe_id id) { return id < WK_PIPE_COUNT ? specs[id].name : "?"; }
 
 #define VKCALL(expr, what)                                   \
@@ -102,7 +113,7 @@ const char *wk_pipe_name(wk_pipe_id id) { return id < WK_PIPE_COUNT ? specs[id].
     } while (0)
 
 /* The pipeline of `id` on its existing layout. Specialisation constants: 0 the workgroup size
- * (subgroup_wg), 1 matvec rows, 5 the attention tile rows (tile_rows_of), 7 its pass (attn_pass_of), 2..4, 6 and 8 `extra`,
+ * (subgroup_wg), 1 matvec rows, 2 matvec's outputs (matvec_mode_of), 5 the attention tile rows (tile_rows_of), 7 its pass (attn_pass_of), 2..4, 6 and 8 `extra`,
  * what a shader specialises on (attention_paged: the KV format's kind, bits, group, a lane's
  * chunks of a head and the wide keys' bits; kv_transform: its block and tokens a workgroup); NULL leaves the shader's defaults,
  * which read those from the push constants. Constants a shader does not declare are ignored. */
@@ -132,6 +143,7 @@ static int create_pipeline(wk_vk *vk, wk_pipelines *p, wk_pipe_id id, const int3
     SPEC(0, vk->subgroup_size);
     SPEC(1, p->matvec_rows);
     if (extra) SPEC(2, extra[0]), SPEC(3, extra[1]), SPEC(4, extra[2]), SPEC(6, extra[3]), SPEC(8, extra[4]);
+    else if (matvec_mode_of(id)) SPEC(2, matvec_mode_of(id));
     const uint32_t tile_rows = tile_rows_of(id);
     if (tile_rows) SPEC(5, tile_rows);
     const uint32_t pass = attn_pass_of(id);
@@ -142,7 +154,7 @@ static int create_pipeline(wk_vk *vk, wk_pipelines *p, wk_pipe_id id, const int3
         .sType = VK_STRUCTURE_TYPE_COMPUTE_PIPELINE_CREATE_INFO,
         .stage = {.sType = VK_STRUCTURE_TYPE_PIPELINE_SHADER_STAGE_CREATE_INFO, .stage = VK_SHADER_STAGE_COMPUTE_BIT,
                   .module = mod, .pName = "main",
-                  .pSpecializationInfo = spec->subgroup_wg || extra || tile_rows || pass ? &si : NULL},
+                  .pSpecializationInfo = spec->subgroup_wg || extra || tile_rows || pass || matvec_mode_of(id) ? &si : NULL},
         .layout = p->layout[id]};
     VkPipeline pipe = VK_NULL_HANDLE;
     VkResult r = vkCreateComputePipelines(vk->dev, VK_NULL_HANDLE, 1, &pci, NULL, &pipe);

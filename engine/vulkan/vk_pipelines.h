@@ -16,6 +16,10 @@ typedef enum {
     WK_PIPE_MATMUL_TILED_F16,
     WK_PIPE_MATVEC_Q8A,
     WK_PIPE_MATVEC_F16,
+    WK_PIPE_MATVEC_GLU_Q8A,      /* matvec's gate/up pipelines: act(gate) * up in one dispatch (constant 2 = 1) */
+    WK_PIPE_MATVEC_GLU_F16,
+    WK_PIPE_MATVEC_QKV_Q8A,      /* matvec's rows split over three outputs: q, k, v in one dispatch (constant 2 = 2) */
+    WK_PIPE_MATVEC_QKV_F16,
     WK_PIPE_QK_NORM_ROPE,
     /* attention_paged.comp: a prefill step's two passes (16-row tiles) -- the bulk of the keys
      * without the f16 window path, and the window keys with it -- and the decode pipelines (4-row

@@ -11,7 +11,9 @@
 layout(local_size_x = 8, local_size_y = 8) in; // WK_MATMUL_WG
 layout(binding = 2) uniform textureBuffer X;                   // [T][K/4] vec4
 layout(std430, binding = 3) writeonly buffer Y { float y[]; }; // [T][N]
-layout(push_constant) uniform PC { uint N; uint K; uint T; } pc;
+// row0: the weights' first row in the bound matrix (a layer's q, k and v rows, or its gate and up
+// rows, are one matrix: engine/weights.c); n0, n1, act: matvec.comp's, unused here.
+layout(push_constant) uniform PC { uint N; uint K; uint T; uint row0; uint n0; uint n1; uint act; } pc;
 const uint TR = 8, TT = 8; // WK_MATMUL_ROWS, WK_MATMUL_TOKENS (engine/vulkan/shader_params.h)
 void main() {
     uint n0 = gl_GlobalInvocationID.x * TR, t0 = gl_GlobalInvocationID.y * TT;
@@ -20,7 +22,7 @@ void main() {
     // Tokens past T read the last token again, rows past N the last row (never stored), so no fetch leaves the buffer.
     uint xb[TT], rb[TR];
     [[unroll]] for (uint t = 0; t < TT; ++t) xb[t] = min(t0 + t, pc.T - 1) * K4;
-    [[unroll]] for (uint r = 0; r < TR; ++r) rb[r] = min(n0 + r, pc.N - 1) * G;
+    [[unroll]] for (uint r = 0; r < TR; ++r) rb[r] = (pc.row0 + min(n0 + r, pc.N - 1)) * G;
     float c[TT][TR];
     [[unroll]] for (uint t = 0; t < TT; ++t) [[unroll]] for (uint r = 0; r < TR; ++r) c[t][r] = 0;
     for (uint g = 0; g < G; ++g) {

@@ -11,7 +11,9 @@
 layout(local_size_x = 16, local_size_y = 16) in;
 layout(binding = 2) uniform textureBuffer X;                   // [T][K/4] vec4
 layout(std430, binding = 3) writeonly buffer Y { float y[]; }; // [T][N]
-layout(push_constant) uniform PC { uint N; uint K; uint T; } pc;
+// row0: the weights' first row in the bound matrix (a layer's q, k and v rows, or its gate and up
+// rows, are one matrix: engine/weights.c); n0, n1, act: matvec.comp's, unused here.
+layout(push_constant) uniform PC { uint N; uint K; uint T; uint row0; uint n0; uint n1; uint act; } pc;
 const uint TILE = 64u;
 shared vec4 w_sh[TILE][4];  // the tile's 64 rows x this group's 16 weights, dequantized
 shared vec4 x_sh[TILE][4];  // the tile's 64 tokens x the same 16 of K
@@ -23,7 +25,7 @@ void main() {
     // The staging: invocation lid loads part lid % 4 of row / token lid / 4 (past N or T: the last
     // one again, never stored, so no fetch leaves the buffers).
     uint s_row = lid / 4u, s_part = lid % 4u;
-    uint w_row = min(n_tile + s_row, pc.N - 1u), x_tok = min(t_tile + s_row, pc.T - 1u);
+    uint w_row = pc.row0 + min(n_tile + s_row, pc.N - 1u), x_tok = min(t_tile + s_row, pc.T - 1u);
     float c[4][4];
     for (uint i = 0u; i < 4u; ++i)
         for (uint j = 0u; j < 4u; ++j) c[i][j] = 0.0;
