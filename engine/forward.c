@@ -183,16 +183,25 @@ static void grid_1d(uint32_t groups, uint32_t *gx, uint32_t *gy) {
     *gy = (groups + *gx - 1) / *gx;
 }
 
+/* matvec's pipeline for W's format: plain, the q/k/v split or the fused gate/up (matvec.comp's SC_MODE). */
+typedef enum { MATVEC_PLAIN, MATVEC_QKV, MATVEC_GLU } matvec_mode;
+static wk_pipe_id matvec_pipe(const wk_dev_matrix *W, matvec_mode m) {
+    const bool q8 = W->fmt == WK_WFMT_Q8A;
+    return m == MATVEC_QKV   ? (q8 ? WK_PIPE_MATVEC_QKV_Q8A : WK_PIPE_MATVEC_QKV_F16)
+           : m == MATVEC_GLU ? (q8 ? WK_PIPE_MATVEC_GLU_Q8A : WK_PIPE_MATVEC_GLU_F16)
+                             : (q8 ? WK_PIPE_MATVEC_Q8A : WK_PIPE_MATVEC_F16);
+}
+
 /* A matvec dispatch (1 to 4 tokens): W's rows from pc->row0, outputs split over ys by pc->n0 /
  * pc->n1, or, for the gate/up pipelines, act(gate) * up into ys[0] (matvec.comp). */
 static int op_matvec(rec *r, const wk_dev_matrix *W, const wk_buf *x, const wk_buf *const ys[3],
-                     const wk_pc_matmul *pc, wk_pipe_id pipe) {
+                     const wk_pc_matmul *pc, matvec_mode mode) {
     wk_fwd *f = r->f;
     const bool q8 = W->fmt == WK_WFMT_Q8A;
     wk_arg args[6] = {TV(&W->codes), q8 ? TV(&W->scales) : TV(&f->w->dummy), TV(x), S(ys[0]), S(ys[1]), S(ys[2])};
     uint32_t gx, gy;
     grid_1d((pc->N + f->pipes->matvec_rows - 1) / f->pipes->matvec_rows, &gx, &gy);
-    return wk_dispatch(f->vk, f->pipes, pipe, args, pc, sizeof *pc, gx, gy, 1, r->err, r->errlen);
+    return wk_dispatch(f->vk, f->pipes, matvec_pipe(W, mode), args, pc, sizeof *pc, gx, gy, 1, r->err, r->errlen);
 }
 
 /* y = x W^T over W's rows (W may be a part of a joined matrix, from its row0). */
@@ -202,7 +211,7 @@ static int op_matmul(rec *r, const wk_dev_matrix *W, const wk_buf *x, const wk_b
     wk_pc_matmul pc = {.N = W->rows, .K = W->cols, .T = T, .row0 = W->row0, .n0 = W->rows};
     if (T <= 4) {
         const wk_buf *ys[3] = {y, y, y};
-        return op_matvec(r, W, x, ys, &pc, q8 ? WK_PIPE_MATVEC_Q8A : WK_PIPE_MATVEC_F16);
+        return op_matvec(r, W, x, ys, &pc, MATVEC_PLAIN);
     }
     wk_arg args[4] = {TV(&W->codes), q8 ? TV(&W->scales) : TV(&f->w->dummy), TV(x), S(y)};
     /* "gpu" kernels: 64 x 64 tiles through shared memory (matmul_tiled.comp) */
@@ -219,17 +228,23 @@ static int op_matmul(rec *r, const wk_dev_matrix *W, const wk_buf *x, const wk_b
 static int op_qkv(rec *r, const wk_dev_layer *L, uint32_t T) {
     wk_acts *a = &r->f->a;
     if (T <= 4 && L->qkv.rows) {
-        const bool q8 = L->qkv.fmt == WK_WFMT_Q8A;
         wk_pc_matmul pc = {.N = L->qkv.rows, .K = L->qkv.cols, .T = T, .n0 = L->wq.rows, .n1 = L->wk.rows};
         const wk_buf *ys[3] = {&a->q, &a->k, &a->v};
-        return op_matvec(r, &L->qkv, &a->xn, ys, &pc, q8 ? WK_PIPE_MATVEC_QKV_Q8A : WK_PIPE_MATVEC_QKV_F16);
+        return op_matvec(r, &L->qkv, &a->xn, ys, &pc, MATVEC_QKV);
     }
     TRY(op_matmul(r, &L->wq, &a->xn, &a->q, T));
     TRY(op_matmul(r, &L->wk, &a->xn, &a->k, T));
     return op_matmul(r, &L->wv, &a->xn, &a->v, T);
 }
 
-static int op_glu(rec *r, uint32_t T);
+static int op_glu(rec *r, uint32_t T) {
+    wk_fwd *f = r->f;
+    wk_arg args[3] = {S(&f->a.gate), S(&f->a.up), S(&f->a.act)};
+    wk_pc_glu pc = {.n = T * (uint32_t)f->hp->n_ff, .act = f->hp->ffn_act == WK_FFN_GEGLU};
+    uint32_t gx, gy;
+    grid_1d((pc.n + 63) / 64, &gx, &gy);
+    return wk_dispatch(f->vk, f->pipes, WK_PIPE_GLU, args, &pc, sizeof pc, gx, gy, 1, r->err, r->errlen);
+}
 
 /* act = act(xn W_gate) * (xn W_up): for a decode-sized step one matvec over the joined matrix that
  * applies the activation itself, else the two products and op_glu. */
@@ -237,11 +252,11 @@ static int op_gated_ffn_in(rec *r, const wk_dev_layer *L, uint32_t T) {
     wk_fwd *f = r->f;
     wk_acts *a = &f->a;
     if (T <= 4 && L->gate_up.rows) {
-        const bool q8 = L->gate_up.fmt == WK_WFMT_Q8A;
+        /* the shader reads up row r at row0 + N + r: W_up's rows follow W_gate's in the joined matrix */
         wk_pc_matmul pc = {.N = L->ffn_gate.rows, .K = L->gate_up.cols, .T = T, .row0 = L->ffn_gate.row0,
                            .n0 = L->ffn_gate.rows, .act = f->hp->ffn_act == WK_FFN_GEGLU};
         const wk_buf *ys[3] = {&a->act, &a->act, &a->act};
-        return op_matvec(r, &L->gate_up, &a->xn, ys, &pc, q8 ? WK_PIPE_MATVEC_GLU_Q8A : WK_PIPE_MATVEC_GLU_F16);
+        return op_matvec(r, &L->gate_up, &a->xn, ys, &pc, MATVEC_GLU);
     }
     TRY(op_matmul(r, &L->ffn_gate, &a->xn, &a->gate, T));
     TRY(op_matmul(r, &L->ffn_up, &a->xn, &a->up, T));
@@ -434,14 +449,6 @@ static int op_kv_store_f16(rec *r, int il, uint32_t T) {
     return wk_dispatch(f->vk, f->pipes, WK_PIPE_KV_STORE_F16, args, &pc, sizeof pc, gx, gy, 1, r->err, r->errlen);
 }
 
-static int op_glu(rec *r, uint32_t T) {
-    wk_fwd *f = r->f;
-    wk_arg args[3] = {S(&f->a.gate), S(&f->a.up), S(&f->a.act)};
-    wk_pc_glu pc = {.n = T * (uint32_t)f->hp->n_ff, .act = f->hp->ffn_act == WK_FFN_GEGLU};
-    uint32_t gx, gy;
-    grid_1d((pc.n + 63) / 64, &gx, &gy);
-    return wk_dispatch(f->vk, f->pipes, WK_PIPE_GLU, args, &pc, sizeof pc, gx, gy, 1, r->err, r->errlen);
-}
 
 /* attention_reduce only runs for split steps (decode over many keys), which a warm-up of a few
  * tokens never makes: one dispatch over scratch partials compiles it (lavapipe compiles on first

@@ -47,15 +47,16 @@ void store(uint t, uint r, float v, float u) {
 void main() {
     uint lane = gl_LocalInvocationID.x, nl = gl_WorkGroupSize.x;
     uint G = pc.K / 16, K4 = pc.K / 4;
-    uint row0 = (gl_WorkGroupID.y * gl_NumWorkGroups.x + gl_WorkGroupID.x) * ROWS;  // 2-D grid: vocab-sized N
-    if (row0 >= pc.N) return;
-    uint nr = min(ROWS, pc.N - row0);
+    // This workgroup's first output row (pc.row0 is the weights' first row, not this).
+    uint out0 = (gl_WorkGroupID.y * gl_NumWorkGroups.x + gl_WorkGroupID.x) * ROWS;  // 2-D grid: vocab-sized N
+    if (out0 >= pc.N) return;
+    uint nr = min(ROWS, pc.N - out0);
     // The weight rows: ROWS of them, and with SC_GLU their up twins after them (slots ROWS..2 ROWS-1).
     uint RR = SC_GLU ? 2u * ROWS : ROWS;
     uint wrow[2 * ROWS];
     [[unroll]] for (uint rr = 0; rr < 2 * ROWS; ++rr) {
         uint i = rr < ROWS ? rr : rr - ROWS;
-        wrow[rr] = (pc.row0 + (rr < ROWS ? 0u : pc.N) + row0 + min(i, nr - 1u)) * G;
+        wrow[rr] = (pc.row0 + (rr < ROWS ? 0u : pc.N) + out0 + min(i, nr - 1u)) * G;  // clamped: a masked-off load still runs on llvmpipe
     }
     if (pc.T == 1) {
         // Rows inside the group loop: a lane fetches its activation texels once per group for all
@@ -91,7 +92,7 @@ void main() {
         [[unroll]] for (uint rr = 0; rr < 2 * ROWS; ++rr)
             s[rr] = rr < RR ? subgroupAdd(a[rr].x + a[rr].y + a[rr].z + a[rr].w) : 0.0;
         [[unroll]] for (uint rr = 0; rr < ROWS; ++rr)
-            if (rr < nr && lane == 0) store(0u, row0 + rr, s[rr], s[rr + ROWS]);
+            if (rr < nr && lane == 0) store(0u, out0 + rr, s[rr], s[rr + ROWS]);
         return;
     }
     // 2 to 4 tokens: rows inside the group loop as well, so a lane fetches each token's texels of
@@ -132,6 +133,6 @@ void main() {
     [[unroll]] for (uint rr = 0; rr < ROWS; ++rr) {
         if (rr >= nr) continue;
         [[unroll]] for (uint t = 0; t < 4; ++t)
-            if (t < pc.T) store(t, row0 + rr, y[t][rr], y[t][rr + ROWS]);
+            if (t < pc.T) store(t, out0 + rr, y[t][rr], y[t][rr + ROWS]);
     }
 }
