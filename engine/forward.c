@@ -92,7 +92,8 @@ int wk_fwd_init(wk_fwd *f, wk_vk *vk, wk_pipelines *pipes, const wk_hparams *hp,
             const uint32_t k = (uint32_t)(kv->layout.win[c].sink + kv->layout.win[c].recent);
             if (k > window_keys) window_keys = k;
         }
-        f->attn_part_rows = wk_attn_part_rows((uint32_t)max_tokens, (uint32_t)hp->n_head, (uint32_t)max_ctx, window_keys);
+        f->attn_part_rows = wk_attn_part_rows((uint32_t)max_tokens, (uint32_t)hp->n_head, (uint32_t)max_ctx, window_keys,
+                                              f->pipes->gpu_kernels);
         if (!rc) rc = make(f, &a->attn_part, f->attn_part_rows * (hp->head_dim / 4 + 1) * 16, WK_MEM_DEVICE, NONE, err, errlen);
     }
     if (!rc) rc = make(f, &a->h, T * E * 4, WK_MEM_DEVICE, NONE, err, errlen);
@@ -200,7 +201,7 @@ static int op_matvec(rec *r, const wk_dev_matrix *W, const wk_buf *x, const wk_b
     const bool q8 = W->fmt == WK_WFMT_Q8A;
     wk_arg args[6] = {TV(&W->codes), q8 ? TV(&W->scales) : TV(&f->w->dummy), TV(x), S(ys[0]), S(ys[1]), S(ys[2])};
     uint32_t gx, gy;
-    grid_1d((pc->N + f->pipes->matvec_rows - 1) / f->pipes->matvec_rows, &gx, &gy);
+    grid_1d((pc->N + wk_matvec_wg_rows(f->pipes) - 1) / wk_matvec_wg_rows(f->pipes), &gx, &gy);
     return wk_dispatch(f->vk, f->pipes, matvec_pipe(W, mode), args, pc, sizeof *pc, gx, gy, 1, r->err, r->errlen);
 }
 
@@ -393,7 +394,7 @@ static int op_attention_paged(rec *r, int il, uint32_t T) {
     wk_arg args[9] = {S(&f->a.q), S(&f->a.rows), S(&f->a.tables), pool, S(&f->a.attn), S(&f->a.tiles),
                       S(&f->a.attn_part), TV(&f->a.k), TV(&f->a.v)};
     const wk_attn_splits splits = wk_attn_plan_splits(&f->plan, f->step_rows, T, pc.n_head, pc.window, pc.sink,
-                                                      pc.recent, f->attn_part_rows);
+                                                      pc.recent, f->attn_part_rows, f->pipes->gpu_kernels);
     const wk_attn_set set = f->kv->key_wide[il]                                   ? WK_ATTN_SET_WIDE
                             : wk_kv_cache_group_swa(f->kv, f->kv->group_of[il]) ? WK_ATTN_SET_SWA
                                                                                 : WK_ATTN_SET_MAIN;

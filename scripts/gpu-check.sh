@@ -125,6 +125,18 @@ else
         fi
         sed -n '/wushkv profile/,$p' "$work/bw-$fmt.err" | sed 's/^/  /'
     done
+    # On a GPU, the same for the default format with the "cpu" kernel set (a key per subgroup, fewer
+    # splits): what the decode attention's GPU variant gains on this device.
+    if [[ $device_type != CPU ]]; then
+        say "bandwidth, kernels cpu: WUSHKV_KERNELS=cpu WUSHKV_PROFILE=1 $exe bench -m MODEL -p 0 -n 32 -r 1 -d $bw_depths --json"
+        if WUSHKV_KERNELS=cpu WUSHKV_PROFILE=1 "$exe" bench -m "$model" -p 0 -n 32 -r 1 -d "$bw_depths" --json \
+            >"$work/bw-default-cpu.json" 2>"$work/bw-default-cpu.err"; then
+            sed -n '/wushkv profile/,$p' "$work/bw-default-cpu.err" | sed 's/^/  /'
+        else
+            tail -5 "$work/bw-default-cpu.err"
+            status=1
+        fi
+    fi
 fi
 
 # ---- 5. the summary ----------------------------------------------------------------------------
@@ -198,16 +210,21 @@ if all(j for _, j in bw):
     L.append("")
     L.append(f"Decode attention bandwidth: `WUSHKV_PROFILE=1 wushkv bench -m MODEL -p 0 -n 32 -r 1 -d {bw_depths} "
              "[--kv f16] --json`; the KV bytes the 32 steps' attention reads (from the format's layout) over the "
-             "GPU time of the attention dispatches (attention_bulk, attention_windows, attention_decode and their _swa twins, timestamps; the "
+             "GPU time of the attention dispatches that read the cache (every attention_* pipeline but the reduce; "
+             "attention_decode_lanes* with the gpu kernels), timestamps; the "
              "profile itself slows the steps, so tok/s here is not the benchmark's):")
     L.append("")
     L.append("| KV | test | KV read per step | attention ms per step | achieved GB/s | of nominal |")
     L.append("|---|---|---|---|---|---|")
+    cpu_set = load("bw-default-cpu.json")
+    if cpu_set:
+        bw.append(("default-cpu", cpu_set))
     for name, j in bw:
         for t in j["tests"]:
             gbs = t["attention_bytes_per_s"] / 1e9 if t.get("attention_bytes_per_s") else None
             ms = t.get("attention_ms_per_token")
-            L.append(f"| {'f16' if name == 'f16' else j['kv']} | {t['test']} | {mib(t['kv_read_bytes_per_token'])} | "
+            kv_name = "f16" if name == "f16" else j["kv"] + (" (WUSHKV_KERNELS=cpu)" if name == "default-cpu" else "")
+            L.append(f"| {kv_name} | {t['test']} | {mib(t['kv_read_bytes_per_token'])} | "
                      f"{f'{ms:.3f}' if ms else 'n/a'} | {f'{gbs:.3g}' if gbs else 'n/a (no timestamps)'} | "
                      f"{f'{100 * gbs / peak:.1f}%' if gbs and peak else '-'} |")
     hosts = [j["host"] for _, j in bw if j.get("host")]

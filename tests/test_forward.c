@@ -748,15 +748,18 @@ static void real_model_case(const char *path) {
 
 int main(int argc, char **argv) {
     /* --kernel-cases: only the cases whose result depends on the kernel set's
-     * matmul and attention variants (the dense forward of each architecture and
-     * the real model); the paged, mixed and window cases exercise pool and
-     * window logic the kernel set does not change, and the default suite already
-     * runs them once. */
+     * matmul and attention variants (the dense forward of each architecture, the
+     * quantized pool's decode steps with and without f16 windows, and the real
+     * model); the other paged, mixed and window cases exercise pool and window
+     * logic the kernel set does not change, and the default suite already runs
+     * them once. */
     bool kernel_cases_only = argc > 1 && strcmp(argv[1], "--kernel-cases") == 0;
     printf("kernel set: %s (WUSHKV_KERNELS)\n", test_engine_env_kernels() == WK_KERNELS_GPU ? "gpu" : "as the device's type");
     tiny_case("gemma3", 7, 16);
     tiny_case("llama", 11, 0);
     if (kernel_cases_only) {
+        paged_case("gemma3", 10, 4, WK_KVQ_QUEST, 32, 12);
+        window_case("gemma3", 23, 2, 5, false);
         const char *model = real_model_path("the real-model check");
         if (model) real_model_case(model);
         TEST_MAIN_END();

@@ -1,6 +1,7 @@
 /* The weight-product kernels against a C reference, output by output: matvec.comp (1 to 4 tokens;
  * also its outputs split three ways and its fused gate/up with the activation),
- * matmul.comp (the "cpu" set's prefill) and matmul_tiled.comp (the "gpu" set's), for both device
+ * with one subgroup a workgroup and with four (the "cpu" and "gpu" sets), matmul.comp (the "cpu"
+ * set's prefill) and matmul_tiled.comp (the "gpu" set's), for both device
  * weight formats (q8a: int8 codes with an f32 scale and offset per 16 weights; f16), on shapes
  * whose rows and tokens end inside a register tile, a workgroup and a 64 x 64 tile (N = 4, 12, 68,
  * 650: not a multiple of 8, nor of 4; T = 5 .. 67), with the grid forward.c dispatches
@@ -104,7 +105,7 @@ static long run_shape(wk_vk *vk, wk_pipelines *p, const shape *s, kernel kn, boo
             id = s->m == GLU     ? (q8 ? WK_PIPE_MATVEC_GLU_Q8A : WK_PIPE_MATVEC_GLU_F16)
                  : s->m == SPLIT ? (q8 ? WK_PIPE_MATVEC_QKV_Q8A : WK_PIPE_MATVEC_QKV_F16)
                                  : (q8 ? WK_PIPE_MATVEC_Q8A : WK_PIPE_MATVEC_F16);
-            gx = ((uint32_t)N + p->matvec_rows - 1) / p->matvec_rows, gy = 1;
+            gx = ((uint32_t)N + wk_matvec_wg_rows(p) - 1) / wk_matvec_wg_rows(p), gy = 1;
         } else {
             id = kn == KERNEL_TILED ? (q8 ? WK_PIPE_MATMUL_TILED_Q8A : WK_PIPE_MATMUL_TILED_F16)
                                     : (q8 ? WK_PIPE_MATMUL_Q8A : WK_PIPE_MATMUL_F16);
@@ -183,8 +184,14 @@ int main(void) {
 #undef GATED
     uint64_t seed = 0x3a7b1e5d;
     for (int q8 = 1; q8 >= 0; q8--) {
-        for (size_t i = 0; i < sizeof matvec_shapes / sizeof *matvec_shapes; i++)
-            CHECK_EQ_INT(run_shape(&vk, &p, &matvec_shapes[i], KERNEL_MATVEC, q8, seed++), 0);
+        /* The matvec with one subgroup a workgroup ("cpu" kernels) and with four ("gpu"): each
+         * subgroup its own rows, the grid's last workgroup partly or wholly past N. */
+        for (uint32_t subgroups = 1; subgroups <= 4; subgroups += 3) {
+            char err[WK_ERRMSG_LEN] = "";
+            CHECK_EQ_INT(wk_pipelines_set_matvec_subgroups(&vk, &p, subgroups, err, sizeof err), 0);
+            for (size_t i = 0; i < sizeof matvec_shapes / sizeof *matvec_shapes; i++)
+                CHECK_EQ_INT(run_shape(&vk, &p, &matvec_shapes[i], KERNEL_MATVEC, q8, seed++), 0);
+        }
         for (size_t i = 0; i < sizeof matmul_shapes / sizeof *matmul_shapes; i++) {
             CHECK_EQ_INT(run_shape(&vk, &p, &matmul_shapes[i], KERNEL_MATMUL, q8, seed++), 0);
             if (tiled_ok) CHECK_EQ_INT(run_shape(&vk, &p, &matmul_shapes[i], KERNEL_TILED, q8, seed++), 0);

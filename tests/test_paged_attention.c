@@ -15,7 +15,8 @@
  * (token t, element i at half t * D + i) read through an RG32UI view of the pool, from the
  * pipeline of push-constant formats and from the one specialised to bits 16 as the engine runs it.
  * Windows per layer class: the slot's two class regions, the layer's own window (or none) in its
- * class's region while the other class keeps another, every byte it must not read random. */
+ * class's region while the other class keeps another, every byte it must not read random.
+ * With WUSHKV_KERNELS=gpu every decode case runs the decode pipelines' GPU variant instead. */
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -64,8 +65,17 @@ static cfg as_decode(cfg c) {
     return c;
 }
 
+/* WUSHKV_KERNELS=gpu (meson test paged_attention_gpu_kernels): the "gpu" kernel set runs other
+ * pipelines than the "cpu" set only for decode steps (the decode pipelines' GPU variant), so the
+ * forced run checks those cases alone. The plain run (the device's own set) checks them all. */
+static bool decode_only;
+static int skipped;
 static double run_case(wk_vk *vk, wk_pipelines *p, const cfg *c, uint32_t force_split) {
     char err[WK_ERRMSG_LEN] = "";
+    if (decode_only && !(c->decode && c->Hq / c->Hk <= WK_ATTN_DECODE_ROWS)) {
+        skipped++;
+        return 0;
+    }
     wk_kvq_block_layout lay = {.bytes = (size_t)BT * c->D * 2, .code_bytes_per_token = (size_t)c->D * 2};
     if (c->bits != 16 && !wk_kvq_block_layout_get(c->kind, c->bits, c->G, c->D, BT, &lay)) return -1;
     /* The block: layer 0's key slabs (kbits0 wide or not), its value slabs, then the layer's. */
@@ -182,7 +192,8 @@ static double run_case(wk_vk *vk, wk_pipelines *p, const cfg *c, uint32_t force_
     /* The engine's splits (force_split: that many for the bulk or decode pass instead), and its
      * window pass when the step has one (wk_attn_plan_splits). */
     wk_attn_splits splits = wk_attn_plan_splits(&plan, rows, (uint32_t)T, (uint32_t)Hq, (uint32_t)c->window,
-                                                (uint32_t)c->S, (uint32_t)c->R, (uint64_t)T * Hq * 4);
+                                                (uint32_t)c->S, (uint32_t)c->R,
+                                                (uint64_t)T * Hq * (p->gpu_kernels ? 64 : 4), p->gpu_kernels);
     if (force_split) splits.main = force_split;
     const uint32_t n_split = splits.main + splits.win;
     float *Qv = malloc(sizeof(float) * T * Hq * D);
@@ -290,6 +301,11 @@ int main(void) {
         CHECK(false);
         TEST_MAIN_END();
     }
+    /* WUSHKV_KERNELS=gpu: decode steps run the decode pipelines' GPU variant (bulk keys a key per
+     * lane), every case below through it (meson test paged_attention_gpu_kernels). */
+    CHECK_EQ_INT(wk_pipelines_choose_kernels(&vk, &p, test_engine_env_kernels(), err, sizeof err), 0);
+    decode_only = test_engine_env_kernels() == WK_KERNELS_GPU;
+    printf("kernel set: %s\n", p.gpu_kernels ? "gpu" : "cpu");
     const wk_kvq_kind kinds[3] = {WK_KVQ_QUEST, WK_KVQ_PERCENTILE, WK_KVQ_ABSMAX};
     int cases = 0;
     double worst = 0;
@@ -432,29 +448,46 @@ int main(void) {
         for (int t = 0; t < TT; t++) rr[t] = (wk_row_info){.pos = (uint32_t)(40000 + t), .kv_base = 0};
         wk_attn_plan pl;
         CHECK_EQ_INT(wk_attn_plan_make(rr, NULL, TT, 4, 1, 256, vk.subgroup_size, tt, &pl), 0);
-        wk_attn_splits n = wk_attn_plan_splits(&pl, rr, TT, 4, 0, 0, 0, wk_attn_part_rows(TT, 4, 40256 + 16, 0));
+        wk_attn_splits n = wk_attn_plan_splits(&pl, rr, TT, 4, 0, 0, 0, wk_attn_part_rows(TT, 4, 40256 + 16, 0, 0), 0);
         CHECK(n.main >= (40256 + WK_ATTN_MAX_KEYS - 1) / WK_ATTN_MAX_KEYS);
         CHECK_EQ_INT(n.win, 0);
-        n = wk_attn_plan_splits(&pl, rr, TT, 4, 512, 0, 0, wk_attn_part_rows(TT, 4, 40256 + 16, 0));
+        n = wk_attn_plan_splits(&pl, rr, TT, 4, 512, 0, 0, wk_attn_part_rows(TT, 4, 40256 + 16, 0, 0), 0);
         CHECK_EQ_INT(n.main, 1);
         CHECK_EQ_INT(n.win, 0);
         CHECK_EQ_INT(pl.tile_rows, WK_ATTN_MAXR); /* 4 tokens x 4 heads a tile: the 16-row pipelines */
         /* f16 windows: a window pass of its own, and room for its partials beside the bulk's. */
-        const uint64_t room = wk_attn_part_rows(TT, 4, 40256 + 16, 16 + 128);
-        n = wk_attn_plan_splits(&pl, rr, TT, 4, 0, 16, 128, room);
+        const uint64_t room = wk_attn_part_rows(TT, 4, 40256 + 16, 16 + 128, 0);
+        n = wk_attn_plan_splits(&pl, rr, TT, 4, 0, 16, 128, room, 0);
         CHECK_EQ_INT(n.win, 1);
         CHECK(n.main >= (40256 + WK_ATTN_MAX_KEYS - 1) / WK_ATTN_MAX_KEYS);
         CHECK((uint64_t)(n.main + n.win) * TT * 4 <= room);
-        n = wk_attn_plan_splits(&pl, rr, TT, 4, 0, 0, 20000, wk_attn_part_rows(TT, 4, 40256 + 16, 20000));
+        n = wk_attn_plan_splits(&pl, rr, TT, 4, 0, 0, 20000, wk_attn_part_rows(TT, 4, 40256 + 16, 20000, 0), 0);
         CHECK_EQ_INT(n.win, 2); /* a window longer than one workgroup walks */
         rr[0].pos = 1000; /* decode-sized step: one row, split for parallelism, no window pass */
         CHECK_EQ_INT(wk_attn_plan_make(rr, NULL, 1, 4, 1, 256, vk.subgroup_size, tt, &pl), 0);
-        n = wk_attn_plan_splits(&pl, rr, 1, 4, 0, 16, 128, WK_ATTN_PART_ROWS);
+        n = wk_attn_plan_splits(&pl, rr, 1, 4, 0, 16, 128, WK_ATTN_PART_ROWS, 0);
         CHECK(n.main > 1);
         CHECK_EQ_INT(n.win, 0);
         CHECK_EQ_INT(pl.tile_rows, 4); /* one token x 4 heads: the decode pipelines */
+        /* Decode at depth 32768, one sequence (one tile of one KV head): lavapipe's set splits it
+         * WK_ATTN_MAX_SPLIT ways, the "gpu" set as many as its target allows while each split
+         * keeps 4 key tiles, within the buffer the engine sizes for it. */
+        rr[0].pos = 32767;
+        n = wk_attn_plan_splits(&pl, rr, 1, 4, 0, 0, 0, wk_attn_part_rows(16, 4, 32768, 0, 0), 0);
+        CHECK_EQ_INT(n.main, WK_ATTN_MAX_SPLIT);
+        const uint64_t gpu_rows = wk_attn_part_rows(16, 4, 32768, 0, 1);
+        n = wk_attn_plan_splits(&pl, rr, 1, 4, 0, 0, 0, gpu_rows, 1);
+        CHECK_EQ_INT(n.main, WK_ATTN_MAX_SPLIT_GPU);
+        CHECK((uint64_t)n.main * 4 <= gpu_rows);
+        rr[0].pos = 1000; /* 1001 keys: 16 splits of 4 key tiles */
+        CHECK_EQ_INT(wk_attn_plan_splits(&pl, rr, 1, 4, 0, 0, 0, gpu_rows, 1).main, (1001 + 16 + 63) / 64);
     }
-    printf("paged attention: %d configurations, worst max-abs error relative to output scale %.3g\n", cases, worst);
+    /* The decode cases ran the kernel set's decode pipelines and not the other set's (each is
+     * created on its first dispatch; the main set is never re-specialised above). */
+    CHECK_EQ_INT(p.pipe[WK_PIPE_ATTENTION_DECODE_LANES] != VK_NULL_HANDLE, p.gpu_kernels);
+    CHECK_EQ_INT(p.pipe[WK_PIPE_ATTENTION_DECODE] != VK_NULL_HANDLE, !p.gpu_kernels);
+    printf("paged attention: %d configurations (%d not decode steps, skipped: WUSHKV_KERNELS=gpu), worst max-abs error "
+           "relative to output scale %.3g\n", cases - skipped, skipped, worst);
     CHECK_EQ_INT(test_vk_close(&vk, &p), 0);
     TEST_MAIN_END();
 }

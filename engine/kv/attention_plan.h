@@ -17,7 +17,14 @@ enum {
     WK_ATTN_MAX_KEYS = 16384,  /* keys one workgroup walks at most */
     WK_ATTN_MAX_SPLIT = 32,    /* splits chosen for parallelism (more only for WK_ATTN_MAX_KEYS) */
     WK_ATTN_TARGET_WG = 64,    /* workgroups a split dispatch aims for */
-    WK_ATTN_PART_ROWS = 1024   /* (token, head, split) partials the split buffer holds at least */
+    WK_ATTN_PART_ROWS = 1024,  /* (token, head, split) partials the split buffer holds at least */
+    /* The same with the "gpu" kernel set. lavapipe runs a few threads, so 64 workgroups fill it and
+     * more splits only add to the reduce; a GPU reaches its memory bandwidth with thousands of
+     * subgroups in flight, and a decode step of one sequence at depth 32768 is one tile of one KV
+     * head (Gemma 3 270M). Starting points until a GPU measures them (scripts/gpu-check.sh). */
+    WK_ATTN_MAX_SPLIT_GPU = 512,
+    WK_ATTN_TARGET_WG_GPU = 1024,
+    WK_ATTN_PART_ROWS_GPU = 8192
 };
 
 typedef struct wk_attn_plan {
@@ -49,16 +56,27 @@ typedef struct wk_attn_splits {
 /* Whether a step of this plan takes the 4-row decode pipelines (one pass over all keys): its
  * fullest tile has at most WK_ATTN_DECODE_ROWS rows (one token per sequence). */
 static inline int wk_attn_plan_decode(const wk_attn_plan *p) { return p->tile_rows <= WK_ATTN_DECODE_ROWS; }
+
+/* Whether a decode step runs the decode pipelines' GPU variant (attention_paged.comp's constant 9:
+ * bulk keys a key per lane): with the "gpu" kernel set, where its shared memory holds a whole
+ * query row (head_dim <= 4 * WK_ATTN_LANES_D4) and a tile's probabilities (subgroup <= 64). */
+enum { WK_ATTN_LANES_D4 = 64, WK_ATTN_LANES_SG = 64 };
+static inline int wk_attn_decode_lanes(int gpu_kernels, uint32_t subgroup, uint32_t head_dim) {
+    return gpu_kernels && subgroup <= WK_ATTN_LANES_SG && head_dim <= 4 * WK_ATTN_LANES_D4;
+}
 /* Whether a step of this plan walks a layer with sink + recent f16 window rows in two passes. */
 static inline int wk_attn_plan_two_pass(const wk_attn_plan *p, uint32_t sink, uint32_t recent) {
     return !wk_attn_plan_decode(p) && sink + recent > 0;
 }
 /* Key splits for one layer (window 0: the whole context; sink, recent: its class's f16 windows).
- * part_rows: the (token, head, split) partials the caller's buffer holds (wk_attn_part_rows). */
+ * part_rows: the (token, head, split) partials the caller's buffer holds (wk_attn_part_rows).
+ * gpu_kernels: the "gpu" kernel set's parallelism targets (_GPU above) instead of lavapipe's. */
 wk_attn_splits wk_attn_plan_splits(const wk_attn_plan *p, const wk_row_info *rows, uint32_t T, uint32_t n_head,
-                                   uint32_t window, uint32_t sink, uint32_t recent, uint64_t part_rows);
+                                   uint32_t window, uint32_t sink, uint32_t recent, uint64_t part_rows,
+                                   int gpu_kernels);
 /* Partials a buffer needs for steps of up to max_tokens over contexts of up to max_ctx, with f16
- * windows of at most window_keys (sink + recent) rows in a layer class (0: none). */
-uint64_t wk_attn_part_rows(uint32_t max_tokens, uint32_t n_head, uint32_t max_ctx, uint32_t window_keys);
+ * windows of at most window_keys (sink + recent) rows in a layer class (0: none), for the kernel set. */
+uint64_t wk_attn_part_rows(uint32_t max_tokens, uint32_t n_head, uint32_t max_ctx, uint32_t window_keys,
+                           int gpu_kernels);
 
 #endif

@@ -68,6 +68,9 @@ static const pipe_spec specs[WK_PIPE_COUNT] = {
     [WK_PIPE_ATTENTION_BULK_WIDE] = {"attention_bulk_wide", SPV(wk_spv_attention_paged), "SSSTSSSTT", sizeof(wk_pc_attention_paged), true},
     [WK_PIPE_ATTENTION_WINDOWS_WIDE] = {"attention_windows_wide", SPV(wk_spv_attention_paged), "SSSTSSSTT", sizeof(wk_pc_attention_paged), true},
     [WK_PIPE_ATTENTION_DECODE_WIDE] = {"attention_decode_wide", SPV(wk_spv_attention_paged), "SSSTSSSTT", sizeof(wk_pc_attention_paged), true},
+    [WK_PIPE_ATTENTION_DECODE_LANES] = {"attention_decode_lanes", SPV(wk_spv_attention_paged), "SSSTSSSTT", sizeof(wk_pc_attention_paged), true},
+    [WK_PIPE_ATTENTION_DECODE_LANES_SWA] = {"attention_decode_lanes_swa", SPV(wk_spv_attention_paged), "SSSTSSSTT", sizeof(wk_pc_attention_paged), true},
+    [WK_PIPE_ATTENTION_DECODE_LANES_WIDE] = {"attention_decode_lanes_wide", SPV(wk_spv_attention_paged), "SSSTSSSTT", sizeof(wk_pc_attention_paged), true},
     [WK_PIPE_KV_STORE_WINDOW] = {"kv_store_window", SPV(wk_spv_kv_store_window), "SSSI", sizeof(wk_pc_kv_store_window), false},
     [WK_PIPE_ATTENTION_REDUCE] = {"attention_reduce", SPV(wk_spv_attention_reduce), "SS", sizeof(wk_pc_attention_reduce), true},
     [WK_PIPE_KV_STORE_QUANT] = {"kv_store_quant", SPV(wk_spv_kv_store_quant), "SSSSIS", sizeof(wk_pc_kv_store_quant), false},
@@ -78,9 +81,16 @@ static const pipe_spec specs[WK_PIPE_COUNT] = {
 };
 #undef SPV
 
+/* The attention's GPU decode variant (constant 9: bulk keys a key per lane). */
+static bool attn_lanes_of(wk_pipe_id id) {
+    return id == WK_PIPE_ATTENTION_DECODE_LANES || id == WK_PIPE_ATTENTION_DECODE_LANES_SWA ||
+           id == WK_PIPE_ATTENTION_DECODE_LANES_WIDE;
+}
+
 /* The attention's rows per query tile (constant 5) for the decode pipelines; 0 leaves the shader's. */
 static uint32_t tile_rows_of(wk_pipe_id id) {
-    return id == WK_PIPE_ATTENTION_DECODE || id == WK_PIPE_ATTENTION_DECODE_SWA || id == WK_PIPE_ATTENTION_DECODE_WIDE
+    return id == WK_PIPE_ATTENTION_DECODE || id == WK_PIPE_ATTENTION_DECODE_SWA || id == WK_PIPE_ATTENTION_DECODE_WIDE ||
+                   attn_lanes_of(id)
                ? WK_ATTN_DECODE_ROWS
                : 0;
 }
@@ -92,6 +102,16 @@ static uint32_t attn_pass_of(wk_pipe_id id) {
                    id == WK_PIPE_ATTENTION_WINDOWS_WIDE
                ? 2
                : 0;
+}
+
+static bool is_matvec(wk_pipe_id id) {
+    return id == WK_PIPE_MATVEC_Q8A || id == WK_PIPE_MATVEC_F16 || id == WK_PIPE_MATVEC_GLU_Q8A ||
+           id == WK_PIPE_MATVEC_GLU_F16 || id == WK_PIPE_MATVEC_QKV_Q8A || id == WK_PIPE_MATVEC_QKV_F16;
+}
+
+/* A subgroup-sized pipeline's workgroup: one subgroup, or the matvec's several. */
+static uint32_t wg_size_of(const wk_vk *vk, const wk_pipelines *p, wk_pipe_id id) {
+    return vk->subgroup_size * (is_matvec(id) ? p->matvec_subgroups : 1);
 }
 
 /* matvec's outputs (its constant 2, SC_MODE): 1 the gate/up pipelines, 2 the q/k/v split; 0 plain. */
@@ -113,7 +133,7 @@ const char *wk_pipe_name(wk_pipe_id id) { return id < WK_PIPE_COUNT ? specs[id].
     } while (0)
 
 /* The pipeline of `id` on its existing layout. Specialisation constants: 0 the workgroup size
- * (subgroup_wg), 1 matvec rows, 2 matvec's outputs (matvec_mode_of), 5 the attention tile rows (tile_rows_of), 7 its pass (attn_pass_of), 2..4, 6 and 8 `extra`,
+ * (subgroup_wg; the matvec's: that times its subgroups), 1 matvec rows, 2 matvec's outputs (matvec_mode_of), 3 its subgroups, 5 the attention tile rows (tile_rows_of), 7 its pass (attn_pass_of), 9 its GPU decode variant (attn_lanes_of), 2..4, 6 and 8 `extra`,
  * what a shader specialises on (attention_paged: the KV format's kind, bits, group, a lane's
  * chunks of a head and the wide keys' bits; kv_transform: its block and tokens a workgroup); NULL leaves the shader's defaults,
  * which read those from the push constants. Constants a shader does not declare are ignored. */
@@ -124,10 +144,10 @@ static int create_pipeline(wk_vk *vk, wk_pipelines *p, wk_pipe_id id, const int3
      * (lavapipe builds the pipeline), and the first dispatch would then fail or hang. Any failure
      * leaves p->pipe[id] as it was. */
     const VkPhysicalDeviceLimits *lim = &vk->props.limits;
-    if (spec->subgroup_wg && (vk->subgroup_size == 0 || vk->subgroup_size > lim->maxComputeWorkGroupSize[0] ||
-                              vk->subgroup_size > lim->maxComputeWorkGroupInvocations)) {
+    const uint32_t wg = wg_size_of(vk, p, id);
+    if (spec->subgroup_wg && (wg == 0 || wg > lim->maxComputeWorkGroupSize[0] || wg > lim->maxComputeWorkGroupInvocations)) {
         snprintf(err, errlen, "pipeline %s: a workgroup of %u invocations exceeds device %s's limit (%u)", spec->name,
-                 vk->subgroup_size, vk->props.deviceName, lim->maxComputeWorkGroupSize[0]);
+                 wg, vk->props.deviceName, lim->maxComputeWorkGroupSize[0]);
         return WK_ERR_UNSUPPORTED;
     }
     VkShaderModuleCreateInfo sci = {.sType = VK_STRUCTURE_TYPE_SHADER_MODULE_CREATE_INFO,
@@ -135,19 +155,21 @@ static int create_pipeline(wk_vk *vk, wk_pipelines *p, wk_pipe_id id, const int3
     VkShaderModule mod;
     VKCALL(vkCreateShaderModule(vk->dev, &sci, NULL, &mod), "vkCreateShaderModule");
     /* One 32-bit value per constant set, in the order added. */
-    uint32_t spec_data[8];
-    VkSpecializationMapEntry entries[8];
+    uint32_t spec_data[12];
+    VkSpecializationMapEntry entries[12];
     uint32_t n = 0;
 #define SPEC(constant_id, value) \
     (entries[n] = (VkSpecializationMapEntry){(constant_id), n * 4, 4}, spec_data[n++] = (uint32_t)(value))
-    SPEC(0, vk->subgroup_size);
+    SPEC(0, wg);
     SPEC(1, p->matvec_rows);
     if (extra) SPEC(2, extra[0]), SPEC(3, extra[1]), SPEC(4, extra[2]), SPEC(6, extra[3]), SPEC(8, extra[4]);
     else if (matvec_mode_of(id)) SPEC(2, matvec_mode_of(id));
+    if (is_matvec(id)) SPEC(3, p->matvec_subgroups);
     const uint32_t tile_rows = tile_rows_of(id);
     if (tile_rows) SPEC(5, tile_rows);
     const uint32_t pass = attn_pass_of(id);
     if (pass) SPEC(7, pass);
+    if (attn_lanes_of(id)) SPEC(9, 1);
 #undef SPEC
     VkSpecializationInfo si = {.mapEntryCount = n, .pMapEntries = entries, .dataSize = n * 4, .pData = spec_data};
     VkComputePipelineCreateInfo pci = {
@@ -198,6 +220,7 @@ static int create_one(wk_vk *vk, wk_pipelines *p, wk_pipe_id id, char *err, size
 int wk_pipelines_create(wk_vk *vk, wk_pipelines *p, char *err, size_t errlen) {
     memset(p, 0, sizeof *p);
     p->matvec_rows = 16;
+    p->matvec_subgroups = 1;
     for (int id = 0; id < WK_PIPE_COUNT; id++) {
         int rc = create_one(vk, p, (wk_pipe_id)id, err, errlen);
         if (rc) {
@@ -237,6 +260,7 @@ int wk_pipelines_specialize_kv(wk_vk *vk, wk_pipelines *p, wk_attn_set set, int 
     set_spec(vk, p, pipes.bulk, kv);
     set_spec(vk, p, pipes.windows, kv);
     set_spec(vk, p, pipes.decode, kv);
+    set_spec(vk, p, pipes.decode_lanes, kv);
     return 0;
 }
 
@@ -257,6 +281,30 @@ int wk_pipelines_choose_kernels(wk_vk *vk, wk_pipelines *p, int kernels, char *e
     }
     p->gpu_kernels = kernels == WK_KERNELS_GPU ||
                      (kernels == WK_KERNELS_AUTO && fits && vk->props.deviceType != VK_PHYSICAL_DEVICE_TYPE_CPU);
+    /* Four subgroups a matvec workgroup on a GPU, where the device allows it (subgroups of up to
+     * 64: 256 invocations, within the set's own limit); one otherwise. */
+    const uint32_t subgroups = p->gpu_kernels && vk->subgroup_size * 4 <= lim->maxComputeWorkGroupSize[0] &&
+                                       vk->subgroup_size * 4 <= lim->maxComputeWorkGroupInvocations
+                                   ? 4
+                                   : 1;
+    return wk_pipelines_set_matvec_subgroups(vk, p, subgroups, err, errlen);
+}
+
+int wk_pipelines_set_matvec_subgroups(wk_vk *vk, wk_pipelines *p, uint32_t subgroups, char *err, size_t errlen) {
+    const VkPhysicalDeviceLimits *lim = &vk->props.limits;
+    const uint64_t wg = (uint64_t)vk->subgroup_size * subgroups;
+    if (subgroups == 0 || wg > lim->maxComputeWorkGroupSize[0] || wg > lim->maxComputeWorkGroupInvocations) {
+        snprintf(err, errlen, "matvec: %u subgroups of %u invocations exceed device %s's workgroup limit (%u)",
+                 subgroups, vk->subgroup_size, vk->props.deviceName, lim->maxComputeWorkGroupInvocations);
+        return WK_ERR_UNSUPPORTED;
+    }
+    if (subgroups == p->matvec_subgroups) return 0;
+    p->matvec_subgroups = subgroups;
+    for (int id = 0; id < WK_PIPE_COUNT; id++)
+        if (is_matvec((wk_pipe_id)id) && p->pipe[id]) {
+            vkDestroyPipeline(vk->dev, p->pipe[id], NULL);
+            p->pipe[id] = VK_NULL_HANDLE;
+        }
     return 0;
 }
 

@@ -35,6 +35,10 @@ typedef enum {
     WK_PIPE_ATTENTION_BULK_WIDE,
     WK_PIPE_ATTENTION_WINDOWS_WIDE,
     WK_PIPE_ATTENTION_DECODE_WIDE,
+    /* The decode pipelines' GPU variant (kernel set "gpu"; constant 9): bulk keys a key per lane. */
+    WK_PIPE_ATTENTION_DECODE_LANES,
+    WK_PIPE_ATTENTION_DECODE_LANES_SWA,
+    WK_PIPE_ATTENTION_DECODE_LANES_WIDE,
     WK_PIPE_ATTENTION_REDUCE,
     WK_PIPE_KV_STORE_WINDOW,
     WK_PIPE_KV_STORE_QUANT,
@@ -48,14 +52,15 @@ typedef enum {
 /* attention_paged's pipeline sets, one per format a layer may have: the main format, the sliding
  * layers' own (_SWA), wide keys (_WIDE). */
 typedef enum { WK_ATTN_SET_MAIN, WK_ATTN_SET_SWA, WK_ATTN_SET_WIDE, WK_ATTN_SETS } wk_attn_set;
-typedef struct { wk_pipe_id bulk, windows, decode; } wk_attn_pipes;
+typedef struct { wk_pipe_id bulk, windows, decode, decode_lanes; } wk_attn_pipes;
 static inline wk_attn_pipes wk_attn_pipes_of(wk_attn_set set) {
     return set == WK_ATTN_SET_SWA    ? (wk_attn_pipes){WK_PIPE_ATTENTION_BULK_SWA, WK_PIPE_ATTENTION_WINDOWS_SWA,
-                                                       WK_PIPE_ATTENTION_DECODE_SWA}
+                                                       WK_PIPE_ATTENTION_DECODE_SWA, WK_PIPE_ATTENTION_DECODE_LANES_SWA}
            : set == WK_ATTN_SET_WIDE ? (wk_attn_pipes){WK_PIPE_ATTENTION_BULK_WIDE, WK_PIPE_ATTENTION_WINDOWS_WIDE,
-                                                       WK_PIPE_ATTENTION_DECODE_WIDE}
+                                                       WK_PIPE_ATTENTION_DECODE_WIDE,
+                                                       WK_PIPE_ATTENTION_DECODE_LANES_WIDE}
                                      : (wk_attn_pipes){WK_PIPE_ATTENTION_BULK, WK_PIPE_ATTENTION_WINDOWS,
-                                                       WK_PIPE_ATTENTION_DECODE};
+                                                       WK_PIPE_ATTENTION_DECODE, WK_PIPE_ATTENTION_DECODE_LANES};
 }
 
 /* Profile buckets: one per pipeline, then the start mark, then buckets that time a role rather than
@@ -91,10 +96,12 @@ typedef struct wk_pipelines {
     VkDescriptorPool pool;
     wk_desc_entry *cache; /* open addressing; sets are created once per distinct binding tuple */
     uint32_t cache_cap, cache_used;
-    uint32_t matvec_rows;  /* rows per matvec workgroup */
+    uint32_t matvec_rows;       /* rows per matvec subgroup (matvec.comp's constant 1) */
+    uint32_t matvec_subgroups;  /* subgroups per matvec workgroup (its constant 3; the kernel set's) */
     /* The kernel set (wk_pipelines_choose_kernels): false "cpu", the shaders tuned for lavapipe
      * (texel buffers, register tiles, no shared memory); true "gpu", which swaps in the variants
-     * written for GPUs (today the matmul's shared-memory tiles). */
+     * written for GPUs: the matmul's shared-memory tiles, the decode attention's key per lane
+     * (attention_record.c), more key splits (attention_plan.h), four subgroups a matvec workgroup. */
     bool gpu_kernels;
     /* Optional GPU-time profile per pipeline (wk_pipelines_enable_profile): a timestamp after each
      * dispatch. */
@@ -123,6 +130,12 @@ void wk_pipelines_enable_profile(wk_vk *vk, wk_pipelines *p);
  * call it before recording a step that uses it, never while one is in flight. */
 int wk_pipelines_specialize_kv(wk_vk *vk, wk_pipelines *p, wk_attn_set set, int kind, int bits, int key_bits, int group,
                                int head_dim, char *err, size_t errlen);
+/* Rows one matvec workgroup computes (its grid: rows / this, rounded up). */
+static inline uint32_t wk_matvec_wg_rows(const wk_pipelines *p) { return p->matvec_rows * p->matvec_subgroups; }
+/* Sets the subgroups per matvec workgroup (1: "cpu" kernels, 4: "gpu"), dropping matvec pipelines
+ * made with another count; as wk_pipelines_specialize_kv, never while a step is in flight. Fails
+ * when the workgroup would exceed the device's limits. */
+int wk_pipelines_set_matvec_subgroups(wk_vk *vk, wk_pipelines *p, uint32_t subgroups, char *err, size_t errlen);
 /* Chooses the kernel set: kernels WK_KERNELS_CPU / WK_KERNELS_GPU force one, WK_KERNELS_AUTO takes
  * "cpu" on a CPU device and "gpu" on any other that allows the GPU variants' workgroups (256
  * invocations, 8 KiB of shared memory). Forcing "gpu" on a device that does not allow them fails. */

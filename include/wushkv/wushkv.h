@@ -56,8 +56,8 @@ typedef enum { WK_KV_QUANT_QUEST = 0, WK_KV_QUANT_PERCENTILE = 1, WK_KV_QUANT_AB
 #define WK_KV_CLIP_MAX 4.0f
 typedef enum { WK_KV_TRANSFORM_NONE = 0, WK_KV_TRANSFORM_HADAMARD = 1, WK_KV_TRANSFORM_WUSH = 2 } wk_kv_transform;
 /* Shader variants (wk_engine_params.kernels): "cpu", tuned for lavapipe (texel buffers, register
- * tiles, no shared memory), or "gpu" (shared-memory tiles where a GPU wants them); AUTO picks by
- * the device's type. */
+ * tiles, no shared memory), or "gpu" (shared-memory matmul tiles, decode attention a key per
+ * lane, more key splits, four subgroups a matvec workgroup); AUTO picks by the device's type. */
 typedef enum { WK_KERNELS_AUTO = 0, WK_KERNELS_CPU = 1, WK_KERNELS_GPU = 2 } wk_kernels;
 
 /* Sets of layers (wk_engine_params.kv_wide_keys, wk_model_info.kv_wide_keys): layer il is bit

@@ -66,6 +66,16 @@ layout(constant_id = 5) const uint SC_MAXR = 16;
 // reads in f16). A pass dispatched over z = n splits divides its keys among them; partials go to
 // index z (all, bulk) or pc.n_split - n + z (windows: the last ones).
 layout(constant_id = 7) const uint SC_PASS = 0;
+// The GPU variant of the decode pipelines (constant 9 = 1; kernel set "gpu", attention_record.c):
+// their bulk keys go a key per lane (key_tile_lanes) instead of a key per subgroup. A GPU reads
+// codes fastest when the lanes of a subgroup read different keys at once, and a key per subgroup
+// costs a cross-lane sum per key and row; here a tile of subgroup-size keys costs one subgroupMax
+// and one subgroupAdd per row. The queries sit in shared memory (every lane reads all of each
+// row), and so do the tile's probabilities, read back by the lanes that own the value chunks.
+// lavapipe runs it too (the tests), slower: shared memory and barriers are slow there.
+layout(constant_id = 9) const uint SC_LANE_KEYS = 0;
+const uint LK_D4 = 64u;  // head_dim / 4 at most for the variant (WK_ATTN_LANES_D4, attention_plan.h)
+const uint LK_SG = 64u;  // subgroup size at most (WK_ATTN_LANES_SG)
 const uint MAXC = 8;    // chunks per lane: head_dim <= 32 * subgroup size (checked by the host)
 #define MAXR SC_MAXR
 const uint KT = 16;     // keys per softmax tile
@@ -107,6 +117,9 @@ layout(push_constant) uniform PC {
     uint v_off; int k_bits; uint k_slab_words; uint k_params_words; uint k_code_words;
 } pc;
 
+// The variant's shared state; one element a row in the other pipelines, which never touch it.
+shared vec4 q_sh[MAXR * (1u + (LK_D4 - 1u) * SC_LANE_KEYS)];   // [row][head_dim / 4]
+shared float p_sh[MAXR * (1u + (LK_SG - 1u) * SC_LANE_KEYS)];  // [row][key of the tile]
 vec4 kbuf[MAXC];          // one key or value: this lane's chunks
 vec4 fbuf[MAXC];          // the same key or value in f16 (windows)
 vec4 qv[MAXR * MAXC], acc[MAXR * MAXC];
@@ -120,9 +133,11 @@ Tile g_tile;
 
 uint word(uint at) { return texelFetch(Pool, int(at)).x; }
 
-// This lane's chunks of token tt of the key (kv 0) or value (kv 1) slab at word `slab` into kbuf.
-// kv is a constant at every call, so a specialised pipeline folds the format of each.
-void decode_lane(uint kv, uint slab, uint tt, uint ch0, uint ncl) {
+// This lane's chunks of token tt of the key (kv 0) or value (kv 1) slab at word `slab` into kbuf:
+// ncl chunks from chunk ch0. kv and sn are constants at every call, so a specialised pipeline
+// folds the format of each: sn is the chunk count the straight-line decode below may assume
+// (SC_NCL for a lane's chunks; MAXC for key_tile_lanes' pieces of a whole key).
+void decode_lane(uint kv, uint slab, uint tt, uint ch0, uint ncl, uint sn) {
     int kind = SC_BITS != 0 ? SC_KIND : pc.kind;
     int bits = SC_BITS == 0 ? (kv == 0u ? pc.k_bits : pc.bits) : kv == 0u && SC_BITS_K != 0 ? SC_BITS_K : SC_BITS;
     uint code_words = kv == 0u ? pc.k_code_words : pc.code_words;
@@ -149,7 +164,6 @@ void decode_lane(uint kv, uint slab, uint tt, uint ch0, uint ncl) {
     // (Plain variables, not spec-constant expressions: glslang 11 emits invalid SPIR-V for this
     // condition as one; the driver folds them all the same once the constants are set.)
     int sb = kv == 0u && SC_BITS_K != 0 ? SC_BITS_K : SC_BITS, sg = SC_G;
-    uint sn = SC_NCL;
     uint CPW = sb == 2 ? 4u : 2u;  // chunks per 32-bit word
     // 3 bits (wide keys, int3): a chunk is 12 bits, so 8 chunks fill 3 words; a lane with a
     // multiple of 8 chunks starts on a word and every shift below is a constant too.
@@ -261,7 +275,7 @@ bool load_kv(uint kv, uint j, bool mixed) {
     bool need_f = mixed && g_windows && (j < pc.sink || j + pc.recent > g_pmin);
     if (need_q) {
         uint blk = tables[g_table_off + (j / pc.block_tokens) * pc.table_stride + pc.table_col];
-        decode_lane(kv, blk * pc.block_words + g_slab[kv], j % pc.block_tokens, g_ch0, g_ncl);
+        decode_lane(kv, blk * pc.block_words + g_slab[kv], j % pc.block_tokens, g_ch0, g_ncl, SC_NCL);
     }
     if (need_f) load_f16(j, kv, g_kh, g_tile, g_chunk_pos0, g_ch0, g_ncl);
     return need_f;
@@ -319,6 +333,64 @@ void key_tile(uint jt, uint j1, uint R, bool mixed) {
     }
 }
 
+// The GPU variant's tile of bulk keys (no row reads them in f16): up to nl keys from jt (to j1).
+// Lane i scores key jt + i against every row over the whole head vector, decoding it in pieces of
+// MAXC chunks (queries from q_sh); then the online-softmax rescale per row, as key_tile's, with one
+// subgroupMax and one subgroupAdd for the tile; then the values as key_tile's: lanes own chunks,
+// each key's probabilities read from p_sh.
+void key_tile_lanes(uint jt, uint j1, uint R) {
+    uint lane = gl_LocalInvocationID.x, nl = gl_WorkGroupSize.x;
+    uint nk = min(nl, j1 - jt), C = pc.head_dim / 4u;
+    uint j = jt + min(lane, nk - 1u);  // lanes past the tile's keys score its last again (p 0 below)
+    uint blk = tables[g_table_off + (j / pc.block_tokens) * pc.table_stride + pc.table_col];
+    // Four sums a row (one per vector component), each over the pieces' own sums: no running sum
+    // takes more than head_dim / 32 terms, as in the key-per-subgroup pipelines (a lane's chunks,
+    // then across the lanes), so scores round about as finely.
+    vec4 s4[MAXR];
+    [[unroll]] for (uint r = 0u; r < MAXR; ++r) s4[r] = vec4(0.0);
+    // Not unrolled: eight copies of the decode cost llvmpipe minutes of compile.
+    [[dont_unroll]] for (uint pi = 0u; pi * MAXC < C; ++pi) {
+        decode_lane(0u, blk * pc.block_words + g_slab[0], j % pc.block_tokens, pi * MAXC, MAXC, MAXC);
+        [[unroll]] for (uint r = 0u; r < MAXR; ++r) {
+            if (r >= R) continue;
+            vec4 ps = vec4(0.0);  // the piece's own sums first: fewer terms in each running sum
+            [[unroll]] for (uint c = 0u; c < MAXC; ++c)
+                if (pi * MAXC + c < C) ps = fma(q_sh[r * LK_D4 + pi * MAXC + c], kbuf[c], ps);
+            s4[r] += ps;
+        }
+    }
+    [[unroll]] for (uint r = 0u; r < MAXR; ++r) {
+        if (r >= R) continue;
+        bool vis = lane < nk && j >= first_r[r] && j <= pos_r[r];
+        float sr = vis ? (s4[r].x + s4[r].y) + (s4[r].z + s4[r].w) : -1.0 / 0.0;
+        float mx = subgroupMax(sr), p = 0.0;
+        if (mx != -1.0 / 0.0) {  // some key of the tile is visible to the row (uniform)
+            float m_new = max(m_r[r], mx);
+            if (m_new > m_r[r]) {
+                float corr = exp(m_r[r] - m_new);
+                l_r[r] *= corr;
+                [[unroll]] for (uint c = 0u; c < MAXC; ++c) acc[r * MAXC + c] *= corr;
+                m_r[r] = m_new;
+            }
+            p = vis ? exp(sr - m_new) : 0.0;
+            l_r[r] += subgroupAdd(p);
+        }
+        p_sh[r * LK_SG + lane] = p;
+    }
+    barrier();
+    for (uint kk = 0u; kk < nk; ++kk) {
+        uint jj = jt + kk;
+        uint b = tables[g_table_off + (jj / pc.block_tokens) * pc.table_stride + pc.table_col];
+        decode_lane(1u, b * pc.block_words + g_slab[1], jj % pc.block_tokens, g_ch0, g_ncl, SC_NCL);
+        [[unroll]] for (uint r = 0u; r < MAXR; ++r) {
+            float p = r < R ? p_sh[r * LK_SG + kk] : 0.0;
+            if (p == 0.0) continue;
+            [[unroll]] for (uint c = 0u; c < MAXC; ++c) acc[r * MAXC + c] += p * kbuf[c];
+        }
+    }
+    barrier();  // p_sh is read before the next tile writes it
+}
+
 void main() {
     uint lane = gl_LocalInvocationID.x, nl = gl_WorkGroupSize.x;
     uint ti = gl_WorkGroupID.x, split = gl_WorkGroupID.z;
@@ -348,6 +420,14 @@ void main() {
             qv[r * MAXC + c] = ok && c < ncl && ch < C ? q4[(t * pc.n_head + kh * hpk + hh) * C + ch] : vec4(0);
             acc[r * MAXC + c] = vec4(0);
         }
+    }
+    if (SC_LANE_KEYS != 0u) {  // the variant's queries, whole rows, zero past head_dim
+        for (uint i = lane; i < MAXR * LK_D4; i += nl) {
+            uint r = i / LK_D4, ch = i % LK_D4;
+            uint t = tile.row0 + r / pc.head_rows, hh = hc * pc.head_rows + r % pc.head_rows;
+            q_sh[i] = r < R && hh < hpk && ch < C ? q4[(t * pc.n_head + kh * hpk + hh) * C + ch] : vec4(0);
+        }
+        barrier();
     }
     g_windows = pc.sink + pc.recent > 0u;
     // The keys of this pass: [a0, a1) then [b0, b1). The bulk [ba, bb) is what no row reads in
@@ -396,7 +476,10 @@ void main() {
         // it. A loop runs only while a lane is active, so an empty one costs nothing.
         uint qa = clamp(ba, j0, j1), qb = clamp(bb, qa, j1);
         for (uint jt = j0; jt < qa; jt += KT) key_tile(jt, qa, R, true);
-        for (uint jt = qa; jt < qb; jt += KT) key_tile(jt, qb, R, false);
+        if (SC_LANE_KEYS != 0u)
+            for (uint jt = qa; jt < qb; jt += nl) key_tile_lanes(jt, qb, R);
+        else
+            for (uint jt = qa; jt < qb; jt += KT) key_tile(jt, qb, R, false);
         for (uint jt = qb; jt < j1; jt += KT) key_tile(jt, j1, R, true);
     }
 

@@ -11,6 +11,7 @@
 //     act(gate r) * up r (common.glsl's glu_act), with gate row r and up row r at weight rows
 //     row0 + r and row0 + N + r: the gate and up products and the activation in one dispatch.
 #extension GL_GOOGLE_include_directive : require
+#extension GL_KHR_shader_subgroup_basic : require
 #extension GL_KHR_shader_subgroup_arithmetic : require
 #extension GL_EXT_control_flow_attributes : require
 #extension GL_EXT_samplerless_texture_functions : require
@@ -21,6 +22,12 @@ layout(constant_id = 1) const uint ROWS = 4;
 // a vocabulary-sized product has many small workgroups, and three masked stores a row cost it
 // ~15%), 1 the gate/up pipelines (SC_GLU above), 2 the rows split over Y0, Y1, Y2.
 layout(constant_id = 2) const uint SC_MODE = 0;
+// Subgroups a workgroup, constant 3 (wk_pipelines_set_matvec_subgroups; workgroup size, constant 0,
+// = subgroup size x this): 1 with the "cpu" kernel set, whose workgroup is one subgroup; 4 with
+// "gpu", each subgroup its own ROWS rows, because a GPU keeps a bounded number of workgroups
+// resident per core and one subgroup each leaves half its threads idle (NVIDIA: 32 workgroups, 2048
+// threads). Subgroup ids, not invocation ids, then say which rows and lane are whose.
+layout(constant_id = 3) const uint SC_SUBGROUPS = 1;
 const bool SC_GLU = SC_MODE == 1u;
 layout(binding = 2) uniform textureBuffer X;                   // [T][K/4] vec4
 layout(std430, binding = 3) writeonly buffer Y0 { float y0[]; };
@@ -45,10 +52,12 @@ void store(uint t, uint r, float v, float u) {
 }
 
 void main() {
-    uint lane = gl_LocalInvocationID.x, nl = gl_WorkGroupSize.x;
+    bool one = SC_SUBGROUPS == 1u;
+    uint lane = one ? gl_LocalInvocationID.x : gl_SubgroupInvocationID, nl = one ? gl_WorkGroupSize.x : gl_SubgroupSize;
     uint G = pc.K / 16, K4 = pc.K / 4;
-    // This workgroup's first output row (pc.row0 is the weights' first row, not this).
-    uint out0 = (gl_WorkGroupID.y * gl_NumWorkGroups.x + gl_WorkGroupID.x) * ROWS;  // 2-D grid: vocab-sized N
+    // This subgroup's first output row (pc.row0 is the weights' first row, not this).
+    uint wg = gl_WorkGroupID.y * gl_NumWorkGroups.x + gl_WorkGroupID.x;  // 2-D grid: vocab-sized N
+    uint out0 = (one ? wg : wg * gl_NumSubgroups + gl_SubgroupID) * ROWS;
     if (out0 >= pc.N) return;
     uint nr = min(ROWS, pc.N - out0);
     // The weight rows: ROWS of them, and with SC_GLU their up twins after them (slots ROWS..2 ROWS-1).
