@@ -201,7 +201,7 @@ static int op_matvec(rec *r, const wk_dev_matrix *W, const wk_buf *x, const wk_b
     const bool q8 = W->fmt == WK_WFMT_Q8A;
     wk_arg args[6] = {TV(&W->codes), q8 ? TV(&W->scales) : TV(&f->w->dummy), TV(x), S(ys[0]), S(ys[1]), S(ys[2])};
     uint32_t gx, gy;
-    grid_1d((pc->N + wk_matvec_wg_rows(f->pipes) - 1) / wk_matvec_wg_rows(f->pipes), &gx, &gy);
+    grid_1d(wk_matvec_groups(f->pipes, pc->N), &gx, &gy);
     return wk_dispatch(f->vk, f->pipes, matvec_pipe(W, mode), args, pc, sizeof *pc, gx, gy, 1, r->err, r->errlen);
 }
 

@@ -105,7 +105,7 @@ static long run_shape(wk_vk *vk, wk_pipelines *p, const shape *s, kernel kn, boo
             id = s->m == GLU     ? (q8 ? WK_PIPE_MATVEC_GLU_Q8A : WK_PIPE_MATVEC_GLU_F16)
                  : s->m == SPLIT ? (q8 ? WK_PIPE_MATVEC_QKV_Q8A : WK_PIPE_MATVEC_QKV_F16)
                                  : (q8 ? WK_PIPE_MATVEC_Q8A : WK_PIPE_MATVEC_F16);
-            gx = ((uint32_t)N + wk_matvec_wg_rows(p) - 1) / wk_matvec_wg_rows(p), gy = 1;
+            gx = wk_matvec_groups(p, (uint32_t)N), gy = 1;
         } else {
             id = kn == KERNEL_TILED ? (q8 ? WK_PIPE_MATMUL_TILED_Q8A : WK_PIPE_MATMUL_TILED_F16)
                                     : (q8 ? WK_PIPE_MATMUL_Q8A : WK_PIPE_MATMUL_F16);

@@ -264,6 +264,13 @@ int wk_pipelines_specialize_kv(wk_vk *vk, wk_pipelines *p, wk_attn_set set, int 
     return 0;
 }
 
+/* Whether a matvec workgroup of `subgroups` subgroups fits the device's workgroup limits. */
+static bool matvec_wg_fits(const wk_vk *vk, uint32_t subgroups) {
+    const VkPhysicalDeviceLimits *lim = &vk->props.limits;
+    const uint64_t wg = (uint64_t)vk->subgroup_size * subgroups;
+    return subgroups > 0 && wg <= lim->maxComputeWorkGroupSize[0] && wg <= lim->maxComputeWorkGroupInvocations;
+}
+
 int wk_pipelines_choose_kernels(wk_vk *vk, wk_pipelines *p, int kernels, char *err, size_t errlen) {
     const VkPhysicalDeviceLimits *lim = &vk->props.limits;
     /* matmul_tiled.comp: a 16 x 16 workgroup, two 64 x 16 f32 tiles in shared memory. */
@@ -281,19 +288,13 @@ int wk_pipelines_choose_kernels(wk_vk *vk, wk_pipelines *p, int kernels, char *e
     }
     p->gpu_kernels = kernels == WK_KERNELS_GPU ||
                      (kernels == WK_KERNELS_AUTO && fits && vk->props.deviceType != VK_PHYSICAL_DEVICE_TYPE_CPU);
-    /* Four subgroups a matvec workgroup on a GPU, where the device allows it (subgroups of up to
-     * 64: 256 invocations, within the set's own limit); one otherwise. */
-    const uint32_t subgroups = p->gpu_kernels && vk->subgroup_size * 4 <= lim->maxComputeWorkGroupSize[0] &&
-                                       vk->subgroup_size * 4 <= lim->maxComputeWorkGroupInvocations
-                                   ? 4
-                                   : 1;
-    return wk_pipelines_set_matvec_subgroups(vk, p, subgroups, err, errlen);
+    /* Four subgroups a matvec workgroup on a GPU, where the device allows it; one otherwise. */
+    return wk_pipelines_set_matvec_subgroups(vk, p, p->gpu_kernels && matvec_wg_fits(vk, 4) ? 4 : 1, err, errlen);
 }
 
 int wk_pipelines_set_matvec_subgroups(wk_vk *vk, wk_pipelines *p, uint32_t subgroups, char *err, size_t errlen) {
     const VkPhysicalDeviceLimits *lim = &vk->props.limits;
-    const uint64_t wg = (uint64_t)vk->subgroup_size * subgroups;
-    if (subgroups == 0 || wg > lim->maxComputeWorkGroupSize[0] || wg > lim->maxComputeWorkGroupInvocations) {
+    if (!matvec_wg_fits(vk, subgroups)) {
         snprintf(err, errlen, "matvec: %u subgroups of %u invocations exceed device %s's workgroup limit (%u)",
                  subgroups, vk->subgroup_size, vk->props.deviceName, lim->maxComputeWorkGroupInvocations);
         return WK_ERR_UNSUPPORTED;

@@ -130,8 +130,11 @@ void wk_pipelines_enable_profile(wk_vk *vk, wk_pipelines *p);
  * call it before recording a step that uses it, never while one is in flight. */
 int wk_pipelines_specialize_kv(wk_vk *vk, wk_pipelines *p, wk_attn_set set, int kind, int bits, int key_bits, int group,
                                int head_dim, char *err, size_t errlen);
-/* Rows one matvec workgroup computes (its grid: rows / this, rounded up). */
-static inline uint32_t wk_matvec_wg_rows(const wk_pipelines *p) { return p->matvec_rows * p->matvec_subgroups; }
+/* Workgroups a matvec over N rows dispatches: each computes matvec_rows rows per subgroup. */
+static inline uint32_t wk_matvec_groups(const wk_pipelines *p, uint32_t N) {
+    const uint32_t rows = p->matvec_rows * p->matvec_subgroups;
+    return (N + rows - 1) / rows;
+}
 /* Sets the subgroups per matvec workgroup (1: "cpu" kernels, 4: "gpu"), dropping matvec pipelines
  * made with another count; as wk_pipelines_specialize_kv, never while a step is in flight. Fails
  * when the workgroup would exceed the device's limits. */

@@ -421,12 +421,10 @@ void main() {
             acc[r * MAXC + c] = vec4(0);
         }
     }
-    if (SC_LANE_KEYS != 0u) {  // the variant's queries, whole rows, zero past head_dim
-        for (uint i = lane; i < MAXR * LK_D4; i += nl) {
-            uint r = i / LK_D4, ch = i % LK_D4;
-            uint t = tile.row0 + r / pc.head_rows, hh = hc * pc.head_rows + r % pc.head_rows;
-            q_sh[i] = r < R && hh < hpk && ch < C ? q4[(t * pc.n_head + kh * hpk + hh) * C + ch] : vec4(0);
-        }
+    if (SC_LANE_KEYS != 0u) {  // the variant's queries, whole rows: each lane's chunks from qv
+        [[unroll]] for (uint r = 0u; r < MAXR; ++r)
+            [[unroll]] for (uint c = 0u; c < MAXC; ++c)
+                if (c < ncl && ch0 + c < C) q_sh[r * LK_D4 + ch0 + c] = qv[r * MAXC + c];
         barrier();
     }
     g_windows = pc.sink + pc.recent > 0u;
