@@ -94,14 +94,17 @@ int wk_fwd_init(wk_fwd *f, wk_vk *vk, wk_pipelines *pipes, const wk_hparams *hp,
         }
         f->attn_part_rows = wk_attn_part_rows((uint32_t)max_tokens, (uint32_t)hp->n_head, (uint32_t)max_ctx, window_keys,
                                               f->pipes->gpu_kernels);
-        if (!rc) rc = make(f, &a->attn_part, f->attn_part_rows * (hp->head_dim / 4 + 1) * 16, WK_MEM_DEVICE, NONE, err, errlen);
+        /* Written as a storage buffer by the passes, read as RGBA32F texels by attention_reduce. */
+        if (!rc) rc = make(f, &a->attn_part, f->attn_part_rows * (hp->head_dim / 4 + 1) * 16, WK_MEM_DEVICE, V4, err, errlen);
     }
     if (!rc) rc = make(f, &a->h, T * E * 4, WK_MEM_DEVICE, NONE, err, errlen);
     if (!rc) rc = make(f, &a->xn, T * E * 4, WK_MEM_DEVICE, V4, err, errlen);
     if (!rc) rc = make(f, &a->q, T * QD * 4, WK_MEM_DEVICE, NONE, err, errlen);
-    /* k, v: also RGBA32F texels, how attention_paged reads this step's window keys and values. */
-    if (!rc) rc = make(f, &a->k, T * KD * 4, WK_MEM_DEVICE, V4, err, errlen);
-    if (!rc) rc = make(f, &a->v, T * KD * 4, WK_MEM_DEVICE, V4, err, errlen);
+    if (!rc) rc = make(f, &a->k, T * KD * 4, WK_MEM_DEVICE, NONE, err, errlen);
+    if (!rc) rc = make(f, &a->v, T * KD * 4, WK_MEM_DEVICE, NONE, err, errlen);
+    /* k16, v16: RG32UI texels of four halves, how attention_paged reads this step's window keys. */
+    if (!rc) rc = make(f, &a->k16, T * KD * 2, WK_MEM_DEVICE, VK_FORMAT_R32G32_UINT, err, errlen);
+    if (!rc) rc = make(f, &a->v16, T * KD * 2, WK_MEM_DEVICE, VK_FORMAT_R32G32_UINT, err, errlen);
     if (!rc) rc = make(f, &a->attn, T * QD * 4, WK_MEM_DEVICE, V4, err, errlen);
     if (!rc) rc = make(f, &a->o, T * E * 4, WK_MEM_DEVICE, NONE, err, errlen);
     if (!rc) rc = make(f, &a->gate, T * F * 4, WK_MEM_DEVICE, NONE, err, errlen);
@@ -118,7 +121,7 @@ int wk_fwd_init(wk_fwd *f, wk_vk *vk, wk_pipelines *pipes, const wk_hparams *hp,
 
 void wk_fwd_free(wk_fwd *f) {
     if (!f->vk) return;
-    wk_buf *all[] = {&f->a.tokens, &f->a.rows, &f->a.tables, &f->a.tiles, &f->a.attn_part, &f->a.win_dest, &f->a.h, &f->a.xn, &f->a.q, &f->a.k, &f->a.v, &f->a.attn,
+    wk_buf *all[] = {&f->a.tokens, &f->a.rows, &f->a.tables, &f->a.tiles, &f->a.attn_part, &f->a.win_dest, &f->a.h, &f->a.xn, &f->a.q, &f->a.k, &f->a.v, &f->a.k16, &f->a.v16, &f->a.attn,
                      &f->a.o, &f->a.gate, &f->a.up, &f->a.act, &f->a.ffn, &f->a.head_in, &f->a.logits,
                      &f->a.rope, &f->a.debug, &f->a.cap_q, &f->a.cap_k, &f->a.cap_v, &f->xform_buf, &f->xform_in};
     for (size_t i = 0; i < sizeof all / sizeof *all; i++) wk_vk_buffer_destroy(f->vk, all[i]);
@@ -374,7 +377,10 @@ static int op_kv_store_quant(rec *r, int il, uint32_t T) {
     pc.win_store = window_with_codes(f, il);
     pc.win_layer = (uint32_t)f->kv->win_layer_of[il];
     pc.dest_base = (uint32_t)c * T;
-    wk_arg args[6] = {S(&f->a.k), S(&f->a.v), S(&f->a.rows), S(&f->a.tables), TV(&f->kv->pool_buf), S(&f->a.win_dest)};
+    const wk_kv_win *win = &f->kv->layout.win[c];
+    pc.copy_f16 = win->sink + win->recent > 0;
+    wk_arg args[8] = {S(&f->a.k),           S(&f->a.v),         S(&f->a.rows),   S(&f->a.tables),
+                      TV(&f->kv->pool_buf), S(&f->a.win_dest), S(&f->a.k16), S(&f->a.v16)};
     uint32_t gx, gy;
     grid_1d((T * g.n_head_kv * 2 + 7) / 8, &gx, &gy);
     return wk_dispatch(f->vk, f->pipes, WK_PIPE_KV_STORE_QUANT, args, &pc, sizeof pc, gx, gy, 1, r->err, r->errlen);
@@ -392,7 +398,7 @@ static int op_attention_paged(rec *r, int il, uint32_t T) {
     /* f16 reads its slabs through the RG32UI view, four halves a fetch. */
     const wk_arg pool = pc.bits == 16 ? wk_arg_view(f->kv->pool_view2) : TV(&f->kv->pool_buf);
     wk_arg args[9] = {S(&f->a.q), S(&f->a.rows), S(&f->a.tables), pool, S(&f->a.attn), S(&f->a.tiles),
-                      S(&f->a.attn_part), TV(&f->a.k), TV(&f->a.v)};
+                      wk_arg_buf_view(f->a.attn_part.buf, f->a.attn_part.view), TV(&f->a.k16), TV(&f->a.v16)};
     const wk_attn_splits splits = wk_attn_plan_splits(&f->plan, f->step_rows, T, pc.n_head, pc.window, pc.sink,
                                                       pc.recent, f->attn_part_rows, f->pipes->gpu_kernels);
     const wk_attn_set set = f->kv->key_wide[il]                                   ? WK_ATTN_SET_WIDE
@@ -430,9 +436,10 @@ static int op_kv_transform(rec *r, int il, uint32_t T) {
                              .n_head_kv = (uint32_t)hp->n_head_kv, .n_tokens = T, .block = (uint32_t)f->xform->block,
                              .mat_base = (uint32_t)(wk_kv_xform_layer_bytes(f->xform) * (size_t)il / 16),
                              .k_in_base = (uint32_t)(f->xform_k_offset / 16)};
-    /* x: a head's D/4 output vec4s in subgroup-sized workgroups; y: the tiles. */
+    /* x: a head's row tiles in subgroup-sized workgroups; y: the unit tiles. */
     return wk_dispatch(f->vk, f->pipes, twin ? WK_PIPE_KV_TRANSFORM_DECODE : WK_PIPE_KV_TRANSFORM, args, &pc,
-                       sizeof pc, (pc.head_dim / 4 + sg - 1) / sg, wk_xform_tiles(T, hp->n_head, hp->n_head_kv, tile),
+                       sizeof pc, wk_xform_groups_x(pc.head_dim, f->xform->block, sg),
+                       wk_xform_tiles(T, hp->n_head, hp->n_head_kv, tile),
                        1, r->err, r->errlen);
 }
 
@@ -458,7 +465,7 @@ int wk_fwd_warm_reduce(wk_fwd *f, char *err, size_t errlen) {
     rec r = {f, err, errlen};
     TRY(wk_vk_begin(f->vk, err, errlen));
     wk_pc_attention_reduce rp = {.head_dim = (uint32_t)f->hp->head_dim, .n_head = 1, .n_tokens = 1, .n_split = 2};
-    wk_arg rargs[2] = {S(&f->a.attn_part), S(&f->a.attn)};
+    wk_arg rargs[2] = {TV(&f->a.attn_part), S(&f->a.attn)};
     vkCmdFillBuffer(f->vk->cmd, f->a.attn_part.buf, 0, VK_WHOLE_SIZE, 0);
     wk_vk_barrier(f->vk);
     int rc = wk_dispatch(f->vk, f->pipes, WK_PIPE_ATTENTION_REDUCE, rargs, &rp, sizeof rp, 1, 1, 1, r.err, r.errlen);

@@ -22,6 +22,8 @@ typedef struct wk_acts {
     wk_buf h;             /* [T][n_embd] residual stream */
     wk_buf xn;            /* [T][n_embd] normed input of the next matmul; RGBA32F view */
     wk_buf q, k, v;       /* [T][heads*head_dim] */
+    wk_buf k16, v16;      /* [T][n_head_kv*head_dim] f16: this step's k, v as attention_paged's windows read
+                           * them (kv_store_quant writes them); RG32UI view */
     wk_buf attn;          /* [T][n_head*head_dim] attention output; RGBA32F view */
     wk_buf o;             /* [T][n_embd] attention projection */
     wk_buf gate, up;      /* [T][n_ff] */

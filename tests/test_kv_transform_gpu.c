@@ -2,7 +2,8 @@
  * matrices (not orthogonal, so no pair of mistakes cancels, as they can in the logits of
  * test_transform where a permutation of rows applied to both keys and queries is invisible) and
  * random queries and keys, every output of q' = M_q q and k' = M_k k, for head shapes with 1, 2, 4
- * and 8 query heads per KV head, blocks of 16 .. 256, steps of 1 .. 35 tokens through both
+ * and 8 query heads per KV head, blocks of 4 .. 256 (4 output rows an invocation for blocks of 4,
+ * WK_XFORM_ROWS for the rest), steps of 1 .. 35 tokens through both
  * pipelines (kv_transform for steps of WK_XFORM_TOKENS or more, the decode twin for fewer), and
  * the second layer's matrices (mat_base). Every output must be written (poisoned first). */
 #include <math.h>
@@ -52,7 +53,7 @@ static long run_shape(wk_vk *vk, wk_pipelines *p, const shape *s, uint64_t seed)
         if (!rc) rc = wk_vk_begin(vk, err, sizeof err);
         if (!rc)
             rc = wk_dispatch(vk, p, twin ? WK_PIPE_KV_TRANSFORM_DECODE : WK_PIPE_KV_TRANSFORM, args, &pc, sizeof pc,
-                             ((uint32_t)D / 4 + sg - 1) / sg, wk_xform_tiles((uint32_t)T, Hq, Hk, tile), 1, err,
+                             wk_xform_groups_x((uint32_t)D, B, sg), wk_xform_tiles((uint32_t)T, Hq, Hk, tile), 1, err,
                              sizeof err);
         if (!rc) wk_vk_barrier(vk), rc = wk_vk_submit_wait(vk, err, sizeof err);
     }
@@ -111,6 +112,7 @@ int main(void) {
         {128, 32, 8, 1, 9},  {128, 32, 8, 1, 2},                         /* 8 query heads a KV head */
         {128, 64, 2, 2, 12}, {128, 64, 2, 2, 7},                         /* no sharing */
         {96, 32, 6, 2, 17},                                              /* head_dim 96 (Phi-3) */
+        {64, 4, 4, 2, 9},    {64, 4, 4, 2, 1},                           /* blocks of 4: 4 rows an invocation */
     };
     uint64_t seed = 0x5eed7a11;
     for (size_t i = 0; i < sizeof shapes / sizeof *shapes; i++) CHECK_EQ_INT(run_shape(&vk, &p, &shapes[i], seed + i), 0);

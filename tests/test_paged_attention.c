@@ -207,12 +207,13 @@ static double run_case(wk_vk *vk, wk_pipelines *p, const cfg *c, uint32_t force_
     rc = rc ? rc : wk_vk_buffer_create(vk, &bpool, pool_bytes, WK_MEM_HOST,
                                        c->bits == 16 ? VK_FORMAT_R32G32_UINT : VK_FORMAT_R32_UINT, err, sizeof err);
     /* The step's keys and values are RGBA32F texels (as forward.c's a.k, a.v). */
-    rc = rc ? rc : wk_vk_buffer_create(vk, &bka, sizeof(float) * T * Hk * D, WK_MEM_HOST, VK_FORMAT_R32G32B32A32_SFLOAT, err, sizeof err);
-    rc = rc ? rc : wk_vk_buffer_create(vk, &bva, sizeof(float) * T * Hk * D, WK_MEM_HOST, VK_FORMAT_R32G32B32A32_SFLOAT, err, sizeof err);
+    /* The step's own K and V in f16, as kv_store_quant copies them for the windows (RG32UI texels). */
+    rc = rc ? rc : wk_vk_buffer_create(vk, &bka, sizeof(uint16_t) * T * Hk * D, WK_MEM_HOST, VK_FORMAT_R32G32_UINT, err, sizeof err);
+    rc = rc ? rc : wk_vk_buffer_create(vk, &bva, sizeof(uint16_t) * T * Hk * D, WK_MEM_HOST, VK_FORMAT_R32G32_UINT, err, sizeof err);
     rc = rc ? rc : wk_vk_buffer_create(vk, &bout, sizeof(float) * T * Hq * D, WK_MEM_HOST, VK_FORMAT_UNDEFINED, err, sizeof err);
     rc = rc ? rc : wk_vk_buffer_create(vk, &btiles, sizeof tiles, WK_MEM_HOST, VK_FORMAT_UNDEFINED, err, sizeof err);
     rc = rc ? rc : wk_vk_buffer_create(vk, &bpart, (size_t)16 * T * Hq * (n_split > 4 ? n_split : 4) * (D / 4 + 1), WK_MEM_DEVICE,
-                                       VK_FORMAT_UNDEFINED, err, sizeof err);
+                                       VK_FORMAT_R32G32B32A32_SFLOAT, err, sizeof err);
     CHECK_EQ_INT(rc, 0);
     double worst = INFINITY;
     if (!rc) {
@@ -221,10 +222,12 @@ static double run_case(wk_vk *vk, wk_pipelines *p, const cfg *c, uint32_t force_
         memcpy(btab.map, tables, sizeof tables);
         memcpy(bpool.map, pool, pool_bytes);
         memcpy(btiles.map, tiles, sizeof tiles);
-        memcpy(bka.map, Ka, sizeof(float) * T * Hk * D);
-        memcpy(bva.map, Va, sizeof(float) * T * Hk * D);
+        for (size_t i = 0; i < (size_t)T * Hk * D; i++) {
+            ((uint16_t *)bka.map)[i] = wk_f32_to_f16(Ka[i]);
+            ((uint16_t *)bva.map)[i] = wk_f32_to_f16(Va[i]);
+        }
         wk_arg args[9] = {wk_arg_buf(bq.buf), wk_arg_buf(brows.buf), wk_arg_buf(btab.buf), wk_arg_view(bpool.view),
-                          wk_arg_buf(bout.buf), wk_arg_buf(btiles.buf), wk_arg_buf(bpart.buf), wk_arg_view(bka.view),
+                          wk_arg_buf(bout.buf), wk_arg_buf(btiles.buf), wk_arg_buf_view(bpart.buf, bpart.view), wk_arg_view(bka.view),
                           wk_arg_view(bva.view)};
         wk_pc_attention_paged pc = {
             .head_dim = (uint32_t)D, .n_head = (uint32_t)Hq, .n_head_kv = (uint32_t)Hk, .window = (uint32_t)c->window,

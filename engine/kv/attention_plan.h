@@ -2,7 +2,8 @@
  * that share every key and value decode), how many query heads each tile token brings, and how
  * many ways the keys are split -- when a step has too few tiles to fill the device (decode), and
  * always beyond WK_ATTN_MAX_KEYS keys per workgroup (llvmpipe's loop limiter: docs/engine.md). The
- * limits mirror the constants at the top of shaders/kv/attention_paged.comp. */
+ * limits mirror the constants at the top of shaders/kv/attention_paged.comp; the sizes compiled
+ * into it (WK_ATTN_MAXC, WK_ATTN_KT, WK_ATTN_LANES_*) are shader_consts.h's, which it includes. */
 #ifndef WK_ATTENTION_PLAN_H
 #define WK_ATTENTION_PLAN_H
 
@@ -11,9 +12,7 @@
 #include "vulkan/shader_params.h"
 
 enum {
-    WK_ATTN_MAXC = 8,          /* 4-dim chunks per lane */
     WK_ATTN_MAXR = 16,         /* rows (token, head) per tile */
-    WK_ATTN_KT = 16,           /* keys per softmax tile */
     WK_ATTN_MAX_KEYS = 16384,  /* keys one workgroup walks at most */
     WK_ATTN_MAX_SPLIT = 32,    /* splits chosen for parallelism (more only for WK_ATTN_MAX_KEYS) */
     WK_ATTN_TARGET_WG = 64,    /* workgroups a split dispatch aims for */
@@ -60,7 +59,6 @@ static inline int wk_attn_plan_decode(const wk_attn_plan *p) { return p->tile_ro
 /* Whether a decode step runs the decode pipelines' GPU variant (attention_paged.comp's constant 9:
  * bulk keys a key per lane): with the "gpu" kernel set, where its shared memory holds a whole
  * query row (head_dim <= 4 * WK_ATTN_LANES_D4) and a tile's probabilities (subgroup <= 64). */
-enum { WK_ATTN_LANES_D4 = 64, WK_ATTN_LANES_SG = 64 };
 static inline int wk_attn_decode_lanes(int gpu_kernels, uint32_t subgroup, uint32_t head_dim) {
     return gpu_kernels && subgroup <= WK_ATTN_LANES_SG && head_dim <= 4 * WK_ATTN_LANES_D4;
 }

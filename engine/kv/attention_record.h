@@ -10,7 +10,8 @@
 #include "kv/attention_plan.h"
 #include "vulkan/vk_pipelines.h"
 
-/* args: attention_paged's nine bindings (q, rows, tables, pool, out, tiles, partials, k, v); pc:
+/* args: attention_paged's nine bindings (q, rows, tables, pool, out, tiles, partials, k, v; the
+ * partials with their RGBA32F texel view too, wk_arg_buf_view: attention_reduce reads it); pc:
  * its push constants, geometry and windows filled, n_tiles / head_rows / n_split set here from
  * plan and splits (wk_attn_plan_splits). set: the pipelines specialised for the layer's format
  * (the sliding layers' own format, or wide keys). */

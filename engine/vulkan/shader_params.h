@@ -14,6 +14,8 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include "shader_consts.h" /* sizes the shaders are compiled with (shaders/shader_consts.h) */
+
 #define WK_PC_MEMBER(s, type, name) type name;
 
 /* attention_paged's rows per query tile in the decode pipelines (its specialisation constant 5;
@@ -31,9 +33,8 @@ static inline uint32_t wk_attn_lane_chunks(uint32_t head_dim, uint32_t subgroup)
  * WK_MATMUL_WG x WK_MATMUL_WG of them (its local size); matmul_tiled.comp ("gpu"): a workgroup a
  * 64-row x 64-token tile. Rows run along x, tokens along y. An 8 x 8 tile fetches each activation
  * texel once for eight rows and each weight group once for eight tokens: on lavapipe a weight
- * kernel's time follows its texel fetches (docs/lavapipe.md). The shader's constants are written
- * there by hand: tests/test_matmul_gpu.c fails if this grid covers less than the shader needs. */
-enum { WK_MATMUL_ROWS = 8, WK_MATMUL_TOKENS = 8, WK_MATMUL_WG = 8, WK_MATMUL_TILED = 64 };
+ * kernel's time follows its texel fetches (docs/lavapipe.md). The sizes are shader_consts.h's, which
+ * the shaders include too. */
 static inline void wk_matmul_grid(int tiled, uint32_t rows, uint32_t T, uint32_t *gx, uint32_t *gy) {
     const uint32_t r = tiled ? WK_MATMUL_TILED : WK_MATMUL_WG * WK_MATMUL_ROWS;
     const uint32_t t = tiled ? WK_MATMUL_TILED : WK_MATMUL_WG * WK_MATMUL_TOKENS;
@@ -44,10 +45,16 @@ static inline void wk_matmul_grid(int tiled, uint32_t rows, uint32_t T, uint32_t
 /* kv_transform's units (a token's query heads of one KV head, or its key) per invocation, its
  * specialisation constant 3 (its accumulators hold at most this many), for steps of at least this
  * many tokens; kv_transform_decode, for fewer, takes one token's query heads per KV head. */
-enum { WK_XFORM_TOKENS = 8 };
 static inline uint32_t wk_xform_decode_units(int n_head, int n_head_kv) {
     const int g = n_head_kv > 0 ? n_head / n_head_kv : 1;
     return g < 1 ? 1u : g > WK_XFORM_TOKENS ? (uint32_t)WK_XFORM_TOKENS : (uint32_t)g;
+}
+/* kv_transform's output rows per invocation (its specialisation constant 4): WK_XFORM_ROWS when
+ * that divides the block, else 4 (a block is a multiple of 4); and its workgroups along x, a
+ * head's row tiles in subgroup-sized workgroups. */
+static inline uint32_t wk_xform_rows(int block) { return block % WK_XFORM_ROWS == 0 ? WK_XFORM_ROWS : 4u; }
+static inline uint32_t wk_xform_groups_x(uint32_t head_dim, int block, uint32_t subgroup) {
+    return (head_dim / wk_xform_rows(block) + subgroup - 1) / subgroup;
 }
 /* kv_transform's workgroups along y for T tokens in tiles of `tile` units: each KV head's query
  * tiles (T x query heads per KV head units), then each one's key tiles (T units). */
@@ -128,7 +135,8 @@ typedef struct { WK_PC_ATTENTION_REDUCE(WK_PC_MEMBER, ) } wk_pc_attention_reduce
     X(s, float, quest_c2) /* wk_kvq_quest_c2(bits, the layer class's clip); 0: unclipped */         \
     /* the keys' format and first value slab, as in wk_pc_attention_paged; k_quest_c2 the keys' */    \
     X(s, uint32_t, v_off) X(s, int32_t, k_bits) X(s, uint32_t, k_slab_words) X(s, uint32_t, k_params_words) \
-    X(s, uint32_t, k_code_words) X(s, float, k_quest_c2)
+    X(s, uint32_t, k_code_words) X(s, float, k_quest_c2)                                                \
+    X(s, uint32_t, copy_f16) /* 1: the step's K / V also in f16 for attention_paged's windows */
 typedef struct { WK_PC_KV_STORE_QUANT(WK_PC_MEMBER, ) } wk_pc_kv_store_quant;
 
 #define WK_PC_KV_TRANSFORM(X, s)                                                                    \

@@ -72,8 +72,8 @@ static const pipe_spec specs[WK_PIPE_COUNT] = {
     [WK_PIPE_ATTENTION_DECODE_LANES_SWA] = {"attention_decode_lanes_swa", SPV(wk_spv_attention_paged), "SSSTSSSTT", sizeof(wk_pc_attention_paged), true},
     [WK_PIPE_ATTENTION_DECODE_LANES_WIDE] = {"attention_decode_lanes_wide", SPV(wk_spv_attention_paged), "SSSTSSSTT", sizeof(wk_pc_attention_paged), true},
     [WK_PIPE_KV_STORE_WINDOW] = {"kv_store_window", SPV(wk_spv_kv_store_window), "SSSI", sizeof(wk_pc_kv_store_window), false},
-    [WK_PIPE_ATTENTION_REDUCE] = {"attention_reduce", SPV(wk_spv_attention_reduce), "SS", sizeof(wk_pc_attention_reduce), true},
-    [WK_PIPE_KV_STORE_QUANT] = {"kv_store_quant", SPV(wk_spv_kv_store_quant), "SSSSIS", sizeof(wk_pc_kv_store_quant), false},
+    [WK_PIPE_ATTENTION_REDUCE] = {"attention_reduce", SPV(wk_spv_attention_reduce), "TS", sizeof(wk_pc_attention_reduce), true},
+    [WK_PIPE_KV_STORE_QUANT] = {"kv_store_quant", SPV(wk_spv_kv_store_quant), "SSSSISSS", sizeof(wk_pc_kv_store_quant), false},
     [WK_PIPE_KV_TRANSFORM] = {"kv_transform", SPV(wk_spv_kv_transform), "SSTT", sizeof(wk_pc_kv_transform), true},
     [WK_PIPE_KV_TRANSFORM_DECODE] = {"kv_transform_decode", SPV(wk_spv_kv_transform), "SSTT", sizeof(wk_pc_kv_transform), true},
     [WK_PIPE_KV_STORE_F16] = {"kv_store_f16", SPV(wk_spv_kv_store_f16), "SSSSI", sizeof(wk_pc_kv_store_f16), false},
@@ -313,8 +313,9 @@ int wk_pipelines_specialize_transform(wk_vk *vk, wk_pipelines *p, int block, int
                                       size_t errlen) {
     (void)err, (void)errlen;
     /* Constant 3: units an invocation (WK_XFORM_TOKENS for steps, a token's query heads per KV
-     * head for the decode twin). */
-    const int32_t steps[5] = {block, WK_XFORM_TOKENS, 0, 0, 0}, decode[5] = {block, decode_units, 0, 0, 0};
+     * head for the decode twin); 4: its output rows (wk_xform_rows). */
+    const int32_t rows = (int32_t)wk_xform_rows(block);
+    const int32_t steps[5] = {block, WK_XFORM_TOKENS, rows, 0, 0}, decode[5] = {block, decode_units, rows, 0, 0};
     set_spec(vk, p, WK_PIPE_KV_TRANSFORM, steps);
     set_spec(vk, p, WK_PIPE_KV_TRANSFORM_DECODE, decode);
     return 0;

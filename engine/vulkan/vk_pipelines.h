@@ -165,6 +165,9 @@ const char *wk_prof_name(int slot);
 
 static inline wk_arg wk_arg_view(VkBufferView v) { return (wk_arg){.view = v}; }
 static inline wk_arg wk_arg_buf(VkBuffer b) { return (wk_arg){.buf = b}; }
+/* A buffer that one pipeline writes as a storage buffer and the next reads through its texel view
+ * (the attention's partials): each binding takes the field of its kind. */
+static inline wk_arg wk_arg_buf_view(VkBuffer b, VkBufferView v) { return (wk_arg){.view = v, .buf = b}; }
 static inline wk_arg wk_arg_range(VkBuffer b, VkDeviceSize off, VkDeviceSize range) {
     return (wk_arg){.buf = b, .offset = off, .range = range};
 }

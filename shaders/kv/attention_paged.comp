@@ -18,8 +18,8 @@
 //     prefill attention's time), and two bodies in one pipeline cost ten times the compile.
 // f16 windows (--kv-sink S, --kv-recent R): a row at position p reads key/value j in f16 when
 // j < S or j > p - R, from its sequence's window slot (engine/kv/kv_pool.h: sinks in rows 0..S-1, a
-// ring of the last R positions after them) or, for this step's own tokens, from the K/V
-// activations rounded to f16 exactly as kv_store_window.comp stores them after this pass. S and R
+// ring of the last R positions after them) or, for this step's own tokens, from the f16 copy of
+// them that kv_store_quant.comp made before this pass (rounded as the window rows are stored). S and R
 // are the layer's class's (wk_kv_win: full-attention and sliding layers each have their own), as
 // is the region of the slot its rows live in (win_off, f16_row_words, win_layer); S = R = 0 reads
 // every key, this step's included, from the blocks.
@@ -36,6 +36,7 @@
 #extension GL_EXT_samplerless_texture_functions : require
 #define WK_KVQ_DECODE_ONLY
 #include "kv_quant.glsl"
+#include "shader_consts.h"
 layout(local_size_x_id = 0) in;
 // The KV format as specialisation constants (wk_pipelines_specialize_kv; the engine sets its
 // pool's): the decode below then folds to straight-line code. SC_BITS 0 (the default) reads the
@@ -74,11 +75,11 @@ layout(constant_id = 7) const uint SC_PASS = 0;
 // row), and so do the tile's probabilities, read back by the lanes that own the value chunks.
 // lavapipe runs it too (the tests), slower: shared memory and barriers are slow there.
 layout(constant_id = 9) const uint SC_LANE_KEYS = 0;
-const uint LK_D4 = 64u;  // head_dim / 4 at most for the variant (WK_ATTN_LANES_D4, attention_plan.h)
-const uint LK_SG = 64u;  // subgroup size at most (WK_ATTN_LANES_SG)
-const uint MAXC = 8;    // chunks per lane: head_dim <= 32 * subgroup size (checked by the host)
+const uint LK_D4 = WK_ATTN_LANES_D4;  // head_dim / 4 at most for the variant
+const uint LK_SG = WK_ATTN_LANES_SG;  // subgroup size at most
+const uint MAXC = WK_ATTN_MAXC;  // chunks per lane: head_dim <= 4 * MAXC * subgroup size (the host checks)
 #define MAXR SC_MAXR
-const uint KT = 16;     // keys per softmax tile
+const uint KT = WK_ATTN_KT;  // keys per softmax tile
 // llvmpipe stops EVERY loop of an invocation once 65535 loop iterations have run in total (its
 // loop limiter is one counter per shader invocation, never reset), silently. So the loops over
 // chunks and rows below have constant bounds and are unrolled, leaving ~33 counted iterations per
@@ -89,11 +90,13 @@ layout(std430, binding = 0) readonly buffer Q { vec4 q4[]; };        // [T][n_he
 layout(std430, binding = 1) readonly buffer Rows { RowInfo rows[]; };
 layout(std430, binding = 2) readonly buffer Tables { uint tables[]; }; // block indices
 layout(binding = 3) uniform utextureBuffer Pool;                      // R32UI words (f16: RG32UI pairs)
-// This step's keys and values [T][n_head_kv][D/4] (windows only), as RGBA32F texels: a storage
-// buffer read at a per-lane index is a loop over the lanes on lavapipe, a texel fetch one gather,
-// and in a prefill chunk every key within `recent` of a row is read from here.
-layout(binding = 7) uniform textureBuffer KA;
-layout(binding = 8) uniform textureBuffer VA;
+// This step's keys and values in f16 [T][n_head_kv][D/4] (windows only), as RG32UI texels of four
+// halves: kv_store_quant rounds each element once a step, so the window pass, which reads each key
+// in every tile within `recent` of it, only unpacks (rounding in integer code cost most of that
+// pass's time). A storage buffer read at a per-lane index is a loop over the lanes on lavapipe, a
+// texel fetch one gather.
+layout(binding = 7) uniform utextureBuffer KA;
+layout(binding = 8) uniform utextureBuffer VA;
 layout(std430, binding = 4) writeonly buffer O { vec4 o4[]; };        // [T][n_head][D/4]
 layout(std430, binding = 5) readonly buffer Tiles { Tile tiles[]; };
 layout(std430, binding = 6) writeonly buffer Part { vec4 part[]; };   // split partials (n_split > 1)
@@ -239,19 +242,18 @@ void decode_lane(uint kv, uint slab, uint tt, uint ch0, uint ncl, uint sn) {
     }
 }
 
-// As kv_store_window stores it: kv_quant.glsl's rounding (= the C wk_f32_to_f16), both ways in integer code.
-float f16_round1(float x) { return wk_kvq_f16_to_f32(wk_kvq_f32_to_f16(x)); }
-vec4 f16_round(vec4 x) { return vec4(f16_round1(x.x), f16_round1(x.y), f16_round1(x.z), f16_round1(x.w)); }
-
 // This lane's chunks of key/value j (kv 0/1) of KV head kh in f16 into fbuf: from the window slot
-// for positions stored by earlier steps, from this step's activations otherwise.
+// for positions stored by earlier steps, from this step's f16 copy (KA, VA) otherwise.
 void load_f16(uint j, uint kv, uint kh, Tile tile, uint chunk_pos0, uint ch0, uint ncl) {
     uint C = pc.head_dim / 4u;
     if (j >= chunk_pos0) {
         uint at = ((tile.chunk_row0 + (j - chunk_pos0)) * pc.n_head_kv + kh) * C;
         [[unroll]] for (uint c = 0u; c < MAXC; ++c) {
             uint ch = ch0 + c;
-            if (c < ncl && ch < C) fbuf[c] = f16_round(kv == 0u ? texelFetch(KA, int(at + ch)) : texelFetch(VA, int(at + ch)));
+            if (c < ncl && ch < C) {
+                uvec2 h = kv == 0u ? texelFetch(KA, int(at + ch)).xy : texelFetch(VA, int(at + ch)).xy;
+                fbuf[c] = vec4(unpackHalf2x16(h.x), unpackHalf2x16(h.y));
+            }
         }
         return;
     }

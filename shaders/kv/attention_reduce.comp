@@ -6,9 +6,12 @@
 // M and the denominator are taken with the splits spread over the lanes (subgroupMax,
 // subgroupAdd): every lane needs both, and a GPU decode step may have hundreds of splits
 // (attention_plan.h's _GPU targets), which one lane walking them all would read one by one.
+// The partials are read as RGBA32F texels: a storage-buffer load at a per-lane index is a loop
+// over the lanes on lavapipe, a texel fetch one gather (docs/lavapipe.md).
 #extension GL_KHR_shader_subgroup_arithmetic : require
+#extension GL_EXT_samplerless_texture_functions : require
 layout(local_size_x_id = 0) in;
-layout(std430, binding = 0) readonly buffer Part { vec4 part[]; };   // [T][n_head][n_split][1 + D/4]
+layout(binding = 0) uniform textureBuffer Part;                      // [T][n_head][n_split][1 + D/4]
 layout(std430, binding = 1) writeonly buffer O { vec4 o4[]; };       // [T][n_head][D/4]
 layout(push_constant) uniform PC { uint head_dim; uint n_head; uint n_tokens; uint n_split; } pc;
 
@@ -18,19 +21,19 @@ void main() {
     uint C = pc.head_dim / 4u, lane = gl_LocalInvocationID.x, nl = gl_WorkGroupSize.x;
     uint base = (t * pc.n_head + h) * pc.n_split * (C + 1u);
     float M = -1.0 / 0.0;
-    for (uint s = lane; s < pc.n_split; s += nl) M = max(M, part[base + s * (C + 1u)].x);
+    for (uint s = lane; s < pc.n_split; s += nl) M = max(M, texelFetch(Part, int(base + s * (C + 1u))).x);
     M = subgroupMax(M);
     float L = 0.0;
     for (uint s = lane; s < pc.n_split; s += nl) {
-        vec4 ml = part[base + s * (C + 1u)];
+        vec4 ml = texelFetch(Part, int(base + s * (C + 1u)));
         if (ml.y > 0.0) L += ml.y * exp(ml.x - M);
     }
     L = subgroupAdd(L);
     for (uint ch = lane; ch < C; ch += nl) {
         vec4 o = vec4(0);
         for (uint s = 0u; s < pc.n_split; ++s) {
-            vec4 ml = part[base + s * (C + 1u)];
-            if (ml.y > 0.0) o += part[base + s * (C + 1u) + 1u + ch] * exp(ml.x - M);
+            vec4 ml = texelFetch(Part, int(base + s * (C + 1u)));
+            if (ml.y > 0.0) o += texelFetch(Part, int(base + s * (C + 1u) + 1u + ch)) * exp(ml.x - M);
         }
         o4[(t * pc.n_head + h) * C + ch] = o / L;
     }

@@ -10,6 +10,10 @@
 // (a dispatch costs ~0.1 ms on lavapipe whatever its size). Before the attention is safe then:
 // the ring row a token takes held the token `recent` positions back, which its own row no longer
 // reads in f16, and a sequence has no other row in the step (engine/forward.c, window_early).
+// With pc.copy_f16 (a layer with f16 windows) it also writes the token's key or value head rounded
+// to f16 into K16 / V16, where attention_paged reads this step's own keys in f16: rounded once here
+// instead of in every tile and lane that reads them (the rounding is integer code, ~40 operations
+// an element).
 #extension GL_GOOGLE_include_directive : require
 #include "kv_quant.glsl" // also wk_kvq_pack_f16x2: the one f32 -> f16 rounding, as kv_store_window's
 layout(local_size_x = 8) in;
@@ -20,6 +24,8 @@ layout(std430, binding = 2) readonly buffer Rows { RowInfo rows[]; };
 layout(std430, binding = 3) readonly buffer Tables { uint tables[]; };
 layout(binding = 4, r32ui) uniform uimageBuffer Pool; // not writeonly: the atomics read (they need no coherent)
 layout(std430, binding = 5) readonly buffer Dest { uint dest[]; };  // [class][T] window row (word offset) or ~0
+layout(std430, binding = 6) writeonly buffer K16 { uint k16[]; };  // [T][n_head_kv][D/2] f16 pairs
+layout(std430, binding = 7) writeonly buffer V16 { uint v16[]; };
 layout(push_constant) uniform PC {
     uint head_dim; uint n_head_kv; uint n_tokens;
     uint k_off;        // the layer's first key slab: words into a block (its KV heads' follow)
@@ -33,6 +39,7 @@ layout(push_constant) uniform PC {
     // The values are bits / slab_words / params_words / code_words / quest_c2; the keys these (the
     // same unless the layer has wide keys, engine/kv/kv_pool.h), the values' first slab at v_off.
     uint v_off; int k_bits; uint k_slab_words; uint k_params_words; uint k_code_words; float k_quest_c2;
+    uint copy_f16;     // 1: also the f16 copy into K16 / V16 (above)
 } pc;
 
 const uint MAXW = 64u; // code words of one token head: D*b/32 <= 512*4/32
@@ -93,12 +100,15 @@ void main() {
     }
     uint cbase = slab + tt * code_words;
     for (uint w = 0u; w < code_words; ++w) imageStore(Pool, int(cbase + w), uvec4(words[w]));
-    if (pc.win_store == 0u) return;
-    uint row = dest[pc.dest_base + t];
-    if (row == 0xffffffffu) return;
+    uint row = pc.win_store != 0u ? dest[pc.dest_base + t] : 0xffffffffu;
+    if (pc.copy_f16 == 0u && row == 0xffffffffu) return;
     uint half_d = D / 2u, wbase = row + (pc.win_layer * 2u + kv) * pc.n_head_kv * half_d + kh * half_d;
     for (uint w = 0u; w < half_d; ++w) {
         vec2 x = kv == 0u ? vec2(k[src + 2u * w], k[src + 2u * w + 1u]) : vec2(v[src + 2u * w], v[src + 2u * w + 1u]);
-        imageStore(Pool, int(wbase + w), uvec4(wk_kvq_pack_f16x2(x)));
+        uint h = wk_kvq_pack_f16x2(x);
+        if (row != 0xffffffffu) imageStore(Pool, int(wbase + w), uvec4(h));
+        if (pc.copy_f16 != 0u) {
+            if (kv == 0u) k16[src / 2u + w] = h; else v16[src / 2u + w] = h;
+        }
     }
 }

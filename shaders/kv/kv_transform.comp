@@ -4,13 +4,17 @@
 // Out of place: qk_norm_rope leaves the rotated queries and keys in one scratch buffer (X: the
 // queries, then the keys from texel pc.k_in_base), and this shader writes q' and k' into Q and K.
 // So no invocation overwrites what another still reads, and there is no barrier and no workgroup
-// shape to keep: an invocation owns one vec4 of one head's output (rows 4c .. 4c+3, which lie in
-// one block as B is a multiple of 4) for SC_TT tokens, like matmul.comp's register tile: each
-// step fetches 4 matrix texels and one x texel per unit (below) and does 4 x SC_TT dot products
-// (the matrices and x through texel buffers: storage loads are per-lane loops on lavapipe,
-// docs/lavapipe.md). Workgroups: x covers a head's D/4 vec4s, y the tiles of SC_TT units (below),
-// so a workgroup never mixes queries and keys.
+// shape to keep: an invocation owns RV vec4s of one head's output (rows R c .. R c + R - 1,
+// R = SC_ROWS, which lie in one block as B is a multiple of R) for SC_TT tokens, like
+// matmul.comp's register tile: each step fetches R matrix texels and one x texel per unit (below)
+// and does R x SC_TT dot products (the matrices and x through texel buffers: storage loads are
+// per-lane loops on lavapipe, docs/lavapipe.md). 8 rows, not 4: each x texel then serves eight
+// rows, and on lavapipe a kernel's time follows its texel fetches. Workgroups: x covers a head's
+// D/R row tiles (wk_xform_groups_x), y the tiles of SC_TT units (below), so a workgroup never
+// mixes queries and keys.
 #extension GL_EXT_control_flow_attributes : require
+#extension GL_GOOGLE_include_directive : require
+#include "shader_consts.h"
 #extension GL_EXT_samplerless_texture_functions : require
 layout(local_size_x_id = 0) in;
 // The transform's block as a specialisation constant (wk_pipelines_specialize_transform; the
@@ -21,7 +25,11 @@ layout(constant_id = 2) const int SC_BLOCK = 0;
 // the decode twin (kv_transform_decode) the query heads per KV head (at most WK_XFORM_TOKENS), so a
 // one-token step computes no copies of its queries.
 layout(constant_id = 3) const uint SC_TT = 8;
-const uint TT = 8;  // the most units per invocation (the accumulators are sized for it)
+const uint TT = WK_XFORM_TOKENS;  // the most units per invocation (the accumulators are sized for it)
+// Output rows per invocation, specialisation constant 4: WK_XFORM_ROWS when it divides the block,
+// else 4 (wk_xform_rows; every block is a multiple of 4).
+layout(constant_id = 4) const uint SC_ROWS = 4;
+const uint RV = SC_ROWS / 4u, RMAX = WK_XFORM_ROWS / 4u;  // output vec4s per invocation, and at most
 layout(std430, binding = 0) writeonly buffer Q { vec4 q4[]; };   // [T][n_head][D/4]
 layout(std430, binding = 1) writeonly buffer K { vec4 k4[]; };   // [T][n_head_kv][D/4]
 layout(binding = 2) uniform textureBuffer M;                     // [layer][n_head_kv][2][D/B][B][B/4]
@@ -33,7 +41,7 @@ layout(push_constant) uniform PC {
 } pc;
 
 void main() {
-    uint D = pc.head_dim, C = D / 4u, c = gl_GlobalInvocationID.x;
+    uint D = pc.head_dim, C = D / 4u, c0 = gl_GlobalInvocationID.x * RV;  // this invocation's first vec4
     // The queries of one KV head share a matrix, so a query tile's units are (token, query head of
     // the group) pairs: a decode step's query heads share each matrix fetch as a prefill step's
     // tokens do. Workgroup y: each KV head's query tiles, then each one's key tiles (exactly as
@@ -45,12 +53,12 @@ void main() {
     uint kh = is_q ? y / q_tiles : yk / k_tiles, G = is_q ? GQ : 1u;
     uint hs = is_q ? pc.n_head : pc.n_head_kv, units = pc.n_tokens * G;
     uint u0 = (is_q ? y % q_tiles : yk % k_tiles) * SC_TT;
-    if (c >= C || kh >= pc.n_head_kv) return;
+    if (c0 >= C || kh >= pc.n_head_kv) return;
     uint nu = min(SC_TT, units - u0);
     uint B = SC_BLOCK != 0 ? uint(SC_BLOCK) : pc.block, B4 = B / 4u;
-    uint b = (4u * c) / B;
-    // Row 4c of the block-diagonal matrix: row 4c - bB of block b, B/4 texels a row.
-    uint m0 = pc.mat_base + (kh * 2u + (is_q ? 1u : 0u)) * D * B4 + 4u * c * B4;
+    uint b = (4u * c0) / B;
+    // Row 4 c0 of the block-diagonal matrix: row 4 c0 - bB of block b, B/4 texels a row.
+    uint m0 = pc.mat_base + (kh * 2u + (is_q ? 1u : 0u)) * D * B4 + 4u * c0 * B4;
     // Unit u is token u / G, head kh G + u % G (keys: head kh): its vec4s start at
     // ((u / G) hs + kh G + u % G) C. Units past nu read the last one again (never stored).
     uint xin = is_q ? 0u : pc.k_in_base, at[TT];
@@ -58,18 +66,22 @@ void main() {
         uint u = min(u0 + i, u0 + nu - 1u);
         at[i] = ((u / G) * hs + kh * G + u % G) * C;
     }
-    vec4 acc[TT];
-    [[unroll]] for (uint i = 0u; i < SC_TT; ++i) acc[i] = vec4(0.0);
+    vec4 acc[TT * RMAX];
+    [[unroll]] for (uint i = 0u; i < SC_TT * RV; ++i) acc[i] = vec4(0.0);
     for (uint j = 0u; j < B4; ++j) {
-        vec4 r0 = texelFetch(M, int(m0 + j)), r1 = texelFetch(M, int(m0 + B4 + j));
-        vec4 r2 = texelFetch(M, int(m0 + 2u * B4 + j)), r3 = texelFetch(M, int(m0 + 3u * B4 + j));
+        vec4 r[4u * RMAX];
+        [[unroll]] for (uint e = 0u; e < 4u * RV; ++e) r[e] = texelFetch(M, int(m0 + e * B4 + j));
         [[unroll]] for (uint i = 0u; i < SC_TT; ++i) {
             vec4 x = texelFetch(X, int(xin + at[i] + b * B4 + j));
-            acc[i] += vec4(dot(r0, x), dot(r1, x), dot(r2, x), dot(r3, x));
+            [[unroll]] for (uint v = 0u; v < RV; ++v)
+                acc[i * RV + v] += vec4(dot(r[4u * v], x), dot(r[4u * v + 1u], x), dot(r[4u * v + 2u], x),
+                                        dot(r[4u * v + 3u], x));
         }
     }
     [[unroll]] for (uint i = 0u; i < SC_TT; ++i) {
         if (i >= nu) continue;
-        if (is_q) q4[at[i] + c] = acc[i]; else k4[at[i] + c] = acc[i];
+        [[unroll]] for (uint v = 0u; v < RV; ++v) {
+            if (is_q) q4[at[i] + c0 + v] = acc[i * RV + v]; else k4[at[i] + c0 + v] = acc[i * RV + v];
+        }
     }
 }

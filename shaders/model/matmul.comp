@@ -8,13 +8,14 @@
 #extension GL_EXT_samplerless_texture_functions : require
 #extension GL_EXT_control_flow_attributes : require
 #include "common.glsl"
-layout(local_size_x = 8, local_size_y = 8) in; // WK_MATMUL_WG
+#include "shader_consts.h"
+layout(local_size_x = WK_MATMUL_WG, local_size_y = WK_MATMUL_WG) in;
 layout(binding = 2) uniform textureBuffer X;                   // [T][K/4] vec4
 layout(std430, binding = 3) writeonly buffer Y { float y[]; }; // [T][N]
 // row0: the weights' first row in the bound matrix (a layer's q, k and v rows, or its gate and up
 // rows, are one matrix: engine/weights.c); n0, n1, act: matvec.comp's, unused here.
 layout(push_constant) uniform PC { uint N; uint K; uint T; uint row0; uint n0; uint n1; uint act; } pc;
-const uint TR = 8, TT = 8; // WK_MATMUL_ROWS, WK_MATMUL_TOKENS (engine/vulkan/shader_params.h)
+const uint TR = WK_MATMUL_ROWS, TT = WK_MATMUL_TOKENS;
 void main() {
     uint n0 = gl_GlobalInvocationID.x * TR, t0 = gl_GlobalInvocationID.y * TT;
     if (n0 >= pc.N || t0 >= pc.T) return;

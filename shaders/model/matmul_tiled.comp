@@ -8,13 +8,14 @@
 #extension GL_GOOGLE_include_directive : require
 #extension GL_EXT_samplerless_texture_functions : require
 #include "common.glsl"
+#include "shader_consts.h"
 layout(local_size_x = 16, local_size_y = 16) in;
 layout(binding = 2) uniform textureBuffer X;                   // [T][K/4] vec4
 layout(std430, binding = 3) writeonly buffer Y { float y[]; }; // [T][N]
 // row0: the weights' first row in the bound matrix (a layer's q, k and v rows, or its gate and up
 // rows, are one matrix: engine/weights.c); n0, n1, act: matvec.comp's, unused here.
 layout(push_constant) uniform PC { uint N; uint K; uint T; uint row0; uint n0; uint n1; uint act; } pc;
-const uint TILE = 64u;
+const uint TILE = WK_MATMUL_TILED;
 shared vec4 w_sh[TILE][4];  // the tile's 64 rows x this group's 16 weights, dequantized
 shared vec4 x_sh[TILE][4];  // the tile's 64 tokens x the same 16 of K
 void main() {
