@@ -92,9 +92,9 @@ layout(std430, binding = 2) readonly buffer Tables { uint tables[]; }; // block 
 layout(binding = 3) uniform utextureBuffer Pool;                      // R32UI words (f16: RG32UI pairs)
 // This step's keys and values in f16 [T][n_head_kv][D/4] (windows only), as RG32UI texels of four
 // halves: kv_store_quant rounds each element once a step, so the window pass, which reads each key
-// in every tile within `recent` of it, only unpacks (rounding in integer code cost most of that
-// pass's time). A storage buffer read at a per-lane index is a loop over the lanes on lavapipe, a
-// texel fetch one gather.
+// in every tile within `recent` of it, only unpacks (rounding there, in integer code, cost about a
+// quarter of that pass's time: docs/engine.md). A storage buffer read at a per-lane index is a loop
+// over the lanes on lavapipe, a texel fetch one gather.
 layout(binding = 7) uniform utextureBuffer KA;
 layout(binding = 8) uniform utextureBuffer VA;
 layout(std430, binding = 4) writeonly buffer O { vec4 o4[]; };        // [T][n_head][D/4]
