@@ -250,8 +250,9 @@ static int op_glu(rec *r, uint32_t T) {
     return wk_dispatch(f->vk, f->pipes, WK_PIPE_GLU, args, &pc, sizeof pc, gx, gy, 1, r->err, r->errlen);
 }
 
-/* act = act(xn W_gate) * (xn W_up): for a decode-sized step one matvec over the joined matrix that
- * applies the activation itself, else the two products and op_glu. */
+/* act = act(xn W_gate) * (xn W_up): one product over the joined matrix that applies the activation
+ * itself (a matvec for a decode-sized step, matmul_glu_* for a longer one with the "cpu" kernels),
+ * else the two products and op_glu. */
 static int op_gated_ffn_in(rec *r, const wk_dev_layer *L, uint32_t T) {
     wk_fwd *f = r->f;
     wk_acts *a = &f->a;
@@ -261,6 +262,17 @@ static int op_gated_ffn_in(rec *r, const wk_dev_layer *L, uint32_t T) {
                            .n0 = L->ffn_gate.rows, .act = f->hp->ffn_act == WK_FFN_GEGLU};
         const wk_buf *ys[3] = {&a->act, &a->act, &a->act};
         return op_matvec(r, &L->gate_up, &a->xn, ys, &pc, MATVEC_GLU);
+    }
+    if (L->gate_up.rows && !f->pipes->gpu_kernels) {
+        /* As the matvec: up row n at row0 + N + n. The tiled kernel has no such mode. */
+        const bool q8 = L->gate_up.fmt == WK_WFMT_Q8A;
+        wk_pc_matmul pc = {.N = L->ffn_gate.rows, .K = L->gate_up.cols, .T = T, .row0 = L->ffn_gate.row0,
+                           .act = f->hp->ffn_act == WK_FFN_GEGLU};
+        wk_arg args[4] = {TV(&L->gate_up.codes), q8 ? TV(&L->gate_up.scales) : TV(&f->w->dummy), TV(&a->xn), S(&a->act)};
+        uint32_t gx, gy;
+        wk_matmul_grid(0, 2 * pc.N, T, &gx, &gy); /* an invocation: half its tile's rows are outputs */
+        return wk_dispatch(f->vk, f->pipes, q8 ? WK_PIPE_MATMUL_GLU_Q8A : WK_PIPE_MATMUL_GLU_F16, args, &pc, sizeof pc,
+                           gx, gy, 1, r->err, r->errlen);
     }
     TRY(op_matmul(r, &L->ffn_gate, &a->xn, &a->gate, T));
     TRY(op_matmul(r, &L->ffn_up, &a->xn, &a->up, T));

@@ -50,6 +50,8 @@ static const pipe_spec specs[WK_PIPE_COUNT] = {
     [WK_PIPE_ADD_NORM] = {"add_norm", SPV(wk_spv_add_norm), "SSSSS", sizeof(wk_pc_add_norm), true},
     [WK_PIPE_MATMUL_Q8A] = {"matmul_q8a", SPV(wk_spv_matmul_q8a), "TTTS", sizeof(wk_pc_matmul), false},
     [WK_PIPE_MATMUL_F16] = {"matmul_f16", SPV(wk_spv_matmul_f16), "TTTS", sizeof(wk_pc_matmul), false},
+    [WK_PIPE_MATMUL_GLU_Q8A] = {"matmul_glu_q8a", SPV(wk_spv_matmul_q8a), "TTTS", sizeof(wk_pc_matmul), false},
+    [WK_PIPE_MATMUL_GLU_F16] = {"matmul_glu_f16", SPV(wk_spv_matmul_f16), "TTTS", sizeof(wk_pc_matmul), false},
     [WK_PIPE_MATMUL_TILED_Q8A] = {"matmul_tiled_q8a", SPV(wk_spv_matmul_tiled_q8a), "TTTS", sizeof(wk_pc_matmul), false},
     [WK_PIPE_MATMUL_TILED_F16] = {"matmul_tiled_f16", SPV(wk_spv_matmul_tiled_f16), "TTTS", sizeof(wk_pc_matmul), false},
     [WK_PIPE_MATVEC_Q8A] = {"matvec_q8a", SPV(wk_spv_matvec_q8a), "TTTSSS", sizeof(wk_pc_matmul), true},
@@ -114,9 +116,12 @@ static uint32_t wg_size_of(const wk_vk *vk, const wk_pipelines *p, wk_pipe_id id
     return vk->subgroup_size * (is_matvec(id) ? p->matvec_subgroups : 1);
 }
 
-/* matvec's outputs (its constant 2, SC_MODE): 1 the gate/up pipelines, 2 the q/k/v split; 0 plain. */
+/* matvec's and matmul's outputs (their constant 2, SC_MODE): 1 the gate/up pipelines, 2 the
+ * matvec's q/k/v split; 0 plain. */
 static uint32_t matvec_mode_of(wk_pipe_id id) {
-    return id == WK_PIPE_MATVEC_GLU_Q8A || id == WK_PIPE_MATVEC_GLU_F16   ? 1
+    return id == WK_PIPE_MATVEC_GLU_Q8A || id == WK_PIPE_MATVEC_GLU_F16 || id == WK_PIPE_MATMUL_GLU_Q8A ||
+                   id == WK_PIPE_MATMUL_GLU_F16
+               ? 1
            : id == WK_PIPE_MATVEC_QKV_Q8A || id == WK_PIPE_MATVEC_QKV_F16 ? 2
                                                                           : 0;
 }
@@ -133,7 +138,7 @@ const char *wk_pipe_name(wk_pipe_id id) { return id < WK_PIPE_COUNT ? specs[id].
     } while (0)
 
 /* The pipeline of `id` on its existing layout. Specialisation constants: 0 the workgroup size
- * (subgroup_wg; the matvec's: that times its subgroups), 1 matvec rows, 2 matvec's outputs (matvec_mode_of), 3 its subgroups, 5 the attention tile rows (tile_rows_of), 7 its pass (attn_pass_of), 9 its GPU decode variant (attn_lanes_of), 2..4, 6 and 8 `extra`,
+ * (subgroup_wg; the matvec's: that times its subgroups), 1 matvec rows, 2 matvec's and matmul's outputs (matvec_mode_of), 3 its subgroups, 5 the attention tile rows (tile_rows_of), 7 its pass (attn_pass_of), 9 its GPU decode variant (attn_lanes_of), 2..4, 6 and 8 `extra`,
  * what a shader specialises on (attention_paged: the KV format's kind, bits, group, a lane's
  * chunks of a head and the wide keys' bits; kv_transform: its block and tokens a workgroup); NULL leaves the shader's defaults,
  * which read those from the push constants. Constants a shader does not declare are ignored. */

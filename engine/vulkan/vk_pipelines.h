@@ -12,6 +12,8 @@ typedef enum {
     WK_PIPE_ADD_NORM,
     WK_PIPE_MATMUL_Q8A,
     WK_PIPE_MATMUL_F16,
+    WK_PIPE_MATMUL_GLU_Q8A,      /* matmul's gate/up pipelines: act(gate) * up in one dispatch (constant 2 = 1) */
+    WK_PIPE_MATMUL_GLU_F16,
     WK_PIPE_MATMUL_TILED_Q8A,    /* the "gpu" kernel set's matmul (shared-memory tiles) */
     WK_PIPE_MATMUL_TILED_F16,
     WK_PIPE_MATVEC_Q8A,

@@ -1,5 +1,6 @@
 #version 450
-// Y[t][n] = W[n] . X[t] for a batch (prefill): each invocation computes a TT-token x TR-row register
+// Y[t][n] = W[n] . X[t] for a batch (prefill), or act(gate) * up (the gate/up pipelines, constant 2
+// below): each invocation computes a TT-token x TR-row register
 // tile, reading weights and activations through texel buffers and no shared memory (docs/lavapipe.md).
 // 8 x 8 tiles: each activation texel fetched serves eight rows and each weight group eight
 // tokens (a weight kernel's time on lavapipe follows its fetches; 4 x 4 tiles took 1.3-1.4x as
@@ -13,17 +14,28 @@ layout(local_size_x = WK_MATMUL_WG, local_size_y = WK_MATMUL_WG) in;
 layout(binding = 2) uniform textureBuffer X;                   // [T][K/4] vec4
 layout(std430, binding = 3) writeonly buffer Y { float y[]; }; // [T][N]
 // row0: the weights' first row in the bound matrix (a layer's q, k and v rows, or its gate and up
-// rows, are one matrix: engine/weights.c); n0, n1, act: matvec.comp's, unused here.
+// rows, are one matrix: engine/weights.c); act: the gate/up pipelines' activation (common.glsl's
+// glu_act); n0, n1: matvec.comp's, unused here.
 layout(push_constant) uniform PC { uint N; uint K; uint T; uint row0; uint n0; uint n1; uint act; } pc;
+// Specialisation constant 2: 1 for the gate/up pipelines (matmul_glu_*), which write
+// act(gate) * up for N outputs: an invocation's tile is its TR / 2 outputs' gate rows (row0 + n)
+// and their up rows (row0 + N + n: W_up's rows follow W_gate's in the joined matrix), so the
+// activation needs no second dispatch and gate and up never go through memory. 0: y = x W^T.
+layout(constant_id = 2) const uint SC_MODE = 0;
+const bool SC_GLU = SC_MODE == 1u;
 const uint TR = WK_MATMUL_ROWS, TT = WK_MATMUL_TOKENS;
+const uint HR = TR / 2u;  // the gate/up pipelines' outputs per invocation
 void main() {
-    uint n0 = gl_GlobalInvocationID.x * TR, t0 = gl_GlobalInvocationID.y * TT;
+    uint n0 = gl_GlobalInvocationID.x * (SC_GLU ? HR : TR), t0 = gl_GlobalInvocationID.y * TT;
     if (n0 >= pc.N || t0 >= pc.T) return;
     uint G = pc.K / 16, K4 = pc.K / 4;
     // Tokens past T read the last token again, rows past N the last row (never stored), so no fetch leaves the buffer.
     uint xb[TT], rb[TR];
     [[unroll]] for (uint t = 0; t < TT; ++t) xb[t] = min(t0 + t, pc.T - 1) * K4;
-    [[unroll]] for (uint r = 0; r < TR; ++r) rb[r] = (pc.row0 + min(n0 + r, pc.N - 1)) * G;
+    [[unroll]] for (uint r = 0; r < TR; ++r) {
+        uint n = SC_GLU ? min(n0 + r % HR, pc.N - 1) + (r < HR ? 0u : pc.N) : min(n0 + r, pc.N - 1);
+        rb[r] = (pc.row0 + n) * G;
+    }
     float c[TT][TR];
     [[unroll]] for (uint t = 0; t < TT; ++t) [[unroll]] for (uint r = 0; r < TR; ++r) c[t][r] = 0;
     for (uint g = 0; g < G; ++g) {
@@ -43,6 +55,12 @@ void main() {
     }
     // Scalar stores, so any N works (a vocabulary need not be a multiple of 4); one store an
     // output is nothing against its K products.
+    if (SC_GLU) {
+        [[unroll]] for (uint t = 0; t < TT; ++t)
+            [[unroll]] for (uint r = 0; r < HR; ++r)
+                if (t0 + t < pc.T && n0 + r < pc.N) y[(t0 + t) * pc.N + n0 + r] = glu_act(c[t][r], pc.act) * c[t][r + HR];
+        return;
+    }
     [[unroll]] for (uint t = 0; t < TT; ++t)
         [[unroll]] for (uint r = 0; r < TR; ++r)
             if (t0 + t < pc.T && n0 + r < pc.N) y[(t0 + t) * pc.N + n0 + r] = c[t][r];
