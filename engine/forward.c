@@ -208,12 +208,16 @@ static int op_matvec(rec *r, const wk_dev_matrix *W, const wk_buf *x, const wk_b
     return wk_dispatch(f->vk, f->pipes, matvec_pipe(W, mode), args, pc, sizeof *pc, gx, gy, 1, r->err, r->errlen);
 }
 
-/* y = x W^T over W's rows (W may be a part of a joined matrix, from its row0). */
-static int op_matmul(rec *r, const wk_dev_matrix *W, const wk_buf *x, const wk_buf *y, uint32_t T) {
+/* y = x W^T over W's rows (W may be a part of a joined matrix, from its row0); or, for a longer
+ * step with the "cpu" kernels and W a layer's W_gate (glu), y = act(x W_gate^T) * (x W_up^T) in
+ * one matmul_glu dispatch: up row n sits at row0 + N + n, W_up's rows following W_gate's in the
+ * joined matrix. */
+static int op_matmul_mode(rec *r, const wk_dev_matrix *W, const wk_buf *x, const wk_buf *y, uint32_t T, bool glu) {
     wk_fwd *f = r->f;
     const bool q8 = W->fmt == WK_WFMT_Q8A;
-    wk_pc_matmul pc = {.N = W->rows, .K = W->cols, .T = T, .row0 = W->row0, .n0 = W->rows};
-    if (T <= 4) {
+    wk_pc_matmul pc = {.N = W->rows, .K = W->cols, .T = T, .row0 = W->row0, .n0 = W->rows,
+                       .act = f->hp->ffn_act == WK_FFN_GEGLU};
+    if (T <= 4 && !glu) {
         const wk_buf *ys[3] = {y, y, y};
         return op_matvec(r, W, x, ys, &pc, MATVEC_PLAIN);
     }
@@ -221,10 +225,15 @@ static int op_matmul(rec *r, const wk_dev_matrix *W, const wk_buf *x, const wk_b
     /* "gpu" kernels: 64 x 64 tiles through shared memory (matmul_tiled.comp) */
     const bool tiled = f->pipes->gpu_kernels;
     const wk_pipe_id pipe = tiled ? (q8 ? WK_PIPE_MATMUL_TILED_Q8A : WK_PIPE_MATMUL_TILED_F16)
+                            : glu ? (q8 ? WK_PIPE_MATMUL_GLU_Q8A : WK_PIPE_MATMUL_GLU_F16)
                                   : (q8 ? WK_PIPE_MATMUL_Q8A : WK_PIPE_MATMUL_F16);
     uint32_t gx, gy;
-    wk_matmul_grid(tiled, W->rows, T, &gx, &gy);
+    /* a gate/up invocation's tile: half its rows are outputs */
+    wk_matmul_grid(tiled, glu ? 2 * W->rows : W->rows, T, &gx, &gy);
     return wk_dispatch(f->vk, f->pipes, pipe, args, &pc, sizeof pc, gx, gy, 1, r->err, r->errlen);
+}
+static int op_matmul(rec *r, const wk_dev_matrix *W, const wk_buf *x, const wk_buf *y, uint32_t T) {
+    return op_matmul_mode(r, W, x, y, T, false);
 }
 
 /* q, k, v = xn W_q, xn W_k, xn W_v: one matvec over the joined matrix for a decode-sized step (a
@@ -263,17 +272,9 @@ static int op_gated_ffn_in(rec *r, const wk_dev_layer *L, uint32_t T) {
         const wk_buf *ys[3] = {&a->act, &a->act, &a->act};
         return op_matvec(r, &L->gate_up, &a->xn, ys, &pc, MATVEC_GLU);
     }
-    if (L->gate_up.rows && !f->pipes->gpu_kernels) {
-        /* As the matvec: up row n at row0 + N + n. The tiled kernel has no such mode. */
-        const bool q8 = L->gate_up.fmt == WK_WFMT_Q8A;
-        wk_pc_matmul pc = {.N = L->ffn_gate.rows, .K = L->gate_up.cols, .T = T, .row0 = L->ffn_gate.row0,
-                           .act = f->hp->ffn_act == WK_FFN_GEGLU};
-        wk_arg args[4] = {TV(&L->gate_up.codes), q8 ? TV(&L->gate_up.scales) : TV(&f->w->dummy), TV(&a->xn), S(&a->act)};
-        uint32_t gx, gy;
-        wk_matmul_grid(0, 2 * pc.N, T, &gx, &gy); /* an invocation: half its tile's rows are outputs */
-        return wk_dispatch(f->vk, f->pipes, q8 ? WK_PIPE_MATMUL_GLU_Q8A : WK_PIPE_MATMUL_GLU_F16, args, &pc, sizeof pc,
-                           gx, gy, 1, r->err, r->errlen);
-    }
+    /* W_gate is a view of the joined matrix (its codes), so the gate/up matmul reads W_up too. The
+     * tiled kernel has no such mode. */
+    if (L->gate_up.rows && !f->pipes->gpu_kernels) return op_matmul_mode(r, &L->ffn_gate, &a->xn, &a->act, T, true);
     TRY(op_matmul(r, &L->ffn_gate, &a->xn, &a->gate, T));
     TRY(op_matmul(r, &L->ffn_up, &a->xn, &a->up, T));
     wk_vk_barrier(f->vk);
@@ -419,14 +420,15 @@ static int op_attention_paged(rec *r, int il, uint32_t T) {
     return wk_attn_record(f->vk, f->pipes, &f->plan, splits, set, T, &pc, args, r->err, r->errlen);
 }
 
-/* This step's keys and values (f16) into the window rows wk_fwd_step chose, after the attention. */
+/* This step's keys and values (f16) into the window rows wk_fwd_step chose, after the attention:
+ * copied from k16 / v16, which kv_store_quant rounded (a layer with windows always has them). */
 static int op_kv_store_window(rec *r, int il, uint32_t T) {
     wk_fwd *f = r->f;
     const int c = f->kv->win_class_of[il];
     wk_pc_kv_store_window pc = {.head_dim = (uint32_t)f->hp->head_dim, .n_head_kv = (uint32_t)f->hp->n_head_kv,
                                 .n_tokens = T, .win_layer = (uint32_t)f->kv->win_layer_of[il],
                                 .dest_base = (uint32_t)c * T};
-    wk_arg args[4] = {S(&f->a.k), S(&f->a.v), S(&f->a.win_dest), TV(&f->kv->pool_buf)};
+    wk_arg args[4] = {S(&f->a.k16), S(&f->a.v16), S(&f->a.win_dest), TV(&f->kv->pool_buf)};
     uint32_t gx, gy;
     grid_1d((T * 2 * pc.n_head_kv * (pc.head_dim / 2) + 63) / 64, &gx, &gy);
     return wk_dispatch(f->vk, f->pipes, WK_PIPE_KV_STORE_WINDOW, args, &pc, sizeof pc, gx, gy, 1, r->err, r->errlen);
