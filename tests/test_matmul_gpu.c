@@ -143,8 +143,9 @@ static long run_shape(wk_vk *vk, wk_pipelines *p, const shape *s, kernel kn, boo
                     worst = e / (bound + 1e-300) * (K + 4) * ldexp(1.0, -24);
                 }
             }
-        printf("%-12s %s%s N=%4d K=%4d T=%2d row0 %d: %ld of %zu outputs off, worst error %.1e of a relative bound %.1e\n",
-               kernel_name[kn], q8 ? "q8a" : "f16", mode_name[s->m], N, K, T, s->row0, bad, ny, worst,
+        printf("%-12s %s%s%s N=%4d K=%4d T=%2d row0 %d: %ld of %zu outputs off, worst error %.1e of a relative bound %.1e\n",
+               kernel_name[kn], q8 ? "q8a" : "f16", mode_name[s->m],
+               kn == KERNEL_MATMUL ? (p->matmul_shuffle ? " shuffle" : " noshuffle") : "", N, K, T, s->row0, bad, ny, worst,
                (K + 4) * ldexp(1.0, -24));
     }
     wk_vk_buffer_destroy(vk, &bc), wk_vk_buffer_destroy(vk, &bs), wk_vk_buffer_destroy(vk, &bx);
@@ -162,6 +163,9 @@ int main(void) {
      * them; a device without them runs the "cpu" set only (wk_pipelines_choose_kernels). */
     const bool tiled_ok = wk_pipelines_choose_kernels(&vk, &p, WK_KERNELS_GPU, err, sizeof err) == 0;
     if (!tiled_ok) printf("matmul_tiled skipped: %s\n", err);
+    /* lavapipe allows the shuffle module: a test run there must check it */
+    const bool shuffle_ok = p.matmul_shuffle;
+    if (!shuffle_ok) printf("matmul's shuffle module skipped: the device does not allow it\n");
 #define P(n, k, t, r) {.N = n, .K = k, .T = t, .row0 = r, .m = PLAIN}
 #define SPLIT3(n, k, t, r, a, b) {.N = n, .K = k, .T = t, .row0 = r, .m = SPLIT, .n0 = a, .n1 = b}
 #define GATED(n, k, t, r, act_) {.N = n, .K = k, .T = t, .row0 = r, .m = GLU, .act = act_}
@@ -197,10 +201,15 @@ int main(void) {
             for (size_t i = 0; i < sizeof matvec_shapes / sizeof *matvec_shapes; i++)
                 CHECK_EQ_INT(run_shape(&vk, &p, &matvec_shapes[i], KERNEL_MATVEC, q8, seed++), 0);
         }
-        for (size_t i = 0; i < sizeof matmul_shapes / sizeof *matmul_shapes; i++) {
-            CHECK_EQ_INT(run_shape(&vk, &p, &matmul_shapes[i], KERNEL_MATMUL, q8, seed++), 0);
-            if (tiled_ok && matmul_shapes[i].m != GLU) CHECK_EQ_INT(run_shape(&vk, &p, &matmul_shapes[i], KERNEL_TILED, q8, seed++), 0);
+        /* matmul.comp's two modules: the lanes of a token tile sharing its activations' fetches
+         * through subgroup shuffles (where the device allows it), and every lane fetching its own. */
+        for (int shuffle = shuffle_ok; shuffle >= 0; shuffle--) {
+            CHECK_EQ_INT(wk_pipelines_set_matmul_shuffle(&vk, &p, shuffle, err, sizeof err), 0);
+            for (size_t i = 0; i < sizeof matmul_shapes / sizeof *matmul_shapes; i++)
+                CHECK_EQ_INT(run_shape(&vk, &p, &matmul_shapes[i], KERNEL_MATMUL, q8, seed++), 0);
         }
+        for (size_t i = 0; i < sizeof matmul_shapes / sizeof *matmul_shapes; i++)
+            if (tiled_ok && matmul_shapes[i].m != GLU) CHECK_EQ_INT(run_shape(&vk, &p, &matmul_shapes[i], KERNEL_TILED, q8, seed++), 0);
     }
     CHECK_EQ_INT(test_vk_close(&vk, &p), 0);
     TEST_MAIN_END();

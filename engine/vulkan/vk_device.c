@@ -180,6 +180,7 @@ static int create_device(wk_vk *vk, char *err, size_t errlen) {
         return WK_ERR_UNSUPPORTED;
     }
     vk->subgroup_size = sg.subgroupSize;
+    vk->subgroup_ops = sg.supportedOperations;
     if (vk->subgroup_size < 4 || vk->subgroup_size > 128) {
         snprintf(err, errlen, "unusual subgroup size %u", vk->subgroup_size);
         return WK_ERR_UNSUPPORTED;

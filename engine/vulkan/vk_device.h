@@ -18,6 +18,7 @@ typedef struct wk_vk {
     VkPhysicalDeviceProperties props;
     VkPhysicalDeviceMemoryProperties mem_props;
     uint32_t subgroup_size;
+    VkSubgroupFeatureFlags subgroup_ops;  /* the subgroup operations compute shaders may use */
     /* VkPhysicalDeviceDriverProperties (empty on a device below Vulkan 1.2): for reports only. */
     char driver_name[VK_MAX_DRIVER_NAME_SIZE], driver_info[VK_MAX_DRIVER_INFO_SIZE];
     VkDeviceSize max_allocation;  /* the largest single allocation (maintenance3), 0: not reported */

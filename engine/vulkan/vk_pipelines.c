@@ -20,6 +20,8 @@
 #include "spv_embed_q8a.h"
 #include "spv_glu.h"
 #include "spv_matmul_f16.h"
+#include "spv_matmul_noshuffle_f16.h"
+#include "spv_matmul_noshuffle_q8a.h"
 #include "spv_matmul_q8a.h"
 #include "spv_matmul_tiled_f16.h"
 #include "spv_matmul_tiled_q8a.h"
@@ -40,6 +42,10 @@ typedef struct {
     const char *bindings; /* one letter per binding */
     uint32_t push_size;
     bool subgroup_wg;     /* local_size_x (constant 0) = subgroup size */
+    /* matmul.comp's module without subgroup shuffles, for a device that cannot run the one above
+     * (wk_pipelines.matmul_shuffle); NULL for every other pipeline. */
+    const uint32_t *spirv_noshuffle;
+    size_t spirv_noshuffle_bytes;
 } pipe_spec;
 
 #define SPV(x) x, sizeof(x)
@@ -48,10 +54,14 @@ static const pipe_spec specs[WK_PIPE_COUNT] = {
     [WK_PIPE_EMBED_F16] = {"embed_f16", SPV(wk_spv_embed_f16), "TTSS", sizeof(wk_pc_embed), false},
     [WK_PIPE_RMSNORM] = {"rmsnorm", SPV(wk_spv_rmsnorm), "SSS", sizeof(wk_pc_rmsnorm), true},
     [WK_PIPE_ADD_NORM] = {"add_norm", SPV(wk_spv_add_norm), "SSSSS", sizeof(wk_pc_add_norm), true},
-    [WK_PIPE_MATMUL_Q8A] = {"matmul_q8a", SPV(wk_spv_matmul_q8a), "TTTS", sizeof(wk_pc_matmul), false},
-    [WK_PIPE_MATMUL_F16] = {"matmul_f16", SPV(wk_spv_matmul_f16), "TTTS", sizeof(wk_pc_matmul), false},
-    [WK_PIPE_MATMUL_GLU_Q8A] = {"matmul_glu_q8a", SPV(wk_spv_matmul_q8a), "TTTS", sizeof(wk_pc_matmul), false},
-    [WK_PIPE_MATMUL_GLU_F16] = {"matmul_glu_f16", SPV(wk_spv_matmul_f16), "TTTS", sizeof(wk_pc_matmul), false},
+    [WK_PIPE_MATMUL_Q8A] = {"matmul_q8a", SPV(wk_spv_matmul_q8a), "TTTS", sizeof(wk_pc_matmul), false,
+                            SPV(wk_spv_matmul_noshuffle_q8a)},
+    [WK_PIPE_MATMUL_F16] = {"matmul_f16", SPV(wk_spv_matmul_f16), "TTTS", sizeof(wk_pc_matmul), false,
+                            SPV(wk_spv_matmul_noshuffle_f16)},
+    [WK_PIPE_MATMUL_GLU_Q8A] = {"matmul_glu_q8a", SPV(wk_spv_matmul_q8a), "TTTS", sizeof(wk_pc_matmul), false,
+                                SPV(wk_spv_matmul_noshuffle_q8a)},
+    [WK_PIPE_MATMUL_GLU_F16] = {"matmul_glu_f16", SPV(wk_spv_matmul_f16), "TTTS", sizeof(wk_pc_matmul), false,
+                                SPV(wk_spv_matmul_noshuffle_f16)},
     [WK_PIPE_MATMUL_TILED_Q8A] = {"matmul_tiled_q8a", SPV(wk_spv_matmul_tiled_q8a), "TTTS", sizeof(wk_pc_matmul), false},
     [WK_PIPE_MATMUL_TILED_F16] = {"matmul_tiled_f16", SPV(wk_spv_matmul_tiled_f16), "TTTS", sizeof(wk_pc_matmul), false},
     [WK_PIPE_MATVEC_Q8A] = {"matvec_q8a", SPV(wk_spv_matvec_q8a), "TTTSSS", sizeof(wk_pc_matmul), true},
@@ -155,8 +165,10 @@ static int create_pipeline(wk_vk *vk, wk_pipelines *p, wk_pipe_id id, const int3
                  wg, vk->props.deviceName, lim->maxComputeWorkGroupSize[0]);
         return WK_ERR_UNSUPPORTED;
     }
+    const bool noshuffle = spec->spirv_noshuffle && !p->matmul_shuffle;
     VkShaderModuleCreateInfo sci = {.sType = VK_STRUCTURE_TYPE_SHADER_MODULE_CREATE_INFO,
-                                    .codeSize = spec->spirv_bytes, .pCode = spec->spirv};
+                                    .codeSize = noshuffle ? spec->spirv_noshuffle_bytes : spec->spirv_bytes,
+                                    .pCode = noshuffle ? spec->spirv_noshuffle : spec->spirv};
     VkShaderModule mod;
     VKCALL(vkCreateShaderModule(vk->dev, &sci, NULL, &mod), "vkCreateShaderModule");
     /* One 32-bit value per constant set, in the order added. */
@@ -222,10 +234,18 @@ static int create_one(wk_vk *vk, wk_pipelines *p, wk_pipe_id id, char *err, size
     return 0;
 }
 
+/* Whether matmul.comp's shuffle module runs on the device: it shuffles within aligned runs of
+ * WK_MATMUL_WG lanes, so the subgroup must hold whole runs. */
+static bool matmul_shuffle_fits(const wk_vk *vk) {
+    return (vk->subgroup_ops & VK_SUBGROUP_FEATURE_SHUFFLE_BIT) && (vk->subgroup_ops & VK_SUBGROUP_FEATURE_VOTE_BIT) &&
+           vk->subgroup_size % WK_MATMUL_WG == 0;
+}
+
 int wk_pipelines_create(wk_vk *vk, wk_pipelines *p, char *err, size_t errlen) {
     memset(p, 0, sizeof *p);
     p->matvec_rows = 16;
     p->matvec_subgroups = 1;
+    p->matmul_shuffle = matmul_shuffle_fits(vk);
     for (int id = 0; id < WK_PIPE_COUNT; id++) {
         int rc = create_one(vk, p, (wk_pipe_id)id, err, errlen);
         if (rc) {
@@ -297,6 +317,32 @@ int wk_pipelines_choose_kernels(wk_vk *vk, wk_pipelines *p, int kernels, char *e
     return wk_pipelines_set_matvec_subgroups(vk, p, p->gpu_kernels && matvec_wg_fits(vk, 4) ? 4 : 1, err, errlen);
 }
 
+/* Destroys the created pipelines `which` picks; their next dispatch creates them anew. */
+static void drop_pipelines(wk_vk *vk, wk_pipelines *p, bool (*which)(wk_pipe_id)) {
+    for (int id = 0; id < WK_PIPE_COUNT; id++)
+        if (which((wk_pipe_id)id) && p->pipe[id]) {
+            vkDestroyPipeline(vk->dev, p->pipe[id], NULL);
+            p->pipe[id] = VK_NULL_HANDLE;
+        }
+}
+
+static bool is_matmul(wk_pipe_id id) {
+    return id == WK_PIPE_MATMUL_Q8A || id == WK_PIPE_MATMUL_F16 || id == WK_PIPE_MATMUL_GLU_Q8A ||
+           id == WK_PIPE_MATMUL_GLU_F16;
+}
+
+int wk_pipelines_set_matmul_shuffle(wk_vk *vk, wk_pipelines *p, bool on, char *err, size_t errlen) {
+    if (on && !matmul_shuffle_fits(vk)) {
+        snprintf(err, errlen, "matmul: device %s lacks subgroup shuffles and votes in compute shaders, or its "
+                 "subgroup size %u is not a multiple of %u", vk->props.deviceName, vk->subgroup_size, WK_MATMUL_WG);
+        return WK_ERR_UNSUPPORTED;
+    }
+    if (on == p->matmul_shuffle) return 0;
+    p->matmul_shuffle = on;
+    drop_pipelines(vk, p, is_matmul);
+    return 0;
+}
+
 int wk_pipelines_set_matvec_subgroups(wk_vk *vk, wk_pipelines *p, uint32_t subgroups, char *err, size_t errlen) {
     const VkPhysicalDeviceLimits *lim = &vk->props.limits;
     if (!matvec_wg_fits(vk, subgroups)) {
@@ -306,11 +352,7 @@ int wk_pipelines_set_matvec_subgroups(wk_vk *vk, wk_pipelines *p, uint32_t subgr
     }
     if (subgroups == p->matvec_subgroups) return 0;
     p->matvec_subgroups = subgroups;
-    for (int id = 0; id < WK_PIPE_COUNT; id++)
-        if (is_matvec((wk_pipe_id)id) && p->pipe[id]) {
-            vkDestroyPipeline(vk->dev, p->pipe[id], NULL);
-            p->pipe[id] = VK_NULL_HANDLE;
-        }
+    drop_pipelines(vk, p, is_matvec);
     return 0;
 }
 

@@ -105,6 +105,10 @@ typedef struct wk_pipelines {
      * written for GPUs: the matmul's shared-memory tiles, the decode attention's key per lane
      * (attention_record.c), more key splits (attention_plan.h), four subgroups a matvec workgroup. */
     bool gpu_kernels;
+    /* matmul.comp's module (wk_pipelines_set_matmul_shuffle): true the one whose lanes share the
+     * activations' fetches through subgroup shuffles, where the device allows it; false the one
+     * without shuffles. */
+    bool matmul_shuffle;
     /* Optional GPU-time profile per pipeline (wk_pipelines_enable_profile): a timestamp after each
      * dispatch. */
     bool profile;
@@ -141,6 +145,12 @@ static inline uint32_t wk_matvec_groups(const wk_pipelines *p, uint32_t N) {
  * made with another count; as wk_pipelines_specialize_kv, never while a step is in flight. Fails
  * when the workgroup would exceed the device's limits. */
 int wk_pipelines_set_matvec_subgroups(wk_vk *vk, wk_pipelines *p, uint32_t subgroups, char *err, size_t errlen);
+/* Chooses matmul.comp's module: on (the default where the device allows it: subgroup shuffles in
+ * compute shaders and a subgroup size that is a multiple of WK_MATMUL_WG) the lanes of a token
+ * tile fetch its activations once between them; off every lane fetches its own. Drops matmul
+ * pipelines made with the other; as wk_pipelines_set_matvec_subgroups, never while a step is in
+ * flight. Turning it on fails on a device without those. */
+int wk_pipelines_set_matmul_shuffle(wk_vk *vk, wk_pipelines *p, bool on, char *err, size_t errlen);
 /* Chooses the kernel set: kernels WK_KERNELS_CPU / WK_KERNELS_GPU force one, WK_KERNELS_AUTO takes
  * "cpu" on a CPU device and "gpu" on any other that allows the GPU variants' workgroups (256
  * invocations, 8 KiB of shared memory). Forcing "gpu" on a device that does not allow them fails. */
