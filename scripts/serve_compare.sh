@@ -16,6 +16,7 @@
 #   MAX_TOKENS     max_tokens per request          [64]
 #   CTX            context per sequence, both servers (wushkv --ctx; llama-server -c CLIENTS*CTX) [2048]
 #   KV_FLAGS       wushkv's KV cache flags         [none: the default format, int2 + WUSH + windows]
+#   SERVE_FLAGS    other wushkv serve flags, e.g. "--batch-tokens 128" (docs/benchmarks-serving.md) [none]
 #   KV_MEM         the KV memory of the last column, in bytes [1073741824]
 #   OUT            folder for the logs and the bench JSON [a new temporary folder]
 #
@@ -40,6 +41,7 @@ mtok=${MAX_TOKENS:-64}
 ctx=${CTX:-2048}
 kv_mem=${KV_MEM:-1073741824}
 read -r -a kv_flags <<<"${KV_FLAGS:-}"
+read -r -a serve_flags <<<"${SERVE_FLAGS:-}"
 out=${OUT:-$(mktemp -d)}
 mkdir -p "$out"
 threads=$(nproc)
@@ -72,7 +74,7 @@ start_wushkv() { # LOG ARGS...: starts wushkv serve on a free port, sets $url
     local log=$1 port
     shift
     port=$(free_port)
-    "$wushkv" serve -m "$model" --port "$port" "${kv_flags[@]}" "$@" 2>"$log" &
+    "$wushkv" serve -m "$model" --port "$port" "${kv_flags[@]}" "${serve_flags[@]}" "$@" 2>"$log" &
     pid=$!
     url=http://127.0.0.1:$port
     wait_ready "$url" "$log"
@@ -109,7 +111,7 @@ echo "machine: $threads cores; load: $requests requests, ~$ptok prompt tokens, m
 echo "output: $out" >&2
 
 for n in $clients; do
-    echo "clients $n: wushkv serve --ctx $ctx --max-batch $n ${kv_flags[*]}" >&2
+    echo "clients $n: wushkv serve --ctx $ctx --max-batch $n ${kv_flags[*]} ${serve_flags[*]}" >&2
     start_wushkv "$out/wushkv-$n.log" --ctx "$ctx" --max-batch "$n"
     bench "$out/wushkv-$n.json" "$n"
     stop
@@ -129,10 +131,11 @@ stop
 echo "one sequence of $ctx tokens: llama-server -np 1 -c $ctx" >&2
 llama_kv_log "$out/llama-seq.log" -np 1 -c "$ctx"
 
-python3 - "$out" "$clients" "$ctx" "$kv_mem" "${kv_flags[*]}" <<'PY'
+python3 - "$out" "$clients" "$ctx" "$kv_mem" "${kv_flags[*]}" "${serve_flags[*]}" <<'PY'
 import json, pathlib, re, sys
 
-out, clients, ctx, kv_mem, kv_flags = pathlib.Path(sys.argv[1]), sys.argv[2].split(), int(sys.argv[3]), int(sys.argv[4]), sys.argv[5]
+out, clients, ctx, kv_mem, kv_flags, serve_flags = (pathlib.Path(sys.argv[1]), sys.argv[2].split(), int(sys.argv[3]),
+                                                    int(sys.argv[4]), sys.argv[5], sys.argv[6])
 
 def llama_kv_bytes(log):
     # llama.cpp logs each KV cache it allocates: "llama_kv_cache...: size = X MiB (...)" (with a
@@ -148,7 +151,7 @@ ours_seq = seq.get("kv_cache_bytes_per_request_max")
 ours_tokens = seq["total_input_tokens"] + seq["total_output_tokens"] - 1  # the last token is never cached
 llama_seq = llama_kv_bytes(out / "llama-seq.log")
 
-print(f"wushkv KV flags: `{kv_flags}`; llama.cpp: its default f16 KV cache. KV memory for the last column: {kv_mem} bytes.")
+print(f"wushkv KV flags: `{kv_flags}`; other serve flags: `{serve_flags}`; llama.cpp: its default f16 KV cache. KV memory for the last column: {kv_mem} bytes.")
 print()
 print("| server | clients | req/s | output tok/s | TTFT p50 / p99 (ms) | TPOT p50 / p99 (ms) | ITL p50 / p99 (ms) "
       "| E2EL p50 / p99 (ms) | KV bytes held | KV bytes per sequence | sequences that fit |")
