@@ -42,10 +42,6 @@ typedef struct {
     const char *bindings; /* one letter per binding */
     uint32_t push_size;
     bool subgroup_wg;     /* local_size_x (constant 0) = subgroup size */
-    /* matmul.comp's module without subgroup shuffles, for a device that cannot run the one above
-     * (wk_pipelines.matmul_shuffle); NULL for every other pipeline. */
-    const uint32_t *spirv_noshuffle;
-    size_t spirv_noshuffle_bytes;
 } pipe_spec;
 
 #define SPV(x) x, sizeof(x)
@@ -54,14 +50,10 @@ static const pipe_spec specs[WK_PIPE_COUNT] = {
     [WK_PIPE_EMBED_F16] = {"embed_f16", SPV(wk_spv_embed_f16), "TTSS", sizeof(wk_pc_embed), false},
     [WK_PIPE_RMSNORM] = {"rmsnorm", SPV(wk_spv_rmsnorm), "SSS", sizeof(wk_pc_rmsnorm), true},
     [WK_PIPE_ADD_NORM] = {"add_norm", SPV(wk_spv_add_norm), "SSSSS", sizeof(wk_pc_add_norm), true},
-    [WK_PIPE_MATMUL_Q8A] = {"matmul_q8a", SPV(wk_spv_matmul_q8a), "TTTS", sizeof(wk_pc_matmul), false,
-                            SPV(wk_spv_matmul_noshuffle_q8a)},
-    [WK_PIPE_MATMUL_F16] = {"matmul_f16", SPV(wk_spv_matmul_f16), "TTTS", sizeof(wk_pc_matmul), false,
-                            SPV(wk_spv_matmul_noshuffle_f16)},
-    [WK_PIPE_MATMUL_GLU_Q8A] = {"matmul_glu_q8a", SPV(wk_spv_matmul_q8a), "TTTS", sizeof(wk_pc_matmul), false,
-                                SPV(wk_spv_matmul_noshuffle_q8a)},
-    [WK_PIPE_MATMUL_GLU_F16] = {"matmul_glu_f16", SPV(wk_spv_matmul_f16), "TTTS", sizeof(wk_pc_matmul), false,
-                                SPV(wk_spv_matmul_noshuffle_f16)},
+    [WK_PIPE_MATMUL_Q8A] = {"matmul_q8a", SPV(wk_spv_matmul_q8a), "TTTS", sizeof(wk_pc_matmul), false},
+    [WK_PIPE_MATMUL_F16] = {"matmul_f16", SPV(wk_spv_matmul_f16), "TTTS", sizeof(wk_pc_matmul), false},
+    [WK_PIPE_MATMUL_GLU_Q8A] = {"matmul_glu_q8a", SPV(wk_spv_matmul_q8a), "TTTS", sizeof(wk_pc_matmul), false},
+    [WK_PIPE_MATMUL_GLU_F16] = {"matmul_glu_f16", SPV(wk_spv_matmul_f16), "TTTS", sizeof(wk_pc_matmul), false},
     [WK_PIPE_MATMUL_TILED_Q8A] = {"matmul_tiled_q8a", SPV(wk_spv_matmul_tiled_q8a), "TTTS", sizeof(wk_pc_matmul), false},
     [WK_PIPE_MATMUL_TILED_F16] = {"matmul_tiled_f16", SPV(wk_spv_matmul_tiled_f16), "TTTS", sizeof(wk_pc_matmul), false},
     [WK_PIPE_MATVEC_Q8A] = {"matvec_q8a", SPV(wk_spv_matvec_q8a), "TTTSSS", sizeof(wk_pc_matmul), true},
@@ -90,6 +82,18 @@ static const pipe_spec specs[WK_PIPE_COUNT] = {
     [WK_PIPE_KV_TRANSFORM_DECODE] = {"kv_transform_decode", SPV(wk_spv_kv_transform), "SSTT", sizeof(wk_pc_kv_transform), true},
     [WK_PIPE_KV_STORE_F16] = {"kv_store_f16", SPV(wk_spv_kv_store_f16), "SSSSI", sizeof(wk_pc_kv_store_f16), false},
     [WK_PIPE_GLU] = {"glu", SPV(wk_spv_glu), "SSS", sizeof(wk_pc_glu), false},
+};
+
+/* matmul.comp's module without subgroup shuffles, for a device that cannot run the one in specs
+ * (wk_pipelines.matmul_shuffle); empty for every other pipeline. */
+static const struct {
+    const uint32_t *spirv;
+    size_t spirv_bytes;
+} noshuffle_spv[WK_PIPE_COUNT] = {
+    [WK_PIPE_MATMUL_Q8A] = {SPV(wk_spv_matmul_noshuffle_q8a)},
+    [WK_PIPE_MATMUL_F16] = {SPV(wk_spv_matmul_noshuffle_f16)},
+    [WK_PIPE_MATMUL_GLU_Q8A] = {SPV(wk_spv_matmul_noshuffle_q8a)},
+    [WK_PIPE_MATMUL_GLU_F16] = {SPV(wk_spv_matmul_noshuffle_f16)},
 };
 #undef SPV
 
@@ -165,10 +169,10 @@ static int create_pipeline(wk_vk *vk, wk_pipelines *p, wk_pipe_id id, const int3
                  wg, vk->props.deviceName, lim->maxComputeWorkGroupSize[0]);
         return WK_ERR_UNSUPPORTED;
     }
-    const bool noshuffle = spec->spirv_noshuffle && !p->matmul_shuffle;
+    const bool noshuffle = noshuffle_spv[id].spirv && !p->matmul_shuffle;
     VkShaderModuleCreateInfo sci = {.sType = VK_STRUCTURE_TYPE_SHADER_MODULE_CREATE_INFO,
-                                    .codeSize = noshuffle ? spec->spirv_noshuffle_bytes : spec->spirv_bytes,
-                                    .pCode = noshuffle ? spec->spirv_noshuffle : spec->spirv};
+                                    .codeSize = noshuffle ? noshuffle_spv[id].spirv_bytes : spec->spirv_bytes,
+                                    .pCode = noshuffle ? noshuffle_spv[id].spirv : spec->spirv};
     VkShaderModule mod;
     VKCALL(vkCreateShaderModule(vk->dev, &sci, NULL, &mod), "vkCreateShaderModule");
     /* One 32-bit value per constant set, in the order added. */
@@ -326,10 +330,8 @@ static void drop_pipelines(wk_vk *vk, wk_pipelines *p, bool (*which)(wk_pipe_id)
         }
 }
 
-static bool is_matmul(wk_pipe_id id) {
-    return id == WK_PIPE_MATMUL_Q8A || id == WK_PIPE_MATMUL_F16 || id == WK_PIPE_MATMUL_GLU_Q8A ||
-           id == WK_PIPE_MATMUL_GLU_F16;
-}
+/* The pipelines built from matmul.comp: the ones with a second module. */
+static bool is_matmul(wk_pipe_id id) { return noshuffle_spv[id].spirv != NULL; }
 
 int wk_pipelines_set_matmul_shuffle(wk_vk *vk, wk_pipelines *p, bool on, char *err, size_t errlen) {
     if (on && !matmul_shuffle_fits(vk)) {
