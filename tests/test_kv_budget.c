@@ -17,7 +17,7 @@ static const wk_kv_geom GEMMA270 = {.n_layer = 18, .n_head_kv = 1, .head_dim = 2
                                    .group_layers = 3, .swa_groups = 5, .swa_window = 512};
 static const wk_kv_geom FLAT270 = {.n_layer = 18, .n_head_kv = 1, .head_dim = 256, .block_tokens = 16};
 #define POOL_256MIB (256ull << 20)
-#define CHUNK 512 /* the server's default batch-token budget */
+#define CHUNK 512 /* the server's default batch-token budget off a CPU device (128 on one) */
 
 /* What the engine reports for a paged cache of this format (engine.c fills the same fields). */
 static wk_model_info paged_info(const wk_kv_layout *l, uint64_t pool_bytes, int max_ctx) {

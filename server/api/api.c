@@ -169,12 +169,12 @@ static void on_ready(api_server *a) {
     if (!ms->prefix_cache) snprintf(pc, sizeof pc, "off");
     else if (!ms->prefix_cache_park) snprintf(pc, sizeof pc, "on (blocks)");
     else snprintf(pc, sizeof pc, "on (parking, %d window snapshots)", ms->kv_snapshots);
-    fprintf(stderr, "wushkv: ready: model '%s' (%s, %s) on %s, context %d, chat format %s%s, %d sequences, %s, "
+    fprintf(stderr, "wushkv: ready: model '%s' (%s, %s) on %s, context %d, chat format %s%s, %d sequences, steps of at most %d tokens, %s, "
             "prefix cache %s, sampling defaults temp %g top_k %d top_p %g min_p %g repeat_penalty %g (last %d), "
             "http://%s:%d\n",
             a->model_id, ms->name, ms->arch, ms->device, ms->max_ctx, chat_format_name(a->model.chat),
             ms->chat_template ? "" : " (no template in the model: its architecture's default)", a->cfg.engine.max_seqs,
-            kv, pc, (double)sp->temperature, sp->top_k, (double)sp->top_p, (double)sp->min_p, (double)sp->repeat_penalty,
+            ms->step_tokens, kv, pc, (double)sp->temperature, sp->top_k, (double)sp->top_p, (double)sp->min_p, (double)sp->repeat_penalty,
             sp->repeat_last_n, a->cfg.host, http_server_port(a->http));
 }
 
@@ -676,7 +676,7 @@ api_server *api_start(uv_loop_t *loop, const serve_config *cfg, api_fatal_cb on_
     fprintf(stderr, "wushkv: listening on http://%s:%d (at most %d connections; loading the model)\n", cfg->host,
             http_server_port(a->http), cfg->limits.max_conns);
     sched_config sc = {.max_seqs = cfg->engine.max_seqs, .max_batch_tokens = cfg->engine.max_batch_tokens,
-                       .engine = cfg->engine, .prepare = cfg->prepare,
+                       .cpu_batch_tokens = cfg->cpu_batch_tokens, .engine = cfg->engine, .prepare = cfg->prepare,
                        .prepare_data = cfg->prepare_data};
     if (sched_start(&a->sched, loop, &sc, a->m, on_event, a) != 0) {
         fprintf(stderr, "wushkv serve: cannot start the engine thread\n");

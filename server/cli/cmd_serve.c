@@ -31,7 +31,7 @@ static void serve_usage(FILE *f) {
             "  --max-batch N           sequences generated together (default 8)\n"
             "  --max-queue N           sequences (choices) queued beyond those; more: 429 (default 64)\n"
             "  --batch-tokens N        tokens per forward step: decode tokens + a prefill chunk\n"
-            "                          (default 512)\n"
+            "                          (default 512; 128 on a CPU device)\n"
             "  --served-model-name S   the model id clients send and /v1/models lists (default: the\n"
             "                          GGUF file name without .gguf; general.name is also accepted)\n"
             "  --api-key KEY           require 'Authorization: Bearer KEY' on /v1/*, /tokenize,\n"
@@ -191,6 +191,7 @@ static int parse_serve(int argc, char **argv, serve_config *cfg, char *key_buf, 
     cfg->engine.max_batch_tokens = 512;
     cfg->engine.prefix_cache = true;
     cfg->drain_timeout_s = 30;
+    cfg->cpu_batch_tokens = 128; /* until --batch-tokens is given */
     kv_flags kv;
     kv_flags_init(&kv);
     api_sampling_default(&cfg->sampling);
@@ -225,6 +226,7 @@ static int parse_serve(int argc, char **argv, serve_config *cfg, char *key_buf, 
             ok = cli_int(&c, 0, 1 << 20, &cfg->max_queue);
         } else if (cli_is(&c, NULL, "--batch-tokens")) {
             ok = cli_int(&c, 1, 1 << 16, &cfg->engine.max_batch_tokens);
+            cfg->cpu_batch_tokens = 0;
         } else if (cli_is(&c, NULL, "--served-model-name")) {
             ok = cli_str(&c, &cfg->served_name);
         } else if (cli_is(&c, NULL, "--api-key")) {

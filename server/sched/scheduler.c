@@ -188,6 +188,9 @@ static void *engine_main(void *arg) {
         return NULL;
     }
     s->info = wk_engine_info(s->e);
+    if (s->cfg.cpu_batch_tokens > 0 && s->cfg.cpu_batch_tokens < s->cfg.max_batch_tokens && s->info->device_type &&
+        strcmp(s->info->device_type, "CPU") == 0)
+        s->cfg.max_batch_tokens = s->cfg.cpu_batch_tokens > s->cfg.max_seqs ? s->cfg.cpu_batch_tokens : s->cfg.max_seqs;
     kv_budget_init(&s->kv, s->info, s->cfg.max_seqs, s->cfg.max_batch_tokens);
     model_summary *m = &s->model;
     snprintf(m->name, sizeof m->name, "%s", s->info->name);
@@ -212,6 +215,7 @@ static void *engine_main(void *arg) {
     m->kv_context_bytes = s->info->kv_pool_blocks
                               ? wk_kv_peak_bytes(s->info, (uint64_t)s->info->max_ctx, (uint64_t)s->cfg.max_batch_tokens)
                               : (uint64_t)s->info->max_ctx * s->info->kv_bytes_per_token;
+    m->step_tokens = s->cfg.max_batch_tokens;
     const char *tmpl = wk_engine_chat_template(s->e);
     m->chat_template = tmpl ? strdup(tmpl) : NULL;
 
