@@ -105,7 +105,7 @@ const char *wk_layer_set_format(const uint64_t set[4], char *buf, size_t cap) {
 int wk_engine_open(const wk_engine_params *p, wk_engine **out, char *err, size_t errlen) {
     *out = NULL;
     if (!p->model_path) return snprintf(err, errlen, "no model path given"), WK_ERR_INVALID;
-    if (p->max_ctx < 0 || p->max_batch_tokens < 0 || p->max_seqs < 0)
+    if (p->max_ctx < 0 || (p->max_batch_tokens < 0 && p->max_batch_tokens != WK_BATCH_TOKENS_AUTO) || p->max_seqs < 0)
         return snprintf(err, errlen, "negative context, batch or sequence count"), WK_ERR_INVALID;
     wk_engine *e = calloc(1, sizeof *e);
     if (!e) return snprintf(err, errlen, "out of memory"), WK_ERR_NOMEM;
@@ -122,7 +122,7 @@ int wk_engine_open(const wk_engine_params *p, wk_engine **out, char *err, size_t
         rc = WK_ERR_FORMAT;
     }
     int max_ctx = p->max_ctx ? p->max_ctx : (hp->n_ctx_train < 4096 ? hp->n_ctx_train : 4096);
-    int max_batch = p->max_batch_tokens ? p->max_batch_tokens : 512;
+    int max_batch = p->max_batch_tokens > 0 ? p->max_batch_tokens : 512; /* AUTO: set once the device is known */
     e->max_seqs = p->max_seqs ? p->max_seqs : 1;
     if (!rc && (max_ctx > 1 << 20 || max_batch > 1 << 16 || e->max_seqs > 4096)) {
         snprintf(err, errlen, "context %d, batch %d or %d sequences out of range", max_ctx, max_batch, e->max_seqs);
@@ -131,6 +131,10 @@ int wk_engine_open(const wk_engine_params *p, wk_engine **out, char *err, size_t
     const int validation = !p->validation ? WK_VK_VALIDATION_OFF : p->validation_sync ? WK_VK_VALIDATION_SYNC
                                                                                     : WK_VK_VALIDATION_ON;
     if (!rc) rc = wk_vk_init(&e->vk, p->device_index, validation, p->verbose, err, errlen);
+    if (!rc && p->max_batch_tokens == WK_BATCH_TOKENS_AUTO) {
+        max_batch = e->vk.props.deviceType == VK_PHYSICAL_DEVICE_TYPE_CPU ? 128 : 512;
+        if (max_batch < e->max_seqs) max_batch = e->max_seqs;
+    }
     if (!rc) rc = wk_pipelines_create(&e->vk, &e->pipes, err, errlen);
     if (!rc) rc = wk_pipelines_choose_kernels(&e->vk, &e->pipes, p->kernels, err, errlen);
     if (!rc && p->profile) wk_pipelines_enable_profile(&e->vk, &e->pipes);
@@ -324,6 +328,7 @@ int wk_engine_open(const wk_engine_params *p, wk_engine **out, char *err, size_t
     i->head_dim = hp->head_dim;
     i->n_ctx_train = hp->n_ctx_train;
     i->max_ctx = max_ctx;
+    i->max_batch_tokens = max_batch;
     i->bos = wk_tokenizer_bos(e->tok);
     i->eos = wk_tokenizer_eos(e->tok);
     i->eot = wk_tokenizer_eot(e->tok);

@@ -71,11 +71,14 @@ static inline void wk_layer_set_add(uint64_t set[4], int il) {
 /* The set's layers in order, comma-separated ("5,11"; "" when empty), into buf; returns buf. */
 const char *wk_layer_set_format(const uint64_t set[4], char *buf, size_t cap);
 
+#define WK_BATCH_TOKENS_AUTO (-1)
 typedef struct wk_engine_params {
     const char *model_path;
     int device_index;      /* -1: pick by type (discrete > integrated > virtual > cpu) */
     int max_ctx;           /* tokens per sequence; 0: min(model's trained context, 4096) */
-    int max_batch_tokens;  /* tokens one forward step may carry (prefill chunk); 0: 512 */
+    int max_batch_tokens;  /* tokens one forward step may carry (prefill chunk); 0: 512; WK_BATCH_TOKENS_AUTO: by
+                            * the device, 128 on a CPU device and 512 elsewhere, at least max_seqs
+                            * (docs/benchmarks-serving.md: a CPU's long steps delay a burst's first tokens) */
     int max_seqs;          /* sequences that may exist at once; 0: 1 */
     bool validation;       /* enable the Khronos validation layer */
     bool validation_sync;  /* with validation: its synchronization validation too (hazards between dispatches; slow) */
@@ -163,6 +166,7 @@ typedef struct wk_model_info {
     const char *device_name;   /* Vulkan physical device */
     int n_vocab, n_embd, n_layer, n_head, n_head_kv, head_dim;
     int n_ctx_train, max_ctx;
+    int max_batch_tokens; /* the most tokens a step may carry (wk_engine_params' resolved) */
     int32_t bos, eos, eot;     /* -1 where absent; eot = end-of-turn token if the vocab has one */
     bool add_bos;
     uint64_t weight_bytes;     /* device bytes holding weights */

@@ -676,7 +676,7 @@ api_server *api_start(uv_loop_t *loop, const serve_config *cfg, api_fatal_cb on_
     fprintf(stderr, "wushkv: listening on http://%s:%d (at most %d connections; loading the model)\n", cfg->host,
             http_server_port(a->http), cfg->limits.max_conns);
     sched_config sc = {.max_seqs = cfg->engine.max_seqs, .max_batch_tokens = cfg->engine.max_batch_tokens,
-                       .cpu_batch_tokens = cfg->cpu_batch_tokens, .engine = cfg->engine, .prepare = cfg->prepare,
+                       .engine = cfg->engine, .prepare = cfg->prepare,
                        .prepare_data = cfg->prepare_data};
     if (sched_start(&a->sched, loop, &sc, a->m, on_event, a) != 0) {
         fprintf(stderr, "wushkv serve: cannot start the engine thread\n");

@@ -32,7 +32,6 @@ typedef struct serve_config {
     const char *served_name; /* NULL: the GGUF's file name without .gguf */
     bool log_prompts, verbose;
     double drain_timeout_s;
-    int cpu_batch_tokens; /* sched_config's: 128 unless --batch-tokens was given */
     http_limits limits;
 } serve_config;
 

@@ -188,10 +188,9 @@ static int parse_serve(int argc, char **argv, serve_config *cfg, char *key_buf, 
     wk_engine_params_default(&cfg->engine);
     cfg->engine.max_seqs = 8;
     cfg->max_queue = 64;
-    cfg->engine.max_batch_tokens = 512;
+    cfg->engine.max_batch_tokens = WK_BATCH_TOKENS_AUTO; /* 128 on a CPU device, 512 elsewhere */
     cfg->engine.prefix_cache = true;
     cfg->drain_timeout_s = 30;
-    cfg->cpu_batch_tokens = 128; /* until --batch-tokens is given */
     kv_flags kv;
     kv_flags_init(&kv);
     api_sampling_default(&cfg->sampling);
@@ -226,7 +225,6 @@ static int parse_serve(int argc, char **argv, serve_config *cfg, char *key_buf, 
             ok = cli_int(&c, 0, 1 << 20, &cfg->max_queue);
         } else if (cli_is(&c, NULL, "--batch-tokens")) {
             ok = cli_int(&c, 1, 1 << 16, &cfg->engine.max_batch_tokens);
-            cfg->cpu_batch_tokens = 0;
         } else if (cli_is(&c, NULL, "--served-model-name")) {
             ok = cli_str(&c, &cfg->served_name);
         } else if (cli_is(&c, NULL, "--api-key")) {
@@ -286,7 +284,7 @@ static int parse_serve(int argc, char **argv, serve_config *cfg, char *key_buf, 
     cfg->engine.release_model_file = true; /* a model file changed under the server cannot fault it */
     if (!kv_flags_finish(&c, &kv)) return CLI_EXIT_USAGE;
     if (!fit_connections(&c, &cfg->limits.max_conns, max_conns_given)) return CLI_EXIT_USAGE;
-    if (cfg->engine.max_seqs > cfg->engine.max_batch_tokens) {
+    if (cfg->engine.max_batch_tokens > 0 && cfg->engine.max_seqs > cfg->engine.max_batch_tokens) {
         cli_error(&c, "--max-batch %d exceeds --batch-tokens %d: every running sequence needs a token per step",
                   cfg->engine.max_seqs, cfg->engine.max_batch_tokens);
         return CLI_EXIT_USAGE;

@@ -188,9 +188,7 @@ static void *engine_main(void *arg) {
         return NULL;
     }
     s->info = wk_engine_info(s->e);
-    if (s->cfg.cpu_batch_tokens > 0 && s->cfg.cpu_batch_tokens < s->cfg.max_batch_tokens && s->info->device_type &&
-        strcmp(s->info->device_type, "CPU") == 0)
-        s->cfg.max_batch_tokens = s->cfg.cpu_batch_tokens > s->cfg.max_seqs ? s->cfg.cpu_batch_tokens : s->cfg.max_seqs;
+    s->cfg.max_batch_tokens = s->info->max_batch_tokens;
     kv_budget_init(&s->kv, s->info, s->cfg.max_seqs, s->cfg.max_batch_tokens);
     model_summary *m = &s->model;
     snprintf(m->name, sizeof m->name, "%s", s->info->name);

@@ -122,7 +122,7 @@ typedef struct model_summary {
     bool prefix_cache_park;      /* ... by parking ended sequences (f16 windows), not by blocks */
     int kv_snapshots;            /* ... and window snapshots kept at most (wk_model_info's) */
     uint64_t kv_context_bytes;   /* held by one sequence of max_ctx tokens (wk_kv_peak_bytes; f16: its slot) */
-    int step_tokens;             /* the most tokens a step carries (max_batch_tokens, or cpu_batch_tokens) */
+    int step_tokens;             /* the most tokens a step carries (wk_model_info.max_batch_tokens) */
     char *chat_template; /* owned copy, or NULL */
 } model_summary;
 
@@ -141,12 +141,9 @@ typedef struct sched_config {
     sched_prepare_fn prepare; /* NULL: none */
     void *prepare_data;
     int max_seqs;         /* sequences decoded together */
-    int max_batch_tokens; /* tokens per forward step (decode tokens + a prefill chunk) */
-    /* > 0: on a CPU device (wk_model_info.device_type "CPU") steps carry at most this many tokens
-     * (at least max_seqs) instead of max_batch_tokens, whose room the engine keeps (serve's default
-     * when --batch-tokens is not given; docs/benchmarks-serving.md: smaller steps on a CPU give a
-     * burst of prompts their first tokens sooner at about the same throughput). */
-    int cpu_batch_tokens;
+    int max_batch_tokens; /* tokens per forward step (decode tokens + a prefill chunk); the engine's
+                           * resolved wk_model_info.max_batch_tokens replaces it once it is open
+                           * (WK_BATCH_TOKENS_AUTO: by the device) */
 } sched_config;
 
 typedef struct scheduler scheduler;
