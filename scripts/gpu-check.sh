@@ -2,7 +2,8 @@
 # The first thing to run on a machine with a GPU (or any Vulkan device): builds wushkv (release),
 # runs the Vulkan test suites (every shader against the C reference), then a short benchmark of the
 # f16 cache and the default 2-bit format at depth 0 and 2048, and the 2-bit paged decode
-# attention's achieved bandwidth from the GPU timestamps (WUSHKV_PROFILE=1). Prints the device and
+# attention's achieved bandwidth from the GPU timestamps (WUSHKV_PROFILE=1), and on a GPU the decode
+# and prefill attention of both kernel sets (WUSHKV_KERNELS=gpu|cpu). Prints the device and
 # every figure, and writes them as Markdown to a summary file to paste into docs/benchmarks.md.
 #
 #   bash scripts/gpu-check.sh [SUMMARY_FILE]          (default: gpu-check-summary.md)
@@ -14,7 +15,8 @@
 # Settings (environment): WUSHKV_DEVICE=N picks a device (default: the best one); GPU_PEAK_GBPS=X
 # the device's nominal memory bandwidth in GB/s when the script does not know the card;
 # GPU_CHECK_DEPTHS (default 0,2048), GPU_CHECK_BW_DEPTHS (default 2048,16384 on a GPU, 2048 on a
-# CPU device), GPU_CHECK_REPS (default 3); GPU_CHECK_SKIP_TESTS=1 skips the suites.
+# CPU device), GPU_CHECK_REPS (default 3); GPU_CHECK_SKIP_TESTS=1 skips the suites;
+# GPU_CHECK_SETS=1 compares the kernel sets on a CPU device too (slow there: the gpu set's shaders).
 # Exit status: 0 when everything ran and passed, 1 otherwise (the summary says what failed).
 set -uo pipefail
 cd "$(dirname "${BASH_SOURCE[0]}")/.."
@@ -127,7 +129,7 @@ else
     done
     # On a GPU, the same for the default format with the "cpu" kernel set (a key per subgroup, fewer
     # splits): what the decode attention's GPU variant gains on this device.
-    if [[ $device_type != CPU ]]; then
+    if [[ $device_type != CPU || ${GPU_CHECK_SETS:-0} == 1 ]]; then
         say "bandwidth, kernels cpu: WUSHKV_KERNELS=cpu WUSHKV_PROFILE=1 $exe bench -m MODEL -p 0 -n 32 -r 1 -d $bw_depths --json"
         if WUSHKV_KERNELS=cpu WUSHKV_PROFILE=1 "$exe" bench -m "$model" -p 0 -n 32 -r 1 -d "$bw_depths" --json \
             >"$work/bw-default-cpu.json" 2>"$work/bw-default-cpu.err"; then
@@ -136,6 +138,18 @@ else
             tail -5 "$work/bw-default-cpu.err"
             status=1
         fi
+        # Prefill at the same depths with each kernel set: the bulk pass's GPU variant (a key per
+        # lane, 16-row tiles) and the tiled matmul against the lavapipe kernels on this device.
+        for set in gpu cpu; do
+            say "prefill, kernels $set: WUSHKV_KERNELS=$set WUSHKV_PROFILE=1 $exe bench -m MODEL -p 512 -n 0 -r 1 -d $bw_depths --json"
+            if WUSHKV_KERNELS=$set WUSHKV_PROFILE=1 "$exe" bench -m "$model" -p 512 -n 0 -r 1 -d "$bw_depths" --json \
+                >"$work/pp-$set.json" 2>"$work/pp-$set.err"; then
+                grep -E '^pp' "$work/pp-$set.err" | sed 's/^/  /'
+            else
+                tail -5 "$work/pp-$set.err"
+                status=1
+            fi
+        done
     fi
 fi
 
@@ -227,6 +241,20 @@ if all(j for _, j in bw):
             L.append(f"| {kv_name} | {t['test']} | {mib(t['kv_read_bytes_per_token'])} | "
                      f"{f'{ms:.3f}' if ms else 'n/a'} | {f'{gbs:.3g}' if gbs else 'n/a (no timestamps)'} | "
                      f"{f'{100 * gbs / peak:.1f}%' if gbs and peak else '-'} |")
+    pp = {s: load(f"pp-{s}.json") for s in ("gpu", "cpu")}
+    if all(pp.values()):
+        L.append("")
+        L.append(f"Prefill by kernel set: `WUSHKV_KERNELS=gpu|cpu WUSHKV_PROFILE=1 wushkv bench -m MODEL -p 512 -n 0 "
+                 f"-r 1 -d {bw_depths} --json`, default format; attention: GPU ms a prompt token in the attention "
+                 "dispatches (attention_bulk_lanes* with the gpu kernels), timestamps (the profile slows the steps):")
+        L.append("")
+        L.append("| test | gpu set tok/s | cpu set tok/s | gpu set attention ms | cpu set attention ms | cpu / gpu |")
+        L.append("|---|---|---|---|---|---|")
+        for a, b in zip(pp["gpu"]["tests"], pp["cpu"]["tests"]):
+            ma, mb = a.get("attention_ms_per_token"), b.get("attention_ms_per_token")
+            L.append(f"| {a['test']} | {a['tokens_per_s']:.1f} | {b['tokens_per_s']:.1f} | "
+                     f"{f'{ma:.4f}' if ma else 'n/a'} | {f'{mb:.4f}' if mb else 'n/a'} | "
+                     f"{f'{mb / ma:.2f}x' if ma and mb else '-'} |")
     hosts = [j["host"] for _, j in bw if j.get("host")]
     if hosts:  # a CPU device: the host's own limits, measured in C in the same runs
         L.append("")

@@ -98,8 +98,11 @@ check "f16 depth filled" "$out" '[t["depth_tokens"] for t in j["tests"]] == [8, 
 check "f16 read bytes by layer class" "$out" '(lambda b: b[0] % 9 == 0 and (b[2] - b[1]) % 16 == 0 and (lambda F, A: 0 < F < A and b[1] == 17 * F + 16 * (A - F))((b[2] - b[1]) // 16, b[0] // 9))([t["kv_read_bytes_per_token"] for t in j["tests"]])'
 # The profile (WUSHKV_PROFILE=1): the attention's GPU time and bytes/s per tg row.
 out=$(WUSHKV_PROFILE=1 "$exe" bench -m "$model" -p 0 -n 2 -r 1 -d 16 --kv f16 --json 2>"$tmp/err")
+# pp rows report the attention's time too (no bandwidth: their reads are not modelled).
+ppout=$(WUSHKV_PROFILE=1 "$exe" bench -m "$model" -p 8 -n 0 -r 1 -d 16 --kv f16 --json 2>/dev/null)
 if python3 -c 'import json,sys; sys.exit(0 if json.loads(sys.argv[1].strip().splitlines()[-1])["profile"] else 1)' "$out" 2>/dev/null; then
     check "profile bandwidth" "$out" 'j["tests"][0]["attention_ms_per_token"] > 0 and j["tests"][0]["attention_bytes_per_s"] > 0'
+    check "profile prefill attention" "$ppout" 'j["tests"][0]["attention_ms_per_token"] > 0 and "attention_bytes_per_s" not in j["tests"][0]'
     grep -q 'attention_decode' "$tmp/err" && ok || bad "profile printed" "$(cat "$tmp/err")"
     # Each row's own profile: per token, its pipelines largest first, the decode attention among them.
     grep -qE '^tg2 @ d16 where GPU time goes, per token: [0-9.]+ ms in all' "$tmp/err" &&

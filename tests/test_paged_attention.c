@@ -16,7 +16,8 @@
  * pipeline of push-constant formats and from the one specialised to bits 16 as the engine runs it.
  * Windows per layer class: the slot's two class regions, the layer's own window (or none) in its
  * class's region while the other class keeps another, every byte it must not read random.
- * With WUSHKV_KERNELS=gpu every decode case runs the decode pipelines' GPU variant instead. */
+ * With WUSHKV_KERNELS=gpu every case runs the GPU variant instead (bulk keys a key per lane): the
+ * decode pipelines' for the decode cases, the bulk pass's for the others. */
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -65,17 +66,8 @@ static cfg as_decode(cfg c) {
     return c;
 }
 
-/* WUSHKV_KERNELS=gpu (meson test paged_attention_gpu_kernels): the "gpu" kernel set runs other
- * pipelines than the "cpu" set only for decode steps (the decode pipelines' GPU variant), so the
- * forced run checks those cases alone. The plain run (the device's own set) checks them all. */
-static bool decode_only;
-static int skipped;
 static double run_case(wk_vk *vk, wk_pipelines *p, const cfg *c, uint32_t force_split) {
     char err[WK_ERRMSG_LEN] = "";
-    if (decode_only && !(c->decode && c->Hq / c->Hk <= WK_ATTN_DECODE_ROWS)) {
-        skipped++;
-        return 0;
-    }
     wk_kvq_block_layout lay = {.bytes = (size_t)BT * c->D * 2, .code_bytes_per_token = (size_t)c->D * 2};
     if (c->bits != 16 && !wk_kvq_block_layout_get(c->kind, c->bits, c->G, c->D, BT, &lay)) return -1;
     /* The block: layer 0's key slabs (kbits0 wide or not), its value slabs, then the layer's. */
@@ -304,10 +296,13 @@ int main(void) {
         CHECK(false);
         TEST_MAIN_END();
     }
-    /* WUSHKV_KERNELS=gpu: decode steps run the decode pipelines' GPU variant (bulk keys a key per
-     * lane), every case below through it (meson test paged_attention_gpu_kernels). */
+    /* WUSHKV_KERNELS=gpu: every case below through the GPU variant (bulk keys a key per lane), decode
+     * steps in the decode pipelines', the others' bulk in the bulk pass's (meson test
+     * paged_attention_gpu_kernels). lavapipe's shared memory (32 KiB) holds the bulk pass's tiles. */
     CHECK_EQ_INT(wk_pipelines_choose_kernels(&vk, &p, test_engine_env_kernels(), err, sizeof err), 0);
-    decode_only = test_engine_env_kernels() == WK_KERNELS_GPU;
+    const bool bulk_lanes = wk_attn_bulk_lanes(p.gpu_kernels, vk.subgroup_size, 256,
+                                               vk.props.limits.maxComputeSharedMemorySize);
+    CHECK_EQ_INT(bulk_lanes, p.gpu_kernels);
     printf("kernel set: %s\n", p.gpu_kernels ? "gpu" : "cpu");
     const wk_kvq_kind kinds[3] = {WK_KVQ_QUEST, WK_KVQ_PERCENTILE, WK_KVQ_ABSMAX};
     int cases = 0;
@@ -485,12 +480,13 @@ int main(void) {
         rr[0].pos = 1000; /* 1001 keys: 16 splits of 4 key tiles */
         CHECK_EQ_INT(wk_attn_plan_splits(&pl, rr, 1, 4, 0, 0, 0, gpu_rows, 1).main, (1001 + 16 + 63) / 64);
     }
-    /* The decode cases ran the kernel set's decode pipelines and not the other set's (each is
+    /* The cases ran the kernel set's decode and bulk pipelines and not the other set's (each is
      * created on its first dispatch; the main set is never re-specialised above). */
     CHECK_EQ_INT(p.pipe[WK_PIPE_ATTENTION_DECODE_LANES] != VK_NULL_HANDLE, p.gpu_kernels);
     CHECK_EQ_INT(p.pipe[WK_PIPE_ATTENTION_DECODE] != VK_NULL_HANDLE, !p.gpu_kernels);
-    printf("paged attention: %d configurations (%d not decode steps, skipped: WUSHKV_KERNELS=gpu), worst max-abs error "
-           "relative to output scale %.3g\n", cases - skipped, skipped, worst);
+    CHECK_EQ_INT(p.pipe[WK_PIPE_ATTENTION_BULK_LANES] != VK_NULL_HANDLE, bulk_lanes);
+    CHECK_EQ_INT(p.pipe[WK_PIPE_ATTENTION_BULK] != VK_NULL_HANDLE, !bulk_lanes);
+    printf("paged attention: %d configurations, worst max-abs error relative to output scale %.3g\n", cases, worst);
     CHECK_EQ_INT(test_vk_close(&vk, &p), 0);
     TEST_MAIN_END();
 }

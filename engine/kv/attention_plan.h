@@ -62,6 +62,18 @@ static inline int wk_attn_plan_decode(const wk_attn_plan *p) { return p->tile_ro
 static inline int wk_attn_decode_lanes(int gpu_kernels, uint32_t subgroup, uint32_t head_dim) {
     return gpu_kernels && subgroup <= WK_ATTN_LANES_SG && head_dim <= 4 * WK_ATTN_LANES_D4;
 }
+/* Shared memory the variant's pipelines declare for tiles of `rows` rows: every row's query (vec4
+ * by WK_ATTN_LANES_D4) and its probabilities for a tile of keys (float by WK_ATTN_LANES_SG). */
+static inline uint32_t wk_attn_lanes_shared_bytes(uint32_t rows) {
+    return rows * (WK_ATTN_LANES_D4 * 16u + WK_ATTN_LANES_SG * 4u);
+}
+/* Whether a prefill step's bulk pass runs the same variant: as the decode steps', where the
+ * device's shared memory (max_shared bytes a workgroup) holds its 16-row tiles (20 KiB; Vulkan
+ * guarantees 16, GPUs have 32 or more). */
+static inline int wk_attn_bulk_lanes(int gpu_kernels, uint32_t subgroup, uint32_t head_dim, uint32_t max_shared) {
+    return wk_attn_decode_lanes(gpu_kernels, subgroup, head_dim) &&
+           max_shared >= wk_attn_lanes_shared_bytes(WK_ATTN_MAXR);
+}
 /* Whether a step of this plan walks a layer with sink + recent f16 window rows in two passes. */
 static inline int wk_attn_plan_two_pass(const wk_attn_plan *p, uint32_t sink, uint32_t recent) {
     return !wk_attn_plan_decode(p) && sink + recent > 0;

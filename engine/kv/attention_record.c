@@ -13,7 +13,11 @@ int wk_attn_record(wk_vk *vk, wk_pipelines *p, const wk_attn_plan *plan, wk_attn
     const wk_pipe_id decode_pipe = wk_attn_decode_lanes(p->gpu_kernels, vk->subgroup_size, pc->head_dim)
                                        ? pipes.decode_lanes
                                        : pipes.decode;
-    int rc = wk_dispatch(vk, p, decode ? decode_pipe : pipes.bulk, args, pc, sizeof *pc, plan->n_tiles,
+    const wk_pipe_id bulk_pipe =
+        wk_attn_bulk_lanes(p->gpu_kernels, vk->subgroup_size, pc->head_dim, vk->props.limits.maxComputeSharedMemorySize)
+            ? pipes.bulk_lanes
+            : pipes.bulk;
+    int rc = wk_dispatch(vk, p, decode ? decode_pipe : bulk_pipe, args, pc, sizeof *pc, plan->n_tiles,
                          plan->groups_y, splits.main, err, errlen);
     if (!rc && splits.win)
         rc = wk_dispatch(vk, p, pipes.windows, args, pc, sizeof *pc, plan->n_tiles, plan->groups_y, splits.win, err,

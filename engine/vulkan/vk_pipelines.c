@@ -75,6 +75,9 @@ static const pipe_spec specs[WK_PIPE_COUNT] = {
     [WK_PIPE_ATTENTION_DECODE_LANES] = {"attention_decode_lanes", SPV(wk_spv_attention_paged), "SSSTSSSTT", sizeof(wk_pc_attention_paged), true},
     [WK_PIPE_ATTENTION_DECODE_LANES_SWA] = {"attention_decode_lanes_swa", SPV(wk_spv_attention_paged), "SSSTSSSTT", sizeof(wk_pc_attention_paged), true},
     [WK_PIPE_ATTENTION_DECODE_LANES_WIDE] = {"attention_decode_lanes_wide", SPV(wk_spv_attention_paged), "SSSTSSSTT", sizeof(wk_pc_attention_paged), true},
+    [WK_PIPE_ATTENTION_BULK_LANES] = {"attention_bulk_lanes", SPV(wk_spv_attention_paged), "SSSTSSSTT", sizeof(wk_pc_attention_paged), true},
+    [WK_PIPE_ATTENTION_BULK_LANES_SWA] = {"attention_bulk_lanes_swa", SPV(wk_spv_attention_paged), "SSSTSSSTT", sizeof(wk_pc_attention_paged), true},
+    [WK_PIPE_ATTENTION_BULK_LANES_WIDE] = {"attention_bulk_lanes_wide", SPV(wk_spv_attention_paged), "SSSTSSSTT", sizeof(wk_pc_attention_paged), true},
     [WK_PIPE_KV_STORE_WINDOW] = {"kv_store_window", SPV(wk_spv_kv_store_window), "SSSI", sizeof(wk_pc_kv_store_window), false},
     [WK_PIPE_ATTENTION_REDUCE] = {"attention_reduce", SPV(wk_spv_attention_reduce), "TS", sizeof(wk_pc_attention_reduce), true},
     [WK_PIPE_KV_STORE_QUANT] = {"kv_store_quant", SPV(wk_spv_kv_store_quant), "SSSSISSS", sizeof(wk_pc_kv_store_quant), false},
@@ -97,23 +100,31 @@ static const struct {
 };
 #undef SPV
 
-/* The attention's GPU decode variant (constant 9: bulk keys a key per lane). */
+/* The attention's GPU variant of the prefill bulk pass (constant 9 with pass 1). */
+static bool attn_bulk_lanes_of(wk_pipe_id id) {
+    return id == WK_PIPE_ATTENTION_BULK_LANES || id == WK_PIPE_ATTENTION_BULK_LANES_SWA ||
+           id == WK_PIPE_ATTENTION_BULK_LANES_WIDE;
+}
+
+/* The attention's GPU variants (constant 9: bulk keys a key per lane). */
 static bool attn_lanes_of(wk_pipe_id id) {
     return id == WK_PIPE_ATTENTION_DECODE_LANES || id == WK_PIPE_ATTENTION_DECODE_LANES_SWA ||
-           id == WK_PIPE_ATTENTION_DECODE_LANES_WIDE;
+           id == WK_PIPE_ATTENTION_DECODE_LANES_WIDE || attn_bulk_lanes_of(id);
 }
 
 /* The attention's rows per query tile (constant 5) for the decode pipelines; 0 leaves the shader's. */
 static uint32_t tile_rows_of(wk_pipe_id id) {
     return id == WK_PIPE_ATTENTION_DECODE || id == WK_PIPE_ATTENTION_DECODE_SWA || id == WK_PIPE_ATTENTION_DECODE_WIDE ||
-                   attn_lanes_of(id)
+                   (attn_lanes_of(id) && !attn_bulk_lanes_of(id))
                ? WK_ATTN_DECODE_ROWS
                : 0;
 }
 
 /* The attention's pass (constant 7): 1 the bulk, 2 the windows; 0 (all keys) for the decode pipelines. */
 static uint32_t attn_pass_of(wk_pipe_id id) {
-    return id == WK_PIPE_ATTENTION_BULK || id == WK_PIPE_ATTENTION_BULK_SWA || id == WK_PIPE_ATTENTION_BULK_WIDE ? 1
+    return id == WK_PIPE_ATTENTION_BULK || id == WK_PIPE_ATTENTION_BULK_SWA || id == WK_PIPE_ATTENTION_BULK_WIDE ||
+                   attn_bulk_lanes_of(id)
+               ? 1
            : id == WK_PIPE_ATTENTION_WINDOWS || id == WK_PIPE_ATTENTION_WINDOWS_SWA ||
                    id == WK_PIPE_ATTENTION_WINDOWS_WIDE
                ? 2
@@ -152,7 +163,7 @@ const char *wk_pipe_name(wk_pipe_id id) { return id < WK_PIPE_COUNT ? specs[id].
     } while (0)
 
 /* The pipeline of `id` on its existing layout. Specialisation constants: 0 the workgroup size
- * (subgroup_wg; the matvec's: that times its subgroups), 1 matvec rows, 2 matvec's and matmul's outputs (matvec_mode_of), 3 its subgroups, 5 the attention tile rows (tile_rows_of), 7 its pass (attn_pass_of), 9 its GPU decode variant (attn_lanes_of), 2..4, 6 and 8 `extra`,
+ * (subgroup_wg; the matvec's: that times its subgroups), 1 matvec rows, 2 matvec's and matmul's outputs (matvec_mode_of), 3 its subgroups, 5 the attention tile rows (tile_rows_of), 7 its pass (attn_pass_of), 9 its GPU variant (attn_lanes_of), 2..4, 6 and 8 `extra`,
  * what a shader specialises on (attention_paged: the KV format's kind, bits, group, a lane's
  * chunks of a head and the wide keys' bits; kv_transform: its block and tokens a workgroup); NULL leaves the shader's defaults,
  * which read those from the push constants. Constants a shader does not declare are ignored. */
@@ -290,6 +301,7 @@ int wk_pipelines_specialize_kv(wk_vk *vk, wk_pipelines *p, wk_attn_set set, int 
     set_spec(vk, p, pipes.windows, kv);
     set_spec(vk, p, pipes.decode, kv);
     set_spec(vk, p, pipes.decode_lanes, kv);
+    set_spec(vk, p, pipes.bulk_lanes, kv);
     return 0;
 }
 

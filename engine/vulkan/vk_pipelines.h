@@ -37,10 +37,14 @@ typedef enum {
     WK_PIPE_ATTENTION_BULK_WIDE,
     WK_PIPE_ATTENTION_WINDOWS_WIDE,
     WK_PIPE_ATTENTION_DECODE_WIDE,
-    /* The decode pipelines' GPU variant (kernel set "gpu"; constant 9): bulk keys a key per lane. */
+    /* The GPU variant (kernel set "gpu"; constant 9) of the decode pipelines and of the prefill bulk
+     * pass: bulk keys a key per lane. */
     WK_PIPE_ATTENTION_DECODE_LANES,
     WK_PIPE_ATTENTION_DECODE_LANES_SWA,
     WK_PIPE_ATTENTION_DECODE_LANES_WIDE,
+    WK_PIPE_ATTENTION_BULK_LANES,
+    WK_PIPE_ATTENTION_BULK_LANES_SWA,
+    WK_PIPE_ATTENTION_BULK_LANES_WIDE,
     WK_PIPE_ATTENTION_REDUCE,
     WK_PIPE_KV_STORE_WINDOW,
     WK_PIPE_KV_STORE_QUANT,
@@ -54,15 +58,18 @@ typedef enum {
 /* attention_paged's pipeline sets, one per format a layer may have: the main format, the sliding
  * layers' own (_SWA), wide keys (_WIDE). */
 typedef enum { WK_ATTN_SET_MAIN, WK_ATTN_SET_SWA, WK_ATTN_SET_WIDE, WK_ATTN_SETS } wk_attn_set;
-typedef struct { wk_pipe_id bulk, windows, decode, decode_lanes; } wk_attn_pipes;
+typedef struct { wk_pipe_id bulk, windows, decode, decode_lanes, bulk_lanes; } wk_attn_pipes;
 static inline wk_attn_pipes wk_attn_pipes_of(wk_attn_set set) {
     return set == WK_ATTN_SET_SWA    ? (wk_attn_pipes){WK_PIPE_ATTENTION_BULK_SWA, WK_PIPE_ATTENTION_WINDOWS_SWA,
-                                                       WK_PIPE_ATTENTION_DECODE_SWA, WK_PIPE_ATTENTION_DECODE_LANES_SWA}
+                                                       WK_PIPE_ATTENTION_DECODE_SWA, WK_PIPE_ATTENTION_DECODE_LANES_SWA,
+                                                       WK_PIPE_ATTENTION_BULK_LANES_SWA}
            : set == WK_ATTN_SET_WIDE ? (wk_attn_pipes){WK_PIPE_ATTENTION_BULK_WIDE, WK_PIPE_ATTENTION_WINDOWS_WIDE,
                                                        WK_PIPE_ATTENTION_DECODE_WIDE,
-                                                       WK_PIPE_ATTENTION_DECODE_LANES_WIDE}
+                                                       WK_PIPE_ATTENTION_DECODE_LANES_WIDE,
+                                                       WK_PIPE_ATTENTION_BULK_LANES_WIDE}
                                      : (wk_attn_pipes){WK_PIPE_ATTENTION_BULK, WK_PIPE_ATTENTION_WINDOWS,
-                                                       WK_PIPE_ATTENTION_DECODE, WK_PIPE_ATTENTION_DECODE_LANES};
+                                                       WK_PIPE_ATTENTION_DECODE, WK_PIPE_ATTENTION_DECODE_LANES,
+                                                       WK_PIPE_ATTENTION_BULK_LANES};
 }
 
 /* Profile buckets: one per pipeline, then the start mark, then buckets that time a role rather than

@@ -142,7 +142,7 @@ typedef struct bench_row {
     double *ts;               /* tok/s of each timed run */
     uint64_t kv_read;         /* tg: KV bytes the first decode step reads (wk_kv_decode_read_bytes) */
     uint64_t kv_read_run;     /* tg: the same summed over the run's steps */
-    double attn_ms;           /* tg with WUSHKV_PROFILE=1: attention GPU ms per run (mean); NAN without */
+    double attn_ms;           /* WUSHKV_PROFILE=1: the attention's GPU ms per run (mean); NAN without */
     wk_profile_entry prof[WK_BENCH_PROF_MAX]; /* WUSHKV_PROFILE=1: GPU ms per pipeline, the timed runs' sum */
     int n_prof;
     double peer_ts, peer_sd;  /* NAN when not measured */
@@ -328,7 +328,7 @@ static int measure_engine(const bench_engine_opts *o, const char *model, engine_
             fprintf(stderr, " %s %d tokens in %.3f s (%.2f tok/s)\n", w->decode ? "decode" : "prefill", got, t,
                     w->ts[i]);
         }
-        if (w->decode && w->n_prof > 0) { /* NAN without a profile */
+        if (w->n_prof > 0) { /* NAN without a profile */
             double attn = 0.0;
             for (int k = 0; k < w->n_prof; k++)
                 if (reads_kv(w->prof[k].name)) attn += w->prof[k].ms;
@@ -601,9 +601,10 @@ static int print_json(const bench_engine_opts *o, const char *model, const engin
         add_num_or_null(t, "tokens_per_s_stddev", bench_stddev(w->ts, n), 0.01);
         a = cJSON_AddArrayToObject(t, "runs_tokens_per_s");
         for (size_t i = 0; i < n; i++) cJSON_AddItemToArray(a, cJSON_CreateNumber(round_to(w->ts[i], 0.01)));
+        /* pp rows too: a GPU's prefill attention per kernel set (scripts/gpu-check.sh). */
+        add_num_or_null(t, "attention_ms_per_token", w->attn_ms / w->n, 0.0001);
         if (w->decode) {
             cJSON_AddNumberToObject(t, "kv_read_bytes_per_token", (double)w->kv_read);
-            add_num_or_null(t, "attention_ms_per_token", w->attn_ms / w->n, 0.0001);
             add_num_or_null(t, "attention_bytes_per_s", attn_bytes_per_s(w), 1.0);
         }
         if (o->peer) {

@@ -67,8 +67,9 @@ layout(constant_id = 5) const uint SC_MAXR = 16;
 // reads in f16). A pass dispatched over z = n splits divides its keys among them; partials go to
 // index z (all, bulk) or pc.n_split - n + z (windows: the last ones).
 layout(constant_id = 7) const uint SC_PASS = 0;
-// The GPU variant of the decode pipelines (constant 9 = 1; kernel set "gpu", attention_record.c):
-// their bulk keys go a key per lane (key_tile_lanes) instead of a key per subgroup. A GPU reads
+// The GPU variant of the decode pipelines and of the prefill bulk pass (constant 9 = 1; kernel set
+// "gpu", attention_record.c): their bulk keys go a key per lane (key_tile_lanes) instead of a key
+// per subgroup. A GPU reads
 // codes fastest when the lanes of a subgroup read different keys at once, and a key per subgroup
 // costs a cross-lane sum per key and row; here a tile of subgroup-size keys costs one subgroupMax
 // and one subgroupAdd per row. The queries sit in shared memory (every lane reads all of each
@@ -458,8 +459,11 @@ void main() {
     g_kh = kh, g_ch0 = ch0, g_ncl = ncl, g_table_off = table_off, g_jhi = jhi, g_pmin = pmin, g_tile = tile;
 
     if (SC_PASS == 1u) {
-        // The bulk: no f16 path in the code at all.
-        for (uint jt = a0; jt < a1; jt += KT) key_tile(jt, a1, R, false);
+        // The bulk: no f16 path in the code at all; the GPU variant a key per lane.
+        if (SC_LANE_KEYS != 0u)
+            for (uint jt = a0; jt < a1; jt += nl) key_tile_lanes(jt, a1, R);
+        else
+            for (uint jt = a0; jt < a1; jt += KT) key_tile(jt, a1, R, false);
     } else if (SC_PASS == 2u) {
         // The windows: the sinks, then the recent keys, in one loop (one copy of the body: a
         // second costs ten times the compile, docs/lavapipe.md "Compiling costs at first use").
