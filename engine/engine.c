@@ -137,6 +137,7 @@ int wk_engine_open(const wk_engine_params *p, wk_engine **out, char *err, size_t
     }
     if (!rc) rc = wk_pipelines_create(&e->vk, &e->pipes, err, errlen);
     if (!rc) rc = wk_pipelines_choose_kernels(&e->vk, &e->pipes, p->kernels, err, errlen);
+    if (!rc) rc = wk_pipelines_apply_variants(&e->vk, &e->pipes, p->kernel_variants, err, errlen);
     if (!rc && p->profile) wk_pipelines_enable_profile(&e->vk, &e->pipes);
     if (!rc && p->kv_transform == WK_KV_TRANSFORM_WUSH && !p->wush_path) {
         snprintf(err, errlen, "the WUSH transform needs a sidecar file (wushkv calibrate -o FILE, then --wush FILE)");
@@ -318,6 +319,8 @@ int wk_engine_open(const wk_engine_params *p, wk_engine **out, char *err, size_t
     i->device_subgroup_size = e->vk.subgroup_size;
     i->device_shared_memory_bytes = e->vk.props.limits.maxComputeSharedMemorySize;
     i->kernels = e->pipes.gpu_kernels ? "gpu" : "cpu";
+    wk_pipelines_describe_variants(&e->pipes, e->kernel_variants, sizeof e->kernel_variants);
+    i->kernel_variants = e->kernel_variants;
     i->device_vendor_id = e->vk.props.vendorID;
     i->device_id = e->vk.props.deviceID;
     i->n_vocab = hp->n_vocab;

@@ -93,7 +93,7 @@ int wk_fwd_init(wk_fwd *f, wk_vk *vk, wk_pipelines *pipes, const wk_hparams *hp,
             if (k > window_keys) window_keys = k;
         }
         f->attn_part_rows = wk_attn_part_rows((uint32_t)max_tokens, (uint32_t)hp->n_head, (uint32_t)max_ctx, window_keys,
-                                              f->pipes->gpu_kernels);
+                                              f->pipes->attn_gpu_splits);
         /* Written as a storage buffer by the passes, read as RGBA32F texels by attention_reduce. */
         if (!rc) rc = make(f, &a->attn_part, f->attn_part_rows * (hp->head_dim / 4 + 1) * 16, WK_MEM_DEVICE, V4, err, errlen);
     }
@@ -222,8 +222,8 @@ static int op_matmul_mode(rec *r, const wk_dev_matrix *W, const wk_buf *x, const
         return op_matvec(r, W, x, ys, &pc, MATVEC_PLAIN);
     }
     wk_arg args[4] = {TV(&W->codes), q8 ? TV(&W->scales) : TV(&f->w->dummy), TV(x), S(y)};
-    /* "gpu" kernels: 64 x 64 tiles through shared memory (matmul_tiled.comp) */
-    const bool tiled = f->pipes->gpu_kernels;
+    /* "gpu" kernels (variant matmul=tiled): 64 x 64 tiles through shared memory (matmul_tiled.comp) */
+    const bool tiled = f->pipes->matmul_tiled;
     const wk_pipe_id pipe = tiled ? (q8 ? WK_PIPE_MATMUL_TILED_Q8A : WK_PIPE_MATMUL_TILED_F16)
                             : glu ? (q8 ? WK_PIPE_MATMUL_GLU_Q8A : WK_PIPE_MATMUL_GLU_F16)
                                   : (q8 ? WK_PIPE_MATMUL_Q8A : WK_PIPE_MATMUL_F16);
@@ -274,7 +274,7 @@ static int op_gated_ffn_in(rec *r, const wk_dev_layer *L, uint32_t T) {
     }
     /* W_gate is a view of the joined matrix (its codes), so the gate/up matmul reads W_up too. The
      * tiled kernel has no such mode. */
-    if (L->gate_up.rows && !f->pipes->gpu_kernels) return op_matmul_mode(r, &L->ffn_gate, &a->xn, &a->act, T, true);
+    if (L->gate_up.rows && !f->pipes->matmul_tiled) return op_matmul_mode(r, &L->ffn_gate, &a->xn, &a->act, T, true);
     TRY(op_matmul(r, &L->ffn_gate, &a->xn, &a->gate, T));
     TRY(op_matmul(r, &L->ffn_up, &a->xn, &a->up, T));
     wk_vk_barrier(f->vk);
@@ -413,7 +413,7 @@ static int op_attention_paged(rec *r, int il, uint32_t T) {
     wk_arg args[9] = {S(&f->a.q), S(&f->a.rows), S(&f->a.tables), pool, S(&f->a.attn), S(&f->a.tiles),
                       wk_arg_buf_view(f->a.attn_part.buf, f->a.attn_part.view), TV(&f->a.k16), TV(&f->a.v16)};
     const wk_attn_splits splits = wk_attn_plan_splits(&f->plan, f->step_rows, T, pc.n_head, pc.window, pc.sink,
-                                                      pc.recent, f->attn_part_rows, f->pipes->gpu_kernels);
+                                                      pc.recent, f->attn_part_rows, f->pipes->attn_gpu_splits);
     const wk_attn_set set = f->kv->key_wide[il]                                   ? WK_ATTN_SET_WIDE
                             : wk_kv_cache_group_swa(f->kv, f->kv->group_of[il]) ? WK_ATTN_SET_SWA
                                                                                 : WK_ATTN_SET_MAIN;

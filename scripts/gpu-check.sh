@@ -64,6 +64,7 @@ import json, sys
 j = json.load(open(sys.argv[1]))
 print(f'{j["device"]}: {j["device_type"]}, driver {j["device_driver"]} {j["device_driver_info"]}, '
       f'subgroup {j["subgroup_size"]}, shared memory {j["shared_memory_bytes"] // 1024} KiB, kernels {j["kernels"]} '
+      f'({j.get("kernel_variants", "?")}) '
       f'(vendor 0x{j["vendor_id"]:04x}, device 0x{j["device_id"]:04x})')
 EOF
 device_type=$(python3 -c 'import json,sys; print(json.load(open(sys.argv[1]))["device_type"])' "$work/device.json")
@@ -197,7 +198,7 @@ L.append(f"`bash scripts/gpu-check.sh` at {os.environ['GPU_CHECK_COMMIT']}, "
 L.append("")
 L.append(f"- device: {dev['device']} ({dev['device_type']}; driver {dev['device_driver']} {dev['device_driver_info']}; "
          f"subgroup {dev['subgroup_size']}, shared memory {dev['shared_memory_bytes'] // 1024} KiB; "
-         f"kernels {dev['kernels']} (WUSHKV_KERNELS=cpu|gpu forces a set); "
+         f"kernels {dev['kernels']}: {dev.get('kernel_variants', '?')} (WUSHKV_KERNELS=cpu|gpu[,name=value...] forces a set or a variant); "
          f"vendor 0x{dev['vendor_id']:04x} device 0x{dev['device_id']:04x})")
 L.append(f"- nominal memory bandwidth: {f'{peak:.0f} GB/s' if peak else '?'} ({peak_src})")
 L.append(f"- tests (`meson test -C build --suite vulkan --no-suite cli`): {os.environ['GPU_CHECK_TESTS']}")

@@ -185,7 +185,7 @@ static double run_case(wk_vk *vk, wk_pipelines *p, const cfg *c, uint32_t force_
      * window pass when the step has one (wk_attn_plan_splits). */
     wk_attn_splits splits = wk_attn_plan_splits(&plan, rows, (uint32_t)T, (uint32_t)Hq, (uint32_t)c->window,
                                                 (uint32_t)c->S, (uint32_t)c->R,
-                                                (uint64_t)T * Hq * (p->gpu_kernels ? 64 : 4), p->gpu_kernels);
+                                                (uint64_t)T * Hq * (p->attn_gpu_splits ? 64 : 4), p->attn_gpu_splits);
     if (force_split) splits.main = force_split;
     const uint32_t n_split = splits.main + splits.win;
     float *Qv = malloc(sizeof(float) * T * Hq * D);
@@ -300,10 +300,13 @@ int main(void) {
      * steps in the decode pipelines', the others' bulk in the bulk pass's (meson test
      * paged_attention_gpu_kernels). lavapipe's shared memory (32 KiB) holds the bulk pass's tiles. */
     CHECK_EQ_INT(wk_pipelines_choose_kernels(&vk, &p, test_engine_env_kernels(), err, sizeof err), 0);
-    const bool bulk_lanes = wk_attn_bulk_lanes(p.gpu_kernels, vk.subgroup_size, 256,
+    CHECK_EQ_INT(wk_pipelines_apply_variants(&vk, &p, test_engine_env_variants(), err, sizeof err), 0);
+    const bool bulk_lanes = wk_attn_bulk_lanes(p.attn_lanes, vk.subgroup_size, 256,
                                                vk.props.limits.maxComputeSharedMemorySize);
-    CHECK_EQ_INT(bulk_lanes, p.gpu_kernels);
-    printf("kernel set: %s\n", p.gpu_kernels ? "gpu" : "cpu");
+    CHECK_EQ_INT(bulk_lanes, p.attn_lanes);
+    char variants[128];
+    wk_pipelines_describe_variants(&p, variants, sizeof variants);
+    printf("kernel set: %s (%s)\n", p.gpu_kernels ? "gpu" : "cpu", variants);
     const wk_kvq_kind kinds[3] = {WK_KVQ_QUEST, WK_KVQ_PERCENTILE, WK_KVQ_ABSMAX};
     int cases = 0;
     double worst = 0;
@@ -482,8 +485,8 @@ int main(void) {
     }
     /* The cases ran the kernel set's decode and bulk pipelines and not the other set's (each is
      * created on its first dispatch; the main set is never re-specialised above). */
-    CHECK_EQ_INT(p.pipe[WK_PIPE_ATTENTION_DECODE_LANES] != VK_NULL_HANDLE, p.gpu_kernels);
-    CHECK_EQ_INT(p.pipe[WK_PIPE_ATTENTION_DECODE] != VK_NULL_HANDLE, !p.gpu_kernels);
+    CHECK_EQ_INT(p.pipe[WK_PIPE_ATTENTION_DECODE_LANES] != VK_NULL_HANDLE, p.attn_lanes);
+    CHECK_EQ_INT(p.pipe[WK_PIPE_ATTENTION_DECODE] != VK_NULL_HANDLE, !p.attn_lanes);
     CHECK_EQ_INT(p.pipe[WK_PIPE_ATTENTION_BULK_LANES] != VK_NULL_HANDLE, bulk_lanes);
     CHECK_EQ_INT(p.pipe[WK_PIPE_ATTENTION_BULK] != VK_NULL_HANDLE, !bulk_lanes);
     printf("paged attention: %d configurations, worst max-abs error relative to output scale %.3g\n", cases, worst);

@@ -38,9 +38,9 @@ static uint32_t window_splits(uint32_t window_keys, uint32_t max_tile) {
 
 wk_attn_splits wk_attn_plan_splits(const wk_attn_plan *p, const wk_row_info *rows, uint32_t T, uint32_t n_head,
                                    uint32_t window, uint32_t sink, uint32_t recent, uint64_t part_rows,
-                                   int gpu_kernels) {
-    const uint32_t target = gpu_kernels ? WK_ATTN_TARGET_WG_GPU : WK_ATTN_TARGET_WG;
-    const uint32_t max_split = gpu_kernels ? WK_ATTN_MAX_SPLIT_GPU : WK_ATTN_MAX_SPLIT;
+                                   int gpu_splits) {
+    const uint32_t target = gpu_splits ? WK_ATTN_TARGET_WG_GPU : WK_ATTN_TARGET_WG;
+    const uint32_t max_split = gpu_splits ? WK_ATTN_MAX_SPLIT_GPU : WK_ATTN_MAX_SPLIT;
     const uint32_t win = wk_attn_plan_two_pass(p, sink, recent) ? window_splits(sink + recent, p->max_tile) : 0;
     uint32_t keys = 0;
     for (uint32_t t = 0; t < T; t++) {
@@ -65,8 +65,8 @@ wk_attn_splits wk_attn_plan_splits(const wk_attn_plan *p, const wk_row_info *row
 }
 
 uint64_t wk_attn_part_rows(uint32_t max_tokens, uint32_t n_head, uint32_t max_ctx, uint32_t window_keys,
-                           int gpu_kernels) {
-    const uint64_t least = gpu_kernels ? WK_ATTN_PART_ROWS_GPU : WK_ATTN_PART_ROWS;
+                           int gpu_splits) {
+    const uint64_t least = gpu_splits ? WK_ATTN_PART_ROWS_GPU : WK_ATTN_PART_ROWS;
     const uint64_t need = ((uint64_t)max_ctx + 16 + WK_ATTN_MAX_KEYS - 1) / WK_ATTN_MAX_KEYS;
     /* A window pass only runs in steps with tiles of several tokens (at most WK_ATTN_MAXR). */
     const uint64_t splits = need + window_splits(window_keys, WK_ATTN_MAXR);

@@ -57,21 +57,17 @@ typedef struct wk_attn_splits {
 static inline int wk_attn_plan_decode(const wk_attn_plan *p) { return p->tile_rows <= WK_ATTN_DECODE_ROWS; }
 
 /* Whether a decode step runs the decode pipelines' GPU variant (attention_paged.comp's constant 9:
- * bulk keys a key per lane): with the "gpu" kernel set, where its shared memory holds a whole
- * query row (head_dim <= 4 * WK_ATTN_LANES_D4) and a tile's probabilities (subgroup <= 64). */
-static inline int wk_attn_decode_lanes(int gpu_kernels, uint32_t subgroup, uint32_t head_dim) {
-    return gpu_kernels && subgroup <= WK_ATTN_LANES_SG && head_dim <= 4 * WK_ATTN_LANES_D4;
-}
-/* Shared memory the variant's pipelines declare for tiles of `rows` rows: every row's query (vec4
- * by WK_ATTN_LANES_D4) and its probabilities for a tile of keys (float by WK_ATTN_LANES_SG). */
-static inline uint32_t wk_attn_lanes_shared_bytes(uint32_t rows) {
-    return rows * (WK_ATTN_LANES_D4 * 16u + WK_ATTN_LANES_SG * 4u);
+ * bulk keys a key per lane): with the variant chosen (lanes: the "gpu" kernel set, or
+ * attention=lanes), where its shared memory holds a whole query row (head_dim <= 4 *
+ * WK_ATTN_LANES_D4) and a tile's probabilities (subgroup <= 64). */
+static inline int wk_attn_decode_lanes(int lanes, uint32_t subgroup, uint32_t head_dim) {
+    return lanes && subgroup <= WK_ATTN_LANES_SG && head_dim <= 4 * WK_ATTN_LANES_D4;
 }
 /* Whether a prefill step's bulk pass runs the same variant: as the decode steps', where the
  * device's shared memory (max_shared bytes a workgroup) holds its 16-row tiles (20 KiB; Vulkan
  * guarantees 16, GPUs have 32 or more). */
-static inline int wk_attn_bulk_lanes(int gpu_kernels, uint32_t subgroup, uint32_t head_dim, uint32_t max_shared) {
-    return wk_attn_decode_lanes(gpu_kernels, subgroup, head_dim) &&
+static inline int wk_attn_bulk_lanes(int lanes, uint32_t subgroup, uint32_t head_dim, uint32_t max_shared) {
+    return wk_attn_decode_lanes(lanes, subgroup, head_dim) &&
            max_shared >= wk_attn_lanes_shared_bytes(WK_ATTN_MAXR);
 }
 /* Whether a step of this plan walks a layer with sink + recent f16 window rows in two passes. */
@@ -80,13 +76,14 @@ static inline int wk_attn_plan_two_pass(const wk_attn_plan *p, uint32_t sink, ui
 }
 /* Key splits for one layer (window 0: the whole context; sink, recent: its class's f16 windows).
  * part_rows: the (token, head, split) partials the caller's buffer holds (wk_attn_part_rows).
- * gpu_kernels: the "gpu" kernel set's parallelism targets (_GPU above) instead of lavapipe's. */
+ * gpu_splits: the "gpu" kernel set's parallelism targets (_GPU above) instead of lavapipe's
+ * (wk_pipelines.attn_gpu_splits). */
 wk_attn_splits wk_attn_plan_splits(const wk_attn_plan *p, const wk_row_info *rows, uint32_t T, uint32_t n_head,
                                    uint32_t window, uint32_t sink, uint32_t recent, uint64_t part_rows,
-                                   int gpu_kernels);
+                                   int gpu_splits);
 /* Partials a buffer needs for steps of up to max_tokens over contexts of up to max_ctx, with f16
  * windows of at most window_keys (sink + recent) rows in a layer class (0: none), for the kernel set. */
 uint64_t wk_attn_part_rows(uint32_t max_tokens, uint32_t n_head, uint32_t max_ctx, uint32_t window_keys,
-                           int gpu_kernels);
+                           int gpu_splits);
 
 #endif

@@ -10,11 +10,11 @@ int wk_attn_record(wk_vk *vk, wk_pipelines *p, const wk_attn_plan *plan, wk_attn
      * their rows, and one body walks the bulk and the windows in loops of their own. */
     const bool decode = wk_attn_plan_decode(plan);
     const wk_attn_pipes pipes = wk_attn_pipes_of(set);
-    const wk_pipe_id decode_pipe = wk_attn_decode_lanes(p->gpu_kernels, vk->subgroup_size, pc->head_dim)
+    const wk_pipe_id decode_pipe = wk_attn_decode_lanes(p->attn_lanes, vk->subgroup_size, pc->head_dim)
                                        ? pipes.decode_lanes
                                        : pipes.decode;
     const wk_pipe_id bulk_pipe =
-        wk_attn_bulk_lanes(p->gpu_kernels, vk->subgroup_size, pc->head_dim, vk->props.limits.maxComputeSharedMemorySize)
+        wk_attn_bulk_lanes(p->attn_lanes, vk->subgroup_size, pc->head_dim, vk->props.limits.maxComputeSharedMemorySize)
             ? pipes.bulk_lanes
             : pipes.bulk;
     int rc = wk_dispatch(vk, p, decode ? decode_pipe : bulk_pipe, args, pc, sizeof *pc, plan->n_tiles,

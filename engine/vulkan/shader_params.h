@@ -22,6 +22,13 @@
  * engine/kv/attention_plan.h says when a step may use them). */
 enum { WK_ATTN_DECODE_ROWS = 4 };
 
+/* Shared memory attention_paged's key-per-lane variant (constant 9) declares for tiles of `rows`
+ * rows: every row's query (vec4 by WK_ATTN_LANES_D4) and its probabilities for a tile of keys
+ * (float by WK_ATTN_LANES_SG). */
+static inline uint32_t wk_attn_lanes_shared_bytes(uint32_t rows) {
+    return rows * (WK_ATTN_LANES_D4 * 16u + WK_ATTN_LANES_SG * 4u);
+}
+
 /* attention_paged's 4-element chunks of a head vector per lane (its specialisation constant 6):
  * the head's D/4 chunks spread over a subgroup. */
 static inline uint32_t wk_attn_lane_chunks(uint32_t head_dim, uint32_t subgroup) {

@@ -312,27 +312,6 @@ static bool matvec_wg_fits(const wk_vk *vk, uint32_t subgroups) {
     return subgroups > 0 && wg <= lim->maxComputeWorkGroupSize[0] && wg <= lim->maxComputeWorkGroupInvocations;
 }
 
-int wk_pipelines_choose_kernels(wk_vk *vk, wk_pipelines *p, int kernels, char *err, size_t errlen) {
-    const VkPhysicalDeviceLimits *lim = &vk->props.limits;
-    /* matmul_tiled.comp: a 16 x 16 workgroup, two 64 x 16 f32 tiles in shared memory. */
-    const bool fits = lim->maxComputeWorkGroupInvocations >= 256 && lim->maxComputeWorkGroupSize[0] >= 16 &&
-                      lim->maxComputeWorkGroupSize[1] >= 16 && lim->maxComputeSharedMemorySize >= 8192;
-    if (kernels == WK_KERNELS_GPU && !fits) {
-        snprintf(err, errlen, "kernel set gpu: device %s allows %u invocations and %u bytes of shared memory a "
-                 "workgroup, its matmul needs 256 and 8192", vk->props.deviceName, lim->maxComputeWorkGroupInvocations,
-                 lim->maxComputeSharedMemorySize);
-        return WK_ERR_UNSUPPORTED;
-    }
-    if (kernels != WK_KERNELS_AUTO && kernels != WK_KERNELS_CPU && kernels != WK_KERNELS_GPU) {
-        snprintf(err, errlen, "kernel set %d: expected auto, cpu or gpu", kernels);
-        return WK_ERR_INVALID;
-    }
-    p->gpu_kernels = kernels == WK_KERNELS_GPU ||
-                     (kernels == WK_KERNELS_AUTO && fits && vk->props.deviceType != VK_PHYSICAL_DEVICE_TYPE_CPU);
-    /* Four subgroups a matvec workgroup on a GPU, where the device allows it; one otherwise. */
-    return wk_pipelines_set_matvec_subgroups(vk, p, p->gpu_kernels && matvec_wg_fits(vk, 4) ? 4 : 1, err, errlen);
-}
-
 /* Destroys the created pipelines `which` picks; their next dispatch creates them anew. */
 static void drop_pipelines(wk_vk *vk, wk_pipelines *p, bool (*which)(wk_pipe_id)) {
     for (int id = 0; id < WK_PIPE_COUNT; id++)

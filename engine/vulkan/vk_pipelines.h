@@ -109,9 +109,14 @@ typedef struct wk_pipelines {
     uint32_t matvec_subgroups;  /* subgroups per matvec workgroup (its constant 3; the kernel set's) */
     /* The kernel set (wk_pipelines_choose_kernels): false "cpu", the shaders tuned for lavapipe
      * (texel buffers, register tiles, no shared memory); true "gpu", which swaps in the variants
-     * written for GPUs: the matmul's shared-memory tiles, the decode attention's key per lane
-     * (attention_record.c), more key splits (attention_plan.h), four subgroups a matvec workgroup. */
+     * written for GPUs: the matmul's shared-memory tiles, the attention's key per lane
+     * (attention_record.c), more key splits (attention_plan.h), four subgroups a matvec workgroup.
+     * The fields below it are what the engine reads; the set picks them and
+     * wk_pipelines_apply_variants overrides any one. */
     bool gpu_kernels;
+    bool matmul_tiled;    /* prefill matmuls in matmul_tiled.comp (else matmul.comp, gate and up joined) */
+    bool attn_lanes;      /* attention_paged's key-per-lane variant for decode steps and prefill bulk keys */
+    bool attn_gpu_splits; /* the attention's key-split targets for a GPU (WK_ATTN_*_GPU) */
     /* matmul.comp's module (wk_pipelines_set_matmul_shuffle): true the one whose lanes share the
      * activations' fetches through subgroup shuffles, where the device allows it; false the one
      * without shuffles. */
@@ -162,6 +167,19 @@ int wk_pipelines_set_matmul_shuffle(wk_vk *vk, wk_pipelines *p, bool on, char *e
  * "cpu" on a CPU device and "gpu" on any other that allows the GPU variants' workgroups (256
  * invocations, 8 KiB of shared memory). Forcing "gpu" on a device that does not allow them fails. */
 int wk_pipelines_choose_kernels(wk_vk *vk, wk_pipelines *p, int kernels, char *err, size_t errlen);
+/* Overrides single variants of the chosen set (engine/vulkan/vk_kernels.c): spec is NULL, empty,
+ * or "name=value[,name=value...]" with names and values
+ *   matmul=register|tiled        prefill matmuls: matmul.comp's register tiles or matmul_tiled.comp
+ *   matmul_shuffle=on|off        matmul.comp's module (wk_pipelines_set_matmul_shuffle)
+ *   matvec=N                     subgroups a matvec workgroup (wk_pipelines_set_matvec_subgroups)
+ *   attention=subgroup|lanes     attention_paged: a key per subgroup, or the key-per-lane variant
+ *   splits=cpu|gpu               the attention's key-split targets
+ * (the set's own values are what wk_pipelines_describe_variants prints). An unknown name or value
+ * fails (WK_ERR_INVALID), and so does a variant the device cannot run (WK_ERR_UNSUPPORTED), with the
+ * reason in err; as the setters above, never while a step is in flight. */
+int wk_pipelines_apply_variants(wk_vk *vk, wk_pipelines *p, const char *spec, char *err, size_t errlen);
+/* The variants in force, in wk_pipelines_apply_variants' syntax (every name, in its order). */
+void wk_pipelines_describe_variants(const wk_pipelines *p, char *buf, size_t cap);
 /* The same for kv_transform and the transform's block; decode_units: the decode twin's tile
  * (wk_xform_decode_units). */
 int wk_pipelines_specialize_transform(wk_vk *vk, wk_pipelines *p, int block, int decode_units, char *err,

@@ -85,6 +85,11 @@ typedef struct wk_engine_params {
     bool verbose;          /* device and model summary on stderr */
     bool skip_warmup;      /* don't run every shader once at open (lavapipe compiles on first use) */
     int kernels;           /* wk_kernels; the CLI sets it from WUSHKV_KERNELS=cpu|gpu */
+    /* Single variants forced on top of the set, "name=value[,...]" (NULL or "": none): matmul=register|
+     * tiled, matmul_shuffle=on|off, matvec=N (subgroups a workgroup), attention=subgroup|lanes,
+     * splits=cpu|gpu; the CLI takes them from WUSHKV_KERNELS after the set (gpu,attention=subgroup).
+     * An unknown one, or one the device cannot run, fails the open. */
+    const char *kernel_variants;
     /* GPU time per pipeline: a timestamp after every dispatch (where the device has compute
      * timestamps), the sums printed on stderr by wk_engine_close. The engine reads no environment:
      * the CLI sets this from WUSHKV_PROFILE=1, as it sets device_index from WUSHKV_DEVICE and
@@ -201,6 +206,7 @@ typedef struct wk_model_info {
      * the shaders run at, shared memory per workgroup, PCI vendor and device ids. */
     const char *device_type, *device_driver, *device_driver_info;
     const char *kernels; /* the shader variants the engine chose: "cpu" or "gpu" (wk_kernels) */
+    const char *kernel_variants; /* ... each of them, as wk_engine_params.kernel_variants spells them */
     uint32_t device_subgroup_size, device_shared_memory_bytes, device_vendor_id, device_id;
     bool prefix_cache; /* automatic prefix caching is on (wk_engine_params.prefix_cache) */
     bool prefix_cache_park; /* ... in its parking form (the format has f16 windows) */

@@ -199,6 +199,7 @@ typedef struct engine_result {
     char device_type[32], driver[256], driver_info[256];
     unsigned subgroup, shared_memory, vendor_id, device_id;
     const char *kernels; /* the shader variants: "cpu" or "gpu" */
+    char kernel_variants[128]; /* each of them (wk_model_info.kernel_variants; copied: the engine closes first) */
     double bits_per_element;
     unsigned long long kv_bytes_per_token;
     int ctx;
@@ -262,6 +263,7 @@ static int measure_engine(const bench_engine_opts *o, const char *model, engine_
     res->subgroup = info->device_subgroup_size;
     res->shared_memory = info->device_shared_memory_bytes;
     res->kernels = info->kernels;
+    snprintf(res->kernel_variants, sizeof res->kernel_variants, "%s", info->kernel_variants ? info->kernel_variants : "");
     res->vendor_id = info->device_vendor_id;
     res->device_id = info->device_id;
     res->bits_per_element = info->kv_bits_per_element;
@@ -550,6 +552,7 @@ static int print_json(const bench_engine_opts *o, const char *model, const engin
     cJSON_AddNumberToObject(obj, "subgroup_size", res->subgroup);
     cJSON_AddNumberToObject(obj, "shared_memory_bytes", res->shared_memory);
     cJSON_AddStringToObject(obj, "kernels", res->kernels ? res->kernels : "");
+    cJSON_AddStringToObject(obj, "kernel_variants", res->kernel_variants);
     cJSON_AddNumberToObject(obj, "vendor_id", res->vendor_id);
     cJSON_AddNumberToObject(obj, "device_id", res->device_id);
     cJSON_AddStringToObject(obj, "kv", res->kv_desc);
@@ -644,9 +647,9 @@ static void print_text(const bench_engine_opts *o, const char *model, const engi
                        const peer_result *peer) {
     const size_t n = (size_t)o->reps;
     printf("model:  %s (%s)\n", res->model_name, model);
-    printf("device: %s (%s; driver %s%s%s; subgroup %u, shared memory %u KiB; kernels %s)\n", res->device,
+    printf("device: %s (%s; driver %s%s%s; subgroup %u, shared memory %u KiB; kernels %s: %s)\n", res->device,
            res->device_type, res->driver[0] ? res->driver : "?", res->driver_info[0] ? " " : "", res->driver_info,
-           res->subgroup, res->shared_memory / 1024, res->kernels ? res->kernels : "?");
+           res->subgroup, res->shared_memory / 1024, res->kernels ? res->kernels : "?", res->kernel_variants);
     printf("KV:     %s, %.2f bits/element, %llu bytes/token; ctx %d, batch %d, %d run%s after 1 warm-up\n",
            res->kv_desc, res->bits_per_element, res->kv_bytes_per_token, res->ctx, o->batch_tokens, o->reps,
            o->reps == 1 ? "" : "s");

@@ -86,12 +86,20 @@ int cli_engine_env(wk_engine_params *p, char *err, size_t errlen) {
     if (validation && strcmp(validation, "sync") == 0) p->validation = p->validation_sync = true; /* + hazards */
     const char *profile = getenv("WUSHKV_PROFILE");
     if (profile && strcmp(profile, "1") == 0) p->profile = true;
+    /* WUSHKV_KERNELS=SET[,name=value...]: the set, then single variants forced on top of it (the
+     * engine checks those: wk_engine_params.kernel_variants); a leading name=value keeps auto. */
     const char *kernels = getenv("WUSHKV_KERNELS");
     if (kernels && *kernels) {
-        if (strcmp(kernels, "cpu") == 0) p->kernels = WK_KERNELS_CPU;
-        else if (strcmp(kernels, "gpu") == 0) p->kernels = WK_KERNELS_GPU;
-        else if (strcmp(kernels, "auto") == 0) p->kernels = WK_KERNELS_AUTO;
-        else return snprintf(err, errlen, "WUSHKV_KERNELS='%s': expected cpu, gpu or auto", kernels), WK_ERR_INVALID;
+        const size_t set_len = strcspn(kernels, ",");
+        const bool no_set = memchr(kernels, '=', set_len) != NULL;
+        if (no_set) p->kernels = WK_KERNELS_AUTO;
+        else if (set_len == 3 && strncmp(kernels, "cpu", 3) == 0) p->kernels = WK_KERNELS_CPU;
+        else if (set_len == 3 && strncmp(kernels, "gpu", 3) == 0) p->kernels = WK_KERNELS_GPU;
+        else if (set_len == 4 && strncmp(kernels, "auto", 4) == 0) p->kernels = WK_KERNELS_AUTO;
+        else
+            return snprintf(err, errlen, "WUSHKV_KERNELS='%s': expected cpu, gpu or auto, then any name=value "
+                            "variants (docs/engine.md \"Kernel sets\")", kernels), WK_ERR_INVALID;
+        p->kernel_variants = no_set ? kernels : kernels[set_len] ? kernels + set_len + 1 : NULL;
     }
     return WK_OK;
 }

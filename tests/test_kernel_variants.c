@@ -1,0 +1,130 @@
+/* Kernel sets and single-variant overrides (engine/vulkan/vk_kernels.c) on the test device: what
+ * each set picks, that every override sets exactly its own variant and reads back in
+ * wk_pipelines_describe_variants' syntax, that the setters drop pipelines made for the other
+ * choice, and that unknown names, bad values and malformed items are refused with a message
+ * naming them. Runs no shader: the shaders of every variant are checked against the C reference
+ * by the matmul, attention and forward tests. */
+#include <stdio.h>
+#include <string.h>
+
+#include "test_util.h"
+#include "test_vk_open.h"
+#include "vulkan/shader_params.h"
+#include "vulkan/vk_pipelines.h"
+#include "wushkv/wushkv.h"
+
+static char err[WK_ERRMSG_LEN];
+
+static const char *describe(const wk_pipelines *p) {
+    static char buf[128];
+    wk_pipelines_describe_variants(p, buf, sizeof buf);
+    return buf;
+}
+
+/* spec is refused with `code` and a message containing `needle`. */
+static void refused(wk_vk *vk, wk_pipelines *p, const char *spec, int code, const char *needle) {
+    char before[128];
+    snprintf(before, sizeof before, "%s", describe(p));
+    err[0] = '\0';
+    const int rc = wk_pipelines_apply_variants(vk, p, spec, err, sizeof err);
+    CHECK_EQ_INT(rc, code);
+    if (!strstr(err, needle)) fprintf(stderr, "spec '%s': message '%s' lacks '%s'\n", spec, err, needle);
+    CHECK(strstr(err, needle) != NULL);
+    /* An item before the bad one may have applied; a spec that is bad as a whole changes nothing. */
+    if (!strchr(spec, ',')) CHECK(strcmp(describe(p), before) == 0);
+}
+
+int main(void) {
+    wk_vk vk;
+    wk_pipelines p;
+    if (!test_vk_open(&vk, &p)) {
+        CHECK(false);
+        TEST_MAIN_END();
+    }
+    const bool shuffle = p.matmul_shuffle; /* the device's default module (wk_pipelines_create) */
+    const char *sh = shuffle ? "on" : "off";
+    char want[160];
+
+    /* The "cpu" set: every lavapipe variant; nothing forced changes it. */
+    CHECK_EQ_INT(wk_pipelines_choose_kernels(&vk, &p, WK_KERNELS_CPU, err, sizeof err), 0);
+    snprintf(want, sizeof want, "matmul=register,matmul_shuffle=%s,matvec=1,attention=subgroup,splits=cpu", sh);
+    CHECK(strcmp(describe(&p), want) == 0);
+    CHECK_EQ_INT(wk_pipelines_apply_variants(&vk, &p, NULL, err, sizeof err), 0);
+    CHECK_EQ_INT(wk_pipelines_apply_variants(&vk, &p, "", err, sizeof err), 0);
+    CHECK(strcmp(describe(&p), want) == 0);
+
+    /* Each override alone sets its own variant and no other. */
+    static const struct {
+        const char *spec, *field;
+    } one[] = {{"matmul=tiled", "matmul=tiled"},
+               {"attention=lanes", "attention=lanes"},
+               {"splits=gpu", "splits=gpu"},
+               {"matvec=4", "matvec=4"},
+               {"matmul_shuffle=off", "matmul_shuffle=off"}};
+    for (size_t i = 0; i < sizeof one / sizeof one[0]; i++) {
+        CHECK_EQ_INT(wk_pipelines_choose_kernels(&vk, &p, WK_KERNELS_CPU, err, sizeof err), 0);
+        CHECK_EQ_INT(wk_pipelines_set_matmul_shuffle(&vk, &p, shuffle, err, sizeof err), 0);
+        CHECK_EQ_INT(wk_pipelines_apply_variants(&vk, &p, one[i].spec, err, sizeof err), 0);
+        /* The description is the cpu set's with this one field replaced. */
+        char expect[160] = "";
+        const char *cpu_fields[5] = {"matmul=register", shuffle ? "matmul_shuffle=on" : "matmul_shuffle=off",
+                                     "matvec=1", "attention=subgroup", "splits=cpu"};
+        for (int f = 0; f < 5; f++) {
+            const size_t name_len = strcspn(cpu_fields[f], "=");
+            const bool same = strncmp(cpu_fields[f], one[i].field, name_len) == 0 && one[i].field[name_len] == '=';
+            if (f) strcat(expect, ",");
+            strcat(expect, same ? one[i].field : cpu_fields[f]);
+        }
+        if (strcmp(describe(&p), expect) != 0) fprintf(stderr, "%s: '%s', expected '%s'\n", one[i].spec, describe(&p), expect);
+        CHECK(strcmp(describe(&p), expect) == 0);
+    }
+    CHECK_EQ_INT(p.matvec_subgroups, 1); /* the last case reset it */
+    CHECK(p.matmul_shuffle == false);     /* ... and left this one off: a set does not choose it */
+    CHECK_EQ_INT(wk_pipelines_set_matmul_shuffle(&vk, &p, shuffle, err, sizeof err), 0);
+
+    /* The "gpu" set on this device (lavapipe allows its workgroups), then each of its variants back. */
+    CHECK_EQ_INT(wk_pipelines_choose_kernels(&vk, &p, WK_KERNELS_GPU, err, sizeof err), 0);
+    snprintf(want, sizeof want, "matmul=tiled,matmul_shuffle=%s,matvec=4,attention=lanes,splits=gpu", sh);
+    CHECK(strcmp(describe(&p), want) == 0);
+    CHECK(p.gpu_kernels && p.matmul_tiled && p.attn_lanes && p.attn_gpu_splits);
+    CHECK_EQ_INT(wk_pipelines_apply_variants(&vk, &p, "matmul=register,matvec=1,attention=subgroup,splits=cpu", err,
+                                             sizeof err), 0);
+    snprintf(want, sizeof want, "matmul=register,matmul_shuffle=%s,matvec=1,attention=subgroup,splits=cpu", sh);
+    CHECK(strcmp(describe(&p), want) == 0);
+    CHECK(p.gpu_kernels); /* the set's name stays; the engine reads the fields */
+    /* A description is a spec: applying it reproduces it. */
+    CHECK_EQ_INT(wk_pipelines_choose_kernels(&vk, &p, WK_KERNELS_GPU, err, sizeof err), 0);
+    snprintf(want, sizeof want, "%s", describe(&p));
+    CHECK_EQ_INT(wk_pipelines_choose_kernels(&vk, &p, WK_KERNELS_CPU, err, sizeof err), 0);
+    CHECK_EQ_INT(wk_pipelines_apply_variants(&vk, &p, want, err, sizeof err), 0);
+    CHECK(strcmp(describe(&p), want) == 0);
+
+    /* Refused: unknown names, bad values, items without a value, too long a spec. */
+    CHECK_EQ_INT(wk_pipelines_choose_kernels(&vk, &p, WK_KERNELS_CPU, err, sizeof err), 0);
+    refused(&vk, &p, "matmul=fast", WK_ERR_INVALID, "matmul=fast: expected register or tiled");
+    refused(&vk, &p, "attention=gpu", WK_ERR_INVALID, "attention=gpu: expected subgroup or lanes");
+    refused(&vk, &p, "splits=", WK_ERR_INVALID, "splits=: expected cpu or gpu");
+    refused(&vk, &p, "matmul_shuffle=yes", WK_ERR_INVALID, "expected off or on");
+    refused(&vk, &p, "matvec=0", WK_ERR_INVALID, "matvec=0: expected a count");
+    refused(&vk, &p, "matvec=65", WK_ERR_INVALID, "matvec=65");
+    refused(&vk, &p, "matvec=-4", WK_ERR_INVALID, "matvec=-4");
+    refused(&vk, &p, "matvec=4x", WK_ERR_INVALID, "matvec=4x");
+    refused(&vk, &p, "tiles=on", WK_ERR_INVALID, "kernel variant 'tiles'");
+    refused(&vk, &p, "attention", WK_ERR_INVALID, "'attention': expected name=value");
+    refused(&vk, &p, "gpu", WK_ERR_INVALID, "'gpu': expected name=value");
+    refused(&vk, &p, "attention=lanes,bogus=1", WK_ERR_INVALID, "'bogus'");
+    char big[300];
+    memset(big, 'a', sizeof big - 1);
+    big[sizeof big - 1] = '\0';
+    refused(&vk, &p, big, WK_ERR_INVALID, "at most 255");
+
+    /* A device whose subgroups are wider than the variant's tiles cannot take attention=lanes. */
+    const uint32_t real_sg = vk.subgroup_size;
+    vk.subgroup_size = WK_ATTN_LANES_SG * 2;
+    refused(&vk, &p, "attention=lanes", WK_ERR_UNSUPPORTED, "attention=lanes: device");
+    vk.subgroup_size = real_sg;
+
+    printf("kernel variants: %s (cpu set), overrides and refusals checked\n", describe(&p));
+    CHECK_EQ_INT(test_vk_close(&vk, &p), 0);
+    TEST_MAIN_END();
+}
