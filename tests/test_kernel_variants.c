@@ -2,7 +2,7 @@
  * each set picks, that every override sets exactly its own variant and reads back in
  * wk_pipelines_describe_variants' syntax, that the setters drop pipelines made for the other
  * choice, and that unknown names, bad values and malformed items are refused with a message
- * naming them. Runs no shader: the shaders of every variant are checked against the C reference
+ * naming them; and that lavapipe's pipelines are made with the subgroup size pinned. Runs no shader: the shaders of every variant are checked against the C reference
  * by the matmul, attention and forward tests. */
 #include <stdio.h>
 #include <string.h>
@@ -41,6 +41,10 @@ int main(void) {
         CHECK(false);
         TEST_MAIN_END();
     }
+    /* lavapipe offers VK_EXT_subgroup_size_control with compute in its required-size stages, so
+     * every pipeline of every vulkan test here is created with the size pinned (and full
+     * subgroups where the workgroup is made of them), under the validation layer. */
+    if (strstr(vk.props.deviceName, "llvmpipe")) CHECK(vk.pin_subgroup);
     const bool shuffle = p.matmul_shuffle; /* the device's default module (wk_pipelines_create) */
     const char *sh = shuffle ? "on" : "off";
     char want[160];

@@ -147,6 +147,18 @@ static int pick_device(wk_vk *vk, int device_index, char *err, size_t errlen) {
     return 0;
 }
 
+/* Whether the device offers the extension `name`. */
+static bool has_device_extension(VkPhysicalDevice phys, const char *name) {
+    uint32_t n = 0;
+    if (vkEnumerateDeviceExtensionProperties(phys, NULL, &n, NULL) != VK_SUCCESS || n == 0) return false;
+    VkExtensionProperties *ext = calloc(n, sizeof *ext);
+    bool found = false;
+    if (ext && vkEnumerateDeviceExtensionProperties(phys, NULL, &n, ext) == VK_SUCCESS)
+        for (uint32_t i = 0; i < n && !found; i++) found = strcmp(ext[i].extensionName, name) == 0;
+    free(ext);
+    return found;
+}
+
 static int create_device(wk_vk *vk, char *err, size_t errlen) {
     uint32_t nq = 0;
     vkGetPhysicalDeviceQueueFamilyProperties(vk->phys, &nq, NULL);
@@ -168,7 +180,17 @@ static int create_device(wk_vk *vk, char *err, size_t errlen) {
     VkPhysicalDeviceDriverProperties drv = {.sType = VK_STRUCTURE_TYPE_PHYSICAL_DEVICE_DRIVER_PROPERTIES};
     VkPhysicalDeviceMaintenance3Properties m3 = {.sType = VK_STRUCTURE_TYPE_PHYSICAL_DEVICE_MAINTENANCE_3_PROPERTIES,
                                                  .pNext = vk->props.apiVersion >= VK_API_VERSION_1_2 ? &drv : NULL};
-    VkPhysicalDeviceSubgroupProperties sg = {.sType = VK_STRUCTURE_TYPE_PHYSICAL_DEVICE_SUBGROUP_PROPERTIES, .pNext = &m3};
+    /* Subgroup size control (VK_EXT_subgroup_size_control, core in 1.3): the shaders size their
+     * workgroups and reductions by the reported subgroup size, but a driver may compile a compute
+     * shader for another width (Intel: 8, 16 or 32; AMD RDNA: 32 or 64) and split a workgroup into
+     * partial subgroups. Where the extension allows it, every pipeline pins the reported size and
+     * the subgroup-sized ones require full subgroups (vk_pipelines.c). Its structs may only be
+     * chained when the device has it. */
+    const bool ssc_ext = has_device_extension(vk->phys, VK_EXT_SUBGROUP_SIZE_CONTROL_EXTENSION_NAME);
+    VkPhysicalDeviceSubgroupSizeControlPropertiesEXT ssc_props = {
+        .sType = VK_STRUCTURE_TYPE_PHYSICAL_DEVICE_SUBGROUP_SIZE_CONTROL_PROPERTIES_EXT, .pNext = &m3};
+    VkPhysicalDeviceSubgroupProperties sg = {.sType = VK_STRUCTURE_TYPE_PHYSICAL_DEVICE_SUBGROUP_PROPERTIES,
+                                             .pNext = ssc_ext ? (void *)&ssc_props : (void *)&m3};
     VkPhysicalDeviceProperties2 p2 = {.sType = VK_STRUCTURE_TYPE_PHYSICAL_DEVICE_PROPERTIES_2, .pNext = &sg};
     vkGetPhysicalDeviceProperties2(vk->phys, &p2);
     snprintf(vk->driver_name, sizeof vk->driver_name, "%s", drv.driverName);
@@ -186,20 +208,33 @@ static int create_device(wk_vk *vk, char *err, size_t errlen) {
         return WK_ERR_UNSUPPORTED;
     }
     /* The KV cache is written as f16 from shaders. */
-    VkPhysicalDevice16BitStorageFeatures s16 = {.sType = VK_STRUCTURE_TYPE_PHYSICAL_DEVICE_16BIT_STORAGE_FEATURES};
+    VkPhysicalDeviceSubgroupSizeControlFeaturesEXT ssc = {
+        .sType = VK_STRUCTURE_TYPE_PHYSICAL_DEVICE_SUBGROUP_SIZE_CONTROL_FEATURES_EXT};
+    VkPhysicalDevice16BitStorageFeatures s16 = {.sType = VK_STRUCTURE_TYPE_PHYSICAL_DEVICE_16BIT_STORAGE_FEATURES,
+                                                .pNext = ssc_ext ? &ssc : NULL};
     VkPhysicalDeviceFeatures2 f2 = {.sType = VK_STRUCTURE_TYPE_PHYSICAL_DEVICE_FEATURES_2, .pNext = &s16};
     vkGetPhysicalDeviceFeatures2(vk->phys, &f2);
     if (!s16.storageBuffer16BitAccess) {
         snprintf(err, errlen, "device %s lacks storageBuffer16BitAccess", vk->props.deviceName);
         return WK_ERR_UNSUPPORTED;
     }
+    vk->pin_subgroup = ssc_ext && ssc.subgroupSizeControl && ssc.computeFullSubgroups &&
+                       (ssc_props.requiredSubgroupSizeStages & VK_SHADER_STAGE_COMPUTE_BIT) &&
+                       ssc_props.minSubgroupSize <= vk->subgroup_size && vk->subgroup_size <= ssc_props.maxSubgroupSize;
+    vk->max_workgroup_subgroups = vk->pin_subgroup ? ssc_props.maxComputeWorkgroupSubgroups : 0;
+    VkPhysicalDeviceSubgroupSizeControlFeaturesEXT ssc_on = {
+        .sType = VK_STRUCTURE_TYPE_PHYSICAL_DEVICE_SUBGROUP_SIZE_CONTROL_FEATURES_EXT,
+        .subgroupSizeControl = VK_TRUE, .computeFullSubgroups = VK_TRUE};
     VkPhysicalDevice16BitStorageFeatures s16_on = {.sType = VK_STRUCTURE_TYPE_PHYSICAL_DEVICE_16BIT_STORAGE_FEATURES,
+                                                   .pNext = vk->pin_subgroup ? &ssc_on : NULL,
                                                    .storageBuffer16BitAccess = VK_TRUE};
+    const char *dev_exts[1] = {VK_EXT_SUBGROUP_SIZE_CONTROL_EXTENSION_NAME};
     float prio = 1.0f;
     VkDeviceQueueCreateInfo qci = {.sType = VK_STRUCTURE_TYPE_DEVICE_QUEUE_CREATE_INFO,
                                    .queueFamilyIndex = vk->queue_family, .queueCount = 1, .pQueuePriorities = &prio};
     VkDeviceCreateInfo dci = {.sType = VK_STRUCTURE_TYPE_DEVICE_CREATE_INFO, .pNext = &s16_on, .queueCreateInfoCount = 1,
-                              .pQueueCreateInfos = &qci};
+                              .pQueueCreateInfos = &qci, .enabledExtensionCount = vk->pin_subgroup ? 1 : 0,
+                              .ppEnabledExtensionNames = vk->pin_subgroup ? dev_exts : NULL};
     VKCALL(vkCreateDevice(vk->phys, &dci, NULL, &vk->dev), "vkCreateDevice");
     vkGetDeviceQueue(vk->dev, vk->queue_family, 0, &vk->queue);
     VkCommandPoolCreateInfo pci = {.sType = VK_STRUCTURE_TYPE_COMMAND_POOL_CREATE_INFO,
@@ -248,9 +283,9 @@ int wk_vk_init(wk_vk *vk, int device_index, int validation, bool verbose, char *
     }
     keep_driver_loaded();
     if (verbose)
-        fprintf(stderr, "wushkv: device %s (Vulkan %u.%u, subgroup %u)%s\n", vk->props.deviceName,
+        fprintf(stderr, "wushkv: device %s (Vulkan %u.%u, subgroup %u%s)%s\n", vk->props.deviceName,
                 VK_API_VERSION_MAJOR(vk->props.apiVersion), VK_API_VERSION_MINOR(vk->props.apiVersion),
-                vk->subgroup_size, vk->validation_sync ? ", validation on (with synchronization)"
+                vk->subgroup_size, vk->pin_subgroup ? ", pinned" : "", vk->validation_sync ? ", validation on (with synchronization)"
                                    : vk->validation ? ", validation on" : "");
     return 0;
 }

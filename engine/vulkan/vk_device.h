@@ -19,6 +19,10 @@ typedef struct wk_vk {
     VkPhysicalDeviceMemoryProperties mem_props;
     uint32_t subgroup_size;
     VkSubgroupFeatureFlags subgroup_ops;  /* the subgroup operations compute shaders may use */
+    /* Pipelines pin subgroup_size and the subgroup-sized ones require full subgroups
+     * (VK_EXT_subgroup_size_control, enabled where the device has it: vk_device.c). */
+    bool pin_subgroup;
+    uint32_t max_workgroup_subgroups;     /* with pin_subgroup: subgroups a pinned workgroup may hold */
     /* VkPhysicalDeviceDriverProperties (empty on a device below Vulkan 1.2): for reports only. */
     char driver_name[VK_MAX_DRIVER_NAME_SIZE], driver_info[VK_MAX_DRIVER_INFO_SIZE];
     VkDeviceSize max_allocation;  /* the largest single allocation (maintenance3), 0: not reported */
