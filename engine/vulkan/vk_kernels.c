@@ -41,7 +41,7 @@ int wk_pipelines_choose_kernels(wk_vk *vk, wk_pipelines *p, int kernels, char *e
     p->gpu_kernels = kernels == WK_KERNELS_GPU ||
                      (kernels == WK_KERNELS_AUTO && fits && vk->props.deviceType != VK_PHYSICAL_DEVICE_TYPE_CPU);
     p->matmul_tiled = p->gpu_kernels;
-    p->attn_lanes = p->gpu_kernels; /* where a GPU's subgroup is wider than 64 the attention checks again */
+    p->attn_lanes = p->gpu_kernels && lanes_fit(vk); /* a subgroup wider than 64 keeps a key per subgroup */
     p->attn_gpu_splits = p->gpu_kernels;
     /* Four subgroups a matvec workgroup on a GPU, where the device allows it; one otherwise. */
     if (p->gpu_kernels && wk_pipelines_set_matvec_subgroups(vk, p, 4, err, errlen) == 0) return 0;

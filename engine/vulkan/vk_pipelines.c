@@ -209,13 +209,13 @@ static int create_pipeline(wk_vk *vk, wk_pipelines *p, wk_pipe_id id, const int3
     VkSpecializationInfo si = {.mapEntryCount = n, .pMapEntries = entries, .dataSize = n * 4, .pData = spec_data};
     /* The subgroup size every shader assumes (wk_vk.subgroup_size): pinned where the device lets
      * us, with full subgroups for the workgroups made of whole subgroups, so a driver that would
-     * pick another width cannot split a workgroup's reductions and shuffles. */
-    /* matmul.comp's 64 lanes: whole subgroups where the size divides them (its shuffles work in
-     * aligned runs of WK_MATMUL_WG lanes of one subgroup). */
-    const bool matmul_full = is_matmul(id) && (WK_MATMUL_WG * WK_MATMUL_WG) % vk->subgroup_size == 0;
-    /* A pinned size must leave room for the workgroup (the largest fixed one: matmul_tiled's 256). */
+     * pick another width cannot split a workgroup's reductions and shuffles. A pinned size must
+     * leave room for the workgroup (the largest fixed one: matmul_tiled's 256). matmul.comp's 64
+     * lanes are whole subgroups where the size divides them (its shuffles work in aligned runs of
+     * WK_MATMUL_WG lanes of one subgroup). */
     const bool pin = vk->pin_subgroup &&
                      (spec->subgroup_wg ? wg : 256u) <= (uint64_t)vk->max_workgroup_subgroups * vk->subgroup_size;
+    const bool matmul_full = is_matmul(id) && (WK_MATMUL_WG * WK_MATMUL_WG) % vk->subgroup_size == 0;
     const VkPipelineShaderStageRequiredSubgroupSizeCreateInfoEXT req = {
         .sType = VK_STRUCTURE_TYPE_PIPELINE_SHADER_STAGE_REQUIRED_SUBGROUP_SIZE_CREATE_INFO_EXT,
         .requiredSubgroupSize = vk->subgroup_size};
@@ -223,8 +223,9 @@ static int create_pipeline(wk_vk *vk, wk_pipelines *p, wk_pipe_id id, const int3
         .sType = VK_STRUCTURE_TYPE_COMPUTE_PIPELINE_CREATE_INFO,
         .stage = {.sType = VK_STRUCTURE_TYPE_PIPELINE_SHADER_STAGE_CREATE_INFO,
                   .pNext = pin ? &req : NULL,
-                  .flags = pin && (spec->subgroup_wg || matmul_full) ? VK_PIPELINE_SHADER_STAGE_CREATE_REQUIRE_FULL_SUBGROUPS_BIT_EXT
-                                                                                  : 0,
+                  .flags = pin && (spec->subgroup_wg || matmul_full)
+                               ? VK_PIPELINE_SHADER_STAGE_CREATE_REQUIRE_FULL_SUBGROUPS_BIT_EXT
+                               : 0,
                   .stage = VK_SHADER_STAGE_COMPUTE_BIT, .module = mod, .pName = "main",
                   .pSpecializationInfo = spec->subgroup_wg || extra || tile_rows || pass || matvec_mode_of(id) ? &si : NULL},
         .layout = p->layout[id]};
