@@ -105,18 +105,21 @@ int main(void) {
 
     /* Refused: unknown names, bad values, items without a value, too long a spec. */
     CHECK_EQ_INT(wk_pipelines_choose_kernels(&vk, &p, WK_KERNELS_CPU, err, sizeof err), 0);
-    refused(&vk, &p, "matmul=fast", WK_ERR_INVALID, "matmul=fast: expected register or tiled");
-    refused(&vk, &p, "attention=gpu", WK_ERR_INVALID, "attention=gpu: expected subgroup or lanes");
-    refused(&vk, &p, "splits=", WK_ERR_INVALID, "splits=: expected cpu or gpu");
-    refused(&vk, &p, "matmul_shuffle=yes", WK_ERR_INVALID, "expected off or on");
-    refused(&vk, &p, "matvec=0", WK_ERR_INVALID, "matvec=0: expected a count");
-    refused(&vk, &p, "matvec=65", WK_ERR_INVALID, "matvec=65");
-    refused(&vk, &p, "matvec=-4", WK_ERR_INVALID, "matvec=-4");
-    refused(&vk, &p, "matvec=4x", WK_ERR_INVALID, "matvec=4x");
-    refused(&vk, &p, "tiles=on", WK_ERR_INVALID, "kernel variant 'tiles'");
-    refused(&vk, &p, "attention", WK_ERR_INVALID, "'attention': expected name=value");
-    refused(&vk, &p, "gpu", WK_ERR_INVALID, "'gpu': expected name=value");
-    refused(&vk, &p, "attention=lanes,bogus=1", WK_ERR_INVALID, "'bogus'");
+    static const struct {
+        const char *spec, *needle;
+    } bad[] = {{"matmul=fast", "matmul=fast: expected register or tiled"},
+               {"attention=gpu", "attention=gpu: expected subgroup or lanes"},
+               {"splits=", "splits=: expected cpu or gpu"},
+               {"matmul_shuffle=yes", "expected off or on"},
+               {"matvec=0", "matvec=0: expected a count"},
+               {"matvec=65", "matvec=65"},
+               {"matvec=-4", "matvec=-4"},
+               {"matvec=4x", "matvec=4x"},
+               {"tiles=on", "kernel variant 'tiles'"},
+               {"attention", "'attention': expected name=value"},
+               {"gpu", "'gpu': expected name=value"},
+               {"attention=lanes,bogus=1", "'bogus'"}};
+    for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) refused(&vk, &p, bad[i].spec, WK_ERR_INVALID, bad[i].needle);
     char big[300];
     memset(big, 'a', sizeof big - 1);
     big[sizeof big - 1] = '\0';

@@ -17,6 +17,15 @@ static bool tiled_fits(const wk_vk *vk) {
            lim->maxComputeWorkGroupSize[1] >= 16 && lim->maxComputeSharedMemorySize >= 8192;
 }
 
+/* The refusal when the tiled matmul cannot run on the device (`what`: the set or variant asked for). */
+static int tiled_refused(const wk_vk *vk, const char *what, char *err, size_t errlen) {
+    const VkPhysicalDeviceLimits *lim = &vk->props.limits;
+    snprintf(err, errlen, "%s: device %s allows %u invocations and %u bytes of shared memory a workgroup, the tiled "
+             "matmul needs 256 and 8192", what, vk->props.deviceName, lim->maxComputeWorkGroupInvocations,
+             lim->maxComputeSharedMemorySize);
+    return WK_ERR_UNSUPPORTED;
+}
+
 /* attention_paged's key-per-lane variant: a tile's probabilities a lane each (subgroup <= 64) and
  * the decode tiles' queries in shared memory. The prefill bulk pass needs more (16-row tiles) and
  * falls back to its plain pipeline where that does not fit (wk_attn_bulk_lanes). */
@@ -26,14 +35,8 @@ static bool lanes_fit(const wk_vk *vk) {
 }
 
 int wk_pipelines_choose_kernels(wk_vk *vk, wk_pipelines *p, int kernels, char *err, size_t errlen) {
-    const VkPhysicalDeviceLimits *lim = &vk->props.limits;
     const bool fits = tiled_fits(vk);
-    if (kernels == WK_KERNELS_GPU && !fits) {
-        snprintf(err, errlen, "kernel set gpu: device %s allows %u invocations and %u bytes of shared memory a "
-                 "workgroup, its matmul needs 256 and 8192", vk->props.deviceName, lim->maxComputeWorkGroupInvocations,
-                 lim->maxComputeSharedMemorySize);
-        return WK_ERR_UNSUPPORTED;
-    }
+    if (kernels == WK_KERNELS_GPU && !fits) return tiled_refused(vk, "kernel set gpu", err, errlen);
     if (kernels != WK_KERNELS_AUTO && kernels != WK_KERNELS_CPU && kernels != WK_KERNELS_GPU) {
         snprintf(err, errlen, "kernel set %d: expected auto, cpu or gpu", kernels);
         return WK_ERR_INVALID;
@@ -44,9 +47,8 @@ int wk_pipelines_choose_kernels(wk_vk *vk, wk_pipelines *p, int kernels, char *e
     p->attn_lanes = p->gpu_kernels && lanes_fit(vk); /* a subgroup wider than 64 keeps a key per subgroup */
     p->attn_gpu_splits = p->gpu_kernels;
     /* Four subgroups a matvec workgroup on a GPU, where the device allows it; one otherwise. */
-    if (p->gpu_kernels && wk_pipelines_set_matvec_subgroups(vk, p, 4, err, errlen) == 0) return 0;
-    if (errlen) err[0] = '\0';
-    return wk_pipelines_set_matvec_subgroups(vk, p, 1, err, errlen);
+    return wk_pipelines_set_matvec_subgroups(vk, p, p->gpu_kernels && wk_pipelines_matvec_fits(vk, 4) ? 4 : 1, err,
+                                             errlen);
 }
 
 /* value as one of two words: 0 the first, 1 the second, -1 neither. */
@@ -80,12 +82,7 @@ static int apply_one(wk_vk *vk, wk_pipelines *p, const char *name, const char *v
         }
         switch (i) {
         case 0:
-            if (on && !tiled_fits(vk)) {
-                snprintf(err, errlen, "kernel variant matmul=tiled: device %s allows %u invocations and %u bytes of "
-                         "shared memory a workgroup, the tiled matmul needs 256 and 8192", vk->props.deviceName,
-                         vk->props.limits.maxComputeWorkGroupInvocations, vk->props.limits.maxComputeSharedMemorySize);
-                return WK_ERR_UNSUPPORTED;
-            }
+            if (on && !tiled_fits(vk)) return tiled_refused(vk, "kernel variant matmul=tiled", err, errlen);
             p->matmul_tiled = on;
             return 0;
         case 1: return wk_pipelines_set_matmul_shuffle(vk, p, on, err, errlen);

@@ -324,8 +324,8 @@ int wk_pipelines_specialize_kv(wk_vk *vk, wk_pipelines *p, wk_attn_set set, int 
     return 0;
 }
 
-/* Whether a matvec workgroup of `subgroups` subgroups fits the device's workgroup limits. */
-static bool matvec_wg_fits(const wk_vk *vk, uint32_t subgroups) {
+/* (vk_pipelines.h) */
+bool wk_pipelines_matvec_fits(const wk_vk *vk, uint32_t subgroups) {
     const VkPhysicalDeviceLimits *lim = &vk->props.limits;
     const uint64_t wg = (uint64_t)vk->subgroup_size * subgroups;
     return subgroups > 0 && wg <= lim->maxComputeWorkGroupSize[0] && wg <= lim->maxComputeWorkGroupInvocations;
@@ -355,7 +355,7 @@ int wk_pipelines_set_matmul_shuffle(wk_vk *vk, wk_pipelines *p, bool on, char *e
 
 int wk_pipelines_set_matvec_subgroups(wk_vk *vk, wk_pipelines *p, uint32_t subgroups, char *err, size_t errlen) {
     const VkPhysicalDeviceLimits *lim = &vk->props.limits;
-    if (!matvec_wg_fits(vk, subgroups)) {
+    if (!wk_pipelines_matvec_fits(vk, subgroups)) {
         snprintf(err, errlen, "matvec: %u subgroups of %u invocations exceed device %s's workgroup limit (%u)",
                  subgroups, vk->subgroup_size, vk->props.deviceName, lim->maxComputeWorkGroupInvocations);
         return WK_ERR_UNSUPPORTED;

@@ -157,6 +157,8 @@ static inline uint32_t wk_matvec_groups(const wk_pipelines *p, uint32_t N) {
  * made with another count; as wk_pipelines_specialize_kv, never while a step is in flight. Fails
  * when the workgroup would exceed the device's limits. */
 int wk_pipelines_set_matvec_subgroups(wk_vk *vk, wk_pipelines *p, uint32_t subgroups, char *err, size_t errlen);
+/* Whether a matvec workgroup of `subgroups` subgroups fits the device's workgroup limits. */
+bool wk_pipelines_matvec_fits(const wk_vk *vk, uint32_t subgroups);
 /* Chooses matmul.comp's module: on (the default where the device allows it: subgroup shuffles in
  * compute shaders and a subgroup size that is a multiple of WK_MATMUL_WG) the lanes of a token
  * tile fetch its activations once between them; off every lane fetches its own. Drops matmul
