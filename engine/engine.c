@@ -337,6 +337,8 @@ int wk_engine_open(const wk_engine_params *p, wk_engine **out, char *err, size_t
     i->eot = wk_tokenizer_eot(e->tok);
     i->add_bos = wk_tokenizer_add_bos(e->tok);
     i->weight_bytes = e->weights.bytes;
+    i->weight_elements = e->weights.weights;
+    i->weight_half_pair_elements = e->weights.half_pair_weights;
     /* Everything counted, f16 windows included, for a sequence of the whole context. */
     i->kv_bytes_per_token = (uint64_t)(wk_kv_layout_bytes_per_token(&e->kv.layout, (uint64_t)max_ctx) + 0.5);
     i->kv_bits_per_element = wk_kv_layout_bits_per_element(&e->kv.layout, (uint64_t)max_ctx);
@@ -395,9 +397,12 @@ int wk_engine_open(const wk_engine_params *p, wk_engine **out, char *err, size_t
     i->prefix_cache = e->prefix_cache;
     i->prefix_cache_park = e->park;
     if (p->verbose)
-        fprintf(stderr, "wushkv: model %s (%s, %d layers, vocab %d), %.1f MiB weights, KV %.1f KiB/token, ctx %d\n",
-                i->name, i->arch, i->n_layer, i->n_vocab, i->weight_bytes / 1048576.0, i->kv_bytes_per_token / 1024.0,
-                max_ctx);
+        fprintf(stderr,
+                "wushkv: model %s (%s, %d layers, vocab %d), %.1f MiB weights (%.1f%% with half pairs), KV %.1f "
+                "KiB/token, ctx %d\n",
+                i->name, i->arch, i->n_layer, i->n_vocab, i->weight_bytes / 1048576.0,
+                i->weight_elements ? 100.0 * (double)i->weight_half_pair_elements / (double)i->weight_elements : 0.0,
+                i->kv_bytes_per_token / 1024.0, max_ctx);
     *out = e;
     return 0;
 }

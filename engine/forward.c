@@ -190,10 +190,15 @@ static void grid_1d(uint32_t groups, uint32_t *gx, uint32_t *gy) {
 /* matvec's pipeline for W's format: plain, the q/k/v split or the fused gate/up (matvec.comp's SC_MODE). */
 typedef enum { MATVEC_PLAIN, MATVEC_QKV, MATVEC_GLU } matvec_mode;
 static wk_pipe_id matvec_pipe(const wk_dev_matrix *W, matvec_mode m) {
-    const bool q8 = W->fmt == WK_WFMT_Q8A;
-    return m == MATVEC_QKV   ? (q8 ? WK_PIPE_MATVEC_QKV_Q8A : WK_PIPE_MATVEC_QKV_F16)
-           : m == MATVEC_GLU ? (q8 ? WK_PIPE_MATVEC_GLU_Q8A : WK_PIPE_MATVEC_GLU_F16)
-                             : (q8 ? WK_PIPE_MATVEC_Q8A : WK_PIPE_MATVEC_F16);
+    return wk_pipe_for_format(m == MATVEC_QKV   ? WK_PIPE_MATVEC_QKV_Q8A
+                              : m == MATVEC_GLU ? WK_PIPE_MATVEC_GLU_Q8A
+                                                : WK_PIPE_MATVEC_Q8A,
+                              W->fmt);
+}
+
+/* W's scale/offset pairs for binding 1 of a weight kernel; the f16 format has none (a dummy). */
+static wk_arg scales_arg(const wk_fwd *f, const wk_dev_matrix *W) {
+    return W->fmt == WK_WFMT_F16 ? TV(&f->w->dummy) : TV(&W->scales);
 }
 
 /* A matvec dispatch (1 to 4 tokens): W's rows from pc->row0, outputs split over ys by pc->n0 /
@@ -201,8 +206,7 @@ static wk_pipe_id matvec_pipe(const wk_dev_matrix *W, matvec_mode m) {
 static int op_matvec(rec *r, const wk_dev_matrix *W, const wk_buf *x, const wk_buf *const ys[3],
                      const wk_pc_matmul *pc, matvec_mode mode) {
     wk_fwd *f = r->f;
-    const bool q8 = W->fmt == WK_WFMT_Q8A;
-    wk_arg args[6] = {TV(&W->codes), q8 ? TV(&W->scales) : TV(&f->w->dummy), TV(x), S(ys[0]), S(ys[1]), S(ys[2])};
+    wk_arg args[6] = {TV(&W->codes), scales_arg(f, W), TV(x), S(ys[0]), S(ys[1]), S(ys[2])};
     uint32_t gx, gy;
     grid_1d(wk_matvec_groups(f->pipes, pc->N), &gx, &gy);
     return wk_dispatch(f->vk, f->pipes, matvec_pipe(W, mode), args, pc, sizeof *pc, gx, gy, 1, r->err, r->errlen);
@@ -214,19 +218,19 @@ static int op_matvec(rec *r, const wk_dev_matrix *W, const wk_buf *x, const wk_b
  * joined matrix. */
 static int op_matmul_mode(rec *r, const wk_dev_matrix *W, const wk_buf *x, const wk_buf *y, uint32_t T, bool glu) {
     wk_fwd *f = r->f;
-    const bool q8 = W->fmt == WK_WFMT_Q8A;
     wk_pc_matmul pc = {.N = W->rows, .K = W->cols, .T = T, .row0 = W->row0, .n0 = W->rows,
                        .act = f->hp->ffn_act == WK_FFN_GEGLU};
     if (T <= 4 && !glu) {
         const wk_buf *ys[3] = {y, y, y};
         return op_matvec(r, W, x, ys, &pc, MATVEC_PLAIN);
     }
-    wk_arg args[4] = {TV(&W->codes), q8 ? TV(&W->scales) : TV(&f->w->dummy), TV(x), S(y)};
+    wk_arg args[4] = {TV(&W->codes), scales_arg(f, W), TV(x), S(y)};
     /* "gpu" kernels (variant matmul=tiled): 64 x 64 tiles through shared memory (matmul_tiled.comp) */
     const bool tiled = f->pipes->matmul_tiled;
-    const wk_pipe_id pipe = tiled ? (q8 ? WK_PIPE_MATMUL_TILED_Q8A : WK_PIPE_MATMUL_TILED_F16)
-                            : glu ? (q8 ? WK_PIPE_MATMUL_GLU_Q8A : WK_PIPE_MATMUL_GLU_F16)
-                                  : (q8 ? WK_PIPE_MATMUL_Q8A : WK_PIPE_MATMUL_F16);
+    const wk_pipe_id pipe = wk_pipe_for_format(tiled ? WK_PIPE_MATMUL_TILED_Q8A
+                                               : glu ? WK_PIPE_MATMUL_GLU_Q8A
+                                                     : WK_PIPE_MATMUL_Q8A,
+                                               W->fmt);
     uint32_t gx, gy;
     /* a gate/up invocation's tile: half its rows are outputs */
     wk_matmul_grid(tiled, glu ? 2 * W->rows : W->rows, T, &gx, &gy);
@@ -284,12 +288,11 @@ static int op_gated_ffn_in(rec *r, const wk_dev_layer *L, uint32_t T) {
 static int op_embed(rec *r, uint32_t T) {
     wk_fwd *f = r->f;
     const wk_dev_matrix *W = &f->w->tok_embd;
-    const bool q8 = W->fmt == WK_WFMT_Q8A;
-    wk_arg args[4] = {TV(&W->codes), q8 ? TV(&W->scales) : TV(&f->w->dummy), S(&f->a.tokens), S(&f->a.h)};
+    wk_arg args[4] = {TV(&W->codes), scales_arg(f, W), S(&f->a.tokens), S(&f->a.h)};
     wk_pc_embed pc = {.n_embd = W->cols, .n_tokens = T, .scale = f->hp->embd_scale};
     uint32_t gx, gy;
     grid_1d((T * (W->cols / 16) + 63) / 64, &gx, &gy);
-    return wk_dispatch(f->vk, f->pipes, q8 ? WK_PIPE_EMBED_Q8A : WK_PIPE_EMBED_F16, args, &pc, sizeof pc, gx, gy, 1,
+    return wk_dispatch(f->vk, f->pipes, wk_pipe_for_format(WK_PIPE_EMBED_Q8A, W->fmt), args, &pc, sizeof pc, gx, gy, 1,
                        r->err, r->errlen);
 }
 

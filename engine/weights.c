@@ -1,7 +1,8 @@
 /* Weight upload: converts each GGUF tensor into the device format the shaders read. Quantized
- * blocks become q8a16 without loss (quant.c proves it per type); F32/BF16 matrices are stored as
- * f16, taken only for float models; the WUSH-folded W_v / W_o are rounded into q8a16. A layer's
- * W_q, W_k, W_v and its W_gate, W_up are each stored as one joined matrix (weights.h). */
+ * blocks become q8a16 without loss (quant.c proves it per type), with half pairs (q8h) where every
+ * pair is an f16; F32/BF16 matrices are stored as f16, taken only for float models; the
+ * WUSH-folded W_v / W_o are rounded into q8a16. A layer's W_q, W_k, W_v and its W_gate, W_up are
+ * each stored as one joined matrix (weights.h). */
 #include "weights.h"
 
 #include <stdio.h>
@@ -31,18 +32,30 @@ static int upload_vector(wk_vk *vk, const wk_gguf_tensor *t, wk_buf *b, uint64_t
 typedef struct host_matrix {
     wk_wfmt fmt;
     uint32_t rows, cols;
-    void *codes; /* q8a: int8, one per weight; f16: halves */
-    float *so;   /* q8a: (scale, offset) per 16 weights; f16: NULL */
+    void *codes; /* q8a, q8h: int8, one per weight; f16: halves */
+    float *so;   /* q8a, q8h: (scale, offset) per 16 weights as f32; f16: NULL */
+    uint32_t *half_so; /* q8h: the same pairs as halves, one u32 each (what is uploaded) */
 } host_matrix;
 
 static size_t code_bytes(const host_matrix *h) {
-    return (size_t)h->rows * h->cols * (h->fmt == WK_WFMT_Q8A ? 1 : 2);
+    return (size_t)h->rows * h->cols * (h->fmt == WK_WFMT_F16 ? 2 : 1);
 }
-static size_t so_bytes(const host_matrix *h) { return h->fmt == WK_WFMT_Q8A ? (size_t)h->rows * h->cols / 16 * 8 : 0; }
+static size_t so_bytes(const host_matrix *h) {
+    return (size_t)h->rows * h->cols / 16 * (h->fmt == WK_WFMT_Q8A ? 8 : h->fmt == WK_WFMT_Q8H ? 4 : 0);
+}
+
+/* q8a16 pairs that are all halves take the half-pair format (weights.h). */
+static void choose_pairs(host_matrix *h, bool may_half) {
+    const size_t pairs = (size_t)h->rows * h->cols / 16;
+    h->half_so = may_half ? malloc(pairs * sizeof *h->half_so) : NULL;
+    h->fmt = h->half_so && wk_quant_pairs_to_f16(h->so, pairs, h->half_so) ? WK_WFMT_Q8H : WK_WFMT_Q8A;
+    if (h->fmt == WK_WFMT_Q8A) free(h->half_so), h->half_so = NULL; /* (out of memory: f32 pairs) */
+}
 
 static void host_free(host_matrix *h) {
     free(h->codes);
     free(h->so);
+    free(h->half_so);
     memset(h, 0, sizeof *h);
 }
 
@@ -64,6 +77,7 @@ static int convert_tensor(const wk_gguf_tensor *t, host_matrix *h, char *err, si
         if (!h->codes || !h->so) rc = WK_ERR_NOMEM, snprintf(err, errlen, "out of memory converting '%s'", t->name);
         if (!rc && !wk_quant_to_q8a16(t->type, t->data, n, h->codes, h->so))
             rc = WK_ERR_UNSUPPORTED, snprintf(err, errlen, "tensor '%s': cannot convert %s", t->name, wk_ggml_type_name(t->type));
+        if (!rc) choose_pairs(h, true);
     } else {
         h->fmt = WK_WFMT_F16;
         uint16_t *half = h->codes = malloc(n * sizeof *half);
@@ -106,18 +120,20 @@ static int convert_f32(const float *a, uint32_t rows, uint32_t cols, host_matrix
         return snprintf(err, errlen, "out of memory"), WK_ERR_NOMEM;
     }
     wk_quant_f32_to_q8a16(a, n, h->codes, h->so);
+    choose_pairs(h, true); /* f32 pairs in practice: halves only where the rounding happens to give them */
     return 0;
 }
 
 /* Device buffers for `rows` rows of h's format and width into m (its views: RGBA32UI codes, RG32F
- * scale/offset pairs for q8a). */
+ * scale/offset pairs for q8a, R32UI half pairs for q8h). */
 static int create_matrix(wk_vk *vk, const host_matrix *h, uint32_t rows, wk_dev_matrix *m, uint64_t *bytes, char *err,
                          size_t errlen) {
     const host_matrix all = {.fmt = h->fmt, .rows = rows, .cols = h->cols};
     *m = (wk_dev_matrix){.fmt = h->fmt, .rows = rows, .cols = h->cols};
     int rc = wk_vk_buffer_create(vk, &m->codes, code_bytes(&all), WK_MEM_DEVICE, VK_FORMAT_R32G32B32A32_UINT, err, errlen);
-    if (!rc && h->fmt == WK_WFMT_Q8A)
-        rc = wk_vk_buffer_create(vk, &m->scales, so_bytes(&all), WK_MEM_DEVICE, VK_FORMAT_R32G32_SFLOAT, err, errlen);
+    if (!rc && h->fmt != WK_WFMT_F16)
+        rc = wk_vk_buffer_create(vk, &m->scales, so_bytes(&all), WK_MEM_DEVICE,
+                                 h->fmt == WK_WFMT_Q8H ? VK_FORMAT_R32_UINT : VK_FORMAT_R32G32_SFLOAT, err, errlen);
     if (!rc) *bytes += m->codes.bytes + m->scales.bytes;
     return rc;
 }
@@ -127,16 +143,27 @@ static int upload_rows(wk_vk *vk, const host_matrix *h, wk_dev_matrix *m, uint32
     const host_matrix before = {.fmt = h->fmt, .rows = row0, .cols = h->cols};
     int rc = wk_vk_upload(vk, &m->codes, code_bytes(&before), h->codes, code_bytes(h), err, errlen);
     if (!rc && h->fmt == WK_WFMT_Q8A) rc = wk_vk_upload(vk, &m->scales, so_bytes(&before), h->so, so_bytes(h), err, errlen);
+    if (!rc && h->fmt == WK_WFMT_Q8H)
+        rc = wk_vk_upload(vk, &m->scales, so_bytes(&before), h->half_so, so_bytes(h), err, errlen);
     return rc;
 }
 
 /* Uploads n host matrices. n > 1 and one format and width: as one matrix, `joined`, their rows one
  * after another, each parts[i] a view of its rows; otherwise each into its own parts[i] (joined,
  * if given, keeps rows 0). */
-static int upload_joined(wk_vk *vk, const host_matrix *h, int n, wk_dev_matrix *joined, wk_dev_matrix *const *parts,
+static int upload_joined(wk_vk *vk, host_matrix *h, int n, wk_dev_matrix *joined, wk_dev_matrix *const *parts,
                          uint64_t *bytes, char *err, size_t errlen) {
     bool one = n > 1 && joined;
     uint32_t rows = 0;
+    /* Parts in q8a and q8h join as q8a: every pair has its f32 form, and one dispatch for the
+     * parts (decode's q/k/v, gate/up) is worth more than the smaller pairs. */
+    bool some_q8a = false, joinable = one;
+    for (int i = 0; i < n; i++) {
+        some_q8a = some_q8a || h[i].fmt == WK_WFMT_Q8A;
+        joinable = joinable && h[i].cols == h[0].cols && (h[i].fmt == WK_WFMT_F16) == (h[0].fmt == WK_WFMT_F16);
+    }
+    for (int i = 0; joinable && some_q8a && i < n; i++)
+        if (h[i].fmt == WK_WFMT_Q8H) h[i].fmt = WK_WFMT_Q8A;
     for (int i = 0; i < n; i++) {
         one = one && h[i].fmt == h[0].fmt && h[i].cols == h[0].cols;
         rows += h[i].rows;
@@ -259,6 +286,19 @@ static void free_matrix(wk_vk *vk, wk_dev_matrix *m) {
     memset(m, 0, sizeof *m);
 }
 
+/* The matrices' elements by pair format, each stored matrix once (a joined matrix, not its parts). */
+static void count_formats(wk_weights *w) {
+    const wk_dev_matrix *top[] = {&w->tok_embd, w->tied ? NULL : &w->output};
+    for (int i = 0; i < 2 + 9 * w->n_layer; i++) {
+        const wk_dev_layer *D = i >= 2 ? &w->layers[(i - 2) / 9] : NULL;
+        const wk_dev_matrix *mats[] = {&D->qkv, &D->gate_up, &D->wq, &D->wk, &D->wv, &D->wo, &D->ffn_gate, &D->ffn_up, &D->ffn_down};
+        const wk_dev_matrix *m = i < 2 ? top[i] : mats[(i - 2) % 9];
+        if (!m || m->part || !m->rows) continue;
+        w->weights += (uint64_t)m->rows * m->cols;
+        if (m->fmt == WK_WFMT_Q8H) w->half_pair_weights += (uint64_t)m->rows * m->cols;
+    }
+}
+
 int wk_weights_upload(wk_vk *vk, const wk_model_desc *m, const wk_kv_xform *xform, wk_weights *w, char *err,
                       size_t errlen) {
     memset(w, 0, sizeof *w);
@@ -280,6 +320,7 @@ int wk_weights_upload(wk_vk *vk, const wk_model_desc *m, const wk_kv_xform *xfor
         for (size_t i = 0; !rc && i < sizeof vecs / sizeof *vecs; i++)
             if (vecs[i].t) rc = upload_vector(vk, vecs[i].t, vecs[i].b, &w->bytes, err, errlen);
     }
+    if (!rc) count_formats(w);
     if (rc) wk_weights_free(vk, w);
     return rc;
 }

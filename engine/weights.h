@@ -1,5 +1,6 @@
-/* Model weights on the device: every matrix in one of two texel formats (q8a16 for quantized
- * tensors, converted exactly; f16 for float tensors), norm vectors as f32 storage buffers. */
+/* Model weights on the device: every matrix in one of three texel formats (q8a16 for quantized
+ * tensors, converted exactly, its pairs as halves where every one is an f16; f16 for float
+ * tensors), norm vectors as f32 storage buffers. */
 #ifndef WK_WEIGHTS_H
 #define WK_WEIGHTS_H
 
@@ -7,7 +8,13 @@
 #include "model/model.h"
 #include "vulkan/vk_device.h"
 
-typedef enum { WK_WFMT_Q8A = 0, WK_WFMT_F16 = 1 } wk_wfmt;
+/* The order is the weight kernels' (vk_pipelines.h, wk_pipe_for_format). WK_WFMT_Q8H is q8a16 whose
+ * (scale, offset) pairs are each exactly a pair of halves (wk_quant_pairs_to_f16): the same values
+ * in 4 bytes a group instead of 8, and a weight kernel's time on lavapipe follows the bytes its
+ * fetches gather (docs/lavapipe.md "What bounds a decode step"). Which matrices get it: every
+ * Q4_0/Q4_1/Q5_0/Q5_1/Q8_0 tensor; a K-quant tensor or a WUSH-folded W_v / W_o only if all its
+ * pairs happen to be halves; parts joined with a matrix of f32 pairs take f32 pairs. */
+typedef enum { WK_WFMT_Q8A = 0, WK_WFMT_F16 = 1, WK_WFMT_Q8H = 2 } wk_wfmt;
 
 typedef struct wk_dev_matrix {
     wk_wfmt fmt;
@@ -15,7 +22,8 @@ typedef struct wk_dev_matrix {
     uint32_t row0;         /* its first row in codes / scales (a part of a joined matrix; else 0) */
     bool part;             /* codes / scales are the joined matrix's: not this one's to free */
     wk_buf codes;          /* q8a: int8 codes, RGBA32UI view (16 per texel); f16: halves (8 per texel) */
-    wk_buf scales;         /* q8a: (scale, offset) f32 pairs per 16, RG32F view; f16: unused */
+    wk_buf scales;         /* q8a: (scale, offset) f32 pairs per 16, RG32F view; q8h: the pairs as two
+                            * halves in a u32, R32UI view; f16: unused */
 } wk_dev_matrix;
 
 typedef struct wk_dev_layer {
@@ -37,6 +45,7 @@ typedef struct wk_weights {
     int n_layer;
     wk_dev_layer *layers;
     uint64_t bytes;        /* device bytes of all weights */
+    uint64_t half_pair_weights, weights; /* matrix elements in q8h, and in all (the matrices as stored) */
 } wk_weights;
 
 /* xform (may be NULL or kind NONE): T_V is folded into each KV head's rows of W_v and T_V^-1 into

@@ -1,6 +1,9 @@
-// Shared GLSL (weight bindings 0 and 1 when a WFMT_* is defined): weight-group loads for the two device weight formats, and small math helpers.
+// Shared GLSL (weight bindings 0 and 1 when a WFMT_* is defined): weight-group loads for the three device weight formats, and small math helpers.
 // A "group" is 16 consecutive weights of one row: the unit every matrix kernel walks K in.
 //   WFMT_Q8A: WC texel (RGBA32UI) = 16 int8 codes; WS texel (RG32F) = (scale, offset).
+//   WFMT_Q8H: the same codes; WS texel (R32UI) = (scale, offset) as two halves, for matrices whose
+//     every pair is exactly an f16 (engine/weights.h): the same floats in half the bytes, and on
+//     lavapipe a weight kernel's time follows the bytes its texel fetches gather (docs/lavapipe.md).
 //   WFMT_F16: WC texels 2g, 2g+1 (RGBA32UI) = 16 packed halves; WS unused.
 // Texel buffers are read as textureBuffer with samplerless texelFetch (a sampled image of Dim Buffer
 // is invalid SPIR-V for Vulkan): the including shader enables GL_EXT_samplerless_texture_functions.
@@ -19,15 +22,21 @@ vec4 i8x4(uint v) {
                       bitfieldExtract(int(v), 16, 8), bitfieldExtract(int(v), 24, 8)));
 }
 
-#if defined(WFMT_Q8A)
+#if defined(WFMT_Q8A) || defined(WFMT_Q8H)
 layout(binding = 0) uniform utextureBuffer WC;
+#if defined(WFMT_Q8H)
+layout(binding = 1) uniform utextureBuffer WS;
+#define WS_PAIR(i) unpackHalf2x16(texelFetch(WS, int(i)).x)
+#else
 layout(binding = 1) uniform textureBuffer WS;
+#define WS_PAIR(i) texelFetch(WS, int(i)).xy
+#endif
 // Raw group: codes + (scale, offset); dequantize component i with wgroup_part.
 struct wgroup { uvec4 c; vec2 so; };
 wgroup wgroup_load(uint group_index) {
     wgroup g;
     g.c = texelFetch(WC, int(group_index));
-    g.so = texelFetch(WS, int(group_index)).xy;
+    g.so = WS_PAIR(group_index);
     return g;
 }
 vec4 wgroup_part(wgroup g, uint i) { return i8x4(g.c[i]) * g.so.x + g.so.y; }

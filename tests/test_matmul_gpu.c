@@ -1,8 +1,9 @@
 /* The weight-product kernels against a C reference, output by output: matvec.comp (1 to 4 tokens;
  * also its outputs split three ways and its fused gate/up with the activation),
  * with one subgroup a workgroup and with four (the "cpu" and "gpu" sets), matmul.comp (the "cpu"
- * set's prefill; also its fused gate/up) and matmul_tiled.comp (the "gpu" set's), for both device
- * weight formats (q8a: int8 codes with an f32 scale and offset per 16 weights; f16), on shapes
+ * set's prefill; also its fused gate/up) and matmul_tiled.comp (the "gpu" set's), for the three device
+ * weight formats (q8a: int8 codes with an f32 scale and offset per 16 weights; q8h: the same with
+ * the pair as two halves in one R32UI texel; f16), on shapes
  * whose rows and tokens end inside a register tile, a workgroup and a 64 x 64 tile (N = 4, 12, 68,
  * 650: not a multiple of 8, nor of 4; T = 5 .. 67), with the grid forward.c dispatches
  * (wk_matmul_grid). The forward tests' models have every dimension a multiple of 64, so only
@@ -13,6 +14,7 @@
 #include <string.h>
 
 #include "model/quant.h"
+#include "weights.h"
 #include "test_rng.h"
 #include "test_util.h"
 #include "test_vk_open.h"
@@ -27,6 +29,7 @@ typedef struct { int N, K, T, row0; mode m; int n0, n1, act; } shape;
 typedef enum { KERNEL_MATVEC, KERNEL_MATMUL, KERNEL_TILED } kernel;
 static const char *const kernel_name[] = {"matvec", "matmul", "matmul_tiled"};
 static const char *const mode_name[] = {"", " split", " glu"};
+static const char *const fmt_name[] = {[WK_WFMT_Q8A] = "q8a", [WK_WFMT_F16] = "f16", [WK_WFMT_Q8H] = "q8h"};
 
 static float frand(uint64_t *s) { return (float)((double)(rng_xorshift64(s) >> 11) / 9007199254740992.0 * 2.0 - 1.0); }
 
@@ -55,7 +58,8 @@ static double ref_dot(const double *w, const int8_t *codes, const float *so, con
 
 /* Runs one shape on one kernel and format; returns the outputs off the reference by more than the
  * bound, or -1 when the run failed. */
-static long run_shape(wk_vk *vk, wk_pipelines *p, const shape *s, kernel kn, bool q8, uint64_t seed) {
+static long run_shape(wk_vk *vk, wk_pipelines *p, const shape *s, kernel kn, wk_wfmt fmt, uint64_t seed) {
+    const bool q8 = fmt != WK_WFMT_F16;
     char err[WK_ERRMSG_LEN] = "";
     const int N = s->N, K = s->K, T = s->T, G = K / 16;
     const int R = s->row0 + (s->m == GLU ? 2 : 1) * N + 3; /* the matrix: 3 rows past the case's */
@@ -65,6 +69,7 @@ static long run_shape(wk_vk *vk, wk_pipelines *p, const shape *s, kernel kn, boo
     int8_t *codes = malloc(nw);
     float *so = malloc((size_t)R * G * 2 * sizeof *so);
     uint16_t *halves = malloc(nw * sizeof *halves);
+    uint32_t *half_so = malloc((size_t)R * G * sizeof *half_so);
     wk_buf bc = {0}, bs = {0}, bx = {0}, by[3] = {{0}};
     /* output o holds rows [first[o], first[o] + rows[o]) as [T][rows[o]] */
     const int n0 = s->m == SPLIT ? s->n0 : N, n1 = s->m == SPLIT ? s->n1 : 0, n_out = s->m == SPLIT ? 3 : 1;
@@ -72,6 +77,8 @@ static long run_shape(wk_vk *vk, wk_pipelines *p, const shape *s, kernel kn, boo
     long bad = -1;
     for (size_t g = 0; g < (size_t)R * G; g++) {
         so[2 * g] = 0.01f + 0.02f * (float)fabs(frand(&seed)), so[2 * g + 1] = 0.1f * frand(&seed);
+        if (fmt == WK_WFMT_Q8H) /* pairs that are halves, as the engine stores only those in q8h */
+            for (int j = 0; j < 2; j++) so[2 * g + j] = wk_f16_to_f32(wk_f32_to_f16(so[2 * g + j]));
         for (int j = 0; j < 16; j++) {
             const size_t i = g * 16 + (size_t)j;
             codes[i] = (int8_t)(rng_xorshift64(&seed) % 255 - 127);
@@ -83,7 +90,11 @@ static long run_shape(wk_vk *vk, wk_pipelines *p, const shape *s, kernel kn, boo
     for (size_t i = 0; i < nx; i++) x[i] = frand(&seed);
     const size_t code_bytes = q8 ? nw : nw * 2;
     int rc = wk_vk_buffer_create(vk, &bc, code_bytes, WK_MEM_HOST, VK_FORMAT_R32G32B32A32_UINT, err, sizeof err);
-    if (!rc) rc = wk_vk_buffer_create(vk, &bs, (size_t)R * G * 8, WK_MEM_HOST, VK_FORMAT_R32G32_SFLOAT, err, sizeof err);
+    const bool packed = fmt == WK_WFMT_Q8H && wk_quant_pairs_to_f16(so, (size_t)R * G, half_so);
+    if (fmt == WK_WFMT_Q8H && !packed) rc = WK_ERR_INVALID, snprintf(err, sizeof err, "pairs are not halves");
+    if (!rc)
+        rc = wk_vk_buffer_create(vk, &bs, (size_t)R * G * (packed ? 4 : 8), WK_MEM_HOST,
+                                 packed ? VK_FORMAT_R32_UINT : VK_FORMAT_R32G32_SFLOAT, err, sizeof err);
     if (!rc) rc = wk_vk_buffer_create(vk, &bx, nx * 4, WK_MEM_HOST, VK_FORMAT_R32G32B32A32_SFLOAT, err, sizeof err);
     for (int o = 0; !rc && o < n_out; o++) {
         rc = wk_vk_buffer_create(vk, &by[o], (size_t)T * (rows[o] ? rows[o] : 1) * 4, WK_MEM_HOST, VK_FORMAT_UNDEFINED,
@@ -92,7 +103,7 @@ static long run_shape(wk_vk *vk, wk_pipelines *p, const shape *s, kernel kn, boo
     }
     if (!rc) {
         memcpy(bc.map, q8 ? (void *)codes : (void *)halves, code_bytes);
-        memcpy(bs.map, so, (size_t)R * G * 8);
+        memcpy(bs.map, packed ? (void *)half_so : (void *)so, (size_t)R * G * (packed ? 4 : 8));
         memcpy(bx.map, x, nx * 4);
         wk_pc_matmul pc = {.N = (uint32_t)N, .K = (uint32_t)K, .T = (uint32_t)T, .row0 = (uint32_t)s->row0,
                            .n0 = (uint32_t)n0, .n1 = (uint32_t)n1, .act = (uint32_t)s->act};
@@ -102,14 +113,16 @@ static long run_shape(wk_vk *vk, wk_pipelines *p, const shape *s, kernel kn, boo
         wk_pipe_id id;
         uint32_t gx, gy;
         if (kn == KERNEL_MATVEC) {
-            id = s->m == GLU     ? (q8 ? WK_PIPE_MATVEC_GLU_Q8A : WK_PIPE_MATVEC_GLU_F16)
-                 : s->m == SPLIT ? (q8 ? WK_PIPE_MATVEC_QKV_Q8A : WK_PIPE_MATVEC_QKV_F16)
-                                 : (q8 ? WK_PIPE_MATVEC_Q8A : WK_PIPE_MATVEC_F16);
+            id = wk_pipe_for_format(s->m == GLU     ? WK_PIPE_MATVEC_GLU_Q8A
+                                    : s->m == SPLIT ? WK_PIPE_MATVEC_QKV_Q8A
+                                                    : WK_PIPE_MATVEC_Q8A,
+                                    fmt);
             gx = wk_matvec_groups(p, (uint32_t)N), gy = 1;
         } else {
-            id = kn == KERNEL_TILED ? (q8 ? WK_PIPE_MATMUL_TILED_Q8A : WK_PIPE_MATMUL_TILED_F16)
-                 : s->m == GLU      ? (q8 ? WK_PIPE_MATMUL_GLU_Q8A : WK_PIPE_MATMUL_GLU_F16)
-                                    : (q8 ? WK_PIPE_MATMUL_Q8A : WK_PIPE_MATMUL_F16);
+            id = wk_pipe_for_format(kn == KERNEL_TILED ? WK_PIPE_MATMUL_TILED_Q8A
+                                    : s->m == GLU      ? WK_PIPE_MATMUL_GLU_Q8A
+                                                       : WK_PIPE_MATMUL_Q8A,
+                                    fmt);
             /* as forward.c: a gate/up invocation's tile is half outputs' gate rows, half their up rows */
             wk_matmul_grid(kn == KERNEL_TILED, (uint32_t)(s->m == GLU ? 2 * N : N), (uint32_t)T, &gx, &gy);
         }
@@ -138,19 +151,19 @@ static long run_shape(wk_vk *vk, wk_pipelines *p, const shape *s, kernel kn, boo
                 if (!(e <= bound)) {
                     if (bad++ < 5)
                         fprintf(stderr, "  %s%s %s N=%d K=%d T=%d: token %d row %d: gpu %g, reference %g\n",
-                                kernel_name[kn], mode_name[s->m], q8 ? "q8a" : "f16", N, K, T, t, n, (double)got, ref);
+                                kernel_name[kn], mode_name[s->m], fmt_name[fmt], N, K, T, t, n, (double)got, ref);
                 } else if (e / (bound + 1e-300) * (K + 4) * ldexp(1.0, -24) > worst) {
                     worst = e / (bound + 1e-300) * (K + 4) * ldexp(1.0, -24);
                 }
             }
         printf("%-12s %s%s%s N=%4d K=%4d T=%2d row0 %d: %ld of %zu outputs off, worst error %.1e of a relative bound %.1e\n",
-               kernel_name[kn], q8 ? "q8a" : "f16", mode_name[s->m],
+               kernel_name[kn], fmt_name[fmt], mode_name[s->m],
                kn == KERNEL_MATMUL ? (p->matmul_shuffle ? " shuffle" : " noshuffle") : "", N, K, T, s->row0, bad, ny, worst,
                (K + 4) * ldexp(1.0, -24));
     }
     wk_vk_buffer_destroy(vk, &bc), wk_vk_buffer_destroy(vk, &bs), wk_vk_buffer_destroy(vk, &bx);
     for (int o = 0; o < 3; o++) wk_vk_buffer_destroy(vk, &by[o]);
-    free(w), free(x), free(codes), free(so), free(halves);
+    free(w), free(x), free(codes), free(so), free(halves), free(half_so);
     return bad;
 }
 
@@ -193,24 +206,26 @@ int main(void) {
 #undef SPLIT3
 #undef GATED
     uint64_t seed = 0x3a7b1e5d;
-    for (int q8 = 1; q8 >= 0; q8--) {
+    const wk_wfmt formats[] = {WK_WFMT_Q8A, WK_WFMT_Q8H, WK_WFMT_F16};
+    for (size_t fi = 0; fi < sizeof formats / sizeof *formats; fi++) {
+        const wk_wfmt fmt = formats[fi];
         /* The matvec with one subgroup a workgroup ("cpu" kernels) and with four ("gpu"): each
          * subgroup its own rows, the grid's last workgroup partly or wholly past N. */
         for (uint32_t subgroups = 1; subgroups <= 4; subgroups += 3) {
             char err[WK_ERRMSG_LEN] = "";
             CHECK_EQ_INT(wk_pipelines_set_matvec_subgroups(&vk, &p, subgroups, err, sizeof err), 0);
             for (size_t i = 0; i < sizeof matvec_shapes / sizeof *matvec_shapes; i++)
-                CHECK_EQ_INT(run_shape(&vk, &p, &matvec_shapes[i], KERNEL_MATVEC, q8, seed++), 0);
+                CHECK_EQ_INT(run_shape(&vk, &p, &matvec_shapes[i], KERNEL_MATVEC, fmt, seed++), 0);
         }
         /* matmul.comp's two modules: the lanes of a token tile sharing its activations' fetches
          * through subgroup shuffles (where the device allows it), and every lane fetching its own. */
         for (int shuffle = shuffle_ok; shuffle >= 0; shuffle--) {
             CHECK_EQ_INT(wk_pipelines_set_matmul_shuffle(&vk, &p, shuffle, err, sizeof err), 0);
             for (size_t i = 0; i < sizeof matmul_shapes / sizeof *matmul_shapes; i++)
-                CHECK_EQ_INT(run_shape(&vk, &p, &matmul_shapes[i], KERNEL_MATMUL, q8, seed++), 0);
+                CHECK_EQ_INT(run_shape(&vk, &p, &matmul_shapes[i], KERNEL_MATMUL, fmt, seed++), 0);
         }
         for (size_t i = 0; i < sizeof matmul_shapes / sizeof *matmul_shapes; i++)
-            if (tiled_ok && matmul_shapes[i].m != GLU) CHECK_EQ_INT(run_shape(&vk, &p, &matmul_shapes[i], KERNEL_TILED, q8, seed++), 0);
+            if (tiled_ok && matmul_shapes[i].m != GLU) CHECK_EQ_INT(run_shape(&vk, &p, &matmul_shapes[i], KERNEL_TILED, fmt, seed++), 0);
     }
     CHECK_EQ_INT(test_vk_close(&vk, &p), 0);
     TEST_MAIN_END();

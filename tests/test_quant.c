@@ -394,12 +394,17 @@ static void test_q8a16_property(void) {
     uint64_t rng = 0x5EED;
     float *y = malloc(N * sizeof *y), *so = malloc(N / 16 * 2 * sizeof *so);
     int8_t *codes = malloc(N);
+    uint32_t *half = malloc(N / 16 * sizeof *half);
     uint8_t *blocks = malloc(wk_gw_type_bytes(WK_GGML_Q8_0, N) + 64);
     for (size_t ti = 0; ti < N_QTYPES; ti++) {
         wk_ggml_type t = qtypes[ti];
         uint32_t be = 0, bb = 0;
         wk_ggml_type_layout(t, &be, &bb);
-        long ref_bad = 0, plain_bad = 0, fma_bad = 0, inexact = 0, code_range = 0;
+        long ref_bad = 0, plain_bad = 0, fma_bad = 0, inexact = 0, code_range = 0, half_bad = 0, half_fit = 0;
+        /* The half-pair form (engine/weights.h, q8h): the types whose scales and mins are the block's
+         * own f16s must always fit, and what packs must unpack to the very same floats. */
+        const bool must_fit = t == WK_GGML_Q4_0 || t == WK_GGML_Q4_1 || t == WK_GGML_Q5_0 || t == WK_GGML_Q5_1 ||
+                              t == WK_GGML_Q8_0;
         /* Code ranges per type: what the GPU side may assume about the int8 codes. */
         int lo = 0, hi = 15;
         switch (t) {
@@ -424,9 +429,17 @@ static void test_q8a16_property(void) {
                 inexact += (double)prod != (double)c * (double)s;
                 code_range += codes[i] < lo || codes[i] > hi;
             }
+            if (wk_quant_pairs_to_f16(so, N / 16, half)) {
+                half_fit++;
+                for (size_t g = 0; g < N / 16; g++)
+                    half_bad += fbits(wk_f16_to_f32((uint16_t)(half[g] & 0xffff))) != fbits(so[2 * g]) ||
+                                fbits(wk_f16_to_f32((uint16_t)(half[g] >> 16))) != fbits(so[2 * g + 1]);
+            }
         }
-        printf("  %-5s %d elems: ref mismatches %ld, q8a16 plain %ld, fma %ld, inexact products %ld\n",
-               wk_ggml_type_name(t), 4 * N, ref_bad, plain_bad, fma_bad, inexact);
+        printf("  %-5s %d elems: ref mismatches %ld, q8a16 plain %ld, fma %ld, inexact products %ld, half pairs %ld of 4 rounds\n",
+               wk_ggml_type_name(t), 4 * N, ref_bad, plain_bad, fma_bad, inexact, half_fit);
+        CHECK_EQ_INT(half_bad, 0);
+        if (must_fit) CHECK_EQ_INT(half_fit, 4);
         CHECK_EQ_INT(ref_bad, 0);
         CHECK_EQ_INT(plain_bad, 0);
         CHECK_EQ_INT(fma_bad, 0);
@@ -436,6 +449,7 @@ static void test_q8a16_property(void) {
     free(y);
     free(so);
     free(codes);
+    free(half);
     free(blocks);
 }
 
@@ -507,6 +521,18 @@ static void test_f32_to_q8a16(void) {
     for (int i = 32; i < 48; i++) CHECK(fabsf(codes[i] * so[4] + so[5] - x[i]) <= 1e-5f * fabsf(x[i]));
 }
 
+/* The half-pair form of the pairs (q8h): a pair that is no half is refused, -0 offsets pack as -0
+ * (the types without a min use -0: quant.c), and what packs unpacks to the same floats
+ * (test_q8a16_property, per ggml type). */
+static void test_pairs_to_f16(void) {
+    uint32_t packed[2] = {0, 0};
+    const float third[4] = {0.5f, 0.0f, 1.0f / 3.0f, 0.0f}, neg0[2] = {0.5f, -0.0f}, big[2] = {65536.0f, 0.0f};
+    CHECK(!wk_quant_pairs_to_f16(third, 2, packed)); /* the second pair's scale */
+    CHECK(!wk_quant_pairs_to_f16(big, 1, packed));   /* past the largest half, 65504 */
+    CHECK(wk_quant_pairs_to_f16(neg0, 1, packed));
+    CHECK_EQ_INT(packed[0], 0x80003800u);
+}
+
 int main(void) {
     test_q4_0();
     test_q4_1();
@@ -521,5 +547,6 @@ int main(void) {
     test_q8a16_property();
     test_q8a16_extremes();
     test_f32_to_q8a16();
+    test_pairs_to_f16();
     TEST_MAIN_END();
 }

@@ -18,15 +18,20 @@
 #include "spv_kv_transform.h"
 #include "spv_embed_f16.h"
 #include "spv_embed_q8a.h"
+#include "spv_embed_q8h.h"
 #include "spv_glu.h"
 #include "spv_matmul_f16.h"
 #include "spv_matmul_noshuffle_f16.h"
 #include "spv_matmul_noshuffle_q8a.h"
+#include "spv_matmul_noshuffle_q8h.h"
 #include "spv_matmul_q8a.h"
+#include "spv_matmul_q8h.h"
 #include "spv_matmul_tiled_f16.h"
 #include "spv_matmul_tiled_q8a.h"
+#include "spv_matmul_tiled_q8h.h"
 #include "spv_matvec_f16.h"
 #include "spv_matvec_q8a.h"
+#include "spv_matvec_q8h.h"
 #include "spv_qk_norm_rope.h"
 #include "spv_rmsnorm.h"
 #include "wushkv/wushkv.h"
@@ -48,20 +53,27 @@ typedef struct {
 static const pipe_spec specs[WK_PIPE_COUNT] = {
     [WK_PIPE_EMBED_Q8A] = {"embed_q8a", SPV(wk_spv_embed_q8a), "TTSS", sizeof(wk_pc_embed), false},
     [WK_PIPE_EMBED_F16] = {"embed_f16", SPV(wk_spv_embed_f16), "TTSS", sizeof(wk_pc_embed), false},
+    [WK_PIPE_EMBED_Q8H] = {"embed_q8h", SPV(wk_spv_embed_q8h), "TTSS", sizeof(wk_pc_embed), false},
     [WK_PIPE_RMSNORM] = {"rmsnorm", SPV(wk_spv_rmsnorm), "SSS", sizeof(wk_pc_rmsnorm), true},
     [WK_PIPE_ADD_NORM] = {"add_norm", SPV(wk_spv_add_norm), "SSSSS", sizeof(wk_pc_add_norm), true},
     [WK_PIPE_MATMUL_Q8A] = {"matmul_q8a", SPV(wk_spv_matmul_q8a), "TTTS", sizeof(wk_pc_matmul), false},
     [WK_PIPE_MATMUL_F16] = {"matmul_f16", SPV(wk_spv_matmul_f16), "TTTS", sizeof(wk_pc_matmul), false},
+    [WK_PIPE_MATMUL_Q8H] = {"matmul_q8h", SPV(wk_spv_matmul_q8h), "TTTS", sizeof(wk_pc_matmul), false},
     [WK_PIPE_MATMUL_GLU_Q8A] = {"matmul_glu_q8a", SPV(wk_spv_matmul_q8a), "TTTS", sizeof(wk_pc_matmul), false},
     [WK_PIPE_MATMUL_GLU_F16] = {"matmul_glu_f16", SPV(wk_spv_matmul_f16), "TTTS", sizeof(wk_pc_matmul), false},
+    [WK_PIPE_MATMUL_GLU_Q8H] = {"matmul_glu_q8h", SPV(wk_spv_matmul_q8h), "TTTS", sizeof(wk_pc_matmul), false},
     [WK_PIPE_MATMUL_TILED_Q8A] = {"matmul_tiled_q8a", SPV(wk_spv_matmul_tiled_q8a), "TTTS", sizeof(wk_pc_matmul), false},
     [WK_PIPE_MATMUL_TILED_F16] = {"matmul_tiled_f16", SPV(wk_spv_matmul_tiled_f16), "TTTS", sizeof(wk_pc_matmul), false},
+    [WK_PIPE_MATMUL_TILED_Q8H] = {"matmul_tiled_q8h", SPV(wk_spv_matmul_tiled_q8h), "TTTS", sizeof(wk_pc_matmul), false},
     [WK_PIPE_MATVEC_Q8A] = {"matvec_q8a", SPV(wk_spv_matvec_q8a), "TTTSSS", sizeof(wk_pc_matmul), true},
     [WK_PIPE_MATVEC_F16] = {"matvec_f16", SPV(wk_spv_matvec_f16), "TTTSSS", sizeof(wk_pc_matmul), true},
+    [WK_PIPE_MATVEC_Q8H] = {"matvec_q8h", SPV(wk_spv_matvec_q8h), "TTTSSS", sizeof(wk_pc_matmul), true},
     [WK_PIPE_MATVEC_GLU_Q8A] = {"matvec_glu_q8a", SPV(wk_spv_matvec_q8a), "TTTSSS", sizeof(wk_pc_matmul), true},
     [WK_PIPE_MATVEC_GLU_F16] = {"matvec_glu_f16", SPV(wk_spv_matvec_f16), "TTTSSS", sizeof(wk_pc_matmul), true},
+    [WK_PIPE_MATVEC_GLU_Q8H] = {"matvec_glu_q8h", SPV(wk_spv_matvec_q8h), "TTTSSS", sizeof(wk_pc_matmul), true},
     [WK_PIPE_MATVEC_QKV_Q8A] = {"matvec_qkv_q8a", SPV(wk_spv_matvec_q8a), "TTTSSS", sizeof(wk_pc_matmul), true},
     [WK_PIPE_MATVEC_QKV_F16] = {"matvec_qkv_f16", SPV(wk_spv_matvec_f16), "TTTSSS", sizeof(wk_pc_matmul), true},
+    [WK_PIPE_MATVEC_QKV_Q8H] = {"matvec_qkv_q8h", SPV(wk_spv_matvec_q8h), "TTTSSS", sizeof(wk_pc_matmul), true},
     [WK_PIPE_QK_NORM_ROPE] = {"qk_norm_rope", SPV(wk_spv_qk_norm_rope), "SSSSTSSS", sizeof(wk_pc_qk_norm_rope), true},
     [WK_PIPE_ATTENTION_BULK] = {"attention_bulk", SPV(wk_spv_attention_paged), "SSSTSSSTT", sizeof(wk_pc_attention_paged), true},
     [WK_PIPE_ATTENTION_BULK_SWA] = {"attention_bulk_swa", SPV(wk_spv_attention_paged), "SSSTSSSTT", sizeof(wk_pc_attention_paged), true},
@@ -95,8 +107,10 @@ static const struct {
 } noshuffle_spv[WK_PIPE_COUNT] = {
     [WK_PIPE_MATMUL_Q8A] = {SPV(wk_spv_matmul_noshuffle_q8a)},
     [WK_PIPE_MATMUL_F16] = {SPV(wk_spv_matmul_noshuffle_f16)},
+    [WK_PIPE_MATMUL_Q8H] = {SPV(wk_spv_matmul_noshuffle_q8h)},
     [WK_PIPE_MATMUL_GLU_Q8A] = {SPV(wk_spv_matmul_noshuffle_q8a)},
     [WK_PIPE_MATMUL_GLU_F16] = {SPV(wk_spv_matmul_noshuffle_f16)},
+    [WK_PIPE_MATMUL_GLU_Q8H] = {SPV(wk_spv_matmul_noshuffle_q8h)},
 };
 #undef SPV
 
@@ -135,8 +149,7 @@ static uint32_t attn_pass_of(wk_pipe_id id) {
 static bool is_matmul(wk_pipe_id id) { return noshuffle_spv[id].spirv != NULL; }
 
 static bool is_matvec(wk_pipe_id id) {
-    return id == WK_PIPE_MATVEC_Q8A || id == WK_PIPE_MATVEC_F16 || id == WK_PIPE_MATVEC_GLU_Q8A ||
-           id == WK_PIPE_MATVEC_GLU_F16 || id == WK_PIPE_MATVEC_QKV_Q8A || id == WK_PIPE_MATVEC_QKV_F16;
+    return id >= WK_PIPE_MATVEC_Q8A && id <= WK_PIPE_MATVEC_QKV_Q8H;
 }
 
 /* A subgroup-sized pipeline's workgroup: one subgroup, or the matvec's several. */
@@ -147,10 +160,10 @@ static uint32_t wg_size_of(const wk_vk *vk, const wk_pipelines *p, wk_pipe_id id
 /* matvec's and matmul's outputs (their constant 2, SC_MODE): 1 the gate/up pipelines, 2 the
  * matvec's q/k/v split; 0 plain. */
 static uint32_t matvec_mode_of(wk_pipe_id id) {
-    return id == WK_PIPE_MATVEC_GLU_Q8A || id == WK_PIPE_MATVEC_GLU_F16 || id == WK_PIPE_MATMUL_GLU_Q8A ||
-                   id == WK_PIPE_MATMUL_GLU_F16
+    return (id >= WK_PIPE_MATVEC_GLU_Q8A && id <= WK_PIPE_MATVEC_GLU_Q8H) ||
+                   (id >= WK_PIPE_MATMUL_GLU_Q8A && id <= WK_PIPE_MATMUL_GLU_Q8H)
                ? 1
-           : id == WK_PIPE_MATVEC_QKV_Q8A || id == WK_PIPE_MATVEC_QKV_F16 ? 2
+           : id >= WK_PIPE_MATVEC_QKV_Q8A && id <= WK_PIPE_MATVEC_QKV_Q8H ? 2
                                                                           : 0;
 }
 

@@ -6,22 +6,31 @@
 #include "vulkan/vk_device.h"
 
 typedef enum {
+    /* The weight kernels, one per device weight format in wk_wfmt's order (Q8A, F16, Q8H), so a
+     * matrix's pipeline is the Q8A one + its format (wk_pipe_for_format). */
     WK_PIPE_EMBED_Q8A,
     WK_PIPE_EMBED_F16,
-    WK_PIPE_RMSNORM,
-    WK_PIPE_ADD_NORM,
+    WK_PIPE_EMBED_Q8H,
     WK_PIPE_MATMUL_Q8A,
     WK_PIPE_MATMUL_F16,
+    WK_PIPE_MATMUL_Q8H,
     WK_PIPE_MATMUL_GLU_Q8A,      /* matmul's gate/up pipelines: act(gate) * up in one dispatch (constant 2 = 1) */
     WK_PIPE_MATMUL_GLU_F16,
+    WK_PIPE_MATMUL_GLU_Q8H,
     WK_PIPE_MATMUL_TILED_Q8A,    /* the "gpu" kernel set's matmul (shared-memory tiles) */
     WK_PIPE_MATMUL_TILED_F16,
+    WK_PIPE_MATMUL_TILED_Q8H,
     WK_PIPE_MATVEC_Q8A,
     WK_PIPE_MATVEC_F16,
+    WK_PIPE_MATVEC_Q8H,
     WK_PIPE_MATVEC_GLU_Q8A,      /* matvec's gate/up pipelines: act(gate) * up in one dispatch (constant 2 = 1) */
     WK_PIPE_MATVEC_GLU_F16,
+    WK_PIPE_MATVEC_GLU_Q8H,
     WK_PIPE_MATVEC_QKV_Q8A,      /* matvec's rows split over three outputs: q, k, v in one dispatch (constant 2 = 2) */
     WK_PIPE_MATVEC_QKV_F16,
+    WK_PIPE_MATVEC_QKV_Q8H,
+    WK_PIPE_RMSNORM,
+    WK_PIPE_ADD_NORM,
     WK_PIPE_QK_NORM_ROPE,
     /* attention_paged.comp: a prefill step's two passes (16-row tiles) -- the bulk of the keys
      * without the f16 window path, and the window keys with it -- and the decode pipelines (4-row
@@ -54,6 +63,10 @@ typedef enum {
     WK_PIPE_GLU,
     WK_PIPE_COUNT
 } wk_pipe_id;
+
+/* A weight kernel's pipeline for a matrix of device weight format `fmt` (weights.h's wk_wfmt:
+ * 0 q8a16, 1 f16, 2 q8a16 with half pairs): `q8a` is the kernel's Q8A pipeline. */
+static inline wk_pipe_id wk_pipe_for_format(wk_pipe_id q8a, int fmt) { return (wk_pipe_id)(q8a + fmt); }
 
 /* attention_paged's pipeline sets, one per format a layer may have: the main format, the sliding
  * layers' own (_SWA), wide keys (_WIDE). */

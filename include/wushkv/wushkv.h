@@ -175,6 +175,9 @@ typedef struct wk_model_info {
     int32_t bos, eos, eot;     /* -1 where absent; eot = end-of-turn token if the vocab has one */
     bool add_bos;
     uint64_t weight_bytes;     /* device bytes holding weights */
+    /* Matrix elements on the device, and those whose scale/offset pairs are stored as halves (the
+     * q8h format, docs/engine.md "Device weight formats"): the same values in half the bytes. */
+    uint64_t weight_elements, weight_half_pair_elements;
     uint64_t kv_bytes_per_token;  /* all layers, keys and values, as stored */
     double kv_bits_per_element;   /* codes + scales + zeros per stored K/V element (16 for f16) */
     uint64_t kv_pool_bytes;       /* device bytes of the whole KV cache (with per-layer-class formats both

@@ -78,13 +78,13 @@ void main() {
         for (uint g = lane; g < G; g += nl) {
             int xi = int(g * 4);
             vec4 x0 = texelFetch(X, xi), x1 = texelFetch(X, xi + 1), x2 = texelFetch(X, xi + 2), x3 = texelFetch(X, xi + 3);
-#if defined(WFMT_Q8A)
+#if defined(WFMT_Q8A) || defined(WFMT_Q8H)
             float sx = dot(x0 + x1 + x2 + x3, vec4(1));
 #endif
             [[unroll]] for (uint rr = 0; rr < 2 * ROWS; ++rr) {
                 if (rr >= RR || (rr < ROWS ? rr : rr - ROWS) >= nr) continue;
                 wgroup w = wgroup_load(wrow[rr] + g);
-#if defined(WFMT_Q8A)
+#if defined(WFMT_Q8A) || defined(WFMT_Q8H)
                 // sum(c*s + o) x = s * (c . x) + o * sum(x): the scale and offset leave the inner loop.
                 float cx = dot(i8x4(w.c.x), x0) + dot(i8x4(w.c.y), x1) + dot(i8x4(w.c.z), x2) + dot(i8x4(w.c.w), x3);
                 a[rr].x = fma(w.so.x, cx, a[rr].x);

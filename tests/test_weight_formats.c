@@ -1,0 +1,105 @@
+/* Which device weight format each matrix takes (engine/weights.h): on the tiny models with every
+ * ggml type (tiny_model.c's mixed quants, gemma3 tied head and llama untied), each matrix's format
+ * against its tensor's type: float types f16; Q4_0/Q4_1/Q5_0/Q5_1/Q8_0 q8a16 with half pairs;
+ * K-quants f32 pairs; parts joined into one matrix (q, k, v; gate, up) that mix half and f32 pairs
+ * all f32 pairs, a mix with f16 not joined. Also the counts wk_model_info reports and the bytes the
+ * pairs take. The kernels' arithmetic on each format is test_matmul_gpu's; the forward pass on
+ * these models, test_forward's. */
+#include <stdio.h>
+#include <stdlib.h>
+
+#include "model/gguf.h"
+#include "model/model.h"
+#include "test_util.h"
+#include "test_vk_open.h"
+#include "tiny_model.h"
+#include "weights.h"
+
+/* The format a tensor type takes alone (the tiny model's K-quant sub-scale products are not all
+ * halves). */
+static wk_wfmt format_alone(wk_ggml_type t) {
+    return t == WK_GGML_F16 || t == WK_GGML_BF16 || t == WK_GGML_F32 ? WK_WFMT_F16
+           : t == WK_GGML_Q4_0 || t == WK_GGML_Q4_1 || t == WK_GGML_Q5_0 || t == WK_GGML_Q5_1 || t == WK_GGML_Q8_0
+               ? WK_WFMT_Q8H
+               : WK_WFMT_Q8A;
+}
+
+static uint64_t elements(const wk_gguf_tensor *t) { return (uint64_t)t->ne[0] * t->ne[1]; }
+
+/* The device bytes of a matrix's scale/offset pairs, by format. */
+static uint64_t pair_bytes(const wk_dev_matrix *m) {
+    return m->fmt == WK_WFMT_F16 ? 0 : (uint64_t)m->rows * m->cols / 16 * (m->fmt == WK_WFMT_Q8H ? 4 : 8);
+}
+
+static void check_model(wk_vk *vk, const char *arch) {
+    tiny_model_opts o = {.arch = arch, .seed = 9, .mixed_quants = true, .n_layer = 4};
+    size_t size = 0;
+    uint8_t *bytes = tiny_model_bytes(&o, &size);
+    char err[WK_ERRMSG_LEN] = "";
+    wk_gguf *g = bytes ? wk_gguf_open_memory(bytes, size, err, sizeof err) : NULL;
+    wk_model_desc desc;
+    wk_weights w;
+    CHECK(g != NULL);
+    int rc = g ? wk_model_desc_load(g, &desc, err, sizeof err) : WK_ERR_INVALID;
+    if (!rc) rc = wk_weights_upload(vk, &desc, NULL, &w, err, sizeof err);
+    CHECK_EQ_INT(rc, 0);
+    if (rc) {
+        fprintf(stderr, "%s: %s\n", arch, err);
+        wk_gguf_close(g), free(bytes);
+        return;
+    }
+    uint64_t want_half = 0, want_all = 0, seen_half = 0;
+    const wk_gguf_tensor *top[2] = {desc.tok_embd, w.tied ? NULL : desc.output};
+    const wk_dev_matrix *top_m[2] = {&w.tok_embd, &w.output};
+    for (int i = 0; i < 2; i++) {
+        if (!top[i]) continue;
+        CHECK_EQ_INT(top_m[i]->fmt, format_alone(top[i]->type));
+        CHECK_EQ_INT(top_m[i]->scales.bytes >= pair_bytes(top_m[i]), 1);
+        want_all += elements(top[i]);
+        want_half += format_alone(top[i]->type) == WK_WFMT_Q8H ? elements(top[i]) : 0;
+    }
+    for (int il = 0; il < desc.hp.n_layer; il++) {
+        const wk_layer_weights *L = &desc.layers[il];
+        const wk_dev_layer *D = &w.layers[il];
+        const wk_gguf_tensor *t[7] = {L->wq, L->wk, L->wv, L->wo, L->ffn_gate, L->ffn_up, L->ffn_down};
+        const wk_dev_matrix *m[7] = {&D->wq, &D->wk, &D->wv, &D->wo, &D->ffn_gate, &D->ffn_up, &D->ffn_down};
+        const int group[7] = {0, 0, 0, 1, 2, 2, 3}; /* 0: q, k, v; 2: gate, up */
+        for (int i = 0; i < 7; i++) {
+            wk_wfmt want = format_alone(t[i]->type);
+            bool some_f16 = false, some_q8a = false;
+            for (int j = 0; j < 7; j++)
+                if (group[j] == group[i]) {
+                    some_f16 = some_f16 || format_alone(t[j]->type) == WK_WFMT_F16;
+                    some_q8a = some_q8a || format_alone(t[j]->type) == WK_WFMT_Q8A;
+                }
+            if (want == WK_WFMT_Q8H && some_q8a && !some_f16) want = WK_WFMT_Q8A;
+            if (m[i]->fmt != want)
+                fprintf(stderr, "%s layer %d matrix %d (%s): format %d, expected %d\n", arch, il, i,
+                        wk_ggml_type_name(t[i]->type), (int)m[i]->fmt, (int)want);
+            CHECK_EQ_INT(m[i]->fmt, want);
+            want_all += elements(t[i]);
+            want_half += want == WK_WFMT_Q8H ? elements(t[i]) : 0;
+            seen_half += want == WK_WFMT_Q8H;
+            /* a joined matrix's parts share its buffers; a part alone has its own pairs */
+            if (!m[i]->part) CHECK_EQ_INT(m[i]->scales.bytes >= pair_bytes(m[i]), 1);
+        }
+    }
+    printf("%s: %llu of %llu matrix weights with half pairs\n", arch, (unsigned long long)want_half,
+           (unsigned long long)want_all);
+    CHECK(seen_half > 0); /* the model reaches the format alone and inside joins */
+    CHECK_EQ_INT(w.weights, want_all);
+    CHECK_EQ_INT(w.half_pair_weights, want_half);
+    wk_weights_free(vk, &w);
+    wk_gguf_close(g);
+    free(bytes);
+}
+
+int main(void) {
+    wk_vk vk;
+    wk_pipelines p;
+    if (!test_vk_open(&vk, &p)) return 1;
+    check_model(&vk, "gemma3");
+    check_model(&vk, "llama");
+    CHECK_EQ_INT(test_vk_close(&vk, &p), 0);
+    TEST_MAIN_END();
+}
