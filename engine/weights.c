@@ -287,15 +287,20 @@ static void free_matrix(wk_vk *vk, wk_dev_matrix *m) {
 }
 
 /* The matrices' elements by pair format, each stored matrix once (a joined matrix, not its parts). */
+static void count_matrix(wk_weights *w, const wk_dev_matrix *m) {
+    if (m->part || !m->rows) return;
+    w->weights += (uint64_t)m->rows * m->cols;
+    if (m->fmt == WK_WFMT_Q8H) w->half_pair_weights += (uint64_t)m->rows * m->cols;
+}
+
 static void count_formats(wk_weights *w) {
-    const wk_dev_matrix *top[] = {&w->tok_embd, w->tied ? NULL : &w->output};
-    for (int i = 0; i < 2 + 9 * w->n_layer; i++) {
-        const wk_dev_layer *D = i >= 2 ? &w->layers[(i - 2) / 9] : NULL;
-        const wk_dev_matrix *mats[] = {&D->qkv, &D->gate_up, &D->wq, &D->wk, &D->wv, &D->wo, &D->ffn_gate, &D->ffn_up, &D->ffn_down};
-        const wk_dev_matrix *m = i < 2 ? top[i] : mats[(i - 2) % 9];
-        if (!m || m->part || !m->rows) continue;
-        w->weights += (uint64_t)m->rows * m->cols;
-        if (m->fmt == WK_WFMT_Q8H) w->half_pair_weights += (uint64_t)m->rows * m->cols;
+    count_matrix(w, &w->tok_embd);
+    if (!w->tied) count_matrix(w, &w->output);
+    for (int il = 0; il < w->n_layer; il++) {
+        const wk_dev_layer *D = &w->layers[il];
+        const wk_dev_matrix *mats[] = {&D->qkv, &D->gate_up, &D->wq,     &D->wk,      &D->wv,
+                                       &D->wo,  &D->ffn_gate, &D->ffn_up, &D->ffn_down};
+        for (size_t i = 0; i < sizeof mats / sizeof *mats; i++) count_matrix(w, mats[i]);
     }
 }
 
