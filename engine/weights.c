@@ -45,9 +45,9 @@ static size_t so_bytes(const host_matrix *h) {
 }
 
 /* q8a16 pairs that are all halves take the half-pair format (weights.h). */
-static void choose_pairs(host_matrix *h, bool may_half) {
+static void choose_pairs(host_matrix *h) {
     const size_t pairs = (size_t)h->rows * h->cols / 16;
-    h->half_so = may_half ? malloc(pairs * sizeof *h->half_so) : NULL;
+    h->half_so = malloc(pairs * sizeof *h->half_so);
     h->fmt = h->half_so && wk_quant_pairs_to_f16(h->so, pairs, h->half_so) ? WK_WFMT_Q8H : WK_WFMT_Q8A;
     if (h->fmt == WK_WFMT_Q8A) free(h->half_so), h->half_so = NULL; /* (out of memory: f32 pairs) */
 }
@@ -77,7 +77,7 @@ static int convert_tensor(const wk_gguf_tensor *t, host_matrix *h, char *err, si
         if (!h->codes || !h->so) rc = WK_ERR_NOMEM, snprintf(err, errlen, "out of memory converting '%s'", t->name);
         if (!rc && !wk_quant_to_q8a16(t->type, t->data, n, h->codes, h->so))
             rc = WK_ERR_UNSUPPORTED, snprintf(err, errlen, "tensor '%s': cannot convert %s", t->name, wk_ggml_type_name(t->type));
-        if (!rc) choose_pairs(h, true);
+        if (!rc) choose_pairs(h);
     } else {
         h->fmt = WK_WFMT_F16;
         uint16_t *half = h->codes = malloc(n * sizeof *half);
@@ -120,7 +120,7 @@ static int convert_f32(const float *a, uint32_t rows, uint32_t cols, host_matrix
         return snprintf(err, errlen, "out of memory"), WK_ERR_NOMEM;
     }
     wk_quant_f32_to_q8a16(a, n, h->codes, h->so);
-    choose_pairs(h, true); /* f32 pairs in practice: halves only where the rounding happens to give them */
+    choose_pairs(h); /* f32 pairs in practice: halves only where the rounding happens to give them */
     return 0;
 }
 
