@@ -148,26 +148,21 @@ static int upload_rows(wk_vk *vk, const host_matrix *h, wk_dev_matrix *m, uint32
     return rc;
 }
 
-/* Uploads n host matrices. n > 1 and one format and width: as one matrix, `joined`, their rows one
- * after another, each parts[i] a view of its rows; otherwise each into its own parts[i] (joined,
- * if given, keeps rows 0). */
+/* Uploads n host matrices. n > 1, one width and one kind (f16, or q8a16 with either pair form): as
+ * one matrix, `joined`, their rows one after another, each parts[i] a view of its rows; otherwise
+ * each into its own parts[i] (joined, if given, keeps rows 0). */
 static int upload_joined(wk_vk *vk, host_matrix *h, int n, wk_dev_matrix *joined, wk_dev_matrix *const *parts,
                          uint64_t *bytes, char *err, size_t errlen) {
-    bool one = n > 1 && joined;
+    bool one = n > 1 && joined, some_q8a = false;
     uint32_t rows = 0;
-    /* Parts in q8a and q8h join as q8a: every pair has its f32 form, and one dispatch for the
-     * parts (decode's q/k/v, gate/up) is worth more than the smaller pairs. */
-    bool some_q8a = false, joinable = one;
     for (int i = 0; i < n; i++) {
+        one = one && h[i].cols == h[0].cols && (h[i].fmt == WK_WFMT_F16) == (h[0].fmt == WK_WFMT_F16);
         some_q8a = some_q8a || h[i].fmt == WK_WFMT_Q8A;
-        joinable = joinable && h[i].cols == h[0].cols && (h[i].fmt == WK_WFMT_F16) == (h[0].fmt == WK_WFMT_F16);
-    }
-    for (int i = 0; joinable && some_q8a && i < n; i++)
-        if (h[i].fmt == WK_WFMT_Q8H) h[i].fmt = WK_WFMT_Q8A;
-    for (int i = 0; i < n; i++) {
-        one = one && h[i].fmt == h[0].fmt && h[i].cols == h[0].cols;
         rows += h[i].rows;
     }
+    /* Parts in q8a and q8h join as q8a: every pair has its f32 form, and one dispatch for the
+     * parts (decode's q/k/v, gate/up) is worth more than the smaller pairs. */
+    for (int i = 0; one && some_q8a && i < n; i++) h[i].fmt = WK_WFMT_Q8A;
     int rc = 0;
     if (!one) {
         for (int i = 0; !rc && i < n; i++) {

@@ -323,9 +323,10 @@ bool wk_quant_to_q8a16(wk_ggml_type type, const void *src, size_t n, int8_t *cod
     return true;
 }
 
-/* x as an f16 exactly, to the bit (so -0 stays -0: see the top of this file)? */
-static bool f16_exact(float x) {
-    const float back = wk_f16_to_f32(wk_f32_to_f16(x));
+/* x as the half *h, when that half is x to the bit (so -0 stays -0: see the top of this file). */
+static bool f16_exact(float x, uint16_t *h) {
+    *h = wk_f32_to_f16(x);
+    const float back = wk_f16_to_f32(*h);
     uint32_t a, b;
     memcpy(&a, &x, sizeof a), memcpy(&b, &back, sizeof b);
     return a == b;
@@ -350,9 +351,9 @@ void wk_quant_f32_to_q8a16(const float *src, size_t n, int8_t *codes, float *sca
 
 bool wk_quant_pairs_to_f16(const float *scale_offset, size_t n_pairs, uint32_t *packed) {
     for (size_t i = 0; i < n_pairs; i++) {
-        const float s = scale_offset[2 * i], o = scale_offset[2 * i + 1];
-        if (!f16_exact(s) || !f16_exact(o)) return false;
-        packed[i] = (uint32_t)wk_f32_to_f16(s) | (uint32_t)wk_f32_to_f16(o) << 16;
+        uint16_t s, o;
+        if (!f16_exact(scale_offset[2 * i], &s) || !f16_exact(scale_offset[2 * i + 1], &o)) return false;
+        packed[i] = (uint32_t)s | (uint32_t)o << 16;
     }
     return true;
 }
