@@ -92,8 +92,9 @@ static long run_shape(wk_vk *vk, wk_pipelines *p, const shape *s, uint64_t seed)
                     }
                 }
         }
-        printf("D=%3d B=%3d heads %d/%d T=%2d (%s): %ld of %zu outputs off, worst relative error %.1e\n", D, B, Hq,
-               Hk, T, T < WK_XFORM_TOKENS ? "decode twin" : "kv_transform", bad, nq + nk, worst);
+        printf("D=%3d B=%3d heads %d/%d T=%2d (%s, %s): %ld of %zu outputs off, worst relative error %.1e\n", D, B,
+               Hq, Hk, T, T < WK_XFORM_TOKENS ? "decode twin" : "kv_transform",
+               p->matmul_shuffle ? "shuffles" : "no shuffles", bad, nq + nk, worst);
     }
     wk_vk_buffer_destroy(vk, &bm), wk_vk_buffer_destroy(vk, &bx);
     wk_vk_buffer_destroy(vk, &bq), wk_vk_buffer_destroy(vk, &bk);
@@ -115,7 +116,15 @@ int main(void) {
         {64, 4, 4, 2, 9},    {64, 4, 4, 2, 1},                           /* blocks of 4: 4 rows an invocation */
     };
     uint64_t seed = 0x5eed7a11;
-    for (size_t i = 0; i < sizeof shapes / sizeof *shapes; i++) CHECK_EQ_INT(run_shape(&vk, &p, &shapes[i], seed + i), 0);
+    /* Both modules where the device runs the shuffles (the one whose lanes share the x fetches of
+     * a block; it falls back to per-lane fetches itself where blocks are small), else the other. */
+    const bool shuffles = p.matmul_shuffle;
+    for (int module = shuffles ? 0 : 1; module < 2; module++) {
+        char err[WK_ERRMSG_LEN] = "";
+        CHECK_EQ_INT(wk_pipelines_set_matmul_shuffle(&vk, &p, module == 0, err, sizeof err), 0);
+        for (size_t i = 0; i < sizeof shapes / sizeof *shapes; i++)
+            CHECK_EQ_INT(run_shape(&vk, &p, &shapes[i], seed + i), 0);
+    }
     CHECK_EQ_INT(test_vk_close(&vk, &p), 0);
     TEST_MAIN_END();
 }

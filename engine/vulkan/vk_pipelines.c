@@ -16,6 +16,7 @@
 #include "spv_kv_store_f16.h"
 #include "spv_kv_store_quant.h"
 #include "spv_kv_transform.h"
+#include "spv_kv_transform_noshuffle.h"
 #include "spv_embed_f16.h"
 #include "spv_embed_q8a.h"
 #include "spv_embed_q8h.h"
@@ -99,8 +100,8 @@ static const pipe_spec specs[WK_PIPE_COUNT] = {
     [WK_PIPE_GLU] = {"glu", SPV(wk_spv_glu), "SSS", sizeof(wk_pc_glu), false},
 };
 
-/* matmul.comp's module without subgroup shuffles, for a device that cannot run the one in specs
- * (wk_pipelines.matmul_shuffle); empty for every other pipeline. */
+/* matmul.comp's and kv_transform.comp's modules without subgroup shuffles, for a device that
+ * cannot run the ones in specs (wk_pipelines.matmul_shuffle); empty for every other pipeline. */
 static const struct {
     const uint32_t *spirv;
     size_t spirv_bytes;
@@ -111,6 +112,8 @@ static const struct {
     [WK_PIPE_MATMUL_GLU_Q8A] = {SPV(wk_spv_matmul_noshuffle_q8a)},
     [WK_PIPE_MATMUL_GLU_F16] = {SPV(wk_spv_matmul_noshuffle_f16)},
     [WK_PIPE_MATMUL_GLU_Q8H] = {SPV(wk_spv_matmul_noshuffle_q8h)},
+    [WK_PIPE_KV_TRANSFORM] = {SPV(wk_spv_kv_transform_noshuffle)},
+    [WK_PIPE_KV_TRANSFORM_DECODE] = {SPV(wk_spv_kv_transform_noshuffle)},
 };
 #undef SPV
 
@@ -145,8 +148,8 @@ static uint32_t attn_pass_of(wk_pipe_id id) {
                : 0;
 }
 
-/* The pipelines built from matmul.comp: the ones with a second module. */
-static bool is_matmul(wk_pipe_id id) { return noshuffle_spv[id].spirv != NULL; }
+/* The pipelines built from matmul.comp and kv_transform.comp: the ones with a second module, without shuffles. */
+static bool has_noshuffle_module(wk_pipe_id id) { return noshuffle_spv[id].spirv != NULL; }
 
 static bool is_matvec(wk_pipe_id id) {
     return id >= WK_PIPE_MATVEC_Q8A && id <= WK_PIPE_MATVEC_QKV_Q8H;
@@ -228,7 +231,7 @@ static int create_pipeline(wk_vk *vk, wk_pipelines *p, wk_pipe_id id, const int3
      * WK_MATMUL_WG lanes of one subgroup). */
     const bool pin = vk->pin_subgroup &&
                      (spec->subgroup_wg ? wg : 256u) <= (uint64_t)vk->max_workgroup_subgroups * vk->subgroup_size;
-    const bool matmul_full = is_matmul(id) && (WK_MATMUL_WG * WK_MATMUL_WG) % vk->subgroup_size == 0;
+    const bool matmul_full = has_noshuffle_module(id) && (WK_MATMUL_WG * WK_MATMUL_WG) % vk->subgroup_size == 0;
     const VkPipelineShaderStageRequiredSubgroupSizeCreateInfoEXT req = {
         .sType = VK_STRUCTURE_TYPE_PIPELINE_SHADER_STAGE_REQUIRED_SUBGROUP_SIZE_CREATE_INFO_EXT,
         .requiredSubgroupSize = vk->subgroup_size};
@@ -362,7 +365,7 @@ int wk_pipelines_set_matmul_shuffle(wk_vk *vk, wk_pipelines *p, bool on, char *e
     }
     if (on == p->matmul_shuffle) return 0;
     p->matmul_shuffle = on;
-    drop_pipelines(vk, p, is_matmul);
+    drop_pipelines(vk, p, has_noshuffle_module);
     return 0;
 }
 

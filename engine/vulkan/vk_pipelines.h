@@ -130,9 +130,9 @@ typedef struct wk_pipelines {
     bool matmul_tiled;    /* prefill matmuls in matmul_tiled.comp (else matmul.comp, gate and up joined) */
     bool attn_lanes;      /* attention_paged's key-per-lane variant for decode steps and prefill bulk keys */
     bool attn_gpu_splits; /* the attention's key-split targets for a GPU (WK_ATTN_*_GPU) */
-    /* matmul.comp's module (wk_pipelines_set_matmul_shuffle): true the one whose lanes share the
-     * activations' fetches through subgroup shuffles, where the device allows it; false the one
-     * without shuffles. */
+    /* matmul.comp's and kv_transform.comp's modules (wk_pipelines_set_matmul_shuffle): true the
+     * ones whose lanes share the activations' fetches through subgroup shuffles, where the device
+     * allows it; false the ones without shuffles. */
     bool matmul_shuffle;
     /* Optional GPU-time profile per pipeline (wk_pipelines_enable_profile): a timestamp after each
      * dispatch. */
@@ -185,7 +185,7 @@ int wk_pipelines_choose_kernels(wk_vk *vk, wk_pipelines *p, int kernels, char *e
 /* Overrides single variants of the chosen set (engine/vulkan/vk_kernels.c): spec is NULL, empty,
  * or "name=value[,name=value...]" with names and values
  *   matmul=register|tiled        prefill matmuls: matmul.comp's register tiles or matmul_tiled.comp
- *   matmul_shuffle=on|off        matmul.comp's module (wk_pipelines_set_matmul_shuffle)
+ *   matmul_shuffle=on|off        matmul.comp's and kv_transform.comp's modules (wk_pipelines_set_matmul_shuffle)
  *   matvec=N                     subgroups a matvec workgroup (wk_pipelines_set_matvec_subgroups)
  *   attention=subgroup|lanes     attention_paged: a key per subgroup, or the key-per-lane variant
  *   splits=cpu|gpu               the attention's key-split targets

@@ -12,7 +12,17 @@
 // rows, and on lavapipe a kernel's time follows its texel fetches. Workgroups: x covers a head's
 // D/R row tiles (wk_xform_groups_x), y the tiles of SC_TT units (below), so a workgroup never
 // mixes queries and keys.
+// Built twice (shaders/meson.build), as matmul.comp is: with WK_XFORM_SHUFFLE (devices with
+// subgroup shuffles, wk_pipelines.matmul_shuffle) the lanes that share a unit tile and a block
+// fetch its SC_TT units' x texels once between them, a unit each, and pass them round with
+// subgroupShuffle, where every lane would fetch all SC_TT (on lavapipe a shuffle from a constant
+// lane is a register broadcast, a fetch a gather: docs/lavapipe.md); the module without it (any
+// other device) fetches per lane.
 #extension GL_EXT_control_flow_attributes : require
+#extension GL_KHR_shader_subgroup_basic : require
+#ifdef WK_XFORM_SHUFFLE
+#extension GL_KHR_shader_subgroup_shuffle : require
+#endif
 #extension GL_GOOGLE_include_directive : require
 #include "shader_consts.h"
 #extension GL_EXT_samplerless_texture_functions : require
@@ -30,6 +40,16 @@ const uint TT = WK_XFORM_TOKENS;  // the most units per invocation (the accumula
 // else 4 (wk_xform_rows; every block is a multiple of 4).
 layout(constant_id = 4) const uint SC_ROWS = 4;
 const uint RV = SC_ROWS / 4u, RMAX = WK_XFORM_ROWS / 4u;  // output vec4s per invocation, and at most
+#ifdef WK_XFORM_SHUFFLE
+// A block's row tiles: the lanes of one (a run of them, aligned as workgroups and blocks are) read
+// the same x texels. The shuffle needs every unit of a tile fetched by a lane of the run, so at
+// least SC_TT of them and a power of two (aligned runs); a generic pipeline (SC_BLOCK 0) and
+// smaller blocks fetch per lane.
+const uint RUN_MAX = SC_BLOCK > 0 ? uint(SC_BLOCK) / SC_ROWS : 0u;
+const bool SHUFFLE = RUN_MAX >= SC_TT && (RUN_MAX & (RUN_MAX - 1u)) == 0u;
+#else
+const bool SHUFFLE = false;
+#endif
 layout(std430, binding = 0) writeonly buffer Q { vec4 q4[]; };   // [T][n_head][D/4]
 layout(std430, binding = 1) writeonly buffer K { vec4 k4[]; };   // [T][n_head_kv][D/4]
 layout(binding = 2) uniform textureBuffer M;                     // [layer][n_head_kv][2][D/B][B][B/4]
@@ -41,7 +61,10 @@ layout(push_constant) uniform PC {
 } pc;
 
 void main() {
-    uint D = pc.head_dim, C = D / 4u, c0 = gl_GlobalInvocationID.x * RV;  // this invocation's first vec4
+    // The row tile from the subgroup ids, not the local id: whatever order a driver puts
+    // invocations in subgroups, each aligned run of lanes is then consecutive row tiles.
+    uint lane = gl_SubgroupID * gl_SubgroupSize + gl_SubgroupInvocationID;
+    uint D = pc.head_dim, C = D / 4u, c0 = (gl_WorkGroupID.x * gl_WorkGroupSize.x + lane) * RV;  // first vec4
     // The queries of one KV head share a matrix, so a query tile's units are (token, query head of
     // the group) pairs: a decode step's query heads share each matrix fetch as a prefill step's
     // tokens do. Workgroup y: each KV head's query tiles, then each one's key tiles (exactly as
@@ -53,6 +76,8 @@ void main() {
     uint kh = is_q ? y / q_tiles : yk / k_tiles, G = is_q ? GQ : 1u;
     uint hs = is_q ? pc.n_head : pc.n_head_kv, units = pc.n_tokens * G;
     uint u0 = (is_q ? y % q_tiles : yk % k_tiles) * SC_TT;
+    // A whole run leaves or none of it: a run's row tiles lie in one block, and a head's row tiles
+    // are whole blocks.
     if (c0 >= C || kh >= pc.n_head_kv) return;
     uint nu = min(SC_TT, units - u0);
     uint B = SC_BLOCK != 0 ? uint(SC_BLOCK) : pc.block, B4 = B / 4u;
@@ -66,13 +91,28 @@ void main() {
         uint u = min(u0 + i, u0 + nu - 1u);
         at[i] = ((u / G) * hs + kh * G + u % G) * C;
     }
+#ifdef WK_XFORM_SHUFFLE
+    // The lane that fetched unit i: the run's first lane + i (0 + i when the subgroup is one run,
+    // which lets the compiler see a constant lane). This lane fetches unit (its place in the run)
+    // mod SC_TT.
+    uint run = min(gl_SubgroupSize, RUN_MAX), run0 = gl_SubgroupSize <= RUN_MAX ? 0u : gl_SubgroupInvocationID & ~(run - 1u);
+    uint um = min(u0 + (gl_SubgroupInvocationID - run0) % SC_TT, u0 + nu - 1u);
+    uint mine = ((um / G) * hs + kh * G + um % G) * C;
+#endif
     vec4 acc[TT * RMAX];
     [[unroll]] for (uint i = 0u; i < SC_TT * RV; ++i) acc[i] = vec4(0.0);
     for (uint j = 0u; j < B4; ++j) {
         vec4 r[4u * RMAX];
         [[unroll]] for (uint e = 0u; e < 4u * RV; ++e) r[e] = texelFetch(M, int(m0 + e * B4 + j));
+#ifdef WK_XFORM_SHUFFLE
+        vec4 xl = SHUFFLE ? texelFetch(X, int(xin + mine + b * B4 + j)) : vec4(0.0);
+#endif
         [[unroll]] for (uint i = 0u; i < SC_TT; ++i) {
+#ifdef WK_XFORM_SHUFFLE
+            vec4 x = SHUFFLE ? subgroupShuffle(xl, run0 + i) : texelFetch(X, int(xin + at[i] + b * B4 + j));
+#else
             vec4 x = texelFetch(X, int(xin + at[i] + b * B4 + j));
+#endif
             [[unroll]] for (uint v = 0u; v < RV; ++v)
                 acc[i * RV + v] += vec4(dot(r[4u * v], x), dot(r[4u * v + 1u], x), dot(r[4u * v + 2u], x),
                                         dot(r[4u * v + 3u], x));
