@@ -381,6 +381,7 @@ static void handle_generation(api_server *a, http_conn *c, http_request *r, bool
     for (sched_job *j = head; j; j = j->next, i++) {
         j->kind = JOB_GENERATE;
         j->id = k->id + (uint64_t)i;
+        j->group = k->id;
         j->t_arrival = k->t_start;
         j->gen = req.gens[i]; /* moved */
     }

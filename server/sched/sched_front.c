@@ -178,27 +178,57 @@ static void *front_main(void *arg) {
             }
             break;
         }
-        /* Look at the batch in order; what goes on to the engine keeps that order. */
+        /* Look at the batch in order; what goes on to the engine keeps that order. A request's
+         * choices (a run of generation jobs with one group) go on together or not at all. */
         sched_job *pass = NULL, **tail = &pass, *prev = NULL;
         while (jobs) {
             sched_job *j = jobs;
             jobs = j->next;
             j->next = NULL;
-            bool keep = true;
             if (j->kind == JOB_TOKENIZE || j->kind == JOB_DETOKENIZE) {
                 if (j->kind == JOB_TOKENIZE) job_tokenize(s, j);
                 else job_detokenize(s, j);
-                keep = false;
-            } else if (j->kind == JOB_GENERATE && j->gen.prompt_text) {
-                keep = tokenize_prompt(s, j, prev);
-            }
-            if (!keep) {
                 drop(j);
                 continue;
             }
-            *tail = j;
-            tail = &j->next;
-            prev = j;
+            if (j->kind != JOB_GENERATE) {
+                *tail = j;
+                tail = &j->next;
+                continue;
+            }
+            sched_job *group = j, **group_tail = &j->next, *bad = NULL;
+            for (sched_job *k = j;;) {
+                if (k->gen.prompt_text && !tokenize_prompt(s, k, prev)) {
+                    bad = k;
+                    break;
+                }
+                prev = k;
+                if (!jobs || jobs->kind != JOB_GENERATE || jobs->group != j->group) break;
+                k = jobs;
+                jobs = k->next;
+                k->next = NULL;
+                *group_tail = k;
+                group_tail = &k->next;
+            }
+            if (bad) {
+                /* bad posted its error; the run's other choices end with theirs after it. */
+                for (sched_job *k = group; k != bad; k = k->next) sched_refuse_choice(s, k->id);
+                while (jobs && jobs->kind == JOB_GENERATE && jobs->group == j->group) {
+                    sched_job *k = jobs;
+                    jobs = k->next;
+                    sched_refuse_choice(s, k->id);
+                    drop(k);
+                }
+                while (group) {
+                    sched_job *next = group->next;
+                    drop(group);
+                    group = next;
+                }
+                prev = NULL;
+                continue;
+            }
+            *tail = group;
+            tail = group_tail;
         }
         sched_ev_flush(s); /* errors and tokenize answers */
         for (sched_job *j = pass; j; j = j->next) { /* compared; the engine needs only the tokens */

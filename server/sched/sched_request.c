@@ -135,13 +135,15 @@ void req_fail(scheduler *s, req *r, const char *what, int rc, const char *err) {
 
 /* ---- jobs -------------------------------------------------------------------------------------- */
 
-static void job_generate(scheduler *s, sched_job *j) {
+/* A generation job -> its request, checked against the model, the context and the pool; NULL
+ * (an error event posted) when refused. Not queued yet: a request's choices are queued together
+ * or not at all (sched_handle_jobs). */
+static req *admit_generate(scheduler *s, sched_job *j) {
     const wk_model_info *info = s->info;
     req *r = calloc(1, sizeof *r);
     if (!r) {
         sched_post_error(s, j->id, 500, NULL, NULL, "out of memory");
-        gen_params_free(&j->gen);
-        return;
+        return NULL;
     }
     r->id = j->id;
     r->g = j->gen;
@@ -157,12 +159,12 @@ static void job_generate(scheduler *s, sched_job *j) {
             sched_post_error(s, r->id, 400, "prompt", NULL, "token id %d at position %d is outside the vocabulary (0..%d)",
                        (int)r->prompt[i], i, info->n_vocab - 1);
             req_free(r);
-            return;
+            return NULL;
         }
     if (r->n_prompt == 0) {
         sched_post_error(s, r->id, 400, "prompt", NULL, "the prompt is empty (0 tokens)");
         req_free(r);
-        return;
+        return NULL;
     }
     /* The whole request must fit the context: a prompt that leaves no room, or room for fewer
      * tokens than max_tokens asks, is refused now rather than cut short later. */
@@ -174,7 +176,7 @@ static void job_generate(scheduler *s, sched_job *j) {
                    info->max_ctx, r->n_prompt + (r->g.max_tokens > 0 ? r->g.max_tokens : 1), r->n_prompt,
                    r->g.max_tokens > 0 ? r->g.max_tokens : 1);
         req_free(r);
-        return;
+        return NULL;
     }
     /* The paged pool is shared: a prompt that needs more blocks than the whole pool could never be
      * admitted, whatever else runs. (One that fits is admitted once enough blocks are free.) */
@@ -189,7 +191,7 @@ static void job_generate(scheduler *s, sched_job *j) {
                        (unsigned long long)(info->kv_pool_blocks + info->kv_swa_pool_blocks),
                        (unsigned long long)info->kv_pool_bytes);
             req_free(r);
-            return;
+            return NULL;
         }
     }
     r->n_fill = r->n_prompt;
@@ -199,15 +201,20 @@ static void job_generate(scheduler *s, sched_job *j) {
             sched_post_error(s, r->id, 400, "logit_bias", NULL, "logit_bias token id %d is outside the vocabulary (0..%d)",
                        (int)r->g.bias_tokens[i], info->n_vocab - 1);
             req_free(r);
-            return;
+            return NULL;
         }
     r->sampler = wk_sampler_create(&r->g.sampling, info->n_vocab);
     if (!r->sampler) {
         sched_post_error(s, r->id, 500, NULL, NULL, "out of memory");
         req_free(r);
-        return;
+        return NULL;
     }
     text_stream_init(&r->ts, r->g.stop, r->g.stop_len, r->g.n_stop);
+    return r;
+}
+
+/* An admitted request joins the queue. */
+static void enqueue(scheduler *s, req *r) {
     sched_event *ev = sched_ev_new(EV_ACCEPTED, r->id);
     if (ev) ev->prompt_tokens = r->n_prompt;
     sched_ev_post(s, ev);
@@ -225,9 +232,17 @@ static req *find_req(scheduler *s, uint64_t id) {
     return NULL;
 }
 
-void sched_handle_job(scheduler *s, sched_job *j) {
+void sched_refuse_choice(scheduler *s, uint64_t id) {
+    sched_post_error(s, id, 400, NULL, "request_refused", "another choice of this request was refused");
+}
+
+static void handle_job(scheduler *s, sched_job *j) {
     switch (j->kind) {
-    case JOB_GENERATE: job_generate(s, j); break;
+    case JOB_GENERATE: {
+        req *r = admit_generate(s, j);
+        if (r) enqueue(s, r);
+        break;
+    }
     case JOB_CANCEL: {
         req *r = find_req(s, j->id);
         if (r) req_finish(s, r, "abort");
@@ -245,6 +260,44 @@ void sched_handle_job(scheduler *s, sched_job *j) {
     case JOB_DETOKENIZE:
     case JOB_QUIT: break;
     }
-    gen_params_free(&j->gen);
-    free(j);
+}
+
+void sched_handle_jobs(scheduler *s, sched_job *jobs) {
+    while (jobs) {
+        sched_job *j = jobs;
+        if (j->kind != JOB_GENERATE) {
+            jobs = j->next;
+            handle_job(s, j);
+            gen_params_free(&j->gen);
+            free(j);
+            continue;
+        }
+        /* One request's choices: all admitted, then all queued; or, when one is refused, none (the
+         * earlier ones would otherwise have been queued, prefilled a step and aborted). */
+        sched_job *end = j->next;
+        int n = 1;
+        while (end && end->kind == JOB_GENERATE && end->group == j->group) end = end->next, n++;
+        req **rs = calloc((size_t)n, sizeof *rs);
+        int failed = rs ? -1 : 0; /* the refused choice's place in the run */
+        if (!rs) sched_post_error(s, j->id, 500, NULL, NULL, "out of memory");
+        int i = 0;
+        for (sched_job *k = j; k != end && failed < 0; k = k->next, i++)
+            if (!(rs[i] = admit_generate(s, k))) failed = i;
+        i = 0;
+        for (sched_job *k = j; k != end; k = k->next, i++) {
+            if (failed < 0) {
+                enqueue(s, rs[i]);
+            } else if (i != failed) {
+                if (rs && rs[i]) req_free(rs[i]);
+                sched_refuse_choice(s, k->id);
+            }
+        }
+        free(rs);
+        while (jobs != end) {
+            sched_job *next = jobs->next;
+            gen_params_free(&jobs->gen);
+            free(jobs);
+            jobs = next;
+        }
+    }
 }

@@ -260,11 +260,9 @@ static void *engine_main(void *arg) {
         s->jobs = s->jobs_tail = NULL;
         bool quit = s->quit;
         pthread_mutex_unlock(&s->mu);
-        while (jobs) {
-            sched_job *next = jobs->next;
-            sched_handle_job(s, jobs);
-            jobs = next;
-        }
+        sched_handle_jobs(s, jobs);
+        /* Refusals go out now, not after the step (a prefill step takes seconds on a CPU). */
+        sched_ev_flush(s);
         if (quit) break;
         if (s->running || s->waiting) sched_step(s);
         sched_publish_pool(s);

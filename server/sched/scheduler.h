@@ -52,6 +52,9 @@ typedef enum { JOB_GENERATE, JOB_CANCEL, JOB_TOKENIZE, JOB_DETOKENIZE, JOB_RESET
 typedef struct sched_job {
     job_kind kind;
     uint64_t id;
+    /* JOB_GENERATE: the request's first id, shared by its choices, which are admitted together or
+     * refused together (a batch whose last prompt is too long queues none of the others). */
+    uint64_t group;
     double t_arrival; /* monotonic seconds (mono_now_s) when the HTTP request was complete */
     gen_params gen;   /* JOB_GENERATE; JOB_TOKENIZE uses prompt_text + add_special, JOB_DETOKENIZE prompt_tokens */
     struct sched_job *next;

@@ -111,6 +111,28 @@ def test_prompt_bytes_alone_too_long(server):
     still_serving(server)
 
 
+@pytest.mark.parametrize("long_prompt", [
+    [2] * 600,                          # too long in tokens: found by the engine thread
+    "The quick brown fox. " * 20000,    # too long by its bytes alone: found before tokenizing
+])
+def test_a_batch_with_one_bad_prompt_runs_none(server, long_prompt):
+    # A request's choices are queued together or refused together: the good prompts before the bad
+    # one are not queued, prefilled and then aborted (the 400 came after a whole step, each good
+    # prompt counted as a client abort and its prompt tokens as processed).
+    wait_idle(server)
+    finished = metric(server, "request_success_total")
+    prompt_tokens = metric(server, "prompt_tokens_total")
+    r = post(server, "/v1/completions", {"prompt": ["Once upon a time", "Hello there", long_prompt], "max_tokens": 1})
+    assert_error(r, 400, "prompt", "context_length_exceeded")
+    # A request after it runs after anything the batch had queued: then only its own tokens count.
+    ok = post(server, "/v1/completions", {"prompt": "Hi", "max_tokens": 1})
+    assert ok.status_code == 200, ok.text
+    wait_idle(server)
+    assert metric(server, "request_success_total") == finished + 1
+    assert metric(server, "prompt_tokens_total") == prompt_tokens + ok.json()["usage"]["prompt_tokens"]
+    still_serving(server)
+
+
 def test_small_request_not_stalled_by_a_huge_prompt():
     # A prompt just under the byte bound of a 4096-token context, with n = 16, is tokenized once
     # and off the engine thread: a one-token request sent meanwhile is not held up by it (before:
