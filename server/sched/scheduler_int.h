@@ -29,6 +29,9 @@ typedef struct req {
      * owned). n_fill tokens of it; n_prefilled already in the KV cache; chunk in this step's item. */
     int32_t *replay;
     int n_fill, n_prefilled, chunk;
+    /* Steps in a row this request was prefilling and got no chunk (sched_step.c's build_batch:
+     * after PREFILL_PATIENCE of them it goes before shorter prompts). */
+    int prefill_waits;
     int n_prompt_counted;   /* prompt tokens counted in prompt_tokens_total (recompute is not) */
     int n_cached;           /* prompt tokens its first admission took from the prefix cache */
     bool looked_up;         /* the prefix cache was queried for it (its first admission) */

@@ -1,11 +1,14 @@
 # Continuous batching: concurrent streams each produce what the same request produces alone
-# (temperature 0), and the queue limit answers 429 with Retry-After.
+# (temperature 0), the queue limit answers 429 with Retry-After, and a short prompt is not held
+# behind a long one's prefill.
 import concurrent.futures as cf
 import json
+import threading
+import time
 
 import requests
 
-from conftest import wait_idle
+from conftest import Server, wait_idle
 
 PROMPTS = [
     "The capital of France is",
@@ -67,3 +70,31 @@ def test_queue_limit_429(server):
         if code == 429:
             assert retry == "1" and body["error"]["type"] == "rate_limit_error"
     wait_idle(server)
+
+
+def test_short_prompt_not_held_behind_a_long_prefill():
+    # A 900-token prompt takes 7 steps of 128 tokens to prefill; a 2-token prompt sent during the
+    # first of them is prefilled beside it (the oldest prefill keeps a quarter of each step, the
+    # others go shortest first), not after all of it. Before: the short request ended with the
+    # long one (4.5 s against 4.9 s), now in about a quarter of its time.
+    s = Server("--kv", "f16", "--ctx", "1024", "--max-batch", "4", "--batch-tokens", "128")
+    try:
+        out = {}
+
+        def long_request():
+            t = time.time()
+            r = requests.post(s.url + "/v1/completions", timeout=120,
+                              json={"prompt": [2] + [236743 + (j * 7) % 300 for j in range(900)], "max_tokens": 1})
+            out["long"] = (r.status_code, time.time() - t)
+
+        th = threading.Thread(target=long_request)
+        th.start()
+        time.sleep(0.3)
+        t = time.time()
+        r = requests.post(s.url + "/v1/completions", json={"prompt": "Hello", "max_tokens": 2}, timeout=120)
+        short = time.time() - t
+        th.join()
+        assert r.status_code == 200 and out["long"][0] == 200, (r.text, out)
+        assert short < 0.6 * out["long"][1], (short, out["long"])
+    finally:
+        assert s.stop() == 0, s.log()
