@@ -468,17 +468,47 @@ static cJSON *model_object(api_server *a) {
     return m;
 }
 
+static int hexdigit(char c) {
+    return c >= '0' && c <= '9' ? c - '0' : c >= 'a' && c <= 'f' ? c - 'a' + 10 : c >= 'A' && c <= 'F' ? c - 'A' + 10 : -1;
+}
+
+/* %XX escapes of in -> out (NUL-terminated); false when one is malformed, decodes to a NUL or
+ * the result does not fit. */
+static bool percent_decode(const char *in, char *out, size_t cap) {
+    size_t n = 0;
+    for (const char *p = in; *p; p++) {
+        int c = (unsigned char)*p;
+        if (c == '%') {
+            int hi = hexdigit(p[1]), lo = hi < 0 ? -1 : hexdigit(p[2]);
+            if (lo < 0 || (hi | lo) == 0) return false;
+            c = hi * 16 + lo;
+            p += 2;
+        }
+        if (n + 1 >= cap) return false;
+        out[n++] = (char)c;
+    }
+    out[n] = 0;
+    return true;
+}
+
 static void handle_models(api_server *a, http_conn *c, const char *path) {
     if (strcmp(path, "/v1/models") == 0) {
         cJSON *o = cJSON_CreateObject();
         cJSON_AddStringToObject(o, "object", "list");
         cJSON_AddItemToArray(cJSON_AddArrayToObject(o, "data"), model_object(a));
         reply_json(a, c, 200, o, NULL);
-    } else if (strcmp(path + strlen("/v1/models/"), a->model_id) == 0) {
-        reply_json(a, c, 200, model_object(a), NULL);
     } else {
+        /* The id is a path segment: percent-encoded where it must be (RFC 3986 2.1), as the OpenAI
+         * client sends a name with a space ("Gemma 3 270m", the GGUF's general.name, which requests
+         * may name too). */
+        char id[256];
+        const bool decoded = percent_decode(path + strlen("/v1/models/"), id, sizeof id);
+        if (decoded && (strcmp(id, a->model_id) == 0 || (a->model.alias && strcmp(id, a->model.alias) == 0))) {
+            reply_json(a, c, 200, model_object(a), NULL);
+            return;
+        }
         char msg[400];
-        snprintf(msg, sizeof msg, "The model '%.200s' does not exist", path + strlen("/v1/models/"));
+        snprintf(msg, sizeof msg, "The model '%.200s' does not exist", decoded ? id : path + strlen("/v1/models/"));
         reply_error(a, c, 404, msg, "model", "model_not_found", NULL);
     }
 }

@@ -20,7 +20,11 @@ cJSON *error_object(int status, const char *type, const char *message, const cha
                                : "invalid_request_error";
     cJSON *root = cJSON_CreateObject();
     cJSON *e = cJSON_AddObjectToObject(root, "error");
-    cJSON_AddStringToObject(e, "message", message);
+    /* Messages quote what a client sent (a model name, a path), cut at byte counts: valid UTF-8 only. */
+    char text[1024];
+    snprintf(text, sizeof text, "%s", message ? message : "");
+    json_utf8_scrub(text);
+    cJSON_AddStringToObject(e, "message", text);
     cJSON_AddStringToObject(e, "type", type);
     if (param) cJSON_AddStringToObject(e, "param", param);
     else cJSON_AddNullToObject(e, "param");

@@ -1,4 +1,4 @@
-/* JSON strings with their byte lengths through cJSON (json_text.h says why). */
+/* JSON text: strings with their byte lengths through cJSON (json_text.h says why), and UTF-8 checks. */
 #include "api/json_text.h"
 
 #include <stdint.h>
@@ -131,4 +131,46 @@ bool json_add_string_n(cJSON *object, const char *key, const char *p, size_t n) 
         return false;
     }
     return true;
+}
+
+bool json_str_is(const cJSON *v, const char *s) {
+    if (!cJSON_IsString(v) || !v->valuestring) return false;
+    const size_t n = strlen(s);
+    return json_str_len(v) == n && memcmp(v->valuestring, s, n) == 0;
+}
+
+/* Length of the valid UTF-8 prefix of s (RFC 3629: no overlong forms, no surrogates, nothing
+ * above U+10FFFF); n when all of it is valid. */
+size_t json_utf8_valid_prefix(const unsigned char *s, size_t n) {
+    size_t i = 0;
+    while (i < n) {
+        unsigned char b = s[i];
+        size_t len;
+        unsigned lo = 0x80, hi = 0xBF; /* the range of the second byte */
+        if (b < 0x80) len = 1;
+        else if (b >= 0xC2 && b <= 0xDF) len = 2;
+        else if (b >= 0xE0 && b <= 0xEF) len = 3, lo = b == 0xE0 ? 0xA0 : 0x80, hi = b == 0xED ? 0x9F : 0xBF;
+        else if (b >= 0xF0 && b <= 0xF4) len = 4, lo = b == 0xF0 ? 0x90 : 0x80, hi = b == 0xF4 ? 0x8F : 0xBF;
+        else return i;
+        if (i + len > n) return i;
+        for (size_t k = 1; k < len; k++) {
+            unsigned c = s[i + k];
+            if (k == 1 ? (c < lo || c > hi) : (c < 0x80 || c > 0xBF)) return i;
+        }
+        i += len;
+    }
+    return n;
+}
+
+/* Drops, in place, the bytes of s that are not part of valid UTF-8: a message quoting a request's
+ * text with a "%.40s" may cut a character in two, and the error's JSON must stay valid UTF-8. */
+void json_utf8_scrub(char *s) {
+    size_t n = strlen(s), in = 0, out = 0;
+    while (in < n) {
+        size_t ok = json_utf8_valid_prefix((const unsigned char *)s + in, n - in);
+        memmove(s + out, s + in, ok);
+        out += ok, in += ok;
+        if (in < n) in++; /* the byte that starts no valid character */
+    }
+    s[out] = 0;
 }

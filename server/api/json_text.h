@@ -19,6 +19,14 @@
 bool json_measure_strings(cJSON *root, const char *body, size_t len);
 /* A string value's byte length: measured by json_measure_strings, else strlen. */
 size_t json_str_len(const cJSON *s);
+/* Length of the valid UTF-8 prefix of the n bytes at s (RFC 3629: no overlong forms, no
+ * surrogates, nothing above U+10FFFF); n when all of it is valid. */
+size_t json_utf8_valid_prefix(const unsigned char *s, size_t n);
+/* Drops, in place, the bytes of the NUL-terminated s that are not part of valid UTF-8 (a message
+ * quoting a request's text cut at a byte count may cut a character in two; JSON text is UTF-8). */
+void json_utf8_scrub(char *s);
+/* Whether v is a string of exactly the bytes of s (a "\u0000" inside it makes it another). */
+bool json_str_is(const cJSON *v, const char *s);
 /* A JSON string item holding exactly the n bytes at p (NULL p with n 0: ""); NULL when out of
  * memory. The bytes should be UTF-8 (text_stream.c makes generated text so). */
 cJSON *json_string_n(const char *p, size_t n);

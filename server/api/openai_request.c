@@ -12,6 +12,7 @@
 
 #include <cjson/cJSON.h>
 
+#include "api/json_strict.h"
 #include "api/json_text.h"
 #include "sched/text_stream.h"
 
@@ -29,6 +30,7 @@ static bool fail(api_error *e, int status, const char *param, const char *code, 
     va_start(ap, fmt);
     vsnprintf(e->message, sizeof e->message, fmt, ap);
     va_end(ap);
+    json_utf8_scrub(e->message);
     return false;
 }
 
@@ -62,12 +64,25 @@ static bool is_integer(const cJSON *v) {
     return cJSON_IsNumber(v) && v->valuedouble == floor(v->valuedouble) && fabs(v->valuedouble) < 9.007199254740992e15;
 }
 
+/* Why v is no integer: "a string", "a fraction (2.5)", "too large (1e+400)"; NULL when it is one.
+ * *code: invalid_type for what is no whole number, invalid_value for one too large to hold. */
+static const char *not_integer(const cJSON *v, char *buf, size_t cap, const char **code) {
+    *code = "invalid_type";
+    if (!cJSON_IsNumber(v)) return type_name(v);
+    if (is_integer(v)) return NULL;
+    const double d = v->valuedouble;
+    const bool whole = !isfinite(d) || d == floor(d);
+    if (whole) *code = "invalid_value";
+    snprintf(buf, cap, whole ? "too large (%g)" : "a fraction (%g)", d);
+    return buf;
+}
+
 static bool get_int(const cJSON *obj, const char *name, long lo, long hi, int *out, bool *given, api_error *e) {
     const cJSON *v = field(obj, name);
     if (!v) return true;
-    if (!is_integer(v))
-        return fail(e, 400, name, "invalid_type", "%s must be an integer, not %s", name,
-                    cJSON_IsNumber(v) ? "a fraction" : type_name(v));
+    char buf[64];
+    const char *code, *why = not_integer(v, buf, sizeof buf, &code);
+    if (why) return fail(e, 400, name, code, "%s must be an integer from %ld to %ld, not %s", name, lo, hi, why);
     if (v->valuedouble < (double)lo || v->valuedouble > (double)hi)
         return fail(e, 400, name, "invalid_value", "%s must be between %ld and %ld, got %.0f", name, lo, hi,
                     v->valuedouble);
@@ -172,11 +187,13 @@ static bool parse_prompts(const cJSON *root, prompt_in *out, int *n_out, api_err
 /* Content: a string, or an array of {"type":"text","text":...} parts joined as they come. */
 static bool message_text(const cJSON *content, int index, text_buf *out, api_error *e) {
     static char param[] = "messages";
-    if (!content) return true; /* an assistant turn with only tool calls has none */
+    if (!content || cJSON_IsNull(content)) return true; /* an assistant turn with only tool calls has none */
     if (cJSON_IsString(content)) return text_buf_add(out, content->valuestring, json_str_len(content));
     if (!cJSON_IsArray(content))
         return fail(e, 400, param, "invalid_type", "messages[%d].content must be a string or an array of parts, not %s",
                     index, type_name(content));
+    if (cJSON_GetArraySize(content) == 0)
+        return fail(e, 400, param, "invalid_value", "messages[%d].content must not be an empty array", index);
     const cJSON *part;
     int j = 0;
     cJSON_ArrayForEach(part, content) {
@@ -184,7 +201,7 @@ static bool message_text(const cJSON *content, int index, text_buf *out, api_err
         const cJSON *text = cJSON_GetObjectItemCaseSensitive(part, "text");
         if (!cJSON_IsObject(part) || !cJSON_IsString(type))
             return fail(e, 400, param, "invalid_type", "messages[%d].content[%d] must be an object with a type", index, j);
-        if (strcmp(type->valuestring, "text") != 0)
+        if (!json_str_is(type, "text"))
             return fail(e, 400, param, "unsupported_value",
                         "messages[%d].content[%d]: content parts of type '%s' are not supported (text only)", index, j,
                         type->valuestring);
@@ -216,11 +233,18 @@ static bool parse_messages(const cJSON *root, chat_format fmt, gen_params *g, ap
             ok = fail(e, 400, "messages", "invalid_type", "messages[%d] must be an object, not %s", i, type_name(m));
         } else if (!cJSON_IsString(role)) {
             ok = fail(e, 400, "messages", "invalid_type", "messages[%d].role must be a string", i);
-        } else if (strcmp(role->valuestring, "system") && strcmp(role->valuestring, "developer") &&
-                   strcmp(role->valuestring, "user") && strcmp(role->valuestring, "assistant")) {
+        } else if (!json_str_is(role, "system") && !json_str_is(role, "developer") && !json_str_is(role, "user") &&
+                   !json_str_is(role, "assistant")) {
             ok = fail(e, 400, "messages", "invalid_value",
                       "messages[%d].role '%.40s' is not supported (system, developer, user, assistant)", i,
                       role->valuestring);
+        } else if (!json_str_is(role, "assistant") && !(field(m, "content") && !cJSON_IsNull(field(m, "content")))) {
+            /* An assistant turn may come without content (OpenAI's tool-call turns); the others say something. */
+            ok = fail(e, 400, "messages", "missing_required_parameter", "messages[%d].content is required for role '%s'", i,
+                      role->valuestring);
+        } else if (field(m, "name") && !cJSON_IsString(field(m, "name"))) {
+            ok = fail(e, 400, "messages", "invalid_type", "messages[%d].name must be a string, not %s", i,
+                      type_name(field(m, "name")));
         } else {
             ok = message_text(field(m, "content"), i, &texts[i], e) && text_buf_add(&texts[i], "", 0);
             cm[i].role = role->valuestring;
@@ -296,9 +320,12 @@ static bool parse_logit_bias(const cJSON *root, gen_params *g, api_error *e) {
     if (!g->bias_tokens || !g->bias_values) return fail(e, 500, NULL, NULL, "out of memory");
     const cJSON *v;
     cJSON_ArrayForEach(v, b) {
+        /* A token id in decimal digits, as OpenAI writes them: no sign, space or leading zero. */
+        const char *k = v->string;
+        size_t digits = strspn(k, "0123456789");
         char *end;
-        long id = strtol(v->string, &end, 10);
-        if (!v->string[0] || *end || id < 0 || id > INT32_MAX)
+        long id = digits > 0 && digits <= 10 && !k[digits] && (k[0] != '0' || digits == 1) ? strtol(k, &end, 10) : -1;
+        if (id < 0 || id > INT32_MAX)
             return fail(e, 400, "logit_bias", "invalid_value", "logit_bias keys must be token ids, got '%.40s'", v->string);
         if (!cJSON_IsNumber(v) || v->valuedouble < -100 || v->valuedouble > 100)
             return fail(e, 400, "logit_bias", "invalid_value", "logit_bias values must be numbers from -100 to 100");
@@ -322,9 +349,14 @@ static bool refuse_unsupported(const cJSON *root, bool chat, api_error *e) {
         const cJSON *tools = field(root, "tools");
         if (tools && (!cJSON_IsArray(tools) || cJSON_GetArraySize(tools) > 0))
             return fail(e, 400, "tools", "unsupported_value", "tools (function calling) are not supported");
+        /* With no tools, "none" and "auto" both mean no tool call; anything that asks for one cannot be met. */
+        const cJSON *tc = field(root, "tool_choice");
+        if (tc && !json_str_is(tc, "none") && !json_str_is(tc, "auto"))
+            return fail(e, 400, "tool_choice", "unsupported_value",
+                        "tool_choice must be \"none\" or \"auto\": tools (function calling) are not supported");
         const cJSON *rf = field(root, "response_format");
         const cJSON *rft = rf ? cJSON_GetObjectItemCaseSensitive(rf, "type") : NULL;
-        if (rf && !(cJSON_IsString(rft) && strcmp(rft->valuestring, "text") == 0))
+        if (rf && !json_str_is(rft, "text"))
             return fail(e, 400, "response_format", "unsupported_value", "only response_format {\"type\": \"text\"} is supported");
     }
     return true;
@@ -394,29 +426,6 @@ static bool expand(openai_request *out, const gen_params *base, const prompt_in 
     return true;
 }
 
-/* Length of the valid UTF-8 prefix of s (RFC 3629: no overlong forms, no surrogates, nothing
- * above U+10FFFF); n when all of it is valid. */
-static size_t utf8_valid_prefix(const unsigned char *s, size_t n) {
-    size_t i = 0;
-    while (i < n) {
-        unsigned char b = s[i];
-        size_t len;
-        unsigned lo = 0x80, hi = 0xBF; /* the range of the second byte */
-        if (b < 0x80) len = 1;
-        else if (b >= 0xC2 && b <= 0xDF) len = 2;
-        else if (b >= 0xE0 && b <= 0xEF) len = 3, lo = b == 0xE0 ? 0xA0 : 0x80, hi = b == 0xED ? 0x9F : 0xBF;
-        else if (b >= 0xF0 && b <= 0xF4) len = 4, lo = b == 0xF0 ? 0x90 : 0x80, hi = b == 0xF4 ? 0x8F : 0xBF;
-        else return i;
-        if (i + len > n) return i;
-        for (size_t k = 1; k < len; k++) {
-            unsigned c = s[i + k];
-            if (k == 1 ? (c < lo || c > hi) : (c < 0x80 || c > 0xBF)) return i;
-        }
-        i += len;
-    }
-    return n;
-}
-
 /* The whole body as one JSON value, strictly: JSON text is UTF-8 (RFC 8259 8.1) with no raw NUL,
  * and nothing but white space may follow the value. A body that breaks any of these is refused
  * rather than read up to where it stops making sense. NULL after filling err. */
@@ -427,9 +436,15 @@ static cJSON *parse_body(const char *body, size_t len, api_error *err) {
              "inside a string)", (size_t)(nul - body));
         return NULL;
     }
-    size_t valid = utf8_valid_prefix((const unsigned char *)body, len);
+    size_t valid = json_utf8_valid_prefix((const unsigned char *)body, len);
     if (valid < len) {
         fail(err, 400, NULL, "invalid_json", "the body is not valid UTF-8 (at byte %zu)", valid);
+        return NULL;
+    }
+    size_t bad_at = 0;
+    const char *why = NULL;
+    if (!json_strict_check(body, len, CJSON_NESTING_LIMIT, &bad_at, &why)) {
+        fail(err, 400, NULL, "invalid_json", "the body is not valid JSON: %s (at byte %zu)", why, bad_at);
         return NULL;
     }
     const char *end = NULL;
@@ -443,6 +458,12 @@ static cJSON *parse_body(const char *body, size_t len, api_error *err) {
         const char *at = cJSON_GetErrorPtr();
         fail(err, 400, NULL, "invalid_json", "the body is not valid JSON (near byte %zu)",
              at && at >= body && at <= body + len ? (size_t)(at - body) : (size_t)0);
+        return NULL;
+    }
+    const char *dup = root ? json_duplicate_key(root) : NULL;
+    if (dup) {
+        fail(err, 400, NULL, "invalid_json", "the body names the key \"%.100s\" twice in one object", dup);
+        cJSON_Delete(root);
         return NULL;
     }
     while (end < body + len && (*end == ' ' || *end == '\t' || *end == '\n' || *end == '\r')) end++;
@@ -489,7 +510,7 @@ bool openai_parse_generation(const char *body, size_t body_len, bool chat, const
         ok = fail(err, 400, "model", "invalid_type", "model must be a string, not %s", type_name(model));
         goto out;
     }
-    if (model && strcmp(model->valuestring, m->id) != 0 && !(m->alias && strcmp(model->valuestring, m->alias) == 0)) {
+    if (model && !json_str_is(model, m->id) && !(m->alias && json_str_is(model, m->alias))) {
         ok = fail(err, 404, "model", "model_not_found", "The model '%.200s' does not exist; this server serves '%s'",
                   model->valuestring, m->id);
         goto out;
@@ -514,6 +535,7 @@ bool openai_parse_generation(const char *body, size_t body_len, bool chat, const
             goto out;
         }
         g->max_tokens = max_tokens;
+        g->max_tokens_given = true;
     }
     int top_k = g->sampling.top_k;
     int64_t seed = 0;
@@ -535,8 +557,10 @@ bool openai_parse_generation(const char *body, size_t body_len, bool chat, const
     if (field(root, "repetition_penalty")) g->repeat_last_n = -1; /* the request's own repetition_penalty: vLLM's rule, every token */
     const cJSON *sv = field(root, "seed");
     if (sv) {
-        if (!is_integer(sv)) {
-            ok = fail(err, 400, "seed", "invalid_type", "seed must be an integer, not %s", type_name(sv));
+        char buf[64];
+        const char *code, *why = not_integer(sv, buf, sizeof buf, &code);
+        if (why) {
+            ok = fail(err, 400, "seed", code, "seed must be an integer of at most 2^53 in magnitude, not %s", why);
             goto out;
         }
         seed = (int64_t)sv->valuedouble;

@@ -46,9 +46,31 @@ static int on_url(llhttp_t *p, const char *at, size_t n) {
     return text_buf_add(&r->url, at, n) ? 0 : -1;
 }
 
+/* RFC 9110 5.6.2's tchar: what a field name is made of (no space before its colon, RFC 9112 5.1). */
+static bool is_tchar(unsigned char c) {
+    return (c >= '0' && c <= '9') || (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || (c && strchr("!#$%&'*+-.^_`|~", c));
+}
+
+/* A header the framing rules refuse (400): a name that is empty or not a token, or a value with a
+ * line break in it (obs-fold, RFC 9112 5.2: a server rejects it or unfolds it; a folded
+ * Content-Length read two ways by two parsers is a request smuggled past a proxy). */
+static bool bad_header(const http_reader *r) {
+    if (r->field.len == 0) return true;
+    for (size_t i = 0; i < r->field.len; i++)
+        if (!is_tchar((unsigned char)r->field.p[i])) return true;
+    for (size_t i = 0; i < r->value.len; i++)
+        if (r->value.p[i] == '\r' || r->value.p[i] == '\n') return true;
+    return false;
+}
+
 static int push_header(http_reader *r) {
     if (!r->in_value) return 0;
     r->in_value = false;
+    if (bad_header(r)) {
+        r->error_status = 400;
+        r->error_msg = "malformed header field (a name that is not a token, or a value folded over lines)";
+        return -1;
+    }
     if (r->req.n_headers == HTTP_MAX_HEADERS) {
         r->error_status = 431;
         return -1;
@@ -76,6 +98,14 @@ static int on_header_field(llhttp_t *p, const char *at, size_t n) {
 static int on_header_value(llhttp_t *p, const char *at, size_t n) {
     http_reader *r = reader_of(p);
     if (count_header_bytes(r, n)) return -1;
+    /* llhttp hands a folded value (obs-fold: a line starting with a space continues the last
+     * value) over as a second piece of it. A value also comes in pieces when a read ends inside
+     * it, but then the next piece starts the next read. */
+    if (r->in_value && r->value.len > 0 && at != r->feed_start) {
+        r->error_status = 400;
+        r->error_msg = "a header value folded over lines (obs-fold)";
+        return -1;
+    }
     r->in_value = true;
     return text_buf_add(&r->value, at, n) ? 0 : -1;
 }
@@ -89,13 +119,32 @@ static int on_headers_complete(llhttp_t *p) {
         r->error_status = p->http_major >= 2 ? 505 : 400;
         return -1;
     }
+    /* RFC 9112 3.2: an HTTP/1.1 request has exactly one Host field. */
+    int hosts = 0;
+    for (int i = 0; i < r->req.n_headers; i++) hosts += strcmp(r->req.headers[i].name, "host") == 0;
+    if (p->http_minor >= 1 && hosts != 1) {
+        r->error_status = 400;
+        r->error_msg = hosts ? "more than one Host header" : "an HTTP/1.1 request needs a Host header";
+        return -1;
+    }
+    /* The one transfer coding we decode is chunked (RFC 9112 6.1: 501 for one we do not know;
+     * "gzip, chunked" read as plain chunked would hand the handler compressed bytes). */
+    const char *te = http_header_get(&r->req, "transfer-encoding");
+    if (te && strcasecmp(te, "chunked") != 0) {
+        r->error_status = 501;
+        r->error_msg = "transfer coding not implemented (only chunked)";
+        return -1;
+    }
     /* A declared length over the limit is refused before the body is read. */
     if ((p->flags & F_CONTENT_LENGTH) && p->content_length > r->limits->max_body_bytes) {
         r->error_status = 413;
         return -1;
     }
+    /* 100 Continue only where a client may wait for it: an HTTP/1.1 request (a 1.0 client does
+     * not know the status, RFC 9110 10.1.1) that still has a body to send. */
     const char *expect = http_header_get(&r->req, "expect");
-    if (expect && strcasecmp(expect, "100-continue") == 0 && r->on_continue)
+    const bool body_to_come = (p->flags & F_CHUNKED) || ((p->flags & F_CONTENT_LENGTH) && p->content_length > 0);
+    if (expect && strcasecmp(expect, "100-continue") == 0 && r->on_continue && p->http_minor >= 1 && body_to_come)
         r->on_continue(r->owner); /* curl waits a second for this otherwise */
     return 0;
 }
@@ -171,8 +220,17 @@ static bool finish_request(http_reader *r) {
     return true;
 }
 
+/* Whether data starts with a token and a space: a method we do not know (501), not garbage (400).
+ * (A request line split across reads is judged by what this read holds.) */
+static bool method_token(const char *data, size_t len) {
+    size_t i = 0;
+    while (i < len && is_tchar((unsigned char)data[i])) i++;
+    return i > 0 && i < len && data[i] == ' ';
+}
+
 http_read_result http_reader_feed(http_reader *r, const char *data, size_t len, size_t *used, int *status, char *msg,
                                   size_t msgcap) {
+    r->feed_start = data;
     llhttp_errno_t e = llhttp_execute(&r->parser, data, len);
     *used = len;
     if (e == HPE_PAUSED_UPGRADE) {
@@ -193,8 +251,11 @@ http_read_result http_reader_feed(http_reader *r, const char *data, size_t len, 
             *status = 414, snprintf(msg, msgcap, "request target too long (at most %d bytes)", HTTP_MAX_TARGET);
         else if (r->error_status == 505 || e == HPE_INVALID_VERSION)
             *status = 505, snprintf(msg, msgcap, "HTTP version not supported (use HTTP/1.1)");
+        else if (r->error_msg) *status = r->error_status, snprintf(msg, msgcap, "%s", r->error_msg);
         else if (r->error_status == 400)
             *status = 400, snprintf(msg, msgcap, "malformed HTTP request line (no HTTP/1.x version)");
+        else if (e == HPE_INVALID_METHOD && method_token(data, len))
+            *status = 501, snprintf(msg, msgcap, "method not implemented"); /* RFC 9110 9.1 */
         else *status = 400, snprintf(msg, msgcap, "malformed HTTP request (%s)", llhttp_errno_name(e));
         return HTTP_READ_ERROR;
     }
@@ -217,6 +278,7 @@ void http_reader_reset(http_reader *r) {
     r->in_value = false;
     r->header_bytes = 0;
     r->error_status = 0;
+    r->error_msg = NULL;
     r->message_done = false;
     r->keep_alive = r->head = false;
 }

@@ -19,7 +19,9 @@ typedef struct http_reader {
     text_buf url, field, value, body;
     bool in_value; /* last header callback was a value: a new field starts a new header */
     size_t header_bytes;
-    int error_status; /* a limit hit while parsing: 413, 414, 431, 505 or 400 */
+    int error_status; /* a limit hit while parsing: 413, 414, 431, 505, 501 or 400 */
+    const char *feed_start; /* the bytes the parser runs over now (http_reader_feed's data) */
+    const char *error_msg; /* what to say with it, when not the status's usual words (a static string) */
     bool message_done;
     http_request req;
     /* set by a complete request */

@@ -169,6 +169,9 @@ static req *admit_generate(scheduler *s, sched_job *j) {
     /* The whole request must fit the context: a prompt that leaves no room, or room for fewer
      * tokens than max_tokens asks, is refused now rather than cut short later. */
     int room = info->max_ctx - r->n_prompt;
+    /* A default max_tokens (completions' 16) the client never asked for ends where the context
+     * does, rather than refusing a prompt that fits. */
+    if (!r->g.max_tokens_given && room > 0 && r->g.max_tokens > room) r->g.max_tokens = room;
     if (room <= 0 || (r->g.max_tokens > 0 && r->g.max_tokens > room)) {
         sched_post_error(s, r->id, 400, r->g.max_tokens > 0 && room > 0 ? "max_tokens" : "prompt", "context_length_exceeded",
                    "This model's maximum context length is %d tokens. However, you requested %d tokens (%d in the "

@@ -33,6 +33,7 @@ typedef struct gen_params {
     int system_tokens;       /* chat: prompt tokens up to the system messages' end (from system_end); 0: none */
     bool add_special;        /* the model's BOS before prompt_text */
     int max_tokens;          /* -1: until the context is full */
+    bool max_tokens_given;   /* the client asked for max_tokens (else a default, cut to what the context holds) */
     wk_sampler_params sampling;
     float presence_penalty, frequency_penalty, repetition_penalty; /* 0, 0, 1: off */
     int repeat_last_n; /* repetition_penalty looks at the last N prompt + generated tokens; -1: all */

@@ -4,7 +4,7 @@
  * (api_route_match, server/api/api.c) and, for the OpenAI endpoints, request validation into our
  * request struct (server/api/openai_request.c, fuzz_openai.h). Invariants: a request has a method,
  * a path and a NUL-terminated body of its stated length, at most HTTP_MAX_HEADERS headers with
- * lower-case names, sizes within the limits; a refusal is 400, 413, 414, 431 or 505; every byte is
+ * lower-case names, sizes within the limits; a refusal is 400, 413, 414, 431, 501 or 505; every byte is
  * either consumed or refused. */
 #include <ctype.h>
 #include <stdint.h>
@@ -37,7 +37,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
         char msg[200];
         http_read_result rr = http_reader_feed(&r, p, avail, &used, &status, msg, sizeof msg);
         if (rr == HTTP_READ_ERROR) {
-            FZ_CHECK(status == 400 || status == 413 || status == 414 || status == 431 || status == 505);
+            FZ_CHECK(status == 400 || status == 413 || status == 414 || status == 431 || status == 501 || status == 505);
             FZ_CHECK(msg[0] != 0);
             break;
         }

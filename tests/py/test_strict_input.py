@@ -1,0 +1,169 @@
+# What the second adversarial run (docs/reliability.md) found lenient, held to the specs: HTTP/1.1
+# framing (RFC 9112: header names are tokens, no folded values, exactly one Host, only the chunked
+# transfer coding, 501 for an unknown method, 100 Continue only where a client waits for it), JSON
+# bodies (RFC 8259: no raw control characters in strings, no leading zeros, no key named twice),
+# and request fields (a model name with a NUL in it, logit_bias keys, tool_choice, chat messages).
+# Each case is answered with the right status and the server goes on serving.
+import json
+
+import pytest
+import requests
+
+from test_bad_input import assert_error, post, raw, still_serving
+
+GOOD = b'{"prompt":"Hi"}'
+
+
+def tokenize_with_headers(server, headers, body=GOOD, version=b"HTTP/1.1"):
+    return raw(server, b"POST /tokenize " + version + b"\r\n" + headers +
+               b"Content-Length: " + str(len(body)).encode() + b"\r\nConnection: close\r\n\r\n" + body)
+
+
+@pytest.mark.parametrize("headers,status", [
+    (b"Host: x\r\nX-A : b\r\n", 400),                 # a space before the colon
+    (b"Host: x\r\n: v\r\n", 400),                      # an empty name
+    (b"Host: x\r\nX-A: b\r\n c\r\n", 400),             # obs-fold
+    (b"", 400),                                        # HTTP/1.1 without Host
+    (b"Host: x\r\nHost: y\r\n", 400),                  # two Hosts
+])
+def test_header_framing(server, headers, status):
+    out = tokenize_with_headers(server, headers)
+    assert out.startswith(f"HTTP/1.1 {status} ".encode()), out
+    assert json.loads(out.split(b"\r\n\r\n", 1)[1])["error"]["message"]
+    still_serving(server)
+
+
+def test_only_the_chunked_transfer_coding(server):
+    # "gzip, chunked" read as plain chunked would hand the handler compressed bytes: 501 (RFC 9112 6.1).
+    out = raw(server, b"POST /tokenize HTTP/1.1\r\nHost: x\r\nTransfer-Encoding: gzip, chunked\r\n"
+                      b"Connection: close\r\n\r\nf\r\n" + GOOD + b"\r\n0\r\n\r\n")
+    assert out.startswith(b"HTTP/1.1 501 "), out
+    out = raw(server, b"POST /tokenize HTTP/1.1\r\nHost: x\r\nTransfer-Encoding: chunked\r\n"
+                      b"Connection: close\r\n\r\nf\r\n" + GOOD + b"\r\n0\r\n\r\n")
+    assert out.startswith(b"HTTP/1.1 200 "), out
+
+
+def test_http10_needs_no_host_and_unknown_methods_get_501(server):
+    out = tokenize_with_headers(server, b"", version=b"HTTP/1.0")
+    assert out.startswith(b"HTTP/1.1 200 "), out
+    out = raw(server, b"FOO /health HTTP/1.1\r\nHost: x\r\n\r\n")
+    assert out.startswith(b"HTTP/1.1 501 "), out
+    out = raw(server, b"\x01\x02 /health HTTP/1.1\r\nHost: x\r\n\r\n")  # not a method at all
+    assert out.startswith(b"HTTP/1.1 400 "), out
+
+
+def test_100_continue_only_where_a_body_is_awaited(server):
+    # An HTTP/1.0 client does not know 100 (RFC 9110 10.1.1), and a request without a body has
+    # nothing to wait for: both get their final answer alone.
+    for req in (b"POST /tokenize HTTP/1.0\r\nExpect: 100-continue\r\nContent-Length: 15\r\n\r\n" + GOOD,
+                b"GET /health HTTP/1.1\r\nHost: x\r\nExpect: 100-continue\r\nConnection: close\r\n\r\n"):
+        out = raw(server, req)
+        assert out.startswith(b"HTTP/1.1 200 ") and b" 100 " not in out.split(b"\r\n", 1)[0], out
+    out = raw(server, b"POST /tokenize HTTP/1.1\r\nHost: x\r\nExpect: 100-continue\r\nContent-Length: 15\r\n"
+                      b"Connection: close\r\n\r\n" + GOOD)
+    assert out.startswith(b"HTTP/1.1 100 Continue\r\n\r\nHTTP/1.1 200 "), out
+
+
+@pytest.mark.parametrize("body,why", [
+    (b'{"prompt":"Hi\x01"}', "control character"),
+    (b'{"prompt":"Hi\nthere"}', "control character"),
+    (b'{"prompt":"Hi","max_tokens":01}', "leading zero"),
+    (b'{"prompt":"Hi","max_tokens":-}', "without digits"),
+    (b'{"prompt":"Hi","max_tokens":1.}', "after its point"),
+    (b'{"prompt":"Hi","max_tokens":1e}', "exponent"),
+    (b'{"prompt":"H\\xi"}', "escape"),
+    (b'{"prompt":"Hi\\u12"}', "four hex digits"),
+    (b'{"prompt":"Hi",}', "string name"),
+    (b'{"prompt" "Hi"}', "':'"),
+    (b'["Hi",]', "not a JSON value"),
+    (b'{"prompt":"Hi","max_tokens":1,"max_tokens":99}', "twice"),
+    (b'{"messages":[{"role":"user","content":"a","content":"b"}],"prompt":"x"}', "twice"),
+])
+def test_json_grammar(server, body, why):
+    e = assert_error(post(server, "/v1/completions", body), 400, None, "invalid_json")
+    assert why in e["message"], e
+    still_serving(server)
+
+
+def test_deep_nesting_refused_without_a_crash(server):
+    e = assert_error(post(server, "/v1/completions", b"[" * 100000), 400, None, "invalid_json")
+    assert "deeply" in e["message"], e
+
+
+def test_a_nul_makes_another_model_name(server, model_id):
+    body = {"prompt": "Hi", "max_tokens": 1, "model": model_id + "\u0000junk"}
+    assert_error(post(server, "/v1/completions", body), 404, "model", "model_not_found")
+    assert post(server, "/v1/completions", {"prompt": "Hi", "max_tokens": 1, "model": model_id}).status_code == 200
+
+
+@pytest.mark.parametrize("path,body,param", [
+    ("/v1/completions", {"prompt": "x", "logit_bias": {" 5": 1}}, "logit_bias"),
+    ("/v1/completions", {"prompt": "x", "logit_bias": {"+5": 1}}, "logit_bias"),
+    ("/v1/completions", {"prompt": "x", "logit_bias": {"05": 1}}, "logit_bias"),
+    ("/v1/completions", {"prompt": "x", "logit_bias": {"99999999999": 1}}, "logit_bias"),
+    ("/v1/chat/completions", {"messages": [{"role": "user", "content": "x"}], "tool_choice": "required"},
+     "tool_choice"),
+    ("/v1/chat/completions", {"messages": [{"role": "user", "content": "x"}],
+                              "tool_choice": {"type": "function", "function": {"name": "f"}}}, "tool_choice"),
+    ("/v1/chat/completions", {"messages": [{"role": "user"}]}, "messages"),
+    ("/v1/chat/completions", {"messages": [{"role": "system", "content": None}]}, "messages"),
+    ("/v1/chat/completions", {"messages": [{"role": "user", "content": []}]}, "messages"),
+    ("/v1/chat/completions", {"messages": [{"role": "user", "content": "x", "name": 5}]}, "messages"),
+    ("/v1/chat/completions", {"messages": [{"role": "user\u0000", "content": "x"}]}, "messages"),
+])
+def test_request_fields(server, path, body, param):
+    assert_error(post(server, path, body), 400, param)
+
+
+def test_fields_that_stay_accepted(server):
+    for body in ({"messages": [{"role": "user", "content": "x"}], "tool_choice": "none", "max_tokens": 1},
+                 {"messages": [{"role": "user", "content": "x"}], "tool_choice": "auto", "max_tokens": 1},
+                 {"messages": [{"role": "user", "content": "x"}, {"role": "assistant", "content": None},
+                               {"role": "user", "content": "y", "name": "bob"}], "max_tokens": 1}):
+        r = post(server, "/v1/chat/completions", body)
+        assert r.status_code == 200, r.text
+    r = post(server, "/v1/completions", {"prompt": "x", "logit_bias": {"0": 1, "5": -1}, "max_tokens": 1})
+    assert r.status_code == 200, r.text
+
+
+def test_error_messages_stay_utf8_when_they_cut_a_quote(server):
+    # The role is quoted cut at 40 bytes, inside a two-byte character: the message drops the half.
+    r = post(server, "/v1/chat/completions", {"messages": [{"role": "a" + "\u00e9" * 30, "content": "x"}]})
+    assert r.status_code == 400
+    r.content.decode("utf-8")  # strict: raises on a cut character
+    assert "a" + "\u00e9" * 19 + "'" in r.json()["error"]["message"]
+
+
+def test_model_ids_are_percent_decoded(server, model_id):
+    alias = requests.get(server.url + "/v1/models", timeout=10).json()["data"][0]
+    name = json.loads(requests.get(server.url + "/v1/models/" + model_id, timeout=10).text)["id"]
+    assert name == model_id and alias["id"] == model_id
+    # The GGUF's general.name (the default model's), which requests may name too, has a space: %20 in a path.
+    r = post(server, "/v1/completions", {"prompt": "Hi", "max_tokens": 1, "model": "Gemma 3 270m"})
+    assert r.status_code == 200, r.text
+    assert requests.get(server.url + "/v1/models/Gemma%203%20270m", timeout=10).status_code == 200
+    r = requests.get(server.url + "/v1/models/%ff%fe", timeout=10)  # decodes to bytes that are no UTF-8
+    assert r.status_code == 404
+    r.content.decode("utf-8")
+    assert requests.get(server.url + "/v1/models/%zz", timeout=10).status_code == 404
+
+
+@pytest.mark.parametrize("field,value,code,words", [
+    ("max_tokens", 1e300, "invalid_value", "too large"),
+    ("max_tokens", 2.5, "invalid_type", "a fraction"),
+    ("seed", 1e22, "invalid_value", "too large"),
+    ("seed", 1.5, "invalid_type", "a fraction"),
+])
+def test_integer_fields_say_what_is_wrong(server, field, value, code, words):
+    e = assert_error(post(server, "/v1/completions", {"prompt": "x", field: value}), 400, field, code)
+    assert words in e["message"], e
+
+
+def test_default_max_tokens_ends_with_the_context(server):
+    # No max_tokens: completions' default of 16 is cut to the 12 tokens the 512-token context has
+    # left, instead of a 400 naming a max_tokens the client never sent.
+    r = post(server, "/v1/completions", {"prompt": [2] + [236743] * 499, "temperature": 0})
+    assert r.status_code == 200, r.text
+    assert r.json()["usage"]["completion_tokens"] <= 12
+    e = assert_error(post(server, "/v1/completions", {"prompt": [2] + [236743] * 499, "max_tokens": 16}), 400,
+                     "max_tokens", "context_length_exceeded")
