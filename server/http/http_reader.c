@@ -149,8 +149,36 @@ static int on_headers_complete(llhttp_t *p) {
     return 0;
 }
 
+/* RFC 9112 7.1: CRLF ends a chunk's data. llhttp 8.1 takes any two bytes there, so a proxy and
+ * this server could frame the same bytes two ways; we check them ourselves. Where the data ends
+ * in this read, the bytes after it are here (the parser runs over the read's buffer); the ones a
+ * read cut off are checked at the start of the next (crlf_next). */
+static int on_chunk_header(llhttp_t *p) {
+    http_reader *r = reader_of(p);
+    r->chunk_left = p->content_length;
+    return 0;
+}
+
+static bool check_crlf(http_reader *r, const char *at, const char *end) {
+    for (; r->crlf_next > 0 && r->crlf_next < 3 && at < end; at++, r->crlf_next++)
+        if (*at != (r->crlf_next == 1 ? '\r' : '\n')) {
+            r->error_status = 400;
+            r->error_msg = "a chunk's data not followed by CRLF";
+            return false;
+        }
+    if (r->crlf_next == 3) r->crlf_next = 0;
+    return true;
+}
+
 static int on_body(llhttp_t *p, const char *at, size_t n) {
     http_reader *r = reader_of(p);
+    if (p->flags & F_CHUNKED) {
+        r->chunk_left = n < r->chunk_left ? r->chunk_left - n : 0;
+        if (r->chunk_left == 0) {
+            r->crlf_next = 1; /* the CR comes next */
+            if (!check_crlf(r, at + n, r->feed_start + r->feed_len)) return -1;
+        }
+    }
     if (r->body.len + n > r->limits->max_body_bytes) {
         r->error_status = 413; /* chunked bodies have no declared length: counted as they come */
         return -1;
@@ -175,6 +203,7 @@ static const llhttp_settings_t *parser_settings(void) {
         s.on_header_value = on_header_value;
         s.on_headers_complete = on_headers_complete;
         s.on_body = on_body;
+        s.on_chunk_header = on_chunk_header;
         s.on_message_complete = on_message_complete;
         init = true;
     }
@@ -231,7 +260,8 @@ static bool method_token(const char *data, size_t len) {
 http_read_result http_reader_feed(http_reader *r, const char *data, size_t len, size_t *used, int *status, char *msg,
                                   size_t msgcap) {
     r->feed_start = data;
-    llhttp_errno_t e = llhttp_execute(&r->parser, data, len);
+    r->feed_len = len;
+    llhttp_errno_t e = check_crlf(r, data, data + len) ? llhttp_execute(&r->parser, data, len) : HPE_USER;
     *used = len;
     if (e == HPE_PAUSED_UPGRADE) {
         /* A request asking to switch protocols (Upgrade: h2c, websocket). We speak only
@@ -279,6 +309,8 @@ void http_reader_reset(http_reader *r) {
     r->header_bytes = 0;
     r->error_status = 0;
     r->error_msg = NULL;
+    r->chunk_left = 0;
+    r->crlf_next = 0;
     r->message_done = false;
     r->keep_alive = r->head = false;
 }

@@ -6,6 +6,7 @@
 
 #include <stdbool.h>
 #include <stddef.h>
+#include <stdint.h>
 
 #include <llhttp.h>
 
@@ -20,7 +21,10 @@ typedef struct http_reader {
     bool in_value; /* last header callback was a value: a new field starts a new header */
     size_t header_bytes;
     int error_status; /* a limit hit while parsing: 413, 414, 431, 505, 501 or 400 */
-    const char *feed_start; /* the bytes the parser runs over now (http_reader_feed's data) */
+    const char *feed_start; /* the bytes the parser runs over now (http_reader_feed's data and len) */
+    size_t feed_len;
+    uint64_t chunk_left; /* a chunked body: the current chunk's data bytes still to come */
+    int crlf_next;       /* 1 or 2: the byte of the CRLF after a chunk's data still to check; 0: none */
     const char *error_msg; /* what to say with it, when not the status's usual words (a static string) */
     bool message_done;
     http_request req;

@@ -43,6 +43,32 @@ def test_only_the_chunked_transfer_coding(server):
     assert out.startswith(b"HTTP/1.1 200 "), out
 
 
+@pytest.mark.parametrize("split", [None, 1, 2])
+def test_chunk_data_ends_with_crlf(server, split):
+    # Any two bytes after a chunk's data were taken for its CRLF (llhttp 8.1): "XX" here, and the
+    # pipelined GET after it was answered too. Checked also when a read ends inside the CRLF.
+    bad = (b"POST /tokenize HTTP/1.1\r\nHost: x\r\nTransfer-Encoding: chunked\r\n\r\nf\r\n" + GOOD +
+           b"XX0\r\n\r\nGET /health HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n")
+    if split is None:
+        out = raw(server, bad)
+    else:
+        import socket
+        import time
+        cut = bad.index(b"XX") + split - 1
+        s = socket.create_connection(("127.0.0.1", server.port), timeout=10)
+        s.sendall(bad[:cut])
+        time.sleep(0.2)
+        s.sendall(bad[cut:])
+        out = b""
+        while chunk := s.recv(65536):
+            out += chunk
+        s.close()
+    assert out.startswith(b"HTTP/1.1 400 ") and out.count(b"HTTP/1.1 ") == 1, out
+    good = bad.replace(b"XX", b"\r\n")
+    out = raw(server, good)
+    assert out.count(b"HTTP/1.1 200 ") == 2, out
+
+
 def test_http10_needs_no_host_and_unknown_methods_get_501(server):
     out = tokenize_with_headers(server, b"", version=b"HTTP/1.0")
     assert out.startswith(b"HTTP/1.1 200 "), out
