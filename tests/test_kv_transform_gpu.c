@@ -106,6 +106,11 @@ int main(void) {
     wk_vk vk;
     wk_pipelines p;
     if (!test_vk_open(&vk, &p)) return 1;
+    if (test_vk_wide_subgroups_broken(&vk)) {
+        printf("skipped: 16-lane subgroups on %s are wrong in the driver (docs/lavapipe.md \"Mesa 25\")\n", vk.driver_info);
+        test_vk_close(&vk, &p);
+        return 77;
+    }
     const shape shapes[] = {
         {64, 16, 4, 2, 35},  {64, 64, 4, 2, 5},   {64, 32, 4, 2, 1},    /* the tiny test model's heads */
         {256, 128, 4, 1, 35}, {256, 128, 4, 1, 1}, {256, 32, 4, 1, 8},  /* Gemma 3 270M, default and G32 */

@@ -239,13 +239,9 @@ void sched_refuse_choice(scheduler *s, uint64_t id) {
     sched_post_error(s, id, 400, NULL, "request_refused", "another choice of this request was refused");
 }
 
+/* Every job but generation (sched_handle_jobs admits a request's choices together). */
 static void handle_job(scheduler *s, sched_job *j) {
     switch (j->kind) {
-    case JOB_GENERATE: {
-        req *r = admit_generate(s, j);
-        if (r) enqueue(s, r);
-        break;
-    }
     case JOB_CANCEL: {
         req *r = find_req(s, j->id);
         if (r) req_finish(s, r, "abort");
@@ -259,6 +255,7 @@ static void handle_job(scheduler *s, sched_job *j) {
         sched_ev_post(s, ev);
         break;
     }
+    case JOB_GENERATE: /* (not here) */
     case JOB_TOKENIZE: /* answered by the front thread; never forwarded */
     case JOB_DETOKENIZE:
     case JOB_QUIT: break;

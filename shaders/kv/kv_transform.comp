@@ -61,9 +61,13 @@ layout(push_constant) uniform PC {
 } pc;
 
 void main() {
+#ifdef WK_XFORM_SHUFFLE
     // The row tile from the subgroup ids, not the local id: whatever order a driver puts
     // invocations in subgroups, each aligned run of lanes is then consecutive row tiles.
     uint lane = gl_SubgroupID * gl_SubgroupSize + gl_SubgroupInvocationID;
+#else
+    uint lane = gl_LocalInvocationID.x;  // (no subgroup operation here)
+#endif
     uint D = pc.head_dim, C = D / 4u, c0 = (gl_WorkGroupID.x * gl_WorkGroupSize.x + lane) * RV;  // first vec4
     // The queries of one KV head share a matrix, so a query tile's units are (token, query head of
     // the group) pairs: a decode step's query heads share each matrix fetch as a prefill step's
