@@ -468,10 +468,6 @@ static cJSON *model_object(api_server *a) {
     return m;
 }
 
-static int hexdigit(char c) {
-    return c >= '0' && c <= '9' ? c - '0' : c >= 'a' && c <= 'f' ? c - 'a' + 10 : c >= 'A' && c <= 'F' ? c - 'A' + 10 : -1;
-}
-
 /* %XX escapes of in -> out (NUL-terminated); false when one is malformed, decodes to a NUL or
  * the result does not fit. */
 static bool percent_decode(const char *in, char *out, size_t cap) {
@@ -479,7 +475,7 @@ static bool percent_decode(const char *in, char *out, size_t cap) {
     for (const char *p = in; *p; p++) {
         int c = (unsigned char)*p;
         if (c == '%') {
-            int hi = hexdigit(p[1]), lo = hi < 0 ? -1 : hexdigit(p[2]);
+            int hi = json_hex_digit(p[1]), lo = hi < 0 ? -1 : json_hex_digit(p[2]);
             if (lo < 0 || (hi | lo) == 0) return false;
             c = hi * 16 + lo;
             p += 2;

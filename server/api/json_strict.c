@@ -5,6 +5,7 @@
  * requests). A body is one value, its strings valid escapes, its numbers the grammar's, and no
  * object names a key twice; UTF-8 and raw NUL bytes are checked before (openai_request.c). */
 #include "api/json_strict.h"
+#include "api/json_text.h"
 
 #include <stdint.h>
 #include <stdlib.h>
@@ -26,7 +27,6 @@ static void skip_ws(scan *s) {
         s->at++;
 }
 
-static bool is_hex(char c) { return (c >= '0' && c <= '9') || (c >= 'a' && c <= 'f') || (c >= 'A' && c <= 'F'); }
 static bool is_digit(char c) { return c >= '0' && c <= '9'; }
 
 /* A string token at s->at (its opening quote); s->at moves past the closing quote. */
@@ -43,8 +43,9 @@ static bool string_token(scan *s) {
             if (s->at + 1 >= s->len) break;
             char e = s->p[s->at + 1];
             if (e == 'u') {
-                if (s->at + 6 > s->len || !is_hex(s->p[s->at + 2]) || !is_hex(s->p[s->at + 3]) ||
-                    !is_hex(s->p[s->at + 4]) || !is_hex(s->p[s->at + 5]))
+                bool hex4 = s->at + 6 <= s->len;
+                for (size_t k = 2; hex4 && k < 6; k++) hex4 = json_hex_digit(s->p[s->at + k]) >= 0;
+                if (!hex4)
                     return fail_at(s, "a \\u escape without four hex digits");
                 s->at += 6;
                 continue;

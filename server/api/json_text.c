@@ -10,7 +10,7 @@
  * its length + 1 there (0 = not measured), and the flag bit below marks it. */
 #define MEASURED_FLAG 0x40000000
 
-static int hexval(char c) {
+int json_hex_digit(char c) {
     if (c >= '0' && c <= '9') return c - '0';
     if (c >= 'a' && c <= 'f') return c - 'a' + 10;
     if (c >= 'A' && c <= 'F') return c - 'A' + 10;
@@ -19,7 +19,7 @@ static int hexval(char c) {
 
 static unsigned hex4(const char *p) {
     unsigned v = 0;
-    for (int i = 0; i < 4; i++) v = v * 16 + (unsigned)hexval(p[i]);
+    for (int i = 0; i < 4; i++) v = v * 16 + (unsigned)json_hex_digit(p[i]);
     return v;
 }
 
@@ -40,7 +40,7 @@ static size_t string_token(const char *body, size_t len, size_t *at) {
         }
         if (i + 6 > len) return SIZE_MAX;
         for (int k = 2; k < 6; k++)
-            if (hexval(body[i + k]) < 0) return SIZE_MAX;
+            if (json_hex_digit(body[i + k]) < 0) return SIZE_MAX;
         unsigned cp = hex4(body + i + 2);
         i += 6;
         if (cp >= 0xD800 && cp <= 0xDBFF) { /* a high surrogate: cJSON requires its low half next */

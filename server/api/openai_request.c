@@ -30,7 +30,6 @@ static bool fail(api_error *e, int status, const char *param, const char *code, 
     va_start(ap, fmt);
     vsnprintf(e->message, sizeof e->message, fmt, ap);
     va_end(ap);
-    json_utf8_scrub(e->message);
     return false;
 }
 
@@ -187,7 +186,7 @@ static bool parse_prompts(const cJSON *root, prompt_in *out, int *n_out, api_err
 /* Content: a string, or an array of {"type":"text","text":...} parts joined as they come. */
 static bool message_text(const cJSON *content, int index, text_buf *out, api_error *e) {
     static char param[] = "messages";
-    if (!content || cJSON_IsNull(content)) return true; /* an assistant turn with only tool calls has none */
+    if (!content) return true; /* an assistant turn with only tool calls has none */
     if (cJSON_IsString(content)) return text_buf_add(out, content->valuestring, json_str_len(content));
     if (!cJSON_IsArray(content))
         return fail(e, 400, param, "invalid_type", "messages[%d].content must be a string or an array of parts, not %s",
@@ -238,7 +237,7 @@ static bool parse_messages(const cJSON *root, chat_format fmt, gen_params *g, ap
             ok = fail(e, 400, "messages", "invalid_value",
                       "messages[%d].role '%.40s' is not supported (system, developer, user, assistant)", i,
                       role->valuestring);
-        } else if (!json_str_is(role, "assistant") && !(field(m, "content") && !cJSON_IsNull(field(m, "content")))) {
+        } else if (!json_str_is(role, "assistant") && !field(m, "content")) {
             /* An assistant turn may come without content (OpenAI's tool-call turns); the others say something. */
             ok = fail(e, 400, "messages", "missing_required_parameter", "messages[%d].content is required for role '%s'", i,
                       role->valuestring);

@@ -51,15 +51,12 @@ static bool is_tchar(unsigned char c) {
     return (c >= '0' && c <= '9') || (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || (c && strchr("!#$%&'*+-.^_`|~", c));
 }
 
-/* A header the framing rules refuse (400): a name that is empty or not a token, or a value with a
- * line break in it (obs-fold, RFC 9112 5.2: a server rejects it or unfolds it; a folded
- * Content-Length read two ways by two parsers is a request smuggled past a proxy). */
+/* A header name the framing rules refuse (400): empty or not a token (RFC 9112 5.1). Folded
+ * values are refused as they arrive (on_header_value). */
 static bool bad_header(const http_reader *r) {
     if (r->field.len == 0) return true;
     for (size_t i = 0; i < r->field.len; i++)
         if (!is_tchar((unsigned char)r->field.p[i])) return true;
-    for (size_t i = 0; i < r->value.len; i++)
-        if (r->value.p[i] == '\r' || r->value.p[i] == '\n') return true;
     return false;
 }
 
@@ -68,7 +65,7 @@ static int push_header(http_reader *r) {
     r->in_value = false;
     if (bad_header(r)) {
         r->error_status = 400;
-        r->error_msg = "malformed header field (a name that is not a token, or a value folded over lines)";
+        r->error_msg = "malformed header field (a name that is not a token)";
         return -1;
     }
     if (r->req.n_headers == HTTP_MAX_HEADERS) {
@@ -99,8 +96,10 @@ static int on_header_value(llhttp_t *p, const char *at, size_t n) {
     http_reader *r = reader_of(p);
     if (count_header_bytes(r, n)) return -1;
     /* llhttp hands a folded value (obs-fold: a line starting with a space continues the last
-     * value) over as a second piece of it. A value also comes in pieces when a read ends inside
-     * it, but then the next piece starts the next read. */
+     * value) over as a second piece of it; RFC 9112 5.2 lets a server refuse it, and a folded
+     * Content-Length read two ways by two parsers smuggles a request past a proxy. A value also
+     * comes in pieces when a read ends inside it, but then the next piece starts the next read
+     * (so a fold whose continuation starts a read goes unseen). */
     if (r->in_value && r->value.len > 0 && at != r->feed_start) {
         r->error_status = 400;
         r->error_msg = "a header value folded over lines (obs-fold)";

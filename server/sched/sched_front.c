@@ -178,9 +178,11 @@ static void *front_main(void *arg) {
             }
             break;
         }
-        /* Look at the batch in order; what goes on to the engine keeps that order. A request's
-         * choices (a run of generation jobs with one group) go on together or not at all. */
-        sched_job *pass = NULL, **tail = &pass, *prev = NULL;
+        /* Look at the batch in order; what goes on to the engine keeps that order. A prompt that
+         * cannot be tokenized gets its error here and goes on marked refused, and so does its
+         * request's every later choice, untokenized: the engine thread refuses a request's choices
+         * together (sched_handle_jobs). */
+        sched_job *pass = NULL, **tail = &pass, *prev = NULL, *refused = NULL;
         while (jobs) {
             sched_job *j = jobs;
             jobs = j->next;
@@ -191,44 +193,16 @@ static void *front_main(void *arg) {
                 drop(j);
                 continue;
             }
-            if (j->kind != JOB_GENERATE) {
-                *tail = j;
-                tail = &j->next;
-                continue;
+            if (j->kind == JOB_GENERATE && refused && j->group == refused->group) {
+                /* (left untokenized: the engine never admits it) */
+            } else if (j->kind == JOB_GENERATE && j->gen.prompt_text && !tokenize_prompt(s, j, prev)) {
+                j->refused = true;
+                refused = j;
+            } else if (j->kind == JOB_GENERATE) {
+                prev = j;
             }
-            sched_job *group = j, **group_tail = &j->next, *bad = NULL;
-            for (sched_job *k = j;;) {
-                if (k->gen.prompt_text && !tokenize_prompt(s, k, prev)) {
-                    bad = k;
-                    break;
-                }
-                prev = k;
-                if (!jobs || jobs->kind != JOB_GENERATE || jobs->group != j->group) break;
-                k = jobs;
-                jobs = k->next;
-                k->next = NULL;
-                *group_tail = k;
-                group_tail = &k->next;
-            }
-            if (bad) {
-                /* bad posted its error; the run's other choices end with theirs after it. */
-                for (sched_job *k = group; k != bad; k = k->next) sched_refuse_choice(s, k->id);
-                while (jobs && jobs->kind == JOB_GENERATE && jobs->group == j->group) {
-                    sched_job *k = jobs;
-                    jobs = k->next;
-                    sched_refuse_choice(s, k->id);
-                    drop(k);
-                }
-                while (group) {
-                    sched_job *next = group->next;
-                    drop(group);
-                    group = next;
-                }
-                prev = NULL;
-                continue;
-            }
-            *tail = group;
-            tail = group_tail;
+            *tail = j;
+            tail = &j->next;
         }
         sched_ev_flush(s); /* errors and tokenize answers */
         for (sched_job *j = pass; j; j = j->next) { /* compared; the engine needs only the tokens */

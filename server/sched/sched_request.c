@@ -139,6 +139,7 @@ void req_fail(scheduler *s, req *r, const char *what, int rc, const char *err) {
  * (an error event posted) when refused. Not queued yet: a request's choices are queued together
  * or not at all (sched_handle_jobs). */
 static req *admit_generate(scheduler *s, sched_job *j) {
+    if (j->refused) return NULL; /* its error is out already */
     const wk_model_info *info = s->info;
     req *r = calloc(1, sizeof *r);
     if (!r) {
@@ -235,7 +236,9 @@ static req *find_req(scheduler *s, uint64_t id) {
     return NULL;
 }
 
-void sched_refuse_choice(scheduler *s, uint64_t id) {
+/* The error event of a request's choice that was fine itself but whose request another choice got
+ * refused (after that one's own error event, which the client sees): every choice ends, none runs. */
+static void refuse_choice(scheduler *s, uint64_t id) {
     sched_post_error(s, id, 400, NULL, "request_refused", "another choice of this request was refused");
 }
 
@@ -289,7 +292,7 @@ void sched_handle_jobs(scheduler *s, sched_job *jobs) {
                 enqueue(s, rs[i]);
             } else if (i != failed) {
                 if (rs && rs[i]) req_free(rs[i]);
-                sched_refuse_choice(s, k->id);
+                if (!k->refused) refuse_choice(s, k->id);
             }
         }
         free(rs);

@@ -56,6 +56,7 @@ typedef struct sched_job {
     /* JOB_GENERATE: the request's first id, shared by its choices, which are admitted together or
      * refused together (a batch whose last prompt is too long queues none of the others). */
     uint64_t group;
+    bool refused; /* JOB_GENERATE: the front thread refused it and posted its error (sched_front.c) */
     double t_arrival; /* monotonic seconds (mono_now_s) when the HTTP request was complete */
     gen_params gen;   /* JOB_GENERATE; JOB_TOKENIZE uses prompt_text + add_special, JOB_DETOKENIZE prompt_tokens */
     struct sched_job *next;

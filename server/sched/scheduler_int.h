@@ -95,9 +95,6 @@ void sched_queue_push(scheduler *s, sched_job **head, sched_job **tail, pthread_
 /* The engine thread's handling of a chain of jobs (sched_request.c), which it frees: a request's
  * generation jobs (one group) are queued together or refused together. */
 void sched_handle_jobs(scheduler *s, sched_job *jobs);
-/* The error event of a request's choice that was fine itself but whose request another choice got
- * refused (after that one's own error event, which the client sees): every choice ends, none runs. */
-void sched_refuse_choice(scheduler *s, uint64_t id);
 /* The front thread: started by the engine thread once the engine is open (the bound it needs is
  * computed then); joined by it before the engine closes. */
 int sched_front_start(scheduler *s);
