@@ -362,7 +362,7 @@ static void handle_generation(api_server *a, http_conn *c, http_request *r, bool
     k->n_per_prompt = req.n;
     k->stream = req.stream;
     k->include_usage = req.stream && req.include_usage;
-    k->chat_logprobs = req.chat_logprobs;
+    k->logprobs_wanted = req.chat_logprobs || (!req.chat && req.gens[0].logprobs >= 0);
     if (a->cfg.log_prompts && req.gens[0].prompt_text) {
         /* One line per request: newlines and quotes escaped, long prompts cut. */
         size_t j = 0;

@@ -38,7 +38,7 @@ typedef struct call {
     call_kind kind;
     api_server *api;
     http_conn *conn; /* NULL once the client is gone */
-    bool stream, include_usage, chat_logprobs, started, failed;
+    bool stream, include_usage, logprobs_wanted, started, failed;
     int n_choices, n_per_prompt, n_accepted, n_done;
     choice *choices; /* n_choices; NULL for tokenize calls */
     char resp_id[40];

@@ -225,8 +225,9 @@ cJSON *whole_response(call *k) {
             if (chat) cJSON_AddItemToObject(cJSON_AddObjectToObject(ch, "logprobs"), "content", ci->lp);
             else cJSON_AddItemToObject(ch, "logprobs", ci->lp);
             ci->lp = NULL;
-        } else if (chat && k->chat_logprobs) {
-            cJSON_AddArrayToObject(cJSON_AddObjectToObject(ch, "logprobs"), "content");
+        } else if (k->logprobs_wanted) { /* asked for and no token came: empty, not null */
+            if (chat) cJSON_AddArrayToObject(cJSON_AddObjectToObject(ch, "logprobs"), "content");
+            else cJSON_AddItemToObject(ch, "logprobs", completion_logprobs_new());
         } else {
             cJSON_AddNullToObject(ch, "logprobs");
         }

@@ -152,7 +152,7 @@ static bool read_key_file(cli *c, const char *path, char *buf, size_t cap) {
 /* File descriptors the server needs besides its --max-connections: the listener, stdio, the loop's
  * and the engine thread's own, the driver's, the over-limit connections the HTTP layer still reads
  * (HTTP_OVERFLOW_CONNS) and one more to answer 503 beyond those. */
-#define FD_RESERVE (48 + HTTP_OVERFLOW_CONNS)
+#define FD_RESERVE (48 + HTTP_OVERFLOW_CONNS + HTTP_LINGERING_CONNS)
 
 /* Every connection is a file descriptor: --max-connections must fit RLIMIT_NOFILE, whose soft limit
  * is raised (up to the hard one) when it is too low. A given value that cannot fit is refused; the

@@ -38,6 +38,7 @@ struct http_conn {
     bool overflow;      /* came beyond max_conns: one request, a short deadline, then closed */
     bool released;      /* its place in n_served / n_overflow is given back (or was never taken) */
     bool handles_closing; /* uv_close called: state C_CLOSING alone may still await a shutdown */
+    bool lingering;     /* its write side shut, it drops what the client still sends (on_shutdown) */
     uint64_t idle_since; /* loop time (ms) it last became idle: the oldest idle one is reaped first */
 };
 
@@ -52,6 +53,7 @@ struct http_server {
     int n_conns;    /* every connection whose handles are open */
     int n_served;   /* of those, the ones within max_conns and not closing */
     int n_overflow; /* the over-limit ones being read or answered */
+    int n_lingering; /* closing ones still reading (HTTP_LINGERING_CONNS) */
     uint64_t n_rejected, n_reaped;
     bool closing;
     int port;
@@ -172,6 +174,7 @@ static void conn_close(http_conn *c) {
     if (c->handles_closing) return;
     c->handles_closing = true;
     release_slot(c);
+    if (c->lingering) c->srv->n_lingering--;
     c->state = C_CLOSING;
     if (c->on_abort) {
         http_abort_cb cb = c->on_abort;
@@ -182,11 +185,24 @@ static void conn_close(http_conn *c) {
     uv_close((uv_handle_t *)&c->timer, on_handle_closed);
 }
 
+static void on_linger_end(uv_timer_t *t) { conn_close(t->data); }
+static void on_alloc(uv_handle_t *h, size_t suggested, uv_buf_t *b);
+static void on_read(uv_stream_t *s, ssize_t n, const uv_buf_t *b);
+
+/* The response is sent and the write side shut: linger (HTTP_LINGER_MS), reading and dropping what
+ * the client still sends (on_read drops it in C_CLOSING), until it closes too. */
 static void on_shutdown(uv_shutdown_t *req, int status) {
-    (void)status;
     http_conn *c = req->data;
     free(req);
-    conn_close(c);
+    http_server *s = c->srv;
+    if (status < 0 || c->handles_closing || s->closing || s->n_lingering >= HTTP_LINGERING_CONNS ||
+        uv_read_start((uv_stream_t *)&c->tcp, on_alloc, on_read) != 0) {
+        conn_close(c);
+        return;
+    }
+    c->lingering = true;
+    s->n_lingering++;
+    uv_timer_start(&c->timer, on_linger_end, HTTP_LINGER_MS, 0);
 }
 
 /* Closes after the queued writes are sent (uv_close alone would cancel them). */

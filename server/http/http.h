@@ -54,6 +54,13 @@ typedef struct http_limits {
 #define HTTP_OVERFLOW_CONNS 16
 /* How long an over-limit connection may take to send its request. */
 #define HTTP_OVERFLOW_TIMEOUT_MS 2000
+/* A connection the server closes after its response first reads and drops what the client still
+ * sends, until the client closes or HTTP_LINGER_MS pass (RFC 9112 9.6), at most this many at once
+ * (beyond: closed at once). Closing a socket with bytes unread sends a reset, and a reset can
+ * destroy the response before the client reads it: a 413 while the body is still arriving, a 400
+ * for a request whose rest is in flight. Each is a file descriptor beyond max_conns too. */
+#define HTTP_LINGERING_CONNS 16
+#define HTTP_LINGER_MS 2000
 
 typedef struct http_conn_stats {
     int open;          /* connections open now (over-limit ones included) */

@@ -98,13 +98,15 @@ static int on_header_value(llhttp_t *p, const char *at, size_t n) {
     /* llhttp hands a folded value (obs-fold: a line starting with a space continues the last
      * value) over as a second piece of it; RFC 9112 5.2 lets a server refuse it, and a folded
      * Content-Length read two ways by two parsers smuggles a request past a proxy. A value also
-     * comes in pieces when a read ends inside it, but then the next piece starts the next read
-     * (so a fold whose continuation starts a read goes unseen). */
-    if (r->in_value && r->value.len > 0 && at != r->feed_start) {
+     * comes in pieces when a read ends inside it, and only then: a second piece is a fold unless
+     * it starts a read and the piece before it ended its read. */
+    const bool continues_read_cut = at == r->feed_start && r->value_at_read_end;
+    if (r->in_value && r->value.len > 0 && !continues_read_cut) {
         r->error_status = 400;
         r->error_msg = "a header value folded over lines (obs-fold)";
         return -1;
     }
+    r->value_at_read_end = at + n == r->feed_start + r->feed_len;
     r->in_value = true;
     return text_buf_add(&r->value, at, n) ? 0 : -1;
 }
@@ -248,16 +250,32 @@ static bool finish_request(http_reader *r) {
     return true;
 }
 
-/* Whether data starts with a token and a space: a method we do not know (501), not garbage (400).
- * (A request line split across reads is judged by what this read holds.) */
-static bool method_token(const char *data, size_t len) {
-    size_t i = 0;
-    while (i < len && is_tchar((unsigned char)data[i])) i++;
-    return i > 0 && i < len && data[i] == ' ';
+/* A request line llhttp refused as a method it does not know: 501 when it starts with a token and
+ * a space (RFC 9110 9.1), 400 for garbage. A read that ends inside the token waits for the next
+ * (method_seen), so a request line cut by a read is judged as the whole line would be. */
+static http_read_result judge_unknown_method(http_reader *r, const char *data, size_t len, size_t *used, int *status,
+                                             char *msg, size_t msgcap) {
+    char line[sizeof r->method_seen + 1];
+    size_t n = r->method_seen_len;
+    memcpy(line, r->method_seen, n);
+    for (size_t i = 0; i < len && n < sizeof line; i++) line[n++] = data[i];
+    size_t token = 0;
+    while (token < n && is_tchar((unsigned char)line[token])) token++;
+    if (token == n && n < sizeof r->method_seen) {
+        memcpy(r->method_seen, line, n);
+        r->method_seen_len = n;
+        *used = len;
+        return HTTP_READ_MORE;
+    }
+    *used = 0;
+    if (token > 0 && token < n && line[token] == ' ') *status = 501, snprintf(msg, msgcap, "method not implemented");
+    else *status = 400, snprintf(msg, msgcap, "malformed HTTP request (HPE_INVALID_METHOD)");
+    return HTTP_READ_ERROR;
 }
 
 http_read_result http_reader_feed(http_reader *r, const char *data, size_t len, size_t *used, int *status, char *msg,
                                   size_t msgcap) {
+    if (r->method_seen_len) return judge_unknown_method(r, data, len, used, status, msg, msgcap);
     r->feed_start = data;
     r->feed_len = len;
     llhttp_errno_t e = check_crlf(r, data, data + len) ? llhttp_execute(&r->parser, data, len) : HPE_USER;
@@ -283,8 +301,7 @@ http_read_result http_reader_feed(http_reader *r, const char *data, size_t len, 
         else if (r->error_msg) *status = r->error_status, snprintf(msg, msgcap, "%s", r->error_msg);
         else if (r->error_status == 400)
             *status = 400, snprintf(msg, msgcap, "malformed HTTP request line (no HTTP/1.x version)");
-        else if (e == HPE_INVALID_METHOD && method_token(data, len))
-            *status = 501, snprintf(msg, msgcap, "method not implemented"); /* RFC 9110 9.1 */
+        else if (e == HPE_INVALID_METHOD) return judge_unknown_method(r, data, len, used, status, msg, msgcap);
         else *status = 400, snprintf(msg, msgcap, "malformed HTTP request (%s)", llhttp_errno_name(e));
         return HTTP_READ_ERROR;
     }
@@ -310,6 +327,7 @@ void http_reader_reset(http_reader *r) {
     r->error_msg = NULL;
     r->chunk_left = 0;
     r->crlf_next = 0;
+    r->method_seen_len = 0;
     r->message_done = false;
     r->keep_alive = r->head = false;
 }

@@ -19,12 +19,17 @@ typedef struct http_reader {
     /* the request being parsed */
     text_buf url, field, value, body;
     bool in_value; /* last header callback was a value: a new field starts a new header */
+    bool value_at_read_end; /* the last piece of a header value ended where its read ended */
     size_t header_bytes;
     int error_status; /* a limit hit while parsing: 413, 414, 431, 505, 501 or 400 */
     const char *feed_start; /* the bytes the parser runs over now (http_reader_feed's data and len) */
     size_t feed_len;
     uint64_t chunk_left; /* a chunked body: the current chunk's data bytes still to come */
     int crlf_next;       /* 1 or 2: the byte of the CRLF after a chunk's data still to check; 0: none */
+    /* A request line refused as an unknown method before its space arrived: the bytes so far, so
+     * that the next read tells a method token (501) from garbage (400) as one read would. */
+    char method_seen[32];
+    size_t method_seen_len;
     const char *error_msg; /* what to say with it, when not the status's usual words (a static string) */
     bool message_done;
     http_request req;

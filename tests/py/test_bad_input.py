@@ -204,6 +204,24 @@ def test_oversize_body(server):
     still_serving(server)
 
 
+def test_refusal_reaches_a_client_still_sending(server):
+    # A client that sends its whole body before reading (most do) is still sending when the 413
+    # comes: the server reads and drops the rest before it closes (RFC 9112 9.6), so the client's
+    # writes do not fail with a reset and it reads the answer.
+    for _ in range(5):
+        s = socket.create_connection(("127.0.0.1", server.port), timeout=10)
+        s.sendall(b"POST /v1/completions HTTP/1.1\r\nHost: x\r\nTransfer-Encoding: chunked\r\n\r\n")
+        for _ in range(48):  # 3 MiB in 64 KiB chunks, over --max-body 1MiB
+            s.sendall(b"10000\r\n" + b" " * 65536 + b"\r\n")
+        s.shutdown(socket.SHUT_WR)
+        out = b""
+        while chunk := s.recv(65536):
+            out += chunk
+        s.close()
+        assert out.startswith(b"HTTP/1.1 413 "), out[:200]
+    still_serving(server)
+
+
 def test_chunked_request_body(server):
     def gen():
         yield b'{"prompt": "Hello'

@@ -5,6 +5,9 @@
 # and request fields (a model name with a NUL in it, logit_bias keys, tool_choice, chat messages).
 # Each case is answered with the right status and the server goes on serving.
 import json
+import socket
+import time
+from concurrent.futures import ThreadPoolExecutor
 
 import pytest
 import requests
@@ -12,6 +15,25 @@ import requests
 from test_bad_input import assert_error, post, raw, still_serving
 
 GOOD = b'{"prompt":"Hi"}'
+
+
+def raw_split(server, data, cut, pause=0.03):
+    """Sends data in two writes, cut bytes then the rest, a pause between (two reads on the
+    server, unless it was slow to read the first); returns the answer up to the close."""
+    s = socket.create_connection(("127.0.0.1", server.port), timeout=10)
+    s.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+    out = b""
+    try:
+        s.sendall(data[:cut])
+        time.sleep(pause)
+        s.sendall(data[cut:])
+        while chunk := s.recv(65536):
+            out += chunk
+    except (ConnectionResetError, BrokenPipeError):
+        pass
+    finally:
+        s.close()
+    return out
 
 
 def tokenize_with_headers(server, headers, body=GOOD, version=b"HTTP/1.1"):
@@ -49,20 +71,7 @@ def test_chunk_data_ends_with_crlf(server, split):
     # pipelined GET after it was answered too. Checked also when a read ends inside the CRLF.
     bad = (b"POST /tokenize HTTP/1.1\r\nHost: x\r\nTransfer-Encoding: chunked\r\n\r\nf\r\n" + GOOD +
            b"XX0\r\n\r\nGET /health HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n")
-    if split is None:
-        out = raw(server, bad)
-    else:
-        import socket
-        import time
-        cut = bad.index(b"XX") + split - 1
-        s = socket.create_connection(("127.0.0.1", server.port), timeout=10)
-        s.sendall(bad[:cut])
-        time.sleep(0.2)
-        s.sendall(bad[cut:])
-        out = b""
-        while chunk := s.recv(65536):
-            out += chunk
-        s.close()
+    out = raw(server, bad) if split is None else raw_split(server, bad, bad.index(b"XX") + split - 1, pause=0.2)
     assert out.startswith(b"HTTP/1.1 400 ") and out.count(b"HTTP/1.1 ") == 1, out
     good = bad.replace(b"XX", b"\r\n")
     out = raw(server, good)
@@ -76,6 +85,33 @@ def test_http10_needs_no_host_and_unknown_methods_get_501(server):
     assert out.startswith(b"HTTP/1.1 501 "), out
     out = raw(server, b"\x01\x02 /health HTTP/1.1\r\nHost: x\r\n\r\n")  # not a method at all
     assert out.startswith(b"HTTP/1.1 400 "), out
+
+
+CLOSE = b"Connection: close\r\n"
+SPLIT_CASES = [  # (request, the status it gets in one write)
+    (b"POST /tokenize HTTP/1.1\r\nHost: x\r\nContent-Length: 15\r\n" + CLOSE + b"\r\n" + GOOD, 200),
+    (b"POST /tokenize HTTP/1.1\r\nHost: x\r\nX-A: b\r\n c\r\nContent-Length: 15\r\n" + CLOSE + b"\r\n" + GOOD,
+     400),  # obs-fold
+    (b"POST /tokenize HTTP/1.1\r\nHost: x\r\nTransfer-Encoding: chunked\r\n" + CLOSE +
+     b"\r\n5;ext=1\r\n" + GOOD[:5] + b"\r\na\r\n" + GOOD[5:] + b"\r\n0\r\n\r\n", 200),
+    (b"POST /tokenize HTTP/1.1\r\nHost: x\r\nTransfer-Encoding: chunked\r\n" + CLOSE +
+     b"\r\nf\r\n" + GOOD + b"XX0\r\n\r\n", 400),  # no CRLF after the chunk's data
+    (b"BREW /tokenize HTTP/1.1\r\nHost: x\r\n" + CLOSE + b"\r\n", 501),  # a method we do not know
+    (b"\x01\x02 /tokenize HTTP/1.1\r\nHost: x\r\n" + CLOSE + b"\r\n", 400),  # garbage
+]
+
+
+@pytest.mark.parametrize("data,status", SPLIT_CASES)
+def test_a_request_cut_anywhere_gets_the_answer_it_gets_whole(server, data, status):
+    # Where a read ends must not change how a request is framed or judged: the parser sees it in
+    # pieces (the folded value, the CRLF after a chunk and the method's token were each judged by
+    # what one read held, once). Every cut, a connection each, sixteen at a time.
+    assert raw(server, data).startswith(f"HTTP/1.1 {status} ".encode())
+    with ThreadPoolExecutor(16) as pool:
+        answers = list(pool.map(lambda cut: raw_split(server, data, cut), range(1, len(data))))
+    wrong = [(cut, a[:40]) for cut, a in enumerate(answers, 1) if not a.startswith(f"HTTP/1.1 {status} ".encode())]
+    assert not wrong, wrong
+    still_serving(server)
 
 
 def test_100_continue_only_where_a_body_is_awaited(server):
@@ -193,3 +229,14 @@ def test_default_max_tokens_ends_with_the_context(server):
     assert r.json()["usage"]["completion_tokens"] <= 12
     e = assert_error(post(server, "/v1/completions", {"prompt": [2] + [236743] * 499, "max_tokens": 16}), 400,
                      "max_tokens", "context_length_exceeded")
+
+
+def test_logprobs_asked_for_and_no_token_came_are_empty_not_null(server):
+    # The end-of-turn token first (forced by logit_bias: it is never text): no token, and the
+    # logprobs asked for are there, empty, as for any other length.
+    r = post(server, "/v1/completions", {"prompt": "Hi", "max_tokens": 3, "logprobs": 1, "logit_bias": {"1": 100}})
+    choice = r.json()["choices"][0]
+    assert r.json()["usage"]["completion_tokens"] == 0, r.json()
+    assert choice["logprobs"] == {"tokens": [], "token_logprobs": [], "top_logprobs": [], "text_offset": []}, choice
+    r = post(server, "/v1/completions", {"prompt": "Hi", "max_tokens": 3, "logit_bias": {"1": 100}})
+    assert r.json()["choices"][0]["logprobs"] is None  # not asked for
