@@ -54,7 +54,9 @@ enum { BT = 16, NL = 2, LAYER = 1, NSEQ = 2, MAXROWS = 1100, MAXPOS = 1040, NGRO
  * read, as is every other layer's part of a row). */
 static const int WIN_LAYERS[2] = {3, 2};
 typedef struct { int D, Hq, Hk, window; wk_kvq_kind kind; int bits, G; int len0, len1, from1, S, R, other_bits; bool spec;
-                 int cls, S2, R2; bool decode; int kbits, kbits0; } cfg;
+                 int cls, S2, R2; bool decode; int kbits, kbits0; bool short_chunk; } cfg;
+/* short_chunk: sequence 1's chunk is short enough (tiles of at most WK_ATTN_DECODE_ROWS rows) for
+ * the decode pipelines, which then walk tiles of several tokens. */
 /* kbits: wide keys (engine/kv/kv_pool.h): the layer's keys in kbits while its values keep bits
  * (0: bits); kbits0 the same for the block's other layer, which comes first and so moves the
  * layer's slabs. spec with kbits: through the _wide pipelines specialised as the engine does. */
@@ -74,6 +76,11 @@ static cfg as_decode(cfg c) {
  * steps run through the 4-row pipelines (same decode_lane code). */
 static bool lanes_prefill_generic_only;
 static int skipped;
+static int chained_cases; /* prefill cases whose window pass continued the bulk's partial */
+/* cases whose decode pipelines walked a tile of several tokens with f16 windows: a key its later
+ * rows read in f16 and its earlier ones from the blocks goes through both of the pipeline's loops */
+static int decode_shared_keys;
+
 static double run_case(wk_vk *vk, wk_pipelines *p, const cfg *c, uint32_t force_split) {
     char err[WK_ERRMSG_LEN] = "";
     const bool specialised_set = (c->kbits && c->spec) || (!c->kbits && (c->other_bits || c->spec));
@@ -200,6 +207,8 @@ static double run_case(wk_vk *vk, wk_pipelines *p, const cfg *c, uint32_t force_
                                                 (uint32_t)c->S, (uint32_t)c->R,
                                                 (uint64_t)T * Hq * (p->attn_gpu_splits ? 64 : 4), p->attn_gpu_splits);
     if (force_split) splits.main = force_split;
+    chained_cases += !wk_attn_plan_decode(&plan) && splits.main == 1 && splits.win == 1;
+    decode_shared_keys += wk_attn_plan_decode(&plan) && plan.tile_rows > plan.head_rows && c->S + c->R > 0;
     const uint32_t n_split = splits.main + splits.win;
     float *Qv = malloc(sizeof(float) * T * Hq * D);
     for (int i = 0; i < T * Hq * D; i++) Qv[i] = gauss() * (c->window == 20 ? 1.0f : 0.1f);
@@ -256,7 +265,7 @@ static double run_case(wk_vk *vk, wk_pipelines *p, const cfg *c, uint32_t force_
                                 : c->other_bits || c->spec     ? WK_ATTN_SET_SWA
                                                                : WK_ATTN_SET_MAIN;
         if (c->decode) CHECK_EQ_INT(decode, c->Hq / c->Hk <= WK_ATTN_DECODE_ROWS);
-        else CHECK(!decode);
+        else CHECK_EQ_INT(decode, c->short_chunk);
         CHECK_EQ_INT(splits.win, !decode && c->S + c->R > 0);
         rc = rc ? rc : wk_attn_record(vk, p, &plan, splits, set, (uint32_t)T, &pc, args, err, sizeof err);
         int rc2 = wk_vk_submit_wait(vk, err, sizeof err);
@@ -391,9 +400,11 @@ int main(void) {
             /* cls, S, R, S2, R2 */
             {1, 4, 8, 2, 16}, {0, 4, 8, 3, 5}, {0, 4, 8, 0, 0}, {1, 2, 3, 0, 0}, {1, 0, 0, 4, 64}, {0, 0, 0, 4, 8},
         };
+        /* split 1: one bulk split and one window split, the pair whose window pass continues the
+         * bulk's partial instead of a reduce (wk_attn_record's chain). */
         for (size_t i = 0; i < sizeof wins / sizeof wins[0]; i++)
             for (int window = 0; window <= 20; window += 20)
-                for (uint32_t split = 0; split <= 3; split += 3) {
+                for (uint32_t split = 0; split <= 3; split += split ? 2 : 1) {
                     const int bits = i % 2 ? 4 : 2;
                     cfg c = {.D = 256, .Hq = 4, .Hk = 1, .window = window, .kind = WK_KVQ_QUEST, .bits = bits,
                              .G = 32, .from1 = 10, .cls = wins[i][0], .S = wins[i][1], .R = wins[i][2],
@@ -407,6 +418,23 @@ int main(void) {
                     CHECK(e >= 0 && e < 1e-5);
                 }
     }
+    /* Short chunks through the decode pipelines: tiles of 2 tokens x 2 query heads and of 4 tokens x
+     * 1, with f16 windows, so a tile's later rows read some of its keys in f16 and its earlier ones
+     * the same keys from the blocks; sliding window and not, split and not. */
+    for (int i = 0; i < 8; i++)
+        for (uint32_t split = 0; split <= 3; split += 3) {
+            const int hq = i % 2 ? 2 : 4, toks = i % 2 ? 4 : 2;
+            cfg c = {.D = 64, .Hq = hq, .Hk = 2, .window = i % 4 < 2 ? 0 : 9, .kind = WK_KVQ_QUEST, .bits = i < 4 ? 2 : 4,
+                     .G = 16, .len1 = 23, .from1 = 23 - toks, .S = 2, .R = 3 + i / 4, .short_chunk = true};
+            double e = run_case(&vk, &p, &c, split);
+            cases++;
+            if (e > worst) worst = e;
+            if (!(e >= 0 && e < 1e-5))
+                fprintf(stderr, "decode pipelines, %d-token chunk Hq%d S%d R%d window %d split %u: rel err %.3g\n",
+                        toks, c.Hq, c.S, c.R, c.window, split, e);
+            CHECK(e >= 0 && e < 1e-5);
+        }
+    CHECK(decode_shared_keys > 0);
     /* Wide keys: the layer's keys wider than its values (and than the block's other layer's, or as
      * wide), with and without windows and a sliding window, prefill and decode, split and not;
      * through the pipeline that reads the formats from the push constants and through the _wide
@@ -503,8 +531,11 @@ int main(void) {
     CHECK_EQ_INT(p.pipe[WK_PIPE_ATTENTION_DECODE] != VK_NULL_HANDLE, !p.attn_lanes);
     CHECK_EQ_INT(p.pipe[WK_PIPE_ATTENTION_BULK_LANES] != VK_NULL_HANDLE, bulk_lanes);
     CHECK_EQ_INT(p.pipe[WK_PIPE_ATTENTION_BULK] != VK_NULL_HANDLE, !bulk_lanes);
-    printf("paged attention: %d configurations (%d specialised prefill cases skipped: the GPU variant on lavapipe), "
-           "worst max-abs error relative to output scale %.3g\n", cases - skipped, skipped, worst);
+    printf("paged attention: %d configurations (%d specialised prefill cases skipped: the GPU variant on lavapipe; "
+           "%d prefill cases chained their window pass to the bulk's; %d walked keys of shared windows in the "
+           "decode pipelines), worst max-abs error relative to output scale %.3g\n",
+           cases - skipped, skipped, chained_cases, decode_shared_keys, worst);
+    CHECK(chained_cases > 0);
     CHECK_EQ_INT(test_vk_close(&vk, &p), 0);
     TEST_MAIN_END();
 }

@@ -17,12 +17,24 @@ int wk_attn_record(wk_vk *vk, wk_pipelines *p, const wk_attn_plan *plan, wk_attn
         wk_attn_bulk_lanes(p->attn_lanes, vk->subgroup_size, pc->head_dim, vk->props.limits.maxComputeSharedMemorySize)
             ? pipes.bulk_lanes
             : pipes.bulk;
-    int rc = wk_dispatch(vk, p, decode ? decode_pipe : bulk_pipe, args, pc, sizeof *pc, plan->n_tiles,
-                         plan->groups_y, splits.main, err, errlen);
-    if (!rc && splits.win)
-        rc = wk_dispatch(vk, p, pipes.windows, args, pc, sizeof *pc, plan->n_tiles, plan->groups_y, splits.win, err,
+    /* Binding 9: the partials' texel view, which a chained windows pass reads. */
+    wk_arg a[10];
+    for (int i = 0; i < 9; i++) a[i] = args[i];
+    a[9] = args[6];
+    /* A prefill step whose bulk and windows are one split each (every step of a few hundred
+     * tokens): the windows pass continues each row's softmax from the bulk's partial and writes
+     * the output, so the reduce and the windows' partials are not needed. */
+    const bool chain = !decode && splits.main == 1 && splits.win == 1;
+    pc->chain = 0;
+    int rc = wk_dispatch(vk, p, decode ? decode_pipe : bulk_pipe, a, pc, sizeof *pc, plan->n_tiles, plan->groups_y,
+                         splits.main, err, errlen);
+    if (!rc && splits.win) {
+        if (chain) wk_vk_barrier(vk);
+        pc->chain = chain;
+        rc = wk_dispatch(vk, p, pipes.windows, a, pc, sizeof *pc, plan->n_tiles, plan->groups_y, splits.win, err,
                          errlen);
-    if (rc || pc->n_split == 1) return rc;
+    }
+    if (rc || pc->n_split == 1 || chain) return rc;
     wk_vk_barrier(vk);
     wk_pc_attention_reduce rp = {.head_dim = pc->head_dim, .n_head = pc->n_head, .n_tokens = T, .n_split = pc->n_split};
     const wk_arg rargs[2] = {args[6], args[4]};

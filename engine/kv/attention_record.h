@@ -1,6 +1,7 @@
 /* Records one layer's paged attention into the open command buffer: the attention_paged pipelines
  * a step's shape calls for (decode: one pass; prefill: the bulk pass and, with f16 windows, the
- * window pass), each over its key splits, then the reduce that merges their partials. The one
+ * window pass), each over its key splits, then the reduce that merges their partials (none when
+ * the bulk and the windows are one split each: the windows pass continues the bulk's). The one
  * sequence forward.c runs and tests/test_paged_attention.c checks against the C reference. */
 #ifndef WK_ATTENTION_RECORD_H
 #define WK_ATTENTION_RECORD_H

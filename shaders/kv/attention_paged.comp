@@ -11,10 +11,14 @@
 //   - a long context with few tiles (decode) is split over gl_WorkGroupID.z; each split writes
 //     its (max, sum, unnormalised output) per row and attention_reduce.comp combines them.
 //   - a prefill step walks its keys in two dispatches of two pipelines (SC_PASS): the bulk, the keys
-//     every row of a tile reads from the blocks, in a body without the f16 window path, and the
-//     windows, the sinks and recent keys, in a body with it; each writes partials and
-//     attention_reduce.comp combines them (engine/kv/attention_record.c). llvmpipe runs both sides
-//     of a branch, so one body with the window path pays for it on every key (about half of the
+//     some row of a tile reads from the blocks, in a body without the f16 window path, and the
+//     windows, the sinks and recent keys, in a body with only it (a key the tile's later rows read
+//     in f16 and its earlier ones from the blocks is walked by both, each row masking the keys of
+//     the other pass); each writes partials and
+//     attention_reduce.comp combines them (engine/kv/attention_record.c), or, when each pass is
+//     one split (pc.chain), the windows pass starts from the bulk's partial of its row and writes
+//     the output itself: one dispatch and a round trip of partials fewer. llvmpipe runs both sides
+//     of a branch, so one body with both paths pays for both on every key (about half of the
 //     prefill attention's time), and two bodies in one pipeline cost ten times the compile.
 // f16 windows (--kv-sink S, --kv-recent R): a row at position p reads key/value j in f16 when
 // j < S or j > p - R, from its sequence's window slot (engine/kv/kv_pool.h: sinks in rows 0..S-1, a
@@ -61,10 +65,10 @@ layout(constant_id = 6) const uint SC_NCL = 0;
 // time grows with MAXR squared (docs/lavapipe.md).
 layout(constant_id = 5) const uint SC_MAXR = 16;
 // Which keys the pipeline walks: 0 all of them (the decode pipelines: the bulk and the windows in
-// loops of their own, three bodies; with 4 rows that still compiles in seconds, with 16 it would
-// take ten times a 16-row pass's minutes, so prefill pipelines are never pass 0), 1 the bulk only (keys no
-// row reads in f16; every key when the layer has no window), 2 the windows only (keys some row
-// reads in f16). A pass dispatched over z = n splits divides its keys among them; partials go to
+// loops of their own, two bodies; with 4 rows that still compiles in seconds, with 16 it would
+// take ten times a 16-row pass's minutes, so prefill pipelines are never pass 0), 1 the bulk only (keys
+// some row reads from the blocks; every key when the layer has no window), 2 the windows only (keys
+// some row reads in f16). A pass dispatched over z = n splits divides its keys among them; partials go to
 // index z (all, bulk) or pc.n_split - n + z (windows: the last ones).
 layout(constant_id = 7) const uint SC_PASS = 0;
 // The GPU variant of the decode pipelines and of the prefill bulk pass (constant 9 = 1; kernel set
@@ -101,6 +105,7 @@ layout(binding = 8) uniform utextureBuffer VA;
 layout(std430, binding = 4) writeonly buffer O { vec4 o4[]; };        // [T][n_head][D/4]
 layout(std430, binding = 5) readonly buffer Tiles { Tile tiles[]; };
 layout(std430, binding = 6) writeonly buffer Part { vec4 part[]; };   // split partials (n_split > 1)
+layout(binding = 9) uniform textureBuffer PartIn;                    // the same, RGBA32F (pc.chain)
 layout(push_constant) uniform PC {
     uint head_dim; uint n_head; uint n_head_kv; uint window; uint n_tiles; uint win_layer;
     int kind; int bits; int group; uint block_tokens;
@@ -119,6 +124,7 @@ layout(push_constant) uniform PC {
     // The values are bits / slab_words / params_words / code_words above; the keys these (the
     // same unless the layer has wide keys), their first slab at k_off and the values' at v_off.
     uint v_off; int k_bits; uint k_slab_words; uint k_params_words; uint k_code_words;
+    uint chain;             // windows pass: start from the bulk's partial (slot 0), write the output
 } pc;
 
 // The variant's shared state; one element a row in the other pipelines, which never touch it.
@@ -131,7 +137,7 @@ float sc[MAXR * KT];      // scores, then probabilities, of the current key tile
 float m_r[MAXR], l_r[MAXR];
 uint pos_r[MAXR], first_r[MAXR];
 // Set once by main for the loaders below.
-uint g_kh, g_ch0, g_ncl, g_table_off, g_slab[2], g_jhi, g_pmin, g_chunk_pos0;
+uint g_kh, g_ch0, g_ncl, g_table_off, g_slab[2], g_chunk_pos0;
 bool g_windows;
 Tile g_tile;
 
@@ -268,36 +274,39 @@ void load_f16(uint j, uint kv, uint kh, Tile tile, uint chunk_pos0, uint ch0, ui
     }
 }
 
-// Key (kv 0) or value (kv 1) j into kbuf, and for the rows that read it in f16 (windows) into
-// fbuf; returns whether fbuf was loaded.
-// mixed false: the caller knows no row reads key j in f16 (the bulk of a long context), and the f16
-// path is left out of the code: llvmpipe runs both sides of a branch under a lane mask, so a
-// window read behind a false condition would still cost its fetches.
-bool load_kv(uint kv, uint j, bool mixed) {
-    bool need_q = !mixed || !g_windows || (j >= pc.sink && j + pc.recent <= g_jhi);
-    bool need_f = mixed && g_windows && (j < pc.sink || j + pc.recent > g_pmin);
-    if (need_q) {
-        uint blk = tables[g_table_off + (j / pc.block_tokens) * pc.table_stride + pc.table_col];
-        decode_lane(kv, blk * pc.block_words + g_slab[kv], j % pc.block_tokens, g_ch0, g_ncl, SC_NCL);
+// Key (kv 0) or value (kv 1) j: from the blocks into kbuf, or in f16 (windows) into fbuf. Which
+// one is a constant at every call: llvmpipe runs both sides of a branch under a lane mask, so a
+// body with both paths would pay for both fetches on every key.
+void load_kv(uint kv, uint j, bool f16) {
+    if (f16) {
+        load_f16(j, kv, g_kh, g_tile, g_chunk_pos0, g_ch0, g_ncl);
+        return;
     }
-    if (need_f) load_f16(j, kv, g_kh, g_tile, g_chunk_pos0, g_ch0, g_ncl);
-    return need_f;
+    uint blk = tables[g_table_off + (j / pc.block_tokens) * pc.table_stride + pc.table_col];
+    decode_lane(kv, blk * pc.block_words + g_slab[kv], j % pc.block_tokens, g_ch0, g_ncl, SC_NCL);
 }
 
+// Whether the row at position pos reads key j in f16 (a sink or one of its recent keys).
+bool reads_f16(uint j, uint pos) { return g_windows && (j < pc.sink || j + pc.recent > pos); }
+
 // One tile of up to KT keys from jt (to j1): scores, the online-softmax rescale, then the values.
-void key_tile(uint jt, uint j1, uint R, bool mixed) {
+// f16: the keys in f16, for the rows that read them so (windows); else from the blocks, for the
+// rows that read them so. A key some rows of a tile read in f16 and others from the blocks (a
+// recent key of its later rows only) is walked once each way, each row masking the other: every
+// (row, key) pair counts once, and no body has both paths.
+void key_tile(uint jt, uint j1, uint R, bool f16) {
     uint nk = min(KT, j1 - jt);
     for (uint kk = 0u; kk < nk; ++kk) {
         uint j = jt + kk;
-        bool need_f = load_kv(0u, j, mixed);
+        load_kv(0u, j, f16);
         [[unroll]] for (uint r = 0u; r < MAXR; ++r) {
             if (r >= R) continue;
-            bool f = need_f && (j < pc.sink || j + pc.recent > pos_r[r]);
             float s = 0.0;
             [[unroll]] for (uint c = 0u; c < MAXC; ++c)
-                if (c < g_ncl) s += dot(qv[r * MAXC + c], f ? fbuf[c] : kbuf[c]);
+                if (c < g_ncl) s += dot(qv[r * MAXC + c], f16 ? fbuf[c] : kbuf[c]);
             s = subgroupAdd(s);
-            sc[r * KT + kk] = (j >= first_r[r] && j <= pos_r[r]) ? s : -1.0 / 0.0;
+            bool mine = reads_f16(j, pos_r[r]) == f16;
+            sc[r * KT + kk] = (mine && j >= first_r[r] && j <= pos_r[r]) ? s : -1.0 / 0.0;
         }
     }
     [[unroll]] for (uint r = 0u; r < MAXR; ++r) {
@@ -326,12 +335,11 @@ void key_tile(uint jt, uint j1, uint R, bool mixed) {
     }
     for (uint kk = 0u; kk < nk; ++kk) {
         uint j = jt + kk;
-        bool need_f = load_kv(1u, j, mixed);
+        load_kv(1u, j, f16);
         [[unroll]] for (uint r = 0u; r < MAXR; ++r) {
             float p = r < R ? sc[r * KT + kk] : 0.0;
             if (p == 0.0) continue;
-            bool f = need_f && (j < pc.sink || j + pc.recent > pos_r[r]);
-            [[unroll]] for (uint c = 0u; c < MAXC; ++c) acc[r * MAXC + c] += p * (f ? fbuf[c] : kbuf[c]);
+            [[unroll]] for (uint c = 0u; c < MAXC; ++c) acc[r * MAXC + c] += p * (f16 ? fbuf[c] : kbuf[c]);
         }
     }
 }
@@ -364,7 +372,7 @@ void key_tile_lanes(uint jt, uint j1, uint R) {
     }
     [[unroll]] for (uint r = 0u; r < MAXR; ++r) {
         if (r >= R) continue;
-        bool vis = lane < nk && j >= first_r[r] && j <= pos_r[r];
+        bool vis = lane < nk && !reads_f16(j, pos_r[r]) && j >= first_r[r] && j <= pos_r[r];
         float sr = vis ? (s4[r].x + s4[r].y) + (s4[r].z + s4[r].w) : -1.0 / 0.0;
         float mx = subgroupMax(sr), p = 0.0;
         if (mx != -1.0 / 0.0) {  // some key of the tile is visible to the row (uniform)
@@ -392,6 +400,19 @@ void key_tile_lanes(uint jt, uint j1, uint R) {
         }
     }
     barrier();  // p_sh is read before the next tile writes it
+}
+
+// The keys read in f16: [a0, a1) (the sinks), then [b0, b1) (the recent keys), in one loop: one
+// copy of key_tile's body (a second costs ten times the compile, docs/lavapipe.md "Compiling
+// costs at first use").
+void f16_keys(uint a0, uint a1, uint b0, uint b1, uint R) {
+    bool in_a = a0 < a1;
+    uint jt = in_a ? a0 : b0, end = in_a ? a1 : b1;
+    while (jt < end) {
+        key_tile(jt, end, R, true);
+        jt = min(jt + KT, end);
+        if (in_a && jt == end) { in_a = false; jt = b0; end = b1; }
+    }
 }
 
 void main() {
@@ -424,6 +445,22 @@ void main() {
             acc[r * MAXC + c] = vec4(0);
         }
     }
+    // Chained (a windows pass after a one-split bulk, the two the whole key range): the running
+    // max, sum and output of each row where the bulk left them (a row without bulk keys: -inf, 0,
+    // 0, as above), so the window keys continue its online softmax.
+    const bool chained = SC_PASS == 2u && pc.chain != 0u;
+    if (chained) {
+        [[unroll]] for (uint r = 0u; r < MAXR; ++r) {
+            uint t = tile.row0 + r / pc.head_rows, hh = hc * pc.head_rows + r % pc.head_rows;
+            if (r >= R || hh >= hpk) continue;
+            uint at = ((t * pc.n_head + kh * hpk + hh) * pc.n_split) * (C + 1u);
+            vec4 ml = texelFetch(PartIn, int(at));
+            m_r[r] = ml.x;
+            l_r[r] = ml.y;
+            [[unroll]] for (uint c = 0u; c < MAXC; ++c)
+                if (c < ncl && ch0 + c < C) acc[r * MAXC + c] = texelFetch(PartIn, int(at + 1u + ch0 + c));
+        }
+    }
     if (SC_LANE_KEYS != 0u) {  // the variant's queries, whole rows: each lane's chunks from qv
         [[unroll]] for (uint r = 0u; r < MAXR; ++r)
             [[unroll]] for (uint c = 0u; c < MAXC; ++c)
@@ -431,16 +468,20 @@ void main() {
         barrier();
     }
     g_windows = pc.sink + pc.recent > 0u;
-    // The keys of this pass: [a0, a1) then [b0, b1). The bulk [ba, bb) is what no row reads in
-    // f16: after the sinks, and older than the recent keys of the tile's earliest row.
-    uint ba = jlo, bb = jhi + 1u;
+    // The keys of this pass: [a0, a1) then [b0, b1). The bulk [ba, bb) holds every key some row
+    // reads from the blocks: after the sinks, and older than the recent keys of the tile's latest
+    // row. The windows hold every key some row reads in f16: the sinks [jlo, ba), and the recent
+    // keys from the earliest row's, [bf, jhi]. The two overlap in the keys the tile's later rows
+    // read in f16 and its earlier ones from the blocks (fewer than its tokens); key_tile masks.
+    uint ba = jlo, bb = jhi + 1u, bf = jhi + 1u;
     if (g_windows && jlo <= jhi) {
         ba = clamp(pc.sink, jlo, jhi + 1u);
-        bb = clamp(pmin + 1u > pc.recent ? pmin + 1u - pc.recent : 0u, ba, jhi + 1u);
+        bb = clamp(jhi + 1u > pc.recent ? jhi + 1u - pc.recent : 0u, ba, jhi + 1u);
+        bf = clamp(pmin + 1u > pc.recent ? pmin + 1u - pc.recent : 0u, ba, jhi + 1u);
     }
     uint a0 = jlo, a1 = jhi + 1u, b0 = a1, b1 = a1;
     if (SC_PASS == 1u) a0 = ba, a1 = bb;
-    if (SC_PASS == 2u) a1 = ba, b0 = bb;
+    if (SC_PASS == 2u) a1 = ba, b0 = bf;
     if (jlo > jhi) a0 = a1 = b0 = b1 = 0u;
     // This split's share of each range, in whole key tiles.
     uint nz = gl_NumWorkGroups.z;
@@ -456,7 +497,7 @@ void main() {
     g_chunk_pos0 = g_windows ? rows[tile.chunk_row0].pos : 0u;
     g_slab[0] = pc.k_off + kh * pc.k_slab_words;
     g_slab[1] = pc.v_off + kh * pc.slab_words;
-    g_kh = kh, g_ch0 = ch0, g_ncl = ncl, g_table_off = table_off, g_jhi = jhi, g_pmin = pmin, g_tile = tile;
+    g_kh = kh, g_ch0 = ch0, g_ncl = ncl, g_table_off = table_off, g_tile = tile;
 
     if (SC_PASS == 1u) {
         // The bulk: no f16 path in the code at all; the GPU variant a key per lane.
@@ -465,26 +506,17 @@ void main() {
         else
             for (uint jt = a0; jt < a1; jt += KT) key_tile(jt, a1, R, false);
     } else if (SC_PASS == 2u) {
-        // The windows: the sinks, then the recent keys, in one loop (one copy of the body: a
-        // second costs ten times the compile, docs/lavapipe.md "Compiling costs at first use").
-        bool in_a = a0 < a1;
-        uint jt = in_a ? a0 : b0, end = in_a ? a1 : b1;
-        while (jt < end) {
-            key_tile(jt, end, R, true);
-            jt = min(jt + KT, end);
-            if (in_a && jt == end) { in_a = false; jt = b0; end = b1; }
-        }
+        f16_keys(a0, a1, b0, b1, R);  // the windows
     } else {
-        // Decode: the keys no row reads in f16, [qa, qb) (all of them without windows), in a loop
-        // without the f16 path; the sinks before them and the recent keys after them in loops with
-        // it. A loop runs only while a lane is active, so an empty one costs nothing.
-        uint qa = clamp(ba, j0, j1), qb = clamp(bb, qa, j1);
-        for (uint jt = j0; jt < qa; jt += KT) key_tile(jt, qa, R, true);
+        // Decode: the keys some row reads from the blocks, [qa, qb) (all of them without windows),
+        // in a loop without the f16 path; the sinks before them and the recent keys from qf in one
+        // loop with only it. A loop runs only while a lane is active, so an empty one costs nothing.
+        uint qa = clamp(ba, j0, j1), qb = clamp(bb, qa, j1), qf = clamp(bf, qa, j1);
         if (SC_LANE_KEYS != 0u)
             for (uint jt = qa; jt < qb; jt += nl) key_tile_lanes(jt, qb, R);
         else
             for (uint jt = qa; jt < qb; jt += KT) key_tile(jt, qb, R, false);
-        for (uint jt = qb; jt < j1; jt += KT) key_tile(jt, j1, R, true);
+        f16_keys(j0, qa, qf, j1, R);
     }
 
     [[unroll]] for (uint r = 0u; r < MAXR; ++r) {
@@ -492,7 +524,7 @@ void main() {
         if (r >= R || hh >= hpk) continue;
         uint h = kh * hpk + hh;
         uint slot = SC_PASS == 2u ? pc.n_split - nz + split : split;  // its partial among the n_split
-        if (pc.n_split == 1u) {
+        if (pc.n_split == 1u || chained) {
             [[unroll]] for (uint c = 0u; c < MAXC; ++c) {
                 uint ch = ch0 + c;
                 if (c < ncl && ch < C) o4[(t * pc.n_head + h) * C + ch] = acc[r * MAXC + c] / l_r[r];
