@@ -617,6 +617,44 @@ static bool refuse_over_limit(api_server *a, http_conn *c, http_request *r) {
     return true;
 }
 
+/* What the request's head alone refuses, whatever its body: no such route or method, no key, the
+ * model not serving (answered here: true); else false with *out its route. Every request passes
+ * here, and a 100-continue head before its body is sent (on_request_head). */
+static bool refuse_by_head(api_server *a, http_conn *c, http_request *r, const route **out) {
+    const char *allow = NULL;
+    const route *rt = api_route_match(r->method, r->path, &allow);
+    if (!rt && allow) {
+        char hdr[64], msg[160];
+        snprintf(hdr, sizeof hdr, "Allow: %s\r\n", allow);
+        snprintf(msg, sizeof msg, "method %s is not allowed on %.80s (use %s)", r->method, r->path, allow);
+        reply_error(a, c, 405, msg, NULL, "method_not_allowed", hdr);
+        return true;
+    }
+    if (!rt) {
+        char msg[160];
+        snprintf(msg, sizeof msg, "no such endpoint: %.100s", r->path);
+        reply_error(a, c, 404, msg, NULL, "not_found", NULL);
+        return true;
+    }
+    if (rt->auth && !authorized(a, r)) {
+        reply_error(a, c, 401, "invalid or missing API key (Authorization: Bearer KEY)", NULL, "invalid_api_key",
+                    "WWW-Authenticate: Bearer\r\n");
+        return true;
+    }
+    if (rt->model && (a->draining || !a->ready)) {
+        if (a->draining)
+            reply_error(a, c, 503, "the server is shutting down", NULL, "draining", "Retry-After: 1\r\n");
+        else if (strcmp(a->starting, "calibrating") == 0) /* minutes, once per model: no point retrying every second */
+            reply_error(a, c, 503, "the server is calibrating the WUSH-KV transforms for this model (once per model); "
+                        "retry later", NULL, "calibrating", "Retry-After: 10\r\n");
+        else
+            reply_error(a, c, 503, "the model is loading; retry shortly", NULL, "loading", "Retry-After: 1\r\n");
+        return true;
+    }
+    *out = rt;
+    return false;
+}
+
 static void on_request(http_conn *c, http_request *r, void *data) {
     api_server *a = data;
     if (refuse_over_limit(a, c, r)) return;
@@ -628,36 +666,8 @@ static void on_request(http_conn *c, http_request *r, void *data) {
               "Access-Control-Max-Age: 600\r\n");
         return;
     }
-    const char *allow = NULL;
-    const route *rt = api_route_match(r->method, r->path, &allow);
-    if (!rt && allow) {
-        char hdr[64], msg[160];
-        snprintf(hdr, sizeof hdr, "Allow: %s\r\n", allow);
-        snprintf(msg, sizeof msg, "method %s is not allowed on %.80s (use %s)", r->method, r->path, allow);
-        reply_error(a, c, 405, msg, NULL, "method_not_allowed", hdr);
-        return;
-    }
-    if (!rt) {
-        char msg[160];
-        snprintf(msg, sizeof msg, "no such endpoint: %.100s", r->path);
-        reply_error(a, c, 404, msg, NULL, "not_found", NULL);
-        return;
-    }
-    if (rt->auth && !authorized(a, r)) {
-        reply_error(a, c, 401, "invalid or missing API key (Authorization: Bearer KEY)", NULL, "invalid_api_key",
-                    "WWW-Authenticate: Bearer\r\n");
-        return;
-    }
-    if (rt->model && (a->draining || !a->ready)) {
-        if (a->draining)
-            reply_error(a, c, 503, "the server is shutting down", NULL, "draining", "Retry-After: 1\r\n");
-        else if (strcmp(a->starting, "calibrating") == 0) /* minutes, once per model: no point retrying every second */
-            reply_error(a, c, 503, "the server is calibrating the WUSH-KV transforms for this model (once per model); "
-                        "retry later", NULL, "calibrating", "Retry-After: 10\r\n");
-        else
-            reply_error(a, c, 503, "the model is loading; retry shortly", NULL, "loading", "Retry-After: 1\r\n");
-        return;
-    }
+    const route *rt;
+    if (refuse_by_head(a, c, r, &rt)) return;
     switch (rt->id) {
     case R_HEALTH: handle_health(a, c); break;
     case R_METRICS: handle_metrics(a, c); break;
@@ -671,6 +681,16 @@ static void on_request(http_conn *c, http_request *r, void *data) {
     case R_DETOKENIZE: handle_tokenize(a, c, r, true); break;
     case R_RESET_PREFIX_CACHE: handle_reset_prefix_cache(a, c); break;
     }
+}
+
+/* A head asking for 100 Continue: what would be refused anyway is refused before the client sends
+ * its body (an unauthenticated 1 MiB prompt costs it one round trip, not the upload). */
+static bool on_request_head(http_conn *c, http_request *r, void *data) {
+    api_server *a = data;
+    if (refuse_over_limit(a, c, r)) return true;
+    if (strcmp(r->method, "OPTIONS") == 0 && a->cfg.cors_origin) return false; /* on_request answers it */
+    const route *rt;
+    return refuse_by_head(a, c, r, &rt);
 }
 
 /* ---- lifecycle --------------------------------------------------------------------------------- */
@@ -700,6 +720,7 @@ api_server *api_start(uv_loop_t *loop, const serve_config *cfg, api_fatal_cb on_
         free(a);
         return NULL;
     }
+    http_server_set_head_handler(a->http, on_request_head);
     fprintf(stderr, "wushkv: listening on http://%s:%d (at most %d connections; loading the model)\n", cfg->host,
             http_server_port(a->http), cfg->limits.max_conns);
     sched_config sc = {.max_seqs = cfg->engine.max_seqs, .max_batch_tokens = cfg->engine.max_batch_tokens,

@@ -48,6 +48,7 @@ struct http_server {
     bool listening;
     http_limits limits;
     http_handler handler;
+    http_head_handler on_head; /* NULL: every 100-continue request gets 100 Continue */
     void *data;
     http_conn *conns;
     int n_conns;    /* every connection whose handles are open */
@@ -332,7 +333,25 @@ const char *http_header_get(const http_request *r, const char *lower_name) {
 
 static void on_request_begin(void *owner) { set_state(owner, C_READING); }
 
-static void on_expect_continue(void *owner) { conn_write(owner, "HTTP/1.1 100 Continue\r\n\r\n", 25); }
+/* "Expect: 100-continue": the server's head handler may refuse the request now, before the client
+ * sends a body that would change nothing (a wrong route, a missing key); else 100 Continue. */
+static bool on_expect_continue(void *owner) {
+    http_conn *c = owner;
+    if (c->srv->on_head) {
+        const bool keep_alive = c->keep_alive;
+        c->keep_alive = false; /* an answer now leaves the body unread: the connection ends with it */
+        c->head = c->rd.head;
+        c->rd.req.over_limit = c->overflow;
+        /* Busy for http_respond, without set_state: the request's deadline stays as armed. */
+        c->state = C_BUSY;
+        if (c->srv->on_head(c, &c->rd.req, c->srv->data)) return false;
+        c->keep_alive = keep_alive;
+        c->head = false;
+        c->state = C_READING;
+    }
+    conn_write(c, "HTTP/1.1 100 Continue\r\n\r\n", 25);
+    return true;
+}
 
 /* A request the parser refused: answer with a small JSON error and close (the stream position is
  * lost, so the connection cannot be reused). */
@@ -357,6 +376,10 @@ static void conn_process(http_conn *c) {
         http_read_result rr = http_reader_feed(&c->rd, c->pending.p, c->pending.len, &used, &status, msg, sizeof msg);
         if (rr == HTTP_READ_ERROR) {
             reject(c, status, msg);
+            break;
+        }
+        if (rr == HTTP_READ_ANSWERED) { /* the answer went out; what the client sends now is dropped */
+            c->pending.len = 0;
             break;
         }
         memmove(c->pending.p, c->pending.p + used, c->pending.len - used);
@@ -514,6 +537,8 @@ int http_server_start(http_server **out, uv_loop_t *loop, const char *host, int 
     *out = s;
     return 0;
 }
+
+void http_server_set_head_handler(http_server *s, http_head_handler on_head) { s->on_head = on_head; }
 
 int http_server_port(const http_server *s) { return s->port; }
 int http_server_n_conns(const http_server *s) { return s->n_conns; }

@@ -73,6 +73,12 @@ void http_limits_default(http_limits *l);
 /* Called once per complete request. The handler answers (now or later) with exactly one of
  * http_respond or http_stream_begin ... http_stream_end. */
 typedef void (*http_handler)(http_conn *c, http_request *req, void *server_data);
+/* Called when a request asks for "100 Continue" (RFC 9110 10.1.1), before its body is read: req
+ * holds the method, path, query and headers, body empty. A handler that refuses the request
+ * whatever its body answers now with http_respond and returns true: the body is never read and
+ * the connection closes after the answer. False: the client is told to send the body, and the
+ * whole request comes to the handler as usual. */
+typedef bool (*http_head_handler)(http_conn *c, http_request *head, void *server_data);
 /* Called when a connection closes before its current response ended (client gone, timeout,
  * write error, shutdown): the handler's request state must forget the connection. */
 typedef void (*http_abort_cb)(http_conn *c, void *request_data);
@@ -82,6 +88,9 @@ typedef void (*http_abort_cb)(http_conn *c, void *request_data);
 int http_server_start(http_server **out, uv_loop_t *loop, const char *host, int port, const http_limits *limits,
                       http_handler handler, void *server_data, char *err, size_t errlen);
 int http_server_port(const http_server *s);
+/* Sets (or, with NULL, clears) the handler of 100-continue heads; without one every such request
+ * gets 100 Continue. */
+void http_server_set_head_handler(http_server *s, http_head_handler on_head);
 /* Stops accepting new connections (drain); existing ones go on. */
 void http_server_stop_accepting(http_server *s);
 /* Connections open now. */

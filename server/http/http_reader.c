@@ -111,6 +111,45 @@ static int on_header_value(llhttp_t *p, const char *at, size_t n) {
     return text_buf_add(&r->value, at, n) ? 0 : -1;
 }
 
+/* The request target -> path and query. The absolute form (RFC 9112 3.2.2, "GET
+ * http://host:port/path?q") MUST be accepted by a server: its route is what follows the authority
+ * ("/" when nothing does). */
+static bool split_target(const char *url, http_request *q) {
+    const char *sep = url[0] != '/' ? strstr(url, "://") : NULL;
+    size_t scheme = sep ? (size_t)(sep - url) : 0;
+    if ((scheme == 4 && strncasecmp(url, "http", 4) == 0) || (scheme == 5 && strncasecmp(url, "https", 5) == 0))
+        url = sep + 3 + strcspn(sep + 3, "/?");
+    const char *qm = strchr(url, '?');
+    size_t plen = qm ? (size_t)(qm - url) : strlen(url);
+    q->path = plen ? trim_dup(url, plen, false) : strdup("/");
+    q->query = strdup(qm ? qm + 1 : "");
+    return q->path && q->query;
+}
+
+/* The request line's parts into req (once: at the head for a 100-continue check, else at the end). */
+static bool fill_head(http_reader *r) {
+    http_request *q = &r->req;
+    if (q->path) return true; /* filled already (a failed fill leaves no path) */
+    q->method = llhttp_method_name((llhttp_method_t)r->parser.method);
+    q->http_minor = r->parser.http_minor;
+    r->head = r->parser.method == HTTP_HEAD;
+    if (split_target(r->url.p ? r->url.p : "/", q)) return true;
+    free(q->path);
+    free(q->query);
+    q->path = q->query = NULL;
+    return false;
+}
+
+static bool finish_request(http_reader *r) {
+    http_request *q = &r->req;
+    if (!fill_head(r)) return false;
+    if (!r->body.p && !text_buf_add(&r->body, "", 0)) return false;
+    q->body = r->body.p;
+    q->body_len = r->body.len;
+    r->keep_alive = llhttp_should_keep_alive(&r->parser);
+    return true;
+}
+
 static int on_headers_complete(llhttp_t *p) {
     http_reader *r = reader_of(p);
     if (push_header(r)) return -1;
@@ -145,8 +184,18 @@ static int on_headers_complete(llhttp_t *p) {
      * not know the status, RFC 9110 10.1.1) that still has a body to send. */
     const char *expect = http_header_get(&r->req, "expect");
     const bool body_to_come = (p->flags & F_CHUNKED) || ((p->flags & F_CONTENT_LENGTH) && p->content_length > 0);
-    if (expect && strcasecmp(expect, "100-continue") == 0 && r->on_continue && p->http_minor >= 1 && body_to_come)
-        r->on_continue(r->owner); /* curl waits a second for this otherwise */
+    if (expect && strcasecmp(expect, "100-continue") == 0 && r->on_continue && p->http_minor >= 1 && body_to_come) {
+        /* The owner sees the request line and headers first: one it refuses whatever the body
+         * (no such route, no key) is answered before the client sends the body (RFC 9110 10.1.1). */
+        if (!fill_head(r)) {
+            r->nomem = true;
+            return -1;
+        }
+        if (!r->on_continue(r->owner)) { /* curl waits a second for 100 Continue otherwise */
+            r->answered = true;
+            return -1;
+        }
+    }
     return 0;
 }
 
@@ -211,7 +260,7 @@ static const llhttp_settings_t *parser_settings(void) {
     return &s;
 }
 
-void http_reader_init(http_reader *r, const http_limits *limits, void (*on_begin)(void *), void (*on_continue)(void *),
+void http_reader_init(http_reader *r, const http_limits *limits, void (*on_begin)(void *), bool (*on_continue)(void *),
                       void *owner) {
     memset(r, 0, sizeof *r);
     r->limits = limits;
@@ -220,34 +269,6 @@ void http_reader_init(http_reader *r, const http_limits *limits, void (*on_begin
     r->owner = owner;
     llhttp_init(&r->parser, HTTP_REQUEST, parser_settings());
     r->parser.data = r;
-}
-
-/* The request target -> path and query. The absolute form (RFC 9112 3.2.2, "GET
- * http://host:port/path?q") MUST be accepted by a server: its route is what follows the authority
- * ("/" when nothing does). */
-static bool split_target(const char *url, http_request *q) {
-    const char *sep = url[0] != '/' ? strstr(url, "://") : NULL;
-    size_t scheme = sep ? (size_t)(sep - url) : 0;
-    if ((scheme == 4 && strncasecmp(url, "http", 4) == 0) || (scheme == 5 && strncasecmp(url, "https", 5) == 0))
-        url = sep + 3 + strcspn(sep + 3, "/?");
-    const char *qm = strchr(url, '?');
-    size_t plen = qm ? (size_t)(qm - url) : strlen(url);
-    q->path = plen ? trim_dup(url, plen, false) : strdup("/");
-    q->query = strdup(qm ? qm + 1 : "");
-    return q->path && q->query;
-}
-
-static bool finish_request(http_reader *r) {
-    http_request *q = &r->req;
-    q->method = llhttp_method_name((llhttp_method_t)r->parser.method);
-    q->http_minor = r->parser.http_minor;
-    r->head = r->parser.method == HTTP_HEAD;
-    if (!split_target(r->url.p ? r->url.p : "/", q)) return false;
-    if (!r->body.p && !text_buf_add(&r->body, "", 0)) return false;
-    q->body = r->body.p;
-    q->body_len = r->body.len;
-    r->keep_alive = llhttp_should_keep_alive(&r->parser);
-    return true;
 }
 
 /* A request line llhttp refused as a method it does not know: 501 when it starts with a token and
@@ -290,6 +311,8 @@ http_read_result http_reader_feed(http_reader *r, const char *data, size_t len, 
     if (e == HPE_PAUSED) *used = (size_t)(llhttp_get_error_pos(&r->parser) - data);
     if (e != HPE_OK && e != HPE_PAUSED) {
         *used = 0;
+        if (r->answered) return HTTP_READ_ANSWERED;
+        if (r->nomem) return HTTP_READ_NOMEM;
         if (r->error_status == 413) *status = 413, snprintf(msg, msgcap, "request body too large");
         else if (r->error_status == 431)
             *status = 431, snprintf(msg, msgcap, "request headers too large (at most %zu bytes and %d fields)",
@@ -329,6 +352,7 @@ void http_reader_reset(http_reader *r) {
     r->crlf_next = 0;
     r->method_seen_len = 0;
     r->message_done = false;
+    r->answered = r->nomem = false;
     r->keep_alive = r->head = false;
 }
 

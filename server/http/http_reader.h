@@ -32,12 +32,16 @@ typedef struct http_reader {
     size_t method_seen_len;
     const char *error_msg; /* what to say with it, when not the status's usual words (a static string) */
     bool message_done;
+    bool answered; /* the owner answered the request from its head (on_continue); the stream is lost */
+    bool nomem;    /* an allocation failed inside a parser callback */
     http_request req;
     /* set by a complete request */
     bool keep_alive, head;
-    /* hooks (either may be NULL): a request's first byte; "Expect: 100-continue" in its headers */
+    /* hooks (either may be NULL): a request's first byte; "Expect: 100-continue" in its headers,
+     * called with req's method, path, query and headers filled in (its body not yet read):
+     * true to have the body sent, false when the owner answered the request from its head. */
     void (*on_begin)(void *owner);
-    void (*on_continue)(void *owner);
+    bool (*on_continue)(void *owner);
     void *owner;
 } http_reader;
 
@@ -45,10 +49,11 @@ typedef enum {
     HTTP_READ_MORE,    /* every byte used, no complete request yet */
     HTTP_READ_REQUEST, /* a complete request in r->req (answer it, then http_reader_next) */
     HTTP_READ_ERROR,   /* malformed or over a limit: *status and msg say what to answer; the stream is lost */
+    HTTP_READ_ANSWERED, /* on_continue answered the request from its head: the body is unread, the stream lost */
     HTTP_READ_NOMEM,   /* out of memory */
 } http_read_result;
 
-void http_reader_init(http_reader *r, const http_limits *limits, void (*on_begin)(void *), void (*on_continue)(void *),
+void http_reader_init(http_reader *r, const http_limits *limits, void (*on_begin)(void *), bool (*on_continue)(void *),
                       void *owner);
 /* Parses from data[0, len); *used gets the bytes consumed (the rest belongs to later requests). */
 http_read_result http_reader_feed(http_reader *r, const char *data, size_t len, size_t *used, int *status, char *msg,

@@ -4,6 +4,7 @@
 import concurrent.futures as cf
 import json
 import signal
+import subprocess
 import threading
 import time
 
@@ -35,6 +36,19 @@ def test_auth(srv):
     # Probes and scrapers need no key.
     assert requests.get(srv.url + "/health", timeout=10).status_code == 200
     assert requests.get(srv.url + "/metrics", timeout=10).status_code == 200
+
+
+def test_auth_refused_before_the_body_is_sent(srv):
+    # curl asks for 100 Continue before a body over 1 MiB; without a key the answer is the 401 at
+    # once (curl then sends nothing), not 100 Continue, an upload, and the 401 after it.
+    body = json.dumps({"prompt": "word " * 220000})  # 1.1 MB
+    p = subprocess.run(["curl", "-s", "-w", "\n%{http_code} %{size_upload}", f"{srv.url}/v1/completions",
+                        "-H", "Content-Type: application/json", "--data-binary", "@-"],
+                       input=body, capture_output=True, text=True, timeout=60)
+    code, uploaded = p.stdout.rsplit("\n", 1)[1].split()
+    assert code == "401" and json.loads(p.stdout.rsplit("\n", 1)[0])["error"]["code"] == "invalid_api_key", p.stdout[-300:]
+    assert float(uploaded) < len(body), uploaded
+    assert requests.get(srv.url + "/v1/models", headers=AUTH, timeout=10).status_code == 200
 
 
 def test_cors(srv):
