@@ -32,7 +32,14 @@ static int count_header_bytes(http_reader *r, size_t n) {
 
 static int on_message_begin(llhttp_t *p) {
     http_reader *r = reader_of(p);
+    r->method_len = r->method_before_feed = 0;
     if (r->on_begin) r->on_begin(r->owner);
+    return 0;
+}
+
+static int on_method(llhttp_t *p, const char *at, size_t n) {
+    http_reader *r = reader_of(p);
+    for (size_t i = 0; i < n && r->method_len < sizeof r->method_bytes; i++) r->method_bytes[r->method_len++] = at[i];
     return 0;
 }
 
@@ -248,6 +255,7 @@ static const llhttp_settings_t *parser_settings(void) {
     if (!init) {
         llhttp_settings_init(&s);
         s.on_message_begin = on_message_begin;
+        s.on_method = on_method;
         s.on_url = on_url;
         s.on_header_field = on_header_field;
         s.on_header_value = on_header_value;
@@ -299,6 +307,7 @@ http_read_result http_reader_feed(http_reader *r, const char *data, size_t len, 
     if (r->method_seen_len) return judge_unknown_method(r, data, len, used, status, msg, msgcap);
     r->feed_start = data;
     r->feed_len = len;
+    r->method_before_feed = r->method_len;
     llhttp_errno_t e = check_crlf(r, data, data + len) ? llhttp_execute(&r->parser, data, len) : HPE_USER;
     *used = len;
     if (e == HPE_PAUSED_UPGRADE) {
@@ -324,7 +333,12 @@ http_read_result http_reader_feed(http_reader *r, const char *data, size_t len, 
         else if (r->error_msg) *status = r->error_status, snprintf(msg, msgcap, "%s", r->error_msg);
         else if (r->error_status == 400)
             *status = 400, snprintf(msg, msgcap, "malformed HTTP request line (no HTTP/1.x version)");
-        else if (e == HPE_INVALID_METHOD) return judge_unknown_method(r, data, len, used, status, msg, msgcap);
+        else if (e == HPE_INVALID_METHOD) {
+            /* The method's bytes from earlier reads first (a known method's prefix llhttp took). */
+            r->method_seen_len = r->method_before_feed < sizeof r->method_seen ? r->method_before_feed : 0;
+            memcpy(r->method_seen, r->method_bytes, r->method_seen_len);
+            return judge_unknown_method(r, data, len, used, status, msg, msgcap);
+        }
         else *status = 400, snprintf(msg, msgcap, "malformed HTTP request (%s)", llhttp_errno_name(e));
         return HTTP_READ_ERROR;
     }
@@ -350,7 +364,7 @@ void http_reader_reset(http_reader *r) {
     r->error_msg = NULL;
     r->chunk_left = 0;
     r->crlf_next = 0;
-    r->method_seen_len = 0;
+    r->method_seen_len = r->method_len = r->method_before_feed = 0;
     r->message_done = false;
     r->answered = r->nomem = false;
     r->keep_alive = r->head = false;

@@ -30,6 +30,11 @@ typedef struct http_reader {
      * that the next read tells a method token (501) from garbage (400) as one read would. */
     char method_seen[32];
     size_t method_seen_len;
+    /* The method bytes llhttp took so far in this message (its first 32), and how many of them came
+     * in earlier reads: a known method's prefix ("PO") that a later read turns into an unknown one
+     * ("PO" then " / HTTP/1.1") is judged with them. */
+    char method_bytes[32];
+    size_t method_len, method_before_feed;
     const char *error_msg; /* what to say with it, when not the status's usual words (a static string) */
     bool message_done;
     bool answered; /* the owner answered the request from its head (on_continue); the stream is lost */

@@ -97,6 +97,7 @@ SPLIT_CASES = [  # (request, the status it gets in one write)
     (b"POST /tokenize HTTP/1.1\r\nHost: x\r\nTransfer-Encoding: chunked\r\n" + CLOSE +
      b"\r\nf\r\n" + GOOD + b"XX0\r\n\r\n", 400),  # no CRLF after the chunk's data
     (b"BREW /tokenize HTTP/1.1\r\nHost: x\r\n" + CLOSE + b"\r\n", 501),  # a method we do not know
+    (b"PO /tokenize HTTP/1.1\r\nHost: x\r\n" + CLOSE + b"\r\n", 501),  # one that begins a known one
     (b"\x01\x02 /tokenize HTTP/1.1\r\nHost: x\r\n" + CLOSE + b"\r\n", 400),  # garbage
 ]
 
