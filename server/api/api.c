@@ -617,10 +617,20 @@ static bool refuse_over_limit(api_server *a, http_conn *c, http_request *r) {
     return true;
 }
 
-/* What the request's head alone refuses, whatever its body: no such route or method, no key, the
- * model not serving (answered here: true); else false with *out its route. Every request passes
- * here, and a 100-continue head before its body is sent (on_request_head). */
-static bool refuse_by_head(api_server *a, http_conn *c, http_request *r, const route **out) {
+/* What the request's head alone decides, whatever its body: a connection over the limit, a CORS
+ * preflight, no such route or method, no key, the model not serving (answered here: true); else
+ * false with *out its route. Every request passes here, and a 100-continue head before its body is
+ * sent (on_request_head); the whole request passes again, as the server may have changed meanwhile. */
+static bool answer_from_head(api_server *a, http_conn *c, http_request *r, const route **out) {
+    if (refuse_over_limit(a, c, r)) return true;
+    if (strcmp(r->method, "OPTIONS") == 0 && a->cfg.cors_origin) {
+        /* CORS preflight: browsers ask before a POST with a JSON body or an Authorization header. */
+        reply(a, c, 204, "text/plain", "", 0,
+              "Access-Control-Allow-Methods: GET, POST, OPTIONS\r\n"
+              "Access-Control-Allow-Headers: Authorization, Content-Type\r\n"
+              "Access-Control-Max-Age: 600\r\n");
+        return true;
+    }
     const char *allow = NULL;
     const route *rt = api_route_match(r->method, r->path, &allow);
     if (!rt && allow) {
@@ -657,17 +667,8 @@ static bool refuse_by_head(api_server *a, http_conn *c, http_request *r, const r
 
 static void on_request(http_conn *c, http_request *r, void *data) {
     api_server *a = data;
-    if (refuse_over_limit(a, c, r)) return;
-    if (strcmp(r->method, "OPTIONS") == 0 && a->cfg.cors_origin) {
-        /* CORS preflight: browsers ask before a POST with a JSON body or an Authorization header. */
-        reply(a, c, 204, "text/plain", "", 0,
-              "Access-Control-Allow-Methods: GET, POST, OPTIONS\r\n"
-              "Access-Control-Allow-Headers: Authorization, Content-Type\r\n"
-              "Access-Control-Max-Age: 600\r\n");
-        return;
-    }
     const route *rt;
-    if (refuse_by_head(a, c, r, &rt)) return;
+    if (answer_from_head(a, c, r, &rt)) return;
     switch (rt->id) {
     case R_HEALTH: handle_health(a, c); break;
     case R_METRICS: handle_metrics(a, c); break;
@@ -686,11 +687,8 @@ static void on_request(http_conn *c, http_request *r, void *data) {
 /* A head asking for 100 Continue: what would be refused anyway is refused before the client sends
  * its body (an unauthenticated 1 MiB prompt costs it one round trip, not the upload). */
 static bool on_request_head(http_conn *c, http_request *r, void *data) {
-    api_server *a = data;
-    if (refuse_over_limit(a, c, r)) return true;
-    if (strcmp(r->method, "OPTIONS") == 0 && a->cfg.cors_origin) return false; /* on_request answers it */
     const route *rt;
-    return refuse_by_head(a, c, r, &rt);
+    return answer_from_head(data, c, r, &rt);
 }
 
 /* ---- lifecycle --------------------------------------------------------------------------------- */
