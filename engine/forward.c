@@ -203,10 +203,10 @@ static wk_arg scales_arg(const wk_fwd *f, const wk_dev_matrix *W) {
 
 /* A matvec dispatch (1 to 4 tokens): W's rows from pc->row0, outputs split over ys by pc->n0 /
  * pc->n1, or, for the gate/up pipelines, act(gate) * up into ys[0] (matvec.comp). */
-static int op_matvec(rec *r, const wk_dev_matrix *W, const wk_buf *x, const wk_buf *const ys[3],
-                     const wk_pc_matmul *pc, matvec_mode mode) {
+static int op_matvec(rec *r, const wk_dev_matrix *W, const wk_buf *x, const wk_arg ys[3], const wk_pc_matmul *pc,
+                     matvec_mode mode) {
     wk_fwd *f = r->f;
-    wk_arg args[6] = {TV(&W->codes), scales_arg(f, W), TV(x), S(ys[0]), S(ys[1]), S(ys[2])};
+    wk_arg args[6] = {TV(&W->codes), scales_arg(f, W), TV(x), ys[0], ys[1], ys[2]};
     uint32_t gx, gy;
     grid_1d(wk_matvec_groups(f->pipes, pc->N), &gx, &gy);
     return wk_dispatch(f->vk, f->pipes, matvec_pipe(W, mode), args, pc, sizeof *pc, gx, gy, 1, r->err, r->errlen);
@@ -221,7 +221,7 @@ static int op_matmul_mode(rec *r, const wk_dev_matrix *W, const wk_buf *x, const
     wk_pc_matmul pc = {.N = W->rows, .K = W->cols, .T = T, .row0 = W->row0, .n0 = W->rows,
                        .act = f->hp->ffn_act == WK_FFN_GEGLU};
     if (T <= 4 && !glu) {
-        const wk_buf *ys[3] = {y, y, y};
+        const wk_arg ys[3] = {S(y), S(y), S(y)};
         return op_matvec(r, W, x, ys, &pc, MATVEC_PLAIN);
     }
     wk_arg args[4] = {TV(&W->codes), scales_arg(f, W), TV(x), S(y)};
@@ -240,13 +240,31 @@ static int op_matmul(rec *r, const wk_dev_matrix *W, const wk_buf *x, const wk_b
     return op_matmul_mode(r, W, x, y, T, false);
 }
 
+/* The scratch kv_transform reads: the queries (from 0), the keys (from xform_k_offset) of T tokens. */
+static wk_arg xform_in_q(const wk_fwd *f) {
+    return (wk_arg){.buf = f->xform_in.buf, .offset = 0, .range = f->xform_k_offset};
+}
+static wk_arg xform_in_k(const wk_fwd *f, uint32_t T) {
+    return (wk_arg){.buf = f->xform_in.buf, .offset = f->xform_k_offset,
+                    .range = (VkDeviceSize)T * f->hp->n_head_kv * f->hp->head_dim * 4};
+}
+
+/* Whether the decode-shaped step (T tokens) of layer L runs q/k norm and RoPE inside the key
+ * transform (kv_transform_decode_rope): a transform, a q/k/v matvec (which writes q and k straight
+ * into the transform's input), the variant on, and RoPE in whole texels (n_rot a multiple of 8). */
+static bool rope_in_transform(const wk_fwd *f, const wk_dev_layer *L, uint32_t T) {
+    return f->xform && T <= 4 && L->qkv.rows && f->pipes->transform_rope && f->hp->n_rot % 8 == 0 &&
+           f->hp->n_rot <= f->hp->head_dim;
+}
+
 /* q, k, v = xn W_q, xn W_k, xn W_v: one matvec over the joined matrix for a decode-sized step (a
- * dispatch, not three), else one product each. */
+ * dispatch, not three), else one product each. With RoPE in the transform, q and k go to its input. */
 static int op_qkv(rec *r, const wk_dev_layer *L, uint32_t T) {
     wk_acts *a = &r->f->a;
     if (T <= 4 && L->qkv.rows) {
         wk_pc_matmul pc = {.N = L->qkv.rows, .K = L->qkv.cols, .T = T, .n0 = L->wq.rows, .n1 = L->wk.rows};
-        const wk_buf *ys[3] = {&a->q, &a->k, &a->v};
+        const bool fused = rope_in_transform(r->f, L, T);
+        const wk_arg ys[3] = {fused ? xform_in_q(r->f) : S(&a->q), fused ? xform_in_k(r->f, T) : S(&a->k), S(&a->v)};
         return op_matvec(r, &L->qkv, &a->xn, ys, &pc, MATVEC_QKV);
     }
     TRY(op_matmul(r, &L->wq, &a->xn, &a->q, T));
@@ -273,7 +291,7 @@ static int op_gated_ffn_in(rec *r, const wk_dev_layer *L, uint32_t T) {
         /* the shader reads up row r at row0 + N + r: W_up's rows follow W_gate's in the joined matrix */
         wk_pc_matmul pc = {.N = L->ffn_gate.rows, .K = L->gate_up.cols, .T = T, .row0 = L->ffn_gate.row0,
                            .n0 = L->ffn_gate.rows, .act = f->hp->ffn_act == WK_FFN_GEGLU};
-        const wk_buf *ys[3] = {&a->act, &a->act, &a->act};
+        const wk_arg ys[3] = {S(&a->act), S(&a->act), S(&a->act)};
         return op_matvec(r, &L->gate_up, &a->xn, ys, &pc, MATVEC_GLU);
     }
     /* W_gate is a view of the joined matrix (its codes), so the gate/up matmul reads W_up too. The
@@ -311,6 +329,11 @@ static int op_add_norm(rec *r, const wk_buf *a, const wk_buf *post, const wk_buf
     return wk_dispatch(f->vk, f->pipes, WK_PIPE_ADD_NORM, args, &pc, sizeof pc, T, 1, 1, r->err, r->errlen);
 }
 
+/* Layer il's first row in the cos/sin table: the sliding-window layers' own table follows the global one. */
+static uint32_t rope_table_offset(const wk_fwd *f, int il) {
+    return f->hp->is_swa[il] ? (uint32_t)(f->max_ctx * (f->hp->n_rot / 2)) : 0;
+}
+
 static int op_qk_norm_rope(rec *r, int il, uint32_t T) {
     wk_fwd *f = r->f;
     const wk_hparams *hp = f->hp;
@@ -318,18 +341,15 @@ static int op_qk_norm_rope(rec *r, int il, uint32_t T) {
     const bool has_norm = hp->qk_norm;
     /* In place, or into kv_transform's input when a transform follows. */
     const bool out_of_place = f->xform != NULL;
-    const wk_arg qo = out_of_place ? (wk_arg){.buf = f->xform_in.buf, .offset = 0, .range = f->xform_k_offset}
-                                   : S(&f->a.q);
-    const wk_arg ko = out_of_place ? (wk_arg){.buf = f->xform_in.buf, .offset = f->xform_k_offset,
-                                              .range = (VkDeviceSize)T * hp->n_head_kv * hp->head_dim * 4}
-                                   : S(&f->a.k);
+    const wk_arg qo = out_of_place ? xform_in_q(f) : S(&f->a.q);
+    const wk_arg ko = out_of_place ? xform_in_k(f, T) : S(&f->a.k);
     wk_arg args[8] = {S(&f->a.q), S(&f->a.k),
                       has_norm ? S(&L->q_norm) : S(&f->w->output_norm), has_norm ? S(&L->k_norm) : S(&f->w->output_norm),
                       TV(&f->a.rope), S(&f->a.rows), qo, ko};
     wk_pc_qk_norm_rope pc = {
         .head_dim = (uint32_t)hp->head_dim, .n_head = (uint32_t)hp->n_head, .n_head_kv = (uint32_t)hp->n_head_kv,
         .n_rot = (uint32_t)hp->n_rot, .rope_neox = hp->rope_type == WK_ROPE_NEOX, .has_norm = has_norm,
-        .n_tokens = T, .rope_table_offset = hp->is_swa[il] ? (uint32_t)(f->max_ctx * (hp->n_rot / 2)) : 0,
+        .n_tokens = T, .rope_table_offset = rope_table_offset(f, il),
         .eps = hp->eps, .q_scale = hp->attn_scale};
     return wk_dispatch(f->vk, f->pipes, WK_PIPE_QK_NORM_ROPE, args, &pc, sizeof pc, T,
                        (uint32_t)(hp->n_head + hp->n_head_kv), 1, r->err, r->errlen);
@@ -438,11 +458,15 @@ static int op_kv_store_window(rec *r, int il, uint32_t T) {
 }
 
 /* q' = T^-T q, k' = T k after RoPE, with this layer's matrices: from xform_in (qk_norm_rope's
- * output) into q and k. */
+ * output, or with rope_in_transform the matvec's, normed and rotated as they are read) into q and k. */
 static int op_kv_transform(rec *r, int il, uint32_t T) {
     wk_fwd *f = r->f;
     const wk_hparams *hp = f->hp;
-    wk_arg args[4] = {S(&f->a.q), S(&f->a.k), TV(&f->xform_buf), TV(&f->xform_in)};
+    const wk_dev_layer *L = &f->w->layers[il];
+    const bool rope = rope_in_transform(f, L, T), has_norm = hp->qk_norm;
+    wk_arg args[8] = {S(&f->a.q), S(&f->a.k), TV(&f->xform_buf), TV(&f->xform_in),
+                      has_norm ? S(&L->q_norm) : S(&f->w->output_norm), has_norm ? S(&L->k_norm) : S(&f->w->output_norm),
+                      TV(&f->a.rope), S(&f->a.rows)};
     /* Tiles of WK_XFORM_TOKENS units (a token's query heads of one KV head, or its key), so each
      * matrix fetch serves that many; a step of fewer tokens (decode) takes the twin whose tile is
      * one token's query heads (wk_pipelines_specialize_transform). */
@@ -452,10 +476,14 @@ static int op_kv_transform(rec *r, int il, uint32_t T) {
     wk_pc_kv_transform pc = {.head_dim = (uint32_t)hp->head_dim, .n_head = (uint32_t)hp->n_head,
                              .n_head_kv = (uint32_t)hp->n_head_kv, .n_tokens = T, .block = (uint32_t)f->xform->block,
                              .mat_base = (uint32_t)(wk_kv_xform_layer_bytes(f->xform) * (size_t)il / 16),
-                             .k_in_base = (uint32_t)(f->xform_k_offset / 16)};
+                             .k_in_base = (uint32_t)(f->xform_k_offset / 16),
+                             /* qk_norm_rope's, for the rope pipeline */
+                             .n_rot = (uint32_t)hp->n_rot, .rope_neox = hp->rope_type == WK_ROPE_NEOX,
+                             .has_norm = has_norm, .rope_table_offset = rope_table_offset(f, il), .eps = hp->eps,
+                             .q_scale = hp->attn_scale};
+    const wk_pipe_id pipe = rope ? WK_PIPE_KV_TRANSFORM_DECODE_ROPE : twin ? WK_PIPE_KV_TRANSFORM_DECODE : WK_PIPE_KV_TRANSFORM;
     /* x: a head's row tiles in subgroup-sized workgroups; y: the unit tiles. */
-    return wk_dispatch(f->vk, f->pipes, twin ? WK_PIPE_KV_TRANSFORM_DECODE : WK_PIPE_KV_TRANSFORM, args, &pc,
-                       sizeof pc, wk_xform_groups_x(pc.head_dim, f->xform->block, sg),
+    return wk_dispatch(f->vk, f->pipes, pipe, args, &pc, sizeof pc, wk_xform_groups_x(pc.head_dim, f->xform->block, sg),
                        wk_xform_tiles(T, hp->n_head, hp->n_head_kv, tile),
                        1, r->err, r->errlen);
 }
@@ -530,8 +558,10 @@ static int record_layers(rec *r, uint32_t T) {
         const wk_dev_layer *L = &w->layers[il];
         TRY(op_qkv(r, L, T));                                   /* q, k, v = xn W */
         wk_vk_barrier(vk);
-        TRY(op_qk_norm_rope(r, il, T));                         /* q,k: norm, RoPE; k,v -> cache */
-        wk_vk_barrier(vk);
+        if (!rope_in_transform(f, L, T)) {                      /* (else the transform applies them) */
+            TRY(op_qk_norm_rope(r, il, T));                     /* q,k: norm, RoPE; k,v -> cache */
+            wk_vk_barrier(vk);
+        }
         if (f->xform) {
             TRY(op_kv_transform(r, il, T));                     /* k = T k, q = T^-T q */
             wk_vk_barrier(vk);

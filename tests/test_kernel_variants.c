@@ -51,7 +51,7 @@ int main(void) {
 
     /* The "cpu" set: every lavapipe variant; nothing forced changes it. */
     CHECK_EQ_INT(wk_pipelines_choose_kernels(&vk, &p, WK_KERNELS_CPU, err, sizeof err), 0);
-    snprintf(want, sizeof want, "matmul=register,matmul_shuffle=%s,matvec=1,attention=subgroup,splits=cpu", sh);
+    snprintf(want, sizeof want, "matmul=register,matmul_shuffle=%s,matvec=1,attention=subgroup,splits=cpu,transform_rope=on", sh);
     CHECK(strcmp(describe(&p), want) == 0);
     CHECK_EQ_INT(wk_pipelines_apply_variants(&vk, &p, NULL, err, sizeof err), 0);
     CHECK_EQ_INT(wk_pipelines_apply_variants(&vk, &p, "", err, sizeof err), 0);
@@ -64,6 +64,7 @@ int main(void) {
                {"attention=lanes", "attention=lanes"},
                {"splits=gpu", "splits=gpu"},
                {"matvec=4", "matvec=4"},
+               {"transform_rope=off", "transform_rope=off"},
                {"matmul_shuffle=off", "matmul_shuffle=off"}};
     for (size_t i = 0; i < sizeof one / sizeof one[0]; i++) {
         CHECK_EQ_INT(wk_pipelines_choose_kernels(&vk, &p, WK_KERNELS_CPU, err, sizeof err), 0);
@@ -71,9 +72,9 @@ int main(void) {
         CHECK_EQ_INT(wk_pipelines_apply_variants(&vk, &p, one[i].spec, err, sizeof err), 0);
         /* The description is the cpu set's with this one field replaced. */
         char expect[160] = "";
-        const char *cpu_fields[5] = {"matmul=register", shuffle ? "matmul_shuffle=on" : "matmul_shuffle=off",
-                                     "matvec=1", "attention=subgroup", "splits=cpu"};
-        for (int f = 0; f < 5; f++) {
+        const char *cpu_fields[6] = {"matmul=register", shuffle ? "matmul_shuffle=on" : "matmul_shuffle=off",
+                                     "matvec=1", "attention=subgroup", "splits=cpu", "transform_rope=on"};
+        for (int f = 0; f < 6; f++) {
             const size_t name_len = strcspn(cpu_fields[f], "=");
             const bool same = strncmp(cpu_fields[f], one[i].field, name_len) == 0 && one[i].field[name_len] == '=';
             if (f) strcat(expect, ",");
@@ -88,12 +89,12 @@ int main(void) {
 
     /* The "gpu" set on this device (lavapipe allows its workgroups), then each of its variants back. */
     CHECK_EQ_INT(wk_pipelines_choose_kernels(&vk, &p, WK_KERNELS_GPU, err, sizeof err), 0);
-    snprintf(want, sizeof want, "matmul=tiled,matmul_shuffle=%s,matvec=4,attention=lanes,splits=gpu", sh);
+    snprintf(want, sizeof want, "matmul=tiled,matmul_shuffle=%s,matvec=4,attention=lanes,splits=gpu,transform_rope=on", sh);
     CHECK(strcmp(describe(&p), want) == 0);
     CHECK(p.gpu_kernels && p.matmul_tiled && p.attn_lanes && p.attn_gpu_splits);
     CHECK_EQ_INT(wk_pipelines_apply_variants(&vk, &p, "matmul=register,matvec=1,attention=subgroup,splits=cpu", err,
                                              sizeof err), 0);
-    snprintf(want, sizeof want, "matmul=register,matmul_shuffle=%s,matvec=1,attention=subgroup,splits=cpu", sh);
+    snprintf(want, sizeof want, "matmul=register,matmul_shuffle=%s,matvec=1,attention=subgroup,splits=cpu,transform_rope=on", sh);
     CHECK(strcmp(describe(&p), want) == 0);
     CHECK(p.gpu_kernels); /* the set's name stays; the engine reads the fields */
     /* A description is a spec: applying it reproduces it. */
@@ -111,6 +112,7 @@ int main(void) {
                {"attention=gpu", "attention=gpu: expected subgroup or lanes"},
                {"splits=", "splits=: expected cpu or gpu"},
                {"matmul_shuffle=yes", "expected off or on"},
+               {"transform_rope=fused", "transform_rope=fused: expected off or on"},
                {"matvec=0", "matvec=0: expected a count"},
                {"matvec=65", "matvec=65"},
                {"matvec=-4", "matvec=-4"},

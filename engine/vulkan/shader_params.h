@@ -149,7 +149,9 @@ typedef struct { WK_PC_KV_STORE_QUANT(WK_PC_MEMBER, ) } wk_pc_kv_store_quant;
 
 #define WK_PC_KV_TRANSFORM(X, s)                                                                    \
     X(s, uint32_t, head_dim) X(s, uint32_t, n_head) X(s, uint32_t, n_head_kv) X(s, uint32_t, n_tokens) \
-    X(s, uint32_t, block) X(s, uint32_t, mat_base) X(s, uint32_t, k_in_base)
+    X(s, uint32_t, block) X(s, uint32_t, mat_base) X(s, uint32_t, k_in_base)                        \
+    X(s, uint32_t, n_rot) X(s, uint32_t, rope_neox) X(s, uint32_t, has_norm)                          \
+    X(s, uint32_t, rope_table_offset) X(s, float, eps) X(s, float, q_scale)
 typedef struct { WK_PC_KV_TRANSFORM(WK_PC_MEMBER, ) } wk_pc_kv_transform;
 
 #define WK_PC_KV_STORE_F16(X, s)                                                                     \

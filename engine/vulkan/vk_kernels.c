@@ -46,6 +46,7 @@ int wk_pipelines_choose_kernels(wk_vk *vk, wk_pipelines *p, int kernels, char *e
     p->matmul_tiled = p->gpu_kernels;
     p->attn_lanes = p->gpu_kernels && lanes_fit(vk); /* a subgroup wider than 64 keeps a key per subgroup */
     p->attn_gpu_splits = p->gpu_kernels;
+    p->transform_rope = true; /* one dispatch fewer a layer on any device */
     /* Four subgroups a matvec workgroup on a GPU, where the device allows it; one otherwise. */
     return wk_pipelines_set_matvec_subgroups(vk, p, p->gpu_kernels && wk_pipelines_matvec_fits(vk, 4) ? 4 : 1, err,
                                              errlen);
@@ -63,7 +64,8 @@ static int apply_one(wk_vk *vk, wk_pipelines *p, const char *name, const char *v
     } binary[] = {{"matmul", "register", "tiled"},
                   {"matmul_shuffle", "off", "on"},
                   {"attention", "subgroup", "lanes"},
-                  {"splits", "cpu", "gpu"}};
+                  {"splits", "cpu", "gpu"},
+                  {"transform_rope", "off", "on"}};
     if (strcmp(name, "matvec") == 0) {
         char *end;
         long n = strtol(value, &end, 10);
@@ -96,10 +98,12 @@ static int apply_one(wk_vk *vk, wk_pipelines *p, const char *name, const char *v
             }
             p->attn_lanes = on;
             return 0;
-        default: p->attn_gpu_splits = on; return 0;
+        case 3: p->attn_gpu_splits = on; return 0;
+        default: p->transform_rope = on; return 0;
         }
     }
-    snprintf(err, errlen, "kernel variant '%s': expected matmul, matmul_shuffle, matvec, attention or splits", name);
+    snprintf(err, errlen, "kernel variant '%s': expected matmul, matmul_shuffle, matvec, attention, splits or "
+             "transform_rope", name);
     return WK_ERR_INVALID;
 }
 
@@ -116,7 +120,7 @@ int wk_pipelines_apply_variants(wk_vk *vk, wk_pipelines *p, const char *spec, ch
         char *eq = strchr(item, '=');
         if (!eq) {
             snprintf(err, errlen, "kernel variant '%s': expected name=value (matmul, matmul_shuffle, matvec, attention, "
-                     "splits)", item);
+                     "splits, transform_rope)", item);
             return WK_ERR_INVALID;
         }
         *eq = '\0';
@@ -127,7 +131,7 @@ int wk_pipelines_apply_variants(wk_vk *vk, wk_pipelines *p, const char *spec, ch
 }
 
 void wk_pipelines_describe_variants(const wk_pipelines *p, char *buf, size_t cap) {
-    snprintf(buf, cap, "matmul=%s,matmul_shuffle=%s,matvec=%u,attention=%s,splits=%s",
+    snprintf(buf, cap, "matmul=%s,matmul_shuffle=%s,matvec=%u,attention=%s,splits=%s,transform_rope=%s",
              p->matmul_tiled ? "tiled" : "register", p->matmul_shuffle ? "on" : "off", p->matvec_subgroups,
-             p->attn_lanes ? "lanes" : "subgroup", p->attn_gpu_splits ? "gpu" : "cpu");
+             p->attn_lanes ? "lanes" : "subgroup", p->attn_gpu_splits ? "gpu" : "cpu", p->transform_rope ? "on" : "off");
 }

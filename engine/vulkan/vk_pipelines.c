@@ -17,6 +17,8 @@
 #include "spv_kv_store_quant.h"
 #include "spv_kv_transform.h"
 #include "spv_kv_transform_noshuffle.h"
+#include "spv_kv_transform_rope.h"
+#include "spv_kv_transform_rope_noshuffle.h"
 #include "spv_embed_f16.h"
 #include "spv_embed_q8a.h"
 #include "spv_embed_q8h.h"
@@ -96,6 +98,8 @@ static const pipe_spec specs[WK_PIPE_COUNT] = {
     [WK_PIPE_KV_STORE_QUANT] = {"kv_store_quant", SPV(wk_spv_kv_store_quant), "SSSSISSS", sizeof(wk_pc_kv_store_quant), false},
     [WK_PIPE_KV_TRANSFORM] = {"kv_transform", SPV(wk_spv_kv_transform), "SSTT", sizeof(wk_pc_kv_transform), true},
     [WK_PIPE_KV_TRANSFORM_DECODE] = {"kv_transform_decode", SPV(wk_spv_kv_transform), "SSTT", sizeof(wk_pc_kv_transform), true},
+    [WK_PIPE_KV_TRANSFORM_DECODE_ROPE] = {"kv_transform_decode_rope", SPV(wk_spv_kv_transform_rope), "SSTTSSTS",
+                                          sizeof(wk_pc_kv_transform), true},
     [WK_PIPE_KV_STORE_F16] = {"kv_store_f16", SPV(wk_spv_kv_store_f16), "SSSSI", sizeof(wk_pc_kv_store_f16), false},
     [WK_PIPE_GLU] = {"glu", SPV(wk_spv_glu), "SSS", sizeof(wk_pc_glu), false},
 };
@@ -114,6 +118,7 @@ static const struct {
     [WK_PIPE_MATMUL_GLU_Q8H] = {SPV(wk_spv_matmul_noshuffle_q8h)},
     [WK_PIPE_KV_TRANSFORM] = {SPV(wk_spv_kv_transform_noshuffle)},
     [WK_PIPE_KV_TRANSFORM_DECODE] = {SPV(wk_spv_kv_transform_noshuffle)},
+    [WK_PIPE_KV_TRANSFORM_DECODE_ROPE] = {SPV(wk_spv_kv_transform_rope_noshuffle)},
 };
 #undef SPV
 
@@ -391,6 +396,7 @@ int wk_pipelines_specialize_transform(wk_vk *vk, wk_pipelines *p, int block, int
     const int32_t steps[5] = {block, WK_XFORM_TOKENS, rows, 0, 0}, decode[5] = {block, decode_units, rows, 0, 0};
     set_spec(vk, p, WK_PIPE_KV_TRANSFORM, steps);
     set_spec(vk, p, WK_PIPE_KV_TRANSFORM_DECODE, decode);
+    set_spec(vk, p, WK_PIPE_KV_TRANSFORM_DECODE_ROPE, decode);
     return 0;
 }
 

@@ -59,6 +59,7 @@ typedef enum {
     WK_PIPE_KV_STORE_QUANT,
     WK_PIPE_KV_TRANSFORM,
     WK_PIPE_KV_TRANSFORM_DECODE, /* the same with a token's query heads a tile, for steps of few tokens */
+    WK_PIPE_KV_TRANSFORM_DECODE_ROPE, /* the decode twin applying qk_norm_rope itself (kv_transform.comp) */
     WK_PIPE_KV_STORE_F16,
     WK_PIPE_GLU,
     WK_PIPE_COUNT
@@ -130,6 +131,9 @@ typedef struct wk_pipelines {
     bool matmul_tiled;    /* prefill matmuls in matmul_tiled.comp (else matmul.comp, gate and up joined) */
     bool attn_lanes;      /* attention_paged's key-per-lane variant for decode steps and prefill bulk keys */
     bool attn_gpu_splits; /* the attention's key-split targets for a GPU (WK_ATTN_*_GPU) */
+    /* A decode step's q/k norm and RoPE applied by the key transform as it reads q and k
+     * (kv_transform_decode_rope), not by a qk_norm_rope dispatch before it: on in both sets. */
+    bool transform_rope;
     /* matmul.comp's and kv_transform.comp's modules (wk_pipelines_set_matmul_shuffle): true the
      * ones whose lanes share the activations' fetches through subgroup shuffles, where the device
      * allows it; false the ones without shuffles. */
@@ -189,6 +193,7 @@ int wk_pipelines_choose_kernels(wk_vk *vk, wk_pipelines *p, int kernels, char *e
  *   matvec=N                     subgroups a matvec workgroup (wk_pipelines_set_matvec_subgroups)
  *   attention=subgroup|lanes     attention_paged: a key per subgroup, or the key-per-lane variant
  *   splits=cpu|gpu               the attention's key-split targets
+ *   transform_rope=on|off        a decode step's q/k norm and RoPE inside the key transform, or apart
  * (the set's own values are what wk_pipelines_describe_variants prints). An unknown name or value
  * fails (WK_ERR_INVALID), and so does a variant the device cannot run (WK_ERR_UNSUPPORTED), with the
  * reason in err; as the setters above, never while a step is in flight. */

@@ -18,10 +18,19 @@
 // subgroupShuffle, where every lane would fetch all SC_TT (on lavapipe a shuffle from a constant
 // lane is a register broadcast, a fetch a gather: docs/lavapipe.md); the module without it (any
 // other device) fetches per lane.
+// Built with WK_XFORM_ROPE as well (kv_transform_decode_rope, decode steps): then X holds q and k
+// as the q/k/v matvec left them, and this shader applies qk_norm_rope's per-head RMSNorm, RoPE and
+// query scale to each x texel as it fetches it, so a decode step needs no qk_norm_rope dispatch (on
+// lavapipe a small dispatch costs ~0.1 ms whatever it does, docs/lavapipe.md). The norm needs a
+// unit's whole head: every subgroup sums its tile's units' squares first (a lane each a part of the
+// head), and every lane then scales what it fetches.
 #extension GL_EXT_control_flow_attributes : require
 #extension GL_KHR_shader_subgroup_basic : require
 #ifdef WK_XFORM_SHUFFLE
 #extension GL_KHR_shader_subgroup_shuffle : require
+#endif
+#ifdef WK_XFORM_ROPE
+#extension GL_KHR_shader_subgroup_arithmetic : require
 #endif
 #extension GL_GOOGLE_include_directive : require
 #include "shader_consts.h"
@@ -58,7 +67,55 @@ layout(push_constant) uniform PC {
     uint head_dim; uint n_head; uint n_head_kv; uint n_tokens; uint block;
     uint mat_base;   // this layer's first texel in M
     uint k_in_base;  // the first key texel in X
+    // WK_XFORM_ROPE only, as qk_norm_rope's (its module ignores them):
+    uint n_rot; uint rope_neox; uint has_norm; uint rope_table_offset; float eps; float q_scale;
 } pc;
+#ifdef WK_XFORM_ROPE
+struct RowInfo { uint pos; uint kv_base; };
+layout(std430, binding = 4) readonly buffer QN { vec4 q_norm4[]; };
+layout(std430, binding = 5) readonly buffer KN { vec4 k_norm4[]; };
+layout(binding = 6) uniform textureBuffer Rope;                   // (cos, sin) per [pos][n_rot/2]
+layout(std430, binding = 7) readonly buffer Rows { RowInfo rows[]; };
+
+// 1 / rms of the head whose first texel in X is `at`, the same in every lane of the subgroup: each
+// lane sums the squares of a part. Called in uniform control flow (subgroupAdd).
+float inv_rms(uint at) {
+    if (pc.has_norm == 0u) return 1.0;
+    float ss = 0.0;
+    for (uint c = gl_SubgroupInvocationID; c < pc.head_dim / 4u; c += gl_SubgroupSize) {
+        vec4 x = texelFetch(X, int(at + c));
+        ss += dot(x, x);
+    }
+    return inversesqrt(subgroupAdd(ss) / float(pc.head_dim) + pc.eps);
+}
+
+vec4 norm_weight(bool is_q, uint c) { return pc.has_norm != 0u ? (is_q ? q_norm4[c] : k_norm4[c]) : vec4(1.0); }
+
+// Texel c of the head at `at`: normed (inv, the weights), rotated (its token's row of the cos/sin
+// table, `rope_row`) and scaled, with qk_norm_rope's operations in its order. The host takes this
+// module only when n_rot is a multiple of 8, so a texel is all rotated or all not, and NEOX pairs
+// (d, d + n_rot/2) are whole texels apart.
+vec4 normed_rotated(bool is_q, uint at, uint c, uint rope_row, float inv) {
+    float scale = is_q ? pc.q_scale : 1.0;
+    vec4 xa = texelFetch(X, int(at + c)) * inv * norm_weight(is_q, c);
+    uint d = 4u * c, half_rot = pc.n_rot / 2u;
+    if (d >= pc.n_rot) return xa * scale;
+    if (pc.rope_neox != 0u) {
+        // d and its partner d +- n_rot/2: the first of a pair gets x cos - x' sin, the second x' sin + x cos.
+        bool first = d < half_rot;
+        uint cb = first ? c + half_rot / 4u : c - half_rot / 4u, i = first ? d : d - half_rot;
+        vec4 xb = texelFetch(X, int(at + cb)) * inv * norm_weight(is_q, cb);
+        vec2 r0 = texelFetch(Rope, int(rope_row + i)).xy, r1 = texelFetch(Rope, int(rope_row + i + 1u)).xy;
+        vec2 r2 = texelFetch(Rope, int(rope_row + i + 2u)).xy, r3 = texelFetch(Rope, int(rope_row + i + 3u)).xy;
+        vec4 cs = vec4(r0.x, r1.x, r2.x, r3.x), sn = vec4(r0.y, r1.y, r2.y, r3.y);
+        return (first ? xa * cs - xb * sn : xb * sn + xa * cs) * scale;
+    }
+    // Adjacent pairs (2i, 2i + 1), two in the texel.
+    vec2 r0 = texelFetch(Rope, int(rope_row + d / 2u)).xy, r1 = texelFetch(Rope, int(rope_row + d / 2u + 1u)).xy;
+    return vec4(xa.x * r0.x - xa.y * r0.y, xa.x * r0.y + xa.y * r0.x,
+                xa.z * r1.x - xa.w * r1.y, xa.z * r1.y + xa.w * r1.x) * scale;
+}
+#endif
 
 void main() {
 #ifdef WK_XFORM_SHUFFLE
@@ -80,10 +137,20 @@ void main() {
     uint kh = is_q ? y / q_tiles : yk / k_tiles, G = is_q ? GQ : 1u;
     uint hs = is_q ? pc.n_head : pc.n_head_kv, units = pc.n_tokens * G;
     uint u0 = (is_q ? y % q_tiles : yk % k_tiles) * SC_TT;
+    uint nu = min(SC_TT, units - u0);
+#ifdef WK_XFORM_ROPE
+    // Before any lane leaves: the norm's sums take the whole subgroup (uniform: one unit tile).
+    float inv[TT];
+    uint rope_row[TT];
+    [[unroll]] for (uint i = 0u; i < SC_TT; ++i) {
+        uint u = min(u0 + i, u0 + nu - 1u);
+        inv[i] = inv_rms((is_q ? 0u : pc.k_in_base) + ((u / G) * hs + kh * G + u % G) * C);
+        rope_row[i] = pc.rope_table_offset + rows[u / G].pos * (pc.n_rot / 2u);
+    }
+#endif
     // A whole run leaves or none of it: a run's row tiles lie in one block, and a head's row tiles
     // are whole blocks.
     if (c0 >= C || kh >= pc.n_head_kv) return;
-    uint nu = min(SC_TT, units - u0);
     uint B = SC_BLOCK != 0 ? uint(SC_BLOCK) : pc.block, B4 = B / 4u;
     uint b = (4u * c0) / B;
     // Row 4 c0 of the block-diagonal matrix: row 4 c0 - bB of block b, B/4 texels a row.
@@ -102,6 +169,14 @@ void main() {
     uint run = min(gl_SubgroupSize, RUN_MAX), run0 = gl_SubgroupSize <= RUN_MAX ? 0u : gl_SubgroupInvocationID & ~(run - 1u);
     uint um = min(u0 + (gl_SubgroupInvocationID - run0) % SC_TT, u0 + nu - 1u);
     uint mine = ((um / G) * hs + kh * G + um % G) * C;
+#ifdef WK_XFORM_ROPE
+    uint mine_i = (gl_SubgroupInvocationID - run0) % SC_TT;  // (inv and rope_row of unit mine_i)
+    float mine_inv = inv[0];
+    uint mine_row = rope_row[0];
+    [[unroll]] for (uint i = 1u; i < SC_TT; ++i) {
+        if (mine_i == i) { mine_inv = inv[i]; mine_row = rope_row[i]; }
+    }
+#endif
 #endif
     vec4 acc[TT * RMAX];
     [[unroll]] for (uint i = 0u; i < SC_TT * RV; ++i) acc[i] = vec4(0.0);
@@ -109,13 +184,22 @@ void main() {
         vec4 r[4u * RMAX];
         [[unroll]] for (uint e = 0u; e < 4u * RV; ++e) r[e] = texelFetch(M, int(m0 + e * B4 + j));
 #ifdef WK_XFORM_SHUFFLE
+#ifdef WK_XFORM_ROPE
+        vec4 xl = SHUFFLE ? normed_rotated(is_q, xin + mine, b * B4 + j, mine_row, mine_inv) : vec4(0.0);
+#else
         vec4 xl = SHUFFLE ? texelFetch(X, int(xin + mine + b * B4 + j)) : vec4(0.0);
 #endif
+#endif
         [[unroll]] for (uint i = 0u; i < SC_TT; ++i) {
-#ifdef WK_XFORM_SHUFFLE
-            vec4 x = SHUFFLE ? subgroupShuffle(xl, run0 + i) : texelFetch(X, int(xin + at[i] + b * B4 + j));
+#ifdef WK_XFORM_ROPE
+            vec4 xi = normed_rotated(is_q, xin + at[i], b * B4 + j, rope_row[i], inv[i]);
 #else
-            vec4 x = texelFetch(X, int(xin + at[i] + b * B4 + j));
+            vec4 xi = texelFetch(X, int(xin + at[i] + b * B4 + j));
+#endif
+#ifdef WK_XFORM_SHUFFLE
+            vec4 x = SHUFFLE ? subgroupShuffle(xl, run0 + i) : xi;
+#else
+            vec4 x = xi;
 #endif
             [[unroll]] for (uint v = 0u; v < RV; ++v)
                 acc[i * RV + v] += vec4(dot(r[4u * v], x), dot(r[4u * v + 1u], x), dot(r[4u * v + 2u], x),
