@@ -281,18 +281,19 @@ void http_reader_init(http_reader *r, const http_limits *limits, void (*on_begin
 
 /* A request line llhttp refused as a method it does not know: 501 when it starts with a token and
  * a space (RFC 9110 9.1), 400 for garbage. A read that ends inside the token waits for the next
- * (method_seen), so a request line cut by a read is judged as the whole line would be. */
+ * (method_bytes, method_refused), so a request line cut by a read is judged as the whole line
+ * would be. */
 static http_read_result judge_unknown_method(http_reader *r, const char *data, size_t len, size_t *used, int *status,
                                              char *msg, size_t msgcap) {
-    char line[sizeof r->method_seen + 1];
-    size_t n = r->method_seen_len;
-    memcpy(line, r->method_seen, n);
+    char line[sizeof r->method_bytes + 1];
+    size_t n = r->method_len;
+    memcpy(line, r->method_bytes, n);
     for (size_t i = 0; i < len && n < sizeof line; i++) line[n++] = data[i];
     size_t token = 0;
     while (token < n && is_tchar((unsigned char)line[token])) token++;
-    if (token == n && n < sizeof r->method_seen) {
-        memcpy(r->method_seen, line, n);
-        r->method_seen_len = n;
+    if (token == n && n < sizeof r->method_bytes) {
+        memcpy(r->method_bytes, line, n);
+        r->method_len = n;
         *used = len;
         return HTTP_READ_MORE;
     }
@@ -304,7 +305,7 @@ static http_read_result judge_unknown_method(http_reader *r, const char *data, s
 
 http_read_result http_reader_feed(http_reader *r, const char *data, size_t len, size_t *used, int *status, char *msg,
                                   size_t msgcap) {
-    if (r->method_seen_len) return judge_unknown_method(r, data, len, used, status, msg, msgcap);
+    if (r->method_refused) return judge_unknown_method(r, data, len, used, status, msg, msgcap);
     r->feed_start = data;
     r->feed_len = len;
     r->method_before_feed = r->method_len;
@@ -334,9 +335,10 @@ http_read_result http_reader_feed(http_reader *r, const char *data, size_t len, 
         else if (r->error_status == 400)
             *status = 400, snprintf(msg, msgcap, "malformed HTTP request line (no HTTP/1.x version)");
         else if (e == HPE_INVALID_METHOD) {
-            /* The method's bytes from earlier reads first (a known method's prefix llhttp took). */
-            r->method_seen_len = r->method_before_feed < sizeof r->method_seen ? r->method_before_feed : 0;
-            memcpy(r->method_seen, r->method_bytes, r->method_seen_len);
+            /* The method's bytes from earlier reads first (a known method's prefix llhttp took),
+             * then this read's. */
+            r->method_len = r->method_before_feed < sizeof r->method_bytes ? r->method_before_feed : 0;
+            r->method_refused = true;
             return judge_unknown_method(r, data, len, used, status, msg, msgcap);
         }
         else *status = 400, snprintf(msg, msgcap, "malformed HTTP request (%s)", llhttp_errno_name(e));
@@ -364,7 +366,8 @@ void http_reader_reset(http_reader *r) {
     r->error_msg = NULL;
     r->chunk_left = 0;
     r->crlf_next = 0;
-    r->method_seen_len = r->method_len = r->method_before_feed = 0;
+    r->method_len = r->method_before_feed = 0;
+    r->method_refused = false;
     r->message_done = false;
     r->answered = r->nomem = false;
     r->keep_alive = r->head = false;

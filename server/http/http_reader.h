@@ -26,15 +26,14 @@ typedef struct http_reader {
     size_t feed_len;
     uint64_t chunk_left; /* a chunked body: the current chunk's data bytes still to come */
     int crlf_next;       /* 1 or 2: the byte of the CRLF after a chunk's data still to check; 0: none */
-    /* A request line refused as an unknown method before its space arrived: the bytes so far, so
-     * that the next read tells a method token (501) from garbage (400) as one read would. */
-    char method_seen[32];
-    size_t method_seen_len;
-    /* The method bytes llhttp took so far in this message (its first 32), and how many of them came
-     * in earlier reads: a known method's prefix ("PO") that a later read turns into an unknown one
-     * ("PO" then " / HTTP/1.1") is judged with them. */
+    /* The method bytes so far in this message (its first 32): what llhttp took, and how many of
+     * them came in earlier reads, so a known method's prefix ("PO") that a later read turns into
+     * an unknown one ("PO" then " / HTTP/1.1") is judged with them. Once llhttp has refused the
+     * method (method_refused) they are the request line's bytes so far, kept until a read tells a
+     * method token and its space (501) from garbage (400) as one read would. */
     char method_bytes[32];
     size_t method_len, method_before_feed;
+    bool method_refused;
     const char *error_msg; /* what to say with it, when not the status's usual words (a static string) */
     bool message_done;
     bool answered; /* the owner answered the request from its head (on_continue); the stream is lost */
