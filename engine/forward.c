@@ -467,12 +467,12 @@ static int op_kv_transform(rec *r, int il, uint32_t T) {
     wk_arg args[8] = {S(&f->a.q), S(&f->a.k), TV(&f->xform_buf), TV(&f->xform_in),
                       has_norm ? S(&L->q_norm) : S(&f->w->output_norm), has_norm ? S(&L->k_norm) : S(&f->w->output_norm),
                       TV(&f->a.rope), S(&f->a.rows)};
-    /* Tiles of WK_XFORM_TOKENS units (a token's query heads of one KV head, or its key), so each
-     * matrix fetch serves that many; a step of fewer tokens (decode) takes the twin whose tile is
-     * one token's query heads (wk_pipelines_specialize_transform). */
+    /* Tiles of wk_xform_step_units units (a token's query heads of one KV head, or its key), so
+     * each matrix fetch serves that many; a step of fewer than WK_XFORM_TOKENS tokens (decode)
+     * takes the twin whose tile is one token's query heads (wk_pipelines_specialize_transform). */
     const bool twin = T < WK_XFORM_TOKENS;
     const uint32_t sg = f->vk->subgroup_size;
-    const uint32_t tile = twin ? wk_xform_decode_units(hp->n_head, hp->n_head_kv) : WK_XFORM_TOKENS;
+    const uint32_t tile = twin ? wk_xform_decode_units(hp->n_head, hp->n_head_kv) : wk_xform_step_units(f->xform->block);
     wk_pc_kv_transform pc = {.head_dim = (uint32_t)hp->head_dim, .n_head = (uint32_t)hp->n_head,
                              .n_head_kv = (uint32_t)hp->n_head_kv, .n_tokens = T, .block = (uint32_t)f->xform->block,
                              .mat_base = (uint32_t)(wk_kv_xform_layer_bytes(f->xform) * (size_t)il / 16),

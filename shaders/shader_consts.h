@@ -12,9 +12,12 @@
 #define WK_MATMUL_WG 8
 /* matmul_tiled.comp ("gpu" kernel set): the rows and the tokens of a workgroup's tile. */
 #define WK_MATMUL_TILED 64
-/* kv_transform.comp: the most units (tokens, or a token's query heads) an invocation holds, and
- * the output rows it computes for each (a multiple of 4 dividing every transform block). */
+/* kv_transform.comp: the units (tokens, or a token's query heads) an invocation holds in a step of
+ * many tokens (steps of fewer take the decode twin), twice that where the block lets a run of
+ * lanes share their fetches (wk_xform_step_units), and the output rows it computes for each (a
+ * multiple of 4 dividing every transform block). */
 #define WK_XFORM_TOKENS 8
+#define WK_XFORM_TOKENS_MAX 16
 #define WK_XFORM_ROWS 8
 /* attention_paged.comp: a lane's 4-dim chunks of a head vector at most, and the keys of a softmax
  * tile. */

@@ -3,7 +3,7 @@
  * test_transform where a permutation of rows applied to both keys and queries is invisible) and
  * random queries and keys, every output of q' = M_q q and k' = M_k k, for head shapes with 1, 2, 4
  * and 8 query heads per KV head, blocks of 4 .. 256 (4 output rows an invocation for blocks of 4,
- * WK_XFORM_ROWS for the rest), steps of 1 .. 35 tokens through both
+ * WK_XFORM_ROWS for the rest; 16-unit tiles for blocks of 128 and 256), steps of 1 .. 35 tokens through both
  * pipelines (kv_transform for steps of WK_XFORM_TOKENS or more, the decode twin for fewer), and
  * the second layer's matrices (mat_base). Every output must be written (poisoned first).
  * Steps of 1 .. 4 tokens also run kv_transform_decode_rope, which takes q and k before
@@ -92,7 +92,7 @@ static long run_shape(wk_vk *vk, wk_pipelines *p, const shape *s, const rope_cfg
         memset(bq.map, 0xff, nq * 4); /* NaN: an output never written fails */
         memset(bk.map, 0xff, nk * 4);
         const bool twin = T < WK_XFORM_TOKENS;
-        const uint32_t units = wk_xform_decode_units(Hq, Hk), tile = twin ? units : WK_XFORM_TOKENS;
+        const uint32_t units = wk_xform_decode_units(Hq, Hk), tile = twin ? units : wk_xform_step_units(B);
         rc = wk_pipelines_specialize_transform(vk, p, B, (int)units, err, sizeof err);
         wk_pc_kv_transform pc = {.head_dim = (uint32_t)D, .n_head = (uint32_t)Hq, .n_head_kv = (uint32_t)Hk,
                                  .n_tokens = (uint32_t)T, .block = (uint32_t)B,
@@ -183,7 +183,8 @@ int main(void) {
     const shape shapes[] = {
         {64, 16, 4, 2, 35},  {64, 64, 4, 2, 5},   {64, 32, 4, 2, 1},    /* the tiny test model's heads */
         {256, 128, 4, 1, 35}, {256, 128, 4, 1, 1}, {256, 32, 4, 1, 8},  /* Gemma 3 270M, default and G32 */
-        {256, 256, 4, 1, 3},                                             /* one block a head */
+        {256, 256, 4, 1, 3},  {256, 256, 4, 1, 20},                      /* one block a head */
+        {128, 128, 2, 2, 16},                                            /* 16-unit tiles, exactly one */
         {128, 32, 8, 1, 9},  {128, 32, 8, 1, 2},                         /* 8 query heads a KV head */
         {128, 64, 2, 2, 12}, {128, 64, 2, 2, 7},                         /* no sharing */
         {96, 32, 6, 2, 17},                                              /* head_dim 96 (Phi-3) */

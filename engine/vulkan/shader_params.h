@@ -49,9 +49,10 @@ static inline void wk_matmul_grid(int tiled, uint32_t rows, uint32_t T, uint32_t
     *gy = (T + t - 1) / t;
 }
 
-/* kv_transform's units (a token's query heads of one KV head, or its key) per invocation, its
- * specialisation constant 3 (its accumulators hold at most this many), for steps of at least this
- * many tokens; kv_transform_decode, for fewer, takes one token's query heads per KV head. */
+/* kv_transform's units are a token's query heads of one KV head, or its key. Steps of at least
+ * WK_XFORM_TOKENS tokens take wk_xform_step_units of them an invocation (below);
+ * kv_transform_decode, for fewer, takes one token's query heads per KV head (at most
+ * WK_XFORM_TOKENS), its specialisation constant 3. */
 static inline uint32_t wk_xform_decode_units(int n_head, int n_head_kv) {
     const int g = n_head_kv > 0 ? n_head / n_head_kv : 1;
     return g < 1 ? 1u : g > WK_XFORM_TOKENS ? (uint32_t)WK_XFORM_TOKENS : (uint32_t)g;
@@ -62,6 +63,13 @@ static inline uint32_t wk_xform_decode_units(int n_head, int n_head_kv) {
 static inline uint32_t wk_xform_rows(int block) { return block % WK_XFORM_ROWS == 0 ? WK_XFORM_ROWS : 4u; }
 static inline uint32_t wk_xform_groups_x(uint32_t head_dim, int block, uint32_t subgroup) {
     return (head_dim / wk_xform_rows(block) + subgroup - 1) / subgroup;
+}
+/* kv_transform's units per invocation in a step of WK_XFORM_TOKENS or more tokens (its
+ * specialisation constant 3): WK_XFORM_TOKENS_MAX where a block's row tiles are at least that many
+ * lanes (blocks of 128 and more), else WK_XFORM_TOKENS. Each matrix fetch then serves 16 units,
+ * and the lanes sharing a block fetch the x texels two units each (kv_transform.comp's shuffles). */
+static inline uint32_t wk_xform_step_units(int block) {
+    return (uint32_t)block / wk_xform_rows(block) >= WK_XFORM_TOKENS_MAX ? WK_XFORM_TOKENS_MAX : WK_XFORM_TOKENS;
 }
 /* kv_transform's workgroups along y for T tokens in tiles of `tile` units: each KV head's query
  * tiles (T x query heads per KV head units), then each one's key tiles (T units). */

@@ -390,10 +390,11 @@ int wk_pipelines_set_matvec_subgroups(wk_vk *vk, wk_pipelines *p, uint32_t subgr
 int wk_pipelines_specialize_transform(wk_vk *vk, wk_pipelines *p, int block, int decode_units, char *err,
                                       size_t errlen) {
     (void)err, (void)errlen;
-    /* Constant 3: units an invocation (WK_XFORM_TOKENS for steps, a token's query heads per KV
-     * head for the decode twin); 4: its output rows (wk_xform_rows). */
+    /* Constant 3: units an invocation (wk_xform_step_units for steps, a token's query heads per KV
+     * head for the decode twins); 4: its output rows (wk_xform_rows). */
     const int32_t rows = (int32_t)wk_xform_rows(block);
-    const int32_t steps[5] = {block, WK_XFORM_TOKENS, rows, 0, 0}, decode[5] = {block, decode_units, rows, 0, 0};
+    const int32_t steps[5] = {block, (int32_t)wk_xform_step_units(block), rows, 0, 0},
+                  decode[5] = {block, decode_units, rows, 0, 0};
     set_spec(vk, p, WK_PIPE_KV_TRANSFORM, steps);
     set_spec(vk, p, WK_PIPE_KV_TRANSFORM_DECODE, decode);
     set_spec(vk, p, WK_PIPE_KV_TRANSFORM_DECODE_ROPE, decode);

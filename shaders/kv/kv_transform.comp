@@ -40,22 +40,28 @@ layout(local_size_x_id = 0) in;
 // engine sets its transform's): the inner loop then has a constant bound. 0 (the default) reads
 // it from the push constants, so one pipeline serves any block.
 layout(constant_id = 2) const int SC_BLOCK = 0;
-// Units per invocation, specialisation constant 3: WK_XFORM_TOKENS for steps of many tokens; for
-// the decode twin (kv_transform_decode) the query heads per KV head (at most WK_XFORM_TOKENS), so a
-// one-token step computes no copies of its queries.
+// Units per invocation, specialisation constant 3: for steps of many tokens WK_XFORM_TOKENS, or
+// WK_XFORM_TOKENS_MAX where the block's runs of lanes can share the fetches (wk_xform_step_units);
+// for the decode twin (kv_transform_decode) the query heads per KV head (at most WK_XFORM_TOKENS),
+// so a one-token step computes no copies of its queries.
 layout(constant_id = 3) const uint SC_TT = 8;
-const uint TT = WK_XFORM_TOKENS;  // the most units per invocation (the accumulators are sized for it)
+const uint TT = WK_XFORM_TOKENS_MAX;  // the most units per invocation (the accumulators are sized for it)
 // Output rows per invocation, specialisation constant 4: WK_XFORM_ROWS when it divides the block,
 // else 4 (wk_xform_rows; every block is a multiple of 4).
 layout(constant_id = 4) const uint SC_ROWS = 4;
 const uint RV = SC_ROWS / 4u, RMAX = WK_XFORM_ROWS / 4u;  // output vec4s per invocation, and at most
 #ifdef WK_XFORM_SHUFFLE
 // A block's row tiles: the lanes of one (a run of them, aligned as workgroups and blocks are) read
-// the same x texels. The shuffle needs every unit of a tile fetched by a lane of the run, so at
-// least SC_TT of them and a power of two (aligned runs); a generic pipeline (SC_BLOCK 0) and
-// smaller blocks fetch per lane.
+// the same x texels. The first FL lanes of a run fetch the tile's units, FL at a time (NS of them
+// each: a 16-unit tile takes two), so the run needs at least FL lanes and a power of two (aligned
+// runs); the host takes this module only with subgroups of 8 or more
+// (wk_pipelines_set_matmul_shuffle), so a run is at least min(8, RUN_MAX) lanes. A generic
+// pipeline (SC_BLOCK 0) and smaller blocks fetch per lane.
+const uint FL = SC_TT < 8u ? SC_TT : 8u, NS = (SC_TT + FL - 1u) / FL;
 const uint RUN_MAX = SC_BLOCK > 0 ? uint(SC_BLOCK) / SC_ROWS : 0u;
-const bool SHUFFLE = RUN_MAX >= SC_TT && (RUN_MAX & (RUN_MAX - 1u)) == 0u;
+// (Products, not &&: glslang turns a && of specialisation constants into code, not a constant.)
+const uint SHUFFLE_N = uint(RUN_MAX >= FL) * uint(NS <= 2u) * uint((RUN_MAX & (RUN_MAX - 1u)) == 0u);
+const bool SHUFFLE = SHUFFLE_N != 0u, SHUFFLE_SLOT1 = SHUFFLE_N * uint(NS > 1u) != 0u;
 #else
 const bool SHUFFLE = false;
 #endif
@@ -163,18 +169,19 @@ void main() {
         at[i] = ((u / G) * hs + kh * G + u % G) * C;
     }
 #ifdef WK_XFORM_SHUFFLE
-    // The lane that fetched unit i: the run's first lane + i (0 + i when the subgroup is one run,
-    // which lets the compiler see a constant lane). This lane fetches unit (its place in the run)
-    // mod SC_TT.
+    // The lane that fetched unit i: the run's first lane + i % FL (0 + i % FL when the subgroup is
+    // one run, which lets the compiler see a constant lane), in its slot i / FL. This lane fetches
+    // units s FL + (its place in the run) mod FL, s < NS.
     uint run = min(gl_SubgroupSize, RUN_MAX), run0 = gl_SubgroupSize <= RUN_MAX ? 0u : gl_SubgroupInvocationID & ~(run - 1u);
-    uint um = min(u0 + (gl_SubgroupInvocationID - run0) % SC_TT, u0 + nu - 1u);
-    uint mine = ((um / G) * hs + kh * G + um % G) * C;
+    uint lr = (gl_SubgroupInvocationID - run0) % FL;
+    uint um0 = min(u0 + lr, u0 + nu - 1u), um1 = min(u0 + FL + lr, u0 + nu - 1u);  // slots 0 and 1
+    uint mine0 = ((um0 / G) * hs + kh * G + um0 % G) * C, mine1 = ((um1 / G) * hs + kh * G + um1 % G) * C;
 #ifdef WK_XFORM_ROPE
-    uint mine_i = (gl_SubgroupInvocationID - run0) % SC_TT;  // (inv and rope_row of unit mine_i)
-    float mine_inv = inv[0];
-    uint mine_row = rope_row[0];
+    float mine_inv0 = inv[0], mine_inv1 = inv[0];  // (of units lr and FL + lr, without indexing by them)
+    uint mine_row0 = rope_row[0], mine_row1 = rope_row[0];
     [[unroll]] for (uint i = 1u; i < SC_TT; ++i) {
-        if (mine_i == i) { mine_inv = inv[i]; mine_row = rope_row[i]; }
+        if (lr == i) { mine_inv0 = inv[i]; mine_row0 = rope_row[i]; }
+        if (FL + lr == i) { mine_inv1 = inv[i]; mine_row1 = rope_row[i]; }
     }
 #endif
 #endif
@@ -185,9 +192,11 @@ void main() {
         [[unroll]] for (uint e = 0u; e < 4u * RV; ++e) r[e] = texelFetch(M, int(m0 + e * B4 + j));
 #ifdef WK_XFORM_SHUFFLE
 #ifdef WK_XFORM_ROPE
-        vec4 xl = SHUFFLE ? normed_rotated(is_q, xin + mine, b * B4 + j, mine_row, mine_inv) : vec4(0.0);
+        vec4 xl0 = SHUFFLE ? normed_rotated(is_q, xin + mine0, b * B4 + j, mine_row0, mine_inv0) : vec4(0.0);
+        vec4 xl1 = SHUFFLE_SLOT1 ? normed_rotated(is_q, xin + mine1, b * B4 + j, mine_row1, mine_inv1) : vec4(0.0);
 #else
-        vec4 xl = SHUFFLE ? texelFetch(X, int(xin + mine + b * B4 + j)) : vec4(0.0);
+        vec4 xl0 = SHUFFLE ? texelFetch(X, int(xin + mine0 + b * B4 + j)) : vec4(0.0);
+        vec4 xl1 = SHUFFLE_SLOT1 ? texelFetch(X, int(xin + mine1 + b * B4 + j)) : vec4(0.0);
 #endif
 #endif
         [[unroll]] for (uint i = 0u; i < SC_TT; ++i) {
@@ -197,7 +206,7 @@ void main() {
             vec4 xi = texelFetch(X, int(xin + at[i] + b * B4 + j));
 #endif
 #ifdef WK_XFORM_SHUFFLE
-            vec4 x = SHUFFLE ? subgroupShuffle(xl, run0 + i) : xi;
+            vec4 x = SHUFFLE ? subgroupShuffle(i < FL ? xl0 : xl1, run0 + i % FL) : xi;
 #else
             vec4 x = xi;
 #endif
