@@ -87,7 +87,8 @@ typedef struct wk_engine_params {
     int kernels;           /* wk_kernels; the CLI sets it from WUSHKV_KERNELS=cpu|gpu */
     /* Single variants forced on top of the set, "name=value[,...]" (NULL or "": none): matmul=register|
      * tiled, matmul_shuffle=on|off, matvec=N (subgroups a workgroup), attention=subgroup|lanes,
-     * splits=cpu|gpu; the CLI takes them from WUSHKV_KERNELS after the set (gpu,attention=subgroup).
+     * splits=cpu|gpu, transform_rope=on|off (a decode step's q/k norm and RoPE inside the KV
+     * transform); the CLI takes them from WUSHKV_KERNELS after the set (gpu,attention=subgroup).
      * An unknown one, or one the device cannot run, fails the open. */
     const char *kernel_variants;
     /* GPU time per pipeline: a timestamp after every dispatch (where the device has compute
