@@ -22,7 +22,9 @@
 typedef struct { int D, B, n_head, n_head_kv, T; } shape;
 /* kv_transform_decode_rope's part: rotated dims, NEOX pairs (else adjacent), per-head norm. */
 typedef struct { int n_rot; bool neox, norm; } rope_cfg;
-enum { MAX_POS = 50 };
+/* positions in the cos/sin table; the layer's part starts TABLE_SKIP positions in (as a sliding
+ * layer's follows the global one's) */
+enum { MAX_POS = 50, TABLE_SKIP = 3 };
 
 /* x as qk_norm_rope leaves it, in double, for head vector `in` of token position pos; *mag: what
  * bounds each rounding, |x_a c| + |x_b s| (times the scale). */
@@ -60,7 +62,7 @@ static long run_shape(wk_vk *vk, wk_pipelines *p, const shape *s, const rope_cfg
     float *m = malloc(per_layer * L * 4), *x = calloc(k_off / 4 + nk, 4);
     /* the rope pipeline's: norm weights (q's, then k's), the cos/sin table, each token's position */
     const int half = rc_ ? rc_->n_rot / 2 : 1;
-    float *nw = malloc(2 * (size_t)D * 4), *table = malloc((size_t)MAX_POS * half * 2 * 4);
+    float *nw = malloc(2 * (size_t)D * 4), *table = malloc((size_t)(MAX_POS + TABLE_SKIP) * half * 2 * 4);
     uint32_t rows[2 * 8] = {0};
     wk_buf bm = {0}, bx = {0}, bq = {0}, bk = {0}, bnq = {0}, bnk = {0}, brope = {0}, brows = {0};
     long bad = -1;
@@ -68,7 +70,7 @@ static long run_shape(wk_vk *vk, wk_pipelines *p, const shape *s, const rope_cfg
     for (size_t i = 0; i < nq; i++) x[i] = frand(&seed) * 3.0f;
     for (size_t i = 0; i < nk; i++) x[k_off / 4 + i] = frand(&seed) * 3.0f;
     for (int i = 0; i < 2 * D; i++) nw[i] = 1.0f + 0.5f * frand(&seed);
-    for (int i = 0; i < MAX_POS * half; i++) {
+    for (int i = 0; i < (MAX_POS + TABLE_SKIP) * half; i++) {
         const double theta = 3.14159265358979 * frand(&seed);
         table[2 * i] = (float)cos(theta), table[2 * i + 1] = (float)sin(theta);
     }
@@ -81,12 +83,12 @@ static long run_shape(wk_vk *vk, wk_pipelines *p, const shape *s, const rope_cfg
     if (!rc) rc = wk_vk_buffer_create(vk, &bnq, (size_t)D * 4, WK_MEM_HOST, VK_FORMAT_UNDEFINED, err, sizeof err);
     if (!rc) rc = wk_vk_buffer_create(vk, &bnk, (size_t)D * 4, WK_MEM_HOST, VK_FORMAT_UNDEFINED, err, sizeof err);
     if (!rc)
-        rc = wk_vk_buffer_create(vk, &brope, (size_t)MAX_POS * half * 8, WK_MEM_HOST, VK_FORMAT_R32G32_SFLOAT, err,
-                                 sizeof err);
+        rc = wk_vk_buffer_create(vk, &brope, (size_t)(MAX_POS + TABLE_SKIP) * half * 8, WK_MEM_HOST,
+                                 VK_FORMAT_R32G32_SFLOAT, err, sizeof err);
     if (!rc) rc = wk_vk_buffer_create(vk, &brows, sizeof rows, WK_MEM_HOST, VK_FORMAT_UNDEFINED, err, sizeof err);
     if (!rc) {
         memcpy(bnq.map, nw, (size_t)D * 4), memcpy(bnk.map, nw + D, (size_t)D * 4);
-        memcpy(brope.map, table, (size_t)MAX_POS * half * 8), memcpy(brows.map, rows, sizeof rows);
+        memcpy(brope.map, table, (size_t)(MAX_POS + TABLE_SKIP) * half * 8), memcpy(brows.map, rows, sizeof rows);
         memcpy(bm.map, m, per_layer * L * 4);
         memcpy(bx.map, x, k_off + nk * 4);
         memset(bq.map, 0xff, nq * 4); /* NaN: an output never written fails */
@@ -98,7 +100,8 @@ static long run_shape(wk_vk *vk, wk_pipelines *p, const shape *s, const rope_cfg
                                  .n_tokens = (uint32_t)T, .block = (uint32_t)B,
                                  .mat_base = (uint32_t)(per_layer * layer / 4), .k_in_base = (uint32_t)(k_off / 16),
                                  .n_rot = rc_ ? (uint32_t)rc_->n_rot : 0, .rope_neox = rc_ && rc_->neox,
-                                 .has_norm = rc_ && rc_->norm, .eps = eps, .q_scale = q_scale};
+                                 .has_norm = rc_ && rc_->norm, .rope_table_offset = (uint32_t)(TABLE_SKIP * half),
+                                 .eps = eps, .q_scale = q_scale};
         wk_arg args[8] = {wk_arg_buf(bq.buf),    wk_arg_buf(bk.buf),     wk_arg_view(bm.view),
                           wk_arg_view(bx.view),  wk_arg_buf(bnq.buf),    wk_arg_buf(bnk.buf),
                           wk_arg_view(brope.view), wk_arg_buf(brows.buf)};
@@ -134,8 +137,8 @@ static long run_shape(wk_vk *vk, wk_pipelines *p, const shape *s, const rope_cfg
                     const float *xv = in + ((size_t)t * H + h) * D;
                     for (int d = 0; d < D; d++) y[d] = xv[d], ymag[d] = fabs(xv[d]);
                     if (rc_)
-                        rope_ref(rc_, D, xv, nw + (which == 0 ? 0 : D), table, (int)rows[2 * t], eps,
-                                 which == 0 ? q_scale : 1.0, y, ymag);
+                        rope_ref(rc_, D, xv, nw + (which == 0 ? 0 : D), table + 2 * TABLE_SKIP * half,
+                                 (int)rows[2 * t], eps, which == 0 ? q_scale : 1.0, y, ymag);
                     for (int r = 0; r < D; r++) {
                         const int b = r / B;
                         double sum = 0, mag = 0;
