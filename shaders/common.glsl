@@ -17,6 +17,15 @@ float glu_act(float g, uint act) {
     return 0.5 * g * (2.0 - 2.0 / (exp(2.0 * u) + 1.0));
 }
 
+// RoPE of the pairs (a, b) (a the pair's first element: x[i] of (x[i], x[i + n_rot/2]) for NEOX,
+// x[2i] of (x[2i], x[2i+1]) otherwise) by the angles' (c, s), times scale: the first element's and
+// the second's results. qk_norm_rope (a pair a lane) and kv_transform's decode twin (four pairs a
+// texel) both call them, so the two rotate with the same operations.
+float rope_first(float a, float b, float c, float s, float scale) { return (a * c - b * s) * scale; }
+float rope_second(float a, float b, float c, float s, float scale) { return (a * s + b * c) * scale; }
+vec4 rope_first(vec4 a, vec4 b, vec4 c, vec4 s, float scale) { return (a * c - b * s) * scale; }
+vec4 rope_second(vec4 a, vec4 b, vec4 c, vec4 s, float scale) { return (a * s + b * c) * scale; }
+
 vec4 i8x4(uint v) {
     return vec4(ivec4(bitfieldExtract(int(v), 0, 8), bitfieldExtract(int(v), 8, 8),
                       bitfieldExtract(int(v), 16, 8), bitfieldExtract(int(v), 24, 8)));

@@ -34,6 +34,7 @@
 #endif
 #extension GL_GOOGLE_include_directive : require
 #include "shader_consts.h"
+#include "common.glsl"  // rope_first, rope_second
 #extension GL_EXT_samplerless_texture_functions : require
 layout(local_size_x_id = 0) in;
 // The transform's block as a specialisation constant (wk_pipelines_specialize_transform; the
@@ -107,19 +108,19 @@ vec4 normed_rotated(bool is_q, uint at, uint c, uint rope_row, float inv) {
     uint d = 4u * c, half_rot = pc.n_rot / 2u;
     if (d >= pc.n_rot) return xa * scale;
     if (pc.rope_neox != 0u) {
-        // d and its partner d +- n_rot/2: the first of a pair gets x cos - x' sin, the second x' sin + x cos.
+        // d and its partner d +- n_rot/2, xa this texel's, xb the partner's.
         bool first = d < half_rot;
         uint cb = first ? c + half_rot / 4u : c - half_rot / 4u, i = first ? d : d - half_rot;
         vec4 xb = texelFetch(X, int(at + cb)) * inv * norm_weight(is_q, cb);
         vec2 r0 = texelFetch(Rope, int(rope_row + i)).xy, r1 = texelFetch(Rope, int(rope_row + i + 1u)).xy;
         vec2 r2 = texelFetch(Rope, int(rope_row + i + 2u)).xy, r3 = texelFetch(Rope, int(rope_row + i + 3u)).xy;
         vec4 cs = vec4(r0.x, r1.x, r2.x, r3.x), sn = vec4(r0.y, r1.y, r2.y, r3.y);
-        return (first ? xa * cs - xb * sn : xb * sn + xa * cs) * scale;
+        return first ? rope_first(xa, xb, cs, sn, scale) : rope_second(xb, xa, cs, sn, scale);
     }
     // Adjacent pairs (2i, 2i + 1), two in the texel.
     vec2 r0 = texelFetch(Rope, int(rope_row + d / 2u)).xy, r1 = texelFetch(Rope, int(rope_row + d / 2u + 1u)).xy;
-    return vec4(xa.x * r0.x - xa.y * r0.y, xa.x * r0.y + xa.y * r0.x,
-                xa.z * r1.x - xa.w * r1.y, xa.z * r1.y + xa.w * r1.x) * scale;
+    return vec4(rope_first(xa.x, xa.y, r0.x, r0.y, scale), rope_second(xa.x, xa.y, r0.x, r0.y, scale),
+                rope_first(xa.z, xa.w, r1.x, r1.y, scale), rope_second(xa.z, xa.w, r1.x, r1.y, scale));
 }
 #endif
 

@@ -6,6 +6,8 @@
 // One subgroup-sized workgroup per (token, head); heads 0..n_head-1 are queries, the rest keys.
 #extension GL_KHR_shader_subgroup_arithmetic : require
 #extension GL_EXT_samplerless_texture_functions : require
+#extension GL_GOOGLE_include_directive : require
+#include "common.glsl"  // rope_first, rope_second
 layout(local_size_x_id = 0) in;
 struct RowInfo { uint pos; uint kv_base; };
 layout(std430, binding = 0) readonly buffer Q { float q[]; };      // [T][n_head*D]
@@ -53,7 +55,7 @@ void main() {
             xb *= wb;
         }
         vec2 cs = texelFetch(Rope, int(rope_row + i)).xy;
-        float ya = (xa * cs.x - xb * cs.y) * scale, yb = (xa * cs.y + xb * cs.x) * scale;
+        float ya = rope_first(xa, xb, cs.x, cs.y, scale), yb = rope_second(xa, xb, cs.x, cs.y, scale);
         if (is_q) { qo[base + da] = ya; qo[base + db] = yb; }
         else { ko[base + da] = ya; ko[base + db] = yb; }
     }
