@@ -418,8 +418,11 @@ static int op_kv_store_quant(rec *r, int il, uint32_t T) {
     wk_arg args[8] = {S(&f->a.k),           S(&f->a.v),         S(&f->a.rows),   S(&f->a.tables),
                       TV(&f->kv->pool_buf), S(&f->a.win_dest), S(&f->a.k16), S(&f->a.v16)};
     uint32_t gx, gy;
-    grid_1d((T * g.n_head_kv * 2 + 7) / 8, &gx, &gy);
-    return wk_dispatch(f->vk, f->pipes, WK_PIPE_KV_STORE_QUANT, args, &pc, sizeof pc, gx, gy, 1, r->err, r->errlen);
+    /* Each token's key and value heads: an invocation each, or a subgroup each (store_lanes). */
+    const bool lanes = f->pipes->store_lanes;
+    const uint32_t heads = T * g.n_head_kv * 2, sg = f->vk->subgroup_size;
+    grid_1d(lanes ? heads : (heads + sg - 1) / sg, &gx, &gy);
+    return wk_dispatch(f->vk, f->pipes, lanes ? WK_PIPE_KV_STORE_QUANT_LANES : WK_PIPE_KV_STORE_QUANT, args, &pc, sizeof pc, gx, gy, 1, r->err, r->errlen);
 }
 
 static int op_attention_paged(rec *r, int il, uint32_t T) {

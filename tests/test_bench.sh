@@ -88,7 +88,7 @@ rc=$?
 check "WUSHKV_KERNELS=gpu variants" "$out" 'j["kernel_variants"].startswith("matmul=tiled,") and "attention=lanes,splits=gpu" in j["kernel_variants"]'
 # Single variants on top of a set (or of auto), read back in the same syntax; a bad one refused.
 out=$(WUSHKV_KERNELS=cpu,attention=lanes,splits=gpu "$exe" bench -m "$model" -p 8 -n 2 -r 1 --kv f16 --json 2>"$tmp/err")
-check "WUSHKV_KERNELS=cpu,attention=lanes" "$out" 'j["kernels"] == "cpu" and j["kernel_variants"].startswith("matmul=register,") and j["kernel_variants"].endswith(",matvec=1,attention=lanes,splits=gpu,transform_rope=on") and j["decode_tokens_per_s"] > 0'
+check "WUSHKV_KERNELS=cpu,attention=lanes" "$out" 'j["kernels"] == "cpu" and j["kernel_variants"].startswith("matmul=register,") and j["kernel_variants"].endswith(",matvec=1,attention=lanes,splits=gpu,transform_rope=on,store=invocation") and j["decode_tokens_per_s"] > 0'
 out=$(WUSHKV_KERNELS=matvec=2 "$exe" bench -m "$model" -p 8 -n 2 -r 1 --kv f16 --json 2>"$tmp/err")
 check "WUSHKV_KERNELS=matvec=2 (auto set)" "$out" '",matvec=2," in j["kernel_variants"] and j["decode_tokens_per_s"] > 0'
 WUSHKV_KERNELS=gpu,attention=fast "$exe" bench -m "$model" -p 8 -n 2 -r 1 --json >/dev/null 2>"$tmp/err"

@@ -750,9 +750,9 @@ static void real_model_case(const char *path) {
 
 int main(int argc, char **argv) {
     /* --kernel-cases: only the cases whose result depends on the kernel set's
-     * matmul and attention variants (the dense forward of each architecture, the
-     * quantized pool's decode steps with and without f16 windows, and the real
-     * model); the other paged, mixed and window cases exercise pool and window
+     * matmul, attention and store variants (the dense forward of each architecture,
+     * the quantized pool's decode steps with and without f16 windows and with
+     * parameter words two tokens share, and the real model); the other paged, mixed and window cases exercise pool and window
      * logic the kernel set does not change, and the default suite already runs
      * them once. */
     bool kernel_cases_only = argc > 1 && strcmp(argv[1], "--kernel-cases") == 0;
@@ -761,7 +761,9 @@ int main(int argc, char **argv) {
     tiny_case("llama", 11, 0);
     if (kernel_cases_only) {
         paged_case("gemma3", 10, 4, WK_KVQ_QUEST, 32, 12);
+        paged_case("gemma3", 9, 2, WK_KVQ_QUEST, 64, 0); /* kv_store_quant's shared parameter words (store=lanes) */
         window_case("gemma3", 23, 2, 5, false);
+        window_case("gemma3", 21, 4, 40, true); /* against the f16 cache: the store's f16 rows and copies */
         const char *model = real_model_path("the real-model check");
         if (model) real_model_case(model);
         TEST_MAIN_END();

@@ -51,7 +51,7 @@ int main(void) {
 
     /* The "cpu" set: every lavapipe variant; nothing forced changes it. */
     CHECK_EQ_INT(wk_pipelines_choose_kernels(&vk, &p, WK_KERNELS_CPU, err, sizeof err), 0);
-    snprintf(want, sizeof want, "matmul=register,matmul_shuffle=%s,matvec=1,attention=subgroup,splits=cpu,transform_rope=on", sh);
+    snprintf(want, sizeof want, "matmul=register,matmul_shuffle=%s,matvec=1,attention=subgroup,splits=cpu,transform_rope=on,store=invocation", sh);
     CHECK(strcmp(describe(&p), want) == 0);
     CHECK_EQ_INT(wk_pipelines_apply_variants(&vk, &p, NULL, err, sizeof err), 0);
     CHECK_EQ_INT(wk_pipelines_apply_variants(&vk, &p, "", err, sizeof err), 0);
@@ -65,6 +65,7 @@ int main(void) {
                {"splits=gpu", "splits=gpu"},
                {"matvec=4", "matvec=4"},
                {"transform_rope=off", "transform_rope=off"},
+               {"store=lanes", "store=lanes"},
                {"matmul_shuffle=off", "matmul_shuffle=off"}};
     for (size_t i = 0; i < sizeof one / sizeof one[0]; i++) {
         CHECK_EQ_INT(wk_pipelines_choose_kernels(&vk, &p, WK_KERNELS_CPU, err, sizeof err), 0);
@@ -72,9 +73,10 @@ int main(void) {
         CHECK_EQ_INT(wk_pipelines_apply_variants(&vk, &p, one[i].spec, err, sizeof err), 0);
         /* The description is the cpu set's with this one field replaced. */
         char expect[160] = "";
-        const char *cpu_fields[6] = {"matmul=register", shuffle ? "matmul_shuffle=on" : "matmul_shuffle=off",
-                                     "matvec=1", "attention=subgroup", "splits=cpu", "transform_rope=on"};
-        for (int f = 0; f < 6; f++) {
+        const char *cpu_fields[7] = {"matmul=register", shuffle ? "matmul_shuffle=on" : "matmul_shuffle=off",
+                                     "matvec=1", "attention=subgroup", "splits=cpu", "transform_rope=on",
+                                     "store=invocation"};
+        for (int f = 0; f < 7; f++) {
             const size_t name_len = strcspn(cpu_fields[f], "=");
             const bool same = strncmp(cpu_fields[f], one[i].field, name_len) == 0 && one[i].field[name_len] == '=';
             if (f) strcat(expect, ",");
@@ -89,12 +91,12 @@ int main(void) {
 
     /* The "gpu" set on this device (lavapipe allows its workgroups), then each of its variants back. */
     CHECK_EQ_INT(wk_pipelines_choose_kernels(&vk, &p, WK_KERNELS_GPU, err, sizeof err), 0);
-    snprintf(want, sizeof want, "matmul=tiled,matmul_shuffle=%s,matvec=4,attention=lanes,splits=gpu,transform_rope=on", sh);
+    snprintf(want, sizeof want, "matmul=tiled,matmul_shuffle=%s,matvec=4,attention=lanes,splits=gpu,transform_rope=on,store=lanes", sh);
     CHECK(strcmp(describe(&p), want) == 0);
-    CHECK(p.gpu_kernels && p.matmul_tiled && p.attn_lanes && p.attn_gpu_splits);
-    CHECK_EQ_INT(wk_pipelines_apply_variants(&vk, &p, "matmul=register,matvec=1,attention=subgroup,splits=cpu", err,
-                                             sizeof err), 0);
-    snprintf(want, sizeof want, "matmul=register,matmul_shuffle=%s,matvec=1,attention=subgroup,splits=cpu,transform_rope=on", sh);
+    CHECK(p.gpu_kernels && p.matmul_tiled && p.attn_lanes && p.attn_gpu_splits && p.store_lanes);
+    CHECK_EQ_INT(wk_pipelines_apply_variants(&vk, &p, "matmul=register,matvec=1,attention=subgroup,splits=cpu,store=invocation",
+                                             err, sizeof err), 0);
+    snprintf(want, sizeof want, "matmul=register,matmul_shuffle=%s,matvec=1,attention=subgroup,splits=cpu,transform_rope=on,store=invocation", sh);
     CHECK(strcmp(describe(&p), want) == 0);
     CHECK(p.gpu_kernels); /* the set's name stays; the engine reads the fields */
     /* A description is a spec: applying it reproduces it. */
@@ -113,6 +115,7 @@ int main(void) {
                {"splits=", "splits=: expected cpu or gpu"},
                {"matmul_shuffle=yes", "expected off or on"},
                {"transform_rope=fused", "transform_rope=fused: expected off or on"},
+               {"store=subgroup", "store=subgroup: expected invocation or lanes"},
                {"matvec=0", "matvec=0: expected a count"},
                {"matvec=65", "matvec=65"},
                {"matvec=-4", "matvec=-4"},
@@ -132,6 +135,11 @@ int main(void) {
     vk.subgroup_size = WK_ATTN_LANES_SG * 2;
     refused(&vk, &p, "attention=lanes", WK_ERR_UNSUPPORTED, "attention=lanes: device");
     vk.subgroup_size = real_sg;
+    /* ... and one without subgroup shuffles, store=lanes. */
+    const VkSubgroupFeatureFlags real_ops = vk.subgroup_ops;
+    vk.subgroup_ops &= ~(VkSubgroupFeatureFlags)VK_SUBGROUP_FEATURE_SHUFFLE_BIT;
+    refused(&vk, &p, "store=lanes", WK_ERR_UNSUPPORTED, "store=lanes: device");
+    vk.subgroup_ops = real_ops;
 
     printf("kernel variants: %s (cpu set), overrides and refusals checked\n", describe(&p));
     CHECK_EQ_INT(test_vk_close(&vk, &p), 0);

@@ -1,6 +1,7 @@
 /* GPU twin test of the KV quantizers: shaders/kv/kv_quant.glsl (through kv_quant_test.comp) must give
  * the same bytes as wk_kvq_encode and the same float bits as wk_kvq_decode, for every kind x bits x
- * G, over groups built to hit the hard cases (outliers, zeros, constants, denormals, f16 overflow,
+ * G, the encode with a group shared by every width of lanes the subgroup allows (1, 2, 4, ...),
+ * over groups built to hit the hard cases (outliers, zeros, constants, denormals, f16 overflow,
  * values exactly on code thresholds, f16 rounding ties, duplicates). Needs a Vulkan device and the
  * validation layer; the pipeline is built here from the embedded SPIR-V (not the engine's table). */
 #include <math.h>
@@ -371,7 +372,7 @@ static void dispatch(wk_vk *vk, kernel *k, const wk_pc_kv_quant_test *pc, uint32
 
 /* ---- the comparison ---- */
 typedef struct {
-    long groups, group_bytes_ok, decoded, decoded_ok, rand_groups;
+    long groups, group_bytes_ok, decoded, decoded_ok, rand_groups, lane_widths;
     long tie_elems, param_ties, denorm_elems, zero_step, sat_param, sub_param, neg_zero_min;
     long cat_groups[NCAT];
 } tally;
@@ -499,44 +500,49 @@ static long run_config(wk_vk *vk, kernel *k, wk_buf *bx, wk_buf *benc, wk_buf *b
     }
     t->rand_groups += NRAND;
     memcpy(dec, ref, (size_t)ndec * slot * 4);
-    memset(enc, 0xA5, (size_t)NGROUPS * slot * 4); /* poison: every byte must be written */
 
+    /* The encode with every width of lanes a group the subgroup allows: 1 (one invocation does
+     * it all), 2, 4, ... up to min(G, subgroup, 64); the decode once, with the first. */
     char err[256];
-    wk_pc_kv_quant_test pe = {.mode = 0, .kind = (int32_t)kind, .bits = bits, .group = G, .rank = rank,
-                              .ngroups = NGROUPS, .slot = slot, .quest_c2 = c2};
-    wk_pc_kv_quant_test pd = pe;
-    pd.mode = 1;
-    pd.ngroups = ndec;
-    if (wk_vk_begin(vk, err, sizeof err)) {
-        fprintf(stderr, "%s\n", err);
-        return -1;
-    }
-    vkCmdBindPipeline(vk->cmd, VK_PIPELINE_BIND_POINT_COMPUTE, k->pipe);
-    vkCmdBindDescriptorSets(vk->cmd, VK_PIPELINE_BIND_POINT_COMPUTE, k->layout, 0, 1, &k->set, 0, NULL);
-    dispatch(vk, k, &pe, NGROUPS);
-    dispatch(vk, k, &pd, ndec); /* independent of the encode: it reads the C bytes */
-    wk_vk_barrier(vk);          /* shader writes -> host reads */
-    if (wk_vk_submit_wait(vk, err, sizeof err)) {
-        fprintf(stderr, "%s\n", err);
-        return -1;
-    }
-
+    const uint32_t sg = vk->subgroup_size, per_wg = sg <= 64 ? 64 / sg : 1; /* groups a 64-lane workgroup encodes */
     long bad = 0;
-    for (int g = 0; g < NGROUPS; g++) {
-        const uint8_t *a = enc + (size_t)g * slot * 4, *b = ref + (size_t)g * slot * 4;
-        t->groups++;
-        /* the whole slot: the group bytes and the zero tail of its last word */
-        if (memcmp(a, b, (size_t)slot * 4) == 0) {
-            t->group_bytes_ok++;
-        } else if (bad++ < MAX_PRINT) {
-            fprintf(stderr, "encode mismatch %s b=%d G=%d rho=%g clip=%g group %d (%s):\n  gpu ", wk_kvq_kind_name(kind),
-                    bits, G, (double)rho, (double)clip, g, CAT_NAME[cats[g]]);
-            hex(a, gb);
-            fprintf(stderr, "\n  c   ");
-            hex(b, gb);
-            fprintf(stderr, "\n  x[0..3] = %a %a %a %a\n", (double)x[(size_t)g * G], (double)x[(size_t)g * G + 1],
-                    (double)x[(size_t)g * G + 2], (double)x[(size_t)g * G + 3]);
+    for (uint32_t lanes = 1; lanes <= (uint32_t)G && lanes <= sg && lanes <= 64; lanes *= 2) {
+        memset(enc, 0xA5, (size_t)NGROUPS * slot * 4); /* poison: every byte must be written */
+        wk_pc_kv_quant_test pe = {.mode = 0, .kind = (int32_t)kind, .bits = bits, .group = G, .rank = rank,
+                                  .ngroups = NGROUPS, .slot = slot, .quest_c2 = c2, .lanes = lanes};
+        wk_pc_kv_quant_test pd = pe;
+        pd.mode = 1;
+        pd.ngroups = ndec;
+        if (wk_vk_begin(vk, err, sizeof err)) {
+            fprintf(stderr, "%s\n", err);
+            return -1;
         }
+        vkCmdBindPipeline(vk->cmd, VK_PIPELINE_BIND_POINT_COMPUTE, k->pipe);
+        vkCmdBindDescriptorSets(vk->cmd, VK_PIPELINE_BIND_POINT_COMPUTE, k->layout, 0, 1, &k->set, 0, NULL);
+        dispatch(vk, k, &pe, (NGROUPS + per_wg - 1) / per_wg * 64);
+        if (lanes == 1) dispatch(vk, k, &pd, ndec); /* independent of the encode: it reads the C bytes */
+        wk_vk_barrier(vk);                          /* shader writes -> host reads */
+        if (wk_vk_submit_wait(vk, err, sizeof err)) {
+            fprintf(stderr, "%s\n", err);
+            return -1;
+        }
+        for (int g = 0; g < NGROUPS; g++) {
+            const uint8_t *a = enc + (size_t)g * slot * 4, *b = ref + (size_t)g * slot * 4;
+            t->groups++;
+            /* the whole slot: the group bytes and the zero tail of its last word */
+            if (memcmp(a, b, (size_t)slot * 4) == 0) {
+                t->group_bytes_ok++;
+            } else if (bad++ < MAX_PRINT) {
+                fprintf(stderr, "encode mismatch %s b=%d G=%d rho=%g clip=%g lanes %u group %d (%s):\n  gpu ",
+                        wk_kvq_kind_name(kind), bits, G, (double)rho, (double)clip, lanes, g, CAT_NAME[cats[g]]);
+                hex(a, gb);
+                fprintf(stderr, "\n  c   ");
+                hex(b, gb);
+                fprintf(stderr, "\n  x[0..3] = %a %a %a %a\n", (double)x[(size_t)g * G], (double)x[(size_t)g * G + 1],
+                        (double)x[(size_t)g * G + 2], (double)x[(size_t)g * G + 3]);
+            }
+        }
+        t->lane_widths++;
     }
     for (uint32_t g = 0; g < ndec; g++) {
         wk_kvq_decode(kind, bits, G, ref + (size_t)g * slot * 4, yref);
@@ -598,11 +604,15 @@ int main(void) {
                     CHECK_EQ_INT(t.decoded_ok, t.decoded);
                     /* every configuration must reach the f16 rounding ties of its parameters */
                     CHECK(t.param_ties >= 20);
-                    printf("%-10s b=%d G=%3d rho=%.2f clip=%.1f  encode %ld/%ld groups  decode %ld/%ld elems  "
+                    /* every lane width from 1 to min(G, subgroup, 64) encoded */
+                    long widths = 0;
+                    for (uint32_t w = 1; w <= (uint32_t)G && w <= vk.subgroup_size && w <= 64; w *= 2) widths++;
+                    CHECK_EQ_INT(t.lane_widths, widths);
+                    printf("%-10s b=%d G=%3d rho=%.2f clip=%.1f  encode %ld/%ld groups (%ld lane widths)  decode %ld/%ld elems  "
                            "threshold-ties %ld  param-ties %ld  denormals %ld  zero-step %ld  saturated %ld  "
                            "f16-subnormal %ld\n",
                            wk_kvq_kind_name(kind), bits, G, (double)rho, (double)clip,
-                           t.group_bytes_ok, t.groups, t.decoded_ok, t.decoded, t.tie_elems, t.param_ties,
+                           t.group_bytes_ok, t.groups, t.lane_widths, t.decoded_ok, t.decoded, t.tie_elems, t.param_ties,
                            t.denorm_elems, t.zero_step, t.sat_param, t.sub_param);
                     all.groups += t.groups, all.group_bytes_ok += t.group_bytes_ok, all.decoded += t.decoded;
                     all.decoded_ok += t.decoded_ok, all.rand_groups += t.rand_groups, all.tie_elems += t.tie_elems;

@@ -168,11 +168,11 @@ typedef struct { WK_PC_KV_TRANSFORM(WK_PC_MEMBER, ) } wk_pc_kv_transform;
     X(s, uint32_t, table_stride) X(s, uint32_t, table_col)
 typedef struct { WK_PC_KV_STORE_F16(WK_PC_MEMBER, ) } wk_pc_kv_store_f16;
 
-/* kv_quant_test (tests/test_kv_quant_gpu.c only): mode 0 encodes, 1 decodes ngroups groups of
- * slot words each. */
+/* kv_quant_test (tests/test_kv_quant_gpu.c only): mode 0 encodes (lanes of a subgroup a group),
+ * 1 decodes ngroups groups of slot words each. */
 #define WK_PC_KV_QUANT_TEST(X, s)                                                                  \
     X(s, int32_t, mode) X(s, int32_t, kind) X(s, int32_t, bits) X(s, int32_t, group) X(s, int32_t, rank) \
-    X(s, uint32_t, ngroups) X(s, uint32_t, slot) X(s, float, quest_c2)
+    X(s, uint32_t, ngroups) X(s, uint32_t, slot) X(s, float, quest_c2) X(s, uint32_t, lanes)
 typedef struct { WK_PC_KV_QUANT_TEST(WK_PC_MEMBER, ) } wk_pc_kv_quant_test;
 
 /* Every block: B(struct, field list, shader sources under shaders/ that declare it). */

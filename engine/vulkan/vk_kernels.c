@@ -34,6 +34,12 @@ static bool lanes_fit(const wk_vk *vk) {
            vk->props.limits.maxComputeSharedMemorySize >= wk_attn_lanes_shared_bytes(WK_ATTN_DECODE_ROWS);
 }
 
+/* kv_store_quant's lanes module: subgroup shuffles and broadcasts (arithmetic is required at open). */
+static bool store_lanes_fit(const wk_vk *vk) {
+    const VkSubgroupFeatureFlags need = VK_SUBGROUP_FEATURE_SHUFFLE_BIT | VK_SUBGROUP_FEATURE_BALLOT_BIT;
+    return (vk->subgroup_ops & need) == need;
+}
+
 int wk_pipelines_choose_kernels(wk_vk *vk, wk_pipelines *p, int kernels, char *err, size_t errlen) {
     const bool fits = tiled_fits(vk);
     if (kernels == WK_KERNELS_GPU && !fits) return tiled_refused(vk, "kernel set gpu", err, errlen);
@@ -47,6 +53,8 @@ int wk_pipelines_choose_kernels(wk_vk *vk, wk_pipelines *p, int kernels, char *e
     p->attn_lanes = p->gpu_kernels && lanes_fit(vk); /* a subgroup wider than 64 keeps a key per subgroup */
     p->attn_gpu_splits = p->gpu_kernels;
     p->transform_rope = true; /* one dispatch fewer a layer on any device */
+    /* On lavapipe an invocation a head is as fast in decode and faster in prefill (docs/engine.md). */
+    p->store_lanes = p->gpu_kernels && store_lanes_fit(vk);
     /* Four subgroups a matvec workgroup on a GPU, where the device allows it; one otherwise. */
     return wk_pipelines_set_matvec_subgroups(vk, p, p->gpu_kernels && wk_pipelines_matvec_fits(vk, 4) ? 4 : 1, err,
                                              errlen);
@@ -65,7 +73,8 @@ static int apply_one(wk_vk *vk, wk_pipelines *p, const char *name, const char *v
                   {"matmul_shuffle", "off", "on"},
                   {"attention", "subgroup", "lanes"},
                   {"splits", "cpu", "gpu"},
-                  {"transform_rope", "off", "on"}};
+                  {"transform_rope", "off", "on"},
+                  {"store", "invocation", "lanes"}};
     if (strcmp(name, "matvec") == 0) {
         char *end;
         long n = strtol(value, &end, 10);
@@ -99,11 +108,19 @@ static int apply_one(wk_vk *vk, wk_pipelines *p, const char *name, const char *v
             p->attn_lanes = on;
             return 0;
         case 3: p->attn_gpu_splits = on; return 0;
-        default: p->transform_rope = on; return 0;
+        case 4: p->transform_rope = on; return 0;
+        default:
+            if (on && !store_lanes_fit(vk)) {
+                snprintf(err, errlen, "kernel variant store=lanes: device %s lacks subgroup shuffles or broadcasts in "
+                         "compute shaders", vk->props.deviceName);
+                return WK_ERR_UNSUPPORTED;
+            }
+            p->store_lanes = on;
+            return 0;
         }
     }
-    snprintf(err, errlen, "kernel variant '%s': expected matmul, matmul_shuffle, matvec, attention, splits or "
-             "transform_rope", name);
+    snprintf(err, errlen, "kernel variant '%s': expected matmul, matmul_shuffle, matvec, attention, splits, "
+             "transform_rope or store", name);
     return WK_ERR_INVALID;
 }
 
@@ -120,7 +137,7 @@ int wk_pipelines_apply_variants(wk_vk *vk, wk_pipelines *p, const char *spec, ch
         char *eq = strchr(item, '=');
         if (!eq) {
             snprintf(err, errlen, "kernel variant '%s': expected name=value (matmul, matmul_shuffle, matvec, attention, "
-                     "splits, transform_rope)", item);
+                     "splits, transform_rope, store)", item);
             return WK_ERR_INVALID;
         }
         *eq = '\0';
@@ -131,7 +148,8 @@ int wk_pipelines_apply_variants(wk_vk *vk, wk_pipelines *p, const char *spec, ch
 }
 
 void wk_pipelines_describe_variants(const wk_pipelines *p, char *buf, size_t cap) {
-    snprintf(buf, cap, "matmul=%s,matmul_shuffle=%s,matvec=%u,attention=%s,splits=%s,transform_rope=%s",
+    snprintf(buf, cap, "matmul=%s,matmul_shuffle=%s,matvec=%u,attention=%s,splits=%s,transform_rope=%s,store=%s",
              p->matmul_tiled ? "tiled" : "register", p->matmul_shuffle ? "on" : "off", p->matvec_subgroups,
-             p->attn_lanes ? "lanes" : "subgroup", p->attn_gpu_splits ? "gpu" : "cpu", p->transform_rope ? "on" : "off");
+             p->attn_lanes ? "lanes" : "subgroup", p->attn_gpu_splits ? "gpu" : "cpu", p->transform_rope ? "on" : "off",
+             p->store_lanes ? "lanes" : "invocation");
 }

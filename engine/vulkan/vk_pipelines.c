@@ -15,6 +15,7 @@
 #include "spv_kv_store_window.h"
 #include "spv_kv_store_f16.h"
 #include "spv_kv_store_quant.h"
+#include "spv_kv_store_quant_lanes.h"
 #include "spv_kv_transform.h"
 #include "spv_kv_transform_noshuffle.h"
 #include "spv_kv_transform_rope.h"
@@ -95,7 +96,9 @@ static const pipe_spec specs[WK_PIPE_COUNT] = {
     [WK_PIPE_ATTENTION_BULK_LANES_WIDE] = {"attention_bulk_lanes_wide", SPV(wk_spv_attention_paged), "SSSTSSSTTT", sizeof(wk_pc_attention_paged), true},
     [WK_PIPE_KV_STORE_WINDOW] = {"kv_store_window", SPV(wk_spv_kv_store_window), "SSSI", sizeof(wk_pc_kv_store_window), false},
     [WK_PIPE_ATTENTION_REDUCE] = {"attention_reduce", SPV(wk_spv_attention_reduce), "TS", sizeof(wk_pc_attention_reduce), true},
-    [WK_PIPE_KV_STORE_QUANT] = {"kv_store_quant", SPV(wk_spv_kv_store_quant), "SSSSISSS", sizeof(wk_pc_kv_store_quant), false},
+    [WK_PIPE_KV_STORE_QUANT] = {"kv_store_quant", SPV(wk_spv_kv_store_quant), "SSSSISSS", sizeof(wk_pc_kv_store_quant), true},
+    [WK_PIPE_KV_STORE_QUANT_LANES] = {"kv_store_quant_lanes", SPV(wk_spv_kv_store_quant_lanes), "SSSSISSS",
+                                      sizeof(wk_pc_kv_store_quant), true},
     [WK_PIPE_KV_TRANSFORM] = {"kv_transform", SPV(wk_spv_kv_transform), "SSTT", sizeof(wk_pc_kv_transform), true},
     [WK_PIPE_KV_TRANSFORM_DECODE] = {"kv_transform_decode", SPV(wk_spv_kv_transform), "SSTT", sizeof(wk_pc_kv_transform), true},
     [WK_PIPE_KV_TRANSFORM_DECODE_ROPE] = {"kv_transform_decode_rope", SPV(wk_spv_kv_transform_rope), "SSTTSSTS",

@@ -57,6 +57,7 @@ typedef enum {
     WK_PIPE_ATTENTION_REDUCE,
     WK_PIPE_KV_STORE_WINDOW,
     WK_PIPE_KV_STORE_QUANT,
+    WK_PIPE_KV_STORE_QUANT_LANES, /* the same with a subgroup a head, its lanes sharing each group (store=lanes) */
     WK_PIPE_KV_TRANSFORM,
     WK_PIPE_KV_TRANSFORM_DECODE, /* the same with a token's query heads a tile, for steps of few tokens */
     WK_PIPE_KV_TRANSFORM_DECODE_ROPE, /* the decode twin applying qk_norm_rope itself (kv_transform.comp) */
@@ -134,6 +135,9 @@ typedef struct wk_pipelines {
     /* A decode step's q/k norm and RoPE applied by the key transform as it reads q and k
      * (kv_transform_decode_rope), not by a qk_norm_rope dispatch before it: on in both sets. */
     bool transform_rope;
+    /* kv_store_quant's lanes module: a subgroup encodes each token's key or value head, its lanes
+     * sharing every group (kv_store_quant_lanes), not an invocation each head: the "gpu" set's. */
+    bool store_lanes;
     /* matmul.comp's and kv_transform.comp's modules (wk_pipelines_set_matmul_shuffle): true the
      * ones whose lanes share the activations' fetches through subgroup shuffles, where the device
      * allows it; false the ones without shuffles. */
@@ -194,6 +198,7 @@ int wk_pipelines_choose_kernels(wk_vk *vk, wk_pipelines *p, int kernels, char *e
  *   attention=subgroup|lanes     attention_paged: a key per subgroup, or the key-per-lane variant
  *   splits=cpu|gpu               the attention's key-split targets
  *   transform_rope=on|off        a decode step's q/k norm and RoPE inside the key transform, or apart
+ *   store=invocation|lanes       kv_store_quant: an invocation a head, or a subgroup sharing it
  * (the set's own values are what wk_pipelines_describe_variants prints). An unknown name or value
  * fails (WK_ERR_INVALID), and so does a variant the device cannot run (WK_ERR_UNSUPPORTED), with the
  * reason in err; as the setters above, never while a step is in flight. */

@@ -88,7 +88,8 @@ typedef struct wk_engine_params {
     /* Single variants forced on top of the set, "name=value[,...]" (NULL or "": none): matmul=register|
      * tiled, matmul_shuffle=on|off, matvec=N (subgroups a workgroup), attention=subgroup|lanes,
      * splits=cpu|gpu, transform_rope=on|off (a decode step's q/k norm and RoPE inside the KV
-     * transform); the CLI takes them from WUSHKV_KERNELS after the set (gpu,attention=subgroup).
+     * transform), store=invocation|lanes (an invocation, or a subgroup, a stored key or value
+     * head); the CLI takes them from WUSHKV_KERNELS after the set (gpu,attention=subgroup).
      * An unknown one, or one the device cannot run, fails the open. */
     const char *kernel_variants;
     /* GPU time per pipeline: a timestamp after every dispatch (where the device has compute

@@ -1,6 +1,7 @@
 // KV-cache quantizers in GLSL: the bit-exact twins of engine/kv/kv_quant.c (the contract is in
 // engine/kv/kv_quant.h): f16 parameters, codes, the packed group layout, and the cheap per-element
-// decode used inside attention loops. Needs no optional feature (32-bit types only).
+// decode used inside attention loops. 32-bit types only; with WK_KVQ_LANES the encoder shares a
+// group between the lanes of a subgroup (subgroup arithmetic, shuffle and ballot).
 //
 // How exactness is kept on any Vulkan implementation (why the code looks the way it does):
 //   - Only + - * are used on values that reach the output; they are correctly rounded in Vulkan
@@ -20,7 +21,8 @@
 //   - Selection (the percentile threshold) is a radix select on keys: order-free, like the C sort.
 //
 // Usage: set WK_KVQ_GMAX (default 256) to the largest G the including shader needs, then
-// #include "kv_quant.glsl". Encode: fill wk_kvq_x[0..G) and call wk_kvq_encode_group(); the group
+// #include "kv_quant.glsl". Encode (L lanes of a subgroup a group): lane l < L fills wk_kvq_x[m]
+// with element l + L m (m < G/L), every lane calls wk_kvq_encode_group(..., l, L); the group
 // (wk_kvq_encode's byte layout) is then in wk_kvq_w[0 .. wk_kvq_group_words()). Decode: per group
 // wk_kvq_affine(); per element wk_kvq_code_*() then wk_kvq_dequant() (bitfield extract, one
 // int->float conversion, one fma), or wk_kvq_dequant4() for four codes at once (b = 2, 4).
@@ -185,37 +187,72 @@ uint wk_kvq_pct_code(float xc, float scale, float mn, int bits) {
     return uint(u);
 }
 
-// ---- whole group, one invocation (left out with WK_KVQ_DECODE_ONLY: attention kernels) ----
+// ---- whole group, the lanes of one subgroup (left out with WK_KVQ_DECODE_ONLY: attention kernels) ----
+// Lane l < L of a subgroup holds elements l, l + L, l + 2L, ... of the group (G/L of them, in
+// wk_kvq_x[0 .. G/L)); L is a power of two <= G. Lanes >= L hold none and take part all the
+// same (uniform control flow). Every step that combines elements is one C does in an order-free
+// way (max, min, integer counts) or is C's own pairwise tree split between the lanes (below), so
+// the bytes are wk_kvq_encode's for every L: a subgroup of any width, or L = 1, gives the same.
+// Lanes need WK_KVQ_LANES defined and GL_KHR_shader_subgroup_arithmetic, _shuffle and _ballot
+// enabled; without it every invocation encodes a group of its own (L = 1, lane 0), and the module
+// needs no subgroup feature.
 #ifndef WK_KVQ_DECODE_ONLY
+#ifdef WK_KVQ_LANES
+#define WK_KVQ_ACROSS(op, x, L) ((L) > 1u ? op(x) : (x))
+#else
+#define WK_KVQ_ACROSS(op, x, L) (x)
+#endif
 
-float wk_kvq_x[WK_KVQ_GMAX];                  // input group (caller fills 0..G)
+float wk_kvq_x[WK_KVQ_GMAX];                  // this lane's elements of the group (caller fills)
 float wk_kvq_a[WK_KVQ_GMAX / 2];              // tree-sum scratch
 uint wk_kvq_w[(WK_KVQ_GMAX * 4) / 32 + 1];    // output: codes bit stream + f16 params
 
-// The fixed pairwise tree of kv_quant.h: a_i = x_i^2; a_i += a_(i+h) for h = G/2 .. 1.
-float wk_kvq_tree_sum_squares(int G) {
-    int h = G >> 1;
-    for (int i = 0; i < h; i++) {
-        precise float s = wk_kvq_x[i] * wk_kvq_x[i] + wk_kvq_x[i + h] * wk_kvq_x[i + h];
-        wk_kvq_a[i] = s;
-    }
-    for (h >>= 1; h >= 1; h >>= 1)
+// The fixed pairwise tree of kv_quant.h: a_i = x_i^2; a_i += a_(i+h) for h = G/2 .. 1. With
+// lane l holding x_(l + L m), the levels h >= L pair elements of one lane (x_(l+Lm) with
+// x_(l+L(m+E/2)), E = G/L), so each lane first runs the same tree over its own E elements; the
+// levels h < L pair lane l with lane l + h: an exchange of partial sums (shuffle xor h), in which
+// lane l < h adds a_(l+h) to its a_l as C does. Lane 0's sum is then C's, bit for bit.
+float wk_kvq_tree_sum_squares(int G, uint lane, uint L) {
+    int E = lane < L ? G / int(L) : 0;
+    float s = 0.0;
+    if (E == 1) {
+        precise float sq = wk_kvq_x[0] * wk_kvq_x[0];
+        s = sq;
+    } else if (E > 1) {
+        int h = E >> 1;
         for (int i = 0; i < h; i++) {
-            precise float s = wk_kvq_a[i] + wk_kvq_a[i + h];
-            wk_kvq_a[i] = s;
+            precise float t = wk_kvq_x[i] * wk_kvq_x[i] + wk_kvq_x[i + h] * wk_kvq_x[i + h];
+            wk_kvq_a[i] = t;
         }
-    return wk_kvq_a[0];
+        for (h >>= 1; h >= 1; h >>= 1)
+            for (int i = 0; i < h; i++) {
+                precise float t = wk_kvq_a[i] + wk_kvq_a[i + h];
+                wk_kvq_a[i] = t;
+            }
+        s = wk_kvq_a[0];
+    }
+#ifdef WK_KVQ_LANES
+    if (L > 1u) {
+        for (uint h = L >> 1; h >= 1u; h >>= 1) {
+            precise float t = s + subgroupShuffleXor(s, h);
+            s = t;
+        }
+        s = subgroupBroadcast(s, 0u);
+    }
+#endif
+    return s;
 }
 
 // The element of 0-based rank r of the ascending |x| (as bits): the largest t with
 // #{i : |x_i| < t} <= r, built from the top bit down (31 counting passes, order-free).
-uint wk_kvq_abs_select(int G, int r) {
+uint wk_kvq_abs_select(int G, int r, uint lane, uint L) {
+    int E = lane < L ? G / int(L) : 0;
     uint t = 0u;
     for (int bit = 30; bit >= 0; bit--) {
         uint tr = t | (1u << uint(bit));
         int cnt = 0;
-        for (int i = 0; i < G; i++) cnt += (floatBitsToUint(wk_kvq_x[i]) & 0x7FFFFFFFu) < tr ? 1 : 0;
-        if (cnt <= r) t = tr;
+        for (int i = 0; i < E; i++) cnt += (floatBitsToUint(wk_kvq_x[i]) & 0x7FFFFFFFu) < tr ? 1 : 0;
+        if (WK_KVQ_ACROSS(subgroupAdd, cnt, L) <= r) t = tr;
     }
     return t;
 }
@@ -233,40 +270,43 @@ void wk_kvq_put_param(uint cb, int p, uint h) {
     wk_kvq_w[byte_ >> 2] |= (h & 0xFFFFu) << ((byte_ & 2u) * 8u);
 }
 
-// wk_kvq_encode for the group in wk_kvq_x: rank = wk_kvq_percentile_rank(rho, G), computed on the
-// host (used by WK_KVQ_PERCENTILE only); quest_c2 as wk_kvq_quest_step's c2 (QuEST only).
-void wk_kvq_encode_group(int kind, int bits, int G, int rank, float quest_c2) {
+// wk_kvq_encode for the group the lanes hold: rank = wk_kvq_percentile_rank(rho, G), computed on
+// the host (WK_KVQ_PERCENTILE only); quest_c2 as wk_kvq_quest_step's c2 (QuEST only). Each lane
+// puts its own elements' codes, then the words are OR-ed across the subgroup: every lane ends
+// with the whole group in wk_kvq_w[0 .. wk_kvq_group_words()).
+void wk_kvq_encode_group(int kind, int bits, int G, int rank, float quest_c2, uint lane, uint L) {
     uint nw = wk_kvq_group_words(kind, bits, G), cb = wk_kvq_code_bytes(bits, G);
+    int E = lane < L ? G / int(L) : 0;
     for (uint w = 0u; w < nw; w++) wk_kvq_w[w] = 0u;
+    uvec2 p = uvec2(0u);
     if (kind == WK_KVQ_PERCENTILE) {
-        int kt = int(wk_kvq_abs_select(G, rank));
+        int kt = int(wk_kvq_abs_select(G, rank, lane, L));
         int lo = 0x7FFFFFFF, hi = -0x7FFFFFFF;
-        for (int i = 0; i < G; i++) {
+        for (int i = 0; i < E; i++) {
             int c = clamp(wk_kvq_key(wk_kvq_x[i]), -kt, kt);
             lo = min(lo, c);
             hi = max(hi, c);
         }
-        uvec2 p = wk_kvq_pct_params(lo, hi, bits);
+        p = wk_kvq_pct_params(WK_KVQ_ACROSS(subgroupMin, lo, L), WK_KVQ_ACROSS(subgroupMax, hi, L), bits);
         float scale = wk_kvq_f16_to_f32(p.x), mn = wk_kvq_f16_to_f32(p.y);
-        for (int i = 0; i < G; i++) {
+        for (int i = 0; i < E; i++) {
             float xc = wk_kvq_unkey(clamp(wk_kvq_key(wk_kvq_x[i]), -kt, kt));
-            wk_kvq_put_code(uint(i), wk_kvq_pct_code(xc, scale, mn, bits), bits);
+            wk_kvq_put_code(lane + L * uint(i), wk_kvq_pct_code(xc, scale, mn, bits), bits);
         }
-        wk_kvq_put_param(cb, 0, p.x);
-        wk_kvq_put_param(cb, 1, p.y);
-        return;
-    }
-    uint sh;
-    if (kind == WK_KVQ_QUEST) {
-        sh = wk_kvq_quest_step(wk_kvq_tree_sum_squares(G), bits, G, quest_c2);
     } else {
-        uint amax = 0u;
-        for (int i = 0; i < G; i++) amax = max(amax, floatBitsToUint(wk_kvq_x[i]) & 0x7FFFFFFFu);
-        sh = wk_kvq_absmax_step(amax, bits);
+        if (kind == WK_KVQ_QUEST) {
+            p.x = wk_kvq_quest_step(wk_kvq_tree_sum_squares(G, lane, L), bits, G, quest_c2);
+        } else {
+            uint amax = 0u;
+            for (int i = 0; i < E; i++) amax = max(amax, floatBitsToUint(wk_kvq_x[i]) & 0x7FFFFFFFu);
+            p.x = wk_kvq_absmax_step(WK_KVQ_ACROSS(subgroupMax, amax, L), bits);
+        }
+        float step = wk_kvq_f16_to_f32(p.x);
+        for (int i = 0; i < E; i++) wk_kvq_put_code(lane + L * uint(i), wk_kvq_sym_code(wk_kvq_x[i], step, bits), bits);
     }
-    float step = wk_kvq_f16_to_f32(sh);
-    for (int i = 0; i < G; i++) wk_kvq_put_code(uint(i), wk_kvq_sym_code(wk_kvq_x[i], step, bits), bits);
-    wk_kvq_put_param(cb, 0, sh);
+    for (uint w = 0u; w < nw; w++) wk_kvq_w[w] = WK_KVQ_ACROSS(subgroupOr, wk_kvq_w[w], L);
+    wk_kvq_put_param(cb, 0, p.x);
+    if (kind == WK_KVQ_PERCENTILE) wk_kvq_put_param(cb, 1, p.y);
 }
 #endif
 

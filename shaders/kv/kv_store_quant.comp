@@ -1,10 +1,14 @@
 #version 450
-// Quantize-on-store for the paged KV pool: each invocation takes one token's key or value head
-// (post-RoPE keys; values as projected), encodes its D/G groups with kv_quant.glsl (bit-identical
-// to the C twin) and writes the token's code words and parameters into its block's slab. A token's
-// codes start on a word. Its parameters fill whole words unless the token has an odd number of
-// them (one f16 step per token: QuEST or absmax with G = head_dim); then two tokens share each
-// parameter word and each writes its own half with a pair of atomics.
+// Quantize-on-store for the paged KV pool: one token's key or value head (post-RoPE keys; values
+// as projected) to each invocation, or (WK_KVQ_LANES, the `store=lanes` kernel variant) to each
+// workgroup of one subgroup, whose lanes share every group. It encodes the head's D/G groups with
+// kv_quant.glsl (bit-identical to the C twin either way) and writes the token's code words and
+// parameters into its block's slab. The lanes are for GPUs, where one invocation encoding a head
+// element by element holds up the step; on lavapipe an invocation a head is as fast in decode
+// and faster in prefill (docs/engine.md). A token's codes start on a word.
+// Its parameters fill whole words unless the token has an odd number of them (one f16 step per
+// token: QuEST or absmax with G = head_dim); then two tokens share each parameter word and each
+// writes its own half with a pair of atomics.
 // With pc.win_store (a step of one token per sequence: decode) it also writes the token's f16
 // window row, as kv_store_window.comp would after the attention: one dispatch fewer per layer
 // (a dispatch costs ~0.1 ms on lavapipe whatever its size). Before the attention is safe then:
@@ -15,8 +19,13 @@
 // instead of in every tile and lane that reads them (the rounding is integer code, ~40 operations
 // an element).
 #extension GL_GOOGLE_include_directive : require
+#ifdef WK_KVQ_LANES
+#extension GL_KHR_shader_subgroup_arithmetic : require
+#extension GL_KHR_shader_subgroup_shuffle : require
+#extension GL_KHR_shader_subgroup_ballot : require
+#endif
 #include "kv_quant.glsl" // also wk_kvq_pack_f16x2: the one f32 -> f16 rounding, as kv_store_window's
-layout(local_size_x = 8) in;
+layout(local_size_x_id = 0) in; // the host's subgroup size (wk_vk.subgroup_size)
 struct RowInfo { uint pos; uint table_off; };
 layout(std430, binding = 0) readonly buffer K { float k[]; };        // [T][n_head_kv][D]
 layout(std430, binding = 1) readonly buffer V { float v[]; };
@@ -44,7 +53,13 @@ layout(push_constant) uniform PC {
 
 const uint MAXW = 64u; // code words of one token head: D*b/32 <= 512*4/32
 void main() {
+#ifdef WK_KVQ_LANES
+    // A driver that runs the workgroup as narrower subgroups than the host assumed: the first does it all.
+    if (gl_SubgroupID != 0u) return;
+    uint id = gl_WorkGroupID.y * gl_NumWorkGroups.x + gl_WorkGroupID.x;
+#else
     uint id = gl_GlobalInvocationID.y * gl_NumWorkGroups.x * gl_WorkGroupSize.x + gl_GlobalInvocationID.x;
+#endif
     uint per_token = pc.n_head_kv * 2u;
     if (id >= pc.n_tokens * per_token) return;
     uint t = id / per_token, kh = (id % per_token) >> 1, kv = id & 1u;
@@ -59,6 +74,13 @@ void main() {
     uint D = pc.head_dim, G = uint(pc.group), ngroups = D / G, bits = uint(ibits);
     uint P = uint(wk_kvq_params_per_group(pc.kind)), cb = wk_kvq_code_bytes(ibits, pc.group);
     uint src = (t * pc.n_head_kv + kh) * D;
+#ifdef WK_KVQ_LANES
+    // The lanes that share a group: the subgroup's (or the workgroup's, if the driver's subgroup
+    // is wider), at most G; all powers of two.
+    uint lane = gl_SubgroupInvocationID, S = min(gl_SubgroupSize, gl_WorkGroupSize.x), L = min(S, G);
+#else
+    uint lane = 0u, S = 1u, L = 1u; // the invocation alone
+#endif
     uint words[MAXW];
     for (uint w = 0u; w < code_words; ++w) words[w] = 0u;
     uint hbase = tt * ngroups * P; // u16 index of the token's first parameter in the slab
@@ -66,8 +88,12 @@ void main() {
     uint pbase = slab + params_words + hbase / 2u;
     uint pword = 0u;
     for (uint g = 0u; g < ngroups; ++g) {
-        for (uint i = 0u; i < G; ++i) wk_kvq_x[i] = kv == 0u ? k[src + g * G + i] : v[src + g * G + i];
-        wk_kvq_encode_group(pc.kind, ibits, pc.group, kv == 0u ? pc.rank_k : pc.rank_v, quest_c2);
+        if (lane < L)
+            for (uint m = 0u; m < G / L; ++m) {
+                uint i = src + g * G + lane + L * m;
+                wk_kvq_x[m] = kv == 0u ? k[i] : v[i];
+            }
+        wk_kvq_encode_group(pc.kind, ibits, pc.group, kv == 0u ? pc.rank_k : pc.rank_v, quest_c2, lane, L);
         // The group's G*b code bits go to token bit g*G*b (a 3-bit group of 16 straddles words).
         uint gbits = G * bits, at = g * gbits;
         for (uint b = 0u; b < gbits; b += 32u) {
@@ -78,32 +104,35 @@ void main() {
             words[w] |= chunk << o;
             if (o != 0u && o + n > 32u) words[w + 1u] |= chunk >> (32u - o);
         }
-        // Parameters: P f16 values after the codes in the group layout (byte cb, an even offset).
-        for (uint p = 0u; p < P; ++p) {
-            uint byte_at = cb + 2u * p;
-            uint h = (wk_kvq_w[byte_at >> 2] >> ((byte_at & 3u) * 8u)) & 0xffffu;
-            uint idx = g * P + p;   // u16 index within the token's parameters
-            if (shared_words) {
-                // The neighbouring token may be written in this dispatch or another step: only
-                // this half of the word changes (stale bits of a reused block are cleared first).
-                uint hi = hbase + idx, at = slab + params_words + (hi >> 1), sh = (hi & 1u) * 16u;
-                imageAtomicAnd(Pool, int(at), ~(0xffffu << sh));
-                imageAtomicOr(Pool, int(at), h << sh);
-                continue;
-            }
-            pword |= h << ((idx & 1u) * 16u);
-            if ((idx & 1u) == 1u) {
-                imageStore(Pool, int(pbase + (idx >> 1)), uvec4(pword));
-                pword = 0u;
+        // The parameters, P f16 values after the codes in the group layout (byte cb, an even
+        // offset): lane 0 writes them.
+        if (lane == 0u) {
+            for (uint p = 0u; p < P; ++p) {
+                uint byte_at = cb + 2u * p;
+                uint h = (wk_kvq_w[byte_at >> 2] >> ((byte_at & 3u) * 8u)) & 0xffffu;
+                uint idx = g * P + p;   // u16 index within the token's parameters
+                if (shared_words) {
+                    // The neighbouring token may be written in this dispatch or another step: only
+                    // this half of the word changes (stale bits of a reused block are cleared first).
+                    uint hi = hbase + idx, at = slab + params_words + (hi >> 1), sh = (hi & 1u) * 16u;
+                    imageAtomicAnd(Pool, int(at), ~(0xffffu << sh));
+                    imageAtomicOr(Pool, int(at), h << sh);
+                    continue;
+                }
+                pword |= h << ((idx & 1u) * 16u);
+                if ((idx & 1u) == 1u) {
+                    imageStore(Pool, int(pbase + (idx >> 1)), uvec4(pword));
+                    pword = 0u;
+                }
             }
         }
     }
     uint cbase = slab + tt * code_words;
-    for (uint w = 0u; w < code_words; ++w) imageStore(Pool, int(cbase + w), uvec4(words[w]));
+    for (uint w = lane; w < code_words; w += S) imageStore(Pool, int(cbase + w), uvec4(words[w]));
     uint row = pc.win_store != 0u ? dest[pc.dest_base + t] : 0xffffffffu;
     if (pc.copy_f16 == 0u && row == 0xffffffffu) return;
     uint half_d = D / 2u, wbase = row + (pc.win_layer * 2u + kv) * pc.n_head_kv * half_d + kh * half_d;
-    for (uint w = 0u; w < half_d; ++w) {
+    for (uint w = lane; w < half_d; w += S) {
         vec2 x = kv == 0u ? vec2(k[src + 2u * w], k[src + 2u * w + 1u]) : vec2(v[src + 2u * w], v[src + 2u * w + 1u]);
         uint h = wk_kvq_pack_f16x2(x);
         if (row != 0xffffffffu) imageStore(Pool, int(wbase + w), uvec4(h));
