@@ -331,10 +331,17 @@ static int kernel_create(wk_vk *vk, kernel *k, wk_buf *bufs[4]) {
                                     .codeSize = sizeof wk_spv_kv_quant_test, .pCode = wk_spv_kv_quant_test};
     VkShaderModule mod;
     VK_TRY(vkCreateShaderModule(vk->dev, &sci, NULL, &mod), "vkCreateShaderModule");
+    /* The subgroup size the host counts groups and lanes with (vk->subgroup_size), pinned as the
+     * engine pins it (vk_pipelines.c) where the device lets us: a driver may otherwise pick another
+     * width (lavapipe with 512-bit vectors ran this kernel in 8-lane subgroups while reporting 16). */
+    const VkPipelineShaderStageRequiredSubgroupSizeCreateInfoEXT req = {
+        .sType = VK_STRUCTURE_TYPE_PIPELINE_SHADER_STAGE_REQUIRED_SUBGROUP_SIZE_CREATE_INFO_EXT,
+        .requiredSubgroupSize = vk->subgroup_size};
+    const bool pin = vk->pin_subgroup && 64 <= (uint64_t)vk->max_workgroup_subgroups * vk->subgroup_size;
     VkComputePipelineCreateInfo pci = {
         .sType = VK_STRUCTURE_TYPE_COMPUTE_PIPELINE_CREATE_INFO,
-        .stage = {.sType = VK_STRUCTURE_TYPE_PIPELINE_SHADER_STAGE_CREATE_INFO, .stage = VK_SHADER_STAGE_COMPUTE_BIT,
-                  .module = mod, .pName = "main"},
+        .stage = {.sType = VK_STRUCTURE_TYPE_PIPELINE_SHADER_STAGE_CREATE_INFO, .pNext = pin ? &req : NULL,
+                  .stage = VK_SHADER_STAGE_COMPUTE_BIT, .module = mod, .pName = "main"},
         .layout = k->layout};
     VkResult r = vkCreateComputePipelines(vk->dev, VK_NULL_HANDLE, 1, &pci, NULL, &k->pipe);
     vkDestroyShaderModule(vk->dev, mod, NULL);

@@ -28,7 +28,9 @@ void main() {
     int G = pc.group, bits = pc.bits;
     if (pc.mode == 0) {
         uint g = gl_WorkGroupID.x * gl_NumSubgroups + gl_SubgroupID; // the same in the whole subgroup
-        if (g >= pc.ngroups) return;
+        // More lanes than the subgroup has (a driver that picked a narrower one): nothing written,
+        // so the host's poison fails the comparison.
+        if (g >= pc.ngroups || pc.lanes > gl_SubgroupSize) return;
         uint lane = gl_SubgroupInvocationID, L = pc.lanes;
         if (lane < L)
             for (uint m = 0u; m < uint(G) / L; m++) wk_kvq_x[m] = x[g * uint(G) + lane + L * m];
