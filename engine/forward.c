@@ -422,7 +422,8 @@ static int op_kv_store_quant(rec *r, int il, uint32_t T) {
     const bool lanes = f->pipes->store_lanes;
     const uint32_t heads = T * g.n_head_kv * 2, sg = f->vk->subgroup_size;
     grid_1d(lanes ? heads : (heads + sg - 1) / sg, &gx, &gy);
-    return wk_dispatch(f->vk, f->pipes, lanes ? WK_PIPE_KV_STORE_QUANT_LANES : WK_PIPE_KV_STORE_QUANT, args, &pc, sizeof pc, gx, gy, 1, r->err, r->errlen);
+    const wk_pipe_id pipe = lanes ? WK_PIPE_KV_STORE_QUANT_LANES : WK_PIPE_KV_STORE_QUANT;
+    return wk_dispatch(f->vk, f->pipes, pipe, args, &pc, sizeof pc, gx, gy, 1, r->err, r->errlen);
 }
 
 static int op_attention_paged(rec *r, int il, uint32_t T) {
