@@ -129,7 +129,8 @@ else
         sed -n '/wushkv profile/,$p' "$work/bw-$fmt.err" | sed 's/^/  /'
     done
     # On a GPU, the same for the default format with the "cpu" kernel set (a key per subgroup, fewer
-    # splits): what the decode attention's GPU variant gains on this device.
+    # splits, an invocation a stored head): what the decode attention's and kv_store_quant's GPU
+    # variants gain on this device (the profile names kv_store_quant and kv_store_quant_lanes).
     if [[ $device_type != CPU || ${GPU_CHECK_SETS:-0} == 1 ]]; then
         say "bandwidth, kernels cpu: WUSHKV_KERNELS=cpu WUSHKV_PROFILE=1 $exe bench -m MODEL -p 0 -n 32 -r 1 -d $bw_depths --json"
         if WUSHKV_KERNELS=cpu WUSHKV_PROFILE=1 "$exe" bench -m "$model" -p 0 -n 32 -r 1 -d "$bw_depths" --json \
