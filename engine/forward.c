@@ -258,13 +258,13 @@ static bool rope_in_transform(const wk_fwd *f, const wk_dev_layer *L, uint32_t T
 }
 
 /* q, k, v = xn W_q, xn W_k, xn W_v: one matvec over the joined matrix for a decode-sized step (a
- * dispatch, not three), else one product each. With RoPE in the transform, q and k go to its input. */
-static int op_qkv(rec *r, const wk_dev_layer *L, uint32_t T) {
+ * dispatch, not three), else one product each. With RoPE in the transform (rope, the layer's
+ * rope_in_transform), q and k go to its input. */
+static int op_qkv(rec *r, const wk_dev_layer *L, uint32_t T, bool rope) {
     wk_acts *a = &r->f->a;
     if (T <= 4 && L->qkv.rows) {
         wk_pc_matmul pc = {.N = L->qkv.rows, .K = L->qkv.cols, .T = T, .n0 = L->wq.rows, .n1 = L->wk.rows};
-        const bool fused = rope_in_transform(r->f, L, T);
-        const wk_arg ys[3] = {fused ? xform_in_q(r->f) : S(&a->q), fused ? xform_in_k(r->f, T) : S(&a->k), S(&a->v)};
+        const wk_arg ys[3] = {rope ? xform_in_q(r->f) : S(&a->q), rope ? xform_in_k(r->f, T) : S(&a->k), S(&a->v)};
         return op_matvec(r, &L->qkv, &a->xn, ys, &pc, MATVEC_QKV);
     }
     TRY(op_matmul(r, &L->wq, &a->xn, &a->q, T));
@@ -463,11 +463,11 @@ static int op_kv_store_window(rec *r, int il, uint32_t T) {
 
 /* q' = T^-T q, k' = T k after RoPE, with this layer's matrices: from xform_in (qk_norm_rope's
  * output, or with rope_in_transform the matvec's, normed and rotated as they are read) into q and k. */
-static int op_kv_transform(rec *r, int il, uint32_t T) {
+static int op_kv_transform(rec *r, int il, uint32_t T, bool rope) {
     wk_fwd *f = r->f;
     const wk_hparams *hp = f->hp;
     const wk_dev_layer *L = &f->w->layers[il];
-    const bool rope = rope_in_transform(f, L, T), has_norm = hp->qk_norm;
+    const bool has_norm = hp->qk_norm;
     wk_arg args[8] = {S(&f->a.q), S(&f->a.k), TV(&f->xform_buf), TV(&f->xform_in),
                       has_norm ? S(&L->q_norm) : S(&f->w->output_norm), has_norm ? S(&L->k_norm) : S(&f->w->output_norm),
                       TV(&f->a.rope), S(&f->a.rows)};
@@ -560,14 +560,15 @@ static int record_layers(rec *r, uint32_t T) {
     wk_vk_barrier(vk);
     for (int il = 0; il < hp->n_layer; il++) {
         const wk_dev_layer *L = &w->layers[il];
-        TRY(op_qkv(r, L, T));                                   /* q, k, v = xn W */
+        const bool rope = rope_in_transform(f, L, T);          /* q/k norm and RoPE inside the transform */
+        TRY(op_qkv(r, L, T, rope));                             /* q, k, v = xn W */
         wk_vk_barrier(vk);
-        if (!rope_in_transform(f, L, T)) {                      /* (else the transform applies them) */
+        if (!rope) {                                            /* (else the transform applies them) */
             TRY(op_qk_norm_rope(r, il, T));                     /* q,k: norm, RoPE; k,v -> cache */
             wk_vk_barrier(vk);
         }
         if (f->xform) {
-            TRY(op_kv_transform(r, il, T));                     /* k = T k, q = T^-T q */
+            TRY(op_kv_transform(r, il, T, rope));               /* k = T k, q = T^-T q */
             wk_vk_barrier(vk);
         }
         if (f->capture) {
