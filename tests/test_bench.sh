@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # `wushkv bench` engine mode on a tiny random-weight model (written here): the JSON report, the
 # text table, and the --peer paths (a stand-in llama-bench that prints canned JSON, one that fails,
-# and a missing one), depths (-d) with the KV bytes read per decode step and the profile's bandwidth.
+# and a missing one), depths (-d) with the KV bytes read per decode step and the profile's bandwidth,
+# and --vs-kv (a second format run for run beside ours, with the ratios).
 # Needs a Vulkan device (lavapipe will do); the model is small, so each run
 # takes well under a second.
 # Usage: test_bench.sh path/to/wushkv path/to/write_tiny_model
@@ -192,6 +193,30 @@ rc=$?
     bad "missing peer: rc=$rc" "$(cat "$tmp/err")"
 grep -qE '^\| pp16 +\| +[0-9.]+ \+/- .*\| failed' <<<"$out" && ok || bad "missing peer table" "$out"
 grep -qE '^\| tg4 +\| +[0-9.]+ \+/- [0-9.]+ +\| +[0-9.]+ (B|KiB|MiB) \|' <<<"$out" && ok || bad "KV read column" "$out"
+
+# 8. --vs-kv: a second engine (f16 here) runs every test run for run beside ours, alternating who goes
+# first; each row's ratio is ours / its tok/s of the same run, their mean the row's.
+out=$("$exe" bench -m "$model" -p 16 -n 4 -r 3 -d 0,24 --batch-tokens 16 --vs-kv f16 --json 2>"$tmp/err")
+rc=$?
+[[ $rc -eq 0 ]] && ok || bad "--vs-kv exit status $rc" "$(cat "$tmp/err")"
+check "vs kv" "$out" 'j["vs"]["kv"] == "f16" and j["vs"]["bits_per_element"] >= 16 and j["kv"].startswith("int2")'
+check "vs rows" "$out" 'len(j["tests"]) == 4 and all(t["vs_tokens_per_s"] > 0 and len(t["vs_runs_tokens_per_s"]) == 3 for t in j["tests"])'
+check "vs ratio runs" "$out" 'all(abs(r - a / b) < 2e-3 * max(1, r) for t in j["tests"] for r, a, b in zip(t["vs_ratio_runs"], t["runs_tokens_per_s"], t["vs_runs_tokens_per_s"]))'
+check "vs ratio mean" "$out" 'all(abs(t["vs_ratio"] - sum(t["vs_ratio_runs"]) / 3) < 2e-3 for t in j["tests"])'
+check "vs kv read" "$out" '[t["vs_kv_read_bytes_per_token"] for t in j["tests"] if t["n_gen"]][1] > [t["vs_kv_read_bytes_per_token"] for t in j["tests"] if t["n_gen"]][0]'
+# The order of the runs on stderr: ours first in run 1, the other first in run 2, ours again in 3.
+order=$(grep -oE '^tg4 @ d24( \[f16\])? run [0-9]' "$tmp/err" | tr '\n' ';')
+[[ $order == "tg4 @ d24 run 1;tg4 @ d24 [f16] run 1;tg4 @ d24 [f16] run 2;tg4 @ d24 run 2;tg4 @ d24 run 3;tg4 @ d24 [f16] run 3;" ]] &&
+    ok || bad "--vs-kv run order" "$order"
+out=$("$exe" bench -m "$model" -p 16 -n 4 -r 2 --vs-kv f16 2>/dev/null)
+grep -qE '^vs:     f16, [0-9.]+ bits/element' <<<"$out" && grep -qE '^\| tg4 +\|.*\| +[0-9.]+ \+/- [0-9.]+ +\| +[0-9.]+ \+/- [0-9.]+ +\|$' <<<"$out" &&
+    ok || bad "--vs-kv text" "$out"
+"$exe" bench -m "$model" -p 16 -n 4 -r 1 --vs-kv int5 >/dev/null 2>"$tmp/err"
+rc=$?
+[[ $rc -eq 2 ]] && grep -q -- "--vs-kv" "$tmp/err" && ok || bad "--vs-kv int5: rc=$rc" "$(cat "$tmp/err")"
+"$exe" bench --url http://127.0.0.1:1 --vs-kv f16 >/dev/null 2>"$tmp/err"
+rc=$?
+[[ $rc -eq 2 ]] && grep -q -- "--vs-kv is an engine-mode flag" "$tmp/err" && ok || bad "--vs-kv with --url: rc=$rc" "$(cat "$tmp/err")"
 
 # 7. A model that does not exist: exit 1 with the path named.
 "$exe" bench -m "$tmp/none.gguf" -p 8 -n 2 -r 1 >"$tmp/out" 2>"$tmp/err"

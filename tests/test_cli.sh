@@ -214,7 +214,7 @@ expect 2 "^wushkv serve: --port: expected an integer in \\[0, 65535\\], got 'abc
 # bench: help lists every flag of both modes; bad values, mixed modes and bad URLs are refused
 # before any model is opened or any server contacted. (tests/test_bench.sh runs it on a model.)
 for flag in -m -p -n -r -d --n-depth --ctx --batch-tokens --device --kv --kv-quant --kv-group --kv-mem --kv-transform \
-    --wush --peer --peer-kv --validation --url --clients --requests --prompt-tokens --max-tokens --stream --no-stream \
+    --wush --vs-kv --peer --peer-kv --validation --url --clients --requests --prompt-tokens --max-tokens --stream --no-stream \
     --chat --api-key --timeout --peer-url --json -v --request-rate --burstiness --max-concurrency --seed \
     --goodput --metric-percentiles --scrape-interval; do
     expect 0 "(^|[ ,])$flag[ ,]" -- bench --help

@@ -10,8 +10,8 @@
 #include "cli/kv_flags.h"
 #include "wushkv/wushkv.h"
 
-/* -d takes at most this many depths. */
-enum { BENCH_MAX_DEPTHS = 64 };
+/* -d takes at most this many depths, -r this many runs. */
+enum { BENCH_MAX_DEPTHS = 64, BENCH_MAX_REPS = 1000 };
 
 /* Engine throughput, as llama-bench measures it (bench_engine.c). */
 typedef struct bench_engine_opts {
@@ -24,6 +24,10 @@ typedef struct bench_engine_opts {
     int ctx;               /* 0: max(depths) + max(n_prompt, n_gen) */
     int batch_tokens;      /* tokens per prefill forward step (the engine's batch size) */
     kv_flags kv;           /* --kv and friends (server/cli/kv_flags.h) */
+    /* --vs-kv FMT: a second engine with that format (as --kv FMT alone gives it) runs the same
+     * tests, run for run alternating with ours, and the report prints ours / its tok/s. */
+    bool vs;
+    kv_flags vs_kv;
     const char *peer;      /* path of llama-bench, or NULL */
     const char *peer_kv;   /* --peer-kv: llama.cpp's cache type (f16, q8_0, q4_0); NULL: the nearest
                             * to --kv (bench_peer_kv) */

@@ -38,6 +38,9 @@ static void bench_usage(FILE *f) {
             "  --device N           Vulkan device index (default: $WUSHKV_DEVICE, else the best device)\n");
     kv_flags_usage(f, 23);
     fprintf(f,
+            "  --vs-kv FMT          also open an engine with KV format FMT (as --kv FMT alone: f16, int2,\n"
+            "                       int3, int4) and run each test on both, run for run alternating, and\n"
+            "                       print ours / its tok/s per test (mean +/- stddev over the run pairs)\n"
             "  --peer PATH          also run llama-bench at PATH (-m MODEL -p P -n N -d LIST -r R -o json\n"
             "                       -t <online CPUs> -ctk T -ctv T) after ours, and print wushkv/peer ratios\n"
             "  --peer-kv T          the peer's KV cache type: f16, q8_0 or q4_0 (default: f16 for --kv f16\n"
@@ -259,7 +262,7 @@ static int parse_bench(int argc, char **argv, bench_opts *o) {
         } else if (cli_is(&c, "-n", "--n-gen")) {
             ok = cli_int(&c, 0, 1 << 20, &o->eng.n_gen);
         } else if (cli_is(&c, "-r", "--repetitions")) {
-            ok = cli_int(&c, 1, 1000, &o->eng.reps);
+            ok = cli_int(&c, 1, BENCH_MAX_REPS, &o->eng.reps);
         } else if (cli_is(&c, "-d", "--n-depth")) {
             ok = parse_depths(&c, &o->eng);
         } else if (cli_is(&c, NULL, "--peer-kv")) {
@@ -271,6 +274,10 @@ static int parse_bench(int argc, char **argv, bench_opts *o) {
             ok = cli_int(&c, 1, 1 << 20, &o->eng.ctx);
         } else if (cli_is(&c, NULL, "--batch-tokens")) {
             ok = cli_int(&c, 1, 1 << 16, &o->eng.batch_tokens);
+        } else if (cli_is(&c, NULL, "--vs-kv")) {
+            kv_flags_init(&o->eng.vs_kv);
+            ok = kv_flags_parse_format(&c, &o->eng.vs_kv);
+            o->eng.vs = true;
         } else if (cli_is(&c, NULL, "--peer")) {
             ok = cli_str(&c, &o->eng.peer);
         } else if (cli_is(&c, NULL, "--url")) {
@@ -392,6 +399,7 @@ static int parse_bench(int argc, char **argv, bench_opts *o) {
         return CLI_EXIT_USAGE;
     }
     if (!kv_flags_finish(&c, &o->eng.kv)) return CLI_EXIT_USAGE;
+    if (o->eng.vs && !kv_flags_finish(&c, &o->eng.vs_kv)) return CLI_EXIT_USAGE;
     if (o->eng.n_prompt == 0 && o->eng.n_gen == 0) {
         cli_error(&c, "-p and -n are both 0: nothing to measure");
         return CLI_EXIT_USAGE;

@@ -100,6 +100,20 @@ enum { N_FLAGS = sizeof flags / sizeof flags[0] };
  * of --kv, --wush, --kv-quant, --kv-clip is given, for the same reason as the group. */
 #define KV_DEFAULT_CLIP 1.2f
 
+bool kv_flags_parse_format(cli *c, kv_flags *f) {
+    int i = 0;
+    if (!cli_choice(c, bits_names, 4, &i)) return false;
+    f->bits = bits_values[i];
+    f->bits_given = true;
+    return true;
+}
+
+const char *kv_flags_format_name(const kv_flags *f) {
+    for (int i = 0; i < 4; i++)
+        if (bits_values[i] == f->bits) return bits_names[i];
+    return "?";
+}
+
 void kv_flags_init(kv_flags *f) {
     memset(f, 0, sizeof *f);
     f->bits = KV_DEFAULT_BITS;
@@ -181,12 +195,7 @@ static bool quantile(cli *c, float *out) {
 
 bool kv_flags_parse(cli *c, kv_flags *f) {
     int i;
-    if (cli_is(c, NULL, "--kv")) {
-        if (!cli_choice(c, bits_names, 4, &i)) return false;
-        f->bits = bits_values[i];
-        f->bits_given = true;
-        return true;
-    }
+    if (cli_is(c, NULL, "--kv")) return kv_flags_parse_format(c, f);
     if (cli_is(c, NULL, "--kv-group")) {
         if (!cli_choice(c, group_names, 5, &i)) return false;
         f->group = 16 << i;

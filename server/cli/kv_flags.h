@@ -53,6 +53,11 @@ typedef struct kv_flags {
  * sink 0, recent 32) are applied by kv_flags_finish, where they depend on the flags, and the group
  * fitted to the model by kv_flags_fit_model. */
 void kv_flags_init(kv_flags *f);
+/* The current option's value as --kv's (f16, int2, int3, int4) into f: what `--kv FMT` sets (bench's
+ * --vs-kv parses its value so). False after printing the error. */
+bool kv_flags_parse_format(cli *c, kv_flags *f);
+/* --kv's name of f->bits: "f16", "int2", "int3", "int4". */
+const char *kv_flags_format_name(const kv_flags *f);
 /* Whether the current option is one of the KV flags. */
 bool kv_flags_is(const cli *c);
 /* Parses the current option (one kv_flags_is accepts) into f; false after printing the error. */
