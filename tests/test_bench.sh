@@ -208,6 +208,11 @@ check "vs kv read" "$out" '[t["vs_kv_read_bytes_per_token"] for t in j["tests"] 
 order=$(grep -oE '^tg4 @ d24( \[f16\])? run [0-9]' "$tmp/err" | tr '\n' ';')
 [[ $order == "tg4 @ d24 run 1;tg4 @ d24 [f16] run 1;tg4 @ d24 [f16] run 2;tg4 @ d24 run 2;tg4 @ d24 run 3;tg4 @ d24 [f16] run 3;" ]] &&
     ok || bad "--vs-kv run order" "$order"
+# The second half of the runs reopens both engines the other way round (the first opened runs slower).
+"$exe" bench -m "$model" -p 16 -n 4 -r 2 --vs-kv f16 -v >/dev/null 2>"$tmp/err"
+opens=$(grep -oE 'opened an engine with KV (f16|int2)' "$tmp/err" | awk '{print $NF}' | tr '\n' ' ')
+[[ $opens == "int2 f16 f16 int2 " ]] && grep -q 'from run 2 on, both opened again, the other first' "$tmp/err" &&
+    ok || bad "--vs-kv open order" "$opens $(grep vs "$tmp/err")"
 out=$("$exe" bench -m "$model" -p 16 -n 4 -r 2 --vs-kv f16 2>/dev/null)
 grep -qE '^vs:     f16, [0-9.]+ bits/element' <<<"$out" && grep -qE '^\| tg4 +\|.*\| +[0-9.]+ \+/- [0-9.]+ +\| +[0-9.]+ \+/- [0-9.]+ +\|$' <<<"$out" &&
     ok || bad "--vs-kv text" "$out"

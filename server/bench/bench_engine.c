@@ -215,6 +215,7 @@ static wk_engine *open_side(const bench_engine_opts *o, const char *model, const
     kv_flags_describe(&kv, info, kvi->desc, sizeof kvi->desc); /* with the wide keys' layers */
     kvi->bits_per_element = info->kv_bits_per_element;
     kvi->bytes_per_token = (unsigned long long)info->kv_bytes_per_token;
+    if (o->common.verbose) fprintf(stderr, "wushkv bench: opened an engine with KV %s\n", kvi->desc);
     return e;
 }
 
@@ -276,15 +277,28 @@ static void finish_row(const bench_engine_opts *o, bench_side *s, int k) {
     row_profile_print(w, name, o->reps);
 }
 
+/* Closes the side's engine (and its sequence): between the halves of a --vs-kv measurement. */
+static void close_side(bench_side *s) {
+    if (s->r.seq) wk_seq_destroy(s->r.seq);
+    free(s->r.logits);
+    if (s->e) wk_engine_close(s->e);
+    s->r.seq = NULL, s->r.logits = NULL, s->e = NULL;
+}
+
 /* Opens the engine (and the --vs-kv one beside it), warms each up (pp and tg from an empty cache),
- * then for each row -r runs of: depth run, timed test, on each engine in turn. Closes them. 0 or
- * 1 (message printed). */
+ * then for each row -r runs of: depth run, timed test, on each engine in turn. With --vs-kv the
+ * runs come in two halves: the first with ours opened first, the second with both engines closed
+ * and opened again the other way round. On lavapipe the engine opened first ran about 2% slower
+ * than the other, whichever format it had (tg64, six run pairs each way, 2026-12-05), so a ratio
+ * from one open order is biased by that much; the halves cancel it. Closes them. 0 or 1 (message
+ * printed). */
 static int measure_engine(const bench_engine_opts *o, const char *model, engine_result *res) {
     int max_depth = 0;
     for (int i = 0; i < o->n_depths; i++)
         if (o->depths[i] > max_depth) max_depth = o->depths[i];
-    int need_ctx = max_depth + (o->n_prompt > o->n_gen ? o->n_prompt : o->n_gen);
-    int rc = 1, n_sides = o->vs ? 2 : 1, n_vs = 0;
+    const int ctx = o->ctx ? o->ctx : max_depth + (o->n_prompt > o->n_gen ? o->n_prompt : o->n_gen);
+    const int n_sides = o->vs ? 2 : 1, halves = o->vs && o->reps > 1 ? 2 : 1;
+    int rc = 1, n_vs = 0, n_vocab = 0;
     bench_side sides[2] = {{.label = ""}, {.label = ""}};
     int32_t *depth = NULL, *prompt = NULL, *gen = NULL;
     if (make_rows(o, &res->rows, &res->n_rows) < 0 || (o->vs && make_rows(o, &res->vs_rows, &n_vs) < 0)) {
@@ -294,65 +308,75 @@ static int measure_engine(const bench_engine_opts *o, const char *model, engine_
     sides[0].rows = res->rows;
     sides[1].rows = res->vs_rows;
     if (o->vs) snprintf(sides[1].label, sizeof sides[1].label, " [%s]", kv_flags_format_name(&o->vs_kv));
-    if (!(sides[0].e = open_side(o, model, &o->kv, o->ctx ? o->ctx : need_ctx, &res->kv))) goto out;
-    if (o->vs && !(sides[1].e = open_side(o, model, &o->vs_kv, o->ctx ? o->ctx : need_ctx, &res->vs_kv))) goto out;
-    const wk_model_info *info = wk_engine_info(sides[0].e);
-    snprintf(res->model_name, sizeof res->model_name, "%s", info->name);
-    snprintf(res->device, sizeof res->device, "%s", info->device_name);
-    snprintf(res->device_type, sizeof res->device_type, "%s", info->device_type);
-    snprintf(res->driver, sizeof res->driver, "%s", info->device_driver);
-    snprintf(res->driver_info, sizeof res->driver_info, "%s", info->device_driver_info);
-    res->subgroup = info->device_subgroup_size;
-    res->shared_memory = info->device_shared_memory_bytes;
-    res->kernels = info->kernels;
-    snprintf(res->kernel_variants, sizeof res->kernel_variants, "%s", info->kernel_variants ? info->kernel_variants : "");
-    res->vendor_id = info->device_vendor_id;
-    res->device_id = info->device_id;
-    res->ctx = info->max_ctx;
-    fprintf(stderr, "wushkv bench: %s on %s, KV %s; pp%d and tg%d at %d depth%s, %d run%s after a warm-up\n",
-            res->model_name, res->device, res->kv.desc, o->n_prompt, o->n_gen, o->n_depths,
-            o->n_depths == 1 ? "" : "s", o->reps, o->reps == 1 ? "" : "s");
-    if (o->vs) fprintf(stderr, "wushkv bench: vs KV %s, run for run beside it\n", res->vs_kv.desc);
-
-    depth = malloc(((size_t)max_depth + 1) * sizeof *depth);
-    prompt = malloc(((size_t)o->n_prompt + 1) * sizeof *prompt);
-    gen = malloc(((size_t)o->n_gen + 1) * sizeof *gen);
-    if (!depth || !prompt || !gen) {
-        fprintf(stderr, "wushkv bench: out of memory\n");
-        goto out;
-    }
-    /* llama-bench's ids: every pp and tg run starts with BOS, at depth too (test_prompt and
-     * test_gen begin with it), and the depth run does. Both engines evaluate the same ids. */
-    uint64_t rng = BENCH_TOKEN_SEED;
-    fill_tokens(prompt, o->n_prompt, info, &rng);
-    fill_tokens(gen, o->n_gen, info, &rng);
-    fill_tokens(depth, max_depth, info, &rng);
-    for (int s = 0; s < n_sides; s++) {
-        sides[s].r = (engine_run){
-            .e = sides[s].e, .depth = depth, .prompt = prompt, .gen = gen, .batch = o->batch_tokens};
-        if (prepare_side(o, &sides[s], info->n_vocab) < 0) goto out;
-    }
-    for (int k = 0; k < res->n_rows; k++) {
-        for (int s = 0; s < n_sides; s++) {
-            bench_row *w = &sides[s].rows[k];
-            if (!w->decode) continue;
-            w->kv_read = wk_kv_decode_read_bytes(sides[s].e, (uint64_t)w->depth);
-            for (int i = 0; i < w->n; i++)
-                w->kv_read_run += wk_kv_decode_read_bytes(sides[s].e, (uint64_t)(w->depth + i));
+    const kv_flags *flags[2] = {&o->kv, &o->vs_kv};
+    bench_kv_info *kvi[2] = {&res->kv, &res->vs_kv};
+    for (int h = 0; h < halves; h++) {
+        const int i0 = h == 0 ? 0 : (o->reps + 1) / 2, i1 = halves == 2 && h == 0 ? (o->reps + 1) / 2 : o->reps;
+        for (int n = 0; n < n_sides; n++) { /* ours first, then (second half) the other first */
+            const int s = h == 0 ? n : n_sides - 1 - n;
+            if (!(sides[s].e = open_side(o, model, flags[s], ctx, kvi[s]))) goto out;
         }
-        for (int i = 0; i < o->reps; i++)
-            for (int j = 0; j < n_sides; j++) /* ours first in odd runs (i even), second in even ones */
-                if (timed_run(o, &sides[(i + j) % n_sides], k, i) < 0) goto out;
-        for (int s = 0; s < n_sides; s++) finish_row(o, &sides[s], k);
+        if (h == 0) {
+            const wk_model_info *info = wk_engine_info(sides[0].e);
+            snprintf(res->model_name, sizeof res->model_name, "%s", info->name);
+            snprintf(res->device, sizeof res->device, "%s", info->device_name);
+            snprintf(res->device_type, sizeof res->device_type, "%s", info->device_type);
+            snprintf(res->driver, sizeof res->driver, "%s", info->device_driver);
+            snprintf(res->driver_info, sizeof res->driver_info, "%s", info->device_driver_info);
+            res->subgroup = info->device_subgroup_size;
+            res->shared_memory = info->device_shared_memory_bytes;
+            res->kernels = info->kernels;
+            snprintf(res->kernel_variants, sizeof res->kernel_variants, "%s",
+                     info->kernel_variants ? info->kernel_variants : "");
+            res->vendor_id = info->device_vendor_id;
+            res->device_id = info->device_id;
+            res->ctx = info->max_ctx;
+            n_vocab = info->n_vocab;
+            fprintf(stderr, "wushkv bench: %s on %s, KV %s; pp%d and tg%d at %d depth%s, %d run%s after a warm-up\n",
+                    res->model_name, res->device, res->kv.desc, o->n_prompt, o->n_gen, o->n_depths,
+                    o->n_depths == 1 ? "" : "s", o->reps, o->reps == 1 ? "" : "s");
+            if (o->vs)
+                fprintf(stderr, "wushkv bench: vs KV %s, run for run beside it; from run %d on, both opened again, "
+                                "the other first\n", res->vs_kv.desc, halves == 2 ? i1 + 1 : o->reps + 1);
+            depth = malloc(((size_t)max_depth + 1) * sizeof *depth);
+            prompt = malloc(((size_t)o->n_prompt + 1) * sizeof *prompt);
+            gen = malloc(((size_t)o->n_gen + 1) * sizeof *gen);
+            if (!depth || !prompt || !gen) {
+                fprintf(stderr, "wushkv bench: out of memory\n");
+                goto out;
+            }
+            /* llama-bench's ids: every pp and tg run starts with BOS, at depth too (test_prompt and
+             * test_gen begin with it), and the depth run does. Both engines evaluate the same ids. */
+            uint64_t rng = BENCH_TOKEN_SEED;
+            fill_tokens(prompt, o->n_prompt, info, &rng);
+            fill_tokens(gen, o->n_gen, info, &rng);
+            fill_tokens(depth, max_depth, info, &rng);
+            for (int k = 0; k < res->n_rows; k++)
+                for (int s = 0; s < n_sides; s++) {
+                    bench_row *w = &sides[s].rows[k];
+                    if (!w->decode) continue;
+                    w->kv_read = wk_kv_decode_read_bytes(sides[s].e, (uint64_t)w->depth);
+                    for (int i = 0; i < w->n; i++)
+                        w->kv_read_run += wk_kv_decode_read_bytes(sides[s].e, (uint64_t)(w->depth + i));
+                }
+        }
+        for (int s = 0; s < n_sides; s++) {
+            sides[s].r = (engine_run){
+                .e = sides[s].e, .depth = depth, .prompt = prompt, .gen = gen, .batch = o->batch_tokens};
+            if (prepare_side(o, &sides[s], n_vocab) < 0) goto out;
+        }
+        for (int k = 0; k < res->n_rows; k++)
+            for (int i = i0; i < i1; i++)
+                for (int j = 0; j < n_sides; j++) /* ours first in odd runs (i even), second in even ones */
+                    if (timed_run(o, &sides[(i + j) % n_sides], k, i) < 0) goto out;
+        if (h == halves - 1) res->profiled = wk_engine_profile(sides[0].e, NULL, 0) > 0;
+        for (int s = 0; s < n_sides; s++) close_side(&sides[s]);
     }
-    res->profiled = wk_engine_profile(sides[0].e, NULL, 0) > 0;
+    for (int k = 0; k < res->n_rows; k++)
+        for (int s = 0; s < n_sides; s++) finish_row(o, &sides[s], k);
     rc = 0;
 out:
-    for (int s = 0; s < 2; s++) {
-        if (sides[s].r.seq) wk_seq_destroy(sides[s].r.seq);
-        free(sides[s].r.logits);
-        if (sides[s].e) wk_engine_close(sides[s].e);
-    }
+    for (int s = 0; s < 2; s++) close_side(&sides[s]);
     free(gen);
     free(prompt);
     free(depth);
