@@ -506,6 +506,16 @@ int main(void) {
         CHECK((uint64_t)(n.main + n.win) * TT * 4 <= room);
         n = wk_attn_plan_splits(&pl, rr, TT, 4, 0, 0, 20000, wk_attn_part_rows(TT, 4, 40256 + 16, 20000, 0), 0);
         CHECK_EQ_INT(n.win, 2); /* a window longer than one workgroup walks */
+        /* A prompt within the windows (every key a sink or recent): no bulk pass; a key more: one. */
+        for (int t = 0; t < TT; t++) rr[t].pos = (uint32_t)t;
+        CHECK_EQ_INT(wk_attn_plan_make(rr, NULL, 144, 4, 1, 256, vk.subgroup_size, tt, &pl), 0);
+        n = wk_attn_plan_splits(&pl, rr, 144, 4, 0, 16, 128, room, 0);
+        CHECK_EQ_INT(n.main, 0);
+        CHECK_EQ_INT(n.win, 1);
+        CHECK_EQ_INT(wk_attn_plan_make(rr, NULL, 145, 4, 1, 256, vk.subgroup_size, tt, &pl), 0);
+        n = wk_attn_plan_splits(&pl, rr, 145, 4, 0, 16, 128, room, 0);
+        CHECK(n.main >= 1);
+        CHECK_EQ_INT(n.win, 1);
         rr[0].pos = 1000; /* decode-sized step: one row, split for parallelism, no window pass */
         CHECK_EQ_INT(wk_attn_plan_make(rr, NULL, 1, 4, 1, 256, vk.subgroup_size, tt, &pl), 0);
         n = wk_attn_plan_splits(&pl, rr, 1, 4, 0, 16, 128, WK_ATTN_PART_ROWS, 0);

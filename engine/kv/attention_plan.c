@@ -42,12 +42,16 @@ wk_attn_splits wk_attn_plan_splits(const wk_attn_plan *p, const wk_row_info *row
     const uint32_t target = gpu_splits ? WK_ATTN_TARGET_WG_GPU : WK_ATTN_TARGET_WG;
     const uint32_t max_split = gpu_splits ? WK_ATTN_MAX_SPLIT_GPU : WK_ATTN_MAX_SPLIT;
     const uint32_t win = wk_attn_plan_two_pass(p, sink, recent) ? window_splits(sink + recent, p->max_tile) : 0;
-    uint32_t keys = 0;
+    uint32_t keys = 0, last = 0;
     for (uint32_t t = 0; t < T; t++) {
         uint32_t k = rows[t].pos + 1;
+        if (k > last) last = k;
         if (window && k > window) k = window;
         if (k > keys) keys = k;
     }
+    /* Every key of every row a sink or a recent one (a prompt shorter than the windows): the bulk
+     * pass would walk nothing, and its dispatch and the reduce after it cost ~1 ms on lavapipe. */
+    if (win && last <= sink + recent) return (wk_attn_splits){.main = 0, .win = win};
     /* A tile's keys span its first row's window start to its last row's position. */
     keys += p->max_tile;
     const uint32_t need = (keys + WK_ATTN_MAX_KEYS - 1) / WK_ATTN_MAX_KEYS;

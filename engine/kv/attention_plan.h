@@ -47,7 +47,8 @@ int wk_attn_plan_make(const wk_row_info *rows, const uint32_t *win_words, uint32
  * pipelines) or over the bulk (a prefill step), `win` ways for a prefill step's window pass (0: no
  * such pass: a decode-shaped step, or no f16 window in the layer's class). Each split writes a
  * partial per (token, head); main + win == 1 means the one split writes the output itself and no
- * reduce pass runs. */
+ * reduce pass runs. main is 0 when a two-pass step's rows read every key in f16 (each a sink or
+ * within its row's recent window): then only the window pass runs. */
 typedef struct wk_attn_splits {
     uint32_t main, win;
 } wk_attn_splits;

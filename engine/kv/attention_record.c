@@ -26,8 +26,10 @@ int wk_attn_record(wk_vk *vk, wk_pipelines *p, const wk_attn_plan *plan, wk_attn
      * the output, so the reduce and the windows' partials are not needed. */
     const bool chain = !decode && splits.main == 1 && splits.win == 1;
     pc->chain = 0;
-    int rc = wk_dispatch(vk, p, decode ? decode_pipe : bulk_pipe, a, pc, sizeof *pc, plan->n_tiles, plan->groups_y,
-                         splits.main, err, errlen);
+    /* (No bulk pass when no row reads a key from the blocks: wk_attn_plan_splits' main 0.) */
+    int rc = splits.main ? wk_dispatch(vk, p, decode ? decode_pipe : bulk_pipe, a, pc, sizeof *pc, plan->n_tiles,
+                                       plan->groups_y, splits.main, err, errlen)
+                         : 0;
     if (!rc && splits.win) {
         if (chain) wk_vk_barrier(vk);
         pc->chain = chain;
