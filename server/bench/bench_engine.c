@@ -277,6 +277,22 @@ static void finish_row(const bench_engine_opts *o, bench_side *s, int k) {
     row_profile_print(w, name, o->reps);
 }
 
+/* The model and device the report names, from our engine (copied: it is closed before the report). */
+static void take_model_info(engine_result *res, const wk_model_info *info) {
+    snprintf(res->model_name, sizeof res->model_name, "%s", info->name);
+    snprintf(res->device, sizeof res->device, "%s", info->device_name);
+    snprintf(res->device_type, sizeof res->device_type, "%s", info->device_type);
+    snprintf(res->driver, sizeof res->driver, "%s", info->device_driver);
+    snprintf(res->driver_info, sizeof res->driver_info, "%s", info->device_driver_info);
+    res->subgroup = info->device_subgroup_size;
+    res->shared_memory = info->device_shared_memory_bytes;
+    res->kernels = info->kernels;
+    snprintf(res->kernel_variants, sizeof res->kernel_variants, "%s", info->kernel_variants ? info->kernel_variants : "");
+    res->vendor_id = info->device_vendor_id;
+    res->device_id = info->device_id;
+    res->ctx = info->max_ctx;
+}
+
 /* Closes the side's engine (and its sequence): between the halves of a --vs-kv measurement. */
 static void close_side(bench_side *s) {
     if (s->r.seq) wk_seq_destroy(s->r.seq);
@@ -318,19 +334,7 @@ static int measure_engine(const bench_engine_opts *o, const char *model, engine_
         }
         if (h == 0) {
             const wk_model_info *info = wk_engine_info(sides[0].e);
-            snprintf(res->model_name, sizeof res->model_name, "%s", info->name);
-            snprintf(res->device, sizeof res->device, "%s", info->device_name);
-            snprintf(res->device_type, sizeof res->device_type, "%s", info->device_type);
-            snprintf(res->driver, sizeof res->driver, "%s", info->device_driver);
-            snprintf(res->driver_info, sizeof res->driver_info, "%s", info->device_driver_info);
-            res->subgroup = info->device_subgroup_size;
-            res->shared_memory = info->device_shared_memory_bytes;
-            res->kernels = info->kernels;
-            snprintf(res->kernel_variants, sizeof res->kernel_variants, "%s",
-                     info->kernel_variants ? info->kernel_variants : "");
-            res->vendor_id = info->device_vendor_id;
-            res->device_id = info->device_id;
-            res->ctx = info->max_ctx;
+            take_model_info(res, info);
             n_vocab = info->n_vocab;
             fprintf(stderr, "wushkv bench: %s on %s, KV %s; pp%d and tg%d at %d depth%s, %d run%s after a warm-up\n",
                     res->model_name, res->device, res->kv.desc, o->n_prompt, o->n_gen, o->n_depths,
