@@ -294,9 +294,15 @@ static int op_gated_ffn_in(rec *r, const wk_dev_layer *L, uint32_t T) {
         const wk_arg ys[3] = {S(&a->act), S(&a->act), S(&a->act)};
         return op_matvec(r, &L->gate_up, &a->xn, ys, &pc, MATVEC_GLU);
     }
-    /* W_gate is a view of the joined matrix (its codes), so the gate/up matmul reads W_up too. The
+    /* W_gate's rows as a view of the joined matrix in its own format (W_gate alone may be a q8h view
+     * of a q8a join whose W_up has no halves, weights.h), so the gate/up matmul reads W_up too. The
      * tiled kernel has no such mode. */
-    if (L->gate_up.rows && !f->pipes->matmul_tiled) return op_matmul_mode(r, &L->ffn_gate, &a->xn, &a->act, T, true);
+    if (L->gate_up.rows && !f->pipes->matmul_tiled) {
+        wk_dev_matrix gate_in_join = L->gate_up;
+        gate_in_join.rows = L->ffn_gate.rows;
+        gate_in_join.row0 = L->ffn_gate.row0;
+        return op_matmul_mode(r, &gate_in_join, &a->xn, &a->act, T, true);
+    }
     TRY(op_matmul(r, &L->ffn_gate, &a->xn, &a->gate, T));
     TRY(op_matmul(r, &L->ffn_up, &a->xn, &a->up, T));
     wk_vk_barrier(f->vk);

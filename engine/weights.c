@@ -161,8 +161,14 @@ static int upload_joined(wk_vk *vk, host_matrix *h, int n, wk_dev_matrix *joined
         rows += h[i].rows;
     }
     /* Parts in q8a and q8h join as q8a: every pair has its f32 form, and one dispatch for the
-     * parts (decode's q/k/v, gate/up) is worth more than the smaller pairs. */
-    for (int i = 0; one && some_q8a && i < n; i++) h[i].fmt = WK_WFMT_Q8A;
+     * parts (decode's q/k/v, gate/up) is worth more than the smaller pairs. The q8h parts keep
+     * their halves as well (half_scales, weights.h) for the steps that take each part alone. */
+    bool was_half[8] = {false}, some_half = false;
+    for (int i = 0; one && some_q8a && i < n; i++) {
+        was_half[i] = h[i].fmt == WK_WFMT_Q8H;
+        some_half = some_half || was_half[i];
+        h[i].fmt = WK_WFMT_Q8A;
+    }
     int rc = 0;
     if (!one) {
         for (int i = 0; !rc && i < n; i++) {
@@ -172,12 +178,25 @@ static int upload_joined(wk_vk *vk, host_matrix *h, int n, wk_dev_matrix *joined
         return rc;
     }
     rc = create_matrix(vk, &h[0], rows, joined, bytes, err, errlen);
+    const host_matrix all_half = {.fmt = WK_WFMT_Q8H, .rows = rows, .cols = h[0].cols};
+    if (!rc && some_half) {
+        rc = wk_vk_buffer_create(vk, &joined->half_scales, so_bytes(&all_half), WK_MEM_DEVICE, VK_FORMAT_R32_UINT, err,
+                                 errlen);
+        if (!rc) *bytes += joined->half_scales.bytes;
+    }
     for (uint32_t i = 0, row0 = 0; !rc && i < (uint32_t)n; row0 += h[i++].rows) {
         rc = upload_rows(vk, &h[i], joined, row0, err, errlen);
         *parts[i] = *joined;
         parts[i]->rows = h[i].rows;
         parts[i]->row0 = row0;
         parts[i]->part = true;
+        if (!rc && was_half[i]) {
+            const host_matrix before = {.fmt = WK_WFMT_Q8H, .rows = row0, .cols = h[i].cols};
+            const host_matrix mine = {.fmt = WK_WFMT_Q8H, .rows = h[i].rows, .cols = h[i].cols};
+            rc = wk_vk_upload(vk, &joined->half_scales, so_bytes(&before), h[i].half_so, so_bytes(&mine), err, errlen);
+            parts[i]->fmt = WK_WFMT_Q8H;
+            parts[i]->scales = joined->half_scales;
+        }
     }
     return rc;
 }
@@ -277,6 +296,7 @@ static void free_matrix(wk_vk *vk, wk_dev_matrix *m) {
     if (!m->part) {
         wk_vk_buffer_destroy(vk, &m->codes);
         wk_vk_buffer_destroy(vk, &m->scales);
+        wk_vk_buffer_destroy(vk, &m->half_scales);
     }
     memset(m, 0, sizeof *m);
 }

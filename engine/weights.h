@@ -24,6 +24,11 @@ typedef struct wk_dev_matrix {
     wk_buf codes;          /* q8a: int8 codes, RGBA32UI view (16 per texel); f16: halves (8 per texel) */
     wk_buf scales;         /* q8a: (scale, offset) f32 pairs per 16, RG32F view; q8h: the pairs as two
                             * halves in a u32, R32UI view; f16: unused */
+    /* A joined q8a matrix some of whose parts have only half pairs (the default format's q and k,
+     * joined with its WUSH-folded W_v): those parts' pairs again as halves, at their rows (R32UI
+     * view; the other rows unused), and the parts q8h views of it, so a prefill step's q and k
+     * products read 4 bytes a group where the joined decode product reads 8. Else empty. */
+    wk_buf half_scales;
 } wk_dev_matrix;
 
 typedef struct wk_dev_layer {

@@ -2,7 +2,8 @@
  * ggml type (tiny_model.c's mixed quants, gemma3 tied head and llama untied), each matrix's format
  * against its tensor's type: float types f16; Q4_0/Q4_1/Q5_0/Q5_1/Q8_0 q8a16 with half pairs;
  * K-quants f32 pairs; parts joined into one matrix (q, k, v; gate, up) that mix half and f32 pairs
- * all f32 pairs, a mix with f16 not joined. Also the counts wk_model_info reports and the bytes the
+ * stored with f32 pairs, the half parts' halves kept beside them for the steps that take a part
+ * alone (the part a q8h view of them), a mix with f16 not joined. Also the counts wk_model_info reports and the bytes the
  * pairs take. The kernels' arithmetic on each format is test_matmul_gpu's; the forward pass on
  * these models, test_forward's. */
 #include <stdio.h>
@@ -48,7 +49,7 @@ static void check_model(wk_vk *vk, const char *arch) {
         wk_gguf_close(g), free(bytes);
         return;
     }
-    uint64_t want_half = 0, want_all = 0, seen_half = 0;
+    uint64_t want_half = 0, want_all = 0, seen_half = 0, seen_demoted = 0;
     const wk_gguf_tensor *top[2] = {desc.tok_embd, w.tied ? NULL : desc.output};
     const wk_dev_matrix *top_m[2] = {&w.tok_embd, &w.output};
     for (int i = 0; i < 2; i++) {
@@ -72,14 +73,26 @@ static void check_model(wk_vk *vk, const char *arch) {
                     some_f16 = some_f16 || format_alone(t[j]->type) == WK_WFMT_F16;
                     some_q8a = some_q8a || format_alone(t[j]->type) == WK_WFMT_Q8A;
                 }
-            if (want == WK_WFMT_Q8H && some_q8a && !some_f16) want = WK_WFMT_Q8A;
+            /* Stored: a join of half and f32 pairs takes f32 pairs. Seen by a step that takes the part
+             * alone: its own format, its halves kept beside the join's pairs (half_scales). */
+            const bool demoted = want == WK_WFMT_Q8H && some_q8a && !some_f16;
+            const wk_wfmt stored = demoted ? WK_WFMT_Q8A : want;
             if (m[i]->fmt != want)
                 fprintf(stderr, "%s layer %d matrix %d (%s): format %d, expected %d\n", arch, il, i,
                         wk_ggml_type_name(t[i]->type), (int)m[i]->fmt, (int)want);
             CHECK_EQ_INT(m[i]->fmt, want);
+            const wk_dev_matrix *join = group[i] == 0 ? &D->qkv : group[i] == 2 ? &D->gate_up : NULL;
+            if (demoted) {
+                CHECK(m[i]->part && join && join->fmt == WK_WFMT_Q8A);
+                CHECK(join && m[i]->scales.buf == join->half_scales.buf && join->half_scales.buf);
+                CHECK(join && join->half_scales.bytes >= (uint64_t)join->rows * join->cols / 16 * 4);
+                seen_demoted++;
+            } else if (join && m[i]->part) {
+                CHECK(m[i]->scales.buf == join->scales.buf);
+            }
             want_all += elements(t[i]);
-            want_half += want == WK_WFMT_Q8H ? elements(t[i]) : 0;
-            seen_half += want == WK_WFMT_Q8H;
+            want_half += stored == WK_WFMT_Q8H ? elements(t[i]) : 0;
+            seen_half += stored == WK_WFMT_Q8H;
             /* a joined matrix's parts share its buffers; a part alone has its own pairs */
             if (!m[i]->part) CHECK_EQ_INT(m[i]->scales.bytes >= pair_bytes(m[i]), 1);
         }
@@ -87,6 +100,7 @@ static void check_model(wk_vk *vk, const char *arch) {
     printf("%s: %llu of %llu matrix weights with half pairs\n", arch, (unsigned long long)want_half,
            (unsigned long long)want_all);
     CHECK(seen_half > 0); /* the model reaches the format alone and inside joins */
+    CHECK(seen_demoted > 0); /* and half parts inside a join of f32 pairs */
     CHECK_EQ_INT(w.weights, want_all);
     CHECK_EQ_INT(w.half_pair_weights, want_half);
     wk_weights_free(vk, &w);
