@@ -393,7 +393,7 @@ static void paged_geometry(const wk_fwd *f, int il, wk_pc_attention_paged *pc) {
  * cache, a window for the layer's class. The one rule both places read. */
 static bool window_with_codes(const wk_fwd *f, int il) {
     const wk_kv_win *win = &f->kv->layout.win[f->kv->win_class_of[il]];
-    return f->window_early && f->kv->fmt.bits != 16 && win->sink + win->recent > 0;
+    return f->window_early[f->kv->win_class_of[il]] && f->kv->fmt.bits != 16 && win->sink + win->recent > 0;
 }
 
 /* Quantizes this step's keys (post-RoPE, in a.k) and values into their blocks. */
@@ -553,6 +553,30 @@ static void plan_window_rows(wk_fwd *f, const wk_row_info *rows, const uint32_t 
     }
 }
 
+/* Whether class c's window rows of this step (plan_window_rows) can be written before the
+ * attention. A row at p reads, from its sequence's slot, the ring keys j with p - R < j < p0 (p0 its
+ * chunk's first position; the chunk's own keys from the step's f16 copy). The ring row a position
+ * q > p0 of the chunk takes holds, at the step's start, the last older key of its ring index, some
+ * j in (p0 - R, p0) that row p0 reads, unless q = p0 + kR or the ring holds nothing yet. So a chunk
+ * is safe when it is one row (decode: its ring row holds p0 - R, which it no longer reads) or
+ * starts at p0 <= S (every older key a sink: a sequence's first chunk). A sequence in two chunks
+ * of the step, or more than 64 chunks (a pairwise check), takes the late store. */
+static bool windows_early(const wk_fwd *f, const wk_row_info *rows, int T, int c) {
+    const uint32_t S = (uint32_t)f->kv->layout.win[c].sink;
+    int starts[64], n = 0;
+    for (int t = 0; t < T;) {
+        int end = t + 1; /* a chunk, as plan_window_rows reads it */
+        while (end < T && rows[end].kv_base == rows[t].kv_base && rows[end].pos == rows[end - 1].pos + 1) end++;
+        if (n == 64) return false;
+        for (int i = 0; i < n; i++)
+            if (rows[starts[i]].kv_base == rows[t].kv_base) return false;
+        starts[n++] = t;
+        if (end - t > 1 && rows[t].pos > S) return false;
+        t = end;
+    }
+    return true;
+}
+
 static int record_layers(rec *r, uint32_t T) {
     wk_fwd *f = r->f;
     wk_vk *vk = f->vk;
@@ -668,15 +692,7 @@ int wk_fwd_step(wk_fwd *f, const int32_t *tokens, const wk_row_info *rows, int T
                             f->hp->head_dim, f->vk->subgroup_size), WK_ERR_UNSUPPORTED;
     }
     f->step_rows = rows;
-    /* One token per sequence: every row's table distinct (a sequence's rows share one). Checked
-     * pairwise up to 64 rows; a larger step is taken as prefill (the window after the attention). */
-    f->window_early = T <= 64;
-    for (int i = 0; f->window_early && i < T; i++)
-        for (int j = 0; j < i; j++)
-            if (rows[j].kv_base == rows[i].kv_base) {
-                f->window_early = false;
-                break;
-            }
+    for (int c = 0; c < 2; c++) f->window_early[c] = windows_early(f, rows, T, c);
     rec r = {f, err, errlen};
     TRY(wk_vk_begin(f->vk, err, errlen));
     wk_prof_begin(f->vk, f->pipes);

@@ -58,9 +58,11 @@ typedef struct wk_fwd {
     wk_attn_plan plan;    /* this step's attention tiles (paged cache) */
     uint64_t attn_part_rows; /* partials a.attn_part holds */
     const wk_row_info *step_rows; /* this step's rows while it is recorded */
-    /* This step has one token per sequence (decode): kv_store_quant writes the f16 window rows
-     * with the codes, before the attention, instead of kv_store_window after it. */
-    bool window_early;
+    /* Per layer class (wk_kv_win): kv_store_quant writes this step's f16 window rows with the
+     * codes, before the attention, instead of kv_store_window after it (windows_early in
+     * forward.c: no row reads an older key a written row replaces; every decode step, and every
+     * sequence's first chunk). */
+    bool window_early[2];
 } wk_fwd;
 
 int wk_fwd_init(wk_fwd *f, wk_vk *vk, wk_pipelines *pipes, const wk_hparams *hp, const wk_weights *w,
