@@ -163,7 +163,8 @@ static int upload_joined(wk_vk *vk, host_matrix *h, int n, wk_dev_matrix *joined
     /* Parts in q8a and q8h join as q8a: every pair has its f32 form, and one dispatch for the
      * parts (decode's q/k/v, gate/up) is worth more than the smaller pairs. The q8h parts keep
      * their halves as well (half_scales, weights.h) for the steps that take each part alone. */
-    bool was_half[8] = {false}, some_half = false;
+    bool was_half[3] = {false}, some_half = false; /* (q, k, v: the most parts a join has) */
+    if (n > 3) return snprintf(err, errlen, "internal: a join of %d matrices", n), WK_ERR_INVALID;
     for (int i = 0; one && some_q8a && i < n; i++) {
         was_half[i] = h[i].fmt == WK_WFMT_Q8H;
         some_half = some_half || was_half[i];

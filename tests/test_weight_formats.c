@@ -3,8 +3,8 @@
  * against its tensor's type: float types f16; Q4_0/Q4_1/Q5_0/Q5_1/Q8_0 q8a16 with half pairs;
  * K-quants f32 pairs; parts joined into one matrix (q, k, v; gate, up) that mix half and f32 pairs
  * stored with f32 pairs, the half parts' halves kept beside them for the steps that take a part
- * alone (the part a q8h view of them), a mix with f16 not joined. Also the counts wk_model_info reports and the bytes the
- * pairs take. The kernels' arithmetic on each format is test_matmul_gpu's; the forward pass on
+ * alone (the part a q8h view of them), a mix with f16 not joined. Also the counts wk_model_info
+ * reports and the bytes the pairs take. The kernels' arithmetic on each format is test_matmul_gpu's; the forward pass on
  * these models, test_forward's. */
 #include <stdio.h>
 #include <stdlib.h>
