@@ -76,7 +76,8 @@ static cfg as_decode(cfg c) {
  * steps run through the 4-row pipelines (same decode_lane code). */
 static bool lanes_prefill_generic_only;
 static int skipped;
-static int chained_cases; /* prefill cases whose window pass continued the bulk's partial */
+static int chained_cases; /* prefill cases whose window pass continued the bulk's partials */
+static int chained_multi; /* ... of several bulk splits, combined by the window pass */
 /* cases whose decode pipelines walked a tile of several tokens with f16 windows: a key its later
  * rows read in f16 and its earlier ones from the blocks goes through both of the pipeline's loops */
 static int decode_shared_keys;
@@ -207,7 +208,9 @@ static double run_case(wk_vk *vk, wk_pipelines *p, const cfg *c, uint32_t force_
                                                 (uint32_t)c->S, (uint32_t)c->R,
                                                 (uint64_t)T * Hq * (p->attn_gpu_splits ? 64 : 4), p->attn_gpu_splits);
     if (force_split) splits.main = force_split;
-    chained_cases += !wk_attn_plan_decode(&plan) && splits.main == 1 && splits.win == 1;
+    const bool chained = !wk_attn_plan_decode(&plan) && splits.main >= 1 && splits.main <= WK_ATTN_CHAIN_BULK && splits.win == 1;
+    chained_cases += chained;
+    chained_multi += chained && splits.main > 1;
     decode_shared_keys += wk_attn_plan_decode(&plan) && plan.tile_rows > plan.head_rows && c->S + c->R > 0;
     const uint32_t n_split = splits.main + splits.win;
     float *Qv = malloc(sizeof(float) * T * Hq * D);
@@ -400,11 +403,12 @@ int main(void) {
             /* cls, S, R, S2, R2 */
             {1, 4, 8, 2, 16}, {0, 4, 8, 3, 5}, {0, 4, 8, 0, 0}, {1, 2, 3, 0, 0}, {1, 0, 0, 4, 64}, {0, 0, 0, 4, 8},
         };
-        /* split 1: one bulk split and one window split, the pair whose window pass continues the
-         * bulk's partial instead of a reduce (wk_attn_record's chain). */
+        /* A window pass of one split continues the bulk's partials instead of a reduce
+         * (wk_attn_record's chain): split 1 one bulk partial, split 2 two it combines, split 3
+         * three, which it leaves to the reduce. */
         for (size_t i = 0; i < sizeof wins / sizeof wins[0]; i++)
             for (int window = 0; window <= 20; window += 20)
-                for (uint32_t split = 0; split <= 3; split += split ? 2 : 1) {
+                for (uint32_t split = 0; split <= 3; split++) {
                     const int bits = i % 2 ? 4 : 2;
                     cfg c = {.D = 256, .Hq = 4, .Hk = 1, .window = window, .kind = WK_KVQ_QUEST, .bits = bits,
                              .G = 32, .from1 = 10, .cls = wins[i][0], .S = wins[i][1], .R = wins[i][2],
@@ -542,10 +546,11 @@ int main(void) {
     CHECK_EQ_INT(p.pipe[WK_PIPE_ATTENTION_BULK_LANES] != VK_NULL_HANDLE, bulk_lanes);
     CHECK_EQ_INT(p.pipe[WK_PIPE_ATTENTION_BULK] != VK_NULL_HANDLE, !bulk_lanes);
     printf("paged attention: %d configurations (%d specialised prefill cases skipped: the GPU variant on lavapipe; "
-           "%d prefill cases chained their window pass to the bulk's; %d walked keys of shared windows in the "
+           "%d prefill cases chained their window pass to the bulk's (%d to several bulk splits); %d walked keys of shared windows in the "
            "decode pipelines), worst max-abs error relative to output scale %.3g\n",
-           cases - skipped, skipped, chained_cases, decode_shared_keys, worst);
+           cases - skipped, skipped, chained_cases, chained_multi, decode_shared_keys, worst);
     CHECK(chained_cases > 0);
+    CHECK(chained_multi > 0);
     CHECK_EQ_INT(test_vk_close(&vk, &p), 0);
     TEST_MAIN_END();
 }

@@ -17,6 +17,7 @@ enum {
     WK_ATTN_MAX_SPLIT = 32,    /* splits chosen for parallelism (more only for WK_ATTN_MAX_KEYS) */
     WK_ATTN_TARGET_WG = 64,    /* workgroups a split dispatch aims for */
     WK_ATTN_PART_ROWS = 1024,  /* (token, head, split) partials the split buffer holds at least */
+    WK_ATTN_CHAIN_BULK = 2,    /* bulk splits a chained windows pass combines at most (its two slots) */
     /* The same with the "gpu" kernel set. lavapipe runs a few threads, so 64 workgroups fill it and
      * more splits only add to the reduce; a GPU reaches its memory bandwidth with thousands of
      * subgroups in flight, and a decode step of one sequence at depth 32768 is one tile of one KV

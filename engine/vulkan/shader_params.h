@@ -128,7 +128,7 @@ typedef struct { WK_PC_GLU(WK_PC_MEMBER, ) } wk_pc_glu;
      * more bits than the values in some layers) are these, their first value slab at v_off. */      \
     X(s, uint32_t, v_off) X(s, int32_t, k_bits) X(s, uint32_t, k_slab_words) X(s, uint32_t, k_params_words) \
     X(s, uint32_t, k_code_words)                                                                        \
-    X(s, uint32_t, chain) /* set by wk_attn_record: the windows pass continues the bulk's partial */
+    X(s, uint32_t, chain) /* set by wk_attn_record: the windows pass continues the bulk's partials */
 typedef struct { WK_PC_ATTENTION_PAGED(WK_PC_MEMBER, ) } wk_pc_attention_paged;
 
 /* kv_store_window: token t's row is dest[dest_base + t] (the step's rows of the layer's window

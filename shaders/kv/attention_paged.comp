@@ -15,9 +15,10 @@
 //     windows, the sinks and recent keys, in a body with only it (a key the tile's later rows read
 //     in f16 and its earlier ones from the blocks is walked by both, each row masking the keys of
 //     the other pass); each writes partials and
-//     attention_reduce.comp combines them (engine/kv/attention_record.c), or, when each pass is
-//     one split (pc.chain), the windows pass starts from the bulk's partial of its row and writes
-//     the output itself: one dispatch and a round trip of partials fewer. llvmpipe runs both sides
+//     attention_reduce.comp combines them (engine/kv/attention_record.c), or, when the windows pass
+//     is one split after at most two of the bulk (pc.chain), it starts from the bulk's partials of
+//     its row, combined, and writes the output itself: one dispatch and a round trip of partials
+//     fewer. llvmpipe runs both sides
 //     of a branch, so one body with both paths pays for both on every key (about half of the
 //     prefill attention's time), and two bodies in one pipeline cost ten times the compile.
 // f16 windows (--kv-sink S, --kv-recent R): a row at position p reads key/value j in f16 when
@@ -124,7 +125,7 @@ layout(push_constant) uniform PC {
     // The values are bits / slab_words / params_words / code_words above; the keys these (the
     // same unless the layer has wide keys), their first slab at k_off and the values' at v_off.
     uint v_off; int k_bits; uint k_slab_words; uint k_params_words; uint k_code_words;
-    uint chain;             // windows pass: start from the bulk's partial (slot 0), write the output
+    uint chain;             // windows pass: start from the bulk's partials (slots 0 and, n_split 3, 1), write the output
 } pc;
 
 // The variant's shared state; one element a row in the other pipelines, which never touch it.
@@ -445,20 +446,31 @@ void main() {
             acc[r * MAXC + c] = vec4(0);
         }
     }
-    // Chained (a windows pass after a one-split bulk, the two the whole key range): the running
-    // max, sum and output of each row where the bulk left them (a row without bulk keys: -inf, 0,
-    // 0, as above), so the window keys continue its online softmax.
+    // Chained (a windows pass of one split after one or two bulk splits, the passes the whole key
+    // range): each row's running max, sum and output where the bulk left them, the two splits'
+    // partials combined as attention_reduce.comp combines them (a row without bulk keys: -inf, 0,
+    // 0, as above), so the window keys continue its online softmax and no reduce pass runs. The
+    // two slots are straight-line code, with no loop over splits: a loop around the rows' state
+    // grows llvmpipe's compile of this 16-row body from minutes to tens of minutes
+    // (docs/lavapipe.md). With one bulk split its partial is taken as it is, to the bit.
     const bool chained = SC_PASS == 2u && pc.chain != 0u;
     if (chained) {
+        bool two_bulk = pc.n_split > 2u;  // (slot 1 is then the second bulk split's, else this pass's own)
         [[unroll]] for (uint r = 0u; r < MAXR; ++r) {
             uint t = tile.row0 + r / pc.head_rows, hh = hc * pc.head_rows + r % pc.head_rows;
             if (r >= R || hh >= hpk) continue;
-            uint at = ((t * pc.n_head + kh * hpk + hh) * pc.n_split) * (C + 1u);
-            vec4 ml = texelFetch(PartIn, int(at));
-            m_r[r] = ml.x;
-            l_r[r] = ml.y;
-            [[unroll]] for (uint c = 0u; c < MAXC; ++c)
-                if (c < ncl && ch0 + c < C) acc[r * MAXC + c] = texelFetch(PartIn, int(at + 1u + ch0 + c));
+            uint at0 = ((t * pc.n_head + kh * hpk + hh) * pc.n_split) * (C + 1u), at1 = at0 + C + 1u;
+            vec4 ml0 = texelFetch(PartIn, int(at0)), ml1 = texelFetch(PartIn, int(at1));
+            // A split that saw no key of the row has l = 0 (and m = -inf): it adds nothing.
+            bool both = two_bulk && ml0.y > 0.0 && ml1.y > 0.0, only1 = two_bulk && !(ml0.y > 0.0) && ml1.y > 0.0;
+            float M = max(ml0.x, ml1.x), w0 = exp(ml0.x - M), w1 = exp(ml1.x - M);
+            m_r[r] = both ? M : only1 ? ml1.x : ml0.x;
+            l_r[r] = both ? ml0.y * w0 + ml1.y * w1 : only1 ? ml1.y : ml0.y;
+            [[unroll]] for (uint c = 0u; c < MAXC; ++c) {
+                if (!(c < ncl && ch0 + c < C)) continue;
+                vec4 a0 = texelFetch(PartIn, int(at0 + 1u + ch0 + c)), a1 = texelFetch(PartIn, int(at1 + 1u + ch0 + c));
+                acc[r * MAXC + c] = both ? a0 * w0 + a1 * w1 : only1 ? a1 : a0;
+            }
         }
     }
     if (SC_LANE_KEYS != 0u) {  // the variant's queries, whole rows: each lane's chunks from qv
