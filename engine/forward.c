@@ -99,7 +99,7 @@ int wk_fwd_init(wk_fwd *f, wk_vk *vk, wk_pipelines *pipes, const wk_hparams *hp,
     }
     if (!rc) rc = make(f, &a->h, T * E * 4, WK_MEM_DEVICE, NONE, err, errlen);
     if (!rc) rc = make(f, &a->xn, T * E * 4, WK_MEM_DEVICE, V4, err, errlen);
-    if (!rc) rc = make(f, &a->q, T * QD * 4, WK_MEM_DEVICE, NONE, err, errlen);
+    if (!rc) rc = make(f, &a->q, T * QD * 4, WK_MEM_DEVICE, V4, err, errlen);
     if (!rc) rc = make(f, &a->k, T * KD * 4, WK_MEM_DEVICE, NONE, err, errlen);
     if (!rc) rc = make(f, &a->v, T * KD * 4, WK_MEM_DEVICE, NONE, err, errlen);
     /* k16, v16: RG32UI texels of four halves, how attention_paged reads this step's window keys. */
@@ -443,7 +443,7 @@ static int op_attention_paged(rec *r, int il, uint32_t T) {
     pc.win_off = (uint32_t)(w->offset / 4);
     /* f16 reads its slabs through the RG32UI view, four halves a fetch. */
     const wk_arg pool = pc.bits == 16 ? wk_arg_view(f->kv->pool_view2) : TV(&f->kv->pool_buf);
-    wk_arg args[9] = {S(&f->a.q), S(&f->a.rows), S(&f->a.tables), pool, S(&f->a.attn), S(&f->a.tiles),
+    wk_arg args[9] = {TV(&f->a.q), S(&f->a.rows), S(&f->a.tables), pool, S(&f->a.attn), S(&f->a.tiles),
                       wk_arg_buf_view(f->a.attn_part.buf, f->a.attn_part.view), TV(&f->a.k16), TV(&f->a.v16)};
     const wk_attn_splits splits = wk_attn_plan_splits(&f->plan, f->step_rows, T, pc.n_head, pc.window, pc.sink,
                                                       pc.recent, f->attn_part_rows, f->pipes->attn_gpu_splits);

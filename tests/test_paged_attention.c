@@ -217,7 +217,8 @@ static double run_case(wk_vk *vk, wk_pipelines *p, const cfg *c, uint32_t force_
     for (int i = 0; i < T * Hq * D; i++) Qv[i] = gauss() * (c->window == 20 ? 1.0f : 0.1f);
 
     wk_buf bq, brows, btab, bpool, bout, btiles, bpart, bka, bva;
-    int rc = wk_vk_buffer_create(vk, &bq, sizeof(float) * T * Hq * D, WK_MEM_HOST, VK_FORMAT_UNDEFINED, err, sizeof err);
+    /* The queries are read as RGBA32F texels (as forward.c's a.q). */
+    int rc = wk_vk_buffer_create(vk, &bq, sizeof(float) * T * Hq * D, WK_MEM_HOST, VK_FORMAT_R32G32B32A32_SFLOAT, err, sizeof err);
     rc = rc ? rc : wk_vk_buffer_create(vk, &brows, sizeof rows, WK_MEM_HOST, VK_FORMAT_UNDEFINED, err, sizeof err);
     rc = rc ? rc : wk_vk_buffer_create(vk, &btab, sizeof tables, WK_MEM_HOST, VK_FORMAT_UNDEFINED, err, sizeof err);
     /* f16 is read four halves a fetch, through an RG32UI view (as kv_cache.c's pool_view2). */
@@ -243,7 +244,7 @@ static double run_case(wk_vk *vk, wk_pipelines *p, const cfg *c, uint32_t force_
             ((uint16_t *)bka.map)[i] = wk_f32_to_f16(Ka[i]);
             ((uint16_t *)bva.map)[i] = wk_f32_to_f16(Va[i]);
         }
-        wk_arg args[9] = {wk_arg_buf(bq.buf), wk_arg_buf(brows.buf), wk_arg_buf(btab.buf), wk_arg_view(bpool.view),
+        wk_arg args[9] = {wk_arg_view(bq.view), wk_arg_buf(brows.buf), wk_arg_buf(btab.buf), wk_arg_view(bpool.view),
                           wk_arg_buf(bout.buf), wk_arg_buf(btiles.buf), wk_arg_buf_view(bpart.buf, bpart.view), wk_arg_view(bka.view),
                           wk_arg_view(bva.view)};
         wk_pc_attention_paged pc = {
