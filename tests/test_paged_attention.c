@@ -208,7 +208,7 @@ static double run_case(wk_vk *vk, wk_pipelines *p, const cfg *c, uint32_t force_
                                                 (uint32_t)c->S, (uint32_t)c->R,
                                                 (uint64_t)T * Hq * (p->attn_gpu_splits ? 64 : 4), p->attn_gpu_splits);
     if (force_split) splits.main = force_split;
-    const bool chained = !wk_attn_plan_decode(&plan) && splits.main >= 1 && splits.main <= WK_ATTN_CHAIN_BULK && splits.win == 1;
+    const bool chained = wk_attn_chains(&plan, splits);
     chained_cases += chained;
     chained_multi += chained && splits.main > 1;
     decode_shared_keys += wk_attn_plan_decode(&plan) && plan.tile_rows > plan.head_rows && c->S + c->R > 0;

@@ -72,6 +72,12 @@ static inline int wk_attn_bulk_lanes(int lanes, uint32_t subgroup, uint32_t head
     return wk_attn_decode_lanes(lanes, subgroup, head_dim) &&
            max_shared >= wk_attn_lanes_shared_bytes(WK_ATTN_MAXR);
 }
+/* Whether a prefill step with these splits chains its windows pass to the bulk (wk_attn_record):
+ * the windows pass is one split after 1 to WK_ATTN_CHAIN_BULK bulk splits, so it combines their
+ * partials, continues each row's softmax and writes the output, with no reduce pass. */
+static inline int wk_attn_chains(const wk_attn_plan *p, wk_attn_splits s) {
+    return !wk_attn_plan_decode(p) && s.main >= 1 && s.main <= WK_ATTN_CHAIN_BULK && s.win == 1;
+}
 /* Whether a step of this plan walks a layer with sink + recent f16 window rows in two passes. */
 static inline int wk_attn_plan_two_pass(const wk_attn_plan *p, uint32_t sink, uint32_t recent) {
     return !wk_attn_plan_decode(p) && sink + recent > 0;

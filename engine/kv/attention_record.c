@@ -21,11 +21,9 @@ int wk_attn_record(wk_vk *vk, wk_pipelines *p, const wk_attn_plan *plan, wk_attn
     wk_arg a[10];
     for (int i = 0; i < 9; i++) a[i] = args[i];
     a[9] = args[6];
-    /* A prefill step whose windows pass is one split after at most WK_ATTN_CHAIN_BULK bulk splits
-     * (every step of up to a few hundred tokens): the windows pass continues each row's softmax
-     * from the bulk's partials, combined, and writes the output, so the reduce (~0.5 ms a layer
-     * on lavapipe at 128 tokens) and the windows' partials are not needed. */
-    const bool chain = !decode && splits.main >= 1 && splits.main <= WK_ATTN_CHAIN_BULK && splits.win == 1;
+    /* Every prefill step of up to a few hundred tokens chains (wk_attn_chains): no reduce (~0.5 ms
+     * a layer on lavapipe at 128 tokens) and no windows partials. */
+    const bool chain = wk_attn_chains(plan, splits);
     pc->chain = 0;
     /* (No bulk pass when no row reads a key from the blocks: wk_attn_plan_splits' main 0.) */
     int rc = splits.main ? wk_dispatch(vk, p, decode ? decode_pipe : bulk_pipe, a, pc, sizeof *pc, plan->n_tiles,

@@ -453,9 +453,8 @@ void main() {
     // range): each row's running max, sum and output where the bulk left them, the two splits'
     // partials combined as attention_reduce.comp combines them (a row without bulk keys: -inf, 0,
     // 0, as above), so the window keys continue its online softmax and no reduce pass runs. The
-    // two slots are straight-line code, with no loop over splits: a loop around the rows' state
-    // grows llvmpipe's compile of this 16-row body from minutes to tens of minutes
-    // (docs/lavapipe.md). With one bulk split its partial is taken as it is, to the bit.
+    // two slots are straight-line code, with no loop over splits: such a loop inside the rows' loop
+    // kept llvmpipe compiling this 16-row body for over 20 minutes (docs/engine.md, "Chained"). With one bulk split its partial is taken as it is, to the bit.
     const bool chained = SC_PASS == 2u && pc.chain != 0u;
     if (chained) {
         bool two_bulk = pc.n_split > 2u;  // (slot 1 is then the second bulk split's, else this pass's own)
