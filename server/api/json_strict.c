@@ -47,7 +47,20 @@ static bool string_token(scan *s) {
                 for (size_t k = 2; hex4 && k < 6; k++) hex4 = json_hex_digit(s->p[s->at + k]) >= 0;
                 if (!hex4)
                     return fail_at(s, "a \\u escape without four hex digits");
+                /* RFC 8259 8.2: an escaped surrogate names no character unless a high one
+                 * (D800-DBFF) is followed at once by an escaped low one (DC00-DFFF). */
+                const unsigned cp = json_hex4(s->p + s->at + 2);
                 s->at += 6;
+                if (cp >= 0xDC00 && cp <= 0xDFFF)
+                    return fail_at(s, "a \\u escape of a low surrogate without the high one before it");
+                if (cp >= 0xD800 && cp <= 0xDBFF) {
+                    bool low = s->at + 6 <= s->len && s->p[s->at] == '\\' && s->p[s->at + 1] == 'u';
+                    for (size_t k = 2; low && k < 6; k++) low = json_hex_digit(s->p[s->at + k]) >= 0;
+                    const unsigned lo = low ? json_hex4(s->p + s->at + 2) : 0;
+                    if (!low || lo < 0xDC00 || lo > 0xDFFF)
+                        return fail_at(s, "a \\u escape of a high surrogate without a low one after it");
+                    s->at += 6;
+                }
                 continue;
             }
             if (!strchr("\"\\/bfnrt", e) || e == 0) return fail_at(s, "an unknown escape in a string");

@@ -17,7 +17,7 @@ int json_hex_digit(char c) {
     return -1;
 }
 
-static unsigned hex4(const char *p) {
+unsigned json_hex4(const char *p) {
     unsigned v = 0;
     for (int i = 0; i < 4; i++) v = v * 16 + (unsigned)json_hex_digit(p[i]);
     return v;
@@ -41,7 +41,7 @@ static size_t string_token(const char *body, size_t len, size_t *at) {
         if (i + 6 > len) return SIZE_MAX;
         for (int k = 2; k < 6; k++)
             if (json_hex_digit(body[i + k]) < 0) return SIZE_MAX;
-        unsigned cp = hex4(body + i + 2);
+        unsigned cp = json_hex4(body + i + 2);
         i += 6;
         if (cp >= 0xD800 && cp <= 0xDBFF) { /* a high surrogate: cJSON requires its low half next */
             if (i + 6 > len || body[i] != '\\' || body[i + 1] != 'u') return SIZE_MAX;

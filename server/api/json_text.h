@@ -21,6 +21,8 @@ bool json_measure_strings(cJSON *root, const char *body, size_t len);
 size_t json_str_len(const cJSON *s);
 /* A hex digit's value, or -1 for any other character. */
 int json_hex_digit(char c);
+/* The value of the four hex digits at p (json_hex_digit of each is >= 0). */
+unsigned json_hex4(const char *p);
 /* Length of the valid UTF-8 prefix of the n bytes at s (RFC 3629: no overlong forms, no
  * surrogates, nothing above U+10FFFF); n when all of it is valid. */
 size_t json_utf8_valid_prefix(const unsigned char *s, size_t n);

@@ -49,6 +49,10 @@ static const cJSON *field(const cJSON *obj, const char *name) {
     return v && !cJSON_IsNull(v) ? v : NULL;
 }
 
+/* Whether a list-valued field (tools, functions, tool_calls) asks for something: given and not an
+ * empty array (a non-array is refused with it, as a request we cannot read as "none"). */
+static bool asks_for_any(const cJSON *v) { return v && (!cJSON_IsArray(v) || cJSON_GetArraySize(v) > 0); }
+
 static bool get_number(const cJSON *obj, const char *name, double lo, double hi, float *out, api_error *e) {
     const cJSON *v = field(obj, name);
     if (!v) return true;
@@ -241,6 +245,14 @@ static bool parse_messages(const cJSON *root, chat_format fmt, gen_params *g, ap
             /* An assistant turn may come without content (OpenAI's tool-call turns); the others say something. */
             ok = fail(e, 400, "messages", "missing_required_parameter", "messages[%d].content is required for role '%s'", i,
                       role->valuestring);
+        } else if (asks_for_any(field(m, "tool_calls"))) {
+            /* A past turn's calls cannot be rendered for a model served without tools: refused, as a
+             * 'tool' turn is, rather than dropped from the conversation unseen. */
+            ok = fail(e, 400, "messages", "unsupported_value",
+                      "messages[%d].tool_calls: tool calls are not supported (no tools, function calling)", i);
+        } else if (field(m, "function_call")) {
+            ok = fail(e, 400, "messages", "unsupported_value",
+                      "messages[%d].function_call: function calls are not supported", i);
         } else if (field(m, "name") && !cJSON_IsString(field(m, "name"))) {
             ok = fail(e, 400, "messages", "invalid_type", "messages[%d].name must be a string, not %s", i,
                       type_name(field(m, "name")));
@@ -338,26 +350,63 @@ static bool parse_logit_bias(const cJSON *root, gen_params *g, api_error *e) {
 static bool refuse_unsupported(const cJSON *root, bool chat, api_error *e) {
     if (!chat) {
         int best_of = 1;
-        bool echo = false;
         if (!get_int(root, "best_of", 1, 128, &best_of, NULL, e)) return false;
         if (best_of != 1) return fail(e, 400, "best_of", "unsupported_value", "only best_of=1 is supported");
-        if (!get_bool(root, "echo", &echo, e)) return false;
-        if (echo) return fail(e, 400, "echo", "unsupported_value", "echo is not supported");
         if (field(root, "suffix")) return fail(e, 400, "suffix", "unsupported_value", "suffix is not supported");
     } else {
-        const cJSON *tools = field(root, "tools");
-        if (tools && (!cJSON_IsArray(tools) || cJSON_GetArraySize(tools) > 0))
+        if (asks_for_any(field(root, "tools")))
             return fail(e, 400, "tools", "unsupported_value", "tools (function calling) are not supported");
         /* With no tools, "none" and "auto" both mean no tool call; anything that asks for one cannot be met. */
         const cJSON *tc = field(root, "tool_choice");
         if (tc && !json_str_is(tc, "none") && !json_str_is(tc, "auto"))
             return fail(e, 400, "tool_choice", "unsupported_value",
                         "tool_choice must be \"none\" or \"auto\": tools (function calling) are not supported");
-        const cJSON *rf = field(root, "response_format");
-        const cJSON *rft = rf ? cJSON_GetObjectItemCaseSensitive(rf, "type") : NULL;
-        if (rf && !json_str_is(rft, "text"))
-            return fail(e, 400, "response_format", "unsupported_value", "only response_format {\"type\": \"text\"} is supported");
+        /* The same for the deprecated functions / function_call pair. */
+        if (asks_for_any(field(root, "functions")))
+            return fail(e, 400, "functions", "unsupported_value", "functions (function calling) are not supported");
+        const cJSON *fc = field(root, "function_call");
+        if (fc && !json_str_is(fc, "none") && !json_str_is(fc, "auto"))
+            return fail(e, 400, "function_call", "unsupported_value",
+                        "function_call must be \"none\" or \"auto\": function calling is not supported");
+        /* Output other than text, and searches, cannot be given: refused, not answered with text alone. */
+        const cJSON *mods = field(root, "modalities"), *mod;
+        if (mods && !cJSON_IsArray(mods))
+            return fail(e, 400, "modalities", "invalid_type", "modalities must be an array, not %s", type_name(mods));
+        cJSON_ArrayForEach(mod, mods) if (!json_str_is(mod, "text"))
+            return fail(e, 400, "modalities", "unsupported_value", "only the \"text\" modality is supported");
+        if (field(root, "audio")) return fail(e, 400, "audio", "unsupported_value", "audio output is not supported");
+        if (field(root, "web_search_options"))
+            return fail(e, 400, "web_search_options", "unsupported_value", "web search is not supported");
+        /* vLLM's template switches: the prompt always ends with a new assistant turn, so only
+         * their defaults can be honoured. */
+        bool add_generation_prompt = true, continue_final_message = false;
+        if (!get_bool(root, "add_generation_prompt", &add_generation_prompt, e)) return false;
+        if (!add_generation_prompt)
+            return fail(e, 400, "add_generation_prompt", "unsupported_value",
+                        "add_generation_prompt=false is not supported: the prompt always opens the assistant's turn");
+        if (!get_bool(root, "continue_final_message", &continue_final_message, e)) return false;
+        if (continue_final_message)
+            return fail(e, 400, "continue_final_message", "unsupported_value",
+                        "continue_final_message is not supported: a final assistant message is a closed turn");
     }
+    /* echo: completions' (OpenAI) and chat's (vLLM's extension) alike. */
+    bool echo = false;
+    if (!get_bool(root, "echo", &echo, e)) return false;
+    if (echo) return fail(e, 400, "echo", "unsupported_value", "echo is not supported");
+    /* Constrained output, on either endpoint (vLLM takes response_format on completions too):
+     * text that ignored the constraint would look like an answer to it. */
+    const cJSON *rf = field(root, "response_format");
+    const cJSON *rft = rf ? cJSON_GetObjectItemCaseSensitive(rf, "type") : NULL;
+    if (rf && !json_str_is(rft, "text"))
+        return fail(e, 400, "response_format", "unsupported_value", "only response_format {\"type\": \"text\"} is supported");
+    /* The same asked for in vLLM's and llama.cpp's own fields, which a client written for them sends. */
+    static const char *const constraints[] = {"guided_json", "guided_regex", "guided_choice", "guided_grammar",
+                                              "structured_outputs", "grammar", "json_schema"};
+    for (size_t i = 0; i < sizeof constraints / sizeof *constraints; i++)
+        if (field(root, constraints[i]))
+            return fail(e, 400, constraints[i], "unsupported_value",
+                        "%s is not supported: this server does not constrain its output (structured output)",
+                        constraints[i]);
     return true;
 }
 

@@ -161,6 +161,13 @@ def test_100_continue_refused_from_the_head(server, line, status):
     (b'["Hi",]', "not a JSON value"),
     (b'{"prompt":"Hi","max_tokens":1,"max_tokens":99}', "twice"),
     (b'{"messages":[{"role":"user","content":"a","content":"b"}],"prompt":"x"}', "twice"),
+    # Escaped surrogates name a character only as a high-low pair (RFC 8259 8.2).
+    (b'{"prompt":"a\\ud800b"}', "high surrogate"),
+    (b'{"prompt":"a\\ud800"}', "high surrogate"),
+    (b'{"prompt":"a\\udbff\\u0041"}', "high surrogate"),
+    (b'{"prompt":"a\\ud800\\ud800"}', "high surrogate"),
+    (b'{"prompt":"a\\udc00b"}', "low surrogate"),
+    (b'{"\\udfff":1,"prompt":"a"}', "low surrogate"),
 ])
 def test_json_grammar(server, body, why):
     e = assert_error(post(server, "/v1/completions", body), 400, None, "invalid_json")
@@ -193,6 +200,45 @@ def test_a_nul_makes_another_model_name(server, model_id):
     ("/v1/chat/completions", {"messages": [{"role": "user", "content": []}]}, "messages"),
     ("/v1/chat/completions", {"messages": [{"role": "user", "content": "x", "name": 5}]}, "messages"),
     ("/v1/chat/completions", {"messages": [{"role": "user\u0000", "content": "x"}]}, "messages"),
+    # Constrained output is refused on both endpoints, in OpenAI's field and in vLLM's and llama.cpp's.
+    ("/v1/completions", {"prompt": "x", "response_format": {"type": "json_object"}}, "response_format"),
+    ("/v1/chat/completions", {"messages": [{"role": "user", "content": "x"}],
+                              "response_format": {"type": "json_schema", "json_schema": {"name": "a"}}},
+     "response_format"),
+    ("/v1/completions", {"prompt": "x", "guided_json": {"type": "object"}}, "guided_json"),
+    ("/v1/completions", {"prompt": "x", "guided_regex": "[0-9]+"}, "guided_regex"),
+    ("/v1/chat/completions", {"messages": [{"role": "user", "content": "x"}], "guided_choice": ["a", "b"]},
+     "guided_choice"),
+    ("/v1/completions", {"prompt": "x", "guided_grammar": "root ::= \"a\""}, "guided_grammar"),
+    ("/v1/completions", {"prompt": "x", "structured_outputs": {"regex": "a"}}, "structured_outputs"),
+    ("/v1/completions", {"prompt": "x", "grammar": "root ::= \"a\""}, "grammar"),
+    ("/v1/chat/completions", {"messages": [{"role": "user", "content": "x"}], "json_schema": {"type": "object"}},
+     "json_schema"),
+    # Function calling in its deprecated form and in a past turn, output other than text, switches
+    # whose non-default value cannot be honoured: refused, never dropped unseen.
+    ("/v1/chat/completions", {"messages": [{"role": "user", "content": "x"}],
+                              "functions": [{"name": "f", "parameters": {}}]}, "functions"),
+    ("/v1/chat/completions", {"messages": [{"role": "user", "content": "x"}], "function_call": {"name": "f"}},
+     "function_call"),
+    ("/v1/chat/completions", {"messages": [{"role": "user", "content": "x"},
+                                           {"role": "assistant", "content": None, "tool_calls": [
+                                               {"id": "1", "type": "function",
+                                                "function": {"name": "f", "arguments": "{}"}}]}]}, "messages"),
+    ("/v1/chat/completions", {"messages": [{"role": "user", "content": "x"},
+                                           {"role": "assistant", "content": "",
+                                            "function_call": {"name": "f", "arguments": "{}"}}]}, "messages"),
+    ("/v1/chat/completions", {"messages": [{"role": "user", "content": "x"}], "modalities": ["text", "audio"]},
+     "modalities"),
+    ("/v1/chat/completions", {"messages": [{"role": "user", "content": "x"}], "modalities": "text"}, "modalities"),
+    ("/v1/chat/completions", {"messages": [{"role": "user", "content": "x"}],
+                              "audio": {"voice": "alloy", "format": "wav"}}, "audio"),
+    ("/v1/chat/completions", {"messages": [{"role": "user", "content": "x"}], "web_search_options": {}},
+     "web_search_options"),
+    ("/v1/chat/completions", {"messages": [{"role": "user", "content": "x"}], "add_generation_prompt": False},
+     "add_generation_prompt"),
+    ("/v1/chat/completions", {"messages": [{"role": "user", "content": "x"}, {"role": "assistant", "content": "T"}],
+                              "continue_final_message": True}, "continue_final_message"),
+    ("/v1/chat/completions", {"messages": [{"role": "user", "content": "x"}], "echo": True}, "echo"),
 ])
 def test_request_fields(server, path, body, param):
     assert_error(post(server, path, body), 400, param)
@@ -202,11 +248,24 @@ def test_fields_that_stay_accepted(server):
     for body in ({"messages": [{"role": "user", "content": "x"}], "tool_choice": "none", "max_tokens": 1},
                  {"messages": [{"role": "user", "content": "x"}], "tool_choice": "auto", "max_tokens": 1},
                  {"messages": [{"role": "user", "content": "x"}, {"role": "assistant", "content": None},
-                               {"role": "user", "content": "y", "name": "bob"}], "max_tokens": 1}):
+                               {"role": "user", "content": "y", "name": "bob"}], "max_tokens": 1},
+                 # the defaults of the refused fields above, and empty lists, ask for nothing
+                 {"messages": [{"role": "user", "content": "x"},
+                               {"role": "assistant", "content": "a", "tool_calls": [], "function_call": None},
+                               {"role": "user", "content": "y"}],
+                  "functions": [], "function_call": "auto", "modalities": ["text"], "audio": None,
+                  "add_generation_prompt": True, "continue_final_message": False, "echo": False,
+                  "parallel_tool_calls": True, "max_tokens": 1}):
         r = post(server, "/v1/chat/completions", body)
         assert r.status_code == 200, r.text
     r = post(server, "/v1/completions", {"prompt": "x", "logit_bias": {"0": 1, "5": -1}, "max_tokens": 1})
     assert r.status_code == 200, r.text
+    for body in ({"prompt": "x", "max_tokens": 1, "response_format": {"type": "text"}, "guided_json": None,
+                  "grammar": None},
+                 # a surrogate pair is one character (U+1F600), wherever it stands
+                 {"prompt": "x \U0001F600", "max_tokens": 1, "user": "\U0001F600"}):
+        r = post(server, "/v1/completions", body)
+        assert r.status_code == 200, r.text
 
 
 def test_error_messages_stay_utf8_when_they_cut_a_quote(server):
