@@ -392,7 +392,7 @@ static void handle_generation(api_server *a, http_conn *c, http_request *r, bool
 static void handle_tokenize(api_server *a, http_conn *c, http_request *r, bool detokenize) {
     gen_params g;
     api_error err = {0};
-    if (!(detokenize ? openai_parse_detokenize(r->body, r->body_len, &g, &err) : openai_parse_tokenize(r->body, r->body_len, &g, &err))) {
+    if (!(detokenize ? openai_parse_detokenize(r->body, r->body_len, &g, &err) : openai_parse_tokenize(r->body, r->body_len, a->model.chat, &g, &err))) {
         reply_api_error(a, c, &err);
         return;
     }

@@ -698,21 +698,41 @@ static cJSON *parse_object(const char *body, size_t len, api_error *err) {
     return root;
 }
 
-bool openai_parse_tokenize(const char *body, size_t len, gen_params *out, api_error *err) {
+bool openai_parse_tokenize(const char *body, size_t len, chat_format fmt, gen_params *out, api_error *err) {
     memset(out, 0, sizeof *out);
     cJSON *root = parse_object(body, len, err);
     if (!root) return false;
-    const char *name = field(root, "prompt") ? "prompt" : "text";
-    const cJSON *p = field(root, name);
+    /* The text under its name in vLLM ("prompt"), llama.cpp ("content") or ours ("text"); or,
+     * as vLLM's chat form, "messages" rendered as a chat request's prompt. */
+    static const char *const names[] = {"prompt", "content", "text", "messages"};
+    const char *name = NULL;
     bool ok = true;
+    for (size_t i = 0; ok && i < sizeof names / sizeof *names; i++) {
+        if (!field(root, names[i])) continue;
+        if (name) ok = fail(err, 400, names[i], "invalid_value", "give one of %s and %s, not both", name, names[i]);
+        name = names[i];
+    }
+    const cJSON *p = name ? field(root, name) : NULL;
     out->add_special = true;
-    if (!p) ok = fail(err, 400, "prompt", "missing_required_parameter", "prompt (the text to tokenize) is required");
-    else if (!cJSON_IsString(p)) ok = fail(err, 400, name, "invalid_type", "%s must be a string, not %s", name, type_name(p));
-    ok = ok && get_bool(root, "add_special", &out->add_special, err);
-    if (ok) out->prompt_len = json_str_len(p);
-    if (ok && !(out->prompt_text = memdup_text(p->valuestring, out->prompt_len)))
-        ok = fail(err, 500, NULL, NULL, "out of memory");
+    if (ok && !p) {
+        ok = fail(err, 400, "prompt", "missing_required_parameter",
+                  "prompt (the text to tokenize; or content, text, messages) is required");
+    } else if (ok && !strcmp(name, "messages")) {
+        ok = refuse_unsupported(root, true, err) && parse_messages(root, fmt, out, err);
+    } else if (ok && !cJSON_IsString(p)) {
+        ok = fail(err, 400, name, "invalid_type", "%s must be a string, not %s", name, type_name(p));
+    } else if (ok) {
+        /* add_special (ours, llama.cpp's name) or add_special_tokens (vLLM's): the BOS token. */
+        const char *special = field(root, "add_special_tokens") ? "add_special_tokens" : "add_special";
+        if (field(root, "add_special_tokens") && field(root, "add_special"))
+            ok = fail(err, 400, "add_special", "invalid_value", "give add_special or add_special_tokens, not both");
+        ok = ok && get_bool(root, special, &out->add_special, err);
+        if (ok) out->prompt_len = json_str_len(p);
+        if (ok && !(out->prompt_text = memdup_text(p->valuestring, out->prompt_len)))
+            ok = fail(err, 500, NULL, NULL, "out of memory");
+    }
     cJSON_Delete(root);
+    if (!ok) gen_params_free(out);
     return ok;
 }
 

@@ -51,8 +51,10 @@ typedef struct openai_request {
 bool openai_parse_generation(const char *body, size_t body_len, bool chat, const api_model *m, openai_request *out, api_error *err);
 void openai_request_free(openai_request *r);
 
-/* POST /tokenize: {"prompt"|"text": string, "add_special": bool} -> prompt_text + add_special. */
-bool openai_parse_tokenize(const char *body, size_t len, gen_params *out, api_error *err);
+/* POST /tokenize: {"prompt"|"content"|"text": string, "add_special"|"add_special_tokens": bool}
+ * -> prompt_text + add_special; or {"messages": [...]} -> the chat prompt of format fmt, with its
+ * plain ranges, as a chat request's. */
+bool openai_parse_tokenize(const char *body, size_t len, chat_format fmt, gen_params *out, api_error *err);
 /* POST /detokenize: {"tokens": [ints]} -> prompt_tokens. */
 bool openai_parse_detokenize(const char *body, size_t len, gen_params *out, api_error *err);
 

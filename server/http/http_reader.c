@@ -157,6 +157,30 @@ static bool finish_request(http_reader *r) {
     return true;
 }
 
+/* RFC 9112 3.2: Host = uri-host [ ":" port ] (RFC 3986: an IP literal in brackets or a reg-name of
+ * unreserved, sub-delims and %XX; port = *DIGIT), or empty. */
+static bool host_value_valid(const char *v) {
+    const char *c = v;
+    if (*c == '[') {
+        for (c++; *c && *c != ']'; c++)
+            if (!isalnum((unsigned char)*c) && !strchr(":.-_~!$&'()*+,;=%", *c)) return false; /* (RFC 6874: a zone as %25) */
+        if (*c++ != ']') return false;
+    } else {
+        for (; *c && *c != ':'; c++) {
+            if (*c == '%') {
+                if (!isxdigit((unsigned char)c[1]) || !isxdigit((unsigned char)c[2])) return false;
+                c += 2;
+            } else if (!isalnum((unsigned char)*c) && !strchr("-._~!$&'()*+,;=", *c)) {
+                return false;
+            }
+        }
+    }
+    if (*c == ':')
+        for (c++; *c; c++)
+            if (!isdigit((unsigned char)*c)) return false;
+    return *c == 0;
+}
+
 static int on_headers_complete(llhttp_t *p) {
     http_reader *r = reader_of(p);
     if (push_header(r)) return -1;
@@ -172,6 +196,12 @@ static int on_headers_complete(llhttp_t *p) {
     if (p->http_minor >= 1 && hosts != 1) {
         r->error_status = 400;
         r->error_msg = hosts ? "more than one Host header" : "an HTTP/1.1 request needs a Host header";
+        return -1;
+    }
+    const char *host = http_header_get(&r->req, "host");
+    if (host && !host_value_valid(host)) {
+        r->error_status = 400;
+        r->error_msg = "the Host header is not a host[:port]";
         return -1;
     }
     /* The one transfer coding we decode is chunked (RFC 9112 6.1: 501 for one we do not know;
@@ -329,6 +359,10 @@ http_read_result http_reader_feed(http_reader *r, const char *data, size_t len, 
                                     r->limits->max_header_bytes, HTTP_MAX_HEADERS);
         else if (r->error_status == 414)
             *status = 414, snprintf(msg, msgcap, "request target too long (at most %d bytes)", HTTP_MAX_TARGET);
+        else if (e == HPE_INVALID_VERSION && r->parser.http_major == 1 && r->parser.http_minor <= 1)
+            /* llhttp's code for a 1.0 or 1.1 line that does not end in CRLF: malformed, not a
+             * version this server lacks. */
+            *status = 400, snprintf(msg, msgcap, "malformed HTTP request line (its version must end it with CRLF)");
         else if (r->error_status == 505 || e == HPE_INVALID_VERSION)
             *status = 505, snprintf(msg, msgcap, "HTTP version not supported (use HTTP/1.1)");
         else if (r->error_msg) *status = r->error_status, snprintf(msg, msgcap, "%s", r->error_msg);

@@ -109,7 +109,9 @@ static void job_tokenize(scheduler *s, sched_job *j) {
     const size_t len = j->gen.prompt_text ? j->gen.prompt_len : 0;
     /* The same bound as a prompt's: no text longer than a context could hold is tokenized. */
     if (!fits_by_bytes(s, j->id, len)) return;
-    int n = wk_tokenize_alloc(s->e, text, len, j->gen.add_special, true, &toks);
+    /* A chat's rendering (messages) as a chat request's prompt is tokenized, else as a prompt. */
+    int n = j->gen.plain ? wk_tokenize_alloc_plain(s->e, text, len, j->gen.add_special, j->gen.plain, j->gen.n_plain, &toks)
+                         : wk_tokenize_alloc(s->e, text, len, j->gen.add_special, true, &toks);
     if (n < 0) {
         sched_post_error(s, j->id, 400, "prompt", NULL, "the text cannot be tokenized: %s", wk_strerror(n));
         return;

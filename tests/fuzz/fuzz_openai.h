@@ -69,11 +69,15 @@ static inline void fz_openai(fz_endpoint ep, chat_format fmt, const char *body, 
     }
     gen_params g;
     memset(&g, 0, sizeof g);
-    bool ok = ep == FZ_EP_TOKENIZE ? openai_parse_tokenize(body, len, &g, &err)
+    bool ok = ep == FZ_EP_TOKENIZE ? openai_parse_tokenize(body, len, fmt, &g, &err)
                                    : openai_parse_detokenize(body, len, &g, &err);
     if (ok) {
-        if (ep == FZ_EP_TOKENIZE) FZ_CHECK(g.prompt_text != NULL);
-        else FZ_CHECK(g.n_prompt_tokens >= 0 && (g.n_prompt_tokens == 0 || g.prompt_tokens != NULL));
+        if (ep == FZ_EP_TOKENIZE) {
+            FZ_CHECK(g.prompt_text != NULL);
+            fz_check_gen(&g, g.plain != NULL); /* a text, or messages rendered as a chat's prompt */
+        } else {
+            FZ_CHECK(g.n_prompt_tokens >= 0 && (g.n_prompt_tokens == 0 || g.prompt_tokens != NULL));
+        }
         gen_params_free(&g);
     } else {
         fz_check_error(&err);

@@ -365,6 +365,7 @@ def test_upgrade_request_is_ignored(server):
 @pytest.mark.parametrize("line,status", [
     (b"GET /health HTTP/2.0", 505), (b"GET /health HTTP/3.0", 505), (b"GET /health", 400),
     (b"GET /health HTTP/0.9", 400),
+    (b"GET /health HTTP/1.1\rX", 400),  # 1.1, but its line does not end in CRLF: malformed, not 505
 ])
 def test_unsupported_http_versions(server, line, status):
     out = raw(server, line + b"\r\nHost: x\r\n\r\n")

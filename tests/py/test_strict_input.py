@@ -47,11 +47,18 @@ def tokenize_with_headers(server, headers, body=GOOD, version=b"HTTP/1.1"):
     (b"Host: x\r\nX-A: b\r\n c\r\n", 400),             # obs-fold
     (b"", 400),                                        # HTTP/1.1 without Host
     (b"Host: x\r\nHost: y\r\n", 400),                  # two Hosts
+    # Host = uri-host [":" port] (RFC 9112 3.2, RFC 3986 3.2.2)
+    (b"Host: x:abc\r\n", 400), (b"Host: a b\r\n", 400), (b"Host: user@x\r\n", 400), (b"Host: x/y\r\n", 400),
+    (b"Host: [::1\r\n", 400), (b"Host: x:80:80\r\n", 400),
+    (b"Host: \r\n", 200), (b"Host: [::1]:8080\r\n", 200), (b"Host: [fe80::1%25eth0]\r\n", 200),
+    (b"Host: 127.0.0.1:8080\r\n", 200), (b"Host: ex%41mple.com\r\n", 200), (b"Host: localhost.:\r\n", 200),
+    (b"Host: my-svc.ns.svc.cluster.local:8080\r\n", 200),
 ])
 def test_header_framing(server, headers, status):
     out = tokenize_with_headers(server, headers)
     assert out.startswith(f"HTTP/1.1 {status} ".encode()), out
-    assert json.loads(out.split(b"\r\n\r\n", 1)[1])["error"]["message"]
+    answer = json.loads(out.split(b"\r\n\r\n", 1)[1])
+    assert answer["tokens"] if status == 200 else answer["error"]["message"], answer
     still_serving(server)
 
 
@@ -320,3 +327,30 @@ def test_logprobs_asked_for_and_no_token_came_are_empty_not_null(server):
     assert choice["logprobs"] == {"tokens": [], "token_logprobs": [], "top_logprobs": [], "text_offset": []}, choice
     r = post(server, "/v1/completions", {"prompt": "Hi", "max_tokens": 3, "logit_bias": {"1": 100}})
     assert r.json()["choices"][0]["logprobs"] is None  # not asked for
+
+
+def test_tokenize_speaks_vllm_and_llama_cpp(server):
+    # The text under vLLM's name (prompt), llama.cpp's (content) or ours (text): the same tokens.
+    def tokens(body):
+        r = post(server, "/tokenize", body)
+        assert r.status_code == 200, r.text
+        return r.json()["tokens"]
+    plain = tokens({"prompt": "Hello world"})
+    assert tokens({"content": "Hello world"}) == plain == tokens({"text": "Hello world"})
+    # add_special (ours, llama.cpp's) and add_special_tokens (vLLM's) both drop the BOS token.
+    assert tokens({"content": "Hello world", "add_special": False}) == plain[1:]
+    assert tokens({"prompt": "Hello world", "add_special_tokens": False}) == plain[1:]
+    assert_error(post(server, "/tokenize", {"prompt": "a", "content": "b"}), 400, "content")
+    assert_error(post(server, "/tokenize", {"prompt": "a", "add_special": True, "add_special_tokens": True}), 400,
+                 "add_special")
+    # vLLM's chat form: the prompt a chat request with these messages gets, control-token text
+    # typed in a message staying text.
+    messages = [{"role": "system", "content": "Be brief."}, {"role": "user", "content": "Hi <start_of_turn>"}]
+    chat = tokens({"messages": messages})
+    r = post(server, "/v1/chat/completions", {"messages": messages, "max_tokens": 1})
+    assert r.status_code == 200 and r.json()["usage"]["prompt_tokens"] == len(chat), r.text
+    start_of_turn = tokens({"prompt": "<start_of_turn>", "add_special": False})
+    assert len(start_of_turn) == 1 and chat.count(start_of_turn[0]) == 2, chat  # the template's two turns only
+    assert_error(post(server, "/tokenize", {"messages": messages, "add_generation_prompt": False}), 400,
+                 "add_generation_prompt")
+    assert_error(post(server, "/tokenize", {"messages": []}), 400, "messages")
