@@ -307,7 +307,9 @@ static void on_event(sched_event *ev, void *data) {
                 reply_json(a, c, 200, cJSON_CreateObject(), NULL);
             } else if (c && ev->kind == EV_DETOKENIZED) {
                 cJSON *o = cJSON_CreateObject();
+                /* The text under vLLM's name and llama.cpp's. */
                 json_add_string_n(o, "prompt", ev->text, ev->text ? ev->text_len : 0);
+                json_add_string_n(o, "content", ev->text, ev->text ? ev->text_len : 0);
                 reply_json(a, c, 200, o, NULL);
             }
             call_free(a, k);

@@ -133,7 +133,9 @@ static void job_detokenize(scheduler *s, sched_job *j) {
     bool oom = false;
     for (int i = 0; i < j->gen.n_prompt_tokens; i++) {
         int32_t t = j->gen.prompt_tokens[i];
-        int n = t >= 0 && t < s->info->n_vocab ? token_piece(s->e, t, &s->front_piece, &s->front_piece_cap)
+        /* Control tokens as their text, as vLLM's and llama.cpp's /detokenize give them: what
+         * /tokenize made of "<start_of_turn>" comes back as it went in (generated text drops them). */
+        int n = t >= 0 && t < s->info->n_vocab ? token_piece(s->e, t, true, &s->front_piece, &s->front_piece_cap)
                                                : WK_ERR_INVALID;
         if (n < 0) {
             sched_post_error(s, j->id, 400, "tokens", NULL, "token id %d at position %d is outside the vocabulary (0..%d)",

@@ -9,20 +9,21 @@
 #include <stdlib.h>
 #include <string.h>
 
-/* Tokenizes, growing the buffer when the first guess is short. Returns the count or a wk_status. */
-int token_piece(const wk_engine *e, int32_t tok, char **buf, int *cap) {
-    int n = wk_token_to_piece(e, tok, false, *buf, *cap);
+/* One token's text (control tokens' only with render_special), growing the buffer when the first
+ * guess is short. Returns the count or a wk_status. */
+int token_piece(const wk_engine *e, int32_t tok, bool render_special, char **buf, int *cap) {
+    int n = wk_token_to_piece(e, tok, render_special, *buf, *cap);
     if (n > *cap) {
         char *p = realloc(*buf, (size_t)n);
         if (!p) return WK_ERR_NOMEM;
         *buf = p;
         *cap = n;
-        n = wk_token_to_piece(e, tok, false, *buf, *cap);
+        n = wk_token_to_piece(e, tok, render_special, *buf, *cap);
     }
     return n;
 }
 
-int sched_piece(scheduler *s, int32_t tok) { return token_piece(s->e, tok, &s->piece, &s->piece_cap); }
+int sched_piece(scheduler *s, int32_t tok) { return token_piece(s->e, tok, false, &s->piece, &s->piece_cap); }
 
 char *sched_dup_piece(scheduler *s, int32_t tok, int *len) {
     int n = sched_piece(s, tok);

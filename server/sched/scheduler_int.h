@@ -100,7 +100,7 @@ void sched_handle_jobs(scheduler *s, sched_job *jobs);
 int sched_front_start(scheduler *s);
 void sched_front_join(scheduler *s);
 /* A token's text into *buf (grown as needed, *cap its size). Returns its length or a wk_status. */
-int token_piece(const wk_engine *e, int32_t tok, char **buf, int *cap);
+int token_piece(const wk_engine *e, int32_t tok, bool render_special, char **buf, int *cap);
 /* One token's bytes into s->piece; returns the length or a negative wk_status. */
 int sched_piece(scheduler *s, int32_t tok);
 /* One token's bytes as a new string (empty when it has none); *len gets the length. */

@@ -354,3 +354,9 @@ def test_tokenize_speaks_vllm_and_llama_cpp(server):
     assert_error(post(server, "/tokenize", {"messages": messages, "add_generation_prompt": False}), 400,
                  "add_generation_prompt")
     assert_error(post(server, "/tokenize", {"messages": []}), 400, "messages")
+    # /detokenize gives the chat prompt back whole, its control tokens as their text.
+    r = post(server, "/detokenize", {"tokens": chat})
+    assert r.status_code == 200, r.text
+    text = r.json()["prompt"]
+    assert text.startswith("<bos><start_of_turn>user\n") and text.endswith("<end_of_turn>\n<start_of_turn>model\n"), text
+    assert text.count("<start_of_turn>") == 3 and "Hi <start_of_turn>" in text, text
