@@ -63,6 +63,11 @@ if [[ -n $writer ]]; then
     fi
     for i in $(seq 300); do printf 'the quick brown fox %d jumps over the lazy dog. ' "$i"; done >"$text"
     expect 0 'fingerprint' -- calibrate -m "$model" -f "$text" -o "$wush" --tokens 256 --chunk 64
+    # Too few tokens for the blocks' moments: refused, nothing written.
+    printf 'the quick brown fox' >"$tmp/short.txt"
+    expect 1 'too few to fit transforms of blocks of 32 \(their moments need at least 128 tokens' -- \
+        calibrate -m "$model" -f "$tmp/short.txt" -o "$tmp/short.wush"
+    if [[ ! -e $tmp/short.wush ]]; then ok; else out="$tmp/short.wush exists" ko "no sidecar written" calibrate -f short.txt; fi
 
     # --json names the format the engine was given; bits_per_element is the engine's own.
     ppl=(perplexity -m "$model" -f "$text" --ctx 32 --chunks 2 --json)

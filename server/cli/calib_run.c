@@ -13,7 +13,7 @@
 
 void calib_run_opts_default(calib_run_opts *o) {
     memset(o, 0, sizeof *o);
-    o->tokens = 8192;
+    o->tokens = CALIB_DEFAULT_TOKENS;
     o->chunk = 512;
     o->group = 32;
     o->v_moments = WK_CALIB_V_MASS;
@@ -103,6 +103,20 @@ int calib_run(const char *cmd, wk_engine *e, const char *text, size_t len, const
         fprintf(stderr, "wushkv %s: %s holds no tokens\n", cmd, o->text_name);
         goto out;
     }
+    /* Each transform is fitted to a block's second moments, a G x G matrix per KV head: from fewer
+     * than a few G samples it is (nearly) singular, and the transforms would fit this text's few
+     * keys, not the model's. */
+    const int min_tokens = 4 * o->group, n_eval = n_text + (bos ? n_chunks : 0); /* as --tokens counts */
+    if (n_eval < min_tokens) {
+        fprintf(stderr,
+                "wushkv %s: %s holds %d tokens, too few to fit transforms of blocks of %d (their moments need at "
+                "least %d tokens; the default reads %d)\n",
+                cmd, o->text_name, n_eval, o->group, min_tokens, CALIB_DEFAULT_TOKENS);
+        goto out;
+    }
+    if (n_eval < 32 * o->group)
+        fprintf(stderr, "wushkv %s: warning: %d tokens fit blocks of %d only roughly; give %d or more\n", cmd, n_eval,
+                o->group, 32 * o->group);
 
     wk_calib_params cp;
     wk_calib_params_default(&cp);

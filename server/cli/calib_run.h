@@ -21,7 +21,10 @@ typedef struct calib_run_opts {
     void *cancel_data;
 } calib_run_opts;
 
-/* The defaults of `wushkv calibrate` (8192 tokens in chunks of 512, group 32, mass). */
+/* Tokens `wushkv calibrate` reads by default. */
+#define CALIB_DEFAULT_TOKENS 8192
+
+/* The defaults of `wushkv calibrate` (CALIB_DEFAULT_TOKENS tokens in chunks of 512, group 32, mass). */
 void calib_run_opts_default(calib_run_opts *o);
 /* Calibrates on e (opened with max_ctx = max_batch_tokens = o->chunk and the f16 cache) from
  * text[0..len) and writes the sidecar to out (via a temporary file and rename). 0, or -1 after

@@ -54,7 +54,7 @@ static void calibrate_usage(FILE *f) {
 static int parse_calibrate(int argc, char **argv, calib_opts *o) {
     memset(o, 0, sizeof *o);
     cli_common_init(&o->common, CLI_MODEL | CLI_FILE | CLI_THREADS | CLI_DEVICE | CLI_VALIDATION | CLI_VERBOSE);
-    o->tokens = 8192;
+    o->tokens = CALIB_DEFAULT_TOKENS;
     o->chunk = 512;
     o->group = 32;
     o->v_moments = WK_CALIB_V_MASS;
