@@ -59,9 +59,14 @@ static bool words(render *r, const char *s, size_t n) {
     return text_buf_add(&r->b, s, n);
 }
 
+/* A message's turn closes unless it is the last, an assistant's, left open to be continued. */
+static bool closes(const chat_msg *msgs, int n, int i, chat_ending ending) {
+    return !(ending == CHAT_CONTINUE_LAST && i == n - 1 && !strcmp(msgs[i].role, "assistant"));
+}
+
 /* Gemma and Mistral have no system turn: their templates put the system text, then a blank
  * line, before the first user message. */
-static bool render_folded(chat_format f, const chat_msg *msgs, int n, render *r) {
+static bool render_folded(chat_format f, const chat_msg *msgs, int n, chat_ending ending, render *r) {
     bool ok = true;
     const chat_msg *system = NULL;
     int i = 0;
@@ -75,7 +80,8 @@ static bool render_folded(chat_format f, const chat_msg *msgs, int n, render *r)
                 ok &= words(r, system->content, system->content_len) && tmpl(r, "\n\n");
                 system = NULL;
             }
-            ok &= words(r, m->content, m->content_len) && tmpl(r, "<end_of_turn>\n");
+            ok &= words(r, m->content, m->content_len);
+            if (closes(msgs, n, i, ending)) ok &= tmpl(r, "<end_of_turn>\n");
         } else if (user) {
             ok &= tmpl(r, "[INST] ");
             if (system) {
@@ -84,30 +90,38 @@ static bool render_folded(chat_format f, const chat_msg *msgs, int n, render *r)
             }
             ok &= words(r, m->content, m->content_len) && tmpl(r, " [/INST]");
         } else {
-            ok &= words(r, m->content, m->content_len) && tmpl(r, "</s>");
+            ok &= words(r, m->content, m->content_len);
+            if (closes(msgs, n, i, ending)) ok &= tmpl(r, "</s>");
         }
     }
-    if (f == CHAT_GEMMA) ok &= tmpl(r, "<start_of_turn>model\n");
+    /* (Mistral's reply needs no opening: the model answers after [/INST].) */
+    if (f == CHAT_GEMMA && ending == CHAT_OPEN_REPLY) ok &= tmpl(r, "<start_of_turn>model\n");
     return ok;
 }
 
-char *chat_render(chat_format f, const chat_msg *msgs, int n, size_t *len, wk_text_range **plain, int *n_plain) {
+char *chat_render(chat_format f, const chat_msg *msgs, int n, chat_ending ending, size_t *len, wk_text_range **plain,
+                  int *n_plain) {
     render r = {0};
     bool ok = text_buf_add(&r.b, "", 0);
+    const bool open_reply = ending == CHAT_OPEN_REPLY;
     switch (f) {
     case CHAT_GEMMA:
-    case CHAT_MISTRAL: ok &= render_folded(f, msgs, n, &r); break;
+    case CHAT_MISTRAL: ok &= render_folded(f, msgs, n, ending, &r); break;
     case CHAT_LLAMA3:
-        for (int i = 0; i < n; i++)
+        for (int i = 0; i < n; i++) {
             ok &= tmpl(&r, "<|start_header_id|>") && tmpl(&r, is_system(&msgs[i]) ? "system" : msgs[i].role) &&
-                  tmpl(&r, "<|end_header_id|>\n\n") && words(&r, msgs[i].content, msgs[i].content_len) && tmpl(&r, "<|eot_id|>");
-        ok &= tmpl(&r, "<|start_header_id|>assistant<|end_header_id|>\n\n");
+                  tmpl(&r, "<|end_header_id|>\n\n") && words(&r, msgs[i].content, msgs[i].content_len);
+            if (closes(msgs, n, i, ending)) ok &= tmpl(&r, "<|eot_id|>");
+        }
+        if (open_reply) ok &= tmpl(&r, "<|start_header_id|>assistant<|end_header_id|>\n\n");
         break;
     case CHAT_CHATML:
-        for (int i = 0; i < n; i++)
+        for (int i = 0; i < n; i++) {
             ok &= tmpl(&r, "<|im_start|>") && tmpl(&r, is_system(&msgs[i]) ? "system" : msgs[i].role) &&
-                  tmpl(&r, "\n") && words(&r, msgs[i].content, msgs[i].content_len) && tmpl(&r, "<|im_end|>\n");
-        ok &= tmpl(&r, "<|im_start|>assistant\n");
+                  tmpl(&r, "\n") && words(&r, msgs[i].content, msgs[i].content_len);
+            if (closes(msgs, n, i, ending)) ok &= tmpl(&r, "<|im_end|>\n");
+        }
+        if (open_reply) ok &= tmpl(&r, "<|im_start|>assistant\n");
         break;
     }
     if (!ok) {

@@ -17,13 +17,20 @@ typedef struct chat_msg {
     size_t content_len; /* content's bytes (it may hold NUL bytes) */
 } chat_msg;
 
+/* How the prompt ends: opening the assistant's reply (the default), after the last message's turn
+ * (vLLM's add_generation_prompt=false), or inside the last message, an assistant's, left open so
+ * the model continues it (vLLM's continue_final_message; the caller checks the role). */
+typedef enum { CHAT_OPEN_REPLY, CHAT_NO_REPLY, CHAT_CONTINUE_LAST } chat_ending;
+
 chat_format chat_format_detect(const char *jinja_template, const char *arch);
 const char *chat_format_name(chat_format f);
 /* The prompt (malloc'd, NUL-terminated; its length in *len, since a message may hold NUL bytes),
- * ending with the assistant turn's opening so the model answers. The BOS token is not included:
+ * ending as `ending` says (CHAT_OPEN_REPLY: the assistant turn's opening, so the model answers;
+ * CHAT_CONTINUE_LAST applies when the last message is the assistant's). The BOS token is not included:
  * the tokenizer adds it. *plain gets the byte ranges of the messages'
  * content (malloc'd, *n_plain of them): text the tokenizer must not read control tokens from, so
  * a user typing "<start_of_turn>" cannot forge a turn. NULL (and *plain NULL) when out of memory. */
-char *chat_render(chat_format f, const chat_msg *msgs, int n, size_t *len, wk_text_range **plain, int *n_plain);
+char *chat_render(chat_format f, const chat_msg *msgs, int n, chat_ending ending, size_t *len, wk_text_range **plain,
+                  int *n_plain);
 
 #endif

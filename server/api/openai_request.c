@@ -217,6 +217,24 @@ static bool message_text(const cJSON *content, int index, text_buf *out, api_err
     return true;
 }
 
+/* vLLM's two switches for how a chat prompt ends: add_generation_prompt (default true: open the
+ * assistant's reply) and continue_final_message (leave the last message, an assistant's, open so
+ * the model continues it; vLLM refuses it with add_generation_prompt given true). */
+static bool parse_chat_ending(const cJSON *root, const chat_msg *cm, int n, chat_ending *ending, api_error *e) {
+    bool open_reply = true, continue_last = false;
+    if (!get_bool(root, "add_generation_prompt", &open_reply, e) ||
+        !get_bool(root, "continue_final_message", &continue_last, e))
+        return false;
+    if (continue_last && field(root, "add_generation_prompt") && open_reply)
+        return fail(e, 400, "continue_final_message", "invalid_value",
+                    "continue_final_message and add_generation_prompt cannot both be true");
+    if (continue_last && strcmp(cm[n - 1].role, "assistant") != 0)
+        return fail(e, 400, "continue_final_message", "invalid_value",
+                    "continue_final_message needs the last message to be the assistant's, not '%s'", cm[n - 1].role);
+    *ending = continue_last ? CHAT_CONTINUE_LAST : open_reply ? CHAT_OPEN_REPLY : CHAT_NO_REPLY;
+    return true;
+}
+
 static bool parse_messages(const cJSON *root, chat_format fmt, gen_params *g, api_error *e) {
     const cJSON *msgs = field(root, "messages");
     if (!msgs) return fail(e, 400, "messages", "missing_required_parameter", "messages is required");
@@ -264,8 +282,10 @@ static bool parse_messages(const cJSON *root, chat_format fmt, gen_params *g, ap
         }
         i++;
     }
+    chat_ending ending = CHAT_OPEN_REPLY;
+    if (ok) ok = parse_chat_ending(root, cm, n, &ending, e);
     if (ok) {
-        g->prompt_text = chat_render(fmt, cm, n, &g->prompt_len, &g->plain, &g->n_plain);
+        g->prompt_text = chat_render(fmt, cm, n, ending, &g->prompt_len, &g->plain, &g->n_plain);
         g->add_special = true;
         if (!g->prompt_text) ok = fail(e, 500, NULL, NULL, "out of memory");
         /* Where the leading system messages' words end (every format renders messages' words in
@@ -377,17 +397,6 @@ static bool refuse_unsupported(const cJSON *root, bool chat, api_error *e) {
         if (field(root, "audio")) return fail(e, 400, "audio", "unsupported_value", "audio output is not supported");
         if (field(root, "web_search_options"))
             return fail(e, 400, "web_search_options", "unsupported_value", "web search is not supported");
-        /* vLLM's template switches: the prompt always ends with a new assistant turn, so only
-         * their defaults can be honoured. */
-        bool add_generation_prompt = true, continue_final_message = false;
-        if (!get_bool(root, "add_generation_prompt", &add_generation_prompt, e)) return false;
-        if (!add_generation_prompt)
-            return fail(e, 400, "add_generation_prompt", "unsupported_value",
-                        "add_generation_prompt=false is not supported: the prompt always opens the assistant's turn");
-        if (!get_bool(root, "continue_final_message", &continue_final_message, e)) return false;
-        if (continue_final_message)
-            return fail(e, 400, "continue_final_message", "unsupported_value",
-                        "continue_final_message is not supported: a final assistant message is a closed turn");
     }
     /* echo: completions' (OpenAI) and chat's (vLLM's extension) alike. */
     bool echo = false;

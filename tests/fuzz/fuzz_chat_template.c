@@ -52,7 +52,8 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
     wk_text_range *plain = NULL;
     int n_plain = -1;
     size_t len = 0;
-    char *out = chat_render(f, msgs, n, &len, &plain, &n_plain);
+    const chat_ending ending = (chat_ending)(data[0] / 4 % 3);
+    char *out = chat_render(f, msgs, n, ending, &len, &plain, &n_plain);
     if (out) {
         FUZZ_CHECK(out[len] == 0);
         FUZZ_CHECK(n_plain >= 0 && n_plain <= n);
@@ -78,6 +79,18 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
             prev_end = plain[i].off + plain[i].len;
             FUZZ_CHECK(want[i]->content_len == plain[i].len &&
                        memcmp(out + plain[i].off, want[i]->content, plain[i].len) == 0);
+        }
+        /* A continued last assistant message ends the prompt: nothing after its words. */
+        if (ending == CHAT_CONTINUE_LAST && n > 0 && !strcmp(msgs[n - 1].role, "assistant"))
+            FUZZ_CHECK(n_plain > 0 && plain[n_plain - 1].off + plain[n_plain - 1].len == len);
+        /* Only an opened reply ends with the assistant's opening (Mistral has none). */
+        static const char *const opening[] = {"<start_of_turn>model\n", "<|start_header_id|>assistant<|end_header_id|>\n\n",
+                                              "<|im_start|>assistant\n", ""};
+        const size_t ol = strlen(opening[f]);
+        if (ol > 0 && len >= ol) {
+            const bool opened = memcmp(out + len - ol, opening[f], ol) == 0;
+            if (ending == CHAT_OPEN_REPLY) FUZZ_CHECK(opened);
+            else if (n_plain == 0 || plain[n_plain - 1].off + plain[n_plain - 1].len < len - ol) FUZZ_CHECK(!opened);
         }
     } else {
         FUZZ_CHECK(plain == NULL && n_plain == 0);

@@ -241,10 +241,13 @@ def test_a_nul_makes_another_model_name(server, model_id):
                               "audio": {"voice": "alloy", "format": "wav"}}, "audio"),
     ("/v1/chat/completions", {"messages": [{"role": "user", "content": "x"}], "web_search_options": {}},
      "web_search_options"),
-    ("/v1/chat/completions", {"messages": [{"role": "user", "content": "x"}], "add_generation_prompt": False},
-     "add_generation_prompt"),
+    # vLLM's template switches: a continued message must be the assistant's, and not with a reply opened too.
+    ("/v1/chat/completions", {"messages": [{"role": "user", "content": "x"}], "continue_final_message": True,
+                              "add_generation_prompt": False}, "continue_final_message"),
     ("/v1/chat/completions", {"messages": [{"role": "user", "content": "x"}, {"role": "assistant", "content": "T"}],
-                              "continue_final_message": True}, "continue_final_message"),
+                              "continue_final_message": True, "add_generation_prompt": True}, "continue_final_message"),
+    ("/v1/chat/completions", {"messages": [{"role": "user", "content": "x"}], "add_generation_prompt": 1},
+     "add_generation_prompt"),
     ("/v1/chat/completions", {"messages": [{"role": "user", "content": "x"}], "echo": True}, "echo"),
 ])
 def test_request_fields(server, path, body, param):
@@ -351,8 +354,6 @@ def test_tokenize_speaks_vllm_and_llama_cpp(server):
     assert r.status_code == 200 and r.json()["usage"]["prompt_tokens"] == len(chat), r.text
     start_of_turn = tokens({"prompt": "<start_of_turn>", "add_special": False})
     assert len(start_of_turn) == 1 and chat.count(start_of_turn[0]) == 2, chat  # the template's two turns only
-    assert_error(post(server, "/tokenize", {"messages": messages, "add_generation_prompt": False}), 400,
-                 "add_generation_prompt")
     assert_error(post(server, "/tokenize", {"messages": []}), 400, "messages")
     # /detokenize gives the chat prompt back whole, its control tokens as their text.
     r = post(server, "/detokenize", {"tokens": chat})
@@ -360,3 +361,27 @@ def test_tokenize_speaks_vllm_and_llama_cpp(server):
     text = r.json()["prompt"]
     assert text.startswith("<bos><start_of_turn>user\n") and text.endswith("<end_of_turn>\n<start_of_turn>model\n"), text
     assert text.count("<start_of_turn>") == 3 and "Hi <start_of_turn>" in text, text
+
+
+def test_chat_prompt_endings(server):
+    # vLLM's add_generation_prompt and continue_final_message, seen through /tokenize's chat form and
+    # /detokenize (control tokens as their text), and honoured by a chat request.
+    def rendered(body):
+        r = post(server, "/tokenize", body)
+        assert r.status_code == 200, r.text
+        d = post(server, "/detokenize", {"tokens": r.json()["tokens"]})
+        assert d.status_code == 200, d.text
+        return r.json()["tokens"], d.json()["prompt"]
+    conv = [{"role": "user", "content": "Name a colour."}, {"role": "assistant", "content": "The colour is"}]
+    _, opened = rendered({"messages": conv})
+    _, closed = rendered({"messages": conv, "add_generation_prompt": False})
+    tokens, cont = rendered({"messages": conv, "continue_final_message": True})
+    assert opened == "<bos><start_of_turn>user\nName a colour.<end_of_turn>\n<start_of_turn>model\nThe colour is" \
+                     "<end_of_turn>\n<start_of_turn>model\n", opened
+    assert closed == opened[:-len("<start_of_turn>model\n")], closed
+    assert cont == closed[:-len("<end_of_turn>\n")], cont
+    assert rendered({"messages": conv, "continue_final_message": True, "add_generation_prompt": False})[1] == cont
+    # A chat request continues the assistant's words: its prompt is that rendering.
+    r = post(server, "/v1/chat/completions", {"messages": conv, "continue_final_message": True,
+                                              "add_generation_prompt": False, "max_tokens": 2, "temperature": 0})
+    assert r.status_code == 200 and r.json()["usage"]["prompt_tokens"] == len(tokens), r.text
