@@ -1,6 +1,7 @@
 /* Chat formats rendered natively. Recognition looks for each family's control tokens in the
  * model's tokenizer.chat_template; the renderings follow those templates' output for plain text
- * messages (system folded into the first user turn where the family has no system role). */
+ * messages (system folded into the first user turn where the family has no system role; content
+ * trimmed where the template trims it). */
 #include "api/chat_template.h"
 
 #include <stdio.h>
@@ -59,6 +60,21 @@ static bool words(render *r, const char *s, size_t n) {
     return text_buf_add(&r->b, s, n);
 }
 
+/* Gemma's and Llama 3's templates write a message's content trimmed (Jinja's `| trim`; llama.cpp's
+ * own renderings trim the same ASCII white space): so must we, or a message ending in a newline
+ * is another prompt here than there. */
+static bool trims(chat_format f) { return f == CHAT_GEMMA || f == CHAT_LLAMA3; }
+static bool is_blank(char c) { return c == ' ' || c == '\t' || c == '\n' || c == '\r' || c == '\v' || c == '\f'; }
+static bool message_words(render *r, chat_format f, const chat_msg *m) {
+    const char *s = m->content;
+    size_t n = m->content_len;
+    if (trims(f)) {
+        while (n > 0 && is_blank(s[0])) s++, n--;
+        while (n > 0 && is_blank(s[n - 1])) n--;
+    }
+    return words(r, s, n);
+}
+
 /* A message's turn closes unless it is the last, an assistant's, left open to be continued. */
 static bool closes(const chat_msg *msgs, int n, int i, chat_ending ending) {
     return !(ending == CHAT_CONTINUE_LAST && i == n - 1 && !strcmp(msgs[i].role, "assistant"));
@@ -77,20 +93,20 @@ static bool render_folded(chat_format f, const chat_msg *msgs, int n, chat_endin
         if (f == CHAT_GEMMA) {
             ok &= tmpl(r, user ? "<start_of_turn>user\n" : "<start_of_turn>model\n");
             if (system && user) {
-                ok &= words(r, system->content, system->content_len) && tmpl(r, "\n\n");
+                ok &= message_words(r, f, system) && tmpl(r, "\n\n");
                 system = NULL;
             }
-            ok &= words(r, m->content, m->content_len);
+            ok &= message_words(r, f, m);
             if (closes(msgs, n, i, ending)) ok &= tmpl(r, "<end_of_turn>\n");
         } else if (user) {
             ok &= tmpl(r, "[INST] ");
             if (system) {
-                ok &= words(r, system->content, system->content_len) && tmpl(r, "\n\n");
+                ok &= message_words(r, f, system) && tmpl(r, "\n\n");
                 system = NULL;
             }
-            ok &= words(r, m->content, m->content_len) && tmpl(r, " [/INST]");
+            ok &= message_words(r, f, m) && tmpl(r, " [/INST]");
         } else {
-            ok &= words(r, m->content, m->content_len);
+            ok &= message_words(r, f, m);
             if (closes(msgs, n, i, ending)) ok &= tmpl(r, "</s>");
         }
     }
@@ -110,7 +126,7 @@ char *chat_render(chat_format f, const chat_msg *msgs, int n, chat_ending ending
     case CHAT_LLAMA3:
         for (int i = 0; i < n; i++) {
             ok &= tmpl(&r, "<|start_header_id|>") && tmpl(&r, is_system(&msgs[i]) ? "system" : msgs[i].role) &&
-                  tmpl(&r, "<|end_header_id|>\n\n") && words(&r, msgs[i].content, msgs[i].content_len);
+                  tmpl(&r, "<|end_header_id|>\n\n") && message_words(&r, f, &msgs[i]);
             if (closes(msgs, n, i, ending)) ok &= tmpl(&r, "<|eot_id|>");
         }
         if (open_reply) ok &= tmpl(&r, "<|start_header_id|>assistant<|end_header_id|>\n\n");
@@ -118,7 +134,7 @@ char *chat_render(chat_format f, const chat_msg *msgs, int n, chat_ending ending
     case CHAT_CHATML:
         for (int i = 0; i < n; i++) {
             ok &= tmpl(&r, "<|im_start|>") && tmpl(&r, is_system(&msgs[i]) ? "system" : msgs[i].role) &&
-                  tmpl(&r, "\n") && words(&r, msgs[i].content, msgs[i].content_len);
+                  tmpl(&r, "\n") && message_words(&r, f, &msgs[i]);
             if (closes(msgs, n, i, ending)) ok &= tmpl(&r, "<|im_end|>\n");
         }
         if (open_reply) ok &= tmpl(&r, "<|im_start|>assistant\n");

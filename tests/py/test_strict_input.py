@@ -381,6 +381,12 @@ def test_chat_prompt_endings(server):
     assert closed == opened[:-len("<start_of_turn>model\n")], closed
     assert cont == closed[:-len("<end_of_turn>\n")], cont
     assert rendered({"messages": conv, "continue_final_message": True, "add_generation_prompt": False})[1] == cont
+    # Gemma's template (and llama.cpp's rendering of it) trims each message's content, the folded
+    # system text's too: white space around it makes no other prompt.
+    padded = [{"role": "system", "content": " Be brief.\n"}, {"role": "user", "content": "\n Name a colour. \n"},
+              {"role": "assistant", "content": "\tThe colour is \n"}]
+    _, trimmed = rendered({"messages": padded})
+    assert trimmed == opened.replace("user\nName", "user\nBe brief.\n\nName"), trimmed
     # A chat request continues the assistant's words: its prompt is that rendering.
     r = post(server, "/v1/chat/completions", {"messages": conv, "continue_final_message": True,
                                               "add_generation_prompt": False, "max_tokens": 2, "temperature": 0})
