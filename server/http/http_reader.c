@@ -162,8 +162,8 @@ static bool finish_request(http_reader *r) {
 static bool host_value_valid(const char *v) {
     const char *c = v;
     if (*c == '[') {
-        for (c++; *c && *c != ']'; c++)
-            if (!isalnum((unsigned char)*c) && !strchr(":.-_~!$&'()*+,;=%", *c)) return false; /* (RFC 6874: a zone as %25) */
+        for (c++; *c && *c != ']'; c++) /* ('%': RFC 6874's zone, %25eth0) */
+            if (!isalnum((unsigned char)*c) && !strchr(":.-_~!$&'()*+,;=%", *c)) return false;
         if (*c++ != ']') return false;
     } else {
         for (; *c && *c != ':'; c++) {
