@@ -376,18 +376,18 @@ static bool refuse_unsupported(const cJSON *root, bool chat, api_error *e) {
     } else {
         if (asks_for_any(field(root, "tools")))
             return fail(e, 400, "tools", "unsupported_value", "tools (function calling) are not supported");
-        /* With no tools, "none" and "auto" both mean no tool call; anything that asks for one cannot be met. */
-        const cJSON *tc = field(root, "tool_choice");
-        if (tc && !json_str_is(tc, "none") && !json_str_is(tc, "auto"))
-            return fail(e, 400, "tool_choice", "unsupported_value",
-                        "tool_choice must be \"none\" or \"auto\": tools (function calling) are not supported");
-        /* The same for the deprecated functions / function_call pair. */
+        /* The same for the deprecated functions list. */
         if (asks_for_any(field(root, "functions")))
             return fail(e, 400, "functions", "unsupported_value", "functions (function calling) are not supported");
-        const cJSON *fc = field(root, "function_call");
-        if (fc && !json_str_is(fc, "none") && !json_str_is(fc, "auto"))
-            return fail(e, 400, "function_call", "unsupported_value",
-                        "function_call must be \"none\" or \"auto\": function calling is not supported");
+        /* tool_choice and the deprecated function_call: with no tools, "none" and "auto" both mean no
+         * call; anything that asks for one cannot be met. */
+        static const char *const choices[] = {"tool_choice", "function_call"};
+        for (size_t i = 0; i < sizeof choices / sizeof *choices; i++) {
+            const cJSON *c = field(root, choices[i]);
+            if (c && !json_str_is(c, "none") && !json_str_is(c, "auto"))
+                return fail(e, 400, choices[i], "unsupported_value",
+                            "%s must be \"none\" or \"auto\": function calling (tools) is not supported", choices[i]);
+        }
         /* Output other than text, and searches, cannot be given: refused, not answered with text alone. */
         const cJSON *mods = field(root, "modalities"), *mod;
         if (mods && !cJSON_IsArray(mods))
