@@ -329,6 +329,81 @@ static const wk_ggml_type k_mixed[] = {
     WK_GGML_Q6_K, WK_GGML_Q5_1, WK_GGML_F16, WK_GGML_BF16, WK_GGML_F32,
 };
 
+/* A string array as GGUF lays it out (element type, count, then length + bytes each), for
+ * wk_gw_kv_raw. NULL when out of memory. */
+static uint8_t *string_array_bytes(const wk_gguf_kv *kv, size_t *len) {
+    size_t n = 12;
+    for (uint64_t i = 0; i < kv->arr_count; i++) n += 8 + kv->arr_strs[i].len;
+    uint8_t *b = malloc(n), *p = b;
+    if (!b) return NULL;
+    const uint32_t type = WK_GGUF_STRING;
+    memcpy(p, &type, 4), p += 4;
+    memcpy(p, &kv->arr_count, 8), p += 8;
+    for (uint64_t i = 0; i < kv->arr_count; i++) {
+        memcpy(p, &kv->arr_strs[i].len, 8), p += 8;
+        memcpy(p, kv->arr_strs[i].ptr, kv->arr_strs[i].len), p += kv->arr_strs[i].len;
+    }
+    *len = n;
+    return b;
+}
+
+/* Copies one metadata pair as it is (the types tokenizer metadata uses). */
+static bool copy_kv(wk_gw *w, const wk_gguf_kv *kv) {
+    switch (kv->type) {
+    case WK_GGUF_STRING: {
+        uint8_t *b = malloc(8 + kv->str.len);
+        if (!b) return false;
+        memcpy(b, &kv->str.len, 8);
+        memcpy(b + 8, kv->str.ptr, kv->str.len);
+        wk_gw_kv_raw(w, kv->key, WK_GGUF_STRING, b, 8 + kv->str.len);
+        free(b);
+        return true;
+    }
+    case WK_GGUF_UINT32: wk_gw_kv_u32(w, kv->key, (uint32_t)kv->v.u); return true;
+    case WK_GGUF_INT32: wk_gw_kv_i32(w, kv->key, (int32_t)kv->v.i); return true;
+    case WK_GGUF_FLOAT32: wk_gw_kv_f32(w, kv->key, (float)kv->v.f); return true;
+    case WK_GGUF_BOOL: wk_gw_kv_bool(w, kv->key, kv->v.b); return true;
+    case WK_GGUF_ARRAY:
+        if (kv->arr_type == WK_GGUF_STRING) {
+            size_t len;
+            uint8_t *b = string_array_bytes(kv, &len);
+            if (!b) return false;
+            wk_gw_kv_raw(w, kv->key, WK_GGUF_ARRAY, b, len);
+            free(b);
+            return true;
+        }
+        if (kv->arr_type == WK_GGUF_INT32 || kv->arr_type == WK_GGUF_FLOAT32 || kv->arr_type == WK_GGUF_UINT32) {
+            wk_gw_kv_arr(w, kv->key, kv->arr_type, kv->arr_data, (size_t)kv->arr_count); /* little-endian as here */
+            return true;
+        }
+        return false;
+    default: return false;
+    }
+}
+
+/* vocab_from's tokenizer.* metadata into w (without its chat template when one is given);
+ * *n_vocab gets its token count. */
+static bool copy_vocab(wk_gw *w, const tiny_model_opts *o, uint64_t *n_vocab) {
+    char err[256];
+    wk_gguf *g = wk_gguf_open(o->vocab_from, err, sizeof err);
+    if (!g) {
+        fprintf(stderr, "tiny_model: %s: %s\n", o->vocab_from, err);
+        return false;
+    }
+    const wk_gguf_kv *tokens = wk_gguf_find(g, "tokenizer.ggml.tokens");
+    bool ok = tokens && tokens->type == WK_GGUF_ARRAY && tokens->arr_count > 0;
+    if (ok) *n_vocab = tokens->arr_count;
+    for (uint64_t i = 0; i < g->n_kv && ok; i++) {
+        const wk_gguf_kv *kv = &g->kv[i];
+        if (strncmp(kv->key, "tokenizer.", 10) != 0) continue;
+        if (o->chat_template && !strcmp(kv->key, "tokenizer.chat_template")) continue;
+        ok = copy_kv(w, kv);
+        if (!ok) fprintf(stderr, "tiny_model: cannot copy %s (type %d)\n", kv->key, (int)kv->type);
+    }
+    wk_gguf_close(g);
+    return ok;
+}
+
 static wk_gw *build(const tiny_model_opts *o) {
     const bool gemma = strcmp(o->arch, "gemma3") == 0;
     if (!gemma && strcmp(o->arch, "llama") != 0) return NULL;
@@ -360,26 +435,33 @@ static wk_gw *build(const tiny_model_opts *o) {
     if (gemma && swa > 0) wk_gw_kv_u32(w, KEY("attention.sliding_window"), (uint32_t)swa);
     if (!gemma) wk_gw_kv_u32(w, KEY("rope.dimension_count"), (uint32_t)D);
 #undef KEY
-    wk_gw_kv_str(w, "tokenizer.ggml.model", "llama");
-    wk_gw_kv_str(w, "tokenizer.ggml.pre", "default");
-    wk_gw_kv_arr_str(w, "tokenizer.ggml.tokens", (const char *const *)voc.text, (size_t)voc.n);
-    wk_gw_kv_arr_f32(w, "tokenizer.ggml.scores", voc.score, (size_t)voc.n);
-    wk_gw_kv_arr_i32(w, "tokenizer.ggml.token_type", voc.type, (size_t)voc.n);
-    wk_gw_kv_u32(w, "tokenizer.ggml.bos_token_id", TINY_TOKEN_BOS);
-    wk_gw_kv_u32(w, "tokenizer.ggml.eos_token_id", TINY_TOKEN_EOS);
-    wk_gw_kv_u32(w, "tokenizer.ggml.unknown_token_id", TINY_TOKEN_UNK);
-    wk_gw_kv_bool(w, "tokenizer.ggml.add_bos_token", true);
-    wk_gw_kv_bool(w, "tokenizer.ggml.add_eos_token", false);
-    if (gemma) wk_gw_kv_bool(w, "tokenizer.ggml.add_space_prefix", false);
+    uint64_t n_vocab = TINY_N_VOCAB;
+    if (o->vocab_from) {
+        ok = copy_vocab(w, o, &n_vocab);
+        if (!ok) goto done;
+    } else {
+        wk_gw_kv_str(w, "tokenizer.ggml.model", "llama");
+        wk_gw_kv_str(w, "tokenizer.ggml.pre", "default");
+        wk_gw_kv_arr_str(w, "tokenizer.ggml.tokens", (const char *const *)voc.text, (size_t)voc.n);
+        wk_gw_kv_arr_f32(w, "tokenizer.ggml.scores", voc.score, (size_t)voc.n);
+        wk_gw_kv_arr_i32(w, "tokenizer.ggml.token_type", voc.type, (size_t)voc.n);
+        wk_gw_kv_u32(w, "tokenizer.ggml.bos_token_id", TINY_TOKEN_BOS);
+        wk_gw_kv_u32(w, "tokenizer.ggml.eos_token_id", TINY_TOKEN_EOS);
+        wk_gw_kv_u32(w, "tokenizer.ggml.unknown_token_id", TINY_TOKEN_UNK);
+        wk_gw_kv_bool(w, "tokenizer.ggml.add_bos_token", true);
+        wk_gw_kv_bool(w, "tokenizer.ggml.add_eos_token", false);
+        if (gemma) wk_gw_kv_bool(w, "tokenizer.ggml.add_space_prefix", false);
+    }
+    if (o->chat_template) wk_gw_kv_str(w, "tokenizer.chat_template", o->chat_template);
 
     /* Embeddings: Gemma multiplies them by sqrt(n_embd) = 16, so std 1/16 gives an O(1) residual
      * stream and, through the tied output head, O(1) logits. Llama uses them as they are. */
     const float ea = gemma ? sqrtf(3.0f / (float)E) : sqrtf(3.0f);
     const wk_ggml_type embd_type = !o->mixed_quants ? WK_GGML_F32 : gemma ? WK_GGML_Q8_0 : WK_GGML_F16;
-    ok = add_random(w, &rng, "token_embd.weight", embd_type, (uint64_t)E, TINY_N_VOCAB, -ea, ea);
+    ok = add_random(w, &rng, "token_embd.weight", embd_type, (uint64_t)E, n_vocab, -ea, ea);
     ok = ok && add_norm(w, &rng, "output_norm.weight", E);
     if (!gemma) /* untied output head on llama, Q6_K as llama-quantize makes it */
-        ok = ok && add_matrix(w, &rng, "output.weight", o->mixed_quants ? WK_GGML_Q6_K : WK_GGML_F32, E, TINY_N_VOCAB);
+        ok = ok && add_matrix(w, &rng, "output.weight", o->mixed_quants ? WK_GGML_Q6_K : WK_GGML_F32, E, (int)n_vocab);
 
     for (int il = 0; il < n_layer && ok; il++) {
         char name[96];

@@ -1,21 +1,41 @@
 /* Chat formats rendered natively. Recognition looks for each family's control tokens in the
  * model's tokenizer.chat_template; the renderings follow those templates' output for plain text
- * messages (system folded into the first user turn where the family has no system role; content
- * trimmed where the template trims it). */
+ * messages (system folded into a user turn where the family has no system role; content trimmed
+ * where the template trims it). */
 #include "api/chat_template.h"
 
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 
 #include "sched/text_stream.h"
+
+/* Which of Mistral's template generations an [INST] template is, by the strings its official
+ * templates write (as llama.cpp tells them apart): v7 has [SYSTEM_PROMPT], v1 and v3 list
+ * [AVAILABLE_TOOLS] or write v1's ' [INST] ' + system_message; spaces around the tags tell the
+ * tekken tokenizer's templates from the others. llama.cpp calls every [SYSTEM_PROMPT] template v7;
+ * Mistral Small 3.x's writes '[INST]' without the space, the tekken form, so we look. */
+static chat_format mistral_variant(const char *t) {
+    if (strstr(t, "[SYSTEM_PROMPT]"))
+        return strstr(t, "[SYSTEM_PROMPT] ") || strstr(t, "[INST] ") ? CHAT_MISTRAL_V7 : CHAT_MISTRAL_V7_TEKKEN;
+    if (strstr(t, "' [INST] ' + system_message") || strstr(t, "[AVAILABLE_TOOLS]")) {
+        if (strstr(t, " [INST]")) return CHAT_MISTRAL_V1;
+        if (strstr(t, "\"[INST]\"")) return CHAT_MISTRAL_V3_TEKKEN;
+        return CHAT_MISTRAL_V3;
+    }
+    return CHAT_MISTRAL;
+}
 
 chat_format chat_format_detect(const char *t, const char *arch) {
     if (t) {
         if (strstr(t, "<start_of_turn>")) return CHAT_GEMMA;
-        if (strstr(t, "<|start_header_id|>")) return CHAT_LLAMA3;
+        if (strstr(t, "<|start_header_id|>")) {
+            if (!strstr(t, "Cutting Knowledge Date: December 2023") || !strstr(t, "Today Date: ")) return CHAT_LLAMA3;
+            return strstr(t, "strftime_now") ? CHAT_LLAMA3_2 : CHAT_LLAMA3_1;
+        }
         if (strstr(t, "<|im_start|>")) return CHAT_CHATML;
-        if (strstr(t, "[INST]")) return CHAT_MISTRAL;
+        if (strstr(t, "[INST]")) return mistral_variant(t);
     }
     /* Gemma GGUFs converted without a template (the default model is one) still expect Gemma's
      * turns: the vocabulary has <start_of_turn>. */
@@ -27,8 +47,16 @@ const char *chat_format_name(chat_format f) {
     switch (f) {
     case CHAT_GEMMA: return "gemma";
     case CHAT_LLAMA3: return "llama3";
+    case CHAT_LLAMA3_1: return "llama3.1";
+    case CHAT_LLAMA3_2: return "llama3.2";
     case CHAT_CHATML: return "chatml";
     case CHAT_MISTRAL: return "mistral";
+    case CHAT_MISTRAL_V1: return "mistral-v1";
+    case CHAT_MISTRAL_V3: return "mistral-v3";
+    case CHAT_MISTRAL_V3_TEKKEN: return "mistral-v3-tekken";
+    case CHAT_MISTRAL_V7: return "mistral-v7";
+    case CHAT_MISTRAL_V7_TEKKEN: return "mistral-v7-tekken";
+    case CHAT_FORMAT_COUNT: break;
     }
     return "?";
 }
@@ -63,12 +91,15 @@ static bool words(render *r, const char *s, size_t n) {
 /* Gemma's and Llama 3's templates write a message's content trimmed (Jinja's `| trim`; llama.cpp's
  * own renderings trim the same ASCII white space): so must we, or a message ending in a newline
  * is another prompt here than there. */
-static bool trims(chat_format f) { return f == CHAT_GEMMA || f == CHAT_LLAMA3; }
+static bool trims(chat_format f, const char *role) {
+    return f == CHAT_GEMMA || f == CHAT_LLAMA3 || f == CHAT_LLAMA3_1 || f == CHAT_LLAMA3_2 ||
+           (f == CHAT_MISTRAL_V3 && !strcmp(role, "assistant"));
+}
 static bool is_blank(char c) { return c == ' ' || c == '\t' || c == '\n' || c == '\r' || c == '\v' || c == '\f'; }
 static bool message_words(render *r, chat_format f, const chat_msg *m) {
     const char *s = m->content;
     size_t n = m->content_len;
-    if (trims(f)) {
+    if (trims(f, m->role)) {
         while (n > 0 && is_blank(s[0])) s++, n--;
         while (n > 0 && is_blank(s[n - 1])) n--;
     }
@@ -115,6 +146,41 @@ static bool render_folded(chat_format f, const chat_msg *msgs, int n, chat_endin
     return ok;
 }
 
+/* Mistral's v1 and v3 generations (its cookbook's templates): no system role; the system text,
+ * then a blank line, goes inside a user turn: v1's first, v3's last (the official v3 templates
+ * write it with the conversation's final message, later ones with the last user message even when
+ * an assistant message follows, as here, so it is not lost). v7 has a system turn of its own. The
+ * spaces: v1 " [INST] x [/INST] y</s>", v3 "[INST] x[/INST] y</s>" (y trimmed), v3-tekken
+ * "[INST]x[/INST]y</s>", v7 "[SYSTEM_PROMPT] s[/SYSTEM_PROMPT][INST] x[/INST] y</s>", v7-tekken
+ * the same without spaces. */
+static bool render_mistral(chat_format f, const chat_msg *msgs, int n, chat_ending ending, render *r) {
+    const bool v7 = f == CHAT_MISTRAL_V7 || f == CHAT_MISTRAL_V7_TEKKEN;
+    const char *open = f == CHAT_MISTRAL_V1 ? " [INST] " : f == CHAT_MISTRAL_V3 || f == CHAT_MISTRAL_V7 ? "[INST] " : "[INST]";
+    const char *close = f == CHAT_MISTRAL_V1 ? " [/INST]" : "[/INST]";
+    const char *reply = f == CHAT_MISTRAL_V3_TEKKEN || f == CHAT_MISTRAL_V7_TEKKEN ? "" : " ";
+    const chat_msg *system = NULL;
+    int i = 0, system_at = -1;
+    if (!v7 && n > 0 && is_system(&msgs[0])) system = &msgs[i++];
+    for (int j = i; j < n; j++)
+        if (strcmp(msgs[j].role, "assistant") != 0 && (system_at < 0 || f != CHAT_MISTRAL_V1)) system_at = j;
+    bool ok = true;
+    for (; i < n; i++) {
+        const chat_msg *m = &msgs[i];
+        if (v7 && is_system(m)) {
+            ok &= tmpl(r, f == CHAT_MISTRAL_V7 ? "[SYSTEM_PROMPT] " : "[SYSTEM_PROMPT]") && message_words(r, f, m) &&
+                  tmpl(r, "[/SYSTEM_PROMPT]");
+        } else if (strcmp(m->role, "assistant") != 0) {
+            ok &= tmpl(r, open);
+            if (system && i == system_at) ok &= message_words(r, f, system) && tmpl(r, "\n\n");
+            ok &= message_words(r, f, m) && tmpl(r, close);
+        } else {
+            ok &= tmpl(r, reply) && message_words(r, f, m);
+            if (closes(msgs, n, i, ending)) ok &= tmpl(r, "</s>");
+        }
+    }
+    return ok; /* the model answers after [/INST]: no reply opening */
+}
+
 char *chat_render(chat_format f, const chat_msg *msgs, int n, chat_ending ending, size_t *len, wk_text_range **plain,
                   int *n_plain) {
     render r = {0};
@@ -123,14 +189,35 @@ char *chat_render(chat_format f, const chat_msg *msgs, int n, chat_ending ending
     switch (f) {
     case CHAT_GEMMA:
     case CHAT_MISTRAL: ok &= render_folded(f, msgs, n, ending, &r); break;
-    case CHAT_LLAMA3:
-        for (int i = 0; i < n; i++) {
+    case CHAT_MISTRAL_V1:
+    case CHAT_MISTRAL_V3:
+    case CHAT_MISTRAL_V3_TEKKEN:
+    case CHAT_MISTRAL_V7:
+    case CHAT_MISTRAL_V7_TEKKEN: ok &= render_mistral(f, msgs, n, ending, &r); break;
+    case CHAT_FORMAT_COUNT: ok = false; break;
+    case CHAT_LLAMA3_1:
+    case CHAT_LLAMA3_2:
+    case CHAT_LLAMA3: {
+        int i = 0;
+        if (f != CHAT_LLAMA3) { /* the dated system turn, holding the system message when there is one */
+            char date[32] = "26 Jul 2024";
+            time_t now = time(NULL);
+            struct tm tm;
+            if (f == CHAT_LLAMA3_2 && localtime_r(&now, &tm)) strftime(date, sizeof date, "%d %b %Y", &tm);
+            ok &= tmpl(&r, "<|start_header_id|>system<|end_header_id|>\n\nCutting Knowledge Date: December 2023\n"
+                           "Today Date: ") &&
+                  tmpl(&r, date) && tmpl(&r, "\n\n");
+            if (n > 0 && is_system(&msgs[0])) ok &= message_words(&r, f, &msgs[i++]);
+            ok &= tmpl(&r, "<|eot_id|>");
+        }
+        for (; i < n; i++) {
             ok &= tmpl(&r, "<|start_header_id|>") && tmpl(&r, is_system(&msgs[i]) ? "system" : msgs[i].role) &&
                   tmpl(&r, "<|end_header_id|>\n\n") && message_words(&r, f, &msgs[i]);
             if (closes(msgs, n, i, ending)) ok &= tmpl(&r, "<|eot_id|>");
         }
         if (open_reply) ok &= tmpl(&r, "<|start_header_id|>assistant<|end_header_id|>\n\n");
         break;
+    }
     case CHAT_CHATML:
         for (int i = 0; i < n; i++) {
             ok &= tmpl(&r, "<|im_start|>") && tmpl(&r, is_system(&msgs[i]) ? "system" : msgs[i].role) &&

@@ -1,6 +1,6 @@
 /* Chat messages -> one prompt string in the model's chat format. The model's Jinja template is
- * not executed: it is recognised (Gemma, Llama 3, ChatML/Qwen, Mistral) and the format rendered
- * natively; a model without a recognisable template gets the default of its architecture
+ * not executed: it is recognised (Gemma, Llama 3, ChatML/Qwen, the Mistral family) and the format
+ * rendered natively; a model without a recognisable template gets the default of its architecture
  * (Gemma for gemma*), else ChatML. */
 #ifndef WUSHKV_CHAT_TEMPLATE_H
 #define WUSHKV_CHAT_TEMPLATE_H
@@ -9,7 +9,25 @@
 
 #include "wushkv/wushkv.h"
 
-typedef enum { CHAT_GEMMA, CHAT_LLAMA3, CHAT_CHATML, CHAT_MISTRAL } chat_format;
+/* The Mistral family's variants are Mistral's own template generations (its cookbook's names, as
+ * llama.cpp names them): where the spaces around [INST] go, whether [SYSTEM_PROMPT] exists.
+ * CHAT_MISTRAL is an [INST] template of none of them (Mistral 7B v0.1/v0.2's Hugging Face one). */
+typedef enum {
+    CHAT_GEMMA,
+    CHAT_LLAMA3,
+    CHAT_CHATML,
+    /* Llama 3.1's template (3.3's the same) opens every prompt with a system turn stating the
+     * knowledge cut-off and a date: "26 Jul 2024" in 3.1's, today's in 3.2's (strftime_now). */
+    CHAT_LLAMA3_1,
+    CHAT_LLAMA3_2,
+    CHAT_MISTRAL,
+    CHAT_MISTRAL_V1,
+    CHAT_MISTRAL_V3,
+    CHAT_MISTRAL_V3_TEKKEN,
+    CHAT_MISTRAL_V7,
+    CHAT_MISTRAL_V7_TEKKEN,
+    CHAT_FORMAT_COUNT
+} chat_format;
 
 typedef struct chat_msg {
     const char *role; /* "system", "developer", "user", "assistant" (validated by the caller) */

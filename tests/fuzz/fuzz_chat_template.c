@@ -3,7 +3,8 @@
  * format. Input: byte 0 picks the format, then messages separated by 0x1E, each a role byte and
  * its content (a C string: NUL ends it). Invariants: the plain ranges lie inside the prompt, in
  * order, without overlap, one per message holding its content exactly, in message order (Gemma
- * and Mistral: a leading system message folded into the first user turn). */
+ * and Mistral (v1 too): a leading system message folded into the first user turn; Mistral v3 into
+ * the last). */
 #include <stdbool.h>
 #include <stdint.h>
 #include <stdio.h>
@@ -31,11 +32,11 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
 
     /* Detection: the whole input as a template, its tail as an architecture name. */
     chat_format d = chat_format_detect(s + 1, s + size / 2);
-    FUZZ_CHECK(d == CHAT_GEMMA || d == CHAT_LLAMA3 || d == CHAT_CHATML || d == CHAT_MISTRAL);
+    FUZZ_CHECK(d >= CHAT_GEMMA && d < CHAT_FORMAT_COUNT);
     FUZZ_CHECK(strcmp(chat_format_name(d), "?") != 0);
 
     static const char *const roles[] = {"system", "developer", "user", "assistant"};
-    chat_format f = (chat_format)(data[0] % 4);
+    chat_format f = (chat_format)(data[0] % CHAT_FORMAT_COUNT);
     chat_msg msgs[MAX_MSGS];
     int n = 0;
     for (char *p = s + 1, *end = s + size; p < end && n < MAX_MSGS;) {
@@ -52,7 +53,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
     wk_text_range *plain = NULL;
     int n_plain = -1;
     size_t len = 0;
-    const chat_ending ending = (chat_ending)(data[0] / 4 % 3);
+    const chat_ending ending = (chat_ending)(data[0] / CHAT_FORMAT_COUNT % 3);
     char *out = chat_render(f, msgs, n, ending, &len, &plain, &n_plain);
     if (out) {
         FUZZ_CHECK(out[len] == 0);
@@ -60,15 +61,19 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
         FUZZ_CHECK(n_plain == 0 || plain != NULL);
         /* The contents the ranges must hold, in order. Gemma and Mistral have no system turn: a
          * leading system message goes before the first user-side message's words (not at all
-         * when none follows, as Gemma's own template drops it); later messages in order. */
+         * when none follows, as Gemma's own template drops it); Mistral v3 before the last's;
+         * later messages in order. */
         const chat_msg *want[MAX_MSGS];
-        int n_want = 0, i0 = 0;
+        int n_want = 0, i0 = 0, fold_at = -1;
         const chat_msg *sys = NULL;
-        bool folded = f == CHAT_GEMMA || f == CHAT_MISTRAL;
+        const bool to_last = f == CHAT_MISTRAL_V3 || f == CHAT_MISTRAL_V3_TEKKEN;
+        bool folded = f == CHAT_GEMMA || f == CHAT_MISTRAL || f == CHAT_MISTRAL_V1 || to_last;
         if (folded && n > 0 && (!strcmp(msgs[0].role, "system") || !strcmp(msgs[0].role, "developer")))
             sys = &msgs[i0++];
+        for (int i = i0; i < n; i++)
+            if (strcmp(msgs[i].role, "assistant") != 0 && (fold_at < 0 || to_last)) fold_at = i;
         for (int i = i0; i < n; i++) {
-            if (sys && strcmp(msgs[i].role, "assistant") != 0) want[n_want++] = sys, sys = NULL;
+            if (sys && i == fold_at) want[n_want++] = sys;
             want[n_want++] = &msgs[i];
         }
         FUZZ_CHECK(n_plain == n_want);
@@ -77,10 +82,12 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
             FUZZ_CHECK(plain[i].off >= prev_end);
             FUZZ_CHECK(plain[i].off <= len && plain[i].len <= len - plain[i].off);
             prev_end = plain[i].off + plain[i].len;
-            /* Gemma and Llama 3 trim each content's ASCII white space, as their templates do. */
+            /* Gemma and Llama 3 (3.1, 3.2) trim each content's ASCII white space, as their templates do;
+             * Mistral v3 an assistant's. */
             const char *w = want[i]->content;
             size_t wn = want[i]->content_len;
-            if (f == CHAT_GEMMA || f == CHAT_LLAMA3) {
+            if (f == CHAT_GEMMA || f == CHAT_LLAMA3 || f == CHAT_LLAMA3_1 || f == CHAT_LLAMA3_2 ||
+                (f == CHAT_MISTRAL_V3 && !strcmp(want[i]->role, "assistant"))) {
                 while (wn > 0 && strchr(" \t\n\r\v\f", w[0]) && w[0]) w++, wn--;
                 while (wn > 0 && strchr(" \t\n\r\v\f", w[wn - 1]) && w[wn - 1]) wn--;
             }
@@ -90,8 +97,10 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
         if (ending == CHAT_CONTINUE_LAST && n > 0 && !strcmp(msgs[n - 1].role, "assistant"))
             FUZZ_CHECK(n_plain > 0 && plain[n_plain - 1].off + plain[n_plain - 1].len == len);
         /* Only an opened reply ends with the assistant's opening (Mistral has none). */
-        static const char *const opening[] = {"<start_of_turn>model\n", "<|start_header_id|>assistant<|end_header_id|>\n\n",
-                                              "<|im_start|>assistant\n", ""};
+        static const char *const opening[CHAT_FORMAT_COUNT] = {
+            "<start_of_turn>model\n", "<|start_header_id|>assistant<|end_header_id|>\n\n", "<|im_start|>assistant\n",
+            "<|start_header_id|>assistant<|end_header_id|>\n\n", "<|start_header_id|>assistant<|end_header_id|>\n\n",
+            "", "", "", "", "", ""};
         const size_t ol = strlen(opening[f]);
         if (ol > 0 && len >= ol) {
             const bool opened = memcmp(out + len - ol, opening[f], ol) == 0;
