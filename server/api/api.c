@@ -76,6 +76,7 @@ static void call_free(api_server *a, call *k) {
         cJSON_Delete(k->choices[i].lp);
     }
     free(k->choices);
+    cJSON_Delete(k->echo);
     free(k);
 }
 
@@ -115,8 +116,8 @@ static call *call_new(api_server *a, http_conn *c, call_kind kind, int n_choices
     k->conn = c;
     k->t_start = mono_now_s();
     k->created = (long)time(NULL);
-    snprintf(k->resp_id, sizeof k->resp_id, "%s-%08lx%06" PRIx64, kind == CALL_CHAT ? "chatcmpl" : "cmpl",
-             (unsigned long)a->started_at, k->id);
+    snprintf(k->resp_id, sizeof k->resp_id, "%s%08lx%06" PRIx64,
+             kind == CALL_CHAT ? "chatcmpl-" : kind == CALL_RESPONSE ? "resp_" : "cmpl-", (unsigned long)a->started_at, k->id);
     k->next = a->calls;
     a->calls = k;
     a->n_gen_calls += n_choices;
@@ -188,7 +189,9 @@ static void finish_call(api_server *a, call *k, const sched_event *last) {
     log_request(k, last, 200);
     http_conn *c = k->conn;
     detach(k);
-    if (c && k->stream) {
+    if (c && k->stream && k->kind == CALL_RESPONSE) {
+        sse_close(c); /* its last event (response.completed) went out with the choice's end */
+    } else if (c && k->stream) {
         if (k->include_usage) {
             cJSON *o = usage_chunk(k);
             sse_send_json(c, o);
@@ -196,7 +199,7 @@ static void finish_call(api_server *a, call *k, const sched_event *last) {
         }
         sse_end(c); /* a no-op when the writes above found the client gone */
     } else if (c) {
-        reply_json(a, c, 200, whole_response(k), NULL);
+        reply_json(a, c, 200, k->kind == CALL_RESPONSE ? responses_object(k) : whole_response(k), NULL);
     }
     call_free(a, k);
 }
@@ -204,7 +207,7 @@ static void finish_call(api_server *a, call *k, const sched_event *last) {
 /* Events of one choice (index i) of a generation. Choices are submitted together, so each one's
  * EV_ACCEPTED or EV_ERROR arrives before any of them produces text. */
 static void on_gen_event(api_server *a, call *k, int i, sched_event *ev) {
-    bool chat = k->kind == CALL_CHAT;
+    bool chat = k->kind == CALL_CHAT, responses = k->kind == CALL_RESPONSE;
     choice *ci = &k->choices[i];
     switch (ev->kind) {
     case EV_ACCEPTED:
@@ -214,11 +217,14 @@ static void on_gen_event(api_server *a, call *k, int i, sched_event *ev) {
             k->started = true;
             metrics_http_response(a->m, 200);
             sse_begin(k->conn, extra_headers(a));
+            if (responses) responses_stream_created(k);
         }
         break;
     case EV_TEXT:
         if (!k->conn || k->failed) break;
-        if (k->stream) {
+        if (k->stream && responses) {
+            responses_stream_text(k, ev);
+        } else if (k->stream) {
             /* A chat choice's opening delta (its role) goes out with its first token, as OpenAI's
              * and vLLM's do, not at acceptance: a client's time to first token is the prefill's,
              * not the queue's (docs/benchmarks.md: vLLM's TTFT is the first chunk's time). */
@@ -239,7 +245,9 @@ static void on_gen_event(api_server *a, call *k, int i, sched_event *ev) {
         ci->completion_tokens = ev->completion_tokens;
         ci->cached_tokens = ev->cached_tokens;
         ci->kv = ev->kv;
-        if (k->stream && k->started && !k->failed) {
+        if (k->stream && k->started && !k->failed && responses) {
+            responses_stream_done(k);
+        } else if (k->stream && k->started && !k->failed) {
             if (chat && !ci->role_sent) { /* no token at all (cancelled): the opening delta still comes first */
                 ci->role_sent = true;
                 send_chunk(k, stream_chunk(k, i, "", 0, NULL, NULL, true));
@@ -260,14 +268,22 @@ static void on_gen_event(api_server *a, call *k, int i, sched_event *ev) {
             http_conn *c = k->conn;
             detach(k);
             cancel_choices(k);
-            if (c && k->started) {
+            /* A Responses request's prompt is its input. */
+            const char *param = ev->param;
+            if (responses && param && (!strcmp(param, "messages") || !strcmp(param, "prompt"))) param = "input";
+            if (c && k->started && responses) {
+                k->conn = c;
+                responses_stream_error(k, ev->status, ev->message, param, ev->code);
+                k->conn = NULL;
+                sse_close(c);
+            } else if (c && k->started) {
                 /* The stream's status line is gone already: the error travels as an event. */
-                cJSON *o = error_object(ev->status, NULL, ev->message, ev->param, ev->code);
+                cJSON *o = error_object(ev->status, NULL, ev->message, param, ev->code);
                 sse_send_json(c, o);
                 cJSON_Delete(o);
                 sse_end(c);
             } else if (c) {
-                reply_error(a, c, ev->status, ev->message, ev->param, ev->code, NULL);
+                reply_error(a, c, ev->status, ev->message, param, ev->code, NULL);
             }
         }
         if (++k->n_done == k->n_choices) call_free(a, k);
@@ -289,7 +305,7 @@ static void on_event(sched_event *ev, void *data) {
         if (a->on_fatal) a->on_fatal(a->fatal_data);
     } else {
         call *k = call_find(a, ev->id);
-        if (k && (k->kind == CALL_COMPLETION || k->kind == CALL_CHAT)) {
+        if (k && k->kind <= CALL_RESPONSE) { /* a generation */
             on_gen_event(a, k, (int)(ev->id - k->id), ev);
         } else if (k) {
             http_conn *c = k->conn;
@@ -320,10 +336,12 @@ static void on_event(sched_event *ev, void *data) {
 
 /* ---- handlers ---------------------------------------------------------------------------------- */
 
-static void handle_generation(api_server *a, http_conn *c, http_request *r, bool chat) {
+static void handle_generation(api_server *a, http_conn *c, http_request *r, call_kind kind) {
     openai_request req;
     api_error err = {0};
-    if (!openai_parse_generation(r->body, r->body_len, chat, &a->model, &req, &err)) {
+    cJSON *echo = NULL;
+    if (kind == CALL_RESPONSE ? !openai_parse_responses(r->body, r->body_len, &a->model, &req, &echo, &err)
+                              : !openai_parse_generation(r->body, r->body_len, kind == CALL_CHAT, &a->model, &req, &err)) {
         reply_api_error(a, c, &err);
         return;
     }
@@ -340,6 +358,7 @@ static void handle_generation(api_server *a, http_conn *c, http_request *r, bool
         reply_error(a, c, 429, "the server is at its queue limit; retry shortly", NULL, "queue_full",
                     "Retry-After: 1\r\n");
         openai_request_free(&req);
+        cJSON_Delete(echo);
         return;
     }
     /* The jobs go to the engine as one chain, so it sees every choice before its next step. */
@@ -350,7 +369,7 @@ static void handle_generation(api_server *a, http_conn *c, http_request *r, bool
         if (*tail) tail = &(*tail)->next;
         else oom = true;
     }
-    call *k = oom ? NULL : call_new(a, c, chat ? CALL_CHAT : CALL_COMPLETION, req.n_gens);
+    call *k = oom ? NULL : call_new(a, c, kind, req.n_gens);
     if (!k) {
         while (head) {
             sched_job *next = head->next;
@@ -358,9 +377,11 @@ static void handle_generation(api_server *a, http_conn *c, http_request *r, bool
             head = next;
         }
         openai_request_free(&req);
+        cJSON_Delete(echo);
         reply_error(a, c, 500, "out of memory", NULL, NULL, NULL);
         return;
     }
+    k->echo = echo;
     k->n_per_prompt = req.n;
     k->stream = req.stream;
     k->include_usage = req.stream && req.include_usage;
@@ -566,6 +587,7 @@ static const route k_routes[] = {
     {"/v1/models/", "GET", R_MODEL, true, true},
     {"/v1/completions", "POST", R_COMPLETIONS, true, true},
     {"/v1/chat/completions", "POST", R_CHAT, true, true},
+    {"/v1/responses", "POST", R_RESPONSES, true, true},
     {"/tokenize", "POST", R_TOKENIZE, true, true},
     {"/detokenize", "POST", R_DETOKENIZE, true, true},
     {"/reset_prefix_cache", "POST", R_RESET_PREFIX_CACHE, true, true},
@@ -678,8 +700,9 @@ static void on_request(http_conn *c, http_request *r, void *data) {
     case R_DASHBOARD_STATE: handle_dashboard_state(a, c); break;
     case R_MODELS:
     case R_MODEL: handle_models(a, c, r->path); break;
-    case R_COMPLETIONS: handle_generation(a, c, r, false); break;
-    case R_CHAT: handle_generation(a, c, r, true); break;
+    case R_COMPLETIONS: handle_generation(a, c, r, CALL_COMPLETION); break;
+    case R_CHAT: handle_generation(a, c, r, CALL_CHAT); break;
+    case R_RESPONSES: handle_generation(a, c, r, CALL_RESPONSE); break;
     case R_TOKENIZE: handle_tokenize(a, c, r, false); break;
     case R_DETOKENIZE: handle_tokenize(a, c, r, true); break;
     case R_RESET_PREFIX_CACHE: handle_reset_prefix_cache(a, c); break;

@@ -17,12 +17,13 @@
 #include "sched/scheduler.h"
 #include "sched/text_stream.h"
 
-typedef enum { CALL_COMPLETION, CALL_CHAT, CALL_TOKENIZE, CALL_DETOKENIZE, CALL_RESET } call_kind;
+typedef enum { CALL_COMPLETION, CALL_CHAT, CALL_RESPONSE, CALL_TOKENIZE, CALL_DETOKENIZE, CALL_RESET } call_kind;
 
 /* One choice of a generation request: one engine sequence. */
 typedef struct choice {
     bool accepted, done;
-    bool role_sent; /* stream, chat: the opening delta (role) went out (with the first token) */
+    bool role_sent; /* stream, chat: the opening delta (role) went out (with the first token);
+                     * responses: the output item and its part */
     const char *finish_reason;
     int prompt_tokens, completion_tokens;
     int cached_tokens; /* prompt tokens its sequence took from the prefix cache */
@@ -42,6 +43,8 @@ typedef struct call {
     int n_choices, n_per_prompt, n_accepted, n_done;
     choice *choices; /* n_choices; NULL for tokenize calls */
     char resp_id[40];
+    cJSON *echo; /* responses: the request's fields its response object repeats */
+    int seq;     /* responses stream: the next event's sequence_number */
     long created;
     double t_start;
     char prompt_log[120];
@@ -79,6 +82,10 @@ cJSON *stream_chunk(call *k, int index, const char *text, size_t text_len, const
                     const sched_event *lp_ev, bool role);
 /* The last chunk of a stream with include_usage: no choices, the usage over all of them. */
 cJSON *usage_chunk(const call *k);
+/* Chat logprobs entries for one event appended to content: [{token, logprob, bytes, top_logprobs}]. */
+void chat_logprobs_add(cJSON *content, const sched_event *ev);
+/* The usage object of chat and completions (prompt_tokens, ..., kv_cache). */
+cJSON *usage_object(const call *k);
 /* Adds ev's logprobs to choice `index`'s collection for its non-streamed response. */
 void collect_logprobs(call *k, int index, const sched_event *ev);
 /* The non-streamed response once every choice is done; takes the choices' collected logprobs. */
@@ -86,6 +93,16 @@ cJSON *whole_response(call *k);
 /* One stderr line per request (no prompt text unless --log-prompts); ev: the last event (NULL
  * allowed when status is not 200). */
 void log_request(call *k, const sched_event *ev, int status);
+
+/* ---- the Responses API (responses_response.c): one choice, text only ---- */
+cJSON *responses_object(call *k); /* the finished response object */
+/* Stream events, sent to k->conn: response.created + in_progress (at acceptance); a text piece
+ * (the item and part open with the first); the done events and response.completed or
+ * response.incomplete; an error event. The caller ends the stream (sse_close: no [DONE]). */
+void responses_stream_created(call *k);
+void responses_stream_text(call *k, const sched_event *ev);
+void responses_stream_done(call *k);
+void responses_stream_error(call *k, int status, const char *message, const char *param, const char *code);
 
 /* The routes (api.c). */
 typedef enum {
@@ -97,6 +114,7 @@ typedef enum {
     R_DASHBOARD_STATE,
     R_COMPLETIONS,
     R_CHAT,
+    R_RESPONSES,
     R_TOKENIZE,
     R_DETOKENIZE,
     R_RESET_PREFIX_CACHE

@@ -60,7 +60,7 @@ static cJSON *bytes_array(const char *p, int n) {
 /* Each prompt counted once (as OpenAI does for n > 1), with the cached tokens of the choice it is
  * counted from; completions summed, KV bytes and blocks summed over the choices' peaks (their
  * sequences run side by side; blocks shared through the prefix cache count for each, docs/api.md). */
-static cJSON *usage_object(const call *k) {
+cJSON *usage_object(const call *k) {
     int prompt = 0, cached = 0, completion = 0, blocks = 0;
     uint64_t bytes = 0, fp16 = 0;
     double bits = 16.0;
@@ -97,7 +97,7 @@ static cJSON *envelope(const call *k, const char *object) {
 }
 
 /* Chat logprobs entries for one event: [{token, logprob, bytes, top_logprobs: [...]}]. */
-static void chat_logprobs_add(cJSON *content, const sched_event *ev) {
+void chat_logprobs_add(cJSON *content, const sched_event *ev) {
     for (int i = 0; i < ev->n_logprobs; i++) {
         const token_logprob *lp = &ev->logprobs[i];
         cJSON *e = cJSON_CreateObject();
@@ -159,7 +159,7 @@ static cJSON *completion_logprobs_new(void) {
 }
 
 void collect_logprobs(call *k, int index, const sched_event *ev) {
-    bool chat = k->kind == CALL_CHAT;
+    bool chat = k->kind != CALL_COMPLETION; /* chat's entries for responses too */
     choice *ci = &k->choices[index];
     if (!ci->lp) ci->lp = chat ? cJSON_CreateArray() : completion_logprobs_new();
     if (chat) chat_logprobs_add(ci->lp, ev);
@@ -241,7 +241,7 @@ cJSON *whole_response(call *k) {
 void log_request(call *k, const sched_event *ev, int status) {
     api_server *a = k->api;
     double dt = mono_now_s() - k->t_start;
-    const char *kind = k->kind == CALL_CHAT ? "chat" : "completion";
+    const char *kind = k->kind == CALL_CHAT ? "chat" : k->kind == CALL_RESPONSE ? "response" : "completion";
     if (status == 200) {
         int prompt = 0, cached = 0, completion = 0;
         uint64_t bytes = 0;

@@ -19,11 +19,9 @@
 /* Completions' max_tokens default (OpenAI's legacy endpoint uses 16). */
 #define COMPLETIONS_DEFAULT_MAX_TOKENS 16
 
-static bool fail(api_error *e, int status, const char *param, const char *code, const char *fmt, ...)
-    __attribute__((format(printf, 5, 6)));
-static bool fail(api_error *e, int status, const char *param, const char *code, const char *fmt, ...) {
+bool openai_fail(api_error *e, int status, const char *param, const char *code, const char *fmt, ...) {
     e->status = status;
-    e->type = status == 404 ? "not_found_error" : "invalid_request_error";
+    e->type = status == 404 ? "not_found_error" : status >= 500 ? "server_error" : "invalid_request_error";
     e->param = param;
     e->code = code;
     va_list ap;
@@ -33,7 +31,7 @@ static bool fail(api_error *e, int status, const char *param, const char *code, 
     return false;
 }
 
-static const char *type_name(const cJSON *v) {
+const char *openai_type_name(const cJSON *v) {
     if (cJSON_IsString(v)) return "a string";
     if (cJSON_IsNumber(v)) return "a number";
     if (cJSON_IsBool(v)) return "a boolean";
@@ -43,8 +41,7 @@ static const char *type_name(const cJSON *v) {
     return "an invalid value";
 }
 
-/* Absent or null fields keep their defaults (OpenAI's clients send null for "not given"). */
-static const cJSON *field(const cJSON *obj, const char *name) {
+const cJSON *openai_field(const cJSON *obj, const char *name) {
     const cJSON *v = cJSON_GetObjectItemCaseSensitive(obj, name);
     return v && !cJSON_IsNull(v) ? v : NULL;
 }
@@ -54,11 +51,11 @@ static const cJSON *field(const cJSON *obj, const char *name) {
 static bool asks_for_any(const cJSON *v) { return v && (!cJSON_IsArray(v) || cJSON_GetArraySize(v) > 0); }
 
 static bool get_number(const cJSON *obj, const char *name, double lo, double hi, float *out, api_error *e) {
-    const cJSON *v = field(obj, name);
+    const cJSON *v = openai_field(obj, name);
     if (!v) return true;
-    if (!cJSON_IsNumber(v)) return fail(e, 400, name, "invalid_type", "%s must be a number, not %s", name, type_name(v));
+    if (!cJSON_IsNumber(v)) return openai_fail(e, 400, name, "invalid_type", "%s must be a number, not %s", name, openai_type_name(v));
     if (!(v->valuedouble >= lo && v->valuedouble <= hi))
-        return fail(e, 400, name, "invalid_value", "%s must be between %g and %g, got %g", name, lo, hi, v->valuedouble);
+        return openai_fail(e, 400, name, "invalid_value", "%s must be between %g and %g, got %g", name, lo, hi, v->valuedouble);
     *out = (float)v->valuedouble;
     return true;
 }
@@ -71,7 +68,7 @@ static bool is_integer(const cJSON *v) {
  * *code: invalid_type for what is no whole number, invalid_value for one too large to hold. */
 static const char *not_integer(const cJSON *v, char *buf, size_t cap, const char **code) {
     *code = "invalid_type";
-    if (!cJSON_IsNumber(v)) return type_name(v);
+    if (!cJSON_IsNumber(v)) return openai_type_name(v);
     if (is_integer(v)) return NULL;
     const double d = v->valuedouble;
     const bool whole = !isfinite(d) || d == floor(d);
@@ -81,13 +78,13 @@ static const char *not_integer(const cJSON *v, char *buf, size_t cap, const char
 }
 
 static bool get_int(const cJSON *obj, const char *name, long lo, long hi, int *out, bool *given, api_error *e) {
-    const cJSON *v = field(obj, name);
+    const cJSON *v = openai_field(obj, name);
     if (!v) return true;
     char buf[64];
     const char *code, *why = not_integer(v, buf, sizeof buf, &code);
-    if (why) return fail(e, 400, name, code, "%s must be an integer from %ld to %ld, not %s", name, lo, hi, why);
+    if (why) return openai_fail(e, 400, name, code, "%s must be an integer from %ld to %ld, not %s", name, lo, hi, why);
     if (v->valuedouble < (double)lo || v->valuedouble > (double)hi)
-        return fail(e, 400, name, "invalid_value", "%s must be between %ld and %ld, got %.0f", name, lo, hi,
+        return openai_fail(e, 400, name, "invalid_value", "%s must be between %ld and %ld, got %.0f", name, lo, hi,
                     v->valuedouble);
     *out = (int)v->valuedouble;
     if (given) *given = true;
@@ -95,9 +92,9 @@ static bool get_int(const cJSON *obj, const char *name, long lo, long hi, int *o
 }
 
 static bool get_bool(const cJSON *obj, const char *name, bool *out, api_error *e) {
-    const cJSON *v = field(obj, name);
+    const cJSON *v = openai_field(obj, name);
     if (!v) return true;
-    if (!cJSON_IsBool(v)) return fail(e, 400, name, "invalid_type", "%s must be a boolean, not %s", name, type_name(v));
+    if (!cJSON_IsBool(v)) return openai_fail(e, 400, name, "invalid_type", "%s must be a boolean, not %s", name, openai_type_name(v));
     *out = cJSON_IsTrue(v);
     return true;
 }
@@ -106,13 +103,13 @@ static bool get_bool(const cJSON *obj, const char *name, bool *out, api_error *e
 static bool token_array(const cJSON *arr, const char *param, int32_t **out, int *n, api_error *e) {
     int count = cJSON_GetArraySize(arr);
     int32_t *t = malloc(((size_t)count + 1) * sizeof *t);
-    if (!t) return fail(e, 500, NULL, NULL, "out of memory");
+    if (!t) return openai_fail(e, 500, NULL, NULL, "out of memory");
     int i = 0;
     const cJSON *v;
     cJSON_ArrayForEach(v, arr) {
         if (!is_integer(v) || v->valuedouble < 0 || v->valuedouble > INT32_MAX) {
             free(t);
-            return fail(e, 400, param, "invalid_type", "%s must hold token ids (integers >= 0); element %d is not", param,
+            return openai_fail(e, 400, param, "invalid_type", "%s must hold token ids (integers >= 0); element %d is not", param,
                         i);
         }
         t[i++] = (int32_t)v->valuedouble;
@@ -145,28 +142,28 @@ static char *memdup_text(const char *s, size_t n) {
 static bool add_text_prompt(prompt_in *p, const cJSON *text, api_error *e) {
     p->text_len = json_str_len(text);
     p->text = memdup_text(text->valuestring, p->text_len);
-    return p->text ? true : fail(e, 500, NULL, NULL, "out of memory");
+    return p->text ? true : openai_fail(e, 500, NULL, NULL, "out of memory");
 }
 
 /* prompt: a string, an array of strings, an array of token ids, or an array of such arrays. */
 static bool parse_prompts(const cJSON *root, prompt_in *out, int *n_out, api_error *e) {
-    const cJSON *p = field(root, "prompt");
-    if (!p) return fail(e, 400, "prompt", "missing_required_parameter", "prompt is required");
+    const cJSON *p = openai_field(root, "prompt");
+    if (!p) return openai_fail(e, 400, "prompt", "missing_required_parameter", "prompt is required");
     if (cJSON_IsString(p)) {
         *n_out = 1;
         return add_text_prompt(&out[0], p, e);
     }
     if (!cJSON_IsArray(p))
-        return fail(e, 400, "prompt", "invalid_type",
-                    "prompt must be a string, an array of strings or an array of token ids, not %s", type_name(p));
+        return openai_fail(e, 400, "prompt", "invalid_type",
+                    "prompt must be a string, an array of strings or an array of token ids, not %s", openai_type_name(p));
     int n = cJSON_GetArraySize(p);
-    if (n == 0) return fail(e, 400, "prompt", "invalid_value", "prompt must not be an empty array");
+    if (n == 0) return openai_fail(e, 400, "prompt", "invalid_value", "prompt must not be an empty array");
     if (cJSON_IsNumber(cJSON_GetArrayItem(p, 0))) {
         *n_out = 1;
         return token_array(p, "prompt", &out[0].tokens, &out[0].n_tokens, e);
     }
     if (n > OPENAI_MAX_CHOICES)
-        return fail(e, 400, "prompt", "invalid_value", "at most %d prompts per request (got %d)", OPENAI_MAX_CHOICES, n);
+        return openai_fail(e, 400, "prompt", "invalid_value", "at most %d prompts per request (got %d)", OPENAI_MAX_CHOICES, n);
     int i = 0;
     const cJSON *item;
     cJSON_ArrayForEach(item, p) {
@@ -175,12 +172,12 @@ static bool parse_prompts(const cJSON *root, prompt_in *out, int *n_out, api_err
             if (!add_text_prompt(&out[i], item, e)) return false;
         } else if (cJSON_IsArray(item)) {
             if (cJSON_GetArraySize(item) == 0)
-                return fail(e, 400, "prompt", "invalid_value", "prompt[%d] must not be empty", i);
+                return openai_fail(e, 400, "prompt", "invalid_value", "prompt[%d] must not be empty", i);
             if (!token_array(item, "prompt", &out[i].tokens, &out[i].n_tokens, e)) return false;
         } else {
-            return fail(e, 400, "prompt", "invalid_type",
+            return openai_fail(e, 400, "prompt", "invalid_type",
                         "prompt must be a string, an array of strings or an array of token ids; element %d is %s", i,
-                        type_name(item));
+                        openai_type_name(item));
         }
         i++;
     }
@@ -193,25 +190,25 @@ static bool message_text(const cJSON *content, int index, text_buf *out, api_err
     if (!content) return true; /* an assistant turn with only tool calls has none */
     if (cJSON_IsString(content)) return text_buf_add(out, content->valuestring, json_str_len(content));
     if (!cJSON_IsArray(content))
-        return fail(e, 400, param, "invalid_type", "messages[%d].content must be a string or an array of parts, not %s",
-                    index, type_name(content));
+        return openai_fail(e, 400, param, "invalid_type", "messages[%d].content must be a string or an array of parts, not %s",
+                    index, openai_type_name(content));
     if (cJSON_GetArraySize(content) == 0)
-        return fail(e, 400, param, "invalid_value", "messages[%d].content must not be an empty array", index);
+        return openai_fail(e, 400, param, "invalid_value", "messages[%d].content must not be an empty array", index);
     const cJSON *part;
     int j = 0;
     cJSON_ArrayForEach(part, content) {
         const cJSON *type = cJSON_GetObjectItemCaseSensitive(part, "type");
         const cJSON *text = cJSON_GetObjectItemCaseSensitive(part, "text");
         if (!cJSON_IsObject(part) || !cJSON_IsString(type))
-            return fail(e, 400, param, "invalid_type", "messages[%d].content[%d] must be an object with a type", index, j);
+            return openai_fail(e, 400, param, "invalid_type", "messages[%d].content[%d] must be an object with a type", index, j);
         if (!json_str_is(type, "text"))
-            return fail(e, 400, param, "unsupported_value",
+            return openai_fail(e, 400, param, "unsupported_value",
                         "messages[%d].content[%d]: content parts of type '%s' are not supported (text only)", index, j,
                         type->valuestring);
         if (!cJSON_IsString(text))
-            return fail(e, 400, param, "invalid_type", "messages[%d].content[%d].text must be a string", index, j);
+            return openai_fail(e, 400, param, "invalid_type", "messages[%d].content[%d].text must be a string", index, j);
         if (!text_buf_add(out, text->valuestring, json_str_len(text)))
-            return fail(e, 500, NULL, NULL, "out of memory");
+            return openai_fail(e, 500, NULL, NULL, "out of memory");
         j++;
     }
     return true;
@@ -225,57 +222,57 @@ static bool parse_chat_ending(const cJSON *root, const chat_msg *cm, int n, chat
     if (!get_bool(root, "add_generation_prompt", &open_reply, e) ||
         !get_bool(root, "continue_final_message", &continue_last, e))
         return false;
-    if (continue_last && field(root, "add_generation_prompt") && open_reply)
-        return fail(e, 400, "continue_final_message", "invalid_value",
+    if (continue_last && openai_field(root, "add_generation_prompt") && open_reply)
+        return openai_fail(e, 400, "continue_final_message", "invalid_value",
                     "continue_final_message and add_generation_prompt cannot both be true");
     if (continue_last && strcmp(cm[n - 1].role, "assistant") != 0)
-        return fail(e, 400, "continue_final_message", "invalid_value",
+        return openai_fail(e, 400, "continue_final_message", "invalid_value",
                     "continue_final_message needs the last message to be the assistant's, not '%s'", cm[n - 1].role);
     *ending = continue_last ? CHAT_CONTINUE_LAST : open_reply ? CHAT_OPEN_REPLY : CHAT_NO_REPLY;
     return true;
 }
 
 static bool parse_messages(const cJSON *root, chat_format fmt, gen_params *g, api_error *e) {
-    const cJSON *msgs = field(root, "messages");
-    if (!msgs) return fail(e, 400, "messages", "missing_required_parameter", "messages is required");
-    if (!cJSON_IsArray(msgs)) return fail(e, 400, "messages", "invalid_type", "messages must be an array, not %s", type_name(msgs));
+    const cJSON *msgs = openai_field(root, "messages");
+    if (!msgs) return openai_fail(e, 400, "messages", "missing_required_parameter", "messages is required");
+    if (!cJSON_IsArray(msgs)) return openai_fail(e, 400, "messages", "invalid_type", "messages must be an array, not %s", openai_type_name(msgs));
     int n = cJSON_GetArraySize(msgs);
-    if (n == 0) return fail(e, 400, "messages", "invalid_value", "messages must not be empty");
+    if (n == 0) return openai_fail(e, 400, "messages", "invalid_value", "messages must not be empty");
     chat_msg *cm = calloc((size_t)n, sizeof *cm);
     text_buf *texts = calloc((size_t)n, sizeof *texts);
     bool ok = cm && texts;
-    if (!ok) fail(e, 500, NULL, NULL, "out of memory");
+    if (!ok) openai_fail(e, 500, NULL, NULL, "out of memory");
     int i = 0;
     const cJSON *m;
     cJSON_ArrayForEach(m, msgs) {
         if (!ok) break;
         const cJSON *role = cJSON_GetObjectItemCaseSensitive(m, "role");
         if (!cJSON_IsObject(m)) {
-            ok = fail(e, 400, "messages", "invalid_type", "messages[%d] must be an object, not %s", i, type_name(m));
+            ok = openai_fail(e, 400, "messages", "invalid_type", "messages[%d] must be an object, not %s", i, openai_type_name(m));
         } else if (!cJSON_IsString(role)) {
-            ok = fail(e, 400, "messages", "invalid_type", "messages[%d].role must be a string", i);
+            ok = openai_fail(e, 400, "messages", "invalid_type", "messages[%d].role must be a string", i);
         } else if (!json_str_is(role, "system") && !json_str_is(role, "developer") && !json_str_is(role, "user") &&
                    !json_str_is(role, "assistant")) {
-            ok = fail(e, 400, "messages", "invalid_value",
+            ok = openai_fail(e, 400, "messages", "invalid_value",
                       "messages[%d].role '%.40s' is not supported (system, developer, user, assistant)", i,
                       role->valuestring);
-        } else if (!json_str_is(role, "assistant") && !field(m, "content")) {
+        } else if (!json_str_is(role, "assistant") && !openai_field(m, "content")) {
             /* An assistant turn may come without content (OpenAI's tool-call turns); the others say something. */
-            ok = fail(e, 400, "messages", "missing_required_parameter", "messages[%d].content is required for role '%s'", i,
+            ok = openai_fail(e, 400, "messages", "missing_required_parameter", "messages[%d].content is required for role '%s'", i,
                       role->valuestring);
-        } else if (asks_for_any(field(m, "tool_calls"))) {
+        } else if (asks_for_any(openai_field(m, "tool_calls"))) {
             /* A past turn's calls cannot be rendered for a model served without tools: refused, as a
              * 'tool' turn is, rather than dropped from the conversation unseen. */
-            ok = fail(e, 400, "messages", "unsupported_value",
+            ok = openai_fail(e, 400, "messages", "unsupported_value",
                       "messages[%d].tool_calls: tool calls are not supported (no tools, function calling)", i);
-        } else if (field(m, "function_call")) {
-            ok = fail(e, 400, "messages", "unsupported_value",
+        } else if (openai_field(m, "function_call")) {
+            ok = openai_fail(e, 400, "messages", "unsupported_value",
                       "messages[%d].function_call: function calls are not supported", i);
-        } else if (field(m, "name") && !cJSON_IsString(field(m, "name"))) {
-            ok = fail(e, 400, "messages", "invalid_type", "messages[%d].name must be a string, not %s", i,
-                      type_name(field(m, "name")));
+        } else if (openai_field(m, "name") && !cJSON_IsString(openai_field(m, "name"))) {
+            ok = openai_fail(e, 400, "messages", "invalid_type", "messages[%d].name must be a string, not %s", i,
+                      openai_type_name(openai_field(m, "name")));
         } else {
-            ok = message_text(field(m, "content"), i, &texts[i], e) && text_buf_add(&texts[i], "", 0);
+            ok = message_text(openai_field(m, "content"), i, &texts[i], e) && text_buf_add(&texts[i], "", 0);
             cm[i].role = role->valuestring;
             cm[i].content = texts[i].p;
             cm[i].content_len = texts[i].len; /* text_buf keeps a NUL after its bytes, uncounted */
@@ -287,7 +284,7 @@ static bool parse_messages(const cJSON *root, chat_format fmt, gen_params *g, ap
     if (ok) {
         g->prompt_text = chat_render(fmt, cm, n, ending, &g->prompt_len, &g->plain, &g->n_plain);
         g->add_special = true;
-        if (!g->prompt_text) ok = fail(e, 500, NULL, NULL, "out of memory");
+        if (!g->prompt_text) ok = openai_fail(e, 500, NULL, NULL, "out of memory");
         /* Where the leading system messages' words end (every format renders messages' words in
          * their order, one plain range each): conversations that share the system prompt share
          * the prompt up to there, a prefix-cache snapshot point (sched_front.c). */
@@ -302,36 +299,36 @@ static bool parse_messages(const cJSON *root, chat_format fmt, gen_params *g, ap
 }
 
 static bool parse_stop(const cJSON *root, gen_params *g, api_error *e) {
-    const cJSON *stop = field(root, "stop");
+    const cJSON *stop = openai_field(root, "stop");
     if (!stop) return true;
     const cJSON *one = cJSON_IsString(stop) ? stop : NULL;
     if (!one && !cJSON_IsArray(stop))
-        return fail(e, 400, "stop", "invalid_type", "stop must be a string or an array of strings, not %s", type_name(stop));
+        return openai_fail(e, 400, "stop", "invalid_type", "stop must be a string or an array of strings, not %s", openai_type_name(stop));
     if (!one && cJSON_GetArraySize(stop) > SCHED_MAX_STOP)
-        return fail(e, 400, "stop", "invalid_value", "at most %d stop strings are supported", SCHED_MAX_STOP);
+        return openai_fail(e, 400, "stop", "invalid_value", "at most %d stop strings are supported", SCHED_MAX_STOP);
     const cJSON *s;
     cJSON *wrap = NULL;
     if (one) {
         wrap = cJSON_CreateArray();
-        if (!wrap) return fail(e, 500, NULL, NULL, "out of memory");
+        if (!wrap) return openai_fail(e, 500, NULL, NULL, "out of memory");
         cJSON_AddItemReferenceToArray(wrap, (cJSON *)one);
     }
     bool ok = true;
     const cJSON *list = one ? wrap : stop;
     cJSON_ArrayForEach(s, list) {
         if (!cJSON_IsString(s)) {
-            ok = fail(e, 400, "stop", "invalid_type", "stop must hold strings only");
+            ok = openai_fail(e, 400, "stop", "invalid_type", "stop must hold strings only");
             break;
         }
         const size_t sl = json_str_len(s);
         if (!sl) continue; /* an empty stop string would match at once: ignored */
         if (sl > 256) {
-            ok = fail(e, 400, "stop", "invalid_value", "stop strings are limited to 256 bytes");
+            ok = openai_fail(e, 400, "stop", "invalid_value", "stop strings are limited to 256 bytes");
             break;
         }
         g->stop_len[g->n_stop] = sl;
         if (!(g->stop[g->n_stop] = memdup_text(s->valuestring, sl))) {
-            ok = fail(e, 500, NULL, NULL, "out of memory");
+            ok = openai_fail(e, 500, NULL, NULL, "out of memory");
             break;
         }
         g->n_stop++;
@@ -341,14 +338,14 @@ static bool parse_stop(const cJSON *root, gen_params *g, api_error *e) {
 }
 
 static bool parse_logit_bias(const cJSON *root, gen_params *g, api_error *e) {
-    const cJSON *b = field(root, "logit_bias");
+    const cJSON *b = openai_field(root, "logit_bias");
     if (!b) return true;
-    if (!cJSON_IsObject(b)) return fail(e, 400, "logit_bias", "invalid_type", "logit_bias must be an object, not %s", type_name(b));
+    if (!cJSON_IsObject(b)) return openai_fail(e, 400, "logit_bias", "invalid_type", "logit_bias must be an object, not %s", openai_type_name(b));
     int n = cJSON_GetArraySize(b);
-    if (n > 1024) return fail(e, 400, "logit_bias", "invalid_value", "logit_bias is limited to 1024 tokens");
+    if (n > 1024) return openai_fail(e, 400, "logit_bias", "invalid_value", "logit_bias is limited to 1024 tokens");
     g->bias_tokens = malloc(((size_t)n + 1) * sizeof *g->bias_tokens);
     g->bias_values = malloc(((size_t)n + 1) * sizeof *g->bias_values);
-    if (!g->bias_tokens || !g->bias_values) return fail(e, 500, NULL, NULL, "out of memory");
+    if (!g->bias_tokens || !g->bias_values) return openai_fail(e, 500, NULL, NULL, "out of memory");
     const cJSON *v;
     cJSON_ArrayForEach(v, b) {
         /* A token id in decimal digits, as OpenAI writes them: no sign, space or leading zero. */
@@ -357,9 +354,9 @@ static bool parse_logit_bias(const cJSON *root, gen_params *g, api_error *e) {
         char *end;
         long id = digits > 0 && digits <= 10 && !k[digits] && (k[0] != '0' || digits == 1) ? strtol(k, &end, 10) : -1;
         if (id < 0 || id > INT32_MAX)
-            return fail(e, 400, "logit_bias", "invalid_value", "logit_bias keys must be token ids, got '%.40s'", v->string);
+            return openai_fail(e, 400, "logit_bias", "invalid_value", "logit_bias keys must be token ids, got '%.40s'", v->string);
         if (!cJSON_IsNumber(v) || v->valuedouble < -100 || v->valuedouble > 100)
-            return fail(e, 400, "logit_bias", "invalid_value", "logit_bias values must be numbers from -100 to 100");
+            return openai_fail(e, 400, "logit_bias", "invalid_value", "logit_bias values must be numbers from -100 to 100");
         g->bias_tokens[g->n_bias] = (int32_t)id;
         g->bias_values[g->n_bias++] = (float)v->valuedouble;
     }
@@ -371,49 +368,49 @@ static bool refuse_unsupported(const cJSON *root, bool chat, api_error *e) {
     if (!chat) {
         int best_of = 1;
         if (!get_int(root, "best_of", 1, 128, &best_of, NULL, e)) return false;
-        if (best_of != 1) return fail(e, 400, "best_of", "unsupported_value", "only best_of=1 is supported");
-        if (field(root, "suffix")) return fail(e, 400, "suffix", "unsupported_value", "suffix is not supported");
+        if (best_of != 1) return openai_fail(e, 400, "best_of", "unsupported_value", "only best_of=1 is supported");
+        if (openai_field(root, "suffix")) return openai_fail(e, 400, "suffix", "unsupported_value", "suffix is not supported");
     } else {
-        if (asks_for_any(field(root, "tools")))
-            return fail(e, 400, "tools", "unsupported_value", "tools (function calling) are not supported");
+        if (asks_for_any(openai_field(root, "tools")))
+            return openai_fail(e, 400, "tools", "unsupported_value", "tools (function calling) are not supported");
         /* The same for the deprecated functions list. */
-        if (asks_for_any(field(root, "functions")))
-            return fail(e, 400, "functions", "unsupported_value", "functions (function calling) are not supported");
+        if (asks_for_any(openai_field(root, "functions")))
+            return openai_fail(e, 400, "functions", "unsupported_value", "functions (function calling) are not supported");
         /* tool_choice and the deprecated function_call: with no tools, "none" and "auto" both mean no
          * call; anything that asks for one cannot be met. */
         static const char *const choices[] = {"tool_choice", "function_call"};
         for (size_t i = 0; i < sizeof choices / sizeof *choices; i++) {
-            const cJSON *c = field(root, choices[i]);
+            const cJSON *c = openai_field(root, choices[i]);
             if (c && !json_str_is(c, "none") && !json_str_is(c, "auto"))
-                return fail(e, 400, choices[i], "unsupported_value",
+                return openai_fail(e, 400, choices[i], "unsupported_value",
                             "%s must be \"none\" or \"auto\": function calling (tools) is not supported", choices[i]);
         }
         /* Output other than text, and searches, cannot be given: refused, not answered with text alone. */
-        const cJSON *mods = field(root, "modalities"), *mod;
+        const cJSON *mods = openai_field(root, "modalities"), *mod;
         if (mods && !cJSON_IsArray(mods))
-            return fail(e, 400, "modalities", "invalid_type", "modalities must be an array, not %s", type_name(mods));
+            return openai_fail(e, 400, "modalities", "invalid_type", "modalities must be an array, not %s", openai_type_name(mods));
         cJSON_ArrayForEach(mod, mods) if (!json_str_is(mod, "text"))
-            return fail(e, 400, "modalities", "unsupported_value", "only the \"text\" modality is supported");
-        if (field(root, "audio")) return fail(e, 400, "audio", "unsupported_value", "audio output is not supported");
-        if (field(root, "web_search_options"))
-            return fail(e, 400, "web_search_options", "unsupported_value", "web search is not supported");
+            return openai_fail(e, 400, "modalities", "unsupported_value", "only the \"text\" modality is supported");
+        if (openai_field(root, "audio")) return openai_fail(e, 400, "audio", "unsupported_value", "audio output is not supported");
+        if (openai_field(root, "web_search_options"))
+            return openai_fail(e, 400, "web_search_options", "unsupported_value", "web search is not supported");
     }
     /* echo: completions' (OpenAI) and chat's (vLLM's extension) alike. */
     bool echo = false;
     if (!get_bool(root, "echo", &echo, e)) return false;
-    if (echo) return fail(e, 400, "echo", "unsupported_value", "echo is not supported");
+    if (echo) return openai_fail(e, 400, "echo", "unsupported_value", "echo is not supported");
     /* Constrained output, on either endpoint (vLLM takes response_format on completions too):
      * text that ignored the constraint would look like an answer to it. */
-    const cJSON *rf = field(root, "response_format");
+    const cJSON *rf = openai_field(root, "response_format");
     const cJSON *rft = rf ? cJSON_GetObjectItemCaseSensitive(rf, "type") : NULL;
     if (rf && !json_str_is(rft, "text"))
-        return fail(e, 400, "response_format", "unsupported_value", "only response_format {\"type\": \"text\"} is supported");
+        return openai_fail(e, 400, "response_format", "unsupported_value", "only response_format {\"type\": \"text\"} is supported");
     /* The same asked for in vLLM's and llama.cpp's own fields, which a client written for them sends. */
     static const char *const constraints[] = {"guided_json", "guided_regex", "guided_choice", "guided_grammar",
                                               "structured_outputs", "grammar", "json_schema"};
     for (size_t i = 0; i < sizeof constraints / sizeof *constraints; i++)
-        if (field(root, constraints[i]))
-            return fail(e, 400, constraints[i], "unsupported_value",
+        if (openai_field(root, constraints[i]))
+            return openai_fail(e, 400, constraints[i], "unsupported_value",
                         "%s is not supported: this server does not constrain its output (structured output)",
                         constraints[i]);
     return true;
@@ -472,11 +469,11 @@ static bool expand(openai_request *out, const gen_params *base, const prompt_in 
                    api_error *err) {
     out->n_prompts = n_prompts;
     out->gens = calloc((size_t)(n_prompts * out->n), sizeof *out->gens);
-    if (!out->gens) return fail(err, 500, NULL, NULL, "out of memory");
+    if (!out->gens) return openai_fail(err, 500, NULL, NULL, "out of memory");
     for (int p = 0; p < n_prompts; p++)
         for (int j = 0; j < out->n; j++) {
             gen_params *g = &out->gens[out->n_gens++];
-            if (!copy_params(g, base, &prompts[p])) return fail(err, 500, NULL, NULL, "out of memory");
+            if (!copy_params(g, base, &prompts[p])) return openai_fail(err, 500, NULL, NULL, "out of memory");
             if (seed_given) g->sampling.seed = base->sampling.seed + (uint64_t)j;
             else g->sampling.seed = base->sampling.seed ^ (0x9E3779B97F4A7C15ull * (uint64_t)(p * out->n + j + 1));
         }
@@ -486,46 +483,46 @@ static bool expand(openai_request *out, const gen_params *base, const prompt_in 
 /* The whole body as one JSON value, strictly: JSON text is UTF-8 (RFC 8259 8.1) with no raw NUL,
  * and nothing but white space may follow the value. A body that breaks any of these is refused
  * rather than read up to where it stops making sense. NULL after filling err. */
-static cJSON *parse_body(const char *body, size_t len, api_error *err) {
+cJSON *openai_parse_body(const char *body, size_t len, api_error *err) {
     const char *nul = memchr(body, 0, len);
     if (nul) {
-        fail(err, 400, NULL, "invalid_json", "the body has a NUL byte at byte %zu (JSON text cannot; write \\u0000 "
+        openai_fail(err, 400, NULL, "invalid_json", "the body has a NUL byte at byte %zu (JSON text cannot; write \\u0000 "
              "inside a string)", (size_t)(nul - body));
         return NULL;
     }
     size_t valid = json_utf8_valid_prefix((const unsigned char *)body, len);
     if (valid < len) {
-        fail(err, 400, NULL, "invalid_json", "the body is not valid UTF-8 (at byte %zu)", valid);
+        openai_fail(err, 400, NULL, "invalid_json", "the body is not valid UTF-8 (at byte %zu)", valid);
         return NULL;
     }
     size_t bad_at = 0;
     const char *why = NULL;
     if (!json_strict_check(body, len, CJSON_NESTING_LIMIT, &bad_at, &why)) {
-        fail(err, 400, NULL, "invalid_json", "the body is not valid JSON: %s (at byte %zu)", why, bad_at);
+        openai_fail(err, 400, NULL, "invalid_json", "the body is not valid JSON: %s (at byte %zu)", why, bad_at);
         return NULL;
     }
     const char *end = NULL;
     cJSON *root = cJSON_ParseWithLengthOpts(body, len, &end, false);
     if (root && !json_measure_strings(root, body, (size_t)(end - body))) { /* cannot happen: see json_text.h */
-        fail(err, 500, NULL, NULL, "internal: the body's strings could not be measured");
+        openai_fail(err, 500, NULL, NULL, "internal: the body's strings could not be measured");
         cJSON_Delete(root);
         return NULL;
     }
     if (!root) {
         const char *at = cJSON_GetErrorPtr();
-        fail(err, 400, NULL, "invalid_json", "the body is not valid JSON (near byte %zu)",
+        openai_fail(err, 400, NULL, "invalid_json", "the body is not valid JSON (near byte %zu)",
              at && at >= body && at <= body + len ? (size_t)(at - body) : (size_t)0);
         return NULL;
     }
     const char *dup = root ? json_duplicate_key(root) : NULL;
     if (dup) {
-        fail(err, 400, NULL, "invalid_json", "the body names the key \"%.100s\" twice in one object", dup);
+        openai_fail(err, 400, NULL, "invalid_json", "the body names the key \"%.100s\" twice in one object", dup);
         cJSON_Delete(root);
         return NULL;
     }
     while (end < body + len && (*end == ' ' || *end == '\t' || *end == '\n' || *end == '\r')) end++;
     if (end < body + len) {
-        fail(err, 400, NULL, "invalid_json", "the body has more after its JSON value (at byte %zu)",
+        openai_fail(err, 400, NULL, "invalid_json", "the body has more after its JSON value (at byte %zu)",
              (size_t)(end - body));
         cJSON_Delete(root);
         return NULL;
@@ -555,20 +552,20 @@ bool openai_parse_generation(const char *body, size_t body_len, bool chat, const
     g->repeat_last_n = d ? d->repeat_last_n : -1;
     g->logprobs = -1;
 
-    cJSON *root = parse_body(body, body_len, err);
+    cJSON *root = openai_parse_body(body, body_len, err);
     if (!root) return false;
     bool ok = true;
     if (!cJSON_IsObject(root)) {
-        ok = fail(err, 400, NULL, "invalid_type", "the body must be a JSON object, not %s", type_name(root));
+        ok = openai_fail(err, 400, NULL, "invalid_type", "the body must be a JSON object, not %s", openai_type_name(root));
         goto out;
     }
-    const cJSON *model = field(root, "model");
+    const cJSON *model = openai_field(root, "model");
     if (model && !cJSON_IsString(model)) {
-        ok = fail(err, 400, "model", "invalid_type", "model must be a string, not %s", type_name(model));
+        ok = openai_fail(err, 400, "model", "invalid_type", "model must be a string, not %s", openai_type_name(model));
         goto out;
     }
     if (model && !json_str_is(model, m->id) && !(m->alias && json_str_is(model, m->alias))) {
-        ok = fail(err, 404, "model", "model_not_found", "The model '%.200s' does not exist; this server serves '%s'",
+        ok = openai_fail(err, 404, "model", "model_not_found", "The model '%.200s' does not exist; this server serves '%s'",
                   model->valuestring, m->id);
         goto out;
     }
@@ -587,7 +584,7 @@ bool openai_parse_generation(const char *body, size_t body_len, bool chat, const
          (!chat || get_int(root, "max_completion_tokens", 1, 1L << 30, &max_tokens, &given, err));
     if (ok && given) {
         if (max_tokens >= m->max_ctx) {
-            ok = fail(err, 400, "max_tokens", "context_length_exceeded",
+            ok = openai_fail(err, 400, "max_tokens", "context_length_exceeded",
                       "max_tokens is %d but the context holds %d tokens (prompt + completion)", max_tokens, m->max_ctx);
             goto out;
         }
@@ -607,17 +604,17 @@ bool openai_parse_generation(const char *body, size_t body_len, bool chat, const
          get_bool(root, "stream", &out->stream, err);
     if (!ok) goto out;
     if (g->sampling.top_p <= 0.0f) {
-        ok = fail(err, 400, "top_p", "invalid_value", "top_p must be greater than 0");
+        ok = openai_fail(err, 400, "top_p", "invalid_value", "top_p must be greater than 0");
         goto out;
     }
     g->sampling.top_k = top_k < 0 ? 0 : top_k; /* -1 (vLLM's "off") and 0 both disable */
-    if (field(root, "repetition_penalty")) g->repeat_last_n = -1; /* the request's own repetition_penalty: vLLM's rule, every token */
-    const cJSON *sv = field(root, "seed");
+    if (openai_field(root, "repetition_penalty")) g->repeat_last_n = -1; /* the request's own repetition_penalty: vLLM's rule, every token */
+    const cJSON *sv = openai_field(root, "seed");
     if (sv) {
         char buf[64];
         const char *code, *why = not_integer(sv, buf, sizeof buf, &code);
         if (why) {
-            ok = fail(err, 400, "seed", code, "seed must be an integer of at most 2^53 in magnitude, not %s", why);
+            ok = openai_fail(err, 400, "seed", code, "seed must be an integer of at most 2^53 in magnitude, not %s", why);
             goto out;
         }
         seed = (int64_t)sv->valuedouble;
@@ -631,10 +628,10 @@ bool openai_parse_generation(const char *body, size_t body_len, bool chat, const
         clock_gettime(CLOCK_REALTIME, &ts);
         g->sampling.seed = ((uint64_t)ts.tv_sec * 1000000007ull) ^ (uint64_t)ts.tv_nsec ^ (uint64_t)(uintptr_t)out;
     }
-    const cJSON *so = field(root, "stream_options");
+    const cJSON *so = openai_field(root, "stream_options");
     if (so) {
         if (!cJSON_IsObject(so)) {
-            ok = fail(err, 400, "stream_options", "invalid_type", "stream_options must be an object, not %s", type_name(so));
+            ok = openai_fail(err, 400, "stream_options", "invalid_type", "stream_options must be an object, not %s", openai_type_name(so));
             goto out;
         }
         if (!get_bool(so, "include_usage", &out->include_usage, err)) {
@@ -650,16 +647,16 @@ bool openai_parse_generation(const char *body, size_t body_len, bool chat, const
         ok = get_bool(root, "logprobs", &out->chat_logprobs, err) &&
              get_int(root, "top_logprobs", 0, SCHED_MAX_TOP_LOGPROBS, &top, &top_given, err);
         if (ok && top_given && !out->chat_logprobs)
-            ok = fail(err, 400, "top_logprobs", "invalid_value", "top_logprobs needs logprobs set to true");
+            ok = openai_fail(err, 400, "top_logprobs", "invalid_value", "top_logprobs needs logprobs set to true");
         if (ok && out->chat_logprobs) g->logprobs = top;
     } else {
         int lp = -1;
         ok = get_int(root, "logprobs", 0, SCHED_MAX_TOP_LOGPROBS, &lp, NULL, err);
         g->logprobs = lp;
     }
-    const cJSON *user = field(root, "user");
+    const cJSON *user = openai_field(root, "user");
     if (ok && user && !cJSON_IsString(user))
-        ok = fail(err, 400, "user", "invalid_type", "user must be a string, not %s", type_name(user));
+        ok = openai_fail(err, 400, "user", "invalid_type", "user must be a string, not %s", openai_type_name(user));
     ok = ok && parse_stop(root, g, err) && parse_logit_bias(root, g, err) &&
          (chat ? parse_messages(root, m->chat, g, err) : parse_prompts(root, prompts, &n_prompts, err));
     if (ok && chat) {
@@ -674,7 +671,7 @@ bool openai_parse_generation(const char *body, size_t body_len, bool chat, const
         n_prompts = 1;
     }
     if (ok && n_prompts * out->n > OPENAI_MAX_CHOICES)
-        ok = fail(err, 400, "n", "invalid_value", "%d prompts x n=%d is more than %d choices per request", n_prompts,
+        ok = openai_fail(err, 400, "n", "invalid_value", "%d prompts x n=%d is more than %d choices per request", n_prompts,
                   out->n, OPENAI_MAX_CHOICES);
     if (ok) ok = expand(out, g, prompts, n_prompts, seed_given, err);
 
@@ -698,9 +695,9 @@ void openai_request_free(openai_request *r) {
 }
 
 static cJSON *parse_object(const char *body, size_t len, api_error *err) {
-    cJSON *root = parse_body(body, len, err);
+    cJSON *root = openai_parse_body(body, len, err);
     if (root && !cJSON_IsObject(root)) {
-        fail(err, 400, NULL, "invalid_type", "the body must be a JSON object, not %s", type_name(root));
+        openai_fail(err, 400, NULL, "invalid_type", "the body must be a JSON object, not %s", openai_type_name(root));
         cJSON_Delete(root);
         root = NULL;
     }
@@ -717,28 +714,28 @@ bool openai_parse_tokenize(const char *body, size_t len, chat_format fmt, gen_pa
     const char *name = NULL;
     bool ok = true;
     for (size_t i = 0; ok && i < sizeof names / sizeof *names; i++) {
-        if (!field(root, names[i])) continue;
-        if (name) ok = fail(err, 400, names[i], "invalid_value", "give one of %s and %s, not both", name, names[i]);
+        if (!openai_field(root, names[i])) continue;
+        if (name) ok = openai_fail(err, 400, names[i], "invalid_value", "give one of %s and %s, not both", name, names[i]);
         name = names[i];
     }
-    const cJSON *p = name ? field(root, name) : NULL;
+    const cJSON *p = name ? openai_field(root, name) : NULL;
     out->add_special = true;
     if (ok && !p) {
-        ok = fail(err, 400, "prompt", "missing_required_parameter",
+        ok = openai_fail(err, 400, "prompt", "missing_required_parameter",
                   "prompt (the text to tokenize; or content, text, messages) is required");
     } else if (ok && !strcmp(name, "messages")) {
         ok = refuse_unsupported(root, true, err) && parse_messages(root, fmt, out, err);
     } else if (ok && !cJSON_IsString(p)) {
-        ok = fail(err, 400, name, "invalid_type", "%s must be a string, not %s", name, type_name(p));
+        ok = openai_fail(err, 400, name, "invalid_type", "%s must be a string, not %s", name, openai_type_name(p));
     } else if (ok) {
         /* add_special (ours, llama.cpp's name) or add_special_tokens (vLLM's): the BOS token. */
-        const char *special = field(root, "add_special_tokens") ? "add_special_tokens" : "add_special";
-        if (field(root, "add_special_tokens") && field(root, "add_special"))
-            ok = fail(err, 400, "add_special", "invalid_value", "give add_special or add_special_tokens, not both");
+        const char *special = openai_field(root, "add_special_tokens") ? "add_special_tokens" : "add_special";
+        if (openai_field(root, "add_special_tokens") && openai_field(root, "add_special"))
+            ok = openai_fail(err, 400, "add_special", "invalid_value", "give add_special or add_special_tokens, not both");
         ok = ok && get_bool(root, special, &out->add_special, err);
         if (ok) out->prompt_len = json_str_len(p);
         if (ok && !(out->prompt_text = memdup_text(p->valuestring, out->prompt_len)))
-            ok = fail(err, 500, NULL, NULL, "out of memory");
+            ok = openai_fail(err, 500, NULL, NULL, "out of memory");
     }
     cJSON_Delete(root);
     if (!ok) gen_params_free(out);
@@ -749,10 +746,10 @@ bool openai_parse_detokenize(const char *body, size_t len, gen_params *out, api_
     memset(out, 0, sizeof *out);
     cJSON *root = parse_object(body, len, err);
     if (!root) return false;
-    const cJSON *t = field(root, "tokens");
+    const cJSON *t = openai_field(root, "tokens");
     bool ok;
-    if (!t) ok = fail(err, 400, "tokens", "missing_required_parameter", "tokens is required");
-    else if (!cJSON_IsArray(t)) ok = fail(err, 400, "tokens", "invalid_type", "tokens must be an array, not %s", type_name(t));
+    if (!t) ok = openai_fail(err, 400, "tokens", "missing_required_parameter", "tokens is required");
+    else if (!cJSON_IsArray(t)) ok = openai_fail(err, 400, "tokens", "invalid_type", "tokens must be an array, not %s", openai_type_name(t));
     else ok = token_array(t, "tokens", &out->prompt_tokens, &out->n_prompt_tokens, err);
     cJSON_Delete(root);
     return ok;

@@ -5,6 +5,8 @@
 
 #include <stdbool.h>
 
+#include <cjson/cJSON.h>
+
 #include "api/chat_template.h"
 #include "sched/scheduler.h"
 
@@ -47,9 +49,28 @@ typedef struct openai_request {
     int n_gens;
 } openai_request;
 
+/* Fills e (status, the type it implies, param, code, a printf message) and returns false. */
+bool openai_fail(api_error *e, int status, const char *param, const char *code, const char *fmt, ...)
+    __attribute__((format(printf, 5, 6)));
+/* "a string", "a number", ... for messages naming what a field held. */
+const char *openai_type_name(const cJSON *v);
+/* obj's member `name`, or NULL when absent or null (OpenAI's clients send null for "not given"). */
+const cJSON *openai_field(const cJSON *obj, const char *name);
+
+/* A request body as a JSON tree (free with cJSON_Delete), its strings measured (json_text.h), or
+ * NULL and err: NUL bytes, invalid UTF-8, JSON that is not strictly valid, a key twice in one
+ * object, anything after the value. */
+cJSON *openai_parse_body(const char *body, size_t len, api_error *err);
+
 /* Returns true and fills out (free it with openai_request_free), or false and fills err. */
 bool openai_parse_generation(const char *body, size_t body_len, bool chat, const api_model *m, openai_request *out, api_error *err);
 void openai_request_free(openai_request *r);
+
+/* POST /v1/responses (responses_request.c): the chat request its instructions and input items
+ * mean, validated as one; *echo gets the fields the response object repeats (instructions,
+ * max_output_tokens, metadata, tool_choice, temperature, top_p, top_logprobs; the caller frees it). */
+bool openai_parse_responses(const char *body, size_t len, const api_model *m, openai_request *out, cJSON **echo,
+                            api_error *err);
 
 /* POST /tokenize: {"prompt"|"content"|"text": string, "add_special"|"add_special_tokens": bool}
  * -> prompt_text + add_special; or {"messages": [...]} -> the chat prompt of format fmt, with its

@@ -80,6 +80,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
             switch (rt->id) {
             case R_COMPLETIONS: fz_openai(FZ_EP_COMPLETIONS, CHAT_CHATML, q->body, q->body_len); break;
             case R_CHAT: fz_openai(FZ_EP_CHAT, CHAT_GEMMA, q->body, q->body_len); break;
+            case R_RESPONSES: fz_openai(FZ_EP_RESPONSES, CHAT_GEMMA, q->body, q->body_len); break;
             case R_TOKENIZE: fz_openai(FZ_EP_TOKENIZE, CHAT_CHATML, q->body, q->body_len); break;
             case R_DETOKENIZE: fz_openai(FZ_EP_DETOKENIZE, CHAT_CHATML, q->body, q->body_len); break;
             default: break;

@@ -1,5 +1,6 @@
 /* OpenAI request validation as the HTTP and OpenAI-request fuzz targets drive it: a body for one
- * endpoint through server/api/openai_request.c, with the invariants of what it returns. Header-only
+ * endpoint through server/api/openai_request.c (responses_request.c for the Responses API), with
+ * the invariants of what it returns. Header-only
  * (static functions): each target includes it once. */
 #ifndef WK_FUZZ_OPENAI_H
 #define WK_FUZZ_OPENAI_H
@@ -18,7 +19,7 @@
         }                                                                                 \
     } while (0)
 
-typedef enum { FZ_EP_COMPLETIONS, FZ_EP_CHAT, FZ_EP_TOKENIZE, FZ_EP_DETOKENIZE } fz_endpoint;
+typedef enum { FZ_EP_COMPLETIONS, FZ_EP_CHAT, FZ_EP_TOKENIZE, FZ_EP_DETOKENIZE, FZ_EP_RESPONSES, FZ_EP_COUNT } fz_endpoint;
 
 static inline void fz_check_error(const api_error *e) {
     FZ_CHECK(e->status >= 400 && e->status <= 599);
@@ -65,6 +66,21 @@ static inline void fz_openai(fz_endpoint ep, chat_format fmt, const char *body, 
         } else {
             fz_check_error(&err);
         }
+        return;
+    }
+    if (ep == FZ_EP_RESPONSES) { /* a chat request once translated: one choice, the fields it echoes */
+        openai_request r;
+        cJSON *echo = NULL;
+        if (openai_parse_responses(body, len, &m, &r, &echo, &err)) {
+            FZ_CHECK(r.chat && r.n == 1 && r.n_gens == 1 && r.gens != NULL);
+            fz_check_gen(&r.gens[0], true);
+            FZ_CHECK(cJSON_IsObject(echo) && cJSON_GetObjectItem(echo, "instructions") != NULL);
+            openai_request_free(&r);
+        } else {
+            fz_check_error(&err);
+            FZ_CHECK(echo == NULL);
+        }
+        cJSON_Delete(echo);
         return;
     }
     gen_params g;

@@ -14,7 +14,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
     if (!body) return 0;
     memcpy(body, data + 1, size - 1);
     body[size - 1] = 0;
-    fz_openai((fz_endpoint)(data[0] % 4), (chat_format)(data[0] / 4 % CHAT_FORMAT_COUNT), body, size - 1);
+    fz_openai((fz_endpoint)(data[0] % FZ_EP_COUNT), (chat_format)(data[0] / FZ_EP_COUNT % CHAT_FORMAT_COUNT), body, size - 1);
     free(body);
     return 0;
 }

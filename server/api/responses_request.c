@@ -1,0 +1,228 @@
+/* OpenAI's Responses API request (POST /v1/responses) -> the chat request it means. The
+ * instructions and input items become chat messages and the Responses names become chat names
+ * (max_output_tokens -> max_tokens, include + top_logprobs -> logprobs), and the chat request is
+ * validated by openai_parse_generation like any other, so both endpoints take the same values.
+ * This server stores nothing: what needs a stored response or conversation is refused, as is any
+ * item that is not a text message, rather than dropped unseen. Pure: no I/O, no engine. */
+#include "api/openai_request.h"
+
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "api/json_text.h"
+#include "http/text_buf.h"
+
+/* Fields a stateless server cannot honour: each needs a response or conversation stored here. */
+static bool refuse_stateful(const cJSON *root, api_error *e) {
+    static const char *const stored[] = {"previous_response_id", "conversation", "prompt"};
+    for (size_t i = 0; i < sizeof stored / sizeof stored[0]; i++)
+        if (openai_field(root, stored[i]))
+            return openai_fail(e, 400, stored[i], "unsupported_value",
+                        "%s is not supported: this server stores no responses, conversations or prompts; send the "
+                        "conversation's items in input",
+                        stored[i]);
+    const cJSON *bg = openai_field(root, "background");
+    if (bg && !cJSON_IsFalse(bg))
+        return openai_fail(e, 400, "background", "unsupported_value", "background responses are not supported (nothing is stored)");
+    const cJSON *tr = openai_field(root, "truncation");
+    if (tr && !json_str_is(tr, "disabled"))
+        return openai_fail(e, 400, "truncation", cJSON_IsString(tr) ? "unsupported_value" : "invalid_type",
+                    "truncation must be \"disabled\": input that does not fit the context is refused, not cut");
+    const cJSON *fmt = openai_field(root, "text");
+    if (fmt && !cJSON_IsObject(fmt))
+        return openai_fail(e, 400, "text", "invalid_type", "text must be an object, not %s", openai_type_name(fmt));
+    fmt = fmt ? openai_field(fmt, "format") : NULL;
+    const cJSON *type = fmt ? cJSON_GetObjectItemCaseSensitive(fmt, "type") : NULL;
+    if (fmt && !json_str_is(type, "text"))
+        return openai_fail(e, 400, "text.format", "unsupported_value",
+                    "text.format must be {\"type\": \"text\"}: structured output is not supported");
+    return true;
+}
+
+/* One content part's text: input_text, output_text (an assistant's earlier answer) or text. */
+static bool part_text(const cJSON *part, int i, int j, text_buf *out, api_error *e) {
+    const cJSON *type = cJSON_GetObjectItemCaseSensitive(part, "type");
+    const cJSON *text = cJSON_GetObjectItemCaseSensitive(part, "text");
+    if (!cJSON_IsObject(part) || !cJSON_IsString(type))
+        return openai_fail(e, 400, "input", "invalid_type", "input[%d].content[%d] must be an object with a type", i, j);
+    if (!json_str_is(type, "input_text") && !json_str_is(type, "output_text") && !json_str_is(type, "text"))
+        return openai_fail(e, 400, "input", "unsupported_value",
+                    "input[%d].content[%d]: content of type '%.64s' is not supported (text only)", i, j,
+                    type->valuestring);
+    if (!cJSON_IsString(text))
+        return openai_fail(e, 400, "input", "invalid_type", "input[%d].content[%d].text must be a string", i, j);
+    return text_buf_add(out, text->valuestring, json_str_len(text)) || openai_fail(e, 500, NULL, NULL, "out of memory");
+}
+
+/* A chat message {role, content} from one input item (a message, with or without its type). */
+static bool input_message(const cJSON *item, int i, cJSON *messages, api_error *e) {
+    if (!cJSON_IsObject(item))
+        return openai_fail(e, 400, "input", "invalid_type", "input[%d] must be an object, not %s", i, openai_type_name(item));
+    const cJSON *type = openai_field(item, "type");
+    if (type && !json_str_is(type, "message"))
+        return openai_fail(e, 400, "input", "unsupported_value",
+                    "input[%d]: items of type '%.64s' are not supported (messages of text only)", i,
+                    cJSON_IsString(type) ? type->valuestring : openai_type_name(type));
+    const cJSON *role = cJSON_GetObjectItemCaseSensitive(item, "role");
+    if (!json_str_is(role, "user") && !json_str_is(role, "system") && !json_str_is(role, "developer") &&
+        !json_str_is(role, "assistant"))
+        return openai_fail(e, 400, "input", "invalid_value",
+                    "input[%d].role must be \"user\", \"system\", \"developer\" or \"assistant\"", i);
+    const cJSON *content = cJSON_GetObjectItemCaseSensitive(item, "content");
+    text_buf text = {0};
+    bool ok = true;
+    if (cJSON_IsString(content)) {
+        ok = text_buf_add(&text, content->valuestring, json_str_len(content)) || openai_fail(e, 500, NULL, NULL, "out of memory");
+    } else if (cJSON_IsArray(content) && cJSON_GetArraySize(content) > 0) {
+        const cJSON *part;
+        int j = 0;
+        cJSON_ArrayForEach(part, content) {
+            if (!(ok = part_text(part, i, j++, &text, e))) break;
+        }
+    } else {
+        ok = openai_fail(e, 400, "input", "invalid_type", "input[%d].content must be a string or a non-empty array of parts", i);
+    }
+    cJSON *m = ok ? cJSON_CreateObject() : NULL;
+    if (m) {
+        cJSON_AddItemToArray(messages, m);
+        cJSON_AddStringToObject(m, "role", role->valuestring);
+        ok = json_add_string_n(m, "content", text.p, text.len);
+    }
+    if (ok && !m) ok = openai_fail(e, 500, NULL, NULL, "out of memory");
+    text_buf_free(&text);
+    return ok;
+}
+
+/* instructions, then input (a string: one user message; an array of message items). */
+static bool build_messages(const cJSON *root, cJSON *chat, api_error *e) {
+    cJSON *messages = cJSON_AddArrayToObject(chat, "messages");
+    const cJSON *ins = openai_field(root, "instructions");
+    if (ins && !cJSON_IsString(ins))
+        return openai_fail(e, 400, "instructions", "invalid_type", "instructions must be a string, not %s", openai_type_name(ins));
+    if (ins) {
+        cJSON *m = cJSON_CreateObject();
+        cJSON_AddItemToArray(messages, m);
+        cJSON_AddStringToObject(m, "role", "system");
+        json_add_string_n(m, "content", ins->valuestring, json_str_len(ins));
+    }
+    const cJSON *input = openai_field(root, "input");
+    if (!input) return openai_fail(e, 400, "input", "missing_required_parameter", "input is required");
+    if (cJSON_IsString(input)) {
+        cJSON *m = cJSON_CreateObject();
+        cJSON_AddItemToArray(messages, m);
+        cJSON_AddStringToObject(m, "role", "user");
+        return json_add_string_n(m, "content", input->valuestring, json_str_len(input)) ||
+               openai_fail(e, 500, NULL, NULL, "out of memory");
+    }
+    if (!cJSON_IsArray(input) || cJSON_GetArraySize(input) == 0)
+        return openai_fail(e, 400, "input", cJSON_IsArray(input) ? "invalid_value" : "invalid_type",
+                    "input must be a string or a non-empty array of message items, not %s",
+                    cJSON_IsArray(input) ? "an empty array" : openai_type_name(input));
+    const cJSON *item;
+    int i = 0;
+    cJSON_ArrayForEach(item, input) {
+        if (!input_message(item, i++, messages, e)) return false;
+    }
+    return true;
+}
+
+/* The Responses names that differ from chat's, and the fields both take as they are. */
+static bool map_fields(const cJSON *root, const api_model *m, cJSON *chat, api_error *e) {
+    static const char *const same[] = {"model", "temperature", "top_p", "stream", "tools", "tool_choice", "user",
+                                       "presence_penalty", "frequency_penalty",
+                                       /* extensions, as on chat: vLLM's and llama.cpp's sampling fields */
+                                       "top_k", "min_p", "seed", "repetition_penalty", "stop", "logit_bias"};
+    for (size_t i = 0; i < sizeof same / sizeof same[0]; i++) {
+        const cJSON *v = cJSON_GetObjectItemCaseSensitive(root, same[i]);
+        if (v) cJSON_AddItemToObject(chat, same[i], cJSON_IsString(v) ? json_string_n(v->valuestring, json_str_len(v))
+                                                                      : cJSON_Duplicate(v, true));
+    }
+    const cJSON *mot = openai_field(root, "max_output_tokens");
+    if (mot) {
+        const double v = cJSON_IsNumber(mot) ? mot->valuedouble : 0;
+        if (!(v >= 1 && v <= 1073741824.0) || v != (double)(int64_t)v)
+            return openai_fail(e, 400, "max_output_tokens", "invalid_value", "max_output_tokens must be an integer >= 1");
+        if (mot->valuedouble >= m->max_ctx)
+            return openai_fail(e, 400, "max_output_tokens", "context_length_exceeded",
+                        "max_output_tokens is %.0f but the context holds %d tokens (input + output)", mot->valuedouble,
+                        m->max_ctx);
+        cJSON_AddNumberToObject(chat, "max_tokens", mot->valuedouble);
+    }
+    /* Log-probabilities: asked for with include's "message.output_text.logprobs" (top_logprobs
+     * alternatives each, 0 when not given) or by top_logprobs alone. */
+    const cJSON *inc = openai_field(root, "include");
+    bool logprobs = false;
+    if (inc && !cJSON_IsArray(inc))
+        return openai_fail(e, 400, "include", "invalid_type", "include must be an array, not %s", openai_type_name(inc));
+    const cJSON *what;
+    cJSON_ArrayForEach(what, inc) {
+        if (!json_str_is(what, "message.output_text.logprobs"))
+            return openai_fail(e, 400, "include", "unsupported_value",
+                        "include may list only \"message.output_text.logprobs\" here (no tools, images or reasoning)");
+        logprobs = true;
+    }
+    const cJSON *top = openai_field(root, "top_logprobs");
+    if (top && !(cJSON_IsNumber(top) && top->valuedouble == 0)) logprobs = true; /* a bad value: chat's message */
+    if (logprobs) {
+        cJSON_AddTrueToObject(chat, "logprobs");
+        if (top) cJSON_AddItemToObject(chat, "top_logprobs", cJSON_Duplicate(top, true));
+    }
+    return true;
+}
+
+/* A float as the shortest decimal that reads back as it (0.95f, not 0.949999988079071). */
+static double as_decimal(float f) {
+    char buf[32];
+    snprintf(buf, sizeof buf, "%.9g", (double)f);
+    for (int digits = 1; digits <= 9; digits++) {
+        snprintf(buf, sizeof buf, "%.*g", digits, (double)f);
+        if (strtof(buf, NULL) == f) break;
+    }
+    return strtod(buf, NULL);
+}
+
+bool openai_parse_responses(const char *body, size_t len, const api_model *m, openai_request *out, cJSON **echo,
+                            api_error *err) {
+    memset(out, 0, sizeof *out);
+    *echo = NULL;
+    cJSON *root = openai_parse_body(body, len, err);
+    if (!root) return false;
+    cJSON *chat = cJSON_CreateObject();
+    bool ok = chat != NULL || openai_fail(err, 500, NULL, NULL, "out of memory");
+    if (ok && !cJSON_IsObject(root))
+        ok = openai_fail(err, 400, NULL, "invalid_type", "the body must be a JSON object, not %s", openai_type_name(root));
+    ok = ok && refuse_stateful(root, err) && build_messages(root, chat, err) && map_fields(root, m, chat, err);
+    char *text = ok ? cJSON_PrintUnformatted(chat) : NULL;
+    if (ok && !text) ok = openai_fail(err, 500, NULL, NULL, "out of memory");
+    if (ok && !openai_parse_generation(text, strlen(text), true, m, out, err)) {
+        ok = false;
+        if (err->param && (!strcmp(err->param, "messages") || !strcmp(err->param, "prompt"))) err->param = "input";
+    }
+    if (ok) {
+        /* What the response object repeats of the request (as OpenAI's does). */
+        cJSON *o = *echo = cJSON_CreateObject();
+        if (!o) {
+            ok = openai_fail(err, 500, NULL, NULL, "out of memory");
+            goto out;
+        }
+        const cJSON *ins = openai_field(root, "instructions"), *meta = openai_field(root, "metadata");
+        const cJSON *tc = openai_field(root, "tool_choice"), *mot = openai_field(root, "max_output_tokens");
+        if (ins) json_add_string_n(o, "instructions", ins->valuestring, json_str_len(ins));
+        else cJSON_AddNullToObject(o, "instructions");
+        if (mot) cJSON_AddNumberToObject(o, "max_output_tokens", mot->valuedouble);
+        else cJSON_AddNullToObject(o, "max_output_tokens");
+        cJSON_AddItemToObject(o, "metadata", cJSON_IsObject(meta) ? cJSON_Duplicate(meta, true) : cJSON_CreateObject());
+        cJSON_AddItemToObject(o, "tool_choice", tc ? cJSON_Duplicate(tc, true) : cJSON_CreateString("auto"));
+        cJSON_AddNumberToObject(o, "temperature", as_decimal(out->gens[0].sampling.temperature));
+        cJSON_AddNumberToObject(o, "top_p", as_decimal(out->gens[0].sampling.top_p));
+        cJSON_AddNumberToObject(o, "top_logprobs", out->chat_logprobs ? out->gens[0].logprobs : 0);
+    }
+out:
+    if (!ok) openai_request_free(out);
+    cJSON_free(text);
+    cJSON_Delete(chat);
+    cJSON_Delete(root);
+    return ok;
+}

@@ -1,0 +1,192 @@
+/* The Responses API's answers (POST /v1/responses) from a call's state: the response object (one
+ * assistant message of output_text), and for a stream its typed events in OpenAI's order
+ * (response.created, response.in_progress, then with the first token response.output_item.added
+ * and response.content_part.added, a response.output_text.delta per piece of text, and at the
+ * end the text's, part's and item's done events and response.completed, or response.incomplete
+ * when max_output_tokens or the context ended it). Each event is "event: <type>" + its JSON with
+ * a sequence_number; the stream ends without chat's "[DONE]". api.c decides when to send. */
+#include "api/api_int.h"
+
+#include <stdio.h>
+#include <string.h>
+
+#include "api/json_text.h"
+#include "http/sse.h"
+
+static bool incomplete(const call *k) {
+    const char *f = k->choices[0].finish_reason;
+    return f && !strcmp(f, "length");
+}
+
+static void item_id(const call *k, char *buf, size_t cap) {
+    snprintf(buf, cap, "msg_%s", k->resp_id + 5); /* resp_<hex> -> msg_<hex> */
+}
+
+/* The output_text part: its text and its log-probabilities (chat's entries; [] unless asked for). */
+static cJSON *text_part(const call *k) {
+    const choice *ci = &k->choices[0];
+    cJSON *p = cJSON_CreateObject();
+    cJSON_AddStringToObject(p, "type", "output_text");
+    json_add_string_n(p, "text", ci->text.p, ci->text.len);
+    cJSON_AddArrayToObject(p, "annotations");
+    cJSON_AddItemToObject(p, "logprobs", ci->lp ? cJSON_Duplicate(ci->lp, true) : cJSON_CreateArray());
+    return p;
+}
+
+static cJSON *message_item(call *k, bool done) {
+    char id[48];
+    item_id(k, id, sizeof id);
+    cJSON *m = cJSON_CreateObject();
+    cJSON_AddStringToObject(m, "id", id);
+    cJSON_AddStringToObject(m, "type", "message");
+    cJSON_AddStringToObject(m, "status", !done ? "in_progress" : incomplete(k) ? "incomplete" : "completed");
+    cJSON_AddStringToObject(m, "role", "assistant");
+    cJSON *content = cJSON_AddArrayToObject(m, "content");
+    if (done) cJSON_AddItemToArray(content, text_part(k));
+    return m;
+}
+
+/* OpenAI's usage names, with this server's kv_cache object as in the other endpoints. */
+static cJSON *usage(const call *k) {
+    cJSON *chat = usage_object(k), *u = cJSON_CreateObject();
+    const double in = cJSON_GetObjectItem(chat, "prompt_tokens")->valuedouble;
+    const double outn = cJSON_GetObjectItem(chat, "completion_tokens")->valuedouble;
+    cJSON_AddNumberToObject(u, "input_tokens", in);
+    cJSON_AddItemToObject(u, "input_tokens_details",
+                          cJSON_DetachItemFromObject(chat, "prompt_tokens_details"));
+    cJSON_AddNumberToObject(u, "output_tokens", outn);
+    cJSON_AddNumberToObject(cJSON_AddObjectToObject(u, "output_tokens_details"), "reasoning_tokens", 0);
+    cJSON_AddNumberToObject(u, "total_tokens", in + outn);
+    cJSON_AddItemToObject(u, "kv_cache", cJSON_DetachItemFromObject(chat, "kv_cache"));
+    cJSON_Delete(chat);
+    return u;
+}
+
+/* The response object; status "in_progress" (no output or usage yet) or the finished one. */
+static cJSON *response(call *k, bool done) {
+    cJSON *o = cJSON_CreateObject();
+    cJSON_AddStringToObject(o, "id", k->resp_id);
+    cJSON_AddStringToObject(o, "object", "response");
+    cJSON_AddNumberToObject(o, "created_at", (double)k->created);
+    cJSON_AddStringToObject(o, "status", !done ? "in_progress" : incomplete(k) ? "incomplete" : "completed");
+    cJSON_AddNullToObject(o, "error");
+    if (done && incomplete(k))
+        cJSON_AddStringToObject(cJSON_AddObjectToObject(o, "incomplete_details"), "reason", "max_output_tokens");
+    else
+        cJSON_AddNullToObject(o, "incomplete_details");
+    cJSON_AddStringToObject(o, "model", k->api->model_id);
+    cJSON *output = cJSON_AddArrayToObject(o, "output");
+    if (done) cJSON_AddItemToArray(output, message_item(k, true));
+    cJSON_AddTrueToObject(o, "parallel_tool_calls");
+    cJSON_AddNullToObject(o, "previous_response_id");
+    cJSON_AddFalseToObject(o, "store"); /* nothing is kept here */
+    cJSON_AddStringToObject(cJSON_AddObjectToObject(cJSON_AddObjectToObject(o, "text"), "format"), "type", "text");
+    cJSON_AddArrayToObject(o, "tools");
+    cJSON_AddStringToObject(o, "truncation", "disabled");
+    const cJSON *field;
+    cJSON_ArrayForEach(field, k->echo) cJSON_AddItemToObject(o, field->string, cJSON_Duplicate(field, true));
+    if (done) cJSON_AddItemToObject(o, "usage", usage(k));
+    else cJSON_AddNullToObject(o, "usage");
+    return o;
+}
+
+cJSON *responses_object(call *k) { return response(k, true); }
+
+/* A typed event with the call's next sequence number; sent and freed. */
+static cJSON *event(call *k, const char *type) {
+    cJSON *e = cJSON_CreateObject();
+    cJSON_AddStringToObject(e, "type", type);
+    cJSON_AddNumberToObject(e, "sequence_number", k->seq++);
+    return e;
+}
+
+static void send_event(call *k, cJSON *e) {
+    if (k->conn) {
+        const cJSON *type = cJSON_GetObjectItem(e, "type");
+        sse_send_event(k->conn, type->valuestring, e);
+    }
+    cJSON_Delete(e);
+}
+
+static void add_place(call *k, cJSON *e, bool part) {
+    char id[48];
+    item_id(k, id, sizeof id);
+    if (part) cJSON_AddStringToObject(e, "item_id", id);
+    cJSON_AddNumberToObject(e, "output_index", 0);
+    if (part) cJSON_AddNumberToObject(e, "content_index", 0);
+}
+
+void responses_stream_created(call *k) {
+    cJSON *e = event(k, "response.created");
+    cJSON_AddItemToObject(e, "response", response(k, false));
+    send_event(k, e);
+    e = event(k, "response.in_progress");
+    cJSON_AddItemToObject(e, "response", response(k, false));
+    send_event(k, e);
+}
+
+/* The item and its part open with the first token (as chat's role delta does), so a client's
+ * time to first token is the prefill's. */
+static void open_item(call *k) {
+    if (k->choices[0].role_sent) return;
+    k->choices[0].role_sent = true;
+    cJSON *e = event(k, "response.output_item.added");
+    add_place(k, e, false);
+    cJSON_AddItemToObject(e, "item", message_item(k, false));
+    send_event(k, e);
+    e = event(k, "response.content_part.added");
+    add_place(k, e, true);
+    cJSON *p = cJSON_AddObjectToObject(e, "part");
+    cJSON_AddStringToObject(p, "type", "output_text");
+    cJSON_AddStringToObject(p, "text", "");
+    cJSON_AddArrayToObject(p, "annotations");
+    cJSON_AddArrayToObject(p, "logprobs");
+    send_event(k, e);
+}
+
+void responses_stream_text(call *k, const sched_event *ev) {
+    open_item(k);
+    choice *ci = &k->choices[0];
+    if (ev->text_len) text_buf_add(&ci->text, ev->text, ev->text_len); /* for the done events */
+    if (ev->text_len == 0 && ev->n_logprobs == 0) return;              /* held back: a possible stop string */
+    cJSON *e = event(k, "response.output_text.delta");
+    add_place(k, e, true);
+    json_add_string_n(e, "delta", ev->text ? ev->text : "", ev->text_len);
+    cJSON *lp = cJSON_AddArrayToObject(e, "logprobs");
+    if (ev->n_logprobs) {
+        chat_logprobs_add(lp, ev);
+        collect_logprobs(k, 0, ev); /* for the done events' text */
+    }
+    send_event(k, e);
+}
+
+void responses_stream_done(call *k) {
+    open_item(k); /* no token at all: the item still opens before it closes */
+    choice *ci = &k->choices[0];
+    cJSON *e = event(k, "response.output_text.done");
+    add_place(k, e, true);
+    json_add_string_n(e, "text", ci->text.p, ci->text.len);
+    cJSON_AddItemToObject(e, "logprobs", ci->lp ? cJSON_Duplicate(ci->lp, true) : cJSON_CreateArray());
+    send_event(k, e);
+    e = event(k, "response.content_part.done");
+    add_place(k, e, true);
+    cJSON_AddItemToObject(e, "part", text_part(k));
+    send_event(k, e);
+    e = event(k, "response.output_item.done");
+    add_place(k, e, false);
+    cJSON_AddItemToObject(e, "item", message_item(k, true));
+    send_event(k, e);
+    e = event(k, incomplete(k) ? "response.incomplete" : "response.completed");
+    cJSON_AddItemToObject(e, "response", response(k, true));
+    send_event(k, e);
+}
+
+void responses_stream_error(call *k, int status, const char *message, const char *param, const char *code) {
+    cJSON *err = error_object(status, NULL, message, param, code);
+    cJSON *body = cJSON_GetObjectItem(err, "error");
+    cJSON *e = event(k, "error");
+    const char *keys[] = {"code", "message", "param"};
+    for (int i = 0; i < 3; i++) cJSON_AddItemToObject(e, keys[i], cJSON_Duplicate(cJSON_GetObjectItem(body, keys[i]), true));
+    cJSON_Delete(err);
+    send_event(k, e);
+}
