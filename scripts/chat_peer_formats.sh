@@ -29,17 +29,18 @@ out=${OUT:-$(mktemp -d)}
 mkdir -p "$out"
 port=${PORT:-18190}
 
-# name | vocabulary GGUF | template | must match its template (yes/no)
+# name | vocabulary GGUF | template | must match its template (yes: every row now)
 rows=(
   "gemma|$gemma|google-gemma-2-2b-it|yes"
   "llama3.1|$tree/models/ggml-vocab-llama-bpe.gguf|meta-llama-Llama-3.1-8B-Instruct|yes"
   "llama3.2|$tree/models/ggml-vocab-llama-bpe.gguf|meta-llama-Llama-3.2-3B-Instruct|yes"
   "llama3.3|$tree/models/ggml-vocab-llama-bpe.gguf|meta-llama-Llama-3.3-70B-Instruct|yes"
-  "qwen2.5|$tree/models/ggml-vocab-qwen2.gguf|Qwen-Qwen2.5-7B-Instruct|no"
-  "qwen3|$tree/models/ggml-vocab-qwen2.gguf|Qwen-Qwen3-0.6B|no"
+  "qwen2.5|$tree/models/ggml-vocab-qwen2.gguf|Qwen-Qwen2.5-7B-Instruct|yes"
+  "qwen3|$tree/models/ggml-vocab-qwen2.gguf|Qwen-Qwen3-0.6B|yes"
   "mistral-nemo|$tree/models/ggml-vocab-llama-spm.gguf|mistralai-Mistral-Nemo-Instruct-2407|yes"
-  "mistral-small-3.2|$tree/models/ggml-vocab-llama-spm.gguf|Mistral-Small-3.2-24B-Instruct-2506|no"
-  "ministral-3|$tree/models/ggml-vocab-llama-spm.gguf|mistralai-Ministral-3-14B-Reasoning-2512|no"
+  "mistral-small-3.2|$tree/models/ggml-vocab-llama-spm.gguf|Mistral-Small-3.2-24B-Instruct-2506|yes"
+  "ministral-3|$tree/models/ggml-vocab-llama-spm.gguf|mistralai-Ministral-3-14B-Reasoning-2512|yes"
+  "devstral|$tree/models/ggml-vocab-llama-spm.gguf|unsloth-mistral-Devstral-Small-2507|yes"
 )
 
 pids=()

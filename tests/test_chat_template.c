@@ -5,6 +5,7 @@
  * Gemma 2, Llama 3.1 and 3.2, Qwen 3, Mistral Nemo, Mistral Small 3.2 and Mixtral from
  * llama.cpp's models/templates and Mistral's cookbook), minus the BOS text our tokenizer adds. */
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 #include <time.h>
 
@@ -113,8 +114,69 @@ static void test_detection(void) {
     }
 }
 
+/* A ChatML template's own system turn (Qwen 2.5's) for conversations without one. */
+static void test_default_system(void) {
+    static const char qwen25[] =
+        "{%- if messages[0]['role'] == 'system' %}\n"
+        "        {{- '<|im_start|>system\\n' + messages[0]['content'] + '<|im_end|>\\n' }}\n"
+        "    {%- else %}\n"
+        "        {{- '<|im_start|>system\\nYou are Qwen, created by Alibaba Cloud. You are a helpful assistant."
+        "<|im_end|>\\n' }}\n"
+        "    {%- endif %}";
+    char *d = chat_default_system(qwen25);
+    CHECK(d && !strcmp(d, "You are Qwen, created by Alibaba Cloud. You are a helpful assistant."));
+    /* The template's rendering of a conversation without a system message (jinja2, as above). */
+    size_t len = 0;
+    wk_text_range *plain = NULL;
+    int n_plain = 0;
+    char *got = chat_render_default(CHAT_CHATML, d, k_conversation + 1, 1, CHAT_OPEN_REPLY, &len, &plain, &n_plain);
+    CHECK(got && !strcmp(got, "<|im_start|>system\nYou are Qwen, created by Alibaba Cloud. You are a helpful "
+                              "assistant.<|im_end|>\n<|im_start|>user\nHi<|im_end|>\n<|im_start|>assistant\n"));
+    CHECK(n_plain == 1); /* the default is the template's text, not a user's words */
+    free(got);
+    free(plain);
+    /* With a system message the default stays out. */
+    got = chat_render_default(CHAT_CHATML, d, k_conversation, 2, CHAT_OPEN_REPLY, &len, &plain, &n_plain);
+    CHECK(got && !strstr(got, "Qwen"));
+    free(got);
+    free(plain);
+    free(d);
+    /* Computed turns and unterminated literals are not defaults; escapes are undone. */
+    CHECK(chat_default_system("{{- '<|im_start|>system\\n' + messages[0]['content'] + '<|im_end|>\\n' }}") == NULL);
+    CHECK(chat_default_system("{{- '<|im_start|>system\\nYou are {{ name }}.<|im_end|>\\n' }}") == NULL);
+    CHECK(chat_default_system("'<|im_start|>system\\nunterminated") == NULL);
+    CHECK(chat_default_system(NULL) == NULL);
+    d = chat_default_system("{{ \"<|im_start|>system\\nYou\\'re \\\"here\\\".\\tOk<|im_end|>\\n\" }}");
+    CHECK(d && !strcmp(d, "You're \"here\".\tOk"));
+    free(d);
+    /* Mistral Small 3.2's form: literals joined with the date it sets from strftime_now. */
+    char date[32], want[256];
+    time_t now = time(NULL);
+    struct tm tm;
+    CHECK(localtime_r(&now, &tm) != NULL);
+    strftime(date, sizeof date, "%Y-%m-%d", &tm);
+    d = chat_default_system("{%- set today = strftime_now(\"%Y-%m-%d\") %}\n{%- set default_system_message = \"You are "
+                            "M.\\nThe current date is \" + today + \".\" %}\n{{- bos_token }}");
+    snprintf(want, sizeof want, "You are M.\nThe current date is %s.", date);
+    CHECK(d && !strcmp(d, want));
+    if (d) {
+        got = chat_render_default(CHAT_MISTRAL_V7_TEKKEN, d, k_conversation + 1, 1, CHAT_OPEN_REPLY, &len, &plain, &n_plain);
+        snprintf(want, sizeof want, "[SYSTEM_PROMPT]You are M.\nThe current date is %s.[/SYSTEM_PROMPT][INST]Hi[/INST]", date);
+        CHECK(got && !strcmp(got, want));
+        free(got);
+        free(plain);
+    }
+    free(d);
+    /* Ministral 3's and Devstral's: one literal; a variable the template does not set: none. */
+    d = chat_default_system("{%- set default_system_message = 'Think first.\\n\\nThen answer.' %}");
+    CHECK(d && !strcmp(d, "Think first.\n\nThen answer."));
+    free(d);
+    CHECK(chat_default_system("{%- set default_system_message = 'a' + name %}") == NULL);
+}
+
 int main(void) {
     test_renderings();
+    test_default_system();
     test_detection();
     TEST_MAIN_END();
 }

@@ -142,6 +142,7 @@ static void on_ready(api_server *a) {
     a->model.alias = ms->name;
     a->model.max_ctx = ms->max_ctx;
     a->model.chat = chat_format_detect(ms->chat_template, ms->arch);
+    a->model.chat_default_system = chat_default_system(ms->chat_template); /* used by ChatML and Mistral v7 */
     a->model.sampling = &a->cfg.sampling;
     a->ready = true;
     char kv[512], groups[128] = "", swa[128] = "";
@@ -415,7 +416,7 @@ static void handle_generation(api_server *a, http_conn *c, http_request *r, call
 static void handle_tokenize(api_server *a, http_conn *c, http_request *r, bool detokenize) {
     gen_params g;
     api_error err = {0};
-    if (!(detokenize ? openai_parse_detokenize(r->body, r->body_len, &g, &err) : openai_parse_tokenize(r->body, r->body_len, a->model.chat, &g, &err))) {
+    if (!(detokenize ? openai_parse_detokenize(r->body, r->body_len, &g, &err) : openai_parse_tokenize(r->body, r->body_len, &a->model, &g, &err))) {
         reply_api_error(a, c, &err);
         return;
     }
@@ -772,6 +773,7 @@ void api_stop(api_server *a) {
     http_server_close(a->http);
     sched_stop(a->sched);
     while (a->calls) call_free(a, a->calls);
+    free((char *)a->model.chat_default_system);
     metrics_free(a->m);
     free(a);
 }

@@ -153,7 +153,8 @@ static bool render_folded(chat_format f, const chat_msg *msgs, int n, chat_endin
  * spaces: v1 " [INST] x [/INST] y</s>", v3 "[INST] x[/INST] y</s>" (y trimmed), v3-tekken
  * "[INST]x[/INST]y</s>", v7 "[SYSTEM_PROMPT] s[/SYSTEM_PROMPT][INST] x[/INST] y</s>", v7-tekken
  * the same without spaces. */
-static bool render_mistral(chat_format f, const chat_msg *msgs, int n, chat_ending ending, render *r) {
+static bool render_mistral(chat_format f, const char *default_system, const chat_msg *msgs, int n, chat_ending ending,
+                           render *r) {
     const bool v7 = f == CHAT_MISTRAL_V7 || f == CHAT_MISTRAL_V7_TEKKEN;
     const char *open = f == CHAT_MISTRAL_V1 ? " [INST] " : f == CHAT_MISTRAL_V3 || f == CHAT_MISTRAL_V7 ? "[INST] " : "[INST]";
     const char *close = f == CHAT_MISTRAL_V1 ? " [/INST]" : "[/INST]";
@@ -164,6 +165,9 @@ static bool render_mistral(chat_format f, const chat_msg *msgs, int n, chat_endi
     for (int j = i; j < n; j++)
         if (strcmp(msgs[j].role, "assistant") != 0 && (system_at < 0 || f != CHAT_MISTRAL_V1)) system_at = j;
     bool ok = true;
+    if (v7 && default_system && (n == 0 || !is_system(&msgs[0])))
+        ok &= tmpl(r, f == CHAT_MISTRAL_V7 ? "[SYSTEM_PROMPT] " : "[SYSTEM_PROMPT]") && tmpl(r, default_system) &&
+              tmpl(r, "[/SYSTEM_PROMPT]");
     for (; i < n; i++) {
         const chat_msg *m = &msgs[i];
         if (v7 && is_system(m)) {
@@ -181,8 +185,97 @@ static bool render_mistral(chat_format f, const chat_msg *msgs, int n, chat_endi
     return ok; /* the model answers after [/INST]: no reply opening */
 }
 
+/* Undoes Jinja's (Python's) string escapes in the n bytes at s, appending to b. */
+static bool unescape(text_buf *b, const char *s, size_t n) {
+    bool ok = true;
+    for (size_t i = 0; i < n && ok; i++) {
+        char c = s[i];
+        if (c == '\\' && i + 1 < n) c = s[++i] == 'n' ? '\n' : s[i] == 't' ? '\t' : s[i];
+        ok = text_buf_add(b, &c, 1);
+    }
+    return ok;
+}
+
+/* The quoted literal at *p (its quote first): its end after the closing quote, or NULL. */
+static const char *literal_end(const char *p) {
+    const char q = *p;
+    if (q != '\'' && q != '"') return NULL;
+    for (p++; *p && *p != q; p += *p == '\\' && p[1] ? 2 : 1) {}
+    return *p == q ? p + 1 : NULL;
+}
+
+/* ChatML: a whole quoted literal '<|im_start|>system\n...<|im_end|>\n' (Qwen 2, 2.5). */
+static bool chatml_default(const char *t, text_buf *out) {
+    static const char open[] = "<|im_start|>system\\n", close[] = "<|im_end|>\\n";
+    for (const char *p = strstr(t, open); p; p = strstr(p + 1, open)) {
+        const char *end = p > t ? literal_end(p - 1) : NULL;
+        /* the literal is the turn and nothing else: no {{ }} inside, its close right before the quote */
+        if (!end || end - 1 - (p + sizeof open - 1) <= (ptrdiff_t)(sizeof close - 1) ||
+            strncmp(end - sizeof close, close, sizeof close - 1) != 0)
+            continue;
+        const char *text = p + sizeof open - 1, *text_end = end - sizeof close;
+        if (memchr(text, '{', (size_t)(text_end - text))) continue;
+        return unescape(out, text, (size_t)(text_end - text));
+    }
+    return false;
+}
+
+static const char *skip_blanks(const char *p) {
+    while (*p == ' ' || *p == '\t' || *p == '\n' || *p == '\r') p++;
+    return p;
+}
+
+/* A date a template computes with {% set NAME = strftime_now("FMT") %}, as its rendering would now. */
+static bool strftime_variable(const char *t, const char *name, size_t name_len, text_buf *out) {
+    char pattern[80];
+    snprintf(pattern, sizeof pattern, "set %.*s = strftime_now(", (int)name_len, name);
+    const char *p = strstr(t, pattern);
+    const char *fmt_end = p ? literal_end(p + strlen(pattern)) : NULL;
+    if (!fmt_end) return false;
+    char fmt[64], date[128];
+    const char *f = p + strlen(pattern) + 1;
+    snprintf(fmt, sizeof fmt, "%.*s", (int)(fmt_end - 1 - f), f);
+    time_t now = time(NULL);
+    struct tm tm;
+    size_t n = localtime_r(&now, &tm) ? strftime(date, sizeof date, fmt, &tm) : 0;
+    return n > 0 && text_buf_add(out, date, n);
+}
+
+/* Mistral's v7 templates: {% set default_system_message = 'a' + today + 'b' %}, literals joined
+ * with variables the template sets from strftime_now (Small 3.2's date). */
+static bool mistral_default(const char *t, text_buf *out) {
+    static const char set[] = "set default_system_message =";
+    const char *p = strstr(t, set);
+    if (!p) return false;
+    for (p = skip_blanks(p + sizeof set - 1);; p = skip_blanks(p + 1)) {
+        const char *end = literal_end(p);
+        if (end) {
+            if (!unescape(out, p + 1, (size_t)(end - 1 - (p + 1)))) return false;
+        } else {
+            size_t n = 0;
+            while (p[n] == '_' || (p[n] >= 'a' && p[n] <= 'z') || (p[n] >= 'A' && p[n] <= 'Z')) n++;
+            if (n == 0 || !strftime_variable(t, p, n, out)) return false;
+            end = p + n;
+        }
+        p = skip_blanks(end);
+        if (*p != '+') return p[0] == '%' || p[0] == '-';
+    }
+}
+
+char *chat_default_system(const char *t) {
+    text_buf b = {0};
+    bool ok = t && (chatml_default(t, &b) || (b.len = 0, mistral_default(t, &b))) && b.len > 0 && text_buf_add(&b, "", 0);
+    if (!ok) text_buf_free(&b);
+    return ok ? b.p : NULL;
+}
+
 char *chat_render(chat_format f, const chat_msg *msgs, int n, chat_ending ending, size_t *len, wk_text_range **plain,
                   int *n_plain) {
+    return chat_render_default(f, NULL, msgs, n, ending, len, plain, n_plain);
+}
+
+char *chat_render_default(chat_format f, const char *default_system, const chat_msg *msgs, int n, chat_ending ending,
+                          size_t *len, wk_text_range **plain, int *n_plain) {
     render r = {0};
     bool ok = text_buf_add(&r.b, "", 0);
     const bool open_reply = ending == CHAT_OPEN_REPLY;
@@ -193,7 +286,7 @@ char *chat_render(chat_format f, const chat_msg *msgs, int n, chat_ending ending
     case CHAT_MISTRAL_V3:
     case CHAT_MISTRAL_V3_TEKKEN:
     case CHAT_MISTRAL_V7:
-    case CHAT_MISTRAL_V7_TEKKEN: ok &= render_mistral(f, msgs, n, ending, &r); break;
+    case CHAT_MISTRAL_V7_TEKKEN: ok &= render_mistral(f, default_system, msgs, n, ending, &r); break;
     case CHAT_FORMAT_COUNT: ok = false; break;
     case CHAT_LLAMA3_1:
     case CHAT_LLAMA3_2:
@@ -219,6 +312,8 @@ char *chat_render(chat_format f, const chat_msg *msgs, int n, chat_ending ending
         break;
     }
     case CHAT_CHATML:
+        if (default_system && (n == 0 || !is_system(&msgs[0])))
+            ok &= tmpl(&r, "<|im_start|>system\n") && tmpl(&r, default_system) && tmpl(&r, "<|im_end|>\n");
         for (int i = 0; i < n; i++) {
             ok &= tmpl(&r, "<|im_start|>") && tmpl(&r, is_system(&msgs[i]) ? "system" : msgs[i].role) &&
                   tmpl(&r, "\n") && message_words(&r, f, &msgs[i]);

@@ -41,6 +41,12 @@ typedef struct chat_msg {
 typedef enum { CHAT_OPEN_REPLY, CHAT_NO_REPLY, CHAT_CONTINUE_LAST } chat_ending;
 
 chat_format chat_format_detect(const char *jinja_template, const char *arch);
+/* The system text a template writes when the conversation has none: a ChatML template's literal
+ * system turn (Qwen 2 and 2.5: "You are Qwen, created by Alibaba Cloud. You are a helpful
+ * assistant."), or a Mistral v7 template's default_system_message (Small 3.x, Devstral, Ministral
+ * 3: literals joined with dates it takes from strftime_now, computed now). Its text (malloc'd, the
+ * template's string escapes undone), or NULL when the template has none we can read. */
+char *chat_default_system(const char *jinja_template);
 const char *chat_format_name(chat_format f);
 /* The prompt (malloc'd, NUL-terminated; its length in *len, since a message may hold NUL bytes),
  * ending as `ending` says (CHAT_OPEN_REPLY: the assistant turn's opening, so the model answers;
@@ -50,5 +56,9 @@ const char *chat_format_name(chat_format f);
  * a user typing "<start_of_turn>" cannot forge a turn. NULL (and *plain NULL) when out of memory. */
 char *chat_render(chat_format f, const chat_msg *msgs, int n, chat_ending ending, size_t *len, wk_text_range **plain,
                   int *n_plain);
+/* chat_render with the template's default system text (chat_default_system; NULL: none), written
+ * as the template writes it when the first message is not a system message (ChatML, Mistral v7). */
+char *chat_render_default(chat_format f, const char *default_system, const chat_msg *msgs, int n, chat_ending ending,
+                          size_t *len, wk_text_range **plain, int *n_plain);
 
 #endif

@@ -232,7 +232,7 @@ static bool parse_chat_ending(const cJSON *root, const chat_msg *cm, int n, chat
     return true;
 }
 
-static bool parse_messages(const cJSON *root, chat_format fmt, gen_params *g, api_error *e) {
+static bool parse_messages(const cJSON *root, const api_model *md, gen_params *g, api_error *e) {
     const cJSON *msgs = openai_field(root, "messages");
     if (!msgs) return openai_fail(e, 400, "messages", "missing_required_parameter", "messages is required");
     if (!cJSON_IsArray(msgs)) return openai_fail(e, 400, "messages", "invalid_type", "messages must be an array, not %s", openai_type_name(msgs));
@@ -282,7 +282,8 @@ static bool parse_messages(const cJSON *root, chat_format fmt, gen_params *g, ap
     chat_ending ending = CHAT_OPEN_REPLY;
     if (ok) ok = parse_chat_ending(root, cm, n, &ending, e);
     if (ok) {
-        g->prompt_text = chat_render(fmt, cm, n, ending, &g->prompt_len, &g->plain, &g->n_plain);
+        g->prompt_text = chat_render_default(md->chat, md->chat_default_system, cm, n, ending, &g->prompt_len, &g->plain,
+                                             &g->n_plain);
         g->add_special = true;
         if (!g->prompt_text) ok = openai_fail(e, 500, NULL, NULL, "out of memory");
         /* Where the leading system messages' words end (every format renders messages' words in
@@ -658,7 +659,7 @@ bool openai_parse_generation(const char *body, size_t body_len, bool chat, const
     if (ok && user && !cJSON_IsString(user))
         ok = openai_fail(err, 400, "user", "invalid_type", "user must be a string, not %s", openai_type_name(user));
     ok = ok && parse_stop(root, g, err) && parse_logit_bias(root, g, err) &&
-         (chat ? parse_messages(root, m->chat, g, err) : parse_prompts(root, prompts, &n_prompts, err));
+         (chat ? parse_messages(root, m, g, err) : parse_prompts(root, prompts, &n_prompts, err));
     if (ok && chat) {
         /* The rendered conversation is the one prompt. */
         prompts[0].text = g->prompt_text;
@@ -704,7 +705,7 @@ static cJSON *parse_object(const char *body, size_t len, api_error *err) {
     return root;
 }
 
-bool openai_parse_tokenize(const char *body, size_t len, chat_format fmt, gen_params *out, api_error *err) {
+bool openai_parse_tokenize(const char *body, size_t len, const api_model *m, gen_params *out, api_error *err) {
     memset(out, 0, sizeof *out);
     cJSON *root = parse_object(body, len, err);
     if (!root) return false;
@@ -724,7 +725,7 @@ bool openai_parse_tokenize(const char *body, size_t len, chat_format fmt, gen_pa
         ok = openai_fail(err, 400, "prompt", "missing_required_parameter",
                   "prompt (the text to tokenize; or content, text, messages) is required");
     } else if (ok && !strcmp(name, "messages")) {
-        ok = refuse_unsupported(root, true, err) && parse_messages(root, fmt, out, err);
+        ok = refuse_unsupported(root, true, err) && parse_messages(root, m, out, err);
     } else if (ok && !cJSON_IsString(p)) {
         ok = openai_fail(err, 400, name, "invalid_type", "%s must be a string, not %s", name, openai_type_name(p));
     } else if (ok) {

@@ -35,6 +35,7 @@ typedef struct api_model {
     const char *alias; /* also accepted (the GGUF's general.name), or NULL */
     int max_ctx;
     chat_format chat;
+    const char *chat_default_system; /* the template's own system text for chats without one, or NULL */
     const api_sampling *sampling; /* defaults of omitted fields; NULL: OpenAI's (temperature 1, the rest off) */
 } api_model;
 
@@ -73,9 +74,9 @@ bool openai_parse_responses(const char *body, size_t len, const api_model *m, op
                             api_error *err);
 
 /* POST /tokenize: {"prompt"|"content"|"text": string, "add_special"|"add_special_tokens": bool}
- * -> prompt_text + add_special; or {"messages": [...]} -> the chat prompt of format fmt, with its
+ * -> prompt_text + add_special; or {"messages": [...]} -> the chat prompt of m's format, with its
  * plain ranges, as a chat request's. */
-bool openai_parse_tokenize(const char *body, size_t len, chat_format fmt, gen_params *out, api_error *err);
+bool openai_parse_tokenize(const char *body, size_t len, const api_model *m, gen_params *out, api_error *err);
 /* POST /detokenize: {"tokens": [ints]} -> prompt_tokens. */
 bool openai_parse_detokenize(const char *body, size_t len, gen_params *out, api_error *err);
 

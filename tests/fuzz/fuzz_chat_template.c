@@ -1,7 +1,8 @@
 /* Fuzz target: chat-template rendering (server/api/chat_template.c): format detection from an
  * arbitrary template text and architecture name, and chat_render of arbitrary messages in every
  * format. Input: byte 0 picks the format, then messages separated by 0x1E, each a role byte and
- * its content (a C string: NUL ends it). Invariants: the plain ranges lie inside the prompt, in
+ * its content (a C string: NUL ends it); the input as a template also gives the default system
+ * text ChatML and Mistral v7 render with. Invariants: the plain ranges lie inside the prompt, in
  * order, without overlap, one per message holding its content exactly, in message order (Gemma
  * and Mistral (v1 too): a leading system message folded into the first user turn; Mistral v3 into
  * the last). */
@@ -34,6 +35,11 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
     chat_format d = chat_format_detect(s + 1, s + size / 2);
     FUZZ_CHECK(d >= CHAT_GEMMA && d < CHAT_FORMAT_COUNT);
     FUZZ_CHECK(strcmp(chat_format_name(d), "?") != 0);
+    /* A default system text found in the input is a non-empty string (not bounded by the input:
+     * a date the template computes may be longer than its format); it is the system turn of the
+     * ChatML and Mistral v7 renderings below. */
+    char *default_system = chat_default_system(s + 1);
+    if (default_system) FUZZ_CHECK(default_system[0] != 0);
 
     static const char *const roles[] = {"system", "developer", "user", "assistant"};
     chat_format f = (chat_format)(data[0] % CHAT_FORMAT_COUNT);
@@ -54,7 +60,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
     int n_plain = -1;
     size_t len = 0;
     const chat_ending ending = (chat_ending)(data[0] / CHAT_FORMAT_COUNT % 3);
-    char *out = chat_render(f, msgs, n, ending, &len, &plain, &n_plain);
+    char *out = chat_render_default(f, default_system, msgs, n, ending, &len, &plain, &n_plain);
     if (out) {
         FUZZ_CHECK(out[len] == 0);
         FUZZ_CHECK(n_plain >= 0 && n_plain <= n);
@@ -107,9 +113,21 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
             if (ending == CHAT_OPEN_REPLY) FUZZ_CHECK(opened);
             else if (n_plain == 0 || plain[n_plain - 1].off + plain[n_plain - 1].len < len - ol) FUZZ_CHECK(!opened);
         }
+        /* The default system turn opens a ChatML or Mistral v7 prompt whose first message is not a
+         * system one. */
+        const char *turn = f == CHAT_CHATML             ? "<|im_start|>system\n"
+                           : f == CHAT_MISTRAL_V7        ? "[SYSTEM_PROMPT] "
+                           : f == CHAT_MISTRAL_V7_TEKKEN ? "[SYSTEM_PROMPT]"
+                                                         : NULL;
+        if (turn && default_system &&
+            (n == 0 || (strcmp(msgs[0].role, "system") != 0 && strcmp(msgs[0].role, "developer") != 0))) {
+            const size_t dl = strlen(default_system), tl = strlen(turn);
+            FUZZ_CHECK(len >= tl + dl && memcmp(out, turn, tl) == 0 && memcmp(out + tl, default_system, dl) == 0);
+        }
     } else {
         FUZZ_CHECK(plain == NULL && n_plain == 0);
     }
+    free(default_system);
     free(out);
     free(plain);
     free(s);

@@ -50,7 +50,8 @@ static inline void fz_check_gen(const gen_params *g, bool chat) {
 /* Validates body as a request to endpoint ep of a server with model "m" (alias "alias"),
  * context 2048 and chat format `fmt`. */
 static inline void fz_openai(fz_endpoint ep, chat_format fmt, const char *body, size_t len) {
-    api_model m = {.id = "m", .alias = "alias", .max_ctx = 2048, .chat = fmt};
+    api_model m = {.id = "m", .alias = "alias", .max_ctx = 2048, .chat = fmt,
+                   .chat_default_system = fmt == CHAT_CHATML ? "You are a helpful assistant." : NULL};
     api_error err;
     memset(&err, 0, sizeof err);
     if (ep == FZ_EP_COMPLETIONS || ep == FZ_EP_CHAT) {
@@ -85,7 +86,7 @@ static inline void fz_openai(fz_endpoint ep, chat_format fmt, const char *body, 
     }
     gen_params g;
     memset(&g, 0, sizeof g);
-    bool ok = ep == FZ_EP_TOKENIZE ? openai_parse_tokenize(body, len, fmt, &g, &err)
+    bool ok = ep == FZ_EP_TOKENIZE ? openai_parse_tokenize(body, len, &m, &g, &err)
                                    : openai_parse_detokenize(body, len, &g, &err);
     if (ok) {
         if (ep == FZ_EP_TOKENIZE) {
