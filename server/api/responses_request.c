@@ -128,6 +128,20 @@ static bool build_messages(const cJSON *root, cJSON *chat, api_error *e) {
     return true;
 }
 
+/* A deep copy that keeps every string's bytes (cJSON_Duplicate stops at a "\u0000"). */
+static cJSON *copy_value(const cJSON *v) {
+    if (cJSON_IsString(v)) return json_string_n(v->valuestring, json_str_len(v));
+    if (!cJSON_IsArray(v) && !cJSON_IsObject(v)) return cJSON_Duplicate(v, false);
+    cJSON *c = cJSON_IsArray(v) ? cJSON_CreateArray() : cJSON_CreateObject();
+    const cJSON *item;
+    cJSON_ArrayForEach(item, v) {
+        if (!c) break;
+        if (cJSON_IsArray(v)) cJSON_AddItemToArray(c, copy_value(item));
+        else cJSON_AddItemToObject(c, item->string, copy_value(item));
+    }
+    return c;
+}
+
 /* The Responses names that differ from chat's, and the fields both take as they are. */
 static bool map_fields(const cJSON *root, const api_model *m, cJSON *chat, api_error *e) {
     static const char *const same[] = {"model", "temperature", "top_p", "stream", "tools", "tool_choice", "user",
@@ -136,8 +150,7 @@ static bool map_fields(const cJSON *root, const api_model *m, cJSON *chat, api_e
                                        "top_k", "min_p", "seed", "repetition_penalty", "stop", "logit_bias"};
     for (size_t i = 0; i < sizeof same / sizeof same[0]; i++) {
         const cJSON *v = cJSON_GetObjectItemCaseSensitive(root, same[i]);
-        if (v) cJSON_AddItemToObject(chat, same[i], cJSON_IsString(v) ? json_string_n(v->valuestring, json_str_len(v))
-                                                                      : cJSON_Duplicate(v, true));
+        if (v) cJSON_AddItemToObject(chat, same[i], copy_value(v));
     }
     const cJSON *mot = openai_field(root, "max_output_tokens");
     if (mot) {
@@ -167,7 +180,7 @@ static bool map_fields(const cJSON *root, const api_model *m, cJSON *chat, api_e
     if (top && !(cJSON_IsNumber(top) && top->valuedouble == 0)) logprobs = true; /* a bad value: chat's message */
     if (logprobs) {
         cJSON_AddTrueToObject(chat, "logprobs");
-        if (top) cJSON_AddItemToObject(chat, "top_logprobs", cJSON_Duplicate(top, true));
+        if (top) cJSON_AddItemToObject(chat, "top_logprobs", copy_value(top));
     }
     return true;
 }
@@ -175,8 +188,7 @@ static bool map_fields(const cJSON *root, const api_model *m, cJSON *chat, api_e
 /* A float as the shortest decimal that reads back as it (0.95f, not 0.949999988079071). */
 static double as_decimal(float f) {
     char buf[32];
-    snprintf(buf, sizeof buf, "%.9g", (double)f);
-    for (int digits = 1; digits <= 9; digits++) {
+    for (int digits = 1; digits <= 9; digits++) { /* 9 significant digits always read back as f */
         snprintf(buf, sizeof buf, "%.*g", digits, (double)f);
         if (strtof(buf, NULL) == f) break;
     }
@@ -213,8 +225,8 @@ bool openai_parse_responses(const char *body, size_t len, const api_model *m, op
         else cJSON_AddNullToObject(o, "instructions");
         if (mot) cJSON_AddNumberToObject(o, "max_output_tokens", mot->valuedouble);
         else cJSON_AddNullToObject(o, "max_output_tokens");
-        cJSON_AddItemToObject(o, "metadata", cJSON_IsObject(meta) ? cJSON_Duplicate(meta, true) : cJSON_CreateObject());
-        cJSON_AddItemToObject(o, "tool_choice", tc ? cJSON_Duplicate(tc, true) : cJSON_CreateString("auto"));
+        cJSON_AddItemToObject(o, "metadata", cJSON_IsObject(meta) ? copy_value(meta) : cJSON_CreateObject());
+        cJSON_AddItemToObject(o, "tool_choice", tc ? copy_value(tc) : cJSON_CreateString("auto"));
         cJSON_AddNumberToObject(o, "temperature", as_decimal(out->gens[0].sampling.temperature));
         cJSON_AddNumberToObject(o, "top_p", as_decimal(out->gens[0].sampling.top_p));
         cJSON_AddNumberToObject(o, "top_logprobs", out->chat_logprobs ? out->gens[0].logprobs : 0);

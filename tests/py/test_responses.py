@@ -150,9 +150,12 @@ def test_missing_input_and_too_long_input(server, model_id):
 
 
 def test_nul_bytes_are_text(client, model_id):
-    a = client.responses.create(model=model_id, input="a\u0000b", max_output_tokens=2, temperature=0)
-    b, _ = chat_text(client, model_id, [{"role": "user", "content": "a\u0000b"}], max_tokens=2)
+    a = client.responses.create(model=model_id, instructions="s\u0000t", input="a\u0000b", max_output_tokens=2,
+                                temperature=0, metadata={"k": "v\u0000w"})
+    b, _ = chat_text(client, model_id, [{"role": "system", "content": "s\u0000t"},
+                                        {"role": "user", "content": "a\u0000b"}], max_tokens=2)
     assert a.output_text == b
+    assert a.instructions == "s\u0000t" and a.metadata == {"k": "v\u0000w"}  # echoed whole
 
 
 def test_nothing_held_after(server):
