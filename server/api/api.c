@@ -273,7 +273,7 @@ static void on_gen_event(api_server *a, call *k, int i, sched_event *ev) {
             const char *param = ev->param;
             if (responses && param && (!strcmp(param, "messages") || !strcmp(param, "prompt"))) param = "input";
             if (c && k->started && responses) {
-                k->conn = c;
+                k->conn = c; /* detached above; the error event is the stream's last */
                 responses_stream_error(k, ev->status, ev->message, param, ev->code);
                 k->conn = NULL;
                 sse_close(c);
@@ -306,7 +306,7 @@ static void on_event(sched_event *ev, void *data) {
         if (a->on_fatal) a->on_fatal(a->fatal_data);
     } else {
         call *k = call_find(a, ev->id);
-        if (k && k->kind <= CALL_RESPONSE) { /* a generation */
+        if (k && (k->kind == CALL_COMPLETION || k->kind == CALL_CHAT || k->kind == CALL_RESPONSE)) {
             on_gen_event(a, k, (int)(ev->id - k->id), ev);
         } else if (k) {
             http_conn *c = k->conn;
@@ -353,6 +353,7 @@ static void handle_generation(api_server *a, http_conn *c, http_request *r, call
         snprintf(msg, sizeof msg, "%d choices exceed what this server holds at once (%d)", req.n_gens, limit);
         reply_error(a, c, 400, msg, "n", "invalid_value", NULL);
         openai_request_free(&req);
+        cJSON_Delete(echo);
         return;
     }
     if (a->n_gen_calls + req.n_gens > limit) {
