@@ -590,6 +590,7 @@ static const route k_routes[] = {
     {"/v1/completions", "POST", R_COMPLETIONS, true, true},
     {"/v1/chat/completions", "POST", R_CHAT, true, true},
     {"/v1/responses", "POST", R_RESPONSES, true, true},
+    {"/v1/responses/", "GET", R_RESPONSE_STORED, true, false},
     {"/tokenize", "POST", R_TOKENIZE, true, true},
     {"/detokenize", "POST", R_DETOKENIZE, true, true},
     {"/reset_prefix_cache", "POST", R_RESET_PREFIX_CACHE, true, true},
@@ -705,6 +706,10 @@ static void on_request(http_conn *c, http_request *r, void *data) {
     case R_COMPLETIONS: handle_generation(a, c, r, CALL_COMPLETION); break;
     case R_CHAT: handle_generation(a, c, r, CALL_CHAT); break;
     case R_RESPONSES: handle_generation(a, c, r, CALL_RESPONSE); break;
+    case R_RESPONSE_STORED:
+        reply_error(a, c, 404, "responses are not stored here (each answer is returned once; store is ignored)",
+                    "response_id", "not_found", NULL);
+        break;
     case R_TOKENIZE: handle_tokenize(a, c, r, false); break;
     case R_DETOKENIZE: handle_tokenize(a, c, r, true); break;
     case R_RESET_PREFIX_CACHE: handle_reset_prefix_cache(a, c); break;

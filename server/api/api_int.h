@@ -115,6 +115,7 @@ typedef enum {
     R_COMPLETIONS,
     R_CHAT,
     R_RESPONSES,
+    R_RESPONSE_STORED, /* GET /v1/responses/{id}: nothing is stored, a 404 that says so */
     R_TOKENIZE,
     R_DETOKENIZE,
     R_RESET_PREFIX_CACHE

@@ -158,6 +158,15 @@ def test_nul_bytes_are_text(client, model_id):
     assert a.instructions == "s\u0000t" and a.metadata == {"k": "v\u0000w"}  # echoed whole
 
 
+def test_retrieve_says_nothing_is_stored(server, client, model_id):
+    r = client.responses.create(model=model_id, input="Hi", max_output_tokens=1)
+    with pytest.raises(openai.NotFoundError) as e:
+        client.responses.retrieve(r.id)
+    assert "not stored" in str(e.value)
+    got = requests.post(server.url + "/v1/responses/" + r.id, json={}, timeout=10)
+    assert got.status_code == 405 and got.headers["allow"] == "GET, HEAD"
+
+
 def test_nothing_held_after(server):
     wait_idle(server)
 
