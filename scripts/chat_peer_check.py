@@ -42,6 +42,9 @@ CONVERSATIONS = {
 }
 # Where the ids may differ: the typed control text is text here, a control token there.
 TEXT_ONLY = {"typed control text"}
+# vLLM's chat_template_kwargs, sent with one conversation: Qwen 3's enable_thinking (an empty think
+# block opens the reply); templates that do not read it render as without.
+KWARGS = {"no thinking": ([user("Name a colour.")], {"enable_thinking": False})}
 
 
 def jinja_renderer(peer):
@@ -60,18 +63,26 @@ def jinja_renderer(peer):
     env.globals["strftime_now"] = lambda fmt: datetime.datetime.now().strftime(fmt)
     template = env.from_string(props["chat_template"])
     bos, eos = props.get("bos_token", ""), props.get("eos_token", "")
-    return lambda messages: template.render(messages=messages, bos_token=bos, eos_token=eos,
-                                            add_generation_prompt=True)
+    return lambda messages, kwargs: template.render(messages=messages, bos_token=bos, eos_token=eos,
+                                                    add_generation_prompt=True, **kwargs)
 
 
 def main(ours, peer, jinja):
     differences = 0
     render = jinja_renderer(peer) if jinja else None
-    for name, messages in CONVERSATIONS.items():
-        response = requests.post(ours + "/tokenize", json={"messages": messages}, timeout=60)
+    cases = [(name, messages, {}) for name, messages in CONVERSATIONS.items()]
+    if render:  # llama-server's own renderings take no template variables
+        cases += [(name, messages, kwargs) for name, (messages, kwargs) in KWARGS.items()]
+    for name, messages, kwargs in cases:
+        body = {"messages": messages, **({"chat_template_kwargs": kwargs} if kwargs else {})}
+        response = requests.post(ours + "/tokenize", json=body, timeout=60)
+        if response.status_code != 200:
+            differences += 1
+            print(f"{name:20s} refused here: {response.text}  <-")
+            continue
         if render:
             try:
-                theirs = render(messages)
+                theirs = render(messages, kwargs)
             except Exception as e:  # the template refuses this conversation (Mistral's: roles must alternate)
                 print(f"{name:20s} the template refuses it ({e}); here: HTTP {response.status_code}")
                 continue

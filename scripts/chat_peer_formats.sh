@@ -14,7 +14,8 @@
 # Needs: pip install requests jinja2.
 #
 # Prints one line per model: the format recognised here and the conversations (of
-# scripts/chat_peer_check.py's ten) that differ from each reference. Exits 1 when a row marked
+# scripts/chat_peer_check.py's ten, and against the template its eleventh, with Qwen 3's
+# enable_thinking) that differ from each reference. Exits 1 when a row marked
 # "must match" differs from its template: the families whose rendering we claim to follow.
 # Differences expected by design are listed in docs/api.md (chat formats).
 set -euo pipefail

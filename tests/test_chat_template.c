@@ -129,14 +129,14 @@ static void test_default_system(void) {
     size_t len = 0;
     wk_text_range *plain = NULL;
     int n_plain = 0;
-    char *got = chat_render_default(CHAT_CHATML, d, k_conversation + 1, 1, CHAT_OPEN_REPLY, &len, &plain, &n_plain);
+    char *got = chat_render_with(CHAT_CHATML, &(chat_extras){.default_system = d}, k_conversation + 1, 1, CHAT_OPEN_REPLY, &len, &plain, &n_plain);
     CHECK(got && !strcmp(got, "<|im_start|>system\nYou are Qwen, created by Alibaba Cloud. You are a helpful "
                               "assistant.<|im_end|>\n<|im_start|>user\nHi<|im_end|>\n<|im_start|>assistant\n"));
     CHECK(n_plain == 1); /* the default is the template's text, not a user's words */
     free(got);
     free(plain);
     /* With a system message the default stays out. */
-    got = chat_render_default(CHAT_CHATML, d, k_conversation, 2, CHAT_OPEN_REPLY, &len, &plain, &n_plain);
+    got = chat_render_with(CHAT_CHATML, &(chat_extras){.default_system = d}, k_conversation, 2, CHAT_OPEN_REPLY, &len, &plain, &n_plain);
     CHECK(got && !strstr(got, "Qwen"));
     free(got);
     free(plain);
@@ -160,7 +160,7 @@ static void test_default_system(void) {
     snprintf(want, sizeof want, "You are M.\nThe current date is %s.", date);
     CHECK(d && !strcmp(d, want));
     if (d) {
-        got = chat_render_default(CHAT_MISTRAL_V7_TEKKEN, d, k_conversation + 1, 1, CHAT_OPEN_REPLY, &len, &plain, &n_plain);
+        got = chat_render_with(CHAT_MISTRAL_V7_TEKKEN, &(chat_extras){.default_system = d}, k_conversation + 1, 1, CHAT_OPEN_REPLY, &len, &plain, &n_plain);
         snprintf(want, sizeof want, "[SYSTEM_PROMPT]You are M.\nThe current date is %s.[/SYSTEM_PROMPT][INST]Hi[/INST]", date);
         CHECK(got && !strcmp(got, want));
         free(got);
@@ -174,8 +174,32 @@ static void test_default_system(void) {
     CHECK(chat_default_system("{%- set default_system_message = 'a' + name %}") == NULL);
 }
 
+/* Qwen 3's enable_thinking false: an empty think block opens the reply (its template, jinja2). */
+static void test_no_thinking(void) {
+    static const char qwen3[] = "{%- if add_generation_prompt %}\n    {{- '<|im_start|>assistant\\n' }}\n"
+                                "    {%- if enable_thinking is defined and enable_thinking is false %}\n"
+                                "        {{- '<think>\\n\\n</think>\\n\\n' }}\n    {%- endif %}\n{%- endif %}";
+    CHECK(chat_template_thinks(qwen3));
+    CHECK(!chat_template_thinks("{{- '<|im_start|>assistant\\n' }}") && !chat_template_thinks(NULL));
+    size_t len = 0;
+    wk_text_range *plain = NULL;
+    int n_plain = 0;
+    char *got = chat_render_with(CHAT_CHATML, &(chat_extras){.no_thinking = true}, k_conversation + 1, 1,
+                                 CHAT_OPEN_REPLY, &len, &plain, &n_plain);
+    CHECK(got && !strcmp(got, "<|im_start|>user\nHi<|im_end|>\n<|im_start|>assistant\n<think>\n\n</think>\n\n"));
+    free(got);
+    free(plain);
+    /* Only an opened reply gets it. */
+    got = chat_render_with(CHAT_CHATML, &(chat_extras){.no_thinking = true}, k_conversation + 1, 1, CHAT_NO_REPLY, &len,
+                           &plain, &n_plain);
+    CHECK(got && !strstr(got, "<think>"));
+    free(got);
+    free(plain);
+}
+
 int main(void) {
     test_renderings();
+    test_no_thinking();
     test_default_system();
     test_detection();
     TEST_MAIN_END();

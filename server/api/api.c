@@ -143,6 +143,7 @@ static void on_ready(api_server *a) {
     a->model.max_ctx = ms->max_ctx;
     a->model.chat = chat_format_detect(ms->chat_template, ms->arch);
     a->model.chat_default_system = chat_default_system(ms->chat_template); /* used by ChatML and Mistral v7 */
+    a->model.chat_template = ms->chat_template;
     a->model.sampling = &a->cfg.sampling;
     a->ready = true;
     char kv[512], groups[128] = "", swa[128] = "";

@@ -271,11 +271,16 @@ char *chat_default_system(const char *t) {
 
 char *chat_render(chat_format f, const chat_msg *msgs, int n, chat_ending ending, size_t *len, wk_text_range **plain,
                   int *n_plain) {
-    return chat_render_default(f, NULL, msgs, n, ending, len, plain, n_plain);
+    return chat_render_with(f, NULL, msgs, n, ending, len, plain, n_plain);
 }
 
-char *chat_render_default(chat_format f, const char *default_system, const chat_msg *msgs, int n, chat_ending ending,
-                          size_t *len, wk_text_range **plain, int *n_plain) {
+bool chat_template_thinks(const char *t) {
+    return t && strstr(t, "enable_thinking is false") && strstr(t, "<think>\\n\\n</think>\\n\\n");
+}
+
+char *chat_render_with(chat_format f, const chat_extras *x, const chat_msg *msgs, int n, chat_ending ending, size_t *len,
+                       wk_text_range **plain, int *n_plain) {
+    const char *default_system = x ? x->default_system : NULL;
     render r = {0};
     bool ok = text_buf_add(&r.b, "", 0);
     const bool open_reply = ending == CHAT_OPEN_REPLY;
@@ -320,6 +325,7 @@ char *chat_render_default(chat_format f, const char *default_system, const chat_
             if (closes(msgs, n, i, ending)) ok &= tmpl(&r, "<|im_end|>\n");
         }
         if (open_reply) ok &= tmpl(&r, "<|im_start|>assistant\n");
+        if (open_reply && x && x->no_thinking) ok &= tmpl(&r, "<think>\n\n</think>\n\n");
         break;
     }
     if (!ok) {

@@ -56,9 +56,17 @@ const char *chat_format_name(chat_format f);
  * a user typing "<start_of_turn>" cannot forge a turn. NULL (and *plain NULL) when out of memory. */
 char *chat_render(chat_format f, const chat_msg *msgs, int n, chat_ending ending, size_t *len, wk_text_range **plain,
                   int *n_plain);
-/* chat_render with the template's default system text (chat_default_system; NULL: none), written
- * as the template writes it when the first message is not a system message (ChatML, Mistral v7). */
-char *chat_render_default(chat_format f, const char *default_system, const chat_msg *msgs, int n, chat_ending ending,
-                          size_t *len, wk_text_range **plain, int *n_plain);
+/* What a model's template adds beyond its format's turns. */
+typedef struct chat_extras {
+    const char *default_system; /* chat_default_system's text, or NULL */
+    bool no_thinking;           /* Qwen 3's enable_thinking false: an empty think block opens the reply */
+} chat_extras;
+/* chat_render with x (NULL: none): the default system text written as the template writes it when
+ * the first message is not a system message (ChatML, Mistral v7); the empty think block after
+ * ChatML's reply opening. */
+char *chat_render_with(chat_format f, const chat_extras *x, const chat_msg *msgs, int n, chat_ending ending, size_t *len,
+                       wk_text_range **plain, int *n_plain);
+/* Whether a ChatML template turns enable_thinking false into an empty think block (Qwen 3's). */
+bool chat_template_thinks(const char *jinja_template);
 
 #endif

@@ -3,6 +3,7 @@
  * clients send fields that servers may not know. */
 #include "api/openai_request.h"
 
+#include <ctype.h>
 #include <math.h>
 #include <stdarg.h>
 #include <stdio.h>
@@ -232,6 +233,42 @@ static bool parse_chat_ending(const cJSON *root, const chat_msg *cm, int n, chat
     return true;
 }
 
+/* Whether the template names `key` as a whole identifier (so a Jinja rendering would read it). */
+static bool template_names(const char *t, const char *key) {
+    const size_t n = strlen(key);
+    for (const char *p = t && n ? strstr(t, key) : NULL; p; p = strstr(p + 1, key)) {
+        const bool before = p > t && (isalnum((unsigned char)p[-1]) || p[-1] == '_');
+        const bool after = isalnum((unsigned char)p[n]) || p[n] == '_';
+        if (!before && !after) return true;
+    }
+    return false;
+}
+
+/* vLLM's chat_template_kwargs: variables a Jinja template would read. Qwen 3's enable_thinking is
+ * honoured; one the model's template reads otherwise cannot be (the template is not executed)
+ * and is refused; one it does not name changes nothing in a Jinja rendering either, so none here. */
+static bool parse_template_kwargs(const cJSON *root, const api_model *md, chat_extras *x, api_error *e) {
+    const cJSON *kw = openai_field(root, "chat_template_kwargs"), *item;
+    if (kw && !cJSON_IsObject(kw))
+        return openai_fail(e, 400, "chat_template_kwargs", "invalid_type", "chat_template_kwargs must be an object, not %s",
+                           openai_type_name(kw));
+    cJSON_ArrayForEach(item, kw) {
+        if (cJSON_IsNull(item)) continue;
+        if (!strcmp(item->string, "enable_thinking") && md->chat == CHAT_CHATML && chat_template_thinks(md->chat_template)) {
+            if (!cJSON_IsBool(item))
+                return openai_fail(e, 400, "chat_template_kwargs", "invalid_type",
+                                   "chat_template_kwargs.enable_thinking must be a boolean, not %s", openai_type_name(item));
+            x->no_thinking = cJSON_IsFalse(item);
+        } else if (template_names(md->chat_template, item->string)) {
+            return openai_fail(e, 400, "chat_template_kwargs", "unsupported_value",
+                               "chat_template_kwargs.%.64s: the model's template reads it, but this server renders the "
+                               "template's format natively and cannot apply it",
+                               item->string);
+        }
+    }
+    return true;
+}
+
 static bool parse_messages(const cJSON *root, const api_model *md, gen_params *g, api_error *e) {
     const cJSON *msgs = openai_field(root, "messages");
     if (!msgs) return openai_fail(e, 400, "messages", "missing_required_parameter", "messages is required");
@@ -280,10 +317,10 @@ static bool parse_messages(const cJSON *root, const api_model *md, gen_params *g
         i++;
     }
     chat_ending ending = CHAT_OPEN_REPLY;
-    if (ok) ok = parse_chat_ending(root, cm, n, &ending, e);
+    chat_extras extras = {.default_system = md->chat_default_system};
+    if (ok) ok = parse_chat_ending(root, cm, n, &ending, e) && parse_template_kwargs(root, md, &extras, e);
     if (ok) {
-        g->prompt_text = chat_render_default(md->chat, md->chat_default_system, cm, n, ending, &g->prompt_len, &g->plain,
-                                             &g->n_plain);
+        g->prompt_text = chat_render_with(md->chat, &extras, cm, n, ending, &g->prompt_len, &g->plain, &g->n_plain);
         g->add_special = true;
         if (!g->prompt_text) ok = openai_fail(e, 500, NULL, NULL, "out of memory");
         /* Where the leading system messages' words end (every format renders messages' words in

@@ -60,7 +60,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
     int n_plain = -1;
     size_t len = 0;
     const chat_ending ending = (chat_ending)(data[0] / CHAT_FORMAT_COUNT % 3);
-    char *out = chat_render_default(f, default_system, msgs, n, ending, &len, &plain, &n_plain);
+    char *out = chat_render_with(f, &(chat_extras){.default_system = default_system, .no_thinking = data[0] & 0x80}, msgs, n, ending, &len, &plain, &n_plain);
     if (out) {
         FUZZ_CHECK(out[len] == 0);
         FUZZ_CHECK(n_plain >= 0 && n_plain <= n);
@@ -107,9 +107,10 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
             "<start_of_turn>model\n", "<|start_header_id|>assistant<|end_header_id|>\n\n", "<|im_start|>assistant\n",
             "<|start_header_id|>assistant<|end_header_id|>\n\n", "<|start_header_id|>assistant<|end_header_id|>\n\n",
             "", "", "", "", "", ""};
-        const size_t ol = strlen(opening[f]);
+        const char *open = f == CHAT_CHATML && (data[0] & 0x80) ? "<|im_start|>assistant\n<think>\n\n</think>\n\n" : opening[f];
+        const size_t ol = strlen(open);
         if (ol > 0 && len >= ol) {
-            const bool opened = memcmp(out + len - ol, opening[f], ol) == 0;
+            const bool opened = memcmp(out + len - ol, open, ol) == 0;
             if (ending == CHAT_OPEN_REPLY) FUZZ_CHECK(opened);
             else if (n_plain == 0 || plain[n_plain - 1].off + plain[n_plain - 1].len < len - ol) FUZZ_CHECK(!opened);
         }

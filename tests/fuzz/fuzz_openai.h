@@ -50,8 +50,13 @@ static inline void fz_check_gen(const gen_params *g, bool chat) {
 /* Validates body as a request to endpoint ep of a server with model "m" (alias "alias"),
  * context 2048 and chat format `fmt`. */
 static inline void fz_openai(fz_endpoint ep, chat_format fmt, const char *body, size_t len) {
+    /* ChatML as Qwen 3's: a default system text, enable_thinking honoured, another variable its
+     * template reads (refused when a request sets it). */
     api_model m = {.id = "m", .alias = "alias", .max_ctx = 2048, .chat = fmt,
-                   .chat_default_system = fmt == CHAT_CHATML ? "You are a helpful assistant." : NULL};
+                   .chat_default_system = fmt == CHAT_CHATML ? "You are a helpful assistant." : NULL,
+                   .chat_template = fmt == CHAT_CHATML ? "{%- if enable_thinking is defined and enable_thinking is false %}"
+                                                         "{{- '<think>\\n\\n</think>\\n\\n' }}{%- endif %}{{ tone }}"
+                                                       : NULL};
     api_error err;
     memset(&err, 0, sizeof err);
     if (ep == FZ_EP_COMPLETIONS || ep == FZ_EP_CHAT) {

@@ -249,6 +249,8 @@ def test_a_nul_makes_another_model_name(server, model_id):
     ("/v1/chat/completions", {"messages": [{"role": "user", "content": "x"}], "add_generation_prompt": 1},
      "add_generation_prompt"),
     ("/v1/chat/completions", {"messages": [{"role": "user", "content": "x"}], "echo": True}, "echo"),
+    ("/v1/chat/completions", {"messages": [{"role": "user", "content": "x"}], "chat_template_kwargs": [1]},
+     "chat_template_kwargs"),
 ])
 def test_request_fields(server, path, body, param):
     assert_error(post(server, path, body), 400, param)
@@ -265,7 +267,10 @@ def test_fields_that_stay_accepted(server):
                                {"role": "user", "content": "y"}],
                   "functions": [], "function_call": "auto", "modalities": ["text"], "audio": None,
                   "add_generation_prompt": True, "continue_final_message": False, "echo": False,
-                  "parallel_tool_calls": True, "max_tokens": 1}):
+                  "parallel_tool_calls": True, "max_tokens": 1},
+                 # vLLM's template variables: the default model's template (its architecture's) reads none
+                 {"messages": [{"role": "user", "content": "x"}], "max_tokens": 1,
+                  "chat_template_kwargs": {"enable_thinking": False, "tone": "dry", "x": None}}):
         r = post(server, "/v1/chat/completions", body)
         assert r.status_code == 200, r.text
     r = post(server, "/v1/completions", {"prompt": "x", "logit_bias": {"0": 1, "5": -1}, "max_tokens": 1})
