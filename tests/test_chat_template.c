@@ -123,8 +123,9 @@ static void test_default_system(void) {
         "        {{- '<|im_start|>system\\nYou are Qwen, created by Alibaba Cloud. You are a helpful assistant."
         "<|im_end|>\\n' }}\n"
         "    {%- endif %}";
-    char *d = chat_default_system(qwen25);
-    CHECK(d && !strcmp(d, "You are Qwen, created by Alibaba Cloud. You are a helpful assistant."));
+    bool dated = true;
+    char *d = chat_default_system(qwen25, &dated);
+    CHECK(d && !strcmp(d, "You are Qwen, created by Alibaba Cloud. You are a helpful assistant.") && !dated);
     /* The template's rendering of a conversation without a system message (jinja2, as above). */
     size_t len = 0;
     wk_text_range *plain = NULL;
@@ -142,11 +143,11 @@ static void test_default_system(void) {
     free(plain);
     free(d);
     /* Computed turns and unterminated literals are not defaults; escapes are undone. */
-    CHECK(chat_default_system("{{- '<|im_start|>system\\n' + messages[0]['content'] + '<|im_end|>\\n' }}") == NULL);
-    CHECK(chat_default_system("{{- '<|im_start|>system\\nYou are {{ name }}.<|im_end|>\\n' }}") == NULL);
-    CHECK(chat_default_system("'<|im_start|>system\\nunterminated") == NULL);
-    CHECK(chat_default_system(NULL) == NULL);
-    d = chat_default_system("{{ \"<|im_start|>system\\nYou\\'re \\\"here\\\".\\tOk<|im_end|>\\n\" }}");
+    CHECK(chat_default_system("{{- '<|im_start|>system\\n' + messages[0]['content'] + '<|im_end|>\\n' }}", NULL) == NULL);
+    CHECK(chat_default_system("{{- '<|im_start|>system\\nYou are {{ name }}.<|im_end|>\\n' }}", NULL) == NULL);
+    CHECK(chat_default_system("'<|im_start|>system\\nunterminated", NULL) == NULL);
+    CHECK(chat_default_system(NULL, NULL) == NULL);
+    d = chat_default_system("{{ \"<|im_start|>system\\nYou\\'re \\\"here\\\".\\tOk<|im_end|>\\n\" }}", NULL);
     CHECK(d && !strcmp(d, "You're \"here\".\tOk"));
     free(d);
     /* Mistral Small 3.2's form: literals joined with the date it sets from strftime_now. */
@@ -156,9 +157,9 @@ static void test_default_system(void) {
     CHECK(localtime_r(&now, &tm) != NULL);
     strftime(date, sizeof date, "%Y-%m-%d", &tm);
     d = chat_default_system("{%- set today = strftime_now(\"%Y-%m-%d\") %}\n{%- set default_system_message = \"You are "
-                            "M.\\nThe current date is \" + today + \".\" %}\n{{- bos_token }}");
+                            "M.\\nThe current date is \" + today + \".\" %}\n{{- bos_token }}", &dated);
     snprintf(want, sizeof want, "You are M.\nThe current date is %s.", date);
-    CHECK(d && !strcmp(d, want));
+    CHECK(d && !strcmp(d, want) && dated); /* dated: the server computes it again for each prompt */
     if (d) {
         got = chat_render_with(CHAT_MISTRAL_V7_TEKKEN, &(chat_extras){.default_system = d}, k_conversation + 1, 1, CHAT_OPEN_REPLY, &len, &plain, &n_plain);
         snprintf(want, sizeof want, "[SYSTEM_PROMPT]You are M.\nThe current date is %s.[/SYSTEM_PROMPT][INST]Hi[/INST]", date);
@@ -168,10 +169,10 @@ static void test_default_system(void) {
     }
     free(d);
     /* Ministral 3's and Devstral's: one literal; a variable the template does not set: none. */
-    d = chat_default_system("{%- set default_system_message = 'Think first.\\n\\nThen answer.' %}");
+    d = chat_default_system("{%- set default_system_message = 'Think first.\\n\\nThen answer.' %}", NULL);
     CHECK(d && !strcmp(d, "Think first.\n\nThen answer."));
     free(d);
-    CHECK(chat_default_system("{%- set default_system_message = 'a' + name %}") == NULL);
+    CHECK(chat_default_system("{%- set default_system_message = 'a' + name %}", NULL) == NULL);
 }
 
 /* Qwen 3's enable_thinking false: an empty think block opens the reply (its template, jinja2). */

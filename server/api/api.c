@@ -142,7 +142,9 @@ static void on_ready(api_server *a) {
     a->model.alias = ms->name;
     a->model.max_ctx = ms->max_ctx;
     a->model.chat = chat_format_detect(ms->chat_template, ms->arch);
-    a->model.chat_default_system = chat_default_system(ms->chat_template); /* used by ChatML and Mistral v7 */
+    /* What the template adds, read once (used by ChatML and Mistral v7; a dated one again per prompt). */
+    a->model.chat_default_system = chat_default_system(ms->chat_template, &a->model.chat_default_dated);
+    a->model.chat_thinks = a->model.chat == CHAT_CHATML && chat_template_thinks(ms->chat_template);
     a->model.chat_template = ms->chat_template;
     a->model.sampling = &a->cfg.sampling;
     a->ready = true;

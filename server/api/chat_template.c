@@ -226,7 +226,7 @@ static const char *skip_blanks(const char *p) {
 }
 
 /* A date a template computes with {% set NAME = strftime_now("FMT") %}, as its rendering would now. */
-static bool strftime_variable(const char *t, const char *name, size_t name_len, text_buf *out) {
+static bool strftime_variable(const char *t, const char *name, size_t name_len, text_buf *out, bool *dated) {
     char pattern[80];
     snprintf(pattern, sizeof pattern, "set %.*s = strftime_now(", (int)name_len, name);
     const char *p = strstr(t, pattern);
@@ -238,12 +238,13 @@ static bool strftime_variable(const char *t, const char *name, size_t name_len, 
     time_t now = time(NULL);
     struct tm tm;
     size_t n = localtime_r(&now, &tm) ? strftime(date, sizeof date, fmt, &tm) : 0;
+    *dated = true;
     return n > 0 && text_buf_add(out, date, n);
 }
 
 /* Mistral's v7 templates: {% set default_system_message = 'a' + today + 'b' %}, literals joined
  * with variables the template sets from strftime_now (Small 3.2's date). */
-static bool mistral_default(const char *t, text_buf *out) {
+static bool mistral_default(const char *t, text_buf *out, bool *dated) {
     static const char set[] = "set default_system_message =";
     const char *p = strstr(t, set);
     if (!p) return false;
@@ -254,7 +255,7 @@ static bool mistral_default(const char *t, text_buf *out) {
         } else {
             size_t n = 0;
             while (p[n] == '_' || (p[n] >= 'a' && p[n] <= 'z') || (p[n] >= 'A' && p[n] <= 'Z')) n++;
-            if (n == 0 || !strftime_variable(t, p, n, out)) return false;
+            if (n == 0 || !strftime_variable(t, p, n, out, dated)) return false;
             end = p + n;
         }
         p = skip_blanks(end);
@@ -262,9 +263,12 @@ static bool mistral_default(const char *t, text_buf *out) {
     }
 }
 
-char *chat_default_system(const char *t) {
+char *chat_default_system(const char *t, bool *dated) {
     text_buf b = {0};
-    bool ok = t && (chatml_default(t, &b) || (b.len = 0, mistral_default(t, &b))) && b.len > 0 && text_buf_add(&b, "", 0);
+    bool has_date = false;
+    bool ok = t && (chatml_default(t, &b) || (b.len = 0, mistral_default(t, &b, &has_date))) && b.len > 0 &&
+              text_buf_add(&b, "", 0);
+    if (dated) *dated = ok && has_date;
     if (!ok) text_buf_free(&b);
     return ok ? b.p : NULL;
 }

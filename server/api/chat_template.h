@@ -45,8 +45,9 @@ chat_format chat_format_detect(const char *jinja_template, const char *arch);
  * system turn (Qwen 2 and 2.5: "You are Qwen, created by Alibaba Cloud. You are a helpful
  * assistant."), or a Mistral v7 template's default_system_message (Small 3.x, Devstral, Ministral
  * 3: literals joined with dates it takes from strftime_now, computed now). Its text (malloc'd, the
- * template's string escapes undone), or NULL when the template has none we can read. */
-char *chat_default_system(const char *jinja_template);
+ * template's string escapes undone), or NULL when the template has none we can read. *dated (when
+ * not NULL) says whether it holds a date, so that the caller computes it again for each prompt. */
+char *chat_default_system(const char *jinja_template, bool *dated);
 const char *chat_format_name(chat_format f);
 /* The prompt (malloc'd, NUL-terminated; its length in *len, since a message may hold NUL bytes),
  * ending as `ending` says (CHAT_OPEN_REPLY: the assistant turn's opening, so the model answers;

@@ -254,7 +254,7 @@ static bool parse_template_kwargs(const cJSON *root, const api_model *md, chat_e
                            openai_type_name(kw));
     cJSON_ArrayForEach(item, kw) {
         if (cJSON_IsNull(item)) continue;
-        if (!strcmp(item->string, "enable_thinking") && md->chat == CHAT_CHATML && chat_template_thinks(md->chat_template)) {
+        if (!strcmp(item->string, "enable_thinking") && md->chat_thinks) {
             if (!cJSON_IsBool(item))
                 return openai_fail(e, 400, "chat_template_kwargs", "invalid_type",
                                    "chat_template_kwargs.enable_thinking must be a boolean, not %s", openai_type_name(item));
@@ -317,7 +317,9 @@ static bool parse_messages(const cJSON *root, const api_model *md, gen_params *g
         i++;
     }
     chat_ending ending = CHAT_OPEN_REPLY;
-    chat_extras extras = {.default_system = md->chat_default_system};
+    /* A default holding a date (Mistral Small 3.2's) is today's, not the day the server started. */
+    char *dated_default = md->chat_default_dated ? chat_default_system(md->chat_template, NULL) : NULL;
+    chat_extras extras = {.default_system = dated_default ? dated_default : md->chat_default_system};
     if (ok) ok = parse_chat_ending(root, cm, n, &ending, e) && parse_template_kwargs(root, md, &extras, e);
     if (ok) {
         g->prompt_text = chat_render_with(md->chat, &extras, cm, n, ending, &g->prompt_len, &g->plain, &g->n_plain);
@@ -333,6 +335,7 @@ static bool parse_messages(const cJSON *root, const api_model *md, gen_params *g
     for (int k = 0; texts && k < n; k++) text_buf_free(&texts[k]);
     free(texts);
     free(cm);
+    free(dated_default);
     return ok;
 }
 

@@ -36,6 +36,8 @@ typedef struct api_model {
     int max_ctx;
     chat_format chat;
     const char *chat_default_system; /* the template's own system text for chats without one, or NULL */
+    bool chat_default_dated;         /* it holds a date: computed again from chat_template for each prompt */
+    bool chat_thinks;                /* the template takes Qwen 3's enable_thinking (chat_template_thinks) */
     const char *chat_template;       /* the model's Jinja template (what chat_template_kwargs may name), or NULL */
     const api_sampling *sampling; /* defaults of omitted fields; NULL: OpenAI's (temperature 1, the rest off) */
 } api_model;

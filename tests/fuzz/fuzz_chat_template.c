@@ -38,7 +38,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
     /* A default system text found in the input is a non-empty string (not bounded by the input:
      * a date the template computes may be longer than its format); it is the system turn of the
      * ChatML and Mistral v7 renderings below. */
-    char *default_system = chat_default_system(s + 1);
+    char *default_system = chat_default_system(s + 1, NULL);
     if (default_system) FUZZ_CHECK(default_system[0] != 0);
 
     static const char *const roles[] = {"system", "developer", "user", "assistant"};

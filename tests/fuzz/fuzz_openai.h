@@ -54,6 +54,7 @@ static inline void fz_openai(fz_endpoint ep, chat_format fmt, const char *body, 
      * template reads (refused when a request sets it). */
     api_model m = {.id = "m", .alias = "alias", .max_ctx = 2048, .chat = fmt,
                    .chat_default_system = fmt == CHAT_CHATML ? "You are a helpful assistant." : NULL,
+                   .chat_thinks = fmt == CHAT_CHATML,
                    .chat_template = fmt == CHAT_CHATML ? "{%- if enable_thinking is defined and enable_thinking is false %}"
                                                          "{{- '<think>\\n\\n</think>\\n\\n' }}{%- endif %}{{ tone }}"
                                                        : NULL};
