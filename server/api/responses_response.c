@@ -80,7 +80,6 @@ static cJSON *response(call *k, bool done) {
     cJSON_AddTrueToObject(o, "parallel_tool_calls");
     cJSON_AddNullToObject(o, "previous_response_id");
     cJSON_AddFalseToObject(o, "store"); /* nothing is kept here */
-    cJSON_AddStringToObject(cJSON_AddObjectToObject(cJSON_AddObjectToObject(o, "text"), "format"), "type", "text");
     cJSON_AddArrayToObject(o, "tools");
     cJSON_AddStringToObject(o, "truncation", "disabled");
     const cJSON *field;

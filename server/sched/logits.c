@@ -3,6 +3,7 @@
 #include "sched/logits.h"
 
 #include <math.h>
+#include <stdbool.h>
 
 void logits_penalize(float *logits, const int32_t *prompt, int n_prompt, const int32_t *gen, int n_gen,
                      float presence, float frequency, float repetition, int last_n, int *scratch) {
@@ -66,4 +67,46 @@ float logits_logprobs(const float *logits, int n_vocab, int32_t chosen, int n_to
     }
     for (int i = 0; i < have; i++) top_logprobs[i] -= lse;
     return logits[chosen] - lse;
+}
+
+/* (logit, id) before another in the sampler's order. */
+static bool ranks_before(const float *l, int32_t a, int32_t b) { return l[a] > l[b] || (l[a] == l[b] && a < b); }
+
+/* Restores the min-heap (the worst of the kept at the root) below i. */
+static void sift_down(const float *l, int32_t *h, int n, int i) {
+    for (;;) {
+        int a = 2 * i + 1, b = a + 1, w = i;
+        if (a < n && ranks_before(l, h[w], h[a])) w = a;
+        if (b < n && ranks_before(l, h[w], h[b])) w = b;
+        if (w == i) return;
+        int32_t t = h[i];
+        h[i] = h[w];
+        h[w] = t;
+        i = w;
+    }
+}
+
+int logits_best(const float *logits, int n_vocab, int m, int32_t *ids) {
+    int n = 0;
+    for (int32_t i = 0; i < n_vocab && m > 0; i++) {
+        if (!(logits[i] > -INFINITY)) continue;
+        if (n < m) {
+            ids[n++] = i;
+            if (n == m)
+                for (int j = m / 2 - 1; j >= 0; j--) sift_down(logits, ids, n, j);
+        } else if (ranks_before(logits, i, ids[0])) {
+            ids[0] = i;
+            sift_down(logits, ids, n, 0);
+        }
+    }
+    if (n < m) /* never became a heap: any order so far */
+        for (int j = n / 2 - 1; j >= 0; j--) sift_down(logits, ids, n, j);
+    /* heap sort: the worst goes to the end each time, leaving the best first */
+    for (int end = n - 1; end > 0; end--) {
+        int32_t t = ids[0];
+        ids[0] = ids[end];
+        ids[end] = t;
+        sift_down(logits, ids, end, 0);
+    }
+    return n;
 }

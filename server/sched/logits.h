@@ -14,6 +14,10 @@ void logits_penalize(float *logits, const int32_t *prompt, int n_prompt, const i
                      float presence, float frequency, float repetition, int last_n, int *scratch);
 void logits_bias(float *logits, int n_vocab, const int32_t *tokens, const float *values, int n);
 
+/* The (at most) m tokens with the highest finite logits into ids, best first, equal logits lower id
+ * first (the sampler's order); returns how many. */
+int logits_best(const float *logits, int n_vocab, int m, int32_t *ids);
+
 /* log softmax of `chosen`, and the n_top most likely tokens with theirs (best first). */
 float logits_logprobs(const float *logits, int n_vocab, int32_t chosen, int n_top, int32_t *top_tokens,
                       float *top_logprobs);

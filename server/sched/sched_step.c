@@ -4,6 +4,7 @@
  * preemption by recompute when the pool runs out, and the sampled tokens handed to their requests. */
 #include "sched/scheduler_int.h"
 
+#include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -58,9 +59,73 @@ void sched_publish_pool(scheduler *s) {
     metrics_set_pool(s->m, &p);
 }
 
+/* Under a grammar, a sampler that keeps only its top_k best tokens (greedy: 1) draws from the
+ * top_k best *allowed* ones, and those are found by checking the best tokens one by one, which
+ * costs far less than masking the whole vocabulary (a wide-open state, inside a JSON string,
+ * takes 30-40 ms a mask for 262144 tokens). Checked: this many of the best tokens. */
+#define GRAMMAR_SCAN 256
+#define GRAMMAR_SCAN_MAX_K 64
+
+/* Structured output: a token the grammar allows, drawn from the model's distribution restricted
+ * to what the grammar allows (vLLM's and xgrammar's rule, not llama.cpp's draw-then-resample).
+ * When the sampler keeps the top k (greedy or top_k <= GRAMMAR_SCAN_MAX_K) and the k best allowed
+ * tokens are among the GRAMMAR_SCAN best, the row keeps only those: the sampler then sees exactly
+ * what it would after the full mask. Otherwise the whole row is masked. *lp_row: the row before
+ * the mask, which logprobs report (the model's own probabilities, vLLM's default). false: r
+ * failed (and is freed). */
+static bool constrained_pick(scheduler *s, req *r, float *row, const float **lp_row, int32_t *tok) {
+    const int nv = s->info->n_vocab;
+    if (r->g.logprobs >= 0) {
+        if (!s->unmasked && !(s->unmasked = malloc((size_t)nv * sizeof *s->unmasked))) {
+            req_fail(s, r, "out of memory", WK_ERR_NOMEM, NULL);
+            return false;
+        }
+        memcpy(s->unmasked, row, (size_t)nv * sizeof *row);
+        *lp_row = s->unmasked;
+    }
+    const wk_sampler_params *sp = &r->g.sampling;
+    int k = sp->temperature <= 0.0f ? 1 : sp->top_k > 0 && sp->top_k <= GRAMMAR_SCAN_MAX_K ? sp->top_k : 0;
+    if (k > 0) {
+        int32_t best[GRAMMAR_SCAN], keep[GRAMMAR_SCAN_MAX_K];
+        float keep_logit[GRAMMAR_SCAN_MAX_K];
+        int n = logits_best(row, nv, GRAMMAR_SCAN, best), found = 0;
+        for (int i = 0; i < n && found < k; i++)
+            if (wk_matcher_allows(r->matcher, best[i])) keep[found++] = best[i];
+        if (found == k || (n < GRAMMAR_SCAN && found > 0)) { /* the k best allowed, or every allowed finite token */
+            for (int i = 0; i < found; i++) keep_logit[i] = row[keep[i]];
+            for (int i = 0; i < nv; i++) row[i] = -INFINITY;
+            for (int i = 0; i < found; i++) row[keep[i]] = keep_logit[i];
+            *tok = wk_sampler_sample(r->sampler, row);
+            return true;
+        }
+    }
+    int allowed = wk_matcher_mask(r->matcher, row);
+    if (allowed <= 0) {
+        req_fail(s, r, "structured output", allowed < 0 ? allowed : WK_ERR_UNSUPPORTED,
+                 allowed == WK_ERR_UNSUPPORTED ? "the grammar is too ambiguous here (more than 4096 parse stacks)"
+                 : allowed < 0                 ? NULL
+                                               : "the grammar allows no token of this model's vocabulary here");
+        return false;
+    }
+    *tok = wk_sampler_sample(r->sampler, row);
+    return true;
+}
+
 /* A sampled token: record, show its text, decide whether the request ends. */
-static void take_token(scheduler *s, req *r, const float *row) {
-    int32_t tok = wk_sampler_sample(r->sampler, row);
+static void take_token(scheduler *s, req *r, float *row) {
+    const float *lp_row = row;
+    int32_t tok;
+    if (!r->matcher) tok = wk_sampler_sample(r->sampler, row);
+    else if (!constrained_pick(s, r, row, &lp_row, &tok)) return;
+    if (r->matcher) {
+        wk_status st = wk_matcher_accept(r->matcher, tok);
+        if (st != WK_OK) {
+            req_fail(s, r, "structured output", st,
+                     st == WK_ERR_UNSUPPORTED ? "the grammar is too ambiguous here (more than 4096 parse stacks)"
+                                              : "the sampled token does not continue the grammar");
+            return;
+        }
+    }
     double now = mono_now_s(), prev = r->t_last;
     if (r->t_first == 0) r->t_first = now;
     r->t_last = now;
@@ -93,7 +158,7 @@ static void take_token(scheduler *s, req *r, const float *row) {
         ev->n_logprobs = 1;
         lp->token = tok;
         lp->n_top = r->g.logprobs;
-        lp->logprob = logits_logprobs(row, s->info->n_vocab, tok, lp->n_top, lp->top_token, lp->top_logprob);
+        lp->logprob = logits_logprobs(lp_row, s->info->n_vocab, tok, lp->n_top, lp->top_token, lp->top_logprob);
         lp->piece = sched_dup_piece(s, tok, &lp->piece_len);
         for (int i = 0; i < lp->n_top; i++) lp->top_piece[i] = sched_dup_piece(s, lp->top_token[i], &lp->top_piece_len[i]);
     }
@@ -106,6 +171,7 @@ static void take_token(scheduler *s, req *r, const float *row) {
     sched_ev_post(s, ev);
     if (oom) req_fail(s, r, "out of memory", WK_ERR_NOMEM, NULL);
     else if (stopped) req_finish(s, r, "stop");
+    else if (r->matcher && wk_matcher_finished(r->matcher)) req_finish(s, r, "stop"); /* nothing may follow */
     else if (r->n_gen >= r->max_tokens || wk_seq_len(r->seq) >= s->info->max_ctx) req_finish(s, r, "length");
     else {
         r->last = tok;

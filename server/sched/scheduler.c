@@ -24,6 +24,7 @@ void gen_params_free(gen_params *g) {
     free(g->prompt_tokens);
     free(g->bias_tokens);
     free(g->bias_values);
+    free(g->grammar);
     for (int i = 0; i < g->n_stop; i++) free(g->stop[i]);
     memset(g, 0, sizeof *g);
 }
@@ -275,6 +276,8 @@ out:
     while (s->waiting) req_finish(s, s->waiting, "abort");
     free(s->logits);
     free(s->scratch);
+    free(s->unmasked);
+    wk_grammar_vocab_destroy(s->grammar_vocab);
     free(s->piece);
     free(s->items);
     free(s->item_req);

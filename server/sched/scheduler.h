@@ -44,6 +44,8 @@ typedef struct gen_params {
     size_t stop_len[SCHED_MAX_STOP];
     int n_stop;
     int logprobs; /* -1: none; else the number of alternatives per token (0..SCHED_MAX_TOP_LOGPROBS) */
+    char *grammar; /* owned: GBNF the output must be a sentence of (structured output), grammar_len bytes; NULL: none */
+    size_t grammar_len;
 } gen_params;
 
 void gen_params_free(gen_params *g);

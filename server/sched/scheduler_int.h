@@ -10,6 +10,7 @@
 #include "sched/kv_budget.h"
 #include "sched/scheduler.h"
 #include "sched/text_stream.h"
+#include "wushkv/grammar.h"
 
 typedef enum { R_WAITING, R_PREFILL, R_DECODE } req_state;
 
@@ -25,6 +26,8 @@ typedef struct req {
     req_state state;
     wk_seq *seq;
     wk_sampler *sampler;
+    wk_grammar *grammar; /* structured output (g.grammar compiled) and where the output stands in it; NULL: none */
+    wk_matcher *matcher;
     /* Prefill source: the prompt, or after a preemption prompt + generated tokens (replay,
      * owned). n_fill tokens of it; n_prefilled already in the KV cache; chunk in this step's item. */
     int32_t *replay;
@@ -75,6 +78,8 @@ struct scheduler {
     int n_waiting, n_running;
     float *logits; /* max_seqs rows of n_vocab */
     int *scratch;  /* n_vocab zeros for logits_penalize */
+    wk_grammar_vocab *grammar_vocab; /* the vocabulary decoded for grammars: made by the first request with one */
+    float *unmasked;                 /* n_vocab: a row before its grammar mask, for its logprobs */
     char *piece;
     int piece_cap;
     wk_batch_item *items;

@@ -1,6 +1,7 @@
 /* OpenAI request validation as the HTTP and OpenAI-request fuzz targets drive it: a body for one
- * endpoint through server/api/openai_request.c (responses_request.c for the Responses API), with
- * the invariants of what it returns. Header-only
+ * endpoint through server/api/openai_request.c (responses_request.c for the Responses API; the
+ * structured-output fields through structured_output.c and the JSON Schema, regex and choice
+ * converters), with the invariants of what it returns. Header-only
  * (static functions): each target includes it once. */
 #ifndef WK_FUZZ_OPENAI_H
 #define WK_FUZZ_OPENAI_H
@@ -10,6 +11,7 @@
 #include <string.h>
 
 #include "api/openai_request.h"
+#include "wushkv/grammar.h"
 
 #define FZ_CHECK(c)                                                                       \
     do {                                                                                  \
@@ -45,6 +47,14 @@ static inline void fz_check_gen(const gen_params *g, bool chat) {
     for (int i = 0; i < g->n_stop; i++) FZ_CHECK(g->stop[i] != NULL);
     FZ_CHECK(g->n_bias >= 0 && (g->n_bias == 0 || (g->bias_tokens && g->bias_values)));
     FZ_CHECK(g->logprobs >= -1 && g->logprobs <= SCHED_MAX_TOP_LOGPROBS);
+    /* an accepted constraint is a grammar the engine compiles (the scheduler compiles it again) */
+    if (g->grammar) {
+        wk_grammar *gr = NULL;
+        char err[WK_ERRMSG_LEN];
+        wk_status st = wk_grammar_parse(g->grammar, g->grammar_len, &gr, err, sizeof err);
+        FZ_CHECK(st == WK_OK || st == WK_ERR_NOMEM);
+        wk_grammar_free(gr);
+    } else FZ_CHECK(g->grammar_len == 0);
 }
 
 /* Validates body as a request to endpoint ep of a server with model "m" (alias "alias"),

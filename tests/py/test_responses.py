@@ -118,7 +118,7 @@ def test_raw_sse_framing(server, model_id):
     ({"conversation": "conv_1"}, "conversation"),
     ({"background": True}, "background"),
     ({"truncation": "auto"}, "truncation"),
-    ({"text": {"format": {"type": "json_object"}}}, "text.format"),
+    ({"text": {"format": {"type": "xml"}}}, "text.format"),
     ({"tools": [{"type": "function", "name": "f", "parameters": {}}]}, "tools"),
     ({"include": ["reasoning.encrypted_content"]}, "include"),
     ({"input": [{"type": "function_call_output", "call_id": "c", "output": "x"}]}, "input"),

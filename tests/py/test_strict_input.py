@@ -207,19 +207,19 @@ def test_a_nul_makes_another_model_name(server, model_id):
     ("/v1/chat/completions", {"messages": [{"role": "user", "content": []}]}, "messages"),
     ("/v1/chat/completions", {"messages": [{"role": "user", "content": "x", "name": 5}]}, "messages"),
     ("/v1/chat/completions", {"messages": [{"role": "user\u0000", "content": "x"}]}, "messages"),
-    # Constrained output is refused on both endpoints, in OpenAI's field and in vLLM's and llama.cpp's.
-    ("/v1/completions", {"prompt": "x", "response_format": {"type": "json_object"}}, "response_format"),
+    # Constraints that are malformed, on both endpoints, in OpenAI's field and in vLLM's and llama.cpp's
+    # (test_structured_output.py has the rest).
+    ("/v1/completions", {"prompt": "x", "response_format": {"type": "json"}}, "response_format"),
     ("/v1/chat/completions", {"messages": [{"role": "user", "content": "x"}],
-                              "response_format": {"type": "json_schema", "json_schema": {"name": "a"}}},
-     "response_format"),
-    ("/v1/completions", {"prompt": "x", "guided_json": {"type": "object"}}, "guided_json"),
-    ("/v1/completions", {"prompt": "x", "guided_regex": "[0-9]+"}, "guided_regex"),
-    ("/v1/chat/completions", {"messages": [{"role": "user", "content": "x"}], "guided_choice": ["a", "b"]},
+                              "response_format": {"type": "json_schema", "json_schema": "a"}}, "response_format"),
+    ("/v1/completions", {"prompt": "x", "guided_json": 5}, "guided_json"),
+    ("/v1/completions", {"prompt": "x", "guided_regex": "[0-9"}, "guided_regex"),
+    ("/v1/chat/completions", {"messages": [{"role": "user", "content": "x"}], "guided_choice": "a"},
      "guided_choice"),
-    ("/v1/completions", {"prompt": "x", "guided_grammar": "root ::= \"a\""}, "guided_grammar"),
-    ("/v1/completions", {"prompt": "x", "structured_outputs": {"regex": "a"}}, "structured_outputs"),
-    ("/v1/completions", {"prompt": "x", "grammar": "root ::= \"a\""}, "grammar"),
-    ("/v1/chat/completions", {"messages": [{"role": "user", "content": "x"}], "json_schema": {"type": "object"}},
+    ("/v1/completions", {"prompt": "x", "guided_grammar": "root ::= \"a"}, "guided_grammar"),
+    ("/v1/completions", {"prompt": "x", "structured_outputs": {"regex": 1}}, "structured_outputs"),
+    ("/v1/completions", {"prompt": "x", "grammar": "start ::= \"a\""}, "grammar"),
+    ("/v1/chat/completions", {"messages": [{"role": "user", "content": "x"}], "json_schema": [1]},
      "json_schema"),
     # Function calling in its deprecated form and in a past turn, output other than text, switches
     # whose non-default value cannot be honoured: refused, never dropped unseen.

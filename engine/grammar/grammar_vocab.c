@@ -1,0 +1,321 @@
+/* Grammar-constrained sampling: the vocabulary's texts decoded once, and a matcher that follows one
+ * generation through its grammar, masks the logits of every token the grammar does not allow
+ * next, and moves past the sampled token. The mask walks all candidate tokens together, one code
+ * point at a time, partitioning them by the character class at each stack's top, so the work
+ * follows the grammar's branching and the vocabulary's total length, not tokens x stacks x steps. */
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "grammar/grammar_int.h"
+
+#define CP_END UINT32_MAX /* ends each token's code points (U+0000 is a character a grammar may want) */
+
+enum { TOK_TEXT = 0, TOK_EMPTY = 1, TOK_EOG = 2, TOK_RAW = 3 /* not UTF-8 on its own: only after a cut sequence */ };
+
+struct wk_grammar_vocab {
+    int n;
+    uint32_t max_len; /* the longest token's bytes: bounds the mask walk's depth */
+    uint8_t *kind;
+    uint32_t *cp, *cp_off; /* TOK_TEXT: the code points from cp + cp_off[t], ended by CP_END */
+    utf8_pending *tail;    /* TOK_TEXT: the sequence its text leaves cut at its end */
+    char *raw;             /* every token's bytes, for decoding after a cut sequence */
+    uint32_t *raw_off, *raw_len;
+};
+
+/* A token in the mask walk: at depth d its next code point is cps[at + d] (cps: the vocabulary's
+ * decoded texts, or this step's decoding after a cut sequence), so stepping costs nothing. */
+typedef struct cand {
+    int32_t tok;
+    uint32_t at;
+} cand;
+
+struct wk_matcher {
+    const wk_grammar *g;
+    const wk_grammar_vocab *v;
+    stack_set cur, a, b;   /* where the text stands; scratch for one token's advance */
+    utf8_pending pending;  /* a UTF-8 sequence the text so far ends inside */
+    stack_set *levels;     /* the mask walk's stack set at each depth */
+    int n_levels;
+    cand *cands;
+    uint8_t *ok;
+    uint32_t *dec;           /* the vocabulary decoded after the pending sequence (rare) */
+    utf8_pending *dec_tail;
+    size_t cap_dec;
+    const uint32_t *walk_cps; /* the mask walk's texts and end states: the vocabulary's, or dec's */
+    const utf8_pending *walk_tails;
+};
+
+/* ---- vocabulary ----------------------------------------------------------------------------- */
+
+void wk_grammar_vocab_destroy(wk_grammar_vocab *v) {
+    if (!v) return;
+    free(v->kind), free(v->cp), free(v->cp_off), free(v->tail), free(v->raw), free(v->raw_off), free(v->raw_len);
+    free(v);
+}
+
+wk_grammar_vocab *grammar_vocab_from_pieces(const char *const *pieces, const size_t *lens, const bool *eog, int n) {
+    wk_grammar_vocab *v = calloc(1, sizeof *v);
+    if (!v) return NULL;
+    size_t total = 0;
+    for (int t = 0; t < n; t++) total += lens[t];
+    v->n = n;
+    v->kind = calloc((size_t)n, 1);
+    v->cp = malloc((total + (size_t)n) * sizeof *v->cp);
+    v->cp_off = malloc((size_t)n * sizeof *v->cp_off);
+    v->tail = calloc((size_t)n, sizeof *v->tail);
+    v->raw = malloc(total + 1);
+    v->raw_off = malloc((size_t)n * sizeof *v->raw_off);
+    v->raw_len = malloc((size_t)n * sizeof *v->raw_len);
+    if (!v->kind || !v->cp || !v->cp_off || !v->tail || !v->raw || !v->raw_off || !v->raw_len) {
+        wk_grammar_vocab_destroy(v);
+        return NULL;
+    }
+    size_t at = 0, raw_at = 0;
+    for (int t = 0; t < n; t++) {
+        memcpy(v->raw + raw_at, pieces[t], lens[t]);
+        v->raw_off[t] = (uint32_t)raw_at;
+        v->raw_len[t] = (uint32_t)lens[t];
+        if (lens[t] > v->max_len) v->max_len = (uint32_t)lens[t];
+        raw_at += lens[t];
+        v->cp_off[t] = (uint32_t)at;
+        if (eog && eog[t]) v->kind[t] = TOK_EOG;
+        else if (lens[t] == 0) v->kind[t] = TOK_EMPTY;
+        else {
+            int k = utf8_decode_pending((const uint8_t *)pieces[t], lens[t], (utf8_pending){0, 0, 0}, v->cp + at, &v->tail[t]);
+            if (k < 0) {
+                v->kind[t] = TOK_RAW;
+                k = 0;
+            }
+            at += (size_t)k;
+        }
+        v->cp[at++] = CP_END;
+    }
+    return v;
+}
+
+wk_grammar_vocab *wk_grammar_vocab_create(const wk_engine *e) {
+    int n = wk_engine_info(e)->n_vocab;
+    char **pieces = calloc((size_t)n, sizeof *pieces);
+    size_t *lens = calloc((size_t)n, sizeof *lens);
+    bool *eog = calloc((size_t)n, sizeof *eog);
+    wk_grammar_vocab *v = NULL;
+    bool ok = pieces && lens && eog;
+    char buf[256];
+    for (int t = 0; ok && t < n; t++) {
+        eog[t] = wk_token_is_eog(e, t);
+        int k = wk_token_to_piece(e, t, false, buf, sizeof buf);
+        if (k < 0) k = 0; /* no text to match */
+        ok = (pieces[t] = malloc((size_t)k + 1)) != NULL;
+        if (ok && k > (int)sizeof buf) ok = wk_token_to_piece(e, t, false, pieces[t], k) == k;
+        else if (ok) memcpy(pieces[t], buf, (size_t)k);
+        lens[t] = (size_t)k;
+    }
+    if (ok) v = grammar_vocab_from_pieces((const char *const *)pieces, lens, eog, n);
+    for (int t = 0; pieces && t < n; t++) free(pieces[t]);
+    free(pieces), free(lens), free(eog);
+    return v;
+}
+
+/* ---- matcher ------------------------------------------------------------------------------- */
+
+void wk_matcher_destroy(wk_matcher *m) {
+    if (!m) return;
+    stack_set_free(&m->cur), stack_set_free(&m->a), stack_set_free(&m->b);
+    for (int i = 0; m->levels && i < m->n_levels; i++) stack_set_free(&m->levels[i]);
+    free(m->levels), free(m->cands), free(m->ok), free(m->dec), free(m->dec_tail);
+    free(m);
+}
+
+wk_matcher *wk_matcher_create(const wk_grammar *g, const wk_grammar_vocab *v) {
+    wk_matcher *m = calloc(1, sizeof *m);
+    if (!m) return NULL;
+    m->g = g;
+    m->v = v;
+    m->cands = malloc((size_t)v->n * sizeof *m->cands);
+    m->ok = malloc((size_t)v->n);
+    /* one stack set per code point of the longest token (a token has no more code points than
+     * bytes), made now: the walk holds pointers into them while it recurses */
+    m->n_levels = (int)v->max_len + 2;
+    m->levels = calloc((size_t)m->n_levels, sizeof *m->levels);
+    if (!m->cands || !m->ok || !m->levels || stack_set_start(g, &m->cur) != WK_OK) {
+        wk_matcher_destroy(m);
+        return NULL;
+    }
+    return m;
+}
+
+bool wk_matcher_complete(const wk_matcher *m) { return m->pending.n_more == 0 && stack_set_has_empty(&m->cur); }
+
+bool wk_matcher_finished(const wk_matcher *m) {
+    if (m->pending.n_more) return false;
+    for (size_t i = 0; i < m->cur.n; i++)
+        if (m->cur.st[i].len) return false;
+    return true;
+}
+
+/* A token's code points and end state after the text's pending sequence; false when its bytes do
+ * not continue it as UTF-8, or it has no text. out: room for the token's byte count + 1. */
+static bool decode_after_pending(const wk_matcher *m, int32_t t, uint32_t *out, utf8_pending *tail) {
+    const wk_grammar_vocab *v = m->v;
+    if (v->kind[t] == TOK_EMPTY || v->kind[t] == TOK_EOG || v->raw_len[t] == 0) return false;
+    int k = utf8_decode_pending((const uint8_t *)v->raw + v->raw_off[t], v->raw_len[t], m->pending, out, tail);
+    if (k < 0) return false;
+    out[k] = CP_END;
+    return true;
+}
+
+/* Whether the stacks can take a token that ends with its code points used up and `tail` pending. */
+static bool ends_ok(const wk_grammar *g, const stack_set *s, utf8_pending tail) {
+    if (!tail.n_more) return true;
+    for (size_t i = 0; i < s->n; i++)
+        if (s->st[i].len && gram_chars_match_partial(g, &g->elems[s->pos[s->st[i].off + s->st[i].len - 1]], &tail))
+            return true;
+    return false;
+}
+
+/* Advances a copy of the current stacks over cps; the result in m->a. */
+static wk_status run_token(wk_matcher *m, const uint32_t *cps, utf8_pending tail, bool *allowed) {
+    wk_status st = stack_set_copy(&m->a, &m->cur);
+    for (const uint32_t *c = cps; st == WK_OK && *c != CP_END && m->a.n; c++) {
+        st = stack_set_advance(m->g, &m->a, *c, &m->b);
+        stack_set t = m->a;
+        m->a = m->b;
+        m->b = t;
+    }
+    *allowed = st == WK_OK && m->a.n > 0 && ends_ok(m->g, &m->a, tail);
+    return st;
+}
+
+static wk_status check_token(wk_matcher *m, int32_t t, bool commit, bool *allowed) {
+    const wk_grammar_vocab *v = m->v;
+    *allowed = false;
+    if (t < 0 || t >= v->n) return WK_OK;
+    if (v->kind[t] == TOK_EOG) {
+        *allowed = wk_matcher_complete(m);
+        return WK_OK;
+    }
+    const uint32_t *cps;
+    utf8_pending tail;
+    uint32_t *buf = NULL;
+    if (!m->pending.n_more) {
+        if (v->kind[t] != TOK_TEXT) return WK_OK;
+        cps = v->cp + v->cp_off[t];
+        tail = v->tail[t];
+    } else {
+        if (!(buf = malloc(((size_t)v->raw_len[t] + 1) * sizeof *buf))) return WK_ERR_NOMEM;
+        if (!decode_after_pending(m, t, buf, &tail)) {
+            free(buf);
+            return WK_OK;
+        }
+        cps = buf;
+    }
+    wk_status st = run_token(m, cps, tail, allowed);
+    free(buf);
+    if (st == WK_OK && *allowed && commit) {
+        stack_set t2 = m->cur;
+        m->cur = m->a;
+        m->a = t2;
+        m->pending = tail;
+    }
+    return st;
+}
+
+bool wk_matcher_allows(wk_matcher *m, int32_t token) {
+    bool allowed;
+    return check_token(m, token, false, &allowed) == WK_OK && allowed;
+}
+
+wk_status wk_matcher_accept(wk_matcher *m, int32_t token) {
+    bool allowed;
+    wk_status st = check_token(m, token, true, &allowed);
+    if (st != WK_OK) return st;
+    return allowed ? WK_OK : WK_ERR_INVALID;
+}
+
+/* Marks in m->ok every candidate of c[0..n) (each with `depth` code points matched) that some
+ * stack of `set` takes to its end. Candidates matching a stack's top class are moved to the front
+ * and followed into the stacks that class leads to, which are the same whichever character
+ * matched. */
+static wk_status walk(wk_matcher *m, const stack_set *set, cand *c, size_t n, int depth) {
+    const wk_grammar *g = m->g;
+    const uint32_t *cps = m->walk_cps + depth;
+    const utf8_pending *tails = m->walk_tails;
+    uint8_t *ok = m->ok;
+    if (depth + 1 >= m->n_levels) return WK_ERR_UNSUPPORTED; /* cannot happen: a level per code point */
+    for (size_t s = 0; s < set->n; s++) {
+        uint32_t len = set->st[s].len;
+        if (len == 0) { /* a whole sentence here: only a token that ends here fits this stack */
+            for (size_t i = 0; i < n; i++)
+                if (cps[c[i].at] == CP_END && !tails[c[i].tok].n_more) ok[c[i].tok] = 1;
+            continue;
+        }
+        const uint32_t *p = set->pos + set->st[s].off; /* pos is NULL while every stack is empty */
+        const gram_elem *top = &g->elems[p[len - 1]];
+        size_t k = 0;
+        for (size_t i = 0; i < n; i++) {
+            cand x = c[i];
+            if (ok[x.tok]) continue;
+            uint32_t cp = cps[x.at];
+            if (cp == CP_END) {
+                if (!tails[x.tok].n_more || gram_chars_match_partial(g, top, &tails[x.tok])) ok[x.tok] = 1;
+            } else if (gram_chars_match(g, top, cp)) {
+                c[i] = c[k];
+                c[k++] = x;
+            }
+        }
+        if (!k) continue;
+        stack_set *next = &m->levels[depth + 1];
+        stack_set_clear(next);
+        uint32_t after = p[len - 1] + 1;
+        wk_status st = stack_set_expand(g, next, p, len - 1, g->elems[after].kind == GE_END ? UINT32_MAX : after);
+        if (st == WK_OK && next->n) st = walk(m, next, c, k, depth + 1);
+        if (st != WK_OK) return st;
+    }
+    return WK_OK;
+}
+
+int wk_matcher_mask(wk_matcher *m, float *logits) {
+    const wk_grammar_vocab *v = m->v;
+    const bool complete = wk_matcher_complete(m);
+    size_t n = 0;
+    m->walk_cps = v->cp;
+    m->walk_tails = v->tail;
+    if (m->pending.n_more) { /* decode every token after the cut sequence; rare (byte tokens) */
+        size_t need = 0;
+        for (int t = 0; t < v->n; t++) need += v->raw_len[t] + 1;
+        if (need > m->cap_dec) {
+            uint32_t *d = realloc(m->dec, need * sizeof *d);
+            if (!d) return WK_ERR_NOMEM;
+            m->dec = d;
+            m->cap_dec = need;
+        }
+        if (!m->dec_tail && !(m->dec_tail = malloc((size_t)v->n * sizeof *m->dec_tail))) return WK_ERR_NOMEM;
+        m->walk_cps = m->dec;
+        m->walk_tails = m->dec_tail;
+    }
+    uint32_t dec_at = 0;
+    for (int t = 0; t < v->n; t++) {
+        m->ok[t] = 0;
+        if (logits[t] == -INFINITY || v->kind[t] == TOK_EOG || v->kind[t] == TOK_EMPTY) continue;
+        if (!m->pending.n_more) {
+            if (v->kind[t] != TOK_TEXT) continue;
+            m->cands[n++] = (cand){t, v->cp_off[t]};
+        } else {
+            if (!decode_after_pending(m, t, m->dec + dec_at, &m->dec_tail[t])) continue;
+            m->cands[n++] = (cand){t, dec_at};
+            while (m->dec[dec_at] != CP_END) dec_at++;
+            dec_at++;
+        }
+    }
+    wk_status st = walk(m, &m->cur, m->cands, n, 0);
+    if (st != WK_OK) return st;
+    int allowed = 0;
+    for (int t = 0; t < v->n; t++) {
+        if (logits[t] == -INFINITY) continue;
+        bool keep = v->kind[t] == TOK_EOG ? complete : m->ok[t];
+        if (keep) allowed++;
+        else logits[t] = -INFINITY;
+    }
+    return allowed;
+}
