@@ -314,6 +314,32 @@ out:
     wk_grammar_free(g);
 }
 
+/* Grammars the size a schema converter writes: 30000 chained rules compile and run, and left
+ * recursion is found through a chain of 3000 optional (nullable) references. */
+static void test_large_grammars(void) {
+    enum { N = 30000 };
+    char *text = malloc((size_t)N * 40 + 64), *at = text;
+    if (!text) return;
+    at += sprintf(at, "root ::= r0\n");
+    for (int i = 0; i < N; i++) at += sprintf(at, "r%d ::= \"a\" r%d | \"b\"\n", i, i + 1);
+    at += sprintf(at, "r%d ::= \"c\"\n", N);
+    wk_grammar *g = compile(text);
+    if (g) {
+        CHECK(wk_grammar_accepts(g, "aaab", 4));
+        CHECK(!wk_grammar_accepts(g, "aaa", 3));
+        wk_grammar_free(g);
+    }
+    at = text;
+    at += sprintf(at, "root ::= r0\n");
+    for (int i = 0; i < 3000; i++) at += sprintf(at, "r%d ::= r%d? \"x\"\n", i, i + 1);
+    at += sprintf(at, "r3000 ::= r0 | \"\"\n");
+    char err[WK_ERRMSG_LEN] = "";
+    g = NULL;
+    CHECK_EQ_INT(wk_grammar_parse(text, strlen(text), &g, err, sizeof err), WK_ERR_INVALID);
+    CHECK(strstr(err, "left-recursive") != NULL);
+    free(text);
+}
+
 int main(void) {
     test_errors();
     test_json_acceptance();
@@ -321,5 +347,6 @@ int main(void) {
     test_mask_json_walks();
     test_mask_finite_language();
     test_stack_limit();
+    test_large_grammars();
     TEST_MAIN_END();
 }

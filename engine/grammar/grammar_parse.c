@@ -29,6 +29,8 @@ typedef struct parser {
     const char *text, *p, *end;
     prule *rules;
     size_t n_rules, cap_rules;
+    uint32_t *by_name; /* open-addressing table of named rules' indices + 1 (0: empty) */
+    size_t cap_by_name, n_named;
     gram_range *ranges;
     size_t n_ranges, cap_ranges;
     size_t n_elems; /* over all rules, against WK_GRAMMAR_MAX_ELEMENTS */
@@ -84,13 +86,43 @@ static int new_rule(parser *ps, const char *name, size_t name_len) {
     return (int)ps->n_rules++;
 }
 
-/* A named rule's index, made (undefined yet) on first sight. Linear: grammars have hundreds of
- * rules, and compiling is once a request. */
+static size_t name_hash(const char *name, size_t len) {
+    size_t h = 14695981039346656037u;
+    for (size_t i = 0; i < len; i++) h = (h ^ (unsigned char)name[i]) * 1099511628211u;
+    return h;
+}
+
+/* The slot of `name` in by_name: its rule's, or the empty one where it would go. */
+static size_t name_slot(const parser *ps, const char *name, size_t len) {
+    size_t mask = ps->cap_by_name - 1, i = name_hash(name, len) & mask;
+    for (; ps->by_name[i]; i = (i + 1) & mask) {
+        const prule *r = &ps->rules[ps->by_name[i] - 1];
+        if (r->name_len == len && memcmp(r->name, name, len) == 0) break;
+    }
+    return i;
+}
+
+/* A named rule's index, made (undefined yet) on first sight; a hash table, since a grammar a
+ * schema converter writes can have tens of thousands of rules. */
 static int rule_named(parser *ps, const char *name, size_t len) {
-    for (size_t i = 0; i < ps->n_rules; i++)
-        if (ps->rules[i].name && ps->rules[i].name_len == len && memcmp(ps->rules[i].name, name, len) == 0) return (int)i;
+    if (2 * (ps->n_named + 1) > ps->cap_by_name) {
+        size_t cap = ps->cap_by_name ? ps->cap_by_name * 2 : 256;
+        uint32_t *old = ps->by_name, *t = calloc(cap, sizeof *t);
+        if (!t) return oom(ps), -1;
+        size_t old_cap = ps->cap_by_name;
+        ps->by_name = t;
+        ps->cap_by_name = cap;
+        for (size_t i = 0; i < old_cap; i++)
+            if (old[i]) ps->by_name[name_slot(ps, ps->rules[old[i] - 1].name, ps->rules[old[i] - 1].name_len)] = old[i];
+        free(old);
+    }
+    size_t slot = name_slot(ps, name, len);
+    if (ps->by_name[slot]) return (int)ps->by_name[slot] - 1;
     int r = new_rule(ps, name, len);
-    if (r >= 0) ps->rules[r].first_use = (size_t)(name - ps->text);
+    if (r < 0) return -1;
+    ps->rules[r].first_use = (size_t)(name - ps->text);
+    ps->by_name[slot] = (uint32_t)r + 1;
+    ps->n_named++;
     return r;
 }
 
@@ -414,65 +446,87 @@ static bool parse_rule(parser *ps) {
 
 /* ---- checks and flattening ------------------------------------------------------------------ */
 
-/* Refuses left recursion (a rule reachable from itself before any character is matched): the
- * stack machine would expand it forever. Nullable rules first, then a depth-first search over
- * "can start with" edges with an explicit stack (grammars may have thousands of rules). */
-static bool check_left_recursion(parser *ps, const wk_grammar *g) {
-    uint32_t nr = g->n_rules;
+/* Which rules can match the empty string: a worklist over the alternatives, each waiting for the
+ * rules it references to turn nullable (linear in the grammar's size). */
+static bool *nullable_rules(const wk_grammar *g) {
+    uint32_t nr = g->n_rules, na = g->rule_first_alt[nr - 1] + g->rule_n_alts[nr - 1];
     bool *nullable = calloc(nr, 1);
-    uint8_t *color = calloc(nr, 1);
-    uint32_t *stack = malloc((size_t)nr * 2 * sizeof *stack);
+    uint32_t *need = calloc(na, sizeof *need), *alt_rule = malloc(na * sizeof *alt_rule);
+    uint32_t *first_use = calloc((size_t)nr + 1, sizeof *first_use), *uses = NULL, *queue = malloc(nr * sizeof *queue);
+    size_t n_uses = 0, qn = 0;
+    bool ok = nullable && need && alt_rule && first_use && queue;
+    for (uint32_t r = 0; ok && r < nr; r++) /* count each rule's references, CSR style */
+        for (uint32_t a = g->rule_first_alt[r]; a < g->rule_first_alt[r] + g->rule_n_alts[r]; a++) {
+            alt_rule[a] = r;
+            for (const gram_elem *e = g->elems + g->alts[a]; e->kind != GE_END; e++) {
+                if (e->kind == GE_CHARS) need[a] = UINT32_MAX; /* never empty */
+                else if (need[a] != UINT32_MAX) need[a]++;
+                if (e->kind == GE_REF) first_use[e->a + 1]++, n_uses++;
+            }
+        }
+    for (uint32_t r = 0; ok && r < nr; r++) first_use[r + 1] += first_use[r];
+    ok = ok && (uses = malloc((n_uses + 1) * sizeof *uses)) != NULL;
+    for (uint32_t a = 0; ok && a < na; a++)
+        for (const gram_elem *e = g->elems + g->alts[a]; e->kind != GE_END; e++)
+            if (e->kind == GE_REF) uses[first_use[e->a]++] = a; /* first_use becomes each rule's end */
+    for (uint32_t a = 0; ok && a < na; a++)
+        if (need[a] == 0 && !nullable[alt_rule[a]]) nullable[alt_rule[a]] = true, queue[qn++] = alt_rule[a];
+    while (ok && qn) {
+        uint32_t r = queue[--qn];
+        for (uint32_t i = r ? first_use[r - 1] : 0; i < first_use[r]; i++) {
+            uint32_t a = uses[i];
+            if (need[a] != UINT32_MAX && --need[a] == 0 && !nullable[alt_rule[a]])
+                nullable[alt_rule[a]] = true, queue[qn++] = alt_rule[a];
+        }
+    }
+    free(need), free(alt_rule), free(first_use), free(uses), free(queue);
+    if (!ok) free(nullable);
+    return ok ? nullable : NULL;
+}
+
+/* Refuses left recursion (a rule reachable from itself before any character is matched): the
+ * stack machine would expand it forever. A depth-first search over "can start with" edges, each
+ * rule's edges walked once, with an explicit stack (grammars may have thousands of rules). */
+static bool check_left_recursion(parser *ps, const wk_grammar *g) {
+    typedef struct frame {
+        uint32_t rule, alt, off; /* the next edge: element off of the rule's alternative alt */
+    } frame;
+    uint32_t nr = g->n_rules;
+    bool *nullable = nr ? nullable_rules(g) : NULL;
+    uint8_t *color = calloc(nr, 1); /* 1: on the path, 2: done */
+    frame *stack = malloc((size_t)nr * sizeof *stack);
     if (!nullable || !color || !stack) {
         free(nullable), free(color), free(stack);
         return oom(ps);
     }
-    for (bool changed = true; changed;) {
-        changed = false;
-        for (uint32_t r = 0; r < nr; r++) {
-            if (nullable[r]) continue;
-            for (uint32_t a = 0; a < g->rule_n_alts[r] && !nullable[r]; a++) {
-                const gram_elem *e = g->elems + g->alts[g->rule_first_alt[r] + a];
-                while (e->kind == GE_REF && nullable[e->a]) e++;
-                if (e->kind == GE_END) nullable[r] = changed = true;
-            }
-        }
-    }
     bool ok = true;
-    /* stack holds (rule, next alternative-edge cursor) pairs; color 1 = on the path, 2 = done */
     for (uint32_t root = 0; root < nr && ok; root++) {
         if (color[root]) continue;
         size_t sp = 0;
-        stack[sp++] = root, stack[sp++] = 0;
+        stack[sp++] = (frame){root, 0, 0};
         color[root] = 1;
         while (sp && ok) {
-            uint32_t r = stack[sp - 2], cursor = stack[sp - 1];
-            /* cursor enumerates (alternative, position) edges flattened: walk to the next one */
-            uint32_t k = 0, next = UINT32_MAX;
-            for (uint32_t a = 0; a < g->rule_n_alts[r] && next == UINT32_MAX; a++) {
-                const gram_elem *e = g->elems + g->alts[g->rule_first_alt[r] + a];
-                for (; e->kind == GE_REF; e++) {
-                    if (k++ == cursor) {
-                        next = e->a;
-                        break;
-                    }
-                    if (!nullable[e->a]) break;
-                }
+            frame *f = &stack[sp - 1];
+            uint32_t next = UINT32_MAX;
+            while (next == UINT32_MAX && f->alt < g->rule_n_alts[f->rule]) {
+                const gram_elem *e = g->elems + g->alts[g->rule_first_alt[f->rule] + f->alt] + f->off;
+                if (e->kind == GE_REF) next = e->a;
+                /* past a nullable reference the next element can come first too; else the alternative is done */
+                if (e->kind == GE_REF && nullable[e->a]) f->off++;
+                else f->alt++, f->off = 0;
             }
             if (next == UINT32_MAX) {
-                color[r] = 2;
-                sp -= 2;
-                continue;
-            }
-            stack[sp - 1] = cursor + 1;
-            if (color[next] == 1) {
+                color[f->rule] = 2;
+                sp--;
+            } else if (color[next] == 1) {
                 uint32_t named = next;
-                for (size_t i = sp; i >= 2 && !ps->rules[named].name; i -= 2) named = stack[i - 2];
+                for (size_t i = sp; i > 0 && !ps->rules[named].name; i--) named = stack[i - 1].rule;
                 const prule *pr = &ps->rules[named];
                 ok = fail_at(ps, pr->name ? pr->name : ps->text, "rule '%.*s' is left-recursive (it can reach itself before matching a character)",
                              pr->name ? (int)pr->name_len : 1, pr->name ? pr->name : "?");
             } else if (color[next] == 0) {
                 color[next] = 1;
-                stack[sp++] = next, stack[sp++] = 0;
+                stack[sp++] = (frame){next, 0, 0};
             }
         }
     }
@@ -483,6 +537,7 @@ static bool check_left_recursion(parser *ps, const wk_grammar *g) {
 static void parser_free(parser *ps) {
     for (size_t i = 0; i < ps->n_rules; i++) free(ps->rules[i].body.e);
     free(ps->rules);
+    free(ps->by_name);
     free(ps->ranges);
 }
 

@@ -23,6 +23,7 @@
 #define NAME_HINT_MAX 48
 #define HINT_BUF 160 /* room for two 64-byte hint parts and a suffix */
 #define MAX_OPEN_GROUPS 96 /* nested ( ) per construct, well inside the engine's 256 */
+#define MAX_KEYS 2048      /* properties + required of one object */
 
 /* Fixed rules, emitted only when used. Whitespace is one space or a newline and an indent of at most
  * 20 (llama.cpp's bound), so it cannot go on forever. */
@@ -170,9 +171,11 @@ static const char *use_primitive(converter *c, int p) {
     return primitives[p].name;
 }
 
-/* A rule name from a hint: [A-Za-z0-9-] only, at most NAME_HINT_MAX bytes, "-2", "-3"... until unused. */
+/* A rule name from a hint: [A-Za-z0-9-] only, at most NAME_HINT_MAX bytes, then "-N" with N the
+ * count of names so far, which makes it unique without a search (its last '-' part is N, and no two
+ * calls share one); the primitives and root, named first, keep theirs. */
 static const char *new_name(converter *c, const char *hint) {
-    char base[NAME_HINT_MAX + 1], name[NAME_HINT_MAX + 16];
+    char base[NAME_HINT_MAX + 1], name[NAME_HINT_MAX + 24];
     size_t n = 0;
     for (const char *s = hint; *s && n < NAME_HINT_MAX; s++) { /* a run of other bytes becomes one '-' */
         bool ok = (*s >= 'a' && *s <= 'z') || (*s >= 'A' && *s <= 'Z') || (*s >= '0' && *s <= '9');
@@ -181,12 +184,8 @@ static const char *new_name(converter *c, const char *hint) {
     while (n && base[n - 1] == '-') n--;
     if (!n) base[n++] = 'r';
     base[n] = 0;
-    snprintf(name, sizeof name, "%s", base);
-    for (unsigned k = 2;; snprintf(name, sizeof name, "%s-%u", base, k++)) {
-        size_t i = 0;
-        while (i < c->n_names && strcmp(c->names[i], name)) i++;
-        if (i == c->n_names) break;
-    }
+    if (c->n_names <= P_COUNT) snprintf(name, sizeof name, "%s", base);
+    else snprintf(name, sizeof name, "%s-%zu", base, c->n_names);
     char *copy = grow(c, &c->names, &c->cap_names, c->n_names, sizeof *c->names) ? strdup(name) : NULL;
     if (!copy) return fail(c, NULL, "out of memory"), NULL;
     return c->names[c->n_names++] = copy;
@@ -539,6 +538,7 @@ static bool object_body(converter *c, object_part *parts, size_t n_parts, const 
     for (size_t p = 0; p < n_parts; p++)
         cap += (size_t)cJSON_GetArraySize(cJSON_GetObjectItemCaseSensitive(parts[p].schema, "properties")) +
                (size_t)cJSON_GetArraySize(cJSON_GetObjectItemCaseSensitive(parts[p].schema, "required"));
+    if (cap > MAX_KEYS + 2) return fail(c, "properties", "and required name more than %d keys", MAX_KEYS); /* keys are compared pairwise */
     /* the kv rules of required and of optional keys, the rules for what may follow each optional one */
     const char **required = calloc(3 * cap, sizeof(char *)), **optional = required + cap, **rest = optional + cap;
     char **key_texts = calloc(cap, sizeof(char *)); /* each key's JSON text */

@@ -186,6 +186,19 @@ def test_bad_constraints(server, path, body, param, words):
         assert words in err["message"], err
 
 
+def test_huge_constraints_are_refused_quickly(server):
+    # Sizes a hostile client can send within the body limit: refused by the limits, not slowly
+    # worked through on the thread that serves every connection.
+    many_keys = {"type": "object", "properties": {f"k{i}": {"type": "string"} for i in range(3000)}}
+    r = post(server, "/v1/completions", {"prompt": "x", "guided_json": many_keys})
+    assert r.status_code == 400 and "2048" in r.json()["error"]["message"], r.text
+    rules = "root ::= r0\n" + "".join(f'r{i} ::= "a" r{i + 1} | "b"\n' for i in range(20000)) + 'r20000 ::= "c"\n'
+    r = post(server, "/v1/completions", {"prompt": "x", "max_tokens": 2, "temperature": 0, "grammar": rules})
+    assert r.status_code == 200 and r.json()["choices"][0]["text"] in ("b", "ab", "aa"), r.text
+    r = post(server, "/v1/completions", {"prompt": "x", "grammar": "root ::= " + ' "abcdefghijklmnopqrstuvwxyz"' * 10000})
+    assert r.status_code == 400 and "more than 200000 elements" in r.json()["error"]["message"], r.text
+
+
 def test_null_and_text_ask_for_nothing(server):
     for extra in ({"response_format": {"type": "text"}}, {"guided_json": None, "grammar": None},
                   {"structured_outputs": {}}, {"guided_decoding_backend": "xgrammar"}):
