@@ -3,9 +3,10 @@
 # completion with and without a constraint, alternating, in one invocation, so the ratio compares
 # like with like. The constraints are wide open (any 400 characters but a newline; a JSON string
 # of 400 characters), so almost every token stays allowed and the generation runs to max_tokens:
-# where the mask's work is largest. Three samplers: greedy (the best
-# tokens checked one by one), the server's default top_k (the same for its k best), and top_k 0
-# (every token of the vocabulary masked at every step).
+# where the mask's work is largest. Four samplers: greedy (the best tokens checked one by one),
+# the server's default top_k (the same for its k best), vLLM's defaults (temperature 1, nothing
+# truncated: a draw checked, rejection sampling) and top_p alone (every token of the vocabulary
+# masked at every step).
 #
 #   wushkv serve --port 8080 &
 #   python3 scripts/grammar_cost.py http://127.0.0.1:8080 [--tokens 64] [--rounds 3]
@@ -38,7 +39,8 @@ def main():
     ap.add_argument("--rounds", type=int, default=3)
     a = ap.parse_args()
     samplers = {"greedy": {"temperature": 0}, "top_k 40": {"temperature": 0.8, "top_k": 40},
-                "top_k 0 (full mask)": {"temperature": 0.8, "top_k": 0}}
+                "t 1, no truncation": {"temperature": 1.0, "top_k": -1, "top_p": 1.0, "min_p": 0.0},
+                "top_p 0.95 (mask)": {"temperature": 0.8, "top_k": -1, "top_p": 0.95, "min_p": 0.0}}
     print(f"{a.tokens} output tokens, {a.rounds} rounds, constrained and plain alternating")
     for cname, constraint in CONSTRAINTS.items():
         for name, sampling in samplers.items():

@@ -4,11 +4,11 @@
  * preemption by recompute when the pool runs out, and the sampled tokens handed to their requests. */
 #include "sched/scheduler_int.h"
 
-#include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
+#include "sched/grammar_pick.h"
 #include "sched/logits.h"
 #include "metrics/mono_clock.h"
 
@@ -59,20 +59,8 @@ void sched_publish_pool(scheduler *s) {
     metrics_set_pool(s->m, &p);
 }
 
-/* Under a grammar, a sampler that keeps only its top_k best tokens (greedy: 1) draws from the
- * top_k best *allowed* ones, and those are found by checking the best tokens one by one, which
- * costs far less than masking the whole vocabulary (a wide-open state, inside a JSON string,
- * takes 30-40 ms a mask for 262144 tokens). Checked: this many of the best tokens. */
-#define GRAMMAR_SCAN 256
-#define GRAMMAR_SCAN_MAX_K 64
-
-/* Structured output: a token the grammar allows, drawn from the model's distribution restricted
- * to what the grammar allows (vLLM's and xgrammar's rule, not llama.cpp's draw-then-resample).
- * When the sampler keeps the top k (greedy or top_k <= GRAMMAR_SCAN_MAX_K) and the k best allowed
- * tokens are among the GRAMMAR_SCAN best, the row keeps only those: the sampler then sees exactly
- * what it would after the full mask. Otherwise the whole row is masked. *lp_row: the row before
- * the mask, which logprobs report (the model's own probabilities, vLLM's default). false: r
- * failed (and is freed). */
+/* Structured output: grammar_pick's token, the row before its mask kept in *lp_row for logprobs
+ * (the model's own probabilities, vLLM's default). false: r failed (and is freed). */
 static bool constrained_pick(scheduler *s, req *r, float *row, const float **lp_row, int32_t *tok) {
     const int nv = s->info->n_vocab;
     if (r->g.logprobs >= 0) {
@@ -83,31 +71,17 @@ static bool constrained_pick(scheduler *s, req *r, float *row, const float **lp_
         memcpy(s->unmasked, row, (size_t)nv * sizeof *row);
         *lp_row = s->unmasked;
     }
-    const wk_sampler_params *sp = &r->g.sampling;
-    int k = sp->temperature <= 0.0f ? 1 : sp->top_k > 0 && sp->top_k <= GRAMMAR_SCAN_MAX_K ? sp->top_k : 0;
-    if (k > 0) {
-        int32_t best[GRAMMAR_SCAN], keep[GRAMMAR_SCAN_MAX_K];
-        float keep_logit[GRAMMAR_SCAN_MAX_K];
-        int n = logits_best(row, nv, GRAMMAR_SCAN, best), found = 0;
-        for (int i = 0; i < n && found < k; i++)
-            if (wk_matcher_allows(r->matcher, best[i])) keep[found++] = best[i];
-        if (found == k || (n < GRAMMAR_SCAN && found > 0)) { /* the k best allowed, or every allowed finite token */
-            for (int i = 0; i < found; i++) keep_logit[i] = row[keep[i]];
-            for (int i = 0; i < nv; i++) row[i] = -INFINITY;
-            for (int i = 0; i < found; i++) row[keep[i]] = keep_logit[i];
-            *tok = wk_sampler_sample(r->sampler, row);
-            return true;
-        }
-    }
-    int allowed = wk_matcher_mask(r->matcher, row);
-    if (allowed <= 0) {
-        req_fail(s, r, "structured output", allowed < 0 ? allowed : WK_ERR_UNSUPPORTED,
-                 allowed == WK_ERR_UNSUPPORTED ? "the grammar is too ambiguous here (more than 4096 parse stacks)"
-                 : allowed < 0                 ? NULL
-                                               : "the grammar allows no token of this model's vocabulary here");
+    grammar_pick_route route;
+    bool no_token;
+    int32_t t = grammar_pick(r->matcher, r->sampler, &r->g.sampling, row, nv, &route, &no_token);
+    if (t < 0) {
+        req_fail(s, r, "structured output", t,
+                 no_token                      ? "the grammar allows no token of this model's vocabulary here"
+                 : t == WK_ERR_UNSUPPORTED     ? "the grammar is too ambiguous here (more than 4096 parse stacks)"
+                                               : NULL);
         return false;
     }
-    *tok = wk_sampler_sample(r->sampler, row);
+    *tok = t;
     return true;
 }
 

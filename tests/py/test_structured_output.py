@@ -56,10 +56,17 @@ def test_chat_json_schema_greedy(client, model_id, schema):
     check_json(r.choices[0].message.content, schema, r.choices[0].finish_reason)
 
 
-def test_sampled_choices_all_validate(client, model_id):
-    # Sampling at temperature 1 wanders far from what greedy writes; each of the n choices holds.
-    r = client.chat.completions.create(model=model_id, messages=ASK, temperature=1.0, top_p=1.0, n=3, seed=5,
-                                       max_tokens=160, extra_body={"guided_json": PERSON})
+@pytest.mark.parametrize("sampling", [
+    {"top_p": 1.0},  # the server's top_k 40: the best tokens checked one by one
+    {"top_p": 1.0, "extra_body": {"top_k": -1, "min_p": 0.0}},  # nothing truncated: draws checked
+    {"top_p": 0.9, "extra_body": {"top_k": -1, "min_p": 0.0}},  # top-p alone: the whole row masked
+], ids=["top_k", "untruncated", "top_p"])
+def test_sampled_choices_all_validate(client, model_id, sampling):
+    # Sampling at temperature 1 wanders far from what greedy writes; each of the n choices holds,
+    # whichever way the sampler meets the grammar.
+    extra = {"guided_json": PERSON, **sampling.get("extra_body", {})}
+    r = client.chat.completions.create(model=model_id, messages=ASK, temperature=1.0, top_p=sampling["top_p"], n=3,
+                                       seed=5, max_tokens=160, extra_body=extra)
     texts = [check_json(c.message.content, PERSON, c.finish_reason) for c in r.choices]
     assert len(texts) == 3
 
