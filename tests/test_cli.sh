@@ -81,6 +81,8 @@ if [[ -n $writer ]]; then
     expect 0 '"kv":"int3 absmax G16","bits_per_element":4,' -- "${ppl[@]}" --kv int3 --kv-quant absmax --kv-group 16 --kv-transform none "${nowin[@]}"
     expect 0 '"kv":"int2 quest G32 wush","bits_per_element":2.5,' -- generate -m "$model" -p "the fox" -n 2 --json --wush "$wush" "${nowin[@]}"
     expect 0 'KV int2 quest G32 wush' -- generate -m "$model" -p "the fox" -n 2 --wush "$wush"
+    # a grammar holds a random-weight model's output, and the run ends when nothing may follow
+    expect 0 '"text":"ab[0-9][0-9]","prompt_tokens"' -- generate -m "$model" -p "the fox" -n 30 --json --temp 1 --grammar 'root ::= "ab" [0-9]{2}'
 
     # The default format (int2 QuEST + WUSH in groups of 128, which the tiny model's head_dim of 64
     # halves to 64; sliding layers int4; f16 windows) with no --wush: the sidecar is
@@ -274,6 +276,7 @@ expect 1 "^wushkv bench: cannot reach http://127.0.0.1:1: connect to 127.0.0.1:1
 expect 0 '--top-p' -- generate --help
 expect 0 '--min-p' -- help generate
 for flag in -m -p -n --temp --top-k --top-p --min-p --seed --ctx --device --json --no-bos --validation -v \
+    --grammar --grammar-file -j --json-schema --json-schema-file \
     --kv --kv-quant --kv-group --kv-mem --kv-transform --wush --kv-sink --kv-recent --kv-clip --kv-rho-k --kv-rho-v --kv-swa; do
     expect 0 "(^|[ ,])$flag[ ,]" -- generate --help
 done
@@ -292,6 +295,12 @@ expect 2 "unknown option '--bogus'" -- generate -p hi --bogus
 expect 2 "unexpected argument 'extra'" -- generate -p hi extra
 expect 2 "missing -p PROMPT" -- generate -n 5
 expect 2 "--temp: expected a number >= 0, got 'x'" -- generate -p hi --temp=x
+# structured output: one of the four, and a bad grammar or schema is refused before a model loads
+expect 2 "--grammar, --grammar-file, --json-schema and --json-schema-file: give one" -- generate -p hi --grammar 'root ::= "a"' -j '{}'
+expect 1 "the grammar: grammar line 1 column 10: rule 'foo' is used but never defined" -- generate -p hi --grammar 'root ::= foo'
+expect 1 "the JSON Schema: not JSON" -- generate -p hi -j '{"type":'
+expect 1 'the JSON Schema: /multipleOf: "multipleOf"' -- generate -p hi -j '{"type":"integer","multipleOf":3}'
+expect 1 "cannot open /nonexistent.gbnf" -- generate -p hi --grammar-file /nonexistent.gbnf
 
 # calibrate: help lists every flag; bad values are refused with the flag named; no model needed.
 for flag in -m -f -o --tokens --chunk --kv-group --v-moments --threads --device --validation -v; do

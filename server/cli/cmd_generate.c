@@ -12,9 +12,13 @@
 #include "cli/cli_args.h"
 #include "cli/cli_common.h"
 #include "cli/kv_flags.h"
+#include "api/schema_grammar.h"
+#include "cli/text_file.h"
 #include "cli/wush_cache.h"
 #include "metrics/mono_clock.h"
+#include "sched/grammar_pick.h"
 #include "sched/text_stream.h"
+#include "wushkv/grammar.h"
 #include "wushkv/wushkv.h"
 
 /* Tokens per prefill forward step; also the engine's max_batch_tokens. */
@@ -29,6 +33,9 @@ typedef struct gen_opts {
     int ctx; /* 0: the engine's default */
     bool no_bos;
     kv_flags kv;
+    /* structured output (llama.cpp's flags): a GBNF grammar or a JSON Schema, as text or a file */
+    const char *grammar, *grammar_file, *json_schema, *json_schema_file;
+    wk_grammar *compiled; /* one of them, compiled before the model is opened; NULL: none */
 } gen_opts;
 
 static void generate_usage(FILE *f) {
@@ -63,6 +70,10 @@ static void generate_usage(FILE *f) {
             "                     kv_bytes_per_token (the format's cost), kv_peak_bytes (what the\n"
             "                     sequence held at most)\n"
             "  --no-bos           do not add the model's BOS (or other special) tokens to the prompt\n"
+            "  --grammar GBNF     hold the output to a GBNF grammar (llama.cpp's notation; rule root)\n"
+            "  --grammar-file F   the same, the grammar read from F\n"
+            "  -j, --json-schema JSON  hold the output to a JSON Schema (its JSON text)\n"
+            "  --json-schema-file F    the same, the schema read from F\n"
             "  --validation       enable the Khronos validation layer (slow; for debugging)\n"
             "  -v, --verbose      device, model and sampling details on stderr\n"
             "  -h, --help         this text\n"
@@ -107,6 +118,14 @@ static int parse_generate(int argc, char **argv, gen_opts *o) {
         } else if (cli_is(&c, NULL, "--no-bos")) {
             ok = cli_switch(&c);
             o->no_bos = true;
+        } else if (cli_is(&c, NULL, "--grammar")) {
+            ok = cli_str(&c, &o->grammar);
+        } else if (cli_is(&c, NULL, "--grammar-file")) {
+            ok = cli_str(&c, &o->grammar_file);
+        } else if (cli_is(&c, "-j", "--json-schema")) {
+            ok = cli_str(&c, &o->json_schema);
+        } else if (cli_is(&c, NULL, "--json-schema-file")) {
+            ok = cli_str(&c, &o->json_schema_file);
         } else if (kv_flags_is(&c)) {
             ok = kv_flags_parse(&c, &o->kv);
         } else {
@@ -120,6 +139,10 @@ static int parse_generate(int argc, char **argv, gen_opts *o) {
         cli_error(&c, "missing -p PROMPT (see wushkv generate --help)");
         return CLI_EXIT_USAGE;
     }
+    if (!!o->grammar + !!o->grammar_file + !!o->json_schema + !!o->json_schema_file > 1) {
+        cli_error(&c, "--grammar, --grammar-file, --json-schema and --json-schema-file: give one");
+        return CLI_EXIT_USAGE;
+    }
     if (!o->seed_given) {
         /* A fresh seed per run, as sampling CLIs do; -v prints it so a run can be repeated. */
         struct timespec ts;
@@ -131,6 +154,33 @@ static int parse_generate(int argc, char **argv, gen_opts *o) {
 
 /* ---- generation ----------------------------------------------------------------------------- */
 
+/* The structured-output flag's grammar, compiled; NULL with a message on stderr when it is bad
+ * (or *none when no flag asks for one). */
+static wk_grammar *load_grammar(const gen_opts *o, bool *none) {
+    const char *path = o->grammar_file ? o->grammar_file : o->json_schema_file;
+    *none = !o->grammar && !path && !o->json_schema;
+    if (*none) return NULL;
+    size_t len = 0;
+    char *file = path ? read_text_file("generate", path, &len) : NULL, err[WK_ERRMSG_LEN] = "";
+    if (path && !file) return NULL;
+    const char *text = file ? file : o->grammar ? o->grammar : o->json_schema;
+    if (!file) len = strlen(text);
+    text_buf gbnf = {0};
+    bool schema = o->json_schema || o->json_schema_file, ok = true;
+    if (schema) {
+        cJSON *tree = cJSON_ParseWithLength(text, len);
+        ok = tree && schema_to_gbnf(tree, &gbnf, err, sizeof err);
+        if (!ok) fprintf(stderr, "wushkv generate: the JSON Schema: %s\n", tree ? err : "not JSON");
+        cJSON_Delete(tree);
+    }
+    wk_grammar *g = NULL;
+    if (ok && wk_grammar_parse(schema ? gbnf.p : text, schema ? gbnf.len : len, &g, err, sizeof err) != WK_OK)
+        fprintf(stderr, "wushkv generate: the grammar: %s\n", err);
+    text_buf_free(&gbnf);
+    free(file);
+    return g;
+}
+
 static double rate(int tokens, double seconds) { return seconds > 0.0 ? tokens / seconds : 0.0; }
 
 typedef struct gen_result {
@@ -138,7 +188,7 @@ typedef struct gen_result {
     int n_prompt, n_generated;
     int n_decode_eval;   /* tokens evaluated one at a time after prefill */
     double t_prefill, t_decode;
-    const char *stop;    /* "length", "eog", "context" */
+    const char *stop;    /* "length", "eog", "context", "grammar" (complete, nothing may follow) */
     uint64_t kv_peak_bytes; /* the most KV bytes the sequence held */
 } gen_result;
 
@@ -182,6 +232,8 @@ static int run_generation(wk_engine *e, const gen_opts *o, gen_result *r) {
     float *logits = NULL;
     wk_seq *seq = NULL;
     wk_sampler *sampler = NULL;
+    wk_grammar_vocab *vocab = NULL;
+    wk_matcher *matcher = NULL;
     text_buf piece = {0};
     text_stream u;
     text_stream_init(&u, NULL, NULL, 0);
@@ -215,6 +267,10 @@ static int run_generation(wk_engine *e, const gen_opts *o, gen_result *r) {
         fprintf(stderr, "wushkv generate: cannot create a sequence: %s\n", wk_strerror(rc_seq));
         goto out;
     }
+    if (o->compiled && (!(vocab = wk_grammar_vocab_create(e)) || !(matcher = wk_matcher_create(o->compiled, vocab)))) {
+        fprintf(stderr, "wushkv generate: out of memory\n");
+        goto out;
+    }
     sampler = wk_sampler_create(&o->sampling, info->n_vocab);
     logits = malloc((size_t)info->n_vocab * sizeof *logits);
     piece.cap = 64;
@@ -243,7 +299,19 @@ static int run_generation(wk_engine *e, const gen_opts *o, gen_result *r) {
     /* Decode: sample from the last logits, emit, feed the token back. */
     r->stop = "length";
     while (r->n_generated < o->n_predict) {
-        int32_t tok = wk_sampler_sample(sampler, logits);
+        int32_t tok;
+        if (matcher) {
+            grammar_pick_route route;
+            bool no_token;
+            tok = grammar_pick(matcher, sampler, &o->sampling, logits, info->n_vocab, &route, &no_token);
+            int st = tok < 0 ? tok : wk_matcher_accept(matcher, tok);
+            if (st < 0) {
+                fprintf(stderr, "\nwushkv generate: the grammar: %s\n",
+                        no_token ? "it allows no token of this model's vocabulary here" : wk_strerror(st));
+                goto out;
+            }
+        } else
+            tok = wk_sampler_sample(sampler, logits);
         if (wk_token_is_eog(e, tok)) {
             r->stop = "eog";
             break;
@@ -252,6 +320,10 @@ static int run_generation(wk_engine *e, const gen_opts *o, gen_result *r) {
         if (!emit_token(e, tok, o, &u, &piece, r)) {
             fprintf(stderr, "wushkv generate: out of memory\n");
             goto out;
+        }
+        if (matcher && wk_matcher_finished(matcher)) {
+            r->stop = "grammar"; /* the text is a whole sentence and nothing may follow */
+            break;
         }
         if (r->n_generated == o->n_predict) break; /* its logits would never be used */
         if (wk_seq_len(seq) >= info->max_ctx) {
@@ -289,7 +361,9 @@ static int run_generation(wk_engine *e, const gen_opts *o, gen_result *r) {
     if (strcmp(r->stop, "context") == 0)
         fprintf(stderr, "wushkv generate: stopped: the context (%d tokens) is full\n", info->max_ctx);
     else if (o->common.verbose)
-        fprintf(stderr, "stopped: %s\n", strcmp(r->stop, "eog") == 0 ? "end-of-generation token" : "-n reached");
+        fprintf(stderr, "stopped: %s\n", strcmp(r->stop, "eog") == 0       ? "end-of-generation token"
+                                          : strcmp(r->stop, "grammar") == 0 ? "the grammar is complete"
+                                                                            : "-n reached");
     r->kv_peak_bytes = wk_seq_kv_peak_bytes(seq);
     rc = 0;
 
@@ -298,6 +372,8 @@ out:
     text_stream_free(&u);
     free(logits);
     wk_sampler_destroy(sampler);
+    wk_matcher_destroy(matcher);
+    wk_grammar_vocab_destroy(vocab);
     if (seq) wk_seq_destroy(seq);
     free(prompt);
     return rc;
@@ -323,9 +399,12 @@ int cmd_generate(int argc, char **argv) {
     int rc = parse_generate(argc, argv, &o);
     if (rc >= 0) return rc;
 
+    bool unconstrained;
+    o.compiled = load_grammar(&o, &unconstrained); /* a bad grammar fails before the model loads */
+    if (!o.compiled && !unconstrained) return 1;
     char model[4096];
     o.common.model = cli_model_path("generate", o.common.model, model, sizeof model);
-    if (!o.common.model) return 1;
+    if (!o.common.model) return wk_grammar_free(o.compiled), 1;
 
     wk_engine_params ep;
     wk_engine_params_default(&ep);
@@ -337,9 +416,8 @@ int cmd_generate(int argc, char **argv) {
     ep.max_seqs = 1;
     if (o.common.verbose) fprintf(stderr, "model: %s\n", o.common.model);
     char wush[4200];
-    if (wush_cache_prepare("generate", &ep, wush, sizeof wush, NULL) < 0) return 1;
-    wk_engine *e = cli_engine_open("generate", &ep);
-    if (!e) return 1;
+    wk_engine *e = wush_cache_prepare("generate", &ep, wush, sizeof wush, NULL) < 0 ? NULL : cli_engine_open("generate", &ep);
+    if (!e) return wk_grammar_free(o.compiled), 1;
     char kv[128];
     kv_flags_describe(&o.kv, wk_engine_info(e), kv, sizeof kv);
     fprintf(stderr, "wushkv generate: %s on %s, KV %s\n", wk_engine_info(e)->name, wk_engine_info(e)->device_name, kv);
@@ -348,6 +426,7 @@ int cmd_generate(int argc, char **argv) {
     rc = run_generation(e, &o, &r);
     const wk_model_info info = *wk_engine_info(e);
     wk_engine_close(e);
+    wk_grammar_free(o.compiled);
     if (rc == 0) {
         fprintf(stderr, "prefill: %d tokens in %.3f s (%.1f tok/s); decode: %d tokens in %.3f s (%.1f tok/s)\n",
                 r.n_prompt, r.t_prefill, rate(r.n_prompt, r.t_prefill), r.n_decode_eval, r.t_decode,
