@@ -74,6 +74,9 @@ wk_status stack_set_advance(const wk_grammar *g, const stack_set *src, uint32_t 
 wk_status stack_set_start(const wk_grammar *g, stack_set *dst);
 bool stack_set_has_empty(const stack_set *s);
 wk_status stack_set_copy(stack_set *dst, const stack_set *src);
+/* A hash of the set that does not depend on the stacks' order, and equality as sets. */
+uint32_t stack_set_hash(const stack_set *s);
+bool stack_set_equal(const stack_set *a, const stack_set *b);
 
 /* UTF-8 decoding that carries a sequence cut between tokens. */
 typedef struct utf8_pending {

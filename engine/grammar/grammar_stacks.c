@@ -109,17 +109,24 @@ static wk_status rehash(stack_set *s, size_t cap) {
     return WK_OK;
 }
 
+/* The slot of the stack p[0..n) in s's table: its own, or the empty one where it would go. */
+static size_t find_stack(const stack_set *s, const uint32_t *p, uint32_t n) {
+    size_t h = hash_stack(p, n) & (s->seen_cap - 1);
+    for (; s->seen[h]; h = (h + 1) & (s->seen_cap - 1)) {
+        const struct stack_ref *j = &s->st[s->seen[h] - 1];
+        if (j->len == n && (n == 0 || memcmp(s->pos + j->off, p, n * sizeof *p) == 0)) break;
+    }
+    return h;
+}
+
 /* Adds one stack unless an equal one is there. */
 static wk_status add_stack(stack_set *s, const uint32_t *p, uint32_t n) {
     if (s->seen_cap < 2 * (s->n + 1) + 16) {
         wk_status st = rehash(s, s->seen_cap ? s->seen_cap * 4 : 64);
         if (st != WK_OK) return st;
     }
-    size_t h = hash_stack(p, n) & (s->seen_cap - 1);
-    for (; s->seen[h]; h = (h + 1) & (s->seen_cap - 1)) {
-        const struct stack_ref *j = &s->st[s->seen[h] - 1];
-        if (j->len == n && (n == 0 || memcmp(s->pos + j->off, p, n * sizeof *p) == 0)) return WK_OK;
-    }
+    size_t h = find_stack(s, p, n);
+    if (s->seen[h]) return WK_OK;
     if (s->n >= WK_GRAMMAR_MAX_STACKS) return WK_ERR_UNSUPPORTED;
     if (!gram_grow((void **)&s->pos, &s->cap_pos, s->n_pos + n, sizeof *s->pos) || !gram_grow((void **)&s->st, &s->cap, s->n + 1, sizeof *s->st))
         return WK_ERR_NOMEM;
@@ -234,4 +241,17 @@ bool wk_grammar_accepts(const wk_grammar *g, const char *text, size_t len) {
     stack_set_free(&a), stack_set_free(&b);
     free(cps);
     return ok;
+}
+
+uint32_t stack_set_hash(const stack_set *s) {
+    uint32_t h = (uint32_t)s->n * 2654435761u;
+    for (size_t i = 0; i < s->n; i++) h += hash_stack(stack_at(s, i), s->st[i].len); /* any order */
+    return h;
+}
+
+bool stack_set_equal(const stack_set *a, const stack_set *b) {
+    if (a->n != b->n) return false;
+    for (size_t i = 0; i < a->n; i++) /* sets without duplicates, of one size: a inside b is enough */
+        if (!b->seen || !b->seen[find_stack(b, stack_at(a, i), a->st[i].len)]) return false;
+    return true;
 }

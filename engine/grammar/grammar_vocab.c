@@ -30,6 +30,17 @@ typedef struct cand {
     uint32_t at;
 } cand;
 
+/* Masks made before, by the state they were made in: a grammar comes back to the same stacks
+ * often (every character of an unbounded JSON string, every key of an object), and a hit costs a
+ * pass over a bitmap instead of the walk. */
+#define MASK_CACHE 4
+typedef struct mask_entry {
+    stack_set state; /* the stacks it was made for (no cut UTF-8 sequence pending) */
+    uint32_t hash;
+    uint64_t *allowed; /* a bit per token of the vocabulary: allowed text tokens */
+    uint64_t last_use; /* 0: empty */
+} mask_entry;
+
 struct wk_matcher {
     const wk_grammar *g;
     const wk_grammar_vocab *v;
@@ -44,6 +55,8 @@ struct wk_matcher {
     size_t cap_dec;
     const uint32_t *walk_cps; /* the mask walk's texts and end states: the vocabulary's, or dec's */
     const utf8_pending *walk_tails;
+    mask_entry cache[MASK_CACHE];
+    uint64_t clock;
 };
 
 /* ---- vocabulary ----------------------------------------------------------------------------- */
@@ -124,6 +137,7 @@ void wk_matcher_destroy(wk_matcher *m) {
     stack_set_free(&m->cur), stack_set_free(&m->a), stack_set_free(&m->b);
     for (int i = 0; m->levels && i < m->n_levels; i++) stack_set_free(&m->levels[i]);
     free(m->levels), free(m->cands), free(m->ok), free(m->dec), free(m->dec_tail);
+    for (int i = 0; i < MASK_CACHE; i++) stack_set_free(&m->cache[i].state), free(m->cache[i].allowed);
     free(m);
 }
 
@@ -275,9 +289,10 @@ static wk_status walk(wk_matcher *m, const stack_set *set, cand *c, size_t n, in
     return WK_OK;
 }
 
-int wk_matcher_mask(wk_matcher *m, float *logits) {
+/* m->ok for the current state by the walk: over every text token when the result is to be cached
+ * (all_tokens), else only those whose logit is finite. */
+static wk_status walk_mask(wk_matcher *m, const float *logits, bool all_tokens) {
     const wk_grammar_vocab *v = m->v;
-    const bool complete = wk_matcher_complete(m);
     size_t n = 0;
     m->walk_cps = v->cp;
     m->walk_tails = v->tail;
@@ -297,7 +312,7 @@ int wk_matcher_mask(wk_matcher *m, float *logits) {
     uint32_t dec_at = 0;
     for (int t = 0; t < v->n; t++) {
         m->ok[t] = 0;
-        if (logits[t] == -INFINITY || v->kind[t] == TOK_EOG || v->kind[t] == TOK_EMPTY) continue;
+        if ((!all_tokens && logits[t] == -INFINITY) || v->kind[t] == TOK_EOG || v->kind[t] == TOK_EMPTY) continue;
         if (!m->pending.n_more) {
             if (v->kind[t] != TOK_TEXT) continue;
             m->cands[n++] = (cand){t, v->cp_off[t]};
@@ -308,12 +323,46 @@ int wk_matcher_mask(wk_matcher *m, float *logits) {
             dec_at++;
         }
     }
-    wk_status st = walk(m, &m->cur, m->cands, n, 0);
+    return walk(m, &m->cur, m->cands, n, 0);
+}
+
+/* The cached mask of the current state, made now if there is none: its bitmap, or NULL with *st
+ * set when the walk failed. States inside a cut UTF-8 sequence are not cached (rare). */
+static const uint64_t *cached_mask(wk_matcher *m, const float *logits, wk_status *st) {
+    const int nv = m->v->n;
+    uint32_t h = stack_set_hash(&m->cur);
+    mask_entry *victim = &m->cache[0];
+    for (int i = 0; i < MASK_CACHE; i++) {
+        mask_entry *e = &m->cache[i];
+        if (e->last_use && e->hash == h && stack_set_equal(&e->state, &m->cur)) {
+            e->last_use = ++m->clock;
+            return e->allowed;
+        }
+        if (e->last_use < victim->last_use) victim = e;
+    }
+    if ((*st = walk_mask(m, logits, true)) != WK_OK) return NULL;
+    size_t words = ((size_t)nv + 63) / 64;
+    if (!victim->allowed && !(victim->allowed = malloc(words * sizeof *victim->allowed))) return *st = WK_ERR_NOMEM, NULL;
+    victim->last_use = 0; /* until it is whole */
+    if ((*st = stack_set_copy(&victim->state, &m->cur)) != WK_OK) return NULL;
+    memset(victim->allowed, 0, words * sizeof *victim->allowed);
+    for (int t = 0; t < nv; t++) victim->allowed[t / 64] |= (uint64_t)m->ok[t] << (t % 64);
+    victim->hash = h;
+    victim->last_use = ++m->clock;
+    return victim->allowed;
+}
+
+int wk_matcher_mask(wk_matcher *m, float *logits) {
+    const wk_grammar_vocab *v = m->v;
+    const bool complete = wk_matcher_complete(m);
+    wk_status st = WK_OK;
+    const uint64_t *bits = m->pending.n_more ? NULL : cached_mask(m, logits, &st);
+    if (!bits && st == WK_OK) st = walk_mask(m, logits, false);
     if (st != WK_OK) return st;
     int allowed = 0;
     for (int t = 0; t < v->n; t++) {
         if (logits[t] == -INFINITY) continue;
-        bool keep = v->kind[t] == TOK_EOG ? complete : m->ok[t];
+        bool keep = v->kind[t] == TOK_EOG ? complete : bits ? (bool)(bits[t / 64] >> (t % 64) & 1) : m->ok[t];
         if (keep) allowed++;
         else logits[t] = -INFINITY;
     }
