@@ -2,8 +2,9 @@
 # What structured output costs a running `wushkv serve`: the time per output token of the same
 # completion with and without a constraint, alternating, in one invocation, so the ratio compares
 # like with like. The constraints are wide open (any 400 characters but a newline; a JSON string
-# of 400 characters), so almost every token stays allowed and the generation runs to max_tokens:
-# where the mask's work is largest. Four samplers: greedy (the best tokens checked one by one),
+# of 400 characters; any characters but a newline until a DEL no model writes unasked), so almost
+# every token stays allowed and the generation runs to max_tokens: where the mask's work is
+# largest. Four samplers: greedy (the best tokens checked one by one),
 # the server's default top_k (the same for its k best), vLLM's defaults (temperature 1, nothing
 # truncated: a draw checked, rejection sampling) and top_p alone (every token of the vocabulary
 # masked at every step).
@@ -19,6 +20,8 @@ import requests
 CONSTRAINTS = {
     "regex [^\\n]{400}": {"guided_regex": "[^\\n]{400}"},
     "a JSON string, 400 ch": {"guided_json": {"type": "string", "minLength": 400, "maxLength": 400}},
+    # unbounded: the same state after every character, so the masks after the first come cached
+    "regex [^\\n]*\\x7f": {"guided_regex": "[^\\n]*\\x7f"},
 }
 
 

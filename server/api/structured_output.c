@@ -49,6 +49,7 @@ static bool want_string(const cJSON *v, const char *field, api_error *e) {
 /* A schema: an object, or (vLLM's guided_json, structured_outputs.json) JSON text holding one. */
 static bool schema_ask(asks *s, const cJSON *v, const char *field, api_error *e) {
     if (cJSON_IsString(v)) {
+        if (s->n_owned == 2) return add_ask(s, ASK_SCHEMA, v, field, e); /* a third ask: refused there */
         cJSON *parsed = cJSON_ParseWithLength(v->valuestring, json_str_len(v));
         if (!parsed || !cJSON_IsObject(parsed)) {
             cJSON_Delete(parsed);
