@@ -65,7 +65,10 @@ void wk_matcher_destroy(wk_matcher *m);
 int wk_matcher_mask(wk_matcher *m, float *logits);
 
 /* Whether the grammar allows token next (the same rule as wk_matcher_mask, for one token: a
- * cheap check of a greedy choice before masking the whole vocabulary). */
+ * cheap check of the best tokens before masking the whole vocabulary). It follows all parse
+ * stacks at once where the mask follows each on its own, so only it can pass
+ * WK_GRAMMAR_MAX_STACKS: then it says no to a token the mask allows, and accepting that token
+ * fails with WK_ERR_UNSUPPORTED. */
 bool wk_matcher_allows(wk_matcher *m, int32_t token);
 
 /* Moves past token. WK_OK, or WK_ERR_INVALID when the grammar does not allow it (m unchanged),
