@@ -69,20 +69,32 @@ def peer_text(url, prompt, max_tokens, **constraint):
     return r.json()["content"]
 
 
-def where_they_part(url, prompt, max_tokens, grammar, mine, theirs):
-    """Our token at the first character where the texts differ, with our top alternatives there
-    (log-probabilities before the mask): a near tie shows as close numbers."""
-    k = next((i for i, (x, y) in enumerate(zip(mine, theirs)) if x != y), min(len(mine), len(theirs)))
-    r = requests.post(url + "/v1/completions", timeout=600, json={
-        "prompt": prompt, "max_tokens": max_tokens, "temperature": 0, "grammar": grammar, "logprobs": 5})
-    lp = r.json()["choices"][0]["logprobs"]
+def top_at(tokens, k):
+    """The (token, top alternatives) pair whose text covers character k of the joined tokens."""
     at = 0
-    for token, logprob, top in zip(lp["tokens"], lp["token_logprobs"], lp["top_logprobs"]):
+    for token, top in tokens:
         if at + len(token) > k:
-            alts = ", ".join(f"{t!r} {v:.3f}" for t, v in top.items())
-            return f"parted at character {k}: ours {token!r} {logprob:.3f}; our top 5: {alts}; peer went on with {theirs[k:k + 8]!r}"
+            return token, top
         at += len(token)
-    return f"parted at character {k}"
+    return None, []
+
+
+def where_they_part(ours, peer, prompt, max_tokens, grammar, mine, theirs):
+    """Each engine's token at the first character where the texts differ, with its top alternatives
+    there (log-probabilities before the grammar's mask): a near tie shows as close numbers."""
+    k = next((i for i, (x, y) in enumerate(zip(mine, theirs)) if x != y), min(len(mine), len(theirs)))
+    r = requests.post(ours + "/v1/completions", timeout=600, json={
+        "prompt": prompt, "max_tokens": max_tokens, "temperature": 0, "grammar": grammar, "logprobs": 5}).json()
+    lp = r["choices"][0]["logprobs"]
+    our_tok, our_top = top_at([(t, list(top.items())) for t, top in zip(lp["tokens"], lp["top_logprobs"])], k)
+    p = requests.post(peer + "/completion", timeout=600, json={
+        "prompt": prompt, "n_predict": max_tokens, "temperature": 0, "cache_prompt": False, "grammar": grammar,
+        "n_probs": 5}).json()
+    peer_tok, peer_top = top_at([(c["token"], [(x["token"], x["logprob"]) for x in c.get("top_logprobs", [])])
+                                 for c in p.get("completion_probabilities", [])], k)
+    show = lambda top: ", ".join(f"{t!r} {v:.3f}" for t, v in top)
+    return (f"parted at character {k}: ours took {our_tok!r}, our top 5: {show(our_top)}; "
+            f"the peer took {peer_tok!r}, its top 5: {show(peer_top)}")
 
 
 def main():
@@ -108,7 +120,7 @@ def main():
         bad += not same
         print(f"{'same' if same else 'DIFF'}  {name:16} {mine!r}" + ("" if same else f"\n      {'peer':16} {theirs!r}"))
         if not same:
-            print("      " + where_they_part(a.ours, prompt, a.max_tokens, grammar, mine, theirs))
+            print("      " + where_they_part(a.ours, a.peer, prompt, a.max_tokens, grammar, mine, theirs))
     for i, (prompt, schema) in enumerate(SCHEMAS):
         mine = ours_text(a.ours, prompt, 160, response_format={"type": "json_schema",
                                                                 "json_schema": {"name": "s", "schema": schema}})

@@ -11,6 +11,8 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "api/json_text.h"
+
 enum {
     MAX_REPEAT_COUNT = 1000,      /* beyond it a counted repeat makes grammars too big to match quickly */
     MAX_GROUP_DEPTH = 200,        /* keeps the recursive parser and writer off the end of the stack */
@@ -89,14 +91,6 @@ static size_t utf8_decode(const unsigned char *s, size_t n, uint32_t *cp) {
     if (v < k_min[more] || v > MAX_CODE_POINT || (v >= 0xD800 && v <= 0xDFFF)) return 0;
     *cp = v;
     return more + 1;
-}
-
-/* The offset of the first byte that does not start valid UTF-8, or n. */
-static size_t utf8_invalid_at(const char *s, size_t n) {
-    uint32_t cp;
-    for (size_t i = 0, step; i < n; i += step)
-        if (!(step = utf8_decode((const unsigned char *)s + i, n - i, &cp))) return i;
-    return n;
 }
 
 /* ---- code point sets ---- */
@@ -750,7 +744,7 @@ bool regex_gbnf_rules(const char *re, size_t len, const char *name, bool json_st
     static const char k_name_chars[] = "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789_-";
     if (!name || !*name || name[strspn(name, k_name_chars)]) return fail(&c, 0, "bad rule name");
     /* UTF-8 is checked first, so that a byte-level look (at a `{` or `)`) never splits a character. */
-    const size_t bad_byte = utf8_invalid_at(re, len);
+    const size_t bad_byte = json_utf8_valid_prefix((const unsigned char *)re, len);
     if (bad_byte < len) return fail(&c, bad_byte, "invalid UTF-8");
     int root = parse_alternation(&c);
     if (root >= 0 && !at_end(&c)) root = (fail(&c, c.pos, "unbalanced parenthesis: ) without ("), -1);
@@ -773,7 +767,7 @@ bool regex_gbnf_rules(const char *re, size_t len, const char *name, bool json_st
 bool choice_gbnf(const char *const *choices, const size_t *lens, int n, text_buf *out, char *err, size_t errlen) {
     if (errlen) snprintf(err, errlen, "%s", n <= 0 ? "no choices" : "");
     for (int i = 0; i < n; i++) {
-        const size_t bad_byte = utf8_invalid_at(choices[i], lens[i]);
+        const size_t bad_byte = json_utf8_valid_prefix((const unsigned char *)choices[i], lens[i]);
         if (bad_byte < lens[i] && errlen) snprintf(err, errlen, "choice %d: invalid UTF-8 at byte %zu", i, bad_byte);
         if (bad_byte < lens[i]) return false;
     }
