@@ -6,6 +6,7 @@
  * is a prefix of some sentence", computed by brute force over the sentences. No device needed. */
 #include <stdbool.h>
 #include <stdint.h>
+#include <stdlib.h>
 #include <string.h>
 
 #include "grammar/grammar_int.h"
@@ -160,7 +161,7 @@ static void test_operators(void) {
 static const char *const pieces[] = {
     "{", "}", "[", "]", ",", ":", " ", "\n", "\"", "\\", "a", "b", "c", "s", "t", "r", "d", "o", "g", "x", "u", "e",
     "1", "0", "-", ".", "true", "null", "{\"", "\":", "\",", "ca", "car", "cat", "do", "og", "\xC3\xB6", "\xC3", "\xB6",
-    "\xE2\x82\xAC", "\xE2", "\x82", "\xAC", "\xE2\x82", "\xAC" "x", "\xF0\x9F\x98\x80", "\xF0\x9F", "\x98\x80", "\xFF",
+    "\xE2\x82\xAC", "\xE2", "\x82", "\xAC", "\xE2\x82", "\xACx", "\xF0\x9F\x98\x80", "\xF0\x9F", "\x98\x80", "\xFF",
     "",   /* a control token */
     "<eos>",
     "xx", "d\xC3", "\xB6g",
@@ -340,6 +341,169 @@ static void test_large_grammars(void) {
     free(text);
 }
 
+/* The cost limits (wushkv/grammar.h), each met by a grammar built to pass it:
+ * - a start whose stacks together pass WK_GRAMMAR_MAX_STACK_POSITIONS (3000 chained choices, the
+ *   i-th stack i deep: 4.5M positions) is refused when compiled, where the client gets a 400;
+ * - nesting that grows two stacks by 100 positions a "(" ends with WK_ERR_UNSUPPORTED when the
+ *   328th "(" would pass 65536 in all, not before;
+ * - a mask that would partition 65536 tokens for each of 4000 different second characters (262M
+ *   checks, past WK_GRAMMAR_MAX_STEP_WORK) stops with WK_ERR_UNSUPPORTED, logits untouched, and
+ *   accepting a token still works (its own allotment). */
+static void test_cost_limits(void) {
+    enum { CHAIN = 3000, WIDE = 4000, NV = 65536 };
+    char *text = malloc((size_t)WIDE * 64 + 4096), *at = text;
+    static char piece_text[NV][5];
+    static const char *piece_ptr[NV];
+    static size_t piece_len[NV];
+    float *logits = malloc((size_t)NV * sizeof *logits);
+    if (!text || !logits) goto out;
+    at += sprintf(at, "root ::= r0\n");
+    for (int i = 0; i < CHAIN; i++) at += sprintf(at, "r%d ::= \"x\" | r%d \"z\"\n", i, i + 1);
+    at += sprintf(at, "r%d ::= \"y\"\n", CHAIN);
+    wk_grammar *g = NULL;
+    char err[WK_ERRMSG_LEN] = "";
+    CHECK_EQ_INT(wk_grammar_parse(text, strlen(text), &g, err, sizeof err), WK_ERR_INVALID);
+    CHECK(strstr(err, "too ambiguous where it starts") != NULL);
+    CHECK(g == NULL);
+
+    at = text;
+    at += sprintf(at, "root ::= \"(\" n1 | \"x\"\n");
+    for (int i = 1; i < 100; i++) at += sprintf(at, "n%d ::= n%d \")\"\n", i, i + 1);
+    at += sprintf(at, "n100 ::= root \")\"\n");
+    g = compile(text);
+    const char *const nest_pieces[] = {"(", "x", ")"};
+    const size_t nest_lens[] = {1, 1, 1};
+    wk_grammar_vocab *v = grammar_vocab_from_pieces(nest_pieces, nest_lens, NULL, 3);
+    wk_matcher *m = g && v ? wk_matcher_create(g, v) : NULL;
+    CHECK(m != NULL);
+    wk_status st = WK_OK;
+    int opened = 0;
+    while (m && st == WK_OK && opened < 1000)
+        if ((st = wk_matcher_accept(m, 0)) == WK_OK) opened++;
+    CHECK_EQ_INT(st, WK_ERR_UNSUPPORTED);
+    /* two stacks (the tops "(" and "x"), each 100 positions a "(" and its top: 327 fit */
+    CHECK_EQ_INT(opened, (int)(WK_GRAMMAR_MAX_STACK_POSITIONS - 2) / 200);
+    wk_matcher_destroy(m);
+    wk_grammar_vocab_destroy(v);
+    wk_grammar_free(g);
+
+    /* 4000 alternatives, each its own rule: a letter, then a character of its own */
+    at = text;
+    at += sprintf(at, "root ::= w0");
+    for (int i = 1; i < WIDE; i++) at += sprintf(at, " | w%d", i);
+    at += sprintf(at, "\n");
+    for (int i = 0; i < WIDE; i++) at += sprintf(at, "w%d ::= [a-z] [\\u%04X]\n", i, 0x100 + i);
+    g = compile(text);
+    /* 65536 tokens "a" + one character from U+0100 on (two bytes of UTF-8 up to U+07FF, then three) */
+    for (int t = 0; t < NV; t++) {
+        char *p = piece_text[t];
+        uint32_t cp = 0x100u + (uint32_t)t;
+        *p++ = 'a';
+        if (cp < 0x800) *p++ = (char)(0xC0 | cp >> 6);
+        else *p++ = (char)(0xE0 | cp >> 12), *p++ = (char)(0x80 | (cp >> 6 & 0x3F));
+        *p++ = (char)(0x80 | (cp & 0x3F));
+        piece_ptr[t] = piece_text[t];
+        piece_len[t] = (size_t)(p - piece_text[t]);
+    }
+    v = grammar_vocab_from_pieces(piece_ptr, piece_len, NULL, NV);
+    m = g && v ? wk_matcher_create(g, v) : NULL;
+    CHECK(m != NULL);
+    if (m) {
+        CHECK(wk_matcher_allows(m, 5));
+        CHECK(!wk_matcher_allows(m, WIDE));
+        for (int t = 0; t < NV; t++) logits[t] = 1.0f;
+        CHECK_EQ_INT(wk_matcher_mask(m, logits), WK_ERR_UNSUPPORTED);
+        int touched = 0;
+        for (int t = 0; t < NV; t++) touched += logits[t] != 1.0f;
+        CHECK_EQ_INT(touched, 0);
+        CHECK_EQ_INT(wk_matcher_accept(m, 5), WK_OK); /* "a" U+0105: w5 */
+        CHECK(wk_matcher_finished(m));
+    }
+    wk_matcher_destroy(m);
+    wk_grammar_free(g);
+    wk_grammar_vocab_destroy(v);
+
+    /* The same 4000 stacks behind one class at the first character ([a-z] then a digit string):
+     * grouped, the mask is cheap (within the budget) and equals brute force on every token and the
+     * one-token check on a sample. */
+    at = text;
+    at += sprintf(at, "root ::= w0");
+    for (int i = 1; i < WIDE; i++) at += sprintf(at, " | w%d", i);
+    at += sprintf(at, "\n");
+    for (int i = 0; i < WIDE; i++) at += sprintf(at, "w%d ::= [a-z] \"%d\"\n", i, i);
+    g = compile(text);
+    for (int t = 0; t < NV; t++) { /* letters then up to three digits: "a", "b7", "c12", "d409" */
+        int len = t < 26 ? 0 : t < 26 + 260 ? 1 : t < 26 + 260 + 2600 ? 2 : 3;
+        int rest = t < 26 ? 0 : t - 26 - (len > 1 ? 260 : 0) - (len > 2 ? 2600 : 0);
+        piece_len[t] = (size_t)snprintf(piece_text[t], sizeof piece_text[t], "%c%.*d", 'a' + t % 26, len, rest % (len == 1 ? 10 : len == 2 ? 100 : 1000));
+        if (len == 0) piece_len[t] = 1;
+        piece_ptr[t] = piece_text[t];
+    }
+    v = grammar_vocab_from_pieces(piece_ptr, piece_len, NULL, NV);
+    m = g && v ? wk_matcher_create(g, v) : NULL;
+    CHECK(m != NULL);
+    if (m) {
+        for (int t = 0; t < NV; t++) logits[t] = 0.0f;
+        int n = wk_matcher_mask(m, logits), same = 0, count = 0, checked = 0;
+        CHECK(n > 26);
+        /* by brute force: the digits are a prefix of some number 0..3999, each prefix marked by
+         * its length and value (a real prefix of two or more digits has no leading zero) */
+        static bool is_prefix[5][10000];
+        for (int i = 0; i < WIDE; i++) {
+            char num[8];
+            int len = snprintf(num, sizeof num, "%d", i);
+            for (int l = 0; l <= len; l++) {
+                char head[8] = {0};
+                memcpy(head, num, (size_t)l);
+                is_prefix[l][atoi(head)] = true; /* atoi("") is 0 */
+            }
+        }
+        int expected = 0;
+        for (int t = 0; t < NV; t++) {
+            count += logits[t] == 0.0f;
+            int digits = (int)piece_len[t] - 1;
+            bool prefix = is_prefix[digits][digits ? atoi(piece_text[t] + 1) : 0];
+            expected += prefix;
+            if (prefix != (logits[t] == 0.0f)) CHECK(prefix == (logits[t] == 0.0f));
+        }
+        CHECK_EQ_INT(count, n);
+        CHECK_EQ_INT(count, expected);
+        /* a sample (one-token checks share the step's work: some thousands fit), which includes
+         * the letters and tokens of every length */
+        for (int t = 0; t < NV; t += 67, checked++) {
+            bool one = wk_matcher_allows(m, t);
+            if ((logits[t] == 0.0f) != one) fprintf(stderr, "token %d '%s': mask %d, one-token check %d\n", t, piece_text[t], logits[t] == 0.0f, one);
+            same += (logits[t] == 0.0f) == one;
+        }
+        CHECK_EQ_INT(same, checked);
+    }
+    wk_matcher_destroy(m);
+    wk_grammar_free(g);
+    wk_grammar_vocab_destroy(v);
+out:
+    free(text), free(logits);
+}
+
+/* A compiled grammar is shared: every reference but the last leaves it usable (a request's choices
+ * each hold one; ASan would see a use after the first free). */
+static void test_shared_grammar(void) {
+    wk_grammar *g = compile("root ::= \"ab\" | \"ac\"");
+    wk_grammar_vocab *v = test_vocab();
+    if (!g || !v) goto out;
+    CHECK(wk_grammar_retain(g) == g);
+    wk_grammar_retain(g);
+    wk_grammar_free(g);
+    wk_grammar_free(g);
+    CHECK(wk_grammar_accepts(g, "ac", 2));
+    wk_matcher *m = wk_matcher_create(g, v);
+    CHECK(m != NULL);
+    wk_matcher_destroy(m);
+    CHECK(wk_grammar_retain(NULL) == NULL);
+out:
+    wk_grammar_vocab_destroy(v);
+    wk_grammar_free(g);
+}
+
 int main(void) {
     test_errors();
     test_json_acceptance();
@@ -348,5 +512,7 @@ int main(void) {
     test_mask_finite_language();
     test_stack_limit();
     test_large_grammars();
+    test_cost_limits();
+    test_shared_grammar();
     TEST_MAIN_END();
 }

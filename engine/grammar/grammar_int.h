@@ -4,6 +4,7 @@
 #ifndef WUSHKV_GRAMMAR_INT_H
 #define WUSHKV_GRAMMAR_INT_H
 
+#include <stdatomic.h>
 #include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
@@ -33,6 +34,9 @@ struct wk_grammar {
     uint32_t *alts; /* first element of each alternative, grouped by rule */
     uint32_t *rule_first_alt, *rule_n_alts;
     uint32_t n_rules, root;
+    /* References (wk_grammar_retain / wk_grammar_free): a request's choices and the threads that
+     * parse and generate share one compiled grammar. */
+    atomic_uint refs;
 };
 
 /* Room for need elements of size bytes in *p (capacity *cap, doubled as it grows); false when out
@@ -64,14 +68,23 @@ typedef struct stack_set {
 
 void stack_set_free(stack_set *s);
 void stack_set_clear(stack_set *s);
+/* Takes n units of work from *budget (the step's, WK_GRAMMAR_MAX_STEP_WORK); false when it has
+ * not that many left. */
+static inline bool gram_spend(size_t *budget, size_t n) {
+    if (*budget < n) return false;
+    *budget -= n;
+    return true;
+}
+
 /* dst = the expansion of the single stack `base` (len positions) with `top` pushed on it
- * (UINT32_MAX: nothing pushed): added to dst, duplicates skipped. WK_OK, WK_ERR_NOMEM, or
- * WK_ERR_UNSUPPORTED beyond WK_GRAMMAR_MAX_STACKS. */
-wk_status stack_set_expand(const wk_grammar *g, stack_set *dst, const uint32_t *base, uint32_t len, uint32_t top);
+ * (UINT32_MAX: nothing pushed): added to dst, duplicates skipped; the positions it writes are
+ * taken from *budget. WK_OK, WK_ERR_NOMEM, or WK_ERR_UNSUPPORTED past WK_GRAMMAR_MAX_STACKS,
+ * WK_GRAMMAR_MAX_STACK_POSITIONS or the budget. */
+wk_status stack_set_expand(const wk_grammar *g, stack_set *dst, const uint32_t *base, uint32_t len, uint32_t top, size_t *budget);
 /* dst (cleared first) = the stacks of src whose top takes cp, moved past it. */
-wk_status stack_set_advance(const wk_grammar *g, const stack_set *src, uint32_t cp, stack_set *dst);
+wk_status stack_set_advance(const wk_grammar *g, const stack_set *src, uint32_t cp, stack_set *dst, size_t *budget);
 /* The stacks a grammar starts with. */
-wk_status stack_set_start(const wk_grammar *g, stack_set *dst);
+wk_status stack_set_start(const wk_grammar *g, stack_set *dst, size_t *budget);
 bool stack_set_has_empty(const stack_set *s);
 wk_status stack_set_copy(stack_set *dst, const stack_set *src);
 /* A hash of the set that does not depend on the stacks' order, and equality as sets. */

@@ -534,6 +534,21 @@ static bool check_left_recursion(parser *ps, const wk_grammar *g) {
     return ok;
 }
 
+/* Every matcher starts from the same parse stacks; a grammar whose start alone passes the stack
+ * limit could never be used, so it is refused here, where the client gets a 400, and a matcher can
+ * then fail to start only for want of memory. */
+static bool check_start(parser *ps, const wk_grammar *g, const char *root_at) {
+    stack_set start = {0};
+    size_t budget = WK_GRAMMAR_MAX_STEP_WORK;
+    wk_status st = stack_set_start(g, &start, &budget);
+    stack_set_free(&start);
+    if (st == WK_ERR_NOMEM) return oom(ps);
+    if (st != WK_OK)
+        return fail_at(ps, root_at, "the grammar is too ambiguous where it starts (past the matcher's limits: %d parse stacks of %u positions in all)",
+                       WK_GRAMMAR_MAX_STACKS, WK_GRAMMAR_MAX_STACK_POSITIONS);
+    return true;
+}
+
 static void parser_free(parser *ps) {
     for (size_t i = 0; i < ps->n_rules; i++) free(ps->rules[i].body.e);
     free(ps->rules);
@@ -541,14 +556,21 @@ static void parser_free(parser *ps) {
     free(ps->ranges);
 }
 
+wk_grammar *wk_grammar_retain(wk_grammar *g) {
+    if (g) atomic_fetch_add_explicit(&g->refs, 1, memory_order_relaxed);
+    return g;
+}
+
 void wk_grammar_free(wk_grammar *g) {
-    if (!g) return;
+    /* acq_rel: the last holder sees every other holder's reads done before it frees */
+    if (!g || atomic_fetch_sub_explicit(&g->refs, 1, memory_order_acq_rel) != 1) return;
     free(g->elems), free(g->ranges), free(g->alts), free(g->rule_first_alt), free(g->rule_n_alts);
     free(g);
 }
 
 static wk_grammar *flatten(parser *ps) {
     wk_grammar *g = calloc(1, sizeof *g);
+    if (g) atomic_init(&g->refs, 1);
     size_t n_alts = 0, n_elems = 0;
     for (size_t r = 0; r < ps->n_rules; r++) {
         const elem_vec *b = &ps->rules[r].body;
@@ -616,7 +638,7 @@ wk_status wk_grammar_parse(const char *text, size_t len, wk_grammar **out, char 
         if (ps.st == WK_OK && root < 0) fail_at(&ps, ps.end, "no rule named 'root' (where the text starts)");
         if (ps.st == WK_OK && (g = flatten(&ps))) {
             g->root = (uint32_t)root;
-            if (!check_left_recursion(&ps, g)) {
+            if (!check_left_recursion(&ps, g) || !check_start(&ps, g, ps.rules[root].name)) {
                 wk_grammar_free(g);
                 g = NULL;
             }

@@ -127,7 +127,7 @@ static wk_status add_stack(stack_set *s, const uint32_t *p, uint32_t n) {
     }
     size_t h = find_stack(s, p, n);
     if (s->seen[h]) return WK_OK;
-    if (s->n >= WK_GRAMMAR_MAX_STACKS) return WK_ERR_UNSUPPORTED;
+    if (s->n >= WK_GRAMMAR_MAX_STACKS || s->n_pos + n > WK_GRAMMAR_MAX_STACK_POSITIONS) return WK_ERR_UNSUPPORTED;
     if (!gram_grow((void **)&s->pos, &s->cap_pos, s->n_pos + n, sizeof *s->pos) || !gram_grow((void **)&s->st, &s->cap, s->n + 1, sizeof *s->st))
         return WK_ERR_NOMEM;
     if (n) memcpy(s->pos + s->n_pos, p, n * sizeof *p); /* an empty stack may have p NULL */
@@ -139,23 +139,23 @@ static wk_status add_stack(stack_set *s, const uint32_t *p, uint32_t n) {
 
 /* Expansion with a work list in dst->work, each item stored as [positions..., length] so the last
  * one pops from the end. Without left recursion (refused when parsed) every path ends at a
- * character class or an empty stack; the work bound guards against a grammar that multiplies
- * stacks at each step. */
-wk_status stack_set_expand(const wk_grammar *g, stack_set *dst, const uint32_t *base, uint32_t len, uint32_t top) {
-    size_t budget = (size_t)WK_GRAMMAR_MAX_STACKS * 64;
+ * character class or an empty stack; the budget bounds a grammar that multiplies stacks at each
+ * step, and EXPAND_MAX_WORK the list itself (alternatives x the stack below them). */
+#define EXPAND_MAX_WORK ((size_t)1 << 20)
+wk_status stack_set_expand(const wk_grammar *g, stack_set *dst, const uint32_t *base, uint32_t len, uint32_t top, size_t *budget) {
     uint32_t n0 = len + (top != UINT32_MAX);
+    if (n0 > WK_GRAMMAR_MAX_STACK_POSITIONS || !gram_spend(budget, (size_t)n0 + 1)) return WK_ERR_UNSUPPORTED;
     if (!gram_grow((void **)&dst->work, &dst->cap_work, (size_t)n0 + 1, sizeof *dst->work)) return WK_ERR_NOMEM;
     if (len) memcpy(dst->work, base, len * sizeof *base);
     if (top != UINT32_MAX) dst->work[len] = top;
     dst->work[n0] = n0;
     size_t wn = (size_t)n0 + 1;
     while (wn) {
-        if (budget-- == 0) return WK_ERR_UNSUPPORTED;
         uint32_t n = dst->work[wn - 1];
         wn -= (size_t)n + 1;
         const uint32_t *item = dst->work + wn;
         if (n == 0 || g->elems[item[n - 1]].kind == GE_CHARS) {
-            wk_status st = add_stack(dst, item, n);
+            wk_status st = gram_spend(budget, (size_t)n + 1) ? add_stack(dst, item, n) : WK_ERR_UNSUPPORTED;
             if (st != WK_OK) return st;
             continue;
         }
@@ -167,7 +167,9 @@ wk_status stack_set_expand(const wk_grammar *g, stack_set *dst, const uint32_t *
         memcpy(dst->tmp, item, keep * sizeof *item);
         if (g->elems[at + 1].kind != GE_END) dst->tmp[keep++] = at + 1;
         uint32_t alts = g->rule_n_alts[rule];
-        if (!gram_grow((void **)&dst->work, &dst->cap_work, wn + (size_t)alts * (keep + 2), sizeof *dst->work)) return WK_ERR_NOMEM;
+        size_t more = (size_t)alts * (keep + 2);
+        if (wn + more > EXPAND_MAX_WORK || !gram_spend(budget, more)) return WK_ERR_UNSUPPORTED;
+        if (!gram_grow((void **)&dst->work, &dst->cap_work, wn + more, sizeof *dst->work)) return WK_ERR_NOMEM;
         for (uint32_t a = 0; a < alts; a++) {
             uint32_t start = g->alts[g->rule_first_alt[rule] + a];
             uint32_t *w = dst->work + wn, m = keep;
@@ -180,26 +182,27 @@ wk_status stack_set_expand(const wk_grammar *g, stack_set *dst, const uint32_t *
     return WK_OK;
 }
 
-wk_status stack_set_start(const wk_grammar *g, stack_set *dst) {
+wk_status stack_set_start(const wk_grammar *g, stack_set *dst, size_t *budget) {
     stack_set_clear(dst);
     uint32_t rule = g->root;
     for (uint32_t a = 0; a < g->rule_n_alts[rule]; a++) {
         uint32_t start = g->alts[g->rule_first_alt[rule] + a];
-        wk_status st = stack_set_expand(g, dst, NULL, 0, g->elems[start].kind == GE_END ? UINT32_MAX : start);
+        wk_status st = stack_set_expand(g, dst, NULL, 0, g->elems[start].kind == GE_END ? UINT32_MAX : start, budget);
         if (st != WK_OK) return st;
     }
     return WK_OK;
 }
 
-wk_status stack_set_advance(const wk_grammar *g, const stack_set *src, uint32_t cp, stack_set *dst) {
+wk_status stack_set_advance(const wk_grammar *g, const stack_set *src, uint32_t cp, stack_set *dst, size_t *budget) {
     stack_set_clear(dst);
+    if (!gram_spend(budget, src->n)) return WK_ERR_UNSUPPORTED;
     for (size_t i = 0; i < src->n; i++) {
         uint32_t n = src->st[i].len;
         if (n == 0) continue; /* a finished parse takes no more characters (and pos may be NULL) */
         const uint32_t *p = src->pos + src->st[i].off;
         if (!gram_chars_match(g, &g->elems[p[n - 1]], cp)) continue;
         uint32_t next = p[n - 1] + 1;
-        wk_status st = stack_set_expand(g, dst, p, n - 1, g->elems[next].kind == GE_END ? UINT32_MAX : next);
+        wk_status st = stack_set_expand(g, dst, p, n - 1, g->elems[next].kind == GE_END ? UINT32_MAX : next, budget);
         if (st != WK_OK) return st;
     }
     return WK_OK;
@@ -228,10 +231,12 @@ bool wk_grammar_accepts(const wk_grammar *g, const char *text, size_t len) {
     stack_set a = {0}, b = {0};
     bool ok = false;
     int n = cps ? utf8_decode_pending((const uint8_t *)text, len, (utf8_pending){0, 0, 0}, cps, &end) : -1;
-    if (n >= 0 && end.n_more == 0 && stack_set_start(g, &a) == WK_OK) {
+    size_t budget = WK_GRAMMAR_MAX_STEP_WORK;
+    if (n >= 0 && end.n_more == 0 && stack_set_start(g, &a, &budget) == WK_OK) {
         ok = true;
         for (int i = 0; i < n && ok; i++) {
-            ok = stack_set_advance(g, &a, cps[i], &b) == WK_OK && b.n > 0;
+            budget = WK_GRAMMAR_MAX_STEP_WORK; /* a code point's step, as the matcher's token */
+            ok = stack_set_advance(g, &a, cps[i], &b, &budget) == WK_OK && b.n > 0;
             stack_set t = a;
             a = b;
             b = t;

@@ -1,8 +1,10 @@
 /* Grammar-constrained sampling: the vocabulary's texts decoded once, and a matcher that follows one
  * generation through its grammar, masks the logits of every token the grammar does not allow
  * next, and moves past the sampled token. The mask walks all candidate tokens together, one code
- * point at a time, partitioning them by the character class at each stack's top, so the work
- * follows the grammar's branching and the vocabulary's total length, not tokens x stacks x steps. */
+ * point at a time, partitioning them by the character class at the top of each group of stacks
+ * that want the same next character, so the work follows the grammar's branching and the
+ * vocabulary's total length, not tokens x stacks x steps; every step's work is counted against
+ * WK_GRAMMAR_MAX_STEP_WORK. */
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
@@ -21,6 +23,8 @@ struct wk_grammar_vocab {
     utf8_pending *tail;    /* TOK_TEXT: the sequence its text leaves cut at its end */
     char *raw;             /* every token's bytes, for decoding after a cut sequence */
     uint32_t *raw_off, *raw_len;
+    int32_t *by_first; /* the TOK_TEXT tokens by their first code point (none: last), n_text of them */
+    int n_text;
 };
 
 /* A token in the mask walk: at depth d its next code point is cps[at + d] (cps: the vocabulary's
@@ -55,8 +59,13 @@ struct wk_matcher {
     size_t cap_dec;
     const uint32_t *walk_cps; /* the mask walk's texts and end states: the vocabulary's, or dec's */
     const utf8_pending *walk_tails;
+    bool walk_sorted;         /* the walk's candidates come sorted by their first code point */
+    cand *picked;             /* the depth-0 group's candidates, copied out of the sorted ones */
+    struct top_key **keys;    /* per depth, the walk's stacks keyed by their top class */
+    size_t *cap_keys;
     mask_entry cache[MASK_CACHE];
     uint64_t clock;
+    size_t budget; /* what this step may still spend (WK_GRAMMAR_MAX_STEP_WORK after each token) */
 };
 
 /* ---- vocabulary ----------------------------------------------------------------------------- */
@@ -64,7 +73,13 @@ struct wk_matcher {
 void wk_grammar_vocab_destroy(wk_grammar_vocab *v) {
     if (!v) return;
     free(v->kind), free(v->cp), free(v->cp_off), free(v->tail), free(v->raw), free(v->raw_off), free(v->raw_len);
+    free(v->by_first);
     free(v);
+}
+
+static int by_u64(const void *x, const void *y) {
+    uint64_t a = *(const uint64_t *)x, b = *(const uint64_t *)y;
+    return (a > b) - (a < b);
 }
 
 wk_grammar_vocab *grammar_vocab_from_pieces(const char *const *pieces, const size_t *lens, const bool *eog, int n) {
@@ -104,6 +119,18 @@ wk_grammar_vocab *grammar_vocab_from_pieces(const char *const *pieces, const siz
         }
         v->cp[at++] = CP_END;
     }
+    /* the mask's first level finds a class's tokens by binary search in this order */
+    uint64_t *keyed = malloc((size_t)n * sizeof *keyed);
+    if (!keyed || !(v->by_first = malloc((size_t)n * sizeof *v->by_first))) {
+        free(keyed);
+        wk_grammar_vocab_destroy(v);
+        return NULL;
+    }
+    for (int t = 0; t < n; t++)
+        if (v->kind[t] == TOK_TEXT) keyed[v->n_text++] = (uint64_t)v->cp[v->cp_off[t]] << 32 | (uint32_t)t;
+    qsort(keyed, (size_t)v->n_text, sizeof *keyed, by_u64);
+    for (int i = 0; i < v->n_text; i++) v->by_first[i] = (int32_t)(uint32_t)keyed[i];
+    free(keyed);
     return v;
 }
 
@@ -136,7 +163,9 @@ void wk_matcher_destroy(wk_matcher *m) {
     if (!m) return;
     stack_set_free(&m->cur), stack_set_free(&m->a), stack_set_free(&m->b);
     for (int i = 0; m->levels && i < m->n_levels; i++) stack_set_free(&m->levels[i]);
-    free(m->levels), free(m->cands), free(m->ok), free(m->dec), free(m->dec_tail);
+    free(m->levels), free(m->cands), free(m->ok), free(m->dec), free(m->dec_tail), free(m->picked);
+    for (int i = 0; m->keys && i < m->n_levels; i++) free(m->keys[i]);
+    free(m->keys), free(m->cap_keys);
     for (int i = 0; i < MASK_CACHE; i++) stack_set_free(&m->cache[i].state), free(m->cache[i].allowed);
     free(m);
 }
@@ -152,10 +181,15 @@ wk_matcher *wk_matcher_create(const wk_grammar *g, const wk_grammar_vocab *v) {
      * bytes), made now: the walk holds pointers into them while it recurses */
     m->n_levels = (int)v->max_len + 2;
     m->levels = calloc((size_t)m->n_levels, sizeof *m->levels);
-    if (!m->cands || !m->ok || !m->levels || stack_set_start(g, &m->cur) != WK_OK) {
+    m->keys = calloc((size_t)m->n_levels, sizeof *m->keys);
+    m->cap_keys = calloc((size_t)m->n_levels, sizeof *m->cap_keys);
+    m->picked = malloc((size_t)v->n * sizeof *m->picked);
+    m->budget = WK_GRAMMAR_MAX_STEP_WORK;
+    if (!m->cands || !m->ok || !m->levels || !m->keys || !m->cap_keys || !m->picked || stack_set_start(g, &m->cur, &m->budget) != WK_OK) {
         wk_matcher_destroy(m);
         return NULL;
     }
+    m->budget = WK_GRAMMAR_MAX_STEP_WORK;
     return m;
 }
 
@@ -188,14 +222,17 @@ static bool ends_ok(const wk_grammar *g, const stack_set *s, utf8_pending tail) 
     return false;
 }
 
-/* Advances a copy of the current stacks over cps; the result in m->a. */
+/* Advances the current stacks over cps, leaving them as they are; the result in m->a. */
 static wk_status run_token(wk_matcher *m, const uint32_t *cps, utf8_pending tail, bool *allowed) {
-    wk_status st = stack_set_copy(&m->a, &m->cur);
-    for (const uint32_t *c = cps; st == WK_OK && *c != CP_END && m->a.n; c++) {
-        st = stack_set_advance(m->g, &m->a, *c, &m->b);
+    wk_status st = WK_OK;
+    if (*cps == CP_END) /* only a cut UTF-8 sequence's first bytes: the stacks stay */
+        st = gram_spend(&m->budget, m->cur.n_pos + m->cur.n) ? stack_set_copy(&m->a, &m->cur) : WK_ERR_UNSUPPORTED;
+    for (const uint32_t *c = cps; st == WK_OK && *c != CP_END; c++) {
+        st = stack_set_advance(m->g, c == cps ? &m->cur : &m->a, *c, &m->b, &m->budget);
         stack_set t = m->a;
         m->a = m->b;
         m->b = t;
+        if (!m->a.n) break;
     }
     *allowed = st == WK_OK && m->a.n > 0 && ends_ok(m->g, &m->a, tail);
     return st;
@@ -231,6 +268,7 @@ static wk_status check_token(wk_matcher *m, int32_t t, bool commit, bool *allowe
         m->cur = m->a;
         m->a = t2;
         m->pending = tail;
+        m->budget = WK_GRAMMAR_MAX_STEP_WORK; /* the next token's step */
     }
     return st;
 }
@@ -242,31 +280,63 @@ bool wk_matcher_allows(wk_matcher *m, int32_t token) {
 
 wk_status wk_matcher_accept(wk_matcher *m, int32_t token) {
     bool allowed;
+    m->budget = WK_GRAMMAR_MAX_STEP_WORK; /* its own allotment: a step's mask may have spent the last */
     wk_status st = check_token(m, token, true, &allowed);
     if (st != WK_OK) return st;
     return allowed ? WK_OK : WK_ERR_INVALID;
 }
 
-/* Marks in m->ok every candidate of c[0..n) (each with `depth` code points matched) that some
- * stack of `set` takes to its end. Candidates matching a stack's top class are moved to the front
- * and followed into the stacks that class leads to, which are the same whichever character
- * matched. */
-static wk_status walk(wk_matcher *m, const stack_set *set, cand *c, size_t n, int depth) {
+/* The stacks of a set are grouped by their top's character class, compared by its ranges wherever
+ * in the grammar it comes from: a group partitions the candidates once and its stacks' continuations
+ * are walked together, so a choice list's 3000 words cost what their 50 first letters do. */
+typedef struct top_key {
+    uint64_t hash;  /* of the class's ranges */
+    uint32_t stack; /* its index in the set; GROUPED set once it is in a group */
+} top_key;
+#define GROUPED 0x80000000u
+
+static uint64_t class_hash(const wk_grammar *g, const gram_elem *e) {
+    uint64_t h = 1469598103934665603ull ^ e->n;
+    const gram_range *r = g->ranges + e->a;
+    for (uint32_t i = 0; i < e->n; i++) h = ((h ^ r[i].lo) * 1099511628211ull ^ r[i].hi) * 1099511628211ull;
+    return h;
+}
+
+static bool same_class(const wk_grammar *g, const gram_elem *a, const gram_elem *b) {
+    return a->n == b->n && (a->a == b->a || memcmp(g->ranges + a->a, g->ranges + b->a, a->n * sizeof *g->ranges) == 0);
+}
+
+static int by_hash(const void *x, const void *y) {
+    const top_key *a = x, *b = y;
+    return a->hash < b->hash ? -1 : a->hash > b->hash ? 1 : a->stack < b->stack ? -1 : a->stack > b->stack;
+}
+
+static const gram_elem *top_of(const wk_grammar *g, const stack_set *set, uint32_t s) {
+    return &g->elems[set->pos[set->st[s].off + set->st[s].len - 1]];
+}
+
+/* First of c[lo..hi) (sorted by the code point at this depth) whose code point is >= cp. */
+static size_t lower_bound(const cand *c, size_t lo, size_t hi, const uint32_t *cps, uint32_t cp) {
+    while (lo < hi) {
+        size_t mid = lo + (hi - lo) / 2;
+        if (cps[c[mid].at] < cp) lo = mid + 1;
+        else hi = mid;
+    }
+    return lo;
+}
+
+/* The candidates of c[0..n) that top's class takes, not yet allowed, at the front of out (c itself
+ * when out == c: partitioned in place) or copied into out (c sorted by code point: each of the
+ * class's ranges is one span, found by binary search); their count. A candidate whose text ends
+ * here is allowed now when no cut UTF-8 sequence is left or the class could complete it. */
+static size_t take_class(wk_matcher *m, const gram_elem *top, cand *c, size_t n, const uint32_t *cps, cand *out, bool *ok_status) {
     const wk_grammar *g = m->g;
-    const uint32_t *cps = m->walk_cps + depth;
     const utf8_pending *tails = m->walk_tails;
     uint8_t *ok = m->ok;
-    if (depth + 1 >= m->n_levels) return WK_ERR_UNSUPPORTED; /* cannot happen: a level per code point */
-    for (size_t s = 0; s < set->n; s++) {
-        uint32_t len = set->st[s].len;
-        if (len == 0) { /* a whole sentence here: only a token that ends here fits this stack */
-            for (size_t i = 0; i < n; i++)
-                if (cps[c[i].at] == CP_END && !tails[c[i].tok].n_more) ok[c[i].tok] = 1;
-            continue;
-        }
-        const uint32_t *p = set->pos + set->st[s].off; /* pos is NULL while every stack is empty */
-        const gram_elem *top = &g->elems[p[len - 1]];
-        size_t k = 0;
+    size_t k = 0;
+    *ok_status = true;
+    if (out == c) {
+        if (!(*ok_status = gram_spend(&m->budget, n))) return 0;
         for (size_t i = 0; i < n; i++) {
             cand x = c[i];
             if (ok[x.tok]) continue;
@@ -278,13 +348,70 @@ static wk_status walk(wk_matcher *m, const stack_set *set, cand *c, size_t n, in
                 c[k++] = x;
             }
         }
-        if (!k) continue;
+        return k;
+    }
+    size_t end = lower_bound(c, 0, n, cps, CP_END); /* texts that end here sort last */
+    if (!(*ok_status = gram_spend(&m->budget, (size_t)top->n * 64 + (n - end)))) return 0;
+    for (size_t i = end; i < n; i++)
+        if (!tails[c[i].tok].n_more || gram_chars_match_partial(g, top, &tails[c[i].tok])) ok[c[i].tok] = 1;
+    const gram_range *r = g->ranges + top->a;
+    for (uint32_t j = 0; j < top->n; j++) {
+        size_t lo = lower_bound(c, 0, end, cps, r[j].lo);
+        size_t hi = lower_bound(c, lo, end, cps, r[j].hi + 1); /* hi <= U+10FFFF */
+        if (!(*ok_status = gram_spend(&m->budget, hi - lo))) return 0;
+        for (size_t i = lo; i < hi; i++)
+            if (!ok[c[i].tok]) out[k++] = c[i];
+    }
+    return k;
+}
+
+/* Marks in m->ok every candidate of c[0..n) (each with `depth` code points matched) that some
+ * stack of `set` takes to its end. For each group of stacks with the same top class, the
+ * candidates it takes are followed into the stacks that class leads to, which are the same
+ * whichever character matched. At depth 0 the candidates come sorted by their first code point
+ * (the vocabulary's order) and stay so: a group's candidates are copied out by span into m->picked;
+ * deeper, they are moved to the front of c. */
+static wk_status walk(wk_matcher *m, const stack_set *set, cand *c, size_t n, int depth) {
+    const wk_grammar *g = m->g;
+    const uint32_t *cps = m->walk_cps + depth;
+    const utf8_pending *tails = m->walk_tails;
+    uint8_t *ok = m->ok;
+    if (depth + 1 >= m->n_levels) return WK_ERR_UNSUPPORTED; /* cannot happen: a level per code point */
+    if (stack_set_has_empty(set)) /* a whole sentence here: a token that ends here fits */
+        for (size_t i = 0; i < n; i++)
+            if (cps[c[i].at] == CP_END && !tails[c[i].tok].n_more) ok[c[i].tok] = 1;
+    if (!gram_grow((void **)&m->keys[depth], &m->cap_keys[depth], set->n + 1, sizeof **m->keys)) return WK_ERR_NOMEM;
+    top_key *keys = m->keys[depth];
+    size_t nk = 0;
+    for (size_t s = 0; s < set->n; s++)
+        if (set->st[s].len) keys[nk++] = (top_key){class_hash(g, top_of(g, set, (uint32_t)s)), (uint32_t)s};
+    if (!gram_spend(&m->budget, nk * 16)) return WK_ERR_UNSUPPORTED;
+    qsort(keys, nk, sizeof *keys, by_hash);
+    const bool sorted = depth == 0 && m->walk_sorted;
+    for (size_t i = 0; i < nk; i++) {
+        if (keys[i].stack & GROUPED) continue;
+        const gram_elem *top = top_of(g, set, keys[i].stack);
+        bool fine;
+        cand *sub = sorted ? m->picked : c;
+        size_t k = take_class(m, top, c, n, cps, sub, &fine);
+        if (!fine) return WK_ERR_UNSUPPORTED;
         stack_set *next = &m->levels[depth + 1];
         stack_set_clear(next);
-        uint32_t after = p[len - 1] + 1;
-        wk_status st = stack_set_expand(g, next, p, len - 1, g->elems[after].kind == GE_END ? UINT32_MAX : after);
-        if (st == WK_OK && next->n) st = walk(m, next, c, k, depth + 1);
-        if (st != WK_OK) return st;
+        /* the group: this stack and every later one of equal hash with the same class */
+        for (size_t j = i; j < nk && keys[j].hash == keys[i].hash; j++) {
+            if ((keys[j].stack & GROUPED) || !same_class(g, top, top_of(g, set, keys[j].stack))) continue;
+            uint32_t s = keys[j].stack;
+            keys[j].stack |= GROUPED;
+            if (!k) continue;
+            const uint32_t *p = set->pos + set->st[s].off;
+            uint32_t len = set->st[s].len, after = p[len - 1] + 1;
+            wk_status st = stack_set_expand(g, next, p, len - 1, g->elems[after].kind == GE_END ? UINT32_MAX : after, &m->budget);
+            if (st != WK_OK) return st;
+        }
+        if (k && next->n) {
+            wk_status st = walk(m, next, sub, k, depth + 1);
+            if (st != WK_OK) return st;
+        }
     }
     return WK_OK;
 }
@@ -309,19 +436,22 @@ static wk_status walk_mask(wk_matcher *m, const float *logits, bool all_tokens) 
         m->walk_cps = m->dec;
         m->walk_tails = m->dec_tail;
     }
+    memset(m->ok, 0, (size_t)v->n);
+    m->walk_sorted = !m->pending.n_more;
+    if (m->walk_sorted) { /* the text tokens, in the vocabulary's first-code-point order */
+        for (int i = 0; i < v->n_text; i++) {
+            int32_t t = v->by_first[i];
+            if (all_tokens || logits[t] != -INFINITY) m->cands[n++] = (cand){t, v->cp_off[t]};
+        }
+        return walk(m, &m->cur, m->cands, n, 0);
+    }
     uint32_t dec_at = 0;
     for (int t = 0; t < v->n; t++) {
-        m->ok[t] = 0;
         if ((!all_tokens && logits[t] == -INFINITY) || v->kind[t] == TOK_EOG || v->kind[t] == TOK_EMPTY) continue;
-        if (!m->pending.n_more) {
-            if (v->kind[t] != TOK_TEXT) continue;
-            m->cands[n++] = (cand){t, v->cp_off[t]};
-        } else {
-            if (!decode_after_pending(m, t, m->dec + dec_at, &m->dec_tail[t])) continue;
-            m->cands[n++] = (cand){t, dec_at};
-            while (m->dec[dec_at] != CP_END) dec_at++;
-            dec_at++;
-        }
+        if (!decode_after_pending(m, t, m->dec + dec_at, &m->dec_tail[t])) continue;
+        m->cands[n++] = (cand){t, dec_at};
+        while (m->dec[dec_at] != CP_END) dec_at++;
+        dec_at++;
     }
     return walk(m, &m->cur, m->cands, n, 0);
 }

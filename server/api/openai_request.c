@@ -480,8 +480,7 @@ static bool copy_params(gen_params *d, const gen_params *base, const prompt_in *
             memcpy(d->bias_values, base->bias_values, (size_t)base->n_bias * sizeof *d->bias_values);
         }
     }
-    d->grammar = NULL;
-    if (base->grammar) ok &= (d->grammar = memdup_text(base->grammar, base->grammar_len)) != NULL;
+    d->grammar = wk_grammar_retain(base->grammar); /* compiled once, shared by every choice */
     for (int i = 0; i < base->n_stop; i++) {
         d->stop[i] = memdup_text(base->stop[i], base->stop_len[i]);
         if (!d->stop[i]) {
@@ -689,7 +688,7 @@ bool openai_parse_generation(const char *body, size_t body_len, bool chat, const
         ok = openai_fail(err, 400, "user", "invalid_type", "user must be a string, not %s", openai_type_name(user));
     /* Structured output, on either endpoint (vLLM takes response_format on completions too). */
     ok = ok && parse_stop(root, g, err) && parse_logit_bias(root, g, err) &&
-         structured_output_parse(root, &g->grammar, &g->grammar_len, err) &&
+         structured_output_parse(root, &g->grammar, err) &&
          (chat ? parse_messages(root, m, g, err) : parse_prompts(root, prompts, &n_prompts, err));
     if (ok && chat) {
         /* The rendered conversation is the one prompt. */

@@ -2,8 +2,9 @@
  * family names the same few asks differently: OpenAI's response_format, vLLM's guided_* fields and
  * their newer structured_outputs object, llama.cpp's grammar and json_schema. They are gathered
  * here into one ask (two asks in one request are refused: which would win is not obvious), turned
- * into GBNF by the converters (schema_grammar.c, regex_grammar.c), and compiled once so that a bad
- * grammar is the client's 400 now, not a failure at generation time. */
+ * into GBNF by the converters (schema_grammar.c, regex_grammar.c), and compiled once, here on the
+ * loop thread: a bad grammar is the client's 400 now, not a failure at generation time, and the
+ * engine thread, which every running request waits on, never compiles one. */
 #include "api/structured_output.h"
 
 #include <stdlib.h>
@@ -168,26 +169,20 @@ static bool to_gbnf(const ask *a, text_buf *out, api_error *e) {
     return true;
 }
 
-bool structured_output_parse(const cJSON *root, char **gbnf, size_t *len, api_error *e) {
-    *gbnf = NULL;
-    *len = 0;
+bool structured_output_parse(const cJSON *root, wk_grammar **grammar, api_error *e) {
+    *grammar = NULL;
     asks s = {0};
     text_buf out = {0};
     bool ok = gather(root, &s, e) && (s.n == 0 || to_gbnf(&s.a[0], &out, e));
     if (ok && s.n) {
-        wk_grammar *g = NULL;
         char msg[WK_ERRMSG_LEN] = "";
-        wk_status st = wk_grammar_parse(out.p, out.len, &g, msg, sizeof msg);
-        wk_grammar_free(g);
+        wk_status st = wk_grammar_parse(out.p, out.len, grammar, msg, sizeof msg);
         if (st == WK_ERR_NOMEM) ok = openai_fail(e, 500, NULL, NULL, "out of memory");
         else if (st != WK_OK)
             /* the converters write valid GBNF; a client's own grammar is where this is expected */
             ok = openai_fail(e, 400, s.a[0].field, "invalid_value", "%s: %s", s.a[0].field, msg);
     }
     for (int i = 0; i < s.n_owned; i++) cJSON_Delete(s.owned[i]);
-    if (ok && s.n) {
-        *gbnf = out.p;
-        *len = out.len;
-    } else text_buf_free(&out);
+    text_buf_free(&out);
     return ok;
 }

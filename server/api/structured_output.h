@@ -10,10 +10,11 @@
 #include <cjson/cJSON.h>
 
 #include "api/openai_request.h"
+#include "wushkv/grammar.h"
 
-/* *gbnf: a malloc'd, NUL-terminated grammar of *len bytes that the output must be a sentence of,
- * compiled once here so a bad one is a 400 naming the field; NULL when the request asks for no
- * structure. At most one of the fields may ask for it. false with err (400, or 500 out of memory). */
-bool structured_output_parse(const cJSON *root, char **gbnf, size_t *len, api_error *err);
+/* *grammar: the compiled grammar the output must be a sentence of (one reference, the caller's),
+ * so a bad one is a 400 naming the field; NULL when the request asks for no structure. At most
+ * one of the fields may ask for it. false with err (400, or 500 out of memory), *grammar NULL. */
+bool structured_output_parse(const cJSON *root, wk_grammar **grammar, api_error *err);
 
 #endif

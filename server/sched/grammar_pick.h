@@ -14,7 +14,7 @@
 typedef enum { PICK_BEST_K, PICK_DRAWS, PICK_MASK } grammar_pick_route;
 
 /* The token, or a negative wk_status: WK_ERR_UNSUPPORTED when the grammar allows no token of the
- * vocabulary here or needs more than WK_GRAMMAR_MAX_STACKS parse stacks (*no_token tells which),
+ * vocabulary here or passes the matcher's limits (wushkv/grammar.h; *no_token tells which),
  * WK_ERR_NOMEM. row (n_vocab logits, already biased and penalised) is overwritten: the allowed
  * tokens keep their logits. sp: the sampler's parameters (those smp was made with). */
 int32_t grammar_pick(wk_matcher *m, wk_sampler *smp, const wk_sampler_params *sp, float *row, int n_vocab,

@@ -40,8 +40,7 @@ char *sched_dup_piece(scheduler *s, int32_t tok, int *len) {
 void req_free(req *r) {
     if (r->seq) wk_seq_destroy(r->seq);
     wk_sampler_destroy(r->sampler);
-    wk_matcher_destroy(r->matcher);
-    wk_grammar_free(r->grammar);
+    wk_matcher_destroy(r->matcher); /* before g, whose grammar it reads */
     text_stream_free(&r->ts);
     gen_params_free(&r->g);
     free(r->prompt);
@@ -138,21 +137,15 @@ void req_fail(scheduler *s, req *r, const char *what, int rc, const char *err) {
 
 /* ---- jobs -------------------------------------------------------------------------------------- */
 
-/* Structured output: the request's grammar (checked when the request was parsed) compiled again
- * for this request, and a matcher at its start; the vocabulary's decoded texts are made once, by
- * the first request that needs them. false with an error event posted. */
+/* Structured output: a matcher at the start of the request's grammar (compiled when the request
+ * was parsed, shared by its choices); the vocabulary's decoded texts are made once, by the first
+ * request that needs them. false with an error event posted. */
 static bool start_grammar(scheduler *s, req *r) {
-    char err[WK_ERRMSG_LEN] = "";
     if (!s->grammar_vocab && !(s->grammar_vocab = wk_grammar_vocab_create(s->e))) {
         sched_post_error(s, r->id, 500, NULL, NULL, "out of memory");
         return false;
     }
-    wk_status st = wk_grammar_parse(r->g.grammar, r->g.grammar_len, &r->grammar, err, sizeof err);
-    if (st != WK_OK) {
-        sched_post_error(s, r->id, st == WK_ERR_NOMEM ? 500 : 400, NULL, NULL, "%s", err);
-        return false;
-    }
-    if (!(r->matcher = wk_matcher_create(r->grammar, s->grammar_vocab))) {
+    if (!(r->matcher = wk_matcher_create(r->g.grammar, s->grammar_vocab))) {
         sched_post_error(s, r->id, 500, NULL, NULL, "out of memory");
         return false;
     }

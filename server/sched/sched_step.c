@@ -59,6 +59,12 @@ void sched_publish_pool(scheduler *s) {
     metrics_set_pool(s->m, &p);
 }
 
+/* What a request hears when its grammar passes a matcher limit (wushkv/grammar.h): a grammar so
+ * ambiguous that following it would hold up every other request. */
+#define GRAMMAR_PAST_LIMITS                                                                                     \
+    "the grammar is too ambiguous or too costly to follow here (past the matcher's limits: parse stacks and " \
+    "the work a token may take)"
+
 /* Structured output: grammar_pick's token, the row before its mask kept in *lp_row for logprobs
  * (the model's own probabilities, vLLM's default). false: r failed (and is freed). */
 static bool constrained_pick(scheduler *s, req *r, float *row, const float **lp_row, int32_t *tok) {
@@ -77,7 +83,7 @@ static bool constrained_pick(scheduler *s, req *r, float *row, const float **lp_
     if (t < 0) {
         req_fail(s, r, "structured output", t,
                  no_token                      ? "the grammar allows no token of this model's vocabulary here"
-                 : t == WK_ERR_UNSUPPORTED     ? "the grammar is too ambiguous here (more than 4096 parse stacks)"
+                 : t == WK_ERR_UNSUPPORTED     ? GRAMMAR_PAST_LIMITS
                                                : NULL);
         return false;
     }
@@ -95,7 +101,7 @@ static void take_token(scheduler *s, req *r, float *row) {
         wk_status st = wk_matcher_accept(r->matcher, tok);
         if (st != WK_OK) {
             req_fail(s, r, "structured output", st,
-                     st == WK_ERR_UNSUPPORTED ? "the grammar is too ambiguous here (more than 4096 parse stacks)"
+                     st == WK_ERR_UNSUPPORTED ? GRAMMAR_PAST_LIMITS
                                               : "the sampled token does not continue the grammar");
             return;
         }

@@ -11,6 +11,7 @@
 
 #include "sched/kv_budget.h"
 #include "metrics/metrics.h"
+#include "wushkv/grammar.h"
 #include "wushkv/wushkv.h"
 
 #define SCHED_MAX_STOP 8     /* stop strings per request (OpenAI allows 4) */
@@ -44,8 +45,7 @@ typedef struct gen_params {
     size_t stop_len[SCHED_MAX_STOP];
     int n_stop;
     int logprobs; /* -1: none; else the number of alternatives per token (0..SCHED_MAX_TOP_LOGPROBS) */
-    char *grammar; /* owned: GBNF the output must be a sentence of (structured output), grammar_len bytes; NULL: none */
-    size_t grammar_len;
+    wk_grammar *grammar; /* one reference: what the output must be a sentence of (structured output); NULL: none */
 } gen_params;
 
 void gen_params_free(gen_params *g);

@@ -26,8 +26,7 @@ typedef struct req {
     req_state state;
     wk_seq *seq;
     wk_sampler *sampler;
-    wk_grammar *grammar; /* structured output (g.grammar compiled) and where the output stands in it; NULL: none */
-    wk_matcher *matcher;
+    wk_matcher *matcher; /* structured output: where the output stands in g.grammar; NULL: none */
     /* Prefill source: the prompt, or after a preemption prompt + generated tokens (replay,
      * owned). n_fill tokens of it; n_prefilled already in the KV cache; chunk in this step's item. */
     int32_t *replay;

@@ -2,8 +2,9 @@
  * after a 0x1E byte the choices of a walk. Invariants: a refused grammar has a "grammar line L
  * column C: ..." message; for an accepted one, over a small vocabulary with multi-byte, cut UTF-8,
  * empty and end tokens, at every step of a walk the mask agrees with the one-token check for
- * every token (or the check ran past the stack limit), the end token is allowed exactly when the text is complete, an allowed token is
- * accepted, and a complete text is a sentence by the whole-text check. */
+ * every token (or the check ran past the matcher's limits, and then only refuses more), the end
+ * token is allowed exactly when the text is complete, an allowed token is accepted, and a complete
+ * text is a sentence by the whole-text check. */
 #include <math.h>
 #include <stdint.h>
 #include <stdio.h>
@@ -55,14 +56,20 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
         if (n == WK_ERR_UNSUPPORTED || n == WK_ERR_NOMEM) break;
         FUZZ_CHECK(n >= 0);
         int count = 0;
+        bool past_limits = false;
         for (int t = 0; t < N; t++) {
             bool allowed = logits[t] == 0.0f;
             count += allowed;
-            /* The mask follows each stack on its own, the one-token check all of them at once, so
-             * only the check can pass WK_GRAMMAR_MAX_STACKS: then taking the token fails as such. */
-            if (wk_matcher_allows(m, t) != allowed) FUZZ_CHECK(allowed && wk_matcher_accept(m, t) == WK_ERR_UNSUPPORTED);
+            /* The mask follows stacks by groups, the one-token check all of them at once, so only
+             * the check can pass WK_GRAMMAR_MAX_STACKS, and it says no once the step's work is
+             * spent: it may refuse a token the mask allows, never allow one the mask refuses. */
+            if (wk_matcher_allows(m, t) != allowed) {
+                FUZZ_CHECK(allowed);
+                past_limits = true;
+            }
         }
         FUZZ_CHECK(count == n);
+        if (past_limits) break; /* where taking a token may fail by the limits: the walk ends */
         FUZZ_CHECK((logits[EOG] == 0.0f) == wk_matcher_complete(m));
         if (wk_matcher_complete(m)) FUZZ_CHECK(wk_grammar_accepts(g, text, tlen));
         if (n == 0 || step >= wlen) break;

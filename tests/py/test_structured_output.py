@@ -211,3 +211,40 @@ def test_null_and_text_ask_for_nothing(server):
                   {"structured_outputs": {}}, {"guided_decoding_backend": "xgrammar"}):
         r = post(server, "/v1/completions", {"prompt": "x", "max_tokens": 1, **extra})
         assert r.status_code == 200, (extra, r.text)
+
+
+def test_costly_grammars_are_bounded(server):
+    # Grammars whose parse would cost seconds a token on the engine thread, which every running
+    # request waits on: one whose start alone passes the matcher's limits is a 400; a choice of 3000
+    # words, masked whole (top_p), is cheap because stacks with the same next character are walked
+    # together; one that would check every token against 4000 different characters at every step
+    # ends with an error naming the limits. A stream running beside them ends normally.
+    chain = "root ::= r0\n" + "".join(f'r{i} ::= "x" | r{i + 1} "z"\n' for i in range(3000)) + 'r3000 ::= "y"\n'
+    r = post(server, "/v1/completions", {"prompt": "x", "max_tokens": 2, "grammar": chain})
+    assert r.status_code == 400 and "too ambiguous where it starts" in r.json()["error"]["message"], r.text
+
+    beside = {}
+
+    def stream():
+        with requests.post(server.url + "/v1/completions", json={"prompt": "Once upon a time", "max_tokens": 40,
+                                                                 "temperature": 0, "stream": True},
+                           stream=True, timeout=300) as s:
+            finishes = [json.loads(line[6:])["choices"][0]["finish_reason"] for line in s.iter_lines()
+                        if line.startswith(b"data: {")]
+            beside["finish"] = [f for f in finishes if f]
+
+    import threading
+    t = threading.Thread(target=stream)
+    t.start()
+    words = [f"{a}{b}{i}" for i, (a, b) in enumerate(zip("abcdefghij" * 300, "klmnopqrst" * 300))]
+    r = post(server, "/v1/completions", {"prompt": "Pick one:", "max_tokens": 8, "n": 4, "temperature": 1,
+                                         "top_p": 0.9, "seed": 3, "guided_choice": words})
+    assert r.status_code == 200, r.text
+    assert all(c["text"] in words and c["finish_reason"] == "stop" for c in r.json()["choices"]), r.text
+    wide = "root ::= " + " | ".join(f"w{i}" for i in range(4000)) + "\n" + \
+        "".join(f"w{i} ::= [a-z] [\\u{0x100 + i:04X}]\n" for i in range(4000))
+    r = post(server, "/v1/completions", {"prompt": "x", "max_tokens": 2, "temperature": 1, "top_p": 0.9,
+                                         "grammar": wide})
+    assert r.status_code == 500 and "too costly" in r.json()["error"]["message"], r.text
+    t.join()
+    assert beside.get("finish") == ["length"], beside
