@@ -228,7 +228,7 @@ static void on_gen_event(api_server *a, call *k, int i, sched_event *ev) {
         if (!k->conn || k->failed) break;
         if (k->stream && responses) {
             responses_stream_text(k, ev);
-        } else if (k->stream) {
+        } else if (k->stream && !k->tools) { /* a tool-calling reply is held until it is whole */
             /* A chat choice's opening delta (its role) goes out with its first token, as OpenAI's
              * and vLLM's do, not at acceptance: a client's time to first token is the prefill's,
              * not the queue's (docs/benchmarks.md: vLLM's TTFT is the first chunk's time). */
@@ -256,7 +256,9 @@ static void on_gen_event(api_server *a, call *k, int i, sched_event *ev) {
                 ci->role_sent = true;
                 send_chunk(k, stream_chunk(k, i, "", 0, NULL, NULL, true));
             }
-            send_chunk(k, stream_chunk(k, i, chat ? NULL : "", 0, ev->finish_reason, NULL, false));
+            const char *finish = ev->finish_reason;
+            if (k->tools) send_chunk(k, tools_stream_chunk(k, i, &finish));
+            send_chunk(k, stream_chunk(k, i, chat ? NULL : "", 0, finish, NULL, false));
         }
         if (++k->n_done < k->n_choices) break;
         if (k->failed) call_free(a, k); /* the error went out already */
@@ -391,6 +393,7 @@ static void handle_generation(api_server *a, http_conn *c, http_request *r, call
     k->stream = req.stream;
     k->include_usage = req.stream && req.include_usage;
     k->logprobs_wanted = req.chat_logprobs || (!req.chat && req.gens[0].logprobs >= 0);
+    k->tools = req.tools;
     if (a->cfg.log_prompts && req.gens[0].prompt_text) {
         /* One line per request: newlines and quotes escaped, long prompts cut. */
         size_t j = 0;

@@ -40,6 +40,7 @@ typedef struct call {
     api_server *api;
     http_conn *conn; /* NULL once the client is gone */
     bool stream, include_usage, logprobs_wanted, started, failed;
+    bool tools; /* chat: the reply is tool calling's JSON (tool_calls.h): held, then sent as tool_calls or content */
     int n_choices, n_per_prompt, n_accepted, n_done;
     choice *choices; /* n_choices; NULL for tokenize calls */
     char resp_id[40];
@@ -90,6 +91,9 @@ cJSON *usage_object(const call *k);
 void collect_logprobs(call *k, int index, const sched_event *ev);
 /* The non-streamed response once every choice is done; takes the choices' collected logprobs. */
 cJSON *whole_response(call *k);
+/* Tool calling, streamed: choice `index`'s whole reply as one delta (content or tool_calls), and in
+ * *finish the finish reason its last chunk gives ("tool_calls" for calls). */
+cJSON *tools_stream_chunk(call *k, int index, const char **finish);
 /* One stderr line per request (no prompt text unless --log-prompts); ev: the last event (NULL
  * allowed when status is not 200). */
 void log_request(call *k, const sched_event *ev, int status);

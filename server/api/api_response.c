@@ -8,6 +8,7 @@
 #include <stdlib.h>
 
 #include "api/json_text.h"
+#include "api/tool_calls.h"
 #include "metrics/mono_clock.h"
 #include "sched/text_stream.h"
 
@@ -206,6 +207,11 @@ cJSON *usage_chunk(const call *k) {
     return o;
 }
 
+/* Tool call ids: from the request's id, its start and the choice, distinct across the server's life. */
+static uint64_t call_seed(const call *k, int index) {
+    return (k->id * 0x100000001B3ull ^ (uint64_t)(k->t_start * 1e6)) + (uint64_t)index * 0x9E3779B97F4A7C15ull;
+}
+
 cJSON *whole_response(call *k) {
     bool chat = k->kind == CALL_CHAT;
     cJSON *o = envelope(k, chat ? "chat.completion" : "text_completion");
@@ -214,10 +220,12 @@ cJSON *whole_response(call *k) {
         choice *ci = &k->choices[i];
         cJSON *ch = cJSON_CreateObject();
         cJSON_AddNumberToObject(ch, "index", i);
+        const char *finish = ci->finish_reason ? ci->finish_reason : "stop";
         if (chat) {
             cJSON *msg = cJSON_AddObjectToObject(ch, "message");
             cJSON_AddStringToObject(msg, "role", "assistant");
-            json_add_string_n(msg, "content", ci->text.p, ci->text.len);
+            if (k->tools) tools_reply(ci->text.p ? ci->text.p : "", ci->text.len, finish, false, call_seed(k, i), msg, &finish);
+            else json_add_string_n(msg, "content", ci->text.p, ci->text.len);
         } else {
             json_add_string_n(ch, "text", ci->text.p, ci->text.len);
         }
@@ -231,10 +239,18 @@ cJSON *whole_response(call *k) {
         } else {
             cJSON_AddNullToObject(ch, "logprobs");
         }
-        cJSON_AddStringToObject(ch, "finish_reason", ci->finish_reason ? ci->finish_reason : "stop");
+        cJSON_AddStringToObject(ch, "finish_reason", finish);
         cJSON_AddItemToArray(choices, ch);
     }
     cJSON_AddItemToObject(o, "usage", usage_object(k));
+    return o;
+}
+
+cJSON *tools_stream_chunk(call *k, int index, const char **finish) {
+    const choice *ci = &k->choices[index];
+    cJSON *o = stream_chunk(k, index, NULL, 0, NULL, NULL, false);
+    cJSON *delta = cJSON_GetObjectItemCaseSensitive(cJSON_GetArrayItem(cJSON_GetObjectItemCaseSensitive(o, "choices"), 0), "delta");
+    tools_reply(ci->text.p ? ci->text.p : "", ci->text.len, *finish, true, call_seed(k, index), delta, finish);
     return o;
 }
 

@@ -14,8 +14,10 @@
 #include <cjson/cJSON.h>
 
 #include "api/json_strict.h"
+#include "api/chat_request.h"
 #include "api/json_text.h"
 #include "api/structured_output.h"
+#include "api/tool_calls.h"
 #include "sched/text_stream.h"
 
 /* Completions' max_tokens default (OpenAI's legacy endpoint uses 16). */
@@ -50,7 +52,7 @@ const cJSON *openai_field(const cJSON *obj, const char *name) {
 
 /* Whether a list-valued field (tools, functions, tool_calls) asks for something: given and not an
  * empty array (a non-array is refused with it, as a request we cannot read as "none"). */
-static bool asks_for_any(const cJSON *v) { return v && (!cJSON_IsArray(v) || cJSON_GetArraySize(v) > 0); }
+bool openai_asks_for_any(const cJSON *v) { return v && (!cJSON_IsArray(v) || cJSON_GetArraySize(v) > 0); }
 
 static bool get_number(const cJSON *obj, const char *name, double lo, double hi, float *out, api_error *e) {
     const cJSON *v = openai_field(obj, name);
@@ -93,7 +95,7 @@ static bool get_int(const cJSON *obj, const char *name, long lo, long hi, int *o
     return true;
 }
 
-static bool get_bool(const cJSON *obj, const char *name, bool *out, api_error *e) {
+bool openai_get_bool(const cJSON *obj, const char *name, bool *out, api_error *e) {
     const cJSON *v = openai_field(obj, name);
     if (!v) return true;
     if (!cJSON_IsBool(v)) return openai_fail(e, 400, name, "invalid_type", "%s must be a boolean, not %s", name, openai_type_name(v));
@@ -186,160 +188,6 @@ static bool parse_prompts(const cJSON *root, prompt_in *out, int *n_out, api_err
     return true;
 }
 
-/* Content: a string, or an array of {"type":"text","text":...} parts joined as they come. */
-static bool message_text(const cJSON *content, int index, text_buf *out, api_error *e) {
-    static char param[] = "messages";
-    if (!content) return true; /* an assistant turn with only tool calls has none */
-    if (cJSON_IsString(content)) return text_buf_add(out, content->valuestring, json_str_len(content));
-    if (!cJSON_IsArray(content))
-        return openai_fail(e, 400, param, "invalid_type", "messages[%d].content must be a string or an array of parts, not %s",
-                    index, openai_type_name(content));
-    if (cJSON_GetArraySize(content) == 0)
-        return openai_fail(e, 400, param, "invalid_value", "messages[%d].content must not be an empty array", index);
-    const cJSON *part;
-    int j = 0;
-    cJSON_ArrayForEach(part, content) {
-        const cJSON *type = cJSON_GetObjectItemCaseSensitive(part, "type");
-        const cJSON *text = cJSON_GetObjectItemCaseSensitive(part, "text");
-        if (!cJSON_IsObject(part) || !cJSON_IsString(type))
-            return openai_fail(e, 400, param, "invalid_type", "messages[%d].content[%d] must be an object with a type", index, j);
-        if (!json_str_is(type, "text"))
-            return openai_fail(e, 400, param, "unsupported_value",
-                        "messages[%d].content[%d]: content parts of type '%s' are not supported (text only)", index, j,
-                        type->valuestring);
-        if (!cJSON_IsString(text))
-            return openai_fail(e, 400, param, "invalid_type", "messages[%d].content[%d].text must be a string", index, j);
-        if (!text_buf_add(out, text->valuestring, json_str_len(text)))
-            return openai_fail(e, 500, NULL, NULL, "out of memory");
-        j++;
-    }
-    return true;
-}
-
-/* vLLM's two switches for how a chat prompt ends: add_generation_prompt (default true: open the
- * assistant's reply) and continue_final_message (leave the last message, an assistant's, open so
- * the model continues it; vLLM refuses it with add_generation_prompt given true). */
-static bool parse_chat_ending(const cJSON *root, const chat_msg *cm, int n, chat_ending *ending, api_error *e) {
-    bool open_reply = true, continue_last = false;
-    if (!get_bool(root, "add_generation_prompt", &open_reply, e) ||
-        !get_bool(root, "continue_final_message", &continue_last, e))
-        return false;
-    if (continue_last && openai_field(root, "add_generation_prompt") && open_reply)
-        return openai_fail(e, 400, "continue_final_message", "invalid_value",
-                    "continue_final_message and add_generation_prompt cannot both be true");
-    if (continue_last && strcmp(cm[n - 1].role, "assistant") != 0)
-        return openai_fail(e, 400, "continue_final_message", "invalid_value",
-                    "continue_final_message needs the last message to be the assistant's, not '%s'", cm[n - 1].role);
-    *ending = continue_last ? CHAT_CONTINUE_LAST : open_reply ? CHAT_OPEN_REPLY : CHAT_NO_REPLY;
-    return true;
-}
-
-/* Whether the template names `key` as a whole identifier (so a Jinja rendering would read it). */
-static bool template_names(const char *t, const char *key) {
-    const size_t n = strlen(key);
-    for (const char *p = t && n ? strstr(t, key) : NULL; p; p = strstr(p + 1, key)) {
-        const bool before = p > t && (isalnum((unsigned char)p[-1]) || p[-1] == '_');
-        const bool after = isalnum((unsigned char)p[n]) || p[n] == '_';
-        if (!before && !after) return true;
-    }
-    return false;
-}
-
-/* vLLM's chat_template_kwargs: variables a Jinja template would read. Qwen 3's enable_thinking is
- * honoured; one the model's template reads otherwise cannot be (the template is not executed)
- * and is refused; one it does not name changes nothing in a Jinja rendering either, so none here. */
-static bool parse_template_kwargs(const cJSON *root, const api_model *md, chat_extras *x, api_error *e) {
-    const cJSON *kw = openai_field(root, "chat_template_kwargs"), *item;
-    if (kw && !cJSON_IsObject(kw))
-        return openai_fail(e, 400, "chat_template_kwargs", "invalid_type", "chat_template_kwargs must be an object, not %s",
-                           openai_type_name(kw));
-    cJSON_ArrayForEach(item, kw) {
-        if (cJSON_IsNull(item)) continue;
-        if (!strcmp(item->string, "enable_thinking") && md->chat_thinks) {
-            if (!cJSON_IsBool(item))
-                return openai_fail(e, 400, "chat_template_kwargs", "invalid_type",
-                                   "chat_template_kwargs.enable_thinking must be a boolean, not %s", openai_type_name(item));
-            x->no_thinking = cJSON_IsFalse(item);
-        } else if (template_names(md->chat_template, item->string)) {
-            return openai_fail(e, 400, "chat_template_kwargs", "unsupported_value",
-                               "chat_template_kwargs.%.64s: the model's template reads it, but this server renders the "
-                               "template's format natively and cannot apply it",
-                               item->string);
-        }
-    }
-    return true;
-}
-
-static bool parse_messages(const cJSON *root, const api_model *md, gen_params *g, api_error *e) {
-    const cJSON *msgs = openai_field(root, "messages");
-    if (!msgs) return openai_fail(e, 400, "messages", "missing_required_parameter", "messages is required");
-    if (!cJSON_IsArray(msgs)) return openai_fail(e, 400, "messages", "invalid_type", "messages must be an array, not %s", openai_type_name(msgs));
-    int n = cJSON_GetArraySize(msgs);
-    if (n == 0) return openai_fail(e, 400, "messages", "invalid_value", "messages must not be empty");
-    chat_msg *cm = calloc((size_t)n, sizeof *cm);
-    text_buf *texts = calloc((size_t)n, sizeof *texts);
-    bool ok = cm && texts;
-    if (!ok) openai_fail(e, 500, NULL, NULL, "out of memory");
-    int i = 0;
-    const cJSON *m;
-    cJSON_ArrayForEach(m, msgs) {
-        if (!ok) break;
-        const cJSON *role = cJSON_GetObjectItemCaseSensitive(m, "role");
-        if (!cJSON_IsObject(m)) {
-            ok = openai_fail(e, 400, "messages", "invalid_type", "messages[%d] must be an object, not %s", i, openai_type_name(m));
-        } else if (!cJSON_IsString(role)) {
-            ok = openai_fail(e, 400, "messages", "invalid_type", "messages[%d].role must be a string", i);
-        } else if (!json_str_is(role, "system") && !json_str_is(role, "developer") && !json_str_is(role, "user") &&
-                   !json_str_is(role, "assistant")) {
-            ok = openai_fail(e, 400, "messages", "invalid_value",
-                      "messages[%d].role '%.40s' is not supported (system, developer, user, assistant)", i,
-                      role->valuestring);
-        } else if (!json_str_is(role, "assistant") && !openai_field(m, "content")) {
-            /* An assistant turn may come without content (OpenAI's tool-call turns); the others say something. */
-            ok = openai_fail(e, 400, "messages", "missing_required_parameter", "messages[%d].content is required for role '%s'", i,
-                      role->valuestring);
-        } else if (asks_for_any(openai_field(m, "tool_calls"))) {
-            /* A past turn's calls cannot be rendered for a model served without tools: refused, as a
-             * 'tool' turn is, rather than dropped from the conversation unseen. */
-            ok = openai_fail(e, 400, "messages", "unsupported_value",
-                      "messages[%d].tool_calls: tool calls are not supported (no tools, function calling)", i);
-        } else if (openai_field(m, "function_call")) {
-            ok = openai_fail(e, 400, "messages", "unsupported_value",
-                      "messages[%d].function_call: function calls are not supported", i);
-        } else if (openai_field(m, "name") && !cJSON_IsString(openai_field(m, "name"))) {
-            ok = openai_fail(e, 400, "messages", "invalid_type", "messages[%d].name must be a string, not %s", i,
-                      openai_type_name(openai_field(m, "name")));
-        } else {
-            ok = message_text(openai_field(m, "content"), i, &texts[i], e) && text_buf_add(&texts[i], "", 0);
-            cm[i].role = role->valuestring;
-            cm[i].content = texts[i].p;
-            cm[i].content_len = texts[i].len; /* text_buf keeps a NUL after its bytes, uncounted */
-        }
-        i++;
-    }
-    chat_ending ending = CHAT_OPEN_REPLY;
-    /* A default holding a date (Mistral Small 3.2's) is today's, not the day the server started. */
-    char *dated_default = md->chat_default_dated ? chat_default_system(md->chat_template, NULL) : NULL;
-    chat_extras extras = {.default_system = dated_default ? dated_default : md->chat_default_system};
-    if (ok) ok = parse_chat_ending(root, cm, n, &ending, e) && parse_template_kwargs(root, md, &extras, e);
-    if (ok) {
-        g->prompt_text = chat_render_with(md->chat, &extras, cm, n, ending, &g->prompt_len, &g->plain, &g->n_plain);
-        g->add_special = true;
-        if (!g->prompt_text) ok = openai_fail(e, 500, NULL, NULL, "out of memory");
-        /* Where the leading system messages' words end (every format renders messages' words in
-         * their order, one plain range each): conversations that share the system prompt share
-         * the prompt up to there, a prefix-cache snapshot point (sched_front.c). */
-        int n_sys = 0;
-        while (n_sys < n && (!strcmp(cm[n_sys].role, "system") || !strcmp(cm[n_sys].role, "developer"))) n_sys++;
-        if (ok && n_sys > 0 && g->n_plain >= n_sys) g->system_end = g->plain[n_sys - 1].off + g->plain[n_sys - 1].len;
-    }
-    for (int k = 0; texts && k < n; k++) text_buf_free(&texts[k]);
-    free(texts);
-    free(cm);
-    free(dated_default);
-    return ok;
-}
-
 static bool parse_stop(const cJSON *root, gen_params *g, api_error *e) {
     const cJSON *stop = openai_field(root, "stop");
     if (!stop) return true;
@@ -413,20 +261,14 @@ static bool refuse_unsupported(const cJSON *root, bool chat, api_error *e) {
         if (best_of != 1) return openai_fail(e, 400, "best_of", "unsupported_value", "only best_of=1 is supported");
         if (openai_field(root, "suffix")) return openai_fail(e, 400, "suffix", "unsupported_value", "suffix is not supported");
     } else {
-        if (asks_for_any(openai_field(root, "tools")))
-            return openai_fail(e, 400, "tools", "unsupported_value", "tools (function calling) are not supported");
-        /* The same for the deprecated functions list. */
-        if (asks_for_any(openai_field(root, "functions")))
-            return openai_fail(e, 400, "functions", "unsupported_value", "functions (function calling) are not supported");
-        /* tool_choice and the deprecated function_call: with no tools, "none" and "auto" both mean no
-         * call; anything that asks for one cannot be met. */
-        static const char *const choices[] = {"tool_choice", "function_call"};
-        for (size_t i = 0; i < sizeof choices / sizeof *choices; i++) {
-            const cJSON *c = openai_field(root, choices[i]);
-            if (c && !json_str_is(c, "none") && !json_str_is(c, "auto"))
-                return openai_fail(e, 400, choices[i], "unsupported_value",
-                            "%s must be \"none\" or \"auto\": function calling (tools) is not supported", choices[i]);
-        }
+        /* The deprecated functions list and function_call (tools and tool_choice are tool_calls.c's):
+         * "none" and "auto" mean no call; anything that asks for one cannot be met. */
+        if (openai_asks_for_any(openai_field(root, "functions")))
+            return openai_fail(e, 400, "functions", "unsupported_value", "functions are not supported: give them as tools");
+        const cJSON *c = openai_field(root, "function_call");
+        if (c && !json_str_is(c, "none") && !json_str_is(c, "auto"))
+            return openai_fail(e, 400, "function_call", "unsupported_value",
+                               "function_call must be \"none\" or \"auto\": ask for a call with tool_choice and tools");
         /* Output other than text, and searches, cannot be given: refused, not answered with text alone. */
         const cJSON *mods = openai_field(root, "modalities"), *mod;
         if (mods && !cJSON_IsArray(mods))
@@ -439,7 +281,7 @@ static bool refuse_unsupported(const cJSON *root, bool chat, api_error *e) {
     }
     /* echo: completions' (OpenAI) and chat's (vLLM's extension) alike. */
     bool echo = false;
-    if (!get_bool(root, "echo", &echo, e)) return false;
+    if (!openai_get_bool(root, "echo", &echo, e)) return false;
     if (echo) return openai_fail(e, 400, "echo", "unsupported_value", "echo is not supported");
     return true;
 }
@@ -630,7 +472,7 @@ bool openai_parse_generation(const char *body, size_t body_len, bool chat, const
          get_number(root, "presence_penalty", -2.0, 2.0, &g->presence_penalty, err) &&
          get_number(root, "frequency_penalty", -2.0, 2.0, &g->frequency_penalty, err) &&
          get_number(root, "repetition_penalty", 0.01, 100.0, &g->repetition_penalty, err) &&
-         get_bool(root, "stream", &out->stream, err);
+         openai_get_bool(root, "stream", &out->stream, err);
     if (!ok) goto out;
     if (g->sampling.top_p <= 0.0f) {
         ok = openai_fail(err, 400, "top_p", "invalid_value", "top_p must be greater than 0");
@@ -663,7 +505,7 @@ bool openai_parse_generation(const char *body, size_t body_len, bool chat, const
             ok = openai_fail(err, 400, "stream_options", "invalid_type", "stream_options must be an object, not %s", openai_type_name(so));
             goto out;
         }
-        if (!get_bool(so, "include_usage", &out->include_usage, err)) {
+        if (!openai_get_bool(so, "include_usage", &out->include_usage, err)) {
             err->param = "stream_options.include_usage";
             ok = false;
             goto out;
@@ -673,7 +515,7 @@ bool openai_parse_generation(const char *body, size_t body_len, bool chat, const
     if (chat) {
         int top = 0;
         bool top_given = false;
-        ok = get_bool(root, "logprobs", &out->chat_logprobs, err) &&
+        ok = openai_get_bool(root, "logprobs", &out->chat_logprobs, err) &&
              get_int(root, "top_logprobs", 0, SCHED_MAX_TOP_LOGPROBS, &top, &top_given, err);
         if (ok && top_given && !out->chat_logprobs)
             ok = openai_fail(err, 400, "top_logprobs", "invalid_value", "top_logprobs needs logprobs set to true");
@@ -686,10 +528,17 @@ bool openai_parse_generation(const char *body, size_t body_len, bool chat, const
     const cJSON *user = openai_field(root, "user");
     if (ok && user && !cJSON_IsString(user))
         ok = openai_fail(err, 400, "user", "invalid_type", "user must be a string, not %s", openai_type_name(user));
-    /* Structured output, on either endpoint (vLLM takes response_format on completions too). */
+    /* Structured output, on either endpoint (vLLM takes response_format on completions too); tool
+     * calling's reply is held to its schema the same way, so the two do not go together. */
+    tools_ask tools = {0};
     ok = ok && parse_stop(root, g, err) && parse_logit_bias(root, g, err) &&
-         structured_output_parse(root, &g->grammar, err) &&
-         (chat ? parse_messages(root, m, g, err) : parse_prompts(root, prompts, &n_prompts, err));
+         structured_output_parse(root, &g->grammar, err) && (!chat || tools_parse(root, &tools, err));
+    if (ok && tools.mode != TOOLS_OFF)
+        ok = g->grammar ? openai_fail(err, 400, "tools", "invalid_value", "tools and a structured-output field both constrain the reply; give one")
+                        : structured_output_schema(tools.schema, "tools", &g->grammar, err);
+    out->tools = ok && tools.mode != TOOLS_OFF;
+    ok = ok && (chat ? chat_parse_messages(root, m, tools.system_text, g, err) : parse_prompts(root, prompts, &n_prompts, err));
+    tools_ask_free(&tools);
     if (ok && chat) {
         /* The rendered conversation is the one prompt. */
         prompts[0].text = g->prompt_text;
@@ -755,7 +604,9 @@ bool openai_parse_tokenize(const char *body, size_t len, const api_model *m, gen
         ok = openai_fail(err, 400, "prompt", "missing_required_parameter",
                   "prompt (the text to tokenize; or content, text, messages) is required");
     } else if (ok && !strcmp(name, "messages")) {
-        ok = refuse_unsupported(root, true, err) && parse_messages(root, m, out, err);
+        tools_ask tools = {0};
+        ok = refuse_unsupported(root, true, err) && tools_parse(root, &tools, err) && chat_parse_messages(root, m, tools.system_text, out, err);
+        tools_ask_free(&tools);
     } else if (ok && !cJSON_IsString(p)) {
         ok = openai_fail(err, 400, name, "invalid_type", "%s must be a string, not %s", name, openai_type_name(p));
     } else if (ok) {
@@ -763,7 +614,7 @@ bool openai_parse_tokenize(const char *body, size_t len, const api_model *m, gen
         const char *special = openai_field(root, "add_special_tokens") ? "add_special_tokens" : "add_special";
         if (openai_field(root, "add_special_tokens") && openai_field(root, "add_special"))
             ok = openai_fail(err, 400, "add_special", "invalid_value", "give add_special or add_special_tokens, not both");
-        ok = ok && get_bool(root, special, &out->add_special, err);
+        ok = ok && openai_get_bool(root, special, &out->add_special, err);
         if (ok) out->prompt_len = json_str_len(p);
         if (ok && !(out->prompt_text = memdup_text(p->valuestring, out->prompt_len)))
             ok = openai_fail(err, 500, NULL, NULL, "out of memory");

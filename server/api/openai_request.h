@@ -47,6 +47,7 @@ typedef struct api_model {
 typedef struct openai_request {
     bool chat, stream, include_usage;
     bool chat_logprobs; /* chat: logprobs requested (top_logprobs in gens[i].logprobs) */
+    bool tools;         /* chat: the reply is tool calling's JSON, turned into tool_calls (tool_calls.h) */
     int n;              /* choices per prompt */
     int n_prompts;      /* completions: a batch of prompts; chat: 1 */
     gen_params *gens;   /* n_prompts * n generations; choice index = prompt * n + j */
@@ -60,6 +61,11 @@ bool openai_fail(api_error *e, int status, const char *param, const char *code, 
 const char *openai_type_name(const cJSON *v);
 /* obj's member `name`, or NULL when absent or null (OpenAI's clients send null for "not given"). */
 const cJSON *openai_field(const cJSON *obj, const char *name);
+/* Whether a list-valued field (tools, functions, tool_calls) asks for something: given and not an
+ * empty array. */
+bool openai_asks_for_any(const cJSON *v);
+/* obj's boolean `name` into *out when given; false with a 400 naming it when not a boolean. */
+bool openai_get_bool(const cJSON *obj, const char *name, bool *out, api_error *e);
 
 /* A request body as a JSON tree (free with cJSON_Delete), its strings measured (json_text.h), or
  * NULL and err: NUL bytes, invalid UTF-8, JSON that is not strictly valid, a key twice in one

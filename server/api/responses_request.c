@@ -139,7 +139,14 @@ static cJSON *copy_value(const cJSON *v) {
 
 /* The Responses names that differ from chat's, and the fields both take as they are. */
 static bool map_fields(const cJSON *root, const api_model *m, cJSON *chat, api_error *e) {
-    static const char *const same[] = {"model", "temperature", "top_p", "stream", "tools", "tool_choice", "user",
+    /* Tool calling is chat's (tool_calls.c): the Responses API's function tools and its call and
+     * output items are another shape, not translated yet, so they are refused, not dropped. */
+    if (openai_asks_for_any(openai_field(root, "tools")))
+        return openai_fail(e, 400, "tools", "unsupported_value", "tools are not supported on /v1/responses (they are on /v1/chat/completions)");
+    const cJSON *tc = openai_field(root, "tool_choice");
+    if (tc && !json_str_is(tc, "none") && !json_str_is(tc, "auto"))
+        return openai_fail(e, 400, "tool_choice", "unsupported_value", "tool_choice must be \"none\" or \"auto\" on /v1/responses (no tools)");
+    static const char *const same[] = {"model", "temperature", "top_p", "stream", "user",
                                        "presence_penalty", "frequency_penalty",
                                        /* extensions, as on chat: vLLM's and llama.cpp's sampling fields */
                                        "top_k", "min_p", "seed", "repetition_penalty", "stop", "logit_bias"};

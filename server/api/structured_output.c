@@ -169,6 +169,17 @@ static bool to_gbnf(const ask *a, text_buf *out, api_error *e) {
     return true;
 }
 
+bool structured_output_schema(const cJSON *schema, const char *field, wk_grammar **grammar, api_error *e) {
+    *grammar = NULL;
+    text_buf out = {0};
+    char msg[WK_ERRMSG_LEN] = "";
+    bool ok = to_gbnf(&(ask){ASK_SCHEMA, schema, field}, &out, e);
+    wk_status st = ok ? wk_grammar_parse(out.p, out.len, grammar, msg, sizeof msg) : WK_OK;
+    if (ok && st != WK_OK) ok = openai_fail(e, st == WK_ERR_NOMEM ? 500 : 400, field, "invalid_value", "%s: %s", field, msg);
+    text_buf_free(&out);
+    return ok;
+}
+
 bool structured_output_parse(const cJSON *root, wk_grammar **grammar, api_error *e) {
     *grammar = NULL;
     asks s = {0};

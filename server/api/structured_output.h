@@ -16,5 +16,7 @@
  * so a bad one is a 400 naming the field; NULL when the request asks for no structure. At most
  * one of the fields may ask for it. false with err (400, or 500 out of memory), *grammar NULL. */
 bool structured_output_parse(const cJSON *root, wk_grammar **grammar, api_error *err);
+/* The same for one JSON Schema built by the server (tool calling's reply), field naming it. */
+bool structured_output_schema(const cJSON *schema, const char *field, wk_grammar **grammar, api_error *err);
 
 #endif

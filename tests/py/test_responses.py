@@ -120,6 +120,8 @@ def test_raw_sse_framing(server, model_id):
     ({"truncation": "auto"}, "truncation"),
     ({"text": {"format": {"type": "xml"}}}, "text.format"),
     ({"tools": [{"type": "function", "name": "f", "parameters": {}}]}, "tools"),
+    ({"tools": [{"type": "function", "function": {"name": "f"}}]}, "tools"),  # chat's shape: not taken either
+    ({"tool_choice": "required"}, "tool_choice"),
     ({"include": ["reasoning.encrypted_content"]}, "include"),
     ({"input": [{"type": "function_call_output", "call_id": "c", "output": "x"}]}, "input"),
     ({"input": [{"role": "user", "content": [{"type": "input_image", "image_url": "http://x/y.png"}]}]}, "input"),

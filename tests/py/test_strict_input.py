@@ -221,16 +221,12 @@ def test_a_nul_makes_another_model_name(server, model_id):
     ("/v1/completions", {"prompt": "x", "grammar": "start ::= \"a\""}, "grammar"),
     ("/v1/chat/completions", {"messages": [{"role": "user", "content": "x"}], "json_schema": [1]},
      "json_schema"),
-    # Function calling in its deprecated form and in a past turn, output other than text, switches
+    # Function calling in its deprecated form (tools: test_tool_calls.py), output other than text, switches
     # whose non-default value cannot be honoured: refused, never dropped unseen.
     ("/v1/chat/completions", {"messages": [{"role": "user", "content": "x"}],
                               "functions": [{"name": "f", "parameters": {}}]}, "functions"),
     ("/v1/chat/completions", {"messages": [{"role": "user", "content": "x"}], "function_call": {"name": "f"}},
      "function_call"),
-    ("/v1/chat/completions", {"messages": [{"role": "user", "content": "x"},
-                                           {"role": "assistant", "content": None, "tool_calls": [
-                                               {"id": "1", "type": "function",
-                                                "function": {"name": "f", "arguments": "{}"}}]}]}, "messages"),
     ("/v1/chat/completions", {"messages": [{"role": "user", "content": "x"},
                                            {"role": "assistant", "content": "",
                                             "function_call": {"name": "f", "arguments": "{}"}}]}, "messages"),

@@ -1,0 +1,280 @@
+/* Tool calling in llama.cpp's generic format (tool_calls.h): the request's tools -> the system
+ * text the model reads and the JSON Schema its reply is held to; past calls and results -> text in
+ * that format; the reply -> OpenAI's tool_calls. */
+#include "api/tool_calls.h"
+
+#include <inttypes.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "api/json_text.h"
+#include "api/schema_grammar.h"
+
+#define MAX_TOOLS 128 /* OpenAI's limit */
+
+void tools_ask_free(tools_ask *t) {
+    cJSON_Delete(t->schema);
+    free(t->system_text);
+    memset(t, 0, sizeof *t);
+}
+
+static bool valid_name(const cJSON *name) {
+    if (!cJSON_IsString(name)) return false;
+    size_t n = json_str_len(name);
+    if (n == 0 || n > 64) return false;
+    for (size_t i = 0; i < n; i++) {
+        char c = name->valuestring[i];
+        if (!((c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || (c >= '0' && c <= '9') || c == '_' || c == '-')) return false;
+    }
+    return true;
+}
+
+/* {"name": {"const": NAME}, "arguments": PARAMETERS}, both required, nothing else. */
+static cJSON *call_schema(const cJSON *name, const cJSON *params) {
+    cJSON *s = cJSON_CreateObject(), *props = cJSON_AddObjectToObject(s, "properties");
+    cJSON_AddStringToObject(s, "type", "object");
+    cJSON_AddStringToObject(cJSON_AddObjectToObject(props, "name"), "const", name->valuestring);
+    if (params) cJSON_AddItemToObject(props, "arguments", cJSON_Duplicate(params, true));
+    else cJSON_AddStringToObject(cJSON_AddObjectToObject(props, "arguments"), "type", "object");
+    cJSON *req = cJSON_AddArrayToObject(s, "required");
+    cJSON_AddItemToArray(req, cJSON_CreateString("name"));
+    cJSON_AddItemToArray(req, cJSON_CreateString("arguments"));
+    cJSON_AddFalseToObject(s, "additionalProperties");
+    return s;
+}
+
+/* {"KEY": value} with KEY required and nothing else. */
+static cJSON *one_key_object(const char *key, cJSON *value) {
+    cJSON *s = cJSON_CreateObject();
+    cJSON_AddStringToObject(s, "type", "object");
+    cJSON_AddItemToObject(cJSON_AddObjectToObject(s, "properties"), key, value);
+    cJSON_AddItemToArray(cJSON_AddArrayToObject(s, "required"), cJSON_CreateString(key));
+    cJSON_AddFalseToObject(s, "additionalProperties");
+    return s;
+}
+
+/* tool_choice: absent or "auto" (call or answer), "none", "required", or {"type": "function",
+ * "function": {"name": NAME}}; *named the tool named (NULL: any). */
+static bool parse_choice(const cJSON *root, bool have_tools, tool_mode *mode, const char **named, api_error *e) {
+    const cJSON *c = openai_field(root, "tool_choice");
+    *named = NULL;
+    *mode = have_tools ? TOOLS_AUTO : TOOLS_OFF;
+    if (!c || json_str_is(c, "auto")) return true;
+    if (json_str_is(c, "none")) {
+        *mode = TOOLS_OFF;
+        return true;
+    }
+    if (json_str_is(c, "required")) *mode = TOOLS_REQUIRED;
+    else if (cJSON_IsObject(c)) {
+        const cJSON *f = openai_field(c, "function"), *name = f ? openai_field(f, "name") : NULL;
+        if (!json_str_is(openai_field(c, "type"), "function") || !cJSON_IsString(name))
+            return openai_fail(e, 400, "tool_choice", "invalid_value",
+                               "tool_choice must be \"none\", \"auto\", \"required\" or {\"type\": \"function\", "
+                               "\"function\": {\"name\": ...}}");
+        *mode = TOOLS_REQUIRED;
+        *named = name->valuestring;
+    } else {
+        return openai_fail(e, 400, "tool_choice", "invalid_value",
+                           "tool_choice must be \"none\", \"auto\", \"required\" or an object naming a function");
+    }
+    if (!have_tools) return openai_fail(e, 400, "tool_choice", "invalid_value", "tool_choice asks for a tool call, but no tools are given");
+    return true;
+}
+
+/* The system text: each tool as one line of JSON, then how to reply. */
+static bool describe(const cJSON *tools, tool_mode mode, const char *named, bool parallel, text_buf *out) {
+    static const char call_form[] = "{\"tool_calls\": [{\"name\": <tool name>, \"arguments\": <its arguments, a JSON object>}]}";
+    bool ok = text_buf_add(out, "# Tools\n\nYou can call these tools, each given as JSON:\n", 55);
+    const cJSON *t;
+    cJSON_ArrayForEach(t, tools) {
+        const cJSON *f = openai_field(t, "function");
+        cJSON *d = cJSON_CreateObject();
+        cJSON_AddItemToObject(d, "name", cJSON_Duplicate(openai_field(f, "name"), true));
+        if (openai_field(f, "description")) cJSON_AddItemToObject(d, "description", cJSON_Duplicate(openai_field(f, "description"), true));
+        if (openai_field(f, "parameters")) cJSON_AddItemToObject(d, "parameters", cJSON_Duplicate(openai_field(f, "parameters"), true));
+        char *line = cJSON_PrintUnformatted(d);
+        cJSON_Delete(d);
+        ok = ok && line && text_buf_add(out, line, strlen(line)) && text_buf_add(out, "\n", 1);
+        free(line);
+    }
+    char how[512];
+    if (named)
+        snprintf(how, sizeof how, "\nCall the tool %s: reply with only this JSON object: %s", named, call_form);
+    else if (mode == TOOLS_REQUIRED)
+        snprintf(how, sizeof how, "\nCall %s: reply with only this JSON object: %s", parallel ? "one or more tools" : "one tool", call_form);
+    else
+        snprintf(how, sizeof how, "\nTo call %s, reply with only this JSON object: %s\nTo answer without a tool, reply with "
+                 "only {\"response\": <your answer, a JSON string>}.", parallel ? "tools" : "a tool", call_form);
+    return ok && text_buf_add(out, how, strlen(how)) && text_buf_add(out, "", 0);
+}
+
+bool tools_parse(const cJSON *root, tools_ask *t, api_error *e) {
+    memset(t, 0, sizeof *t);
+    const cJSON *tools = openai_field(root, "tools"), *tool;
+    if (tools && !cJSON_IsArray(tools))
+        return openai_fail(e, 400, "tools", "invalid_type", "tools must be an array, not %s", openai_type_name(tools));
+    int n = tools ? cJSON_GetArraySize(tools) : 0;
+    if (n > MAX_TOOLS) return openai_fail(e, 400, "tools", "invalid_value", "at most %d tools (got %d)", MAX_TOOLS, n);
+    bool parallel = true;
+    const cJSON *pv = openai_field(root, "parallel_tool_calls");
+    if (pv && !cJSON_IsBool(pv))
+        return openai_fail(e, 400, "parallel_tool_calls", "invalid_type", "parallel_tool_calls must be a boolean, not %s", openai_type_name(pv));
+    if (pv) parallel = cJSON_IsTrue(pv);
+    const char *named;
+    if (!parse_choice(root, n > 0, &t->mode, &named, e)) return false;
+    int i = 0;
+    bool found = named == NULL;
+    cJSON_ArrayForEach(tool, tools) { /* every tool is checked, offered or not */
+        const cJSON *f = openai_field(tool, "function"), *params = f ? openai_field(f, "parameters") : NULL;
+        if (!cJSON_IsObject(tool) || !json_str_is(openai_field(tool, "type"), "function"))
+            return openai_fail(e, 400, "tools", "unsupported_value", "tools[%d] must be {\"type\": \"function\", \"function\": {...}} "
+                               "(function tools only)", i);
+        if (!cJSON_IsObject(f) || !valid_name(openai_field(f, "name")))
+            return openai_fail(e, 400, "tools", "invalid_value", "tools[%d].function.name must be 1 to 64 of a-z, A-Z, 0-9, _ and -", i);
+        const char *name = openai_field(f, "name")->valuestring;
+        for (int j = 0; j < i; j++)
+            if (!strcmp(openai_field(openai_field(cJSON_GetArrayItem(tools, j), "function"), "name")->valuestring, name))
+                return openai_fail(e, 400, "tools", "invalid_value", "tools[%d].function.name '%s' is given twice", i, name);
+        const cJSON *desc = openai_field(f, "description"), *strict = openai_field(f, "strict");
+        if (desc && !cJSON_IsString(desc))
+            return openai_fail(e, 400, "tools", "invalid_type", "tools[%d].function.description must be a string", i);
+        if (strict && !cJSON_IsBool(strict))
+            return openai_fail(e, 400, "tools", "invalid_type", "tools[%d].function.strict must be a boolean", i);
+        if (params && !cJSON_IsObject(params))
+            return openai_fail(e, 400, "tools", "invalid_type", "tools[%d].function.parameters must be a JSON Schema object", i);
+        if (params) { /* refused here, naming the tool, rather than deep in the whole reply's schema */
+            text_buf gb = {0};
+            char msg[256] = "";
+            bool ok = schema_to_gbnf(params, &gb, msg, sizeof msg);
+            text_buf_free(&gb);
+            if (!ok) return openai_fail(e, 400, "tools", "invalid_value", "tools[%d].function.parameters: %s", i, msg[0] ? msg : "out of memory");
+        }
+        found |= named && !strcmp(named, name);
+        i++;
+    }
+    if (!found) return openai_fail(e, 400, "tool_choice", "invalid_value", "tool_choice names '%.64s', which is not among the tools", named);
+    if (t->mode == TOOLS_OFF) return true;
+
+    cJSON *items = named ? NULL : cJSON_CreateObject(), *any = items ? cJSON_AddArrayToObject(items, "anyOf") : NULL;
+    cJSON_ArrayForEach(tool, tools) {
+        const cJSON *f = openai_field(tool, "function"), *name = openai_field(f, "name");
+        if (named && strcmp(name->valuestring, named)) continue;
+        cJSON *one = call_schema(name, openai_field(f, "parameters"));
+        if (named) items = one;
+        else cJSON_AddItemToArray(any, one);
+    }
+    cJSON *calls = cJSON_CreateObject();
+    cJSON_AddStringToObject(calls, "type", "array");
+    cJSON_AddItemToObject(calls, "items", items);
+    cJSON_AddNumberToObject(calls, "minItems", 1);
+    if (!parallel) cJSON_AddNumberToObject(calls, "maxItems", 1);
+    cJSON *call_reply = one_key_object("tool_calls", calls);
+    if (t->mode == TOOLS_REQUIRED) t->schema = call_reply;
+    else {
+        cJSON *string = cJSON_CreateObject();
+        cJSON_AddStringToObject(string, "type", "string");
+        t->schema = cJSON_CreateObject();
+        cJSON *alts = cJSON_AddArrayToObject(t->schema, "anyOf");
+        cJSON_AddItemToArray(alts, call_reply);
+        cJSON_AddItemToArray(alts, one_key_object("response", string));
+    }
+    text_buf sys = {0};
+    if (!describe(tools, t->mode, named, parallel, &sys)) {
+        text_buf_free(&sys);
+        tools_ask_free(t);
+        return openai_fail(e, 500, NULL, NULL, "out of memory");
+    }
+    t->system_text = sys.p;
+    return true;
+}
+
+bool tools_render_calls(const cJSON *tool_calls, int index, text_buf *out, api_error *e) {
+    if (!cJSON_IsArray(tool_calls))
+        return openai_fail(e, 400, "messages", "invalid_type", "messages[%d].tool_calls must be an array", index);
+    cJSON *reply = cJSON_CreateObject(), *calls = cJSON_AddArrayToObject(reply, "tool_calls");
+    const cJSON *c;
+    int j = 0;
+    bool ok = true;
+    cJSON_ArrayForEach(c, tool_calls) {
+        const cJSON *f = openai_field(c, "function"), *name = f ? openai_field(f, "name") : NULL;
+        const cJSON *args = f ? openai_field(f, "arguments") : NULL;
+        if (!cJSON_IsObject(c) || !cJSON_IsString(name) || (args && !cJSON_IsString(args))) {
+            ok = openai_fail(e, 400, "messages", "invalid_value",
+                             "messages[%d].tool_calls[%d] must be {\"id\", \"type\": \"function\", \"function\": {\"name\", "
+                             "\"arguments\": a string}}", index, j);
+            break;
+        }
+        cJSON *one = cJSON_CreateObject();
+        cJSON_AddItemToObject(one, "name", cJSON_Duplicate(name, true));
+        /* the arguments as the JSON the model wrote, when they are JSON; else the string */
+        cJSON *parsed = args ? cJSON_ParseWithLength(args->valuestring, json_str_len(args)) : cJSON_CreateObject();
+        cJSON_AddItemToObject(one, "arguments", parsed ? parsed : cJSON_Duplicate(args, true));
+        cJSON_AddItemToArray(calls, one);
+        j++;
+    }
+    char *text = ok ? cJSON_PrintUnformatted(reply) : NULL;
+    cJSON_Delete(reply);
+    if (ok && !(text && (out->len == 0 || text_buf_add(out, "\n", 1)) && text_buf_add(out, text, strlen(text))))
+        ok = openai_fail(e, 500, NULL, NULL, "out of memory");
+    free(text);
+    return ok;
+}
+
+bool tools_render_result(const cJSON *msg, const char *content, size_t len, int index, text_buf *out, api_error *e) {
+    const cJSON *id = openai_field(msg, "tool_call_id");
+    if (id && !cJSON_IsString(id))
+        return openai_fail(e, 400, "messages", "invalid_type", "messages[%d].tool_call_id must be a string", index);
+    cJSON *wrap = cJSON_CreateObject(), *r = cJSON_AddObjectToObject(wrap, "tool_response");
+    if (id) cJSON_AddItemToObject(r, "tool_call_id", cJSON_Duplicate(id, true));
+    json_add_string_n(r, "content", content, len);
+    char *text = cJSON_PrintUnformatted(wrap);
+    cJSON_Delete(wrap);
+    bool ok = text && text_buf_add(out, text, strlen(text));
+    free(text);
+    return ok || openai_fail(e, 500, NULL, NULL, "out of memory");
+}
+
+static uint64_t mix64(uint64_t x) { /* splitmix64's finaliser */
+    x += 0x9E3779B97F4A7C15ull;
+    x = (x ^ (x >> 30)) * 0xBF58476D1CE4E5B9ull;
+    x = (x ^ (x >> 27)) * 0x94D049BB133111EBull;
+    return x ^ (x >> 31);
+}
+
+void tools_reply(const char *text, size_t len, const char *finish, bool stream, uint64_t id_seed, cJSON *message,
+                 const char **finish_out) {
+    *finish_out = finish;
+    api_error err;
+    cJSON *reply = finish && !strcmp(finish, "stop") ? openai_parse_body(text, len, &err) : NULL;
+    const cJSON *calls = reply ? openai_field(reply, "tool_calls") : NULL, *answer = reply ? openai_field(reply, "response") : NULL;
+    if (cJSON_IsArray(calls)) {
+        if (!stream) cJSON_AddNullToObject(message, "content");
+        cJSON *out = cJSON_AddArrayToObject(message, "tool_calls");
+        const cJSON *c;
+        int i = 0;
+        cJSON_ArrayForEach(c, calls) {
+            cJSON *one = cJSON_CreateObject();
+            if (stream) cJSON_AddNumberToObject(one, "index", i);
+            /* 24 hex digits mixed from the request's seed and the call's place */
+            uint64_t a = mix64(id_seed + (uint64_t)i), b = mix64(a);
+            char id[48];
+            snprintf(id, sizeof id, "call_%016" PRIx64 "%08" PRIx32, a, (uint32_t)(b >> 32));
+            cJSON_AddStringToObject(one, "id", id);
+            cJSON_AddStringToObject(one, "type", "function");
+            cJSON *f = cJSON_AddObjectToObject(one, "function");
+            cJSON_AddItemToObject(f, "name", cJSON_Duplicate(openai_field(c, "name"), true));
+            char *args = cJSON_PrintUnformatted(openai_field(c, "arguments"));
+            cJSON_AddStringToObject(f, "arguments", args ? args : "{}");
+            free(args);
+            cJSON_AddItemToArray(out, one);
+            i++;
+        }
+        *finish_out = "tool_calls";
+    } else if (cJSON_IsString(answer)) {
+        json_add_string_n(message, "content", answer->valuestring, json_str_len(answer));
+    } else {
+        json_add_string_n(message, "content", text, len);
+    }
+    cJSON_Delete(reply);
+}

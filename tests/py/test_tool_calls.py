@@ -1,0 +1,149 @@
+# Tool calling on chat completions through the official `openai` package and raw HTTP: tools,
+# tool_choice (auto, required, none, a named function), parallel_tool_calls, past calls and their
+# results in the conversation, streamed and whole. The reply is held by a grammar to the generic
+# format, so every call's arguments validate against its tool's parameters (checked with the
+# `jsonschema` package) even from this small base model; the conversation the model reads is
+# checked through /tokenize + /detokenize. Malformed tools and choices are 400s naming the field.
+import json
+import re
+
+import jsonschema
+import pytest
+import requests
+
+WEATHER = {"type": "object", "properties": {"city": {"type": "string", "maxLength": 20},
+                                            "unit": {"enum": ["celsius", "fahrenheit"]}},
+           "required": ["city", "unit"], "additionalProperties": False}
+ADD = {"type": "object", "properties": {"a": {"type": "integer", "minimum": 0, "maximum": 999},
+                                        "b": {"type": "integer", "minimum": 0, "maximum": 999}},
+       "required": ["a", "b"], "additionalProperties": False}
+TOOLS = [{"type": "function", "function": {"name": "get_weather", "description": "The weather in a city",
+                                           "parameters": WEATHER}},
+         {"type": "function", "function": {"name": "add", "description": "a + b", "parameters": ADD}}]
+PARAMS = {"get_weather": WEATHER, "add": ADD}
+ASK = [{"role": "user", "content": "What is the weather in Paris?"}]
+ID = re.compile(r"^call_[0-9a-f]{24}$")
+
+
+def post(server, body):
+    return requests.post(server.url + "/v1/chat/completions", json=body, timeout=120)
+
+
+def check_calls(calls, names=PARAMS):
+    assert calls, "no tool calls"
+    for c in calls:
+        assert c.type == "function" and ID.match(c.id), c
+        assert c.function.name in names, c
+        jsonschema.validate(json.loads(c.function.arguments), PARAMS[c.function.name])
+    assert len({c.id for c in calls}) == len(calls)
+
+
+@pytest.mark.parametrize("choice,names", [
+    ("required", PARAMS),
+    ({"type": "function", "function": {"name": "add"}}, {"add": ADD}),
+], ids=["required", "named"])
+def test_a_call_is_made_and_validates(client, model_id, choice, names):
+    r = client.chat.completions.create(model=model_id, messages=ASK, tools=TOOLS, tool_choice=choice,
+                                       parallel_tool_calls=False, max_tokens=80, temperature=0, n=2)
+    for ch in r.choices:
+        assert ch.finish_reason == "tool_calls" and ch.message.content is None, ch
+        assert len(ch.message.tool_calls) == 1
+        check_calls(ch.message.tool_calls, names)
+
+
+def test_sampled_parallel_calls_validate(client, model_id):
+    # Any number of calls may come; cut by max_tokens the reply is the raw text, as OpenAI's is.
+    r = client.chat.completions.create(model=model_id, messages=ASK, tools=TOOLS, tool_choice="required",
+                                       max_tokens=120, temperature=1, seed=7, n=3)
+    for ch in r.choices:
+        if ch.finish_reason == "tool_calls":
+            check_calls(ch.message.tool_calls)
+        else:
+            assert ch.finish_reason == "length" and ch.message.content.lstrip().startswith("{"), ch
+
+
+def test_auto_answers_or_calls(client, model_id):
+    r = client.chat.completions.create(model=model_id, messages=ASK, tools=TOOLS, max_tokens=60, temperature=0)
+    ch = r.choices[0]
+    if ch.finish_reason == "tool_calls":
+        check_calls(ch.message.tool_calls)
+    elif ch.finish_reason == "stop":  # {"response": ...}: its text is the content
+        assert ch.message.tool_calls is None and not ch.message.content.lstrip().startswith('{"response"')
+    else:
+        assert ch.finish_reason == "length", ch
+        assert '"response"' in ch.message.content or '"tool_calls"' in ch.message.content, ch
+
+
+def test_stream_gives_the_same_call(client, model_id):
+    body = dict(model=model_id, messages=ASK, tools=TOOLS, tool_choice="required", parallel_tool_calls=False,
+                max_tokens=80, temperature=0)
+    whole = client.chat.completions.create(**body).choices[0].message.tool_calls[0]
+    calls, finish = {}, None
+    for chunk in client.chat.completions.create(stream=True, **body):
+        d = chunk.choices[0].delta
+        for tc in d.tool_calls or []:
+            c = calls.setdefault(tc.index, {"name": "", "arguments": ""})
+            c["name"] += tc.function.name or ""
+            c["arguments"] += tc.function.arguments or ""
+            c["id"] = tc.id or c.get("id")
+        assert not d.content, d
+        finish = chunk.choices[0].finish_reason or finish
+    assert finish == "tool_calls" and list(calls) == [0]
+    assert calls[0]["name"] == whole.function.name and json.loads(calls[0]["arguments"]) == json.loads(whole.function.arguments)
+    assert ID.match(calls[0]["id"])
+
+
+def detokenized_prompt(server, body):
+    toks = requests.post(server.url + "/tokenize", json=body, timeout=60).json()["tokens"]
+    return requests.post(server.url + "/detokenize", json={"tokens": toks}, timeout=60).json()["prompt"]
+
+
+def test_the_model_reads_tools_calls_and_results(server, model_id):
+    convo = ASK + [
+        {"role": "assistant", "content": None, "tool_calls": [
+            {"id": "call_1", "type": "function", "function": {"name": "get_weather",
+                                                             "arguments": '{"city": "Paris", "unit": "celsius"}'}}]},
+        {"role": "tool", "tool_call_id": "call_1", "content": "18 degrees and sunny"}]
+    text = detokenized_prompt(server, {"messages": convo, "tools": TOOLS})
+    assert '"name":"get_weather","description":"The weather in a city"' in text, text
+    assert '{"tool_calls":[{"name":"get_weather","arguments":{"city":"Paris","unit":"celsius"}}]}' in text, text
+    assert '{"tool_response":{"tool_call_id":"call_1","content":"18 degrees and sunny"}}' in text, text
+    # a system message keeps its words first; tool_choice none offers no tools
+    with_system = detokenized_prompt(server, {"messages": [{"role": "system", "content": "Be brief."}] + ASK, "tools": TOOLS})
+    assert "Be brief.\n\n# Tools" in with_system, with_system
+    assert "# Tools" not in detokenized_prompt(server, {"messages": ASK, "tools": TOOLS, "tool_choice": "none"})
+    r = post(server, {"messages": convo, "tools": TOOLS, "tool_choice": "none", "max_tokens": 8})
+    assert r.status_code == 200 and "tool_calls" not in r.json()["choices"][0]["message"], r.text
+    r = post(server, {"messages": convo, "tools": TOOLS, "max_tokens": 8})
+    assert r.status_code == 200, r.text
+
+
+@pytest.mark.parametrize("body,param,words", [
+    ({"tools": {"type": "function"}}, "tools", "array"),
+    ({"tools": [{"type": "custom", "custom": {"name": "x"}}]}, "tools", "function tools only"),
+    ({"tools": [{"type": "function", "function": {"name": "a b"}}]}, "tools", "1 to 64"),
+    ({"tools": [{"type": "function", "function": {"name": "x" * 65}}]}, "tools", "1 to 64"),
+    ({"tools": [{"type": "function", "function": {"name": "f"}}, {"type": "function", "function": {"name": "f"}}]},
+     "tools", "twice"),
+    ({"tools": [{"type": "function", "function": {"name": "f", "parameters": {
+        "type": "object", "properties": {"x": {"type": "number", "multipleOf": 3}}}}}]}, "tools", "multipleOf"),
+    ({"tools": [{"type": "function", "function": {"name": "f", "parameters": "{}"}}]}, "tools", "JSON Schema"),
+    ({"tools": TOOLS, "tool_choice": {"type": "function", "function": {"name": "nope"}}}, "tool_choice", "not among"),
+    ({"tools": TOOLS, "tool_choice": "sometimes"}, "tool_choice", None),
+    ({"tool_choice": "required"}, "tool_choice", "no tools"),
+    ({"tools": TOOLS, "parallel_tool_calls": "yes"}, "parallel_tool_calls", "boolean"),
+    ({"tools": TOOLS, "response_format": {"type": "json_object"}}, "tools", "give one"),
+    ({"messages": ASK + [{"role": "tool", "tool_call_id": "1"}]}, "messages", "content"),
+    ({"messages": [{"role": "user", "content": "x", "tool_calls": []}]}, "messages", "assistant"),
+    ({"messages": ASK + [{"role": "assistant", "tool_calls": [{"id": "1", "type": "function",
+                                                              "function": {"name": "f", "arguments": {}}}]}]},
+     "messages", "arguments"),
+    ({"messages": ASK + [{"role": "tool", "content": "x", "tool_call_id": 5}]}, "messages", "tool_call_id"),
+])
+def test_bad_tools(server, body, param, words):
+    r = post(server, {"messages": ASK, "max_tokens": 4, **body})
+    assert r.status_code == 400, r.text
+    err = r.json()["error"]
+    assert err["param"] == param and err["type"] == "invalid_request_error", err
+    if words:
+        assert words in err["message"], err
