@@ -77,6 +77,7 @@ static void call_free(api_server *a, call *k) {
     }
     free(k->choices);
     cJSON_Delete(k->echo);
+    cJSON_Delete(k->tool_items);
     free(k);
 }
 
@@ -226,9 +227,9 @@ static void on_gen_event(api_server *a, call *k, int i, sched_event *ev) {
         break;
     case EV_TEXT:
         if (!k->conn || k->failed) break;
-        if (k->stream && responses) {
+        if (k->stream && responses && !k->tools) {
             responses_stream_text(k, ev);
-        } else if (k->stream && !k->tools) { /* a tool-calling reply is held until it is whole */
+        } else if (k->stream && !k->tools && !responses) { /* a tool-calling reply is held until it is whole */
             /* A chat choice's opening delta (its role) goes out with its first token, as OpenAI's
              * and vLLM's do, not at acceptance: a client's time to first token is the prefill's,
              * not the queue's (docs/benchmarks.md: vLLM's TTFT is the first chunk's time). */

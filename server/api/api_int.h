@@ -45,6 +45,8 @@ typedef struct call {
     choice *choices; /* n_choices; NULL for tokenize calls */
     char resp_id[40];
     cJSON *echo; /* responses: the request's fields its response object repeats */
+    cJSON *tool_items; /* responses with tools: the reply's function_call items once it is whole (NULL: a message) */
+    bool tools_resolved; /* responses with tools: the reply was read (tool_items, or the text replaced by content) */
     int seq;     /* responses stream: the next event's sequence_number */
     long created;
     double t_start;

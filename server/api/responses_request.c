@@ -2,8 +2,10 @@
  * instructions and input items become chat messages and the Responses names become chat names
  * (max_output_tokens -> max_tokens, include + top_logprobs -> logprobs), and the chat request is
  * validated by openai_parse_generation like any other, so both endpoints take the same values.
- * This server stores nothing: what needs a stored response or conversation is refused, as is any
- * item that is not a text message, rather than dropped unseen. Pure: no I/O, no engine. */
+ * Function tools, their calls and their outputs become chat's tools, an assistant's tool_calls and
+ * "tool" messages (tool_calls.c). This server stores nothing: what needs a stored response or
+ * conversation is refused, as is any other item than a text message, a function call or its
+ * output, rather than dropped unseen. Pure: no I/O, no engine. */
 #include "api/openai_request.h"
 
 #include <stdint.h>
@@ -13,6 +15,8 @@
 
 #include "api/json_text.h"
 #include "http/text_buf.h"
+
+static cJSON *copy_value(const cJSON *v);
 
 /* Fields a stateless server cannot honour: each needs a response or conversation stored here. */
 static bool refuse_stateful(const cJSON *root, api_error *e) {
@@ -51,11 +55,46 @@ static bool part_text(const cJSON *part, int i, int j, text_buf *out, api_error 
     return text_buf_add(out, text->valuestring, json_str_len(text)) || openai_fail(e, 500, NULL, NULL, "out of memory");
 }
 
+/* A function_call item -> a call in the assistant's turn (the previous message, when it is the
+ * turn made of the calls just before); a function_call_output item -> a "tool" message. */
+static bool call_item(const cJSON *item, int i, cJSON *messages, api_error *e) {
+    const cJSON *id = openai_field(item, "call_id"), *name = openai_field(item, "name");
+    const cJSON *args = openai_field(item, "arguments"), *out = openai_field(item, "output");
+    if (json_str_is(openai_field(item, "type"), "function_call_output")) {
+        if (!cJSON_IsString(id) || !cJSON_IsString(out))
+            return openai_fail(e, 400, "input", "invalid_value", "input[%d]: a function_call_output needs call_id and output, strings", i);
+        cJSON *m = cJSON_CreateObject();
+        cJSON_AddItemToArray(messages, m);
+        cJSON_AddStringToObject(m, "role", "tool");
+        cJSON_AddItemToObject(m, "tool_call_id", copy_value(id));
+        return json_add_string_n(m, "content", out->valuestring, json_str_len(out)) || openai_fail(e, 500, NULL, NULL, "out of memory");
+    }
+    if (!cJSON_IsString(id) || !cJSON_IsString(name) || !cJSON_IsString(args))
+        return openai_fail(e, 400, "input", "invalid_value", "input[%d]: a function_call needs call_id, name and arguments, strings", i);
+    cJSON *last = cJSON_GetArrayItem(messages, cJSON_GetArraySize(messages) - 1);
+    cJSON *calls = last && json_str_is(openai_field(last, "role"), "assistant") && !openai_field(last, "content")
+                       ? cJSON_GetObjectItemCaseSensitive(last, "tool_calls") : NULL;
+    if (!calls) {
+        cJSON *m = cJSON_CreateObject();
+        cJSON_AddItemToArray(messages, m);
+        cJSON_AddStringToObject(m, "role", "assistant");
+        calls = cJSON_AddArrayToObject(m, "tool_calls");
+    }
+    cJSON *c = cJSON_CreateObject(), *f = cJSON_AddObjectToObject(c, "function");
+    cJSON_AddItemToArray(calls, c);
+    cJSON_AddItemToObject(c, "id", copy_value(id));
+    cJSON_AddStringToObject(c, "type", "function");
+    cJSON_AddItemToObject(f, "name", copy_value(name));
+    cJSON_AddItemToObject(f, "arguments", copy_value(args));
+    return true;
+}
+
 /* A chat message {role, content} from one input item (a message, with or without its type). */
 static bool input_message(const cJSON *item, int i, cJSON *messages, api_error *e) {
     if (!cJSON_IsObject(item))
         return openai_fail(e, 400, "input", "invalid_type", "input[%d] must be an object, not %s", i, openai_type_name(item));
     const cJSON *type = openai_field(item, "type");
+    if (json_str_is(type, "function_call") || json_str_is(type, "function_call_output")) return call_item(item, i, messages, e);
     if (type && !json_str_is(type, "message"))
         return openai_fail(e, 400, "input", "unsupported_value",
                     "input[%d]: items of type '%.64s' are not supported (messages of text only)", i,
@@ -137,16 +176,43 @@ static cJSON *copy_value(const cJSON *v) {
     return c;
 }
 
+/* Function tools, flat here ({type, name, description, parameters, strict}), nested in chat's
+ * {type, function: {...}}; tool_choice's {type: "function", name} likewise. Chat's tool calling
+ * (tool_calls.c) then checks them. Other tool types (web search, files, ...) are refused. */
+static bool map_tools(const cJSON *root, cJSON *chat, api_error *e) {
+    const cJSON *tools = openai_field(root, "tools"), *t, *tc = openai_field(root, "tool_choice");
+    if (tools && !cJSON_IsArray(tools))
+        return openai_fail(e, 400, "tools", "invalid_type", "tools must be an array, not %s", openai_type_name(tools));
+    cJSON *out = tools ? cJSON_AddArrayToObject(chat, "tools") : NULL;
+    int i = 0;
+    cJSON_ArrayForEach(t, tools) {
+        if (!cJSON_IsObject(t) || !json_str_is(openai_field(t, "type"), "function"))
+            return openai_fail(e, 400, "tools", "unsupported_value", "tools[%d]: only function tools (type \"function\") are supported", i);
+        cJSON *c = cJSON_CreateObject(), *f = cJSON_AddObjectToObject(c, "function");
+        cJSON_AddItemToArray(out, c);
+        cJSON_AddStringToObject(c, "type", "function");
+        static const char *const keys[] = {"name", "description", "parameters", "strict"};
+        for (size_t k = 0; k < sizeof keys / sizeof *keys; k++)
+            if (openai_field(t, keys[k])) cJSON_AddItemToObject(f, keys[k], copy_value(openai_field(t, keys[k])));
+        i++;
+    }
+    if (tc && cJSON_IsObject(tc) && json_str_is(openai_field(tc, "type"), "function")) {
+        cJSON *c = cJSON_AddObjectToObject(chat, "tool_choice");
+        cJSON_AddStringToObject(c, "type", "function");
+        if (openai_field(tc, "name")) cJSON_AddItemToObject(cJSON_AddObjectToObject(c, "function"), "name", copy_value(openai_field(tc, "name")));
+    } else if (tc && !json_str_is(tc, "none") && !json_str_is(tc, "auto") && !json_str_is(tc, "required")) {
+        return openai_fail(e, 400, "tool_choice", "invalid_value",
+                           "tool_choice must be \"none\", \"auto\", \"required\" or {\"type\": \"function\", \"name\": ...}");
+    } else if (tc) {
+        cJSON_AddItemToObject(chat, "tool_choice", copy_value(tc));
+    }
+    return true;
+}
+
 /* The Responses names that differ from chat's, and the fields both take as they are. */
 static bool map_fields(const cJSON *root, const api_model *m, cJSON *chat, api_error *e) {
-    /* Tool calling is chat's (tool_calls.c): the Responses API's function tools and its call and
-     * output items are another shape, not translated yet, so they are refused, not dropped. */
-    if (openai_asks_for_any(openai_field(root, "tools")))
-        return openai_fail(e, 400, "tools", "unsupported_value", "tools are not supported on /v1/responses (they are on /v1/chat/completions)");
-    const cJSON *tc = openai_field(root, "tool_choice");
-    if (tc && !json_str_is(tc, "none") && !json_str_is(tc, "auto"))
-        return openai_fail(e, 400, "tool_choice", "unsupported_value", "tool_choice must be \"none\" or \"auto\" on /v1/responses (no tools)");
-    static const char *const same[] = {"model", "temperature", "top_p", "stream", "user",
+    if (!map_tools(root, chat, e)) return false;
+    static const char *const same[] = {"model", "temperature", "top_p", "stream", "user", "parallel_tool_calls",
                                        "presence_penalty", "frequency_penalty",
                                        /* extensions, as on chat: vLLM's and llama.cpp's sampling fields */
                                        "top_k", "min_p", "seed", "repetition_penalty", "stop", "logit_bias"};
@@ -249,6 +315,9 @@ bool openai_parse_responses(const char *body, size_t len, const api_model *m, op
         else cJSON_AddNullToObject(o, "max_output_tokens");
         cJSON_AddItemToObject(o, "metadata", cJSON_IsObject(meta) ? copy_value(meta) : cJSON_CreateObject());
         cJSON_AddItemToObject(o, "tool_choice", tc ? copy_value(tc) : cJSON_CreateString("auto"));
+        const cJSON *tools = openai_field(root, "tools"), *ptc = openai_field(root, "parallel_tool_calls");
+        cJSON_AddItemToObject(o, "tools", tools ? copy_value(tools) : cJSON_CreateArray());
+        cJSON_AddBoolToObject(o, "parallel_tool_calls", !ptc || cJSON_IsTrue(ptc));
         const cJSON *tobj = openai_field(root, "text"), *fmt = tobj ? openai_field(tobj, "format") : NULL;
         cJSON *format = fmt ? copy_value(fmt) : cJSON_CreateObject();
         if (!fmt && format) cJSON_AddStringToObject(format, "type", "text");

@@ -3,14 +3,17 @@
  * (response.created, response.in_progress, then with the first token response.output_item.added
  * and response.content_part.added, a response.output_text.delta per piece of text, and at the
  * end the text's, part's and item's done events and response.completed, or response.incomplete
- * when max_output_tokens or the context ended it). Each event is "event: <type>" + its JSON with
- * a sequence_number; the stream ends without chat's "[DONE]". api.c decides when to send. */
+ * when max_output_tokens or the context ended it). With tools, the reply is held until whole: its
+ * calls are function_call items (each added, its arguments' delta and done, the item done), or
+ * its answer one message as above. Each event is "event: <type>" + its JSON with a
+ * sequence_number; the stream ends without chat's "[DONE]". api.c decides when to send. */
 #include "api/api_int.h"
 
 #include <stdio.h>
 #include <string.h>
 
 #include "api/json_text.h"
+#include "api/tool_calls.h"
 #include "http/sse.h"
 
 static bool incomplete(const call *k) {
@@ -46,6 +49,44 @@ static cJSON *message_item(call *k, bool done) {
     return m;
 }
 
+/* Tool calling's reply read once (tool_calls.h): its calls as function_call items in k->tool_items,
+ * or its answer's text in place of the JSON it came in. */
+static void resolve_tools(call *k) {
+    if (!k->tools || k->tools_resolved) return;
+    k->tools_resolved = true;
+    choice *ci = &k->choices[0];
+    cJSON *msg = cJSON_CreateObject();
+    const char *finish = ci->finish_reason ? ci->finish_reason : "stop";
+    uint64_t seed = k->id * 0x100000001B3ull ^ (uint64_t)(k->t_start * 1e6);
+    tools_reply(ci->text.p ? ci->text.p : "", ci->text.len, finish, false, seed, msg, &finish);
+    const cJSON *calls = cJSON_GetObjectItemCaseSensitive(msg, "tool_calls"), *c;
+    const cJSON *content = cJSON_GetObjectItemCaseSensitive(msg, "content");
+    if (cJSON_IsArray(calls)) {
+        k->tool_items = cJSON_CreateArray();
+        int j = 0;
+        cJSON_ArrayForEach(c, calls) {
+            const cJSON *f = cJSON_GetObjectItemCaseSensitive(c, "function");
+            char id[64];
+            snprintf(id, sizeof id, "fc_%s_%d", k->resp_id + 5, j++);
+            cJSON *it = cJSON_CreateObject();
+            cJSON_AddStringToObject(it, "id", id);
+            cJSON_AddStringToObject(it, "type", "function_call");
+            cJSON_AddStringToObject(it, "status", "completed");
+            cJSON_AddItemToObject(it, "call_id", cJSON_Duplicate(cJSON_GetObjectItemCaseSensitive(c, "id"), true));
+            cJSON_AddItemToObject(it, "name", cJSON_Duplicate(cJSON_GetObjectItemCaseSensitive(f, "name"), true));
+            cJSON_AddItemToObject(it, "arguments", cJSON_Duplicate(cJSON_GetObjectItemCaseSensitive(f, "arguments"), true));
+            cJSON_AddItemToArray(k->tool_items, it);
+        }
+    } else if (cJSON_IsString(content)) { /* the answer, or the raw text of a reply cut short */
+        text_buf answer = {0};
+        if (text_buf_add(&answer, content->valuestring, json_str_len(content))) {
+            text_buf_free(&ci->text);
+            ci->text = answer;
+        }
+    }
+    cJSON_Delete(msg);
+}
+
 /* OpenAI's usage names, with this server's kv_cache object as in the other endpoints. */
 static cJSON *usage(const call *k) {
     cJSON *chat = usage_object(k), *u = cJSON_CreateObject();
@@ -75,13 +116,13 @@ static cJSON *response(call *k, bool done) {
     else
         cJSON_AddNullToObject(o, "incomplete_details");
     cJSON_AddStringToObject(o, "model", k->api->model_id);
-    cJSON *output = cJSON_AddArrayToObject(o, "output");
-    if (done) cJSON_AddItemToArray(output, message_item(k, true));
-    cJSON_AddTrueToObject(o, "parallel_tool_calls");
+    if (done) resolve_tools(k);
+    if (done && k->tool_items) cJSON_AddItemToObject(o, "output", cJSON_Duplicate(k->tool_items, true));
+    else if (done) cJSON_AddItemToArray(cJSON_AddArrayToObject(o, "output"), message_item(k, true));
+    else cJSON_AddArrayToObject(o, "output");
     cJSON_AddNullToObject(o, "previous_response_id");
     cJSON_AddFalseToObject(o, "store"); /* nothing is kept here */
-    cJSON_AddArrayToObject(o, "tools");
-    cJSON_AddStringToObject(o, "truncation", "disabled");
+    cJSON_AddStringToObject(o, "truncation", "disabled"); /* tools and parallel_tool_calls come with the echo */
     const cJSON *field;
     cJSON_ArrayForEach(field, k->echo) cJSON_AddItemToObject(o, field->string, cJSON_Duplicate(field, true));
     if (done) cJSON_AddItemToObject(o, "usage", usage(k));
@@ -159,9 +200,51 @@ void responses_stream_text(call *k, const sched_event *ev) {
     send_event(k, e);
 }
 
+/* The reply's function calls, each as its item's events, then the response's end. */
+static void stream_calls(call *k) {
+    const cJSON *it;
+    int j = 0;
+    cJSON_ArrayForEach(it, k->tool_items) {
+        cJSON *opening = cJSON_Duplicate(it, true), *e = event(k, "response.output_item.added");
+        cJSON_ReplaceItemInObject(opening, "status", cJSON_CreateString("in_progress"));
+        cJSON_ReplaceItemInObject(opening, "arguments", cJSON_CreateString(""));
+        cJSON_AddNumberToObject(e, "output_index", j);
+        cJSON_AddItemToObject(e, "item", opening);
+        send_event(k, e);
+        static const char *const steps[] = {"response.function_call_arguments.delta", "response.function_call_arguments.done"};
+        for (int s = 0; s < 2; s++) {
+            e = event(k, steps[s]);
+            cJSON_AddItemToObject(e, "item_id", cJSON_Duplicate(cJSON_GetObjectItem(it, "id"), true));
+            cJSON_AddNumberToObject(e, "output_index", j);
+            cJSON_AddItemToObject(e, s ? "arguments" : "delta", cJSON_Duplicate(cJSON_GetObjectItem(it, "arguments"), true));
+            send_event(k, e);
+        }
+        e = event(k, "response.output_item.done");
+        cJSON_AddNumberToObject(e, "output_index", j++);
+        cJSON_AddItemToObject(e, "item", cJSON_Duplicate(it, true));
+        send_event(k, e);
+    }
+    cJSON *e = event(k, "response.completed");
+    cJSON_AddItemToObject(e, "response", response(k, true));
+    send_event(k, e);
+}
+
 void responses_stream_done(call *k) {
-    open_item(k); /* no token at all: the item still opens before it closes */
     choice *ci = &k->choices[0];
+    if (k->tools) { /* held until whole: the calls, or the answer as one delta */
+        resolve_tools(k);
+        if (k->tool_items) {
+            stream_calls(k);
+            return;
+        }
+        open_item(k);
+        cJSON *e = event(k, "response.output_text.delta");
+        add_place(k, e, true);
+        json_add_string_n(e, "delta", ci->text.p ? ci->text.p : "", ci->text.len);
+        cJSON_AddArrayToObject(e, "logprobs");
+        send_event(k, e);
+    }
+    open_item(k); /* no token at all: the item still opens before it closes */
     cJSON *e = event(k, "response.output_text.done");
     add_place(k, e, true);
     json_add_string_n(e, "text", ci->text.p, ci->text.len);

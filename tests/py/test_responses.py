@@ -119,11 +119,13 @@ def test_raw_sse_framing(server, model_id):
     ({"background": True}, "background"),
     ({"truncation": "auto"}, "truncation"),
     ({"text": {"format": {"type": "xml"}}}, "text.format"),
-    ({"tools": [{"type": "function", "name": "f", "parameters": {}}]}, "tools"),
-    ({"tools": [{"type": "function", "function": {"name": "f"}}]}, "tools"),  # chat's shape: not taken either
+    ({"tools": [{"type": "web_search"}]}, "tools"),  # function tools only (tests/py/test_tool_calls.py)
+    ({"tools": [{"type": "function", "function": {"name": "f"}}]}, "tools"),  # chat's shape has no name here
     ({"tool_choice": "required"}, "tool_choice"),
+    ({"tools": [{"type": "function", "name": "f"}], "tool_choice": {"type": "web_search"}}, "tool_choice"),
     ({"include": ["reasoning.encrypted_content"]}, "include"),
-    ({"input": [{"type": "function_call_output", "call_id": "c", "output": "x"}]}, "input"),
+    ({"input": [{"type": "function_call_output", "call_id": "c"}]}, "input"),
+    ({"input": [{"type": "function_call", "call_id": "c", "name": "f", "arguments": {}}]}, "input"),
     ({"input": [{"role": "user", "content": [{"type": "input_image", "image_url": "http://x/y.png"}]}]}, "input"),
     ({"input": [{"role": "tool", "content": "x"}]}, "input"),
     ({"input": []}, "input"),

@@ -147,3 +147,30 @@ def test_bad_tools(server, body, param, words):
     assert err["param"] == param and err["type"] == "invalid_request_error", err
     if words:
         assert words in err["message"], err
+
+
+def test_responses_function_tools(client, model_id):
+    # The Responses API's flat function tools, function_call items and their outputs, whole and
+    # streamed through the openai package's typed events.
+    tools = [{"type": "function", "name": t["function"]["name"], "description": t["function"]["description"],
+              "parameters": t["function"]["parameters"]} for t in TOOLS]
+    r = client.responses.create(model=model_id, input=ASK[0]["content"], tools=tools, tool_choice="required",
+                                parallel_tool_calls=False, temperature=0, max_output_tokens=80)
+    assert r.status == "completed" and [o.type for o in r.output] == ["function_call"], r
+    call = r.output[0]
+    assert ID.match(call.call_id) and call.name in PARAMS and r.parallel_tool_calls is False and len(r.tools) == 2
+    jsonschema.validate(json.loads(call.arguments), PARAMS[call.name])
+    r2 = client.responses.create(model=model_id, tools=tools, temperature=0, max_output_tokens=8, input=[
+        ASK[0], {"type": "function_call", "call_id": call.call_id, "name": call.name, "arguments": call.arguments},
+        {"type": "function_call_output", "call_id": call.call_id, "output": "18 degrees and sunny"}])
+    assert r2.status in ("completed", "incomplete") and r2.output, r2
+    events = list(client.responses.create(model=model_id, input=ASK[0]["content"], tools=tools, stream=True,
+                                          tool_choice={"type": "function", "name": "add"}, parallel_tool_calls=False,
+                                          temperature=0, max_output_tokens=80))
+    kinds = [e.type for e in events]
+    assert kinds == ["response.created", "response.in_progress", "response.output_item.added",
+                     "response.function_call_arguments.delta", "response.function_call_arguments.done",
+                     "response.output_item.done", "response.completed"], kinds
+    done = events[-1].response.output[0]
+    assert done.name == "add" and events[3].delta == done.arguments
+    jsonschema.validate(json.loads(done.arguments), ADD)
