@@ -185,7 +185,7 @@ static void on_ready(api_server *a) {
 }
 
 static void send_chunk(call *k, cJSON *o) {
-    if (k->conn) sse_send_json(k->conn, o);
+    if (k->conn && o) sse_send_json(k->conn, o);
     cJSON_Delete(o);
 }
 
@@ -242,6 +242,9 @@ static void on_gen_event(api_server *a, call *k, int i, sched_event *ev) {
         } else {
             if (ev->text_len) text_buf_add(&ci->text, ev->text, ev->text_len);
             if (ev->n_logprobs) collect_logprobs(k, i, ev);
+            cJSON *d = k->stream && k->tools && chat ? tools_stream_text(k, i) : NULL; /* an answer streams */
+            if (d && !ci->role_sent) ci->role_sent = true, send_chunk(k, stream_chunk(k, i, "", 0, NULL, NULL, true));
+            send_chunk(k, d);
         }
         break;
     case EV_DONE:

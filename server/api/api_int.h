@@ -14,6 +14,7 @@
 #include "http/http.h"
 #include "metrics/metrics.h"
 #include "api/openai_request.h"
+#include "api/tool_calls.h"
 #include "sched/scheduler.h"
 #include "sched/text_stream.h"
 
@@ -31,6 +32,7 @@ typedef struct choice {
     text_buf text;   /* non-streamed: the whole completion */
     cJSON *lp;       /* non-streamed logprobs being collected (chat: content array; completions: object) */
     size_t text_off; /* completions logprobs text_offset */
+    tools_stream tstream; /* chat stream with tools: how far the reply was read (an answer streams as it comes) */
 } choice;
 
 /* One request waiting on the engine. A generation with k choices owns engine ids id..id+k-1. */
@@ -93,8 +95,11 @@ cJSON *usage_object(const call *k);
 void collect_logprobs(call *k, int index, const sched_event *ev);
 /* The non-streamed response once every choice is done; takes the choices' collected logprobs. */
 cJSON *whole_response(call *k);
-/* Tool calling, streamed: choice `index`'s whole reply as one delta (content or tool_calls), and in
- * *finish the finish reason its last chunk gives ("tool_calls" for calls). */
+/* Tool calling, streamed: as the reply grows, the chunk with its answer's new characters (NULL: none
+ * yet, or the reply is calls); when it ends, the rest: the calls as one delta (tool_calls), the
+ * answer's last characters, or a cut reply's raw text (NULL: nothing left), and in *finish the
+ * finish reason its last chunk gives ("tool_calls" for calls). */
+cJSON *tools_stream_text(call *k, int index);
 cJSON *tools_stream_chunk(call *k, int index, const char **finish);
 /* One stderr line per request (no prompt text unless --log-prompts); ev: the last event (NULL
  * allowed when status is not 200). */

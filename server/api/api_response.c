@@ -246,8 +246,18 @@ cJSON *whole_response(call *k) {
     return o;
 }
 
+cJSON *tools_stream_text(call *k, int index) {
+    choice *ci = &k->choices[index];
+    text_buf part = {0};
+    bool ok = tools_stream_answer(ci->text.p ? ci->text.p : "", ci->text.len, &ci->tstream, &part);
+    cJSON *o = ok && part.len ? stream_chunk(k, index, part.p, part.len, NULL, NULL, false) : NULL;
+    text_buf_free(&part);
+    return o;
+}
+
 cJSON *tools_stream_chunk(call *k, int index, const char **finish) {
     const choice *ci = &k->choices[index];
+    if (ci->tstream.kind == TS_ANSWER) return tools_stream_text(k, index); /* streamed as it came */
     cJSON *o = stream_chunk(k, index, NULL, 0, NULL, NULL, false);
     cJSON *delta = cJSON_GetObjectItemCaseSensitive(cJSON_GetArrayItem(cJSON_GetObjectItemCaseSensitive(o, "choices"), 0), "delta");
     tools_reply(ci->text.p ? ci->text.p : "", ci->text.len, *finish, true, call_seed(k, index), delta, finish);

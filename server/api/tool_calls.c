@@ -235,6 +235,88 @@ bool tools_render_result(const cJSON *msg, const char *content, size_t len, int 
     return ok || openai_fail(e, 500, NULL, NULL, "out of memory");
 }
 
+/* The UTF-8 form of cp into out. */
+static bool add_utf8(text_buf *out, uint32_t cp) {
+    char b[4];
+    int n = cp < 0x80 ? 1 : cp < 0x800 ? 2 : cp < 0x10000 ? 3 : 4;
+    static const uint8_t lead[5] = {0, 0x00, 0xC0, 0xE0, 0xF0};
+    for (int i = n - 1; i > 0; i--, cp >>= 6) b[i] = (char)(0x80 | (cp & 0x3F));
+    b[0] = (char)(lead[n] | cp);
+    return text_buf_add(out, b, (size_t)n);
+}
+
+static bool is_space(char c, bool or_colon) { return c == ' ' || c == '\t' || c == '\n' || c == '\r' || (or_colon && c == ':'); }
+
+static int hex4(const char *p) {
+    int v = 0;
+    for (int i = 0; i < 4; i++) {
+        char c = p[i];
+        int d = c >= '0' && c <= '9' ? c - '0' : c >= 'a' && c <= 'f' ? c - 'a' + 10 : c >= 'A' && c <= 'F' ? c - 'A' + 10 : -1;
+        if (d < 0) return -1;
+        v = v * 16 + d;
+    }
+    return v;
+}
+
+bool tools_stream_answer(const char *text, size_t len, tools_stream *st, text_buf *out) {
+    if (st->kind == TS_UNDECIDED) { /* the grammar wrote: white space, '{', white space, the key */
+        size_t i = 0;
+        while (i < len && is_space(text[i], false)) i++;
+        if (i < len && text[i] == '{') i++;
+        while (i < len && is_space(text[i], false)) i++;
+        static const char key[] = "\"response\"";
+        size_t have = len - i < sizeof key - 1 ? len - i : sizeof key - 1;
+        if (i >= len || have == 0) return true;
+        if (memcmp(text + i, key, have) != 0) {
+            st->kind = TS_CALLS;
+            return true;
+        }
+        if (have < sizeof key - 1) return true;
+        i += have;
+        while (i < len && is_space(text[i], true)) i++;
+        if (i >= len || text[i] != '"') return true;
+        st->kind = TS_ANSWER;
+        st->at = i + 1;
+    }
+    while (st->kind == TS_ANSWER && !st->closed && st->at < len) {
+        const char *p = text + st->at;
+        size_t left = len - st->at;
+        unsigned char c = (unsigned char)p[0];
+        if (c == '"') {
+            st->closed = true;
+            break;
+        }
+        if (c != '\\') { /* a character as it is, once its UTF-8 sequence is whole */
+            size_t n = c < 0x80 ? 1 : c >= 0xF0 ? 4 : c >= 0xE0 ? 3 : 2;
+            if (left < n) break;
+            if (!text_buf_add(out, p, n)) return false;
+            st->at += n;
+            continue;
+        }
+        if (left < 2) break;
+        if (p[1] != 'u') {
+            static const char from[] = "\"\\/bfnrt", to[] = "\"\\/\b\f\n\r\t";
+            const char *k = p[1] ? strchr(from, p[1]) : NULL;
+            if (!text_buf_add(out, k ? &to[k - from] : &p[1], 1)) return false;
+            st->at += 2;
+            continue;
+        }
+        if (left < 6) break;
+        int cp = hex4(p + 2);
+        size_t used = 6;
+        if (cp >= 0xD800 && cp <= 0xDBFF) { /* a surrogate pair: both halves; wait while "\\u.." may still come */
+            bool escape_next = left == 6 || (p[6] == '\\' && (left == 7 || p[7] == 'u'));
+            if (left < 12 && escape_next) break;
+            int lo = left >= 12 && p[6] == '\\' && p[7] == 'u' ? hex4(p + 8) : -1;
+            if (lo >= 0xDC00 && lo <= 0xDFFF) cp = 0x10000 + ((cp - 0xD800) << 10) + (lo - 0xDC00), used = 12;
+        }
+        if (cp >= 0xD800 && cp <= 0xDFFF) cp = 0xFFFD; /* half a pair: the replacement character */
+        if (cp < 0 || !add_utf8(out, (uint32_t)cp)) return cp < 0;
+        st->at += used;
+    }
+    return true;
+}
+
 static uint64_t mix64(uint64_t x) { /* splitmix64's finaliser */
     x += 0x9E3779B97F4A7C15ull;
     x = (x ^ (x >> 30)) * 0xBF58476D1CE4E5B9ull;
@@ -273,8 +355,14 @@ void tools_reply(const char *text, size_t len, const char *finish, bool stream, 
         *finish_out = "tool_calls";
     } else if (cJSON_IsString(answer)) {
         json_add_string_n(message, "content", answer->valuestring, json_str_len(answer));
-    } else {
-        json_add_string_n(message, "content", text, len);
+    } else { /* cut short: an answer's characters so far (as its stream gave them), else the raw text */
+        tools_stream st = {0};
+        text_buf part = {0};
+        if (tools_stream_answer(text, len, &st, &part) && st.kind == TS_ANSWER)
+            json_add_string_n(message, "content", part.p ? part.p : "", part.len);
+        else
+            json_add_string_n(message, "content", text, len);
+        text_buf_free(&part);
     }
     cJSON_Delete(reply);
 }

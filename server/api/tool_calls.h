@@ -38,8 +38,21 @@ bool tools_render_result(const cJSON *msg, const char *content, size_t len, int 
 
 /* A finished reply -> the message's content or tool_calls, and the finish reason: "tool_calls"
  * when the text is a whole {"tool_calls": ...} object, else as it ended (a reply cut by max_tokens
- * is its raw text). id_seed makes the calls' ids. For the stream, tool_calls entries carry index. */
+ * is its answer's characters so far, or its raw text when it was calls). id_seed makes the calls'
+ * ids. For the stream, tool_calls entries carry index. */
 void tools_reply(const char *text, size_t len, const char *finish, bool stream, uint64_t id_seed, cJSON *message,
                  const char **finish_out);
+
+/* A streamed reply read as it grows, so that an answer ({"response": "..."}) streams as content
+ * while calls are held until whole. */
+typedef struct tools_stream {
+    enum { TS_UNDECIDED, TS_ANSWER, TS_CALLS } kind; /* what the reply's first key says */
+    size_t at;                                       /* TS_ANSWER: the next byte of the string to decode */
+    bool closed;                                     /* TS_ANSWER: the string's closing quote was read */
+} tools_stream;
+
+/* Appends to out the answer's characters that text[0..len) (the reply so far) completes since the
+ * last call: escapes decoded, a UTF-8 sequence or escape cut at the end left for the next call. */
+bool tools_stream_answer(const char *text, size_t len, tools_stream *st, text_buf *out);
 
 #endif

@@ -70,9 +70,23 @@ def test_auto_answers_or_calls(client, model_id):
         check_calls(ch.message.tool_calls)
     elif ch.finish_reason == "stop":  # {"response": ...}: its text is the content
         assert ch.message.tool_calls is None and not ch.message.content.lstrip().startswith('{"response"')
-    else:
+    else:  # cut short: the answer's characters so far, or a cut call's raw text
         assert ch.finish_reason == "length", ch
-        assert '"response"' in ch.message.content or '"tool_calls"' in ch.message.content, ch
+        assert not ch.message.content.lstrip().startswith('{"response"') or '"tool_calls"' in ch.message.content, ch
+
+
+def test_auto_answer_streams_as_it_comes(client, model_id):
+    # {"response": "..."} streams its characters as they come, escapes decoded, and adds up to the
+    # whole answer's content; calls would be held until whole.
+    body = dict(model=model_id, messages=ASK, tools=TOOLS, max_tokens=40, temperature=0)
+    whole = client.chat.completions.create(**body).choices[0]
+    deltas, finish = [], None
+    for chunk in client.chat.completions.create(stream=True, **body):
+        deltas += [chunk.choices[0].delta.content] if chunk.choices[0].delta.content else []
+        finish = chunk.choices[0].finish_reason or finish
+    assert not whole.message.tool_calls and '"tool_calls"' not in whole.message.content, whole  # it answers here
+    assert "".join(deltas) == whole.message.content and finish == whole.finish_reason, (deltas, whole)
+    assert len(deltas) > 3, deltas  # as it came, not at the end
 
 
 def test_stream_gives_the_same_call(client, model_id):
