@@ -68,7 +68,7 @@ static bool parse_choice(const cJSON *root, bool have_tools, tool_mode *mode, co
     if (json_str_is(c, "required")) *mode = TOOLS_REQUIRED;
     else if (cJSON_IsObject(c)) {
         const cJSON *f = openai_field(c, "function"), *name = f ? openai_field(f, "name") : NULL;
-        if (!json_str_is(openai_field(c, "type"), "function") || !cJSON_IsString(name))
+        if (!json_str_is(openai_field(c, "type"), "function") || !valid_name(name)) /* a NUL would cut the name */
             return openai_fail(e, 400, "tool_choice", "invalid_value",
                                "tool_choice must be \"none\", \"auto\", \"required\" or {\"type\": \"function\", "
                                "\"function\": {\"name\": ...}}");

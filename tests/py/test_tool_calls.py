@@ -145,6 +145,7 @@ def test_the_model_reads_tools_calls_and_results(server, model_id):
     ({"tools": [{"type": "function", "function": {"name": "f", "parameters": "{}"}}]}, "tools", "JSON Schema"),
     ({"tools": TOOLS, "tool_choice": {"type": "function", "function": {"name": "nope"}}}, "tool_choice", "not among"),
     ({"tools": TOOLS, "tool_choice": "sometimes"}, "tool_choice", None),
+    ({"tools": TOOLS, "tool_choice": {"type": "function", "function": {"name": "add\u0000x"}}}, "tool_choice", None),
     ({"tool_choice": "required"}, "tool_choice", "no tools"),
     ({"tools": TOOLS, "parallel_tool_calls": "yes"}, "parallel_tool_calls", "boolean"),
     ({"tools": TOOLS, "response_format": {"type": "json_object"}}, "tools", "give one"),
