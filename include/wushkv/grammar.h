@@ -35,7 +35,8 @@ typedef struct wk_grammar wk_grammar;
  * counted from one accepted token to the next; accepting it has an allotment of its own), so that
  * no request's grammar holds up the engine thread, which every running request waits on, for more
  * than about a tenth of a second a token: the widest masks of the structured-output tests spend
- * about 5M. Past a matcher limit the generation ends with WK_ERR_UNSUPPORTED. */
+ * at most 4.9M (docs/api.md says how that was measured). Past a matcher limit the generation
+ * ends with WK_ERR_UNSUPPORTED. */
 #define WK_GRAMMAR_MAX_TEXT (1u << 20)
 #define WK_GRAMMAR_MAX_ELEMENTS 200000
 #define WK_GRAMMAR_MAX_STACKS 4096

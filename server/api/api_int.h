@@ -100,6 +100,9 @@ cJSON *whole_response(call *k);
  * answer's last characters, or a cut reply's raw text (NULL: nothing left), and in *finish the
  * finish reason its last chunk gives ("tool_calls" for calls). */
 cJSON *tools_stream_text(call *k, int index);
+/* Tool call ids' seed (tools_reply): from the request's id, its start and the choice, distinct
+ * across the server's life; chat and Responses alike. */
+uint64_t tool_call_seed(const call *k, int index);
 cJSON *tools_stream_chunk(call *k, int index, const char **finish);
 /* One stderr line per request (no prompt text unless --log-prompts); ev: the last event (NULL
  * allowed when status is not 200). */

@@ -207,8 +207,7 @@ cJSON *usage_chunk(const call *k) {
     return o;
 }
 
-/* Tool call ids: from the request's id, its start and the choice, distinct across the server's life. */
-static uint64_t call_seed(const call *k, int index) {
+uint64_t tool_call_seed(const call *k, int index) {
     return (k->id * 0x100000001B3ull ^ (uint64_t)(k->t_start * 1e6)) + (uint64_t)index * 0x9E3779B97F4A7C15ull;
 }
 
@@ -224,7 +223,7 @@ cJSON *whole_response(call *k) {
         if (chat) {
             cJSON *msg = cJSON_AddObjectToObject(ch, "message");
             cJSON_AddStringToObject(msg, "role", "assistant");
-            if (k->tools) tools_reply(ci->text.p ? ci->text.p : "", ci->text.len, finish, false, call_seed(k, i), msg, &finish);
+            if (k->tools) tools_reply(ci->text.p ? ci->text.p : "", ci->text.len, finish, false, tool_call_seed(k, i), msg, &finish);
             else json_add_string_n(msg, "content", ci->text.p, ci->text.len);
         } else {
             json_add_string_n(ch, "text", ci->text.p, ci->text.len);
@@ -260,7 +259,7 @@ cJSON *tools_stream_chunk(call *k, int index, const char **finish) {
     if (ci->tstream.kind == TS_ANSWER) return tools_stream_text(k, index); /* streamed as it came */
     cJSON *o = stream_chunk(k, index, NULL, 0, NULL, NULL, false);
     cJSON *delta = cJSON_GetObjectItemCaseSensitive(cJSON_GetArrayItem(cJSON_GetObjectItemCaseSensitive(o, "choices"), 0), "delta");
-    tools_reply(ci->text.p ? ci->text.p : "", ci->text.len, *finish, true, call_seed(k, index), delta, finish);
+    tools_reply(ci->text.p ? ci->text.p : "", ci->text.len, *finish, true, tool_call_seed(k, index), delta, finish);
     return o;
 }
 

@@ -57,8 +57,7 @@ static void resolve_tools(call *k) {
     choice *ci = &k->choices[0];
     cJSON *msg = cJSON_CreateObject();
     const char *finish = ci->finish_reason ? ci->finish_reason : "stop";
-    uint64_t seed = k->id * 0x100000001B3ull ^ (uint64_t)(k->t_start * 1e6);
-    tools_reply(ci->text.p ? ci->text.p : "", ci->text.len, finish, false, seed, msg, &finish);
+    tools_reply(ci->text.p ? ci->text.p : "", ci->text.len, finish, false, tool_call_seed(k, 0), msg, &finish);
     const cJSON *calls = cJSON_GetObjectItemCaseSensitive(msg, "tool_calls"), *c;
     const cJSON *content = cJSON_GetObjectItemCaseSensitive(msg, "content");
     if (cJSON_IsArray(calls)) {

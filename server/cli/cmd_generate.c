@@ -12,7 +12,7 @@
 #include "cli/cli_args.h"
 #include "cli/cli_common.h"
 #include "cli/kv_flags.h"
-#include "api/schema_grammar.h"
+#include "api/structured_output.h"
 #include "cli/text_file.h"
 #include "cli/wush_cache.h"
 #include "metrics/mono_clock.h"
@@ -165,18 +165,16 @@ static wk_grammar *load_grammar(const gen_opts *o, bool *none) {
     if (path && !file) return NULL;
     const char *text = file ? file : o->grammar ? o->grammar : o->json_schema;
     if (!file) len = strlen(text);
-    text_buf gbnf = {0};
-    bool schema = o->json_schema || o->json_schema_file, ok = true;
-    if (schema) {
-        cJSON *tree = cJSON_ParseWithLength(text, len);
-        ok = tree && schema_to_gbnf(tree, &gbnf, err, sizeof err);
-        if (!ok) fprintf(stderr, "wushkv generate: the JSON Schema: %s\n", tree ? err : "not JSON");
-        cJSON_Delete(tree);
-    }
     wk_grammar *g = NULL;
-    if (ok && wk_grammar_parse(schema ? gbnf.p : text, schema ? gbnf.len : len, &g, err, sizeof err) != WK_OK)
+    if (o->json_schema || o->json_schema_file) { /* the server's path for a schema (structured_output.c) */
+        cJSON *tree = cJSON_ParseWithLength(text, len);
+        api_error e = {0};
+        if (!tree) fprintf(stderr, "wushkv generate: the JSON Schema: not JSON\n");
+        else if (!structured_output_schema(tree, "the JSON Schema", &g, &e)) fprintf(stderr, "wushkv generate: %s\n", e.message);
+        cJSON_Delete(tree);
+    } else if (wk_grammar_parse(text, len, &g, err, sizeof err) != WK_OK) {
         fprintf(stderr, "wushkv generate: the grammar: %s\n", err);
-    text_buf_free(&gbnf);
+    }
     free(file);
     return g;
 }
