@@ -14,7 +14,7 @@ if ! [[ $seconds =~ ^[0-9]+$ ]] || ((seconds < 1)); then
     echo "usage: scripts/fuzz.sh [SECONDS]   (seconds per target, default 60)" >&2
     exit 2
 fi
-all_targets=(gguf sidecar tokenizer http openai_request chat_template grammar)
+all_targets=(gguf sidecar tokenizer http openai_request chat_template grammar tool_reply)
 read -r -a targets <<<"${FUZZ_TARGETS:-${all_targets[*]}}"
 jobs=${FUZZ_JOBS:-1}
 build=build-fuzz

@@ -6,6 +6,7 @@
 #include <inttypes.h>
 #include <stdio.h>
 #include <stdlib.h>
+#include <string.h>
 
 #include "api/json_text.h"
 #include "api/tool_calls.h"
@@ -245,21 +246,42 @@ cJSON *whole_response(call *k) {
     return o;
 }
 
+static cJSON *chunk_delta(cJSON *chunk) {
+    return cJSON_GetObjectItemCaseSensitive(cJSON_GetArrayItem(cJSON_GetObjectItemCaseSensitive(chunk, "choices"), 0), "delta");
+}
+
+/* The calls the reply completed since the last chunk, in a chunk of their own; NULL when none. */
+static cJSON *tools_stream_new_calls(call *k, int index) {
+    choice *ci = &k->choices[index];
+    cJSON *o = stream_chunk(k, index, NULL, 0, NULL, NULL, false);
+    if (tools_stream_calls(ci->text.p ? ci->text.p : "", ci->text.len, &ci->tstream, tool_call_seed(k, index),
+                           chunk_delta(o)) > 0)
+        return o;
+    cJSON_Delete(o);
+    return NULL;
+}
+
 cJSON *tools_stream_text(call *k, int index) {
     choice *ci = &k->choices[index];
     text_buf part = {0};
     bool ok = tools_stream_answer(ci->text.p ? ci->text.p : "", ci->text.len, &ci->tstream, &part);
     cJSON *o = ok && part.len ? stream_chunk(k, index, part.p, part.len, NULL, NULL, false) : NULL;
     text_buf_free(&part);
+    if (ok && ci->tstream.kind == TS_CALLS) o = tools_stream_new_calls(k, index); /* each call once whole */
     return o;
 }
 
 cJSON *tools_stream_chunk(call *k, int index, const char **finish) {
-    const choice *ci = &k->choices[index];
-    if (ci->tstream.kind == TS_ANSWER) return tools_stream_text(k, index); /* streamed as it came */
-    cJSON *o = stream_chunk(k, index, NULL, 0, NULL, NULL, false);
-    cJSON *delta = cJSON_GetObjectItemCaseSensitive(cJSON_GetArrayItem(cJSON_GetObjectItemCaseSensitive(o, "choices"), 0), "delta");
-    tools_reply(ci->text.p ? ci->text.p : "", ci->text.len, *finish, true, tool_call_seed(k, index), delta, finish);
+    choice *ci = &k->choices[index];
+    cJSON *o = tools_stream_text(k, index); /* an answer's last characters, or the last calls */
+    if (ci->tstream.kind == TS_ANSWER) return o;
+    if (ci->tstream.calls_sent > 0) { /* the calls went out as they came */
+        if (*finish && !strcmp(*finish, "stop") && ci->tstream.calls.ended) *finish = "tool_calls";
+        return o;
+    }
+    cJSON_Delete(o);
+    o = stream_chunk(k, index, NULL, 0, NULL, NULL, false); /* no whole call: the raw text */
+    tools_reply(ci->text.p ? ci->text.p : "", ci->text.len, *finish, true, tool_call_seed(k, index), chunk_delta(o), finish);
     return o;
 }
 

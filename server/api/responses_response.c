@@ -76,12 +76,16 @@ static void resolve_tools(call *k) {
             cJSON_AddItemToObject(it, "arguments", cJSON_Duplicate(cJSON_GetObjectItemCaseSensitive(f, "arguments"), true));
             cJSON_AddItemToArray(k->tool_items, it);
         }
-    } else if (cJSON_IsString(content)) { /* the answer, or the raw text of a reply cut short */
+    } else if (cJSON_IsRaw(content)) { /* the answer, or the raw text of a reply cut short, as json_string_n's
+                                          * escaped text (so that a NUL in it survives) */
+        api_error err;
+        cJSON *decoded = openai_parse_body(content->valuestring, strlen(content->valuestring), &err);
         text_buf answer = {0};
-        if (text_buf_add(&answer, content->valuestring, json_str_len(content))) {
+        if (cJSON_IsString(decoded) && text_buf_add(&answer, decoded->valuestring, json_str_len(decoded))) {
             text_buf_free(&ci->text);
             ci->text = answer;
         }
+        cJSON_Delete(decoded);
     }
     cJSON_Delete(msg);
 }

@@ -10,6 +10,7 @@
 
 #include "api/json_text.h"
 #include "api/schema_grammar.h"
+#include "api/tool_reply_scan.h"
 
 #define MAX_TOOLS 128 /* OpenAI's limit */
 
@@ -297,7 +298,11 @@ bool tools_stream_answer(const char *text, size_t len, tools_stream *st, text_bu
         if (p[1] != 'u') {
             static const char from[] = "\"\\/bfnrt", to[] = "\"\\/\b\f\n\r\t";
             const char *k = p[1] ? strchr(from, p[1]) : NULL;
-            if (!text_buf_add(out, k ? &to[k - from] : &p[1], 1)) return false;
+            if (!k) { /* not JSON (the grammar forbids it): the backslash dropped, what follows read as it is */
+                st->at += 1;
+                continue;
+            }
+            if (!text_buf_add(out, &to[k - from], 1)) return false;
             st->at += 2;
             continue;
         }
@@ -324,36 +329,55 @@ static uint64_t mix64(uint64_t x) { /* splitmix64's finaliser */
     return x ^ (x >> 31);
 }
 
+/* One call as OpenAI gives it: its id (24 hex digits mixed from the request's seed and the call's
+ * place i), and, in a stream, its index. */
+static cJSON *call_item(const tool_call_text *c, int i, bool stream, uint64_t id_seed) {
+    cJSON *one = cJSON_CreateObject();
+    if (stream) cJSON_AddNumberToObject(one, "index", i);
+    uint64_t a = mix64(id_seed + (uint64_t)i), b = mix64(a);
+    char id[48];
+    snprintf(id, sizeof id, "call_%016" PRIx64 "%08" PRIx32, a, (uint32_t)(b >> 32));
+    cJSON_AddStringToObject(one, "id", id);
+    cJSON_AddStringToObject(one, "type", "function");
+    cJSON *f = cJSON_AddObjectToObject(one, "function");
+    /* plain strings (no NUL: a name is [A-Za-z0-9_-], the arguments JSON text), which the Responses
+     * API reads back */
+    cJSON_AddStringToObject(f, "name", c->name.p ? c->name.p : "");
+    cJSON_AddStringToObject(f, "arguments", c->arguments.p ? c->arguments.p : "{}");
+    return one;
+}
+
+/* The whole calls of text[0..len) that *scan has not read yet, appended to array (made in
+ * message when NULL and a call comes): how many. */
+static int add_calls(const char *text, size_t len, tool_reply_scan *scan, int first, bool stream, uint64_t id_seed,
+                     cJSON *message, cJSON **array) {
+    tool_call_text one = {0};
+    int n = 0;
+    while (tool_reply_next_call(text, len, scan, &one)) {
+        if (!*array) *array = cJSON_AddArrayToObject(message, "tool_calls");
+        cJSON_AddItemToArray(*array, call_item(&one, first + n, stream, id_seed));
+        n++;
+    }
+    tool_call_text_free(&one);
+    return n;
+}
+
 void tools_reply(const char *text, size_t len, const char *finish, bool stream, uint64_t id_seed, cJSON *message,
                  const char **finish_out) {
     *finish_out = finish;
+    bool whole = finish && !strcmp(finish, "stop");
+    tool_reply_scan scan = {0};
+    cJSON *calls = NULL;
+    if (!stream) cJSON_AddNullToObject(message, "content"); /* replaced below unless calls come */
+    if (add_calls(text, len, &scan, 0, stream, id_seed, message, &calls) > 0) {
+        if (whole && scan.ended) *finish_out = "tool_calls";
+        return; /* a cut reply: the calls it finished */
+    }
+    cJSON_DeleteItemFromObjectCaseSensitive(message, "content");
     api_error err;
-    cJSON *reply = finish && !strcmp(finish, "stop") ? openai_parse_body(text, len, &err) : NULL;
-    const cJSON *calls = reply ? openai_field(reply, "tool_calls") : NULL, *answer = reply ? openai_field(reply, "response") : NULL;
-    if (cJSON_IsArray(calls)) {
-        if (!stream) cJSON_AddNullToObject(message, "content");
-        cJSON *out = cJSON_AddArrayToObject(message, "tool_calls");
-        const cJSON *c;
-        int i = 0;
-        cJSON_ArrayForEach(c, calls) {
-            cJSON *one = cJSON_CreateObject();
-            if (stream) cJSON_AddNumberToObject(one, "index", i);
-            /* 24 hex digits mixed from the request's seed and the call's place */
-            uint64_t a = mix64(id_seed + (uint64_t)i), b = mix64(a);
-            char id[48];
-            snprintf(id, sizeof id, "call_%016" PRIx64 "%08" PRIx32, a, (uint32_t)(b >> 32));
-            cJSON_AddStringToObject(one, "id", id);
-            cJSON_AddStringToObject(one, "type", "function");
-            cJSON *f = cJSON_AddObjectToObject(one, "function");
-            cJSON_AddItemToObject(f, "name", cJSON_Duplicate(openai_field(c, "name"), true));
-            char *args = cJSON_PrintUnformatted(openai_field(c, "arguments"));
-            cJSON_AddStringToObject(f, "arguments", args ? args : "{}");
-            free(args);
-            cJSON_AddItemToArray(out, one);
-            i++;
-        }
-        *finish_out = "tool_calls";
-    } else if (cJSON_IsString(answer)) {
+    cJSON *reply = whole ? openai_parse_body(text, len, &err) : NULL;
+    const cJSON *answer = reply ? openai_field(reply, "response") : NULL;
+    if (cJSON_IsString(answer)) {
         json_add_string_n(message, "content", answer->valuestring, json_str_len(answer));
     } else { /* cut short: an answer's characters so far (as its stream gave them), else the raw text */
         tools_stream st = {0};
@@ -365,4 +389,11 @@ void tools_reply(const char *text, size_t len, const char *finish, bool stream, 
         text_buf_free(&part);
     }
     cJSON_Delete(reply);
+}
+
+int tools_stream_calls(const char *text, size_t len, tools_stream *st, uint64_t id_seed, cJSON *delta) {
+    cJSON *calls = NULL;
+    int n = add_calls(text, len, &st->calls, st->calls_sent, true, id_seed, delta, &calls);
+    st->calls_sent += n;
+    return n;
 }

@@ -9,10 +9,12 @@
 
 #include <stdbool.h>
 #include <stddef.h>
+#include <stdint.h>
 
 #include <cjson/cJSON.h>
 
 #include "api/openai_request.h"
+#include "api/tool_reply_scan.h"
 #include "http/text_buf.h"
 
 typedef enum { TOOLS_OFF, TOOLS_AUTO, TOOLS_REQUIRED } tool_mode;
@@ -37,22 +39,29 @@ bool tools_render_calls(const cJSON *tool_calls, int index, text_buf *out, api_e
 bool tools_render_result(const cJSON *msg, const char *content, size_t len, int index, text_buf *out, api_error *e);
 
 /* A finished reply -> the message's content or tool_calls, and the finish reason: "tool_calls"
- * when the text is a whole {"tool_calls": ...} object, else as it ended (a reply cut by max_tokens
- * is its answer's characters so far, or its raw text when it was calls). id_seed makes the calls'
- * ids. For the stream, tool_calls entries carry index. */
+ * when the text is a whole {"tool_calls": ...} object, else as it ended. A reply cut short (by
+ * max_tokens) gives the calls it finished (finish "length"), or its answer's characters so far, or,
+ * with neither, its raw text. Each call's arguments are the model's JSON text, compacted
+ * (tool_reply_scan.h). id_seed makes the calls' ids. For the stream, tool_calls entries carry index. */
 void tools_reply(const char *text, size_t len, const char *finish, bool stream, uint64_t id_seed, cJSON *message,
                  const char **finish_out);
 
 /* A streamed reply read as it grows, so that an answer ({"response": "..."}) streams as content
- * while calls are held until whole. */
+ * and each call goes out as soon as it is whole. */
 typedef struct tools_stream {
     enum { TS_UNDECIDED, TS_ANSWER, TS_CALLS } kind; /* what the reply's first key says */
     size_t at;                                       /* TS_ANSWER: the next byte of the string to decode */
     bool closed;                                     /* TS_ANSWER: the string's closing quote was read */
+    tool_reply_scan calls;                           /* TS_CALLS: how far the calls were read */
+    int calls_sent;                                  /* TS_CALLS: calls sent so far */
 } tools_stream;
 
 /* Appends to out the answer's characters that text[0..len) (the reply so far) completes since the
  * last call: escapes decoded, a UTF-8 sequence or escape cut at the end left for the next call. */
 bool tools_stream_answer(const char *text, size_t len, tools_stream *st, text_buf *out);
+
+/* Adds to delta's tool_calls (made when a call comes) the calls that text[0..len) completes since
+ * the last call, indexed after those sent before; returns how many (st->calls.ended: the array closed). */
+int tools_stream_calls(const char *text, size_t len, tools_stream *st, uint64_t id_seed, cJSON *delta);
 
 #endif

@@ -34,7 +34,7 @@ def check_calls(calls, names=PARAMS):
     for c in calls:
         assert c.type == "function" and ID.match(c.id), c
         assert c.function.name in names, c
-        jsonschema.validate(json.loads(c.function.arguments), PARAMS[c.function.name])
+        jsonschema.validate(json.loads(c.function.arguments), names[c.function.name])
     assert len({c.id for c in calls}) == len(calls)
 
 
@@ -53,14 +53,69 @@ def test_a_call_is_made_and_validates(client, model_id, choice, names):
 
 
 def test_sampled_parallel_calls_validate(client, model_id):
-    # Any number of calls may come; cut by max_tokens the reply is the raw text, as OpenAI's is.
+    # Any number of calls may come; cut by max_tokens, the reply is the calls it finished, or its
+    # raw text when it finished none.
     r = client.chat.completions.create(model=model_id, messages=ASK, tools=TOOLS, tool_choice="required",
                                        max_tokens=120, temperature=1, seed=7, n=3)
     for ch in r.choices:
-        if ch.finish_reason == "tool_calls":
+        if ch.message.tool_calls:
+            assert ch.finish_reason in ("tool_calls", "length") and ch.message.content is None, ch
             check_calls(ch.message.tool_calls)
         else:
             assert ch.finish_reason == "length" and ch.message.content.lstrip().startswith("{"), ch
+
+
+BIG = {"type": "object", "properties": {"a": {"type": "integer"}, "b": {"type": "integer"}}, "required": ["a", "b"]}
+
+
+def integers_in(value):
+    if isinstance(value, dict):
+        return [x for v in value.values() for x in integers_in(v)]
+    return [value]
+
+
+def test_a_cut_reply_keeps_its_whole_calls(client, model_id):
+    # Greedy, with parallel calls allowed, this base model calls until max_tokens stops it: the
+    # calls it finished come back (finish "length"), their arguments as the model wrote them, so an
+    # unbounded integer stays an integer (printed through a double, 1000000000000000 was 1e+15).
+    # Streamed, each call comes in a chunk of its own as soon as it is whole.
+    tools = [TOOLS[0], {"type": "function", "function": {"name": "add", "description": "a + b", "parameters": BIG}}]
+    body = dict(model=model_id, messages=[{"role": "user", "content": "What is the weather in Paris and in Rome?"}],
+                tools=tools, tool_choice="required", max_tokens=120, temperature=0)
+    whole = client.chat.completions.create(**body).choices[0]
+    assert whole.finish_reason == "length" and whole.message.content is None, whole
+    calls = whole.message.tool_calls
+    assert len(calls) >= 2, whole
+    check_calls(calls, {"get_weather": WEATHER, "add": BIG})
+    for c in calls:
+        if c.function.name == "add":
+            args = json.loads(c.function.arguments)
+            jsonschema.validate(args, BIG)
+            assert all(type(v) is int for v in integers_in(args)) and "e" not in c.function.arguments.lower(), c
+    chunks = list(client.chat.completions.create(stream=True, **body))
+    with_calls = [ch.choices[0].delta.tool_calls for ch in chunks if ch.choices and ch.choices[0].delta.tool_calls]
+    assert [len(d) for d in with_calls] == [1] * len(calls), with_calls
+    for i, (d, c) in enumerate(zip(with_calls, calls)):
+        assert d[0].index == i and ID.match(d[0].id) and d[0].type == "function"
+        assert (d[0].function.name, d[0].function.arguments) == (c.function.name, c.function.arguments)
+    assert chunks[-1].choices[0].finish_reason == "length" and not chunks[-1].choices[0].delta.tool_calls
+
+
+def test_responses_auto_answer_is_its_text(client, model_id):
+    # An answer ({"response": "..."}) is the message's text on the Responses API as on chat, not
+    # the JSON it came in, whole and streamed.
+    tools = [{"type": "function", "name": "add", "description": "a + b", "parameters": ADD}]
+    chat = client.chat.completions.create(model=model_id, messages=ASK, max_tokens=30, temperature=0,
+                                          tools=[{"type": "function", "function": {"name": "add", "description": "a + b",
+                                                                                    "parameters": ADD}}]).choices[0]
+    assert chat.message.content and not chat.message.tool_calls, chat
+    r = client.responses.create(model=model_id, input=ASK[0]["content"], tools=tools, max_output_tokens=30,
+                                temperature=0)
+    assert r.output_text == chat.message.content, (r.output_text, chat.message.content)
+    done = [e for e in client.responses.create(model=model_id, input=ASK[0]["content"], tools=tools,
+                                               max_output_tokens=30, temperature=0, stream=True)
+            if e.type == "response.output_text.done"]
+    assert [e.text for e in done] == [chat.message.content]
 
 
 def test_auto_answers_or_calls(client, model_id):
@@ -70,9 +125,12 @@ def test_auto_answers_or_calls(client, model_id):
         check_calls(ch.message.tool_calls)
     elif ch.finish_reason == "stop":  # {"response": ...}: its text is the content
         assert ch.message.tool_calls is None and not ch.message.content.lstrip().startswith('{"response"')
-    else:  # cut short: the answer's characters so far, or a cut call's raw text
+    else:  # cut short: the answer's characters so far, the calls it finished, or a cut call's raw text
         assert ch.finish_reason == "length", ch
-        assert not ch.message.content.lstrip().startswith('{"response"') or '"tool_calls"' in ch.message.content, ch
+        if ch.message.tool_calls:
+            check_calls(ch.message.tool_calls)
+        else:
+            assert not ch.message.content.lstrip().startswith('{"response"') or '"tool_calls"' in ch.message.content, ch
 
 
 def test_auto_answer_streams_as_it_comes(client, model_id):
