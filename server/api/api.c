@@ -229,7 +229,7 @@ static void on_gen_event(api_server *a, call *k, int i, sched_event *ev) {
         if (!k->conn || k->failed) break;
         if (k->stream && responses && !k->tools) {
             responses_stream_text(k, ev);
-        } else if (k->stream && !k->tools && !responses) { /* a tool-calling reply is held until it is whole */
+        } else if (k->stream && !k->tools && !responses) { /* a tool-calling reply is read as JSON below */
             /* A chat choice's opening delta (its role) goes out with its first token, as OpenAI's
              * and vLLM's do, not at acceptance: a client's time to first token is the prefill's,
              * not the queue's (docs/benchmarks.md: vLLM's TTFT is the first chunk's time). */
@@ -242,6 +242,7 @@ static void on_gen_event(api_server *a, call *k, int i, sched_event *ev) {
         } else {
             if (ev->text_len) text_buf_add(&ci->text, ev->text, ev->text_len);
             if (ev->n_logprobs) collect_logprobs(k, i, ev);
+            if (k->stream && k->tools && responses) responses_stream_tools(k);
             cJSON *d = k->stream && k->tools && chat ? tools_stream_text(k, i) : NULL; /* an answer streams */
             if (d && !ci->role_sent) ci->role_sent = true, send_chunk(k, stream_chunk(k, i, "", 0, NULL, NULL, true));
             send_chunk(k, d);

@@ -115,6 +115,8 @@ cJSON *responses_object(call *k); /* the finished response object */
  * response.incomplete; an error event. The caller ends the stream (sse_close: no [DONE]). */
 void responses_stream_created(call *k);
 void responses_stream_text(call *k, const sched_event *ev);
+/* With tools: the answer's new characters as text deltas, each newly whole call as its item's events. */
+void responses_stream_tools(call *k);
 void responses_stream_done(call *k);
 void responses_stream_error(call *k, int status, const char *message, const char *param, const char *code);
 

@@ -3,9 +3,9 @@
  * (response.created, response.in_progress, then with the first token response.output_item.added
  * and response.content_part.added, a response.output_text.delta per piece of text, and at the
  * end the text's, part's and item's done events and response.completed, or response.incomplete
- * when max_output_tokens or the context ended it). With tools, the reply is held until whole: its
- * calls are function_call items (each added, its arguments' delta and done, the item done), or
- * its answer one message as above. Each event is "event: <type>" + its JSON with a
+ * when max_output_tokens or the context ended it). With tools, an answer streams as text deltas as
+ * it comes and each call, once whole, is a function_call item (added, its arguments' delta and done,
+ * the item done); a reply cut before either is its raw text. Each event is "event: <type>" + its JSON with a
  * sequence_number; the stream ends without chat's "[DONE]". api.c decides when to send. */
 #include "api/api_int.h"
 
@@ -49,8 +49,24 @@ static cJSON *message_item(call *k, bool done) {
     return m;
 }
 
+/* One of tools_reply's calls (chat's shape) as the response's j-th function_call item. */
+static cJSON *function_call_item(const call *k, int j, const cJSON *c) {
+    const cJSON *f = cJSON_GetObjectItemCaseSensitive(c, "function");
+    char id[64];
+    snprintf(id, sizeof id, "fc_%s_%d", k->resp_id + 5, j);
+    cJSON *it = cJSON_CreateObject();
+    cJSON_AddStringToObject(it, "id", id);
+    cJSON_AddStringToObject(it, "type", "function_call");
+    cJSON_AddStringToObject(it, "status", "completed");
+    cJSON_AddItemToObject(it, "call_id", cJSON_Duplicate(cJSON_GetObjectItemCaseSensitive(c, "id"), true));
+    cJSON_AddItemToObject(it, "name", cJSON_Duplicate(cJSON_GetObjectItemCaseSensitive(f, "name"), true));
+    cJSON_AddItemToObject(it, "arguments", cJSON_Duplicate(cJSON_GetObjectItemCaseSensitive(f, "arguments"), true));
+    return it;
+}
+
 /* Tool calling's reply read once (tool_calls.h): its calls as function_call items in k->tool_items,
- * or its answer's text in place of the JSON it came in. */
+ * or its answer's text in place of the JSON it came in. A stream's calls were read as they came
+ * (responses_stream_tools). */
 static void resolve_tools(call *k) {
     if (!k->tools || k->tools_resolved) return;
     k->tools_resolved = true;
@@ -63,19 +79,7 @@ static void resolve_tools(call *k) {
     if (cJSON_IsArray(calls)) {
         k->tool_items = cJSON_CreateArray();
         int j = 0;
-        cJSON_ArrayForEach(c, calls) {
-            const cJSON *f = cJSON_GetObjectItemCaseSensitive(c, "function");
-            char id[64];
-            snprintf(id, sizeof id, "fc_%s_%d", k->resp_id + 5, j++);
-            cJSON *it = cJSON_CreateObject();
-            cJSON_AddStringToObject(it, "id", id);
-            cJSON_AddStringToObject(it, "type", "function_call");
-            cJSON_AddStringToObject(it, "status", "completed");
-            cJSON_AddItemToObject(it, "call_id", cJSON_Duplicate(cJSON_GetObjectItemCaseSensitive(c, "id"), true));
-            cJSON_AddItemToObject(it, "name", cJSON_Duplicate(cJSON_GetObjectItemCaseSensitive(f, "name"), true));
-            cJSON_AddItemToObject(it, "arguments", cJSON_Duplicate(cJSON_GetObjectItemCaseSensitive(f, "arguments"), true));
-            cJSON_AddItemToArray(k->tool_items, it);
-        }
+        cJSON_ArrayForEach(c, calls) cJSON_AddItemToArray(k->tool_items, function_call_item(k, j++, c));
     } else if (cJSON_IsRaw(content)) { /* the answer, or the raw text of a reply cut short, as json_string_n's
                                           * escaped text (so that a NUL in it survives) */
         api_error err;
@@ -203,49 +207,78 @@ void responses_stream_text(call *k, const sched_event *ev) {
     send_event(k, e);
 }
 
-/* The reply's function calls, each as its item's events, then the response's end. */
-static void stream_calls(call *k) {
-    const cJSON *it;
-    int j = 0;
-    cJSON_ArrayForEach(it, k->tool_items) {
-        cJSON *opening = cJSON_Duplicate(it, true), *e = event(k, "response.output_item.added");
-        cJSON_ReplaceItemInObject(opening, "status", cJSON_CreateString("in_progress"));
-        cJSON_ReplaceItemInObject(opening, "arguments", cJSON_CreateString(""));
+/* A function_call item's events: added (in progress, no arguments yet), its arguments' delta and
+ * done, then the item done. */
+static void stream_call_item(call *k, const cJSON *it, int j) {
+    cJSON *opening = cJSON_Duplicate(it, true), *e = event(k, "response.output_item.added");
+    cJSON_ReplaceItemInObject(opening, "status", cJSON_CreateString("in_progress"));
+    cJSON_ReplaceItemInObject(opening, "arguments", cJSON_CreateString(""));
+    cJSON_AddNumberToObject(e, "output_index", j);
+    cJSON_AddItemToObject(e, "item", opening);
+    send_event(k, e);
+    static const char *const steps[] = {"response.function_call_arguments.delta", "response.function_call_arguments.done"};
+    for (int s = 0; s < 2; s++) {
+        e = event(k, steps[s]);
+        cJSON_AddItemToObject(e, "item_id", cJSON_Duplicate(cJSON_GetObjectItem(it, "id"), true));
         cJSON_AddNumberToObject(e, "output_index", j);
-        cJSON_AddItemToObject(e, "item", opening);
-        send_event(k, e);
-        static const char *const steps[] = {"response.function_call_arguments.delta", "response.function_call_arguments.done"};
-        for (int s = 0; s < 2; s++) {
-            e = event(k, steps[s]);
-            cJSON_AddItemToObject(e, "item_id", cJSON_Duplicate(cJSON_GetObjectItem(it, "id"), true));
-            cJSON_AddNumberToObject(e, "output_index", j);
-            cJSON_AddItemToObject(e, s ? "arguments" : "delta", cJSON_Duplicate(cJSON_GetObjectItem(it, "arguments"), true));
-            send_event(k, e);
-        }
-        e = event(k, "response.output_item.done");
-        cJSON_AddNumberToObject(e, "output_index", j++);
-        cJSON_AddItemToObject(e, "item", cJSON_Duplicate(it, true));
+        cJSON_AddItemToObject(e, s ? "arguments" : "delta", cJSON_Duplicate(cJSON_GetObjectItem(it, "arguments"), true));
         send_event(k, e);
     }
-    cJSON *e = event(k, "response.completed");
-    cJSON_AddItemToObject(e, "response", response(k, true));
+    e = event(k, "response.output_item.done");
+    cJSON_AddNumberToObject(e, "output_index", j);
+    cJSON_AddItemToObject(e, "item", cJSON_Duplicate(it, true));
     send_event(k, e);
+}
+
+void responses_stream_tools(call *k) {
+    choice *ci = &k->choices[0];
+    const char *text = ci->text.p ? ci->text.p : "";
+    text_buf part = {0};
+    if (tools_stream_answer(text, ci->text.len, &ci->tstream, &part) && part.len) {
+        open_item(k);
+        cJSON *e = event(k, "response.output_text.delta");
+        add_place(k, e, true);
+        json_add_string_n(e, "delta", part.p, part.len);
+        cJSON_AddArrayToObject(e, "logprobs");
+        send_event(k, e);
+    }
+    text_buf_free(&part);
+    if (ci->tstream.kind != TS_CALLS) return;
+    cJSON *delta = cJSON_CreateObject(); /* chat's shape, as tools_reply gives calls */
+    const cJSON *c;
+    if (tools_stream_calls(text, ci->text.len, &ci->tstream, tool_call_seed(k, 0), delta) > 0) {
+        if (!k->tool_items) k->tool_items = cJSON_CreateArray();
+        cJSON_ArrayForEach(c, cJSON_GetObjectItemCaseSensitive(delta, "tool_calls")) {
+            int j = cJSON_GetArraySize(k->tool_items);
+            cJSON *it = function_call_item(k, j, c);
+            cJSON_AddItemToArray(k->tool_items, it);
+            stream_call_item(k, it, j);
+        }
+    }
+    cJSON_Delete(delta);
 }
 
 void responses_stream_done(call *k) {
     choice *ci = &k->choices[0];
-    if (k->tools) { /* held until whole: the calls, or the answer as one delta */
-        resolve_tools(k);
-        if (k->tool_items) {
-            stream_calls(k);
+    if (k->tools) {
+        responses_stream_tools(k); /* the last of the answer, or the last calls */
+        if (ci->tstream.calls_sent > 0) { /* the calls went out as they came */
+            k->tools_resolved = true;
+            cJSON *e = event(k, incomplete(k) ? "response.incomplete" : "response.completed");
+            cJSON_AddItemToObject(e, "response", response(k, true));
+            send_event(k, e);
             return;
         }
-        open_item(k);
-        cJSON *e = event(k, "response.output_text.delta");
-        add_place(k, e, true);
-        json_add_string_n(e, "delta", ci->text.p ? ci->text.p : "", ci->text.len);
-        cJSON_AddArrayToObject(e, "logprobs");
-        send_event(k, e);
+        bool answer_streamed = ci->tstream.kind == TS_ANSWER;
+        resolve_tools(k); /* the text becomes the answer, or stays the raw reply */
+        if (!answer_streamed) {
+            open_item(k);
+            cJSON *e = event(k, "response.output_text.delta");
+            add_place(k, e, true);
+            json_add_string_n(e, "delta", ci->text.p ? ci->text.p : "", ci->text.len);
+            cJSON_AddArrayToObject(e, "logprobs");
+            send_event(k, e);
+        }
     }
     open_item(k); /* no token at all: the item still opens before it closes */
     cJSON *e = event(k, "response.output_text.done");

@@ -6,6 +6,7 @@
 # checked through /tokenize + /detokenize. Malformed tools and choices are 400s naming the field.
 import json
 import re
+import time
 
 import jsonschema
 import pytest
@@ -112,10 +113,37 @@ def test_responses_auto_answer_is_its_text(client, model_id):
     r = client.responses.create(model=model_id, input=ASK[0]["content"], tools=tools, max_output_tokens=30,
                                 temperature=0)
     assert r.output_text == chat.message.content, (r.output_text, chat.message.content)
-    done = [e for e in client.responses.create(model=model_id, input=ASK[0]["content"], tools=tools,
-                                               max_output_tokens=30, temperature=0, stream=True)
-            if e.type == "response.output_text.done"]
-    assert [e.text for e in done] == [chat.message.content]
+    events = list(client.responses.create(model=model_id, input=ASK[0]["content"], tools=tools,
+                                          max_output_tokens=30, temperature=0, stream=True))
+    deltas = [e.delta for e in events if e.type == "response.output_text.delta"]
+    assert [e.text for e in events if e.type == "response.output_text.done"] == [chat.message.content]
+    assert "".join(deltas) == chat.message.content and len(deltas) > 3, deltas  # as it came
+
+
+def test_responses_cut_reply_streams_its_calls(client, model_id):
+    # test_a_cut_reply_keeps_its_whole_calls on the Responses API: the finished calls are
+    # function_call items, streamed one by one as each is whole, and the response is incomplete.
+    tools = [{"type": "function", "name": "get_weather", "parameters": WEATHER},
+             {"type": "function", "name": "add", "parameters": BIG}]
+    body = dict(model=model_id, input="What is the weather in Paris and in Rome?", tools=tools, tool_choice="required",
+                max_output_tokens=120, temperature=0)
+    r = client.responses.create(**body)
+    assert r.status == "incomplete" and len(r.output) >= 2, r
+    assert all(o.type == "function_call" and o.status == "completed" for o in r.output), r.output
+    events, at = [], []
+    for e in client.responses.create(stream=True, **body):
+        events.append(e)
+        at.append(time.monotonic())
+    kinds = [e.type for e in events]
+    # the first call is whole after about a quarter of the tokens: its item comes then, not at the end
+    assert at[2] - at[0] < 0.8 * (at[-1] - at[0]), at
+    per_item = ["response.output_item.added", "response.function_call_arguments.delta",
+                "response.function_call_arguments.done", "response.output_item.done"]
+    assert kinds == ["response.created", "response.in_progress"] + per_item * len(r.output) + ["response.incomplete"], kinds
+    done = [e.item for e in events if e.type == "response.output_item.done"]
+    assert [(d.name, d.arguments) for d in done] == [(o.name, o.arguments) for o in r.output]
+    assert [e.output_index for e in events if e.type == "response.output_item.done"] == list(range(len(done)))
+    assert events[-1].response.status == "incomplete" and len(events[-1].response.output) == len(done)
 
 
 def test_auto_answers_or_calls(client, model_id):
