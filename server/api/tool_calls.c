@@ -31,13 +31,54 @@ static bool valid_name(const cJSON *name) {
     return true;
 }
 
-/* {"name": {"const": NAME}, "arguments": PARAMETERS}, both required, nothing else. */
-static cJSON *call_schema(const cJSON *name, const cJSON *params) {
+/* Where the reply's schema keeps tool i's parameters: its own $defs entry, so that the tool's local
+ * references keep their meaning wherever the call's schema sits (rebase_refs). */
+static void params_place(int i, char *buf, size_t cap) { snprintf(buf, cap, "#/$defs/tool_%d", i); }
+
+/* Rewrites every local "$ref" ("#" or "#/...") under node to point under `place`: a tool's "#/$defs/X"
+ * (pydantic's way) means its own $defs, not the reply's. Values that are data, not schemas (const,
+ * enum, default, examples), are left alone. */
+static void rebase_refs(cJSON *node, const char *place) {
+    cJSON *c = node ? node->child : NULL;
+    while (c) {
+        cJSON *next = c->next;
+        const char *key = cJSON_IsObject(node) ? c->string : NULL;
+        if (key && !strcmp(key, "$ref") && cJSON_IsString(c) && c->valuestring[0] == '#') {
+            size_t n = strlen(place) + strlen(c->valuestring);
+            char *ref = malloc(n);
+            if (ref) {
+                snprintf(ref, n, "%s%s", place, c->valuestring + 1);
+                cJSON *r = cJSON_CreateString(ref);
+                if (r) cJSON_ReplaceItemInObjectCaseSensitive(node, "$ref", r); /* bodies name no key twice */
+                free(ref);
+            }
+        } else if (!key || (strcmp(key, "const") && strcmp(key, "enum") && strcmp(key, "default") && strcmp(key, "examples"))) {
+            rebase_refs(c, place);
+        }
+        c = next;
+    }
+}
+
+/* {"name": {"const": NAME}, "arguments": tool i's parameters}, both required, nothing else; the
+ * parameters themselves go into defs (the reply schema's $defs). A function without parameters takes
+ * none: its arguments are {} (OpenAI: "an empty parameter list"). */
+static cJSON *call_schema(const cJSON *name, const cJSON *params, int i, cJSON *defs) {
     cJSON *s = cJSON_CreateObject(), *props = cJSON_AddObjectToObject(s, "properties");
     cJSON_AddStringToObject(s, "type", "object");
     cJSON_AddStringToObject(cJSON_AddObjectToObject(props, "name"), "const", name->valuestring);
-    if (params) cJSON_AddItemToObject(props, "arguments", cJSON_Duplicate(params, true));
-    else cJSON_AddStringToObject(cJSON_AddObjectToObject(props, "arguments"), "type", "object");
+    char place[48], key[32];
+    params_place(i, place, sizeof place);
+    snprintf(key, sizeof key, "tool_%d", i);
+    cJSON *args = params ? cJSON_Duplicate(params, true) : cJSON_CreateObject();
+    if (params) {
+        rebase_refs(args, place);
+    } else if (args) {
+        cJSON_AddStringToObject(args, "type", "object");
+        cJSON_AddObjectToObject(args, "properties");
+        cJSON_AddFalseToObject(args, "additionalProperties");
+    }
+    cJSON_AddItemToObject(defs, key, args);
+    cJSON_AddStringToObject(cJSON_AddObjectToObject(props, "arguments"), "$ref", place);
     cJSON *req = cJSON_AddArrayToObject(s, "required");
     cJSON_AddItemToArray(req, cJSON_CreateString("name"));
     cJSON_AddItemToArray(req, cJSON_CreateString("arguments"));
@@ -158,12 +199,16 @@ bool tools_parse(const cJSON *root, tools_ask *t, api_error *e) {
     if (t->mode == TOOLS_OFF) return true;
 
     cJSON *items = named ? NULL : cJSON_CreateObject(), *any = items ? cJSON_AddArrayToObject(items, "anyOf") : NULL;
+    cJSON *defs = cJSON_CreateObject();
+    i = 0;
     cJSON_ArrayForEach(tool, tools) {
         const cJSON *f = openai_field(tool, "function"), *name = openai_field(f, "name");
-        if (named && strcmp(name->valuestring, named)) continue;
-        cJSON *one = call_schema(name, openai_field(f, "parameters"));
-        if (named) items = one;
-        else cJSON_AddItemToArray(any, one);
+        if (!named || !strcmp(name->valuestring, named)) {
+            cJSON *one = call_schema(name, openai_field(f, "parameters"), i, defs);
+            if (named) items = one;
+            else cJSON_AddItemToArray(any, one);
+        }
+        i++;
     }
     cJSON *calls = cJSON_CreateObject();
     cJSON_AddStringToObject(calls, "type", "array");
@@ -180,6 +225,7 @@ bool tools_parse(const cJSON *root, tools_ask *t, api_error *e) {
         cJSON_AddItemToArray(alts, call_reply);
         cJSON_AddItemToArray(alts, one_key_object("response", string));
     }
+    cJSON_AddItemToObject(t->schema, "$defs", defs);
     text_buf sys = {0};
     if (!describe(tools, t->mode, named, parallel, &sys)) {
         text_buf_free(&sys);

@@ -102,6 +102,43 @@ def test_a_cut_reply_keeps_its_whole_calls(client, model_id):
     assert chunks[-1].choices[0].finish_reason == "length" and not chunks[-1].choices[0].delta.tool_calls
 
 
+# As pydantic writes a model with a nested one (the OpenAI Agents SDK, LangChain): "$ref" into the
+# tool's own "$defs", which must resolve there, not in the reply's schema around it; and a
+# recursive one through "#".
+BOOKING = {"type": "object", "additionalProperties": False, "required": ["guest", "nights"],
+           "properties": {"guest": {"$ref": "#/$defs/Person"}, "nights": {"type": "integer", "minimum": 1, "maximum": 9}},
+           "$defs": {"Person": {"type": "object", "additionalProperties": False, "required": ["name", "age"],
+                                "properties": {"name": {"type": "string", "maxLength": 12},
+                                               "age": {"anyOf": [{"type": "integer", "minimum": 0, "maximum": 120},
+                                                                 {"type": "null"}]}}}}}
+TREE = {"type": "object", "additionalProperties": False, "required": ["label", "children"],
+        "properties": {"label": {"type": "string", "maxLength": 8},
+                       "children": {"type": "array", "maxItems": 2, "items": {"$ref": "#"}}}}
+
+
+# a "$ref" inside a const is data, which stays as it is
+CONST_REF = {"type": "object", "additionalProperties": False, "required": ["k"],
+             "properties": {"k": {"const": {"$ref": "#/x"}}}}
+
+
+@pytest.mark.parametrize("params", [BOOKING, TREE, None, CONST_REF], ids=["defs", "recursive", "no-parameters", "const-ref"])
+def test_tool_schemas_keep_their_references(client, model_id, params):
+    # Each tool's "#" is its parameters' root; a function without parameters takes none ({}).
+    fn = {"name": "act", "description": "do it"} | ({"parameters": params} if params else {})
+    tools = [{"type": "function", "function": fn}, TOOLS[1]]
+    r = client.chat.completions.create(model=model_id, messages=[{"role": "user", "content": "Book two nights for Ann, 30."}],
+                                       tools=tools, tool_choice={"type": "function", "function": {"name": "act"}},
+                                       parallel_tool_calls=False, max_tokens=120, temperature=0)
+    ch = r.choices[0]
+    if params is TREE and ch.finish_reason == "length":  # greedy, it may nest until stopped: "#" led
+        text = ch.message.content                        # back to the tree, not to the whole reply
+        assert text.count('"tool_calls"') == 1 and text.count('"label"') >= 2, text
+        return
+    assert ch.finish_reason == "tool_calls", ch
+    args = json.loads(ch.message.tool_calls[0].function.arguments)
+    jsonschema.validate(args, params or {"type": "object", "maxProperties": 0})
+
+
 def test_responses_auto_answer_is_its_text(client, model_id):
     # An answer ({"response": "..."}) is the message's text on the Responses API as on chat, not
     # the JSON it came in, whole and streamed.
