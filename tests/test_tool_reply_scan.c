@@ -121,7 +121,7 @@ static cJSON *as_read(cJSON *m) {
 static void check_reply_message(void) {
     const char *finish;
     cJSON *m = cJSON_CreateObject();
-    tools_reply(reply, strlen(reply), "stop", false, 42, m, &finish);
+    tools_reply(reply, strlen(reply), "stop", false, false, 42, m, &finish);
     m = as_read(m);
     cJSON *calls = cJSON_GetObjectItem(m, "tool_calls");
     CHECK(strcmp(finish, "tool_calls") == 0 && cJSON_GetArraySize(calls) == (int)N_CALLS);
@@ -134,12 +134,12 @@ static void check_reply_message(void) {
     cJSON_Delete(m);
 
     m = cJSON_CreateObject();
-    tools_reply(reply, call_end[1] + 3, "length", false, 42, m, &finish);
+    tools_reply(reply, call_end[1] + 3, "length", false, false, 42, m, &finish);
     CHECK(strcmp(finish, "length") == 0 && cJSON_GetArraySize(cJSON_GetObjectItem(m, "tool_calls")) == 2);
     cJSON_Delete(m);
 
     m = cJSON_CreateObject();
-    tools_reply(reply, call_end[0] - 1, "length", false, 42, m, &finish);
+    tools_reply(reply, call_end[0] - 1, "length", false, false, 42, m, &finish);
     m = as_read(m);
     const char *content = cJSON_GetStringValue(cJSON_GetObjectItem(m, "content"));
     CHECK(strcmp(finish, "length") == 0 && !cJSON_GetObjectItem(m, "tool_calls"));
@@ -151,7 +151,7 @@ static void check_reply_message(void) {
     cJSON *d1 = cJSON_CreateObject(), *d2 = cJSON_CreateObject(), *whole = cJSON_CreateObject();
     CHECK(tools_stream_calls(reply, call_end[1], &st, 42, d1) == 2);
     CHECK(tools_stream_calls(reply, strlen(reply), &st, 42, d2) == (int)N_CALLS - 2 && st.calls.ended);
-    tools_reply(reply, strlen(reply), "stop", true, 42, whole, &finish);
+    tools_reply(reply, strlen(reply), "stop", true, false, 42, whole, &finish);
     const cJSON *third = cJSON_GetArrayItem(cJSON_GetObjectItem(d2, "tool_calls"), 0);
     const cJSON *third_whole = cJSON_GetArrayItem(cJSON_GetObjectItem(whole, "tool_calls"), 2);
     CHECK(cJSON_GetObjectItem(third, "index")->valueint == 2 && cJSON_Compare(third, third_whole, true));

@@ -399,6 +399,7 @@ static void handle_generation(api_server *a, http_conn *c, http_request *r, call
     k->include_usage = req.stream && req.include_usage;
     k->logprobs_wanted = req.chat_logprobs || (!req.chat && req.gens[0].logprobs >= 0);
     k->tools = req.tools;
+    k->tools_json_answer = req.tools_json_answer;
     if (a->cfg.log_prompts && req.gens[0].prompt_text) {
         /* One line per request: newlines and quotes escaped, long prompts cut. */
         size_t j = 0;

@@ -43,6 +43,7 @@ typedef struct call {
     http_conn *conn; /* NULL once the client is gone */
     bool stream, include_usage, logprobs_wanted, started, failed;
     bool tools; /* chat: the reply is tool calling's JSON (tool_calls.h): held, then sent as tool_calls or content */
+    bool tools_json_answer; /* with tools: an answer is a JSON value (the request's structured output), not a string */
     int n_choices, n_per_prompt, n_accepted, n_done;
     choice *choices; /* n_choices; NULL for tokenize calls */
     char resp_id[40];

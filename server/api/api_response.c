@@ -224,7 +224,8 @@ cJSON *whole_response(call *k) {
         if (chat) {
             cJSON *msg = cJSON_AddObjectToObject(ch, "message");
             cJSON_AddStringToObject(msg, "role", "assistant");
-            if (k->tools) tools_reply(ci->text.p ? ci->text.p : "", ci->text.len, finish, false, tool_call_seed(k, i), msg, &finish);
+            if (k->tools) tools_reply(ci->text.p ? ci->text.p : "", ci->text.len, finish, false, k->tools_json_answer,
+                                        tool_call_seed(k, i), msg, &finish);
             else json_add_string_n(msg, "content", ci->text.p, ci->text.len);
         } else {
             json_add_string_n(ch, "text", ci->text.p, ci->text.len);
@@ -264,6 +265,7 @@ static cJSON *tools_stream_new_calls(call *k, int index) {
 cJSON *tools_stream_text(call *k, int index) {
     choice *ci = &k->choices[index];
     text_buf part = {0};
+    ci->tstream.json_answer = k->tools_json_answer;
     bool ok = tools_stream_answer(ci->text.p ? ci->text.p : "", ci->text.len, &ci->tstream, &part);
     cJSON *o = ok && part.len ? stream_chunk(k, index, part.p, part.len, NULL, NULL, false) : NULL;
     text_buf_free(&part);
@@ -281,7 +283,8 @@ cJSON *tools_stream_chunk(call *k, int index, const char **finish) {
     }
     cJSON_Delete(o);
     o = stream_chunk(k, index, NULL, 0, NULL, NULL, false); /* no whole call: the raw text */
-    tools_reply(ci->text.p ? ci->text.p : "", ci->text.len, *finish, true, tool_call_seed(k, index), chunk_delta(o), finish);
+    tools_reply(ci->text.p ? ci->text.p : "", ci->text.len, *finish, true, k->tools_json_answer, tool_call_seed(k, index),
+                chunk_delta(o), finish);
     return o;
 }
 

@@ -528,15 +528,24 @@ bool openai_parse_generation(const char *body, size_t body_len, bool chat, const
     const cJSON *user = openai_field(root, "user");
     if (ok && user && !cJSON_IsString(user))
         ok = openai_fail(err, 400, "user", "invalid_type", "user must be a string, not %s", openai_type_name(user));
-    /* Structured output, on either endpoint (vLLM takes response_format on completions too); tool
-     * calling's reply is held to its schema the same way, so the two do not go together. */
+    /* Structured output, on either endpoint (vLLM takes response_format on completions too). With
+     * tools, the reply is held to tool calling's schema instead, and a structured-output schema is
+     * what an answer without a call must be (OpenAI's tools with response_format). */
     tools_ask tools = {0};
-    ok = ok && parse_stop(root, g, err) && parse_logit_bias(root, g, err) &&
-         structured_output_parse(root, &g->grammar, err) && (!chat || tools_parse(root, &tools, err));
-    if (ok && tools.mode != TOOLS_OFF)
-        ok = g->grammar ? openai_fail(err, 400, "tools", "invalid_value", "tools and a structured-output field both constrain the reply; give one")
-                        : structured_output_schema(tools.schema, "tools", &g->grammar, err);
+    cJSON *answer = NULL;
+    const char *answer_other = NULL;
+    ok = ok && parse_stop(root, g, err) && parse_logit_bias(root, g, err) && structured_output_parse(root, &g->grammar, err) &&
+         (!chat || (structured_output_answer_schema(root, &answer, &answer_other, err) && tools_parse(root, answer, &tools, err)));
+    cJSON_Delete(answer);
+    if (ok && tools.mode != TOOLS_OFF && answer_other)
+        ok = openai_fail(err, 400, answer_other, "invalid_value", "with tools, an answer can be held to a JSON Schema or "
+                         "json_object, not by %s", answer_other);
+    if (ok && tools.mode != TOOLS_OFF) {
+        wk_grammar_free(g->grammar);
+        ok = structured_output_schema(tools.schema, "tools", &g->grammar, err);
+    }
     out->tools = ok && tools.mode != TOOLS_OFF;
+    out->tools_json_answer = out->tools && tools.json_answer;
     ok = ok && (chat ? chat_parse_messages(root, m, tools.system_text, g, err) : parse_prompts(root, prompts, &n_prompts, err));
     tools_ask_free(&tools);
     if (ok && chat) {
@@ -605,7 +614,11 @@ bool openai_parse_tokenize(const char *body, size_t len, const api_model *m, gen
                   "prompt (the text to tokenize; or content, text, messages) is required");
     } else if (ok && !strcmp(name, "messages")) {
         tools_ask tools = {0};
-        ok = refuse_unsupported(root, true, err) && tools_parse(root, &tools, err) && chat_parse_messages(root, m, tools.system_text, out, err);
+        cJSON *answer = NULL;
+        const char *answer_other;
+        ok = refuse_unsupported(root, true, err) && structured_output_answer_schema(root, &answer, &answer_other, err) &&
+             tools_parse(root, answer, &tools, err) && chat_parse_messages(root, m, tools.system_text, out, err);
+        cJSON_Delete(answer);
         tools_ask_free(&tools);
     } else if (ok && !cJSON_IsString(p)) {
         ok = openai_fail(err, 400, name, "invalid_type", "%s must be a string, not %s", name, openai_type_name(p));

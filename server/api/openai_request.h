@@ -48,6 +48,7 @@ typedef struct openai_request {
     bool chat, stream, include_usage;
     bool chat_logprobs; /* chat: logprobs requested (top_logprobs in gens[i].logprobs) */
     bool tools;         /* chat: the reply is tool calling's JSON, turned into tool_calls (tool_calls.h) */
+    bool tools_json_answer; /* with tools: an answer is a JSON value held to the structured-output schema */
     int n;              /* choices per prompt */
     int n_prompts;      /* completions: a batch of prompts; chat: 1 */
     gen_params *gens;   /* n_prompts * n generations; choice index = prompt * n + j */

@@ -73,7 +73,8 @@ static void resolve_tools(call *k) {
     choice *ci = &k->choices[0];
     cJSON *msg = cJSON_CreateObject();
     const char *finish = ci->finish_reason ? ci->finish_reason : "stop";
-    tools_reply(ci->text.p ? ci->text.p : "", ci->text.len, finish, false, tool_call_seed(k, 0), msg, &finish);
+    tools_reply(ci->text.p ? ci->text.p : "", ci->text.len, finish, false, k->tools_json_answer, tool_call_seed(k, 0), msg,
+                &finish);
     const cJSON *calls = cJSON_GetObjectItemCaseSensitive(msg, "tool_calls"), *c;
     const cJSON *content = cJSON_GetObjectItemCaseSensitive(msg, "content");
     if (cJSON_IsArray(calls)) {
@@ -234,6 +235,7 @@ void responses_stream_tools(call *k) {
     choice *ci = &k->choices[0];
     const char *text = ci->text.p ? ci->text.p : "";
     text_buf part = {0};
+    ci->tstream.json_answer = k->tools_json_answer;
     if (tools_stream_answer(text, ci->text.len, &ci->tstream, &part) && part.len) {
         open_item(k);
         cJSON *e = event(k, "response.output_text.delta");

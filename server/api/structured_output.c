@@ -197,3 +197,21 @@ bool structured_output_parse(const cJSON *root, wk_grammar **grammar, api_error 
     text_buf_free(&out);
     return ok;
 }
+
+bool structured_output_answer_schema(const cJSON *root, cJSON **schema, const char **other, api_error *e) {
+    *schema = NULL;
+    *other = NULL;
+    asks s = {0};
+    bool ok = gather(root, &s, e);
+    if (ok && s.n && s.a[0].kind == ASK_SCHEMA) {
+        *schema = cJSON_Duplicate(s.a[0].value, true);
+    } else if (ok && s.n && s.a[0].kind == ASK_JSON_OBJECT) {
+        *schema = cJSON_CreateObject();
+        if (*schema && !cJSON_AddStringToObject(*schema, "type", "object")) cJSON_Delete(*schema), *schema = NULL;
+    } else if (ok && s.n) {
+        *other = s.a[0].field;
+    }
+    if (ok && s.n && !*schema && !*other) ok = openai_fail(e, 500, NULL, NULL, "out of memory");
+    for (int i = 0; i < s.n_owned; i++) cJSON_Delete(s.owned[i]);
+    return ok;
+}

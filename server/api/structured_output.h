@@ -18,5 +18,10 @@
 bool structured_output_parse(const cJSON *root, wk_grammar **grammar, api_error *err);
 /* The same for one JSON Schema built by the server (tool calling's reply), field naming it. */
 bool structured_output_schema(const cJSON *schema, const char *field, wk_grammar **grammar, api_error *err);
+/* What a tool-calling answer is held to when the request also asks for structure: *schema a copy
+ * (the caller's) of the asked JSON Schema, {"type": "object"} for json_object, NULL when nothing is
+ * asked; *other the field when the ask is one that cannot hold a JSON value in a reply (a regular
+ * expression, choices, a grammar). false with err only when the fields themselves are bad. */
+bool structured_output_answer_schema(const cJSON *root, cJSON **schema, const char **other, api_error *err);
 
 #endif

@@ -125,7 +125,8 @@ static bool parse_choice(const cJSON *root, bool have_tools, tool_mode *mode, co
 }
 
 /* The system text: each tool as one line of JSON, then how to reply. */
-static bool describe(const cJSON *tools, tool_mode mode, const char *named, bool parallel, text_buf *out) {
+static bool describe(const cJSON *tools, tool_mode mode, const char *named, bool parallel, const cJSON *answer_schema,
+                     text_buf *out) {
     static const char call_form[] = "{\"tool_calls\": [{\"name\": <tool name>, \"arguments\": <its arguments, a JSON object>}]}";
     bool ok = text_buf_add(out, "# Tools\n\nYou can call these tools, each given as JSON:\n", 55);
     const cJSON *t;
@@ -147,11 +148,18 @@ static bool describe(const cJSON *tools, tool_mode mode, const char *named, bool
         snprintf(how, sizeof how, "\nCall %s: reply with only this JSON object: %s", parallel ? "one or more tools" : "one tool", call_form);
     else
         snprintf(how, sizeof how, "\nTo call %s, reply with only this JSON object: %s\nTo answer without a tool, reply with "
-                 "only {\"response\": <your answer, a JSON string>}.", parallel ? "tools" : "a tool", call_form);
-    return ok && text_buf_add(out, how, strlen(how)) && text_buf_add(out, "", 0);
+                 "only {\"response\": <your answer, %s>}%s", parallel ? "tools" : "a tool", call_form,
+                 answer_schema ? "JSON valid for this schema" : "a JSON string", answer_schema ? ":\n" : ".");
+    ok = ok && text_buf_add(out, how, strlen(how));
+    if (ok && mode == TOOLS_AUTO && !named && answer_schema) {
+        char *schema = cJSON_PrintUnformatted(answer_schema);
+        ok = schema && text_buf_add(out, schema, strlen(schema));
+        free(schema);
+    }
+    return ok && text_buf_add(out, "", 0);
 }
 
-bool tools_parse(const cJSON *root, tools_ask *t, api_error *e) {
+bool tools_parse(const cJSON *root, const cJSON *answer_schema, tools_ask *t, api_error *e) {
     memset(t, 0, sizeof *t);
     const cJSON *tools = openai_field(root, "tools"), *tool;
     if (tools && !cJSON_IsArray(tools))
@@ -219,7 +227,15 @@ bool tools_parse(const cJSON *root, tools_ask *t, api_error *e) {
     if (t->mode == TOOLS_REQUIRED) t->schema = call_reply;
     else {
         cJSON *string = cJSON_CreateObject();
-        cJSON_AddStringToObject(string, "type", "string");
+        if (answer_schema) { /* the request's structured output, in $defs as a tool's parameters are */
+            cJSON *answer = cJSON_Duplicate(answer_schema, true);
+            rebase_refs(answer, "#/$defs/answer");
+            cJSON_AddItemToObject(defs, "answer", answer);
+            cJSON_AddStringToObject(string, "$ref", "#/$defs/answer");
+            t->json_answer = true;
+        } else {
+            cJSON_AddStringToObject(string, "type", "string");
+        }
         t->schema = cJSON_CreateObject();
         cJSON *alts = cJSON_AddArrayToObject(t->schema, "anyOf");
         cJSON_AddItemToArray(alts, call_reply);
@@ -227,7 +243,7 @@ bool tools_parse(const cJSON *root, tools_ask *t, api_error *e) {
     }
     cJSON_AddItemToObject(t->schema, "$defs", defs);
     text_buf sys = {0};
-    if (!describe(tools, t->mode, named, parallel, &sys)) {
+    if (!describe(tools, t->mode, named, parallel, answer_schema, &sys)) {
         text_buf_free(&sys);
         tools_ask_free(t);
         return openai_fail(e, 500, NULL, NULL, "out of memory");
@@ -319,6 +335,10 @@ bool tools_stream_answer(const char *text, size_t len, tools_stream *st, text_bu
             return true;
         }
         if (have < sizeof key - 1) return true;
+        if (st->json_answer) {
+            st->kind = TS_JSON_ANSWER;
+            return true;
+        }
         i += have;
         while (i < len && is_space(text[i], true)) i++;
         if (i >= len || text[i] != '"') return true;
@@ -408,8 +428,8 @@ static int add_calls(const char *text, size_t len, tool_reply_scan *scan, int fi
     return n;
 }
 
-void tools_reply(const char *text, size_t len, const char *finish, bool stream, uint64_t id_seed, cJSON *message,
-                 const char **finish_out) {
+void tools_reply(const char *text, size_t len, const char *finish, bool stream, bool json_answer, uint64_t id_seed,
+                 cJSON *message, const char **finish_out) {
     *finish_out = finish;
     bool whole = finish && !strcmp(finish, "stop");
     tool_reply_scan scan = {0};
@@ -420,6 +440,14 @@ void tools_reply(const char *text, size_t len, const char *finish, bool stream, 
         return; /* a cut reply: the calls it finished */
     }
     cJSON_DeleteItemFromObjectCaseSensitive(message, "content");
+    text_buf value = {0};
+    bool whole_value;
+    if (json_answer && tool_reply_answer(text, len, &value, &whole_value)) { /* the value's JSON, cut or not */
+        json_add_string_n(message, "content", value.p ? value.p : "", value.len);
+        text_buf_free(&value);
+        return;
+    }
+    text_buf_free(&value);
     api_error err;
     cJSON *reply = whole ? openai_parse_body(text, len, &err) : NULL;
     const cJSON *answer = reply ? openai_field(reply, "response") : NULL;

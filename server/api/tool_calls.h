@@ -23,13 +23,15 @@ typedef struct tools_ask {
     tool_mode mode;    /* OFF: no tools, or tool_choice "none" */
     cJSON *schema;     /* the reply's JSON Schema (owned); NULL when OFF */
     char *system_text; /* the tools as the model reads them, NUL-terminated (owned); NULL when OFF */
+    bool json_answer;  /* AUTO with a structured-output schema: the answer is a JSON value, not a string */
 } tools_ask;
 
 /* tools, tool_choice and parallel_tool_calls of a chat request. false with a 400 naming the field:
  * a tool that is not a function, a name that is not 1-64 of [A-Za-z0-9_-] or is given twice, a
  * parameters schema the grammar cannot enforce, tool_choice naming no given tool or asking for a
- * call with no tools. */
-bool tools_parse(const cJSON *root, tools_ask *t, api_error *e);
+ * call with no tools. answer_schema (or NULL): what an answer must be, the request's structured-output
+ * schema; the reply is then {"response": <a value valid for it>} and the content that value's JSON. */
+bool tools_parse(const cJSON *root, const cJSON *answer_schema, tools_ask *t, api_error *e);
 void tools_ask_free(tools_ask *t);
 
 /* A past turn as the model saw it: an assistant's tool_calls (after its content) as the JSON
@@ -42,14 +44,18 @@ bool tools_render_result(const cJSON *msg, const char *content, size_t len, int 
  * when the text is a whole {"tool_calls": ...} object, else as it ended. A reply cut short (by
  * max_tokens) gives the calls it finished (finish "length"), or its answer's characters so far, or,
  * with neither, its raw text. Each call's arguments are the model's JSON text, compacted
- * (tool_reply_scan.h). id_seed makes the calls' ids. For the stream, tool_calls entries carry index. */
-void tools_reply(const char *text, size_t len, const char *finish, bool stream, uint64_t id_seed, cJSON *message,
-                 const char **finish_out);
+ * (tool_reply_scan.h). json_answer (tools_ask's): an answer is its value's JSON text, compacted.
+ * id_seed makes the calls' ids. For the stream, tool_calls entries carry index. */
+void tools_reply(const char *text, size_t len, const char *finish, bool stream, bool json_answer, uint64_t id_seed,
+                 cJSON *message, const char **finish_out);
 
 /* A streamed reply read as it grows, so that an answer ({"response": "..."}) streams as content
  * and each call goes out as soon as it is whole. */
 typedef struct tools_stream {
-    enum { TS_UNDECIDED, TS_ANSWER, TS_CALLS } kind; /* what the reply's first key says */
+    /* what the reply's first key says; TS_JSON_ANSWER: an answer that is a JSON value (json_answer),
+     * held until whole */
+    enum { TS_UNDECIDED, TS_ANSWER, TS_CALLS, TS_JSON_ANSWER } kind;
+    bool json_answer;                                /* set by the caller: tools_ask's json_answer */
     size_t at;                                       /* TS_ANSWER: the next byte of the string to decode */
     bool closed;                                     /* TS_ANSWER: the string's closing quote was read */
     tool_reply_scan calls;                           /* TS_CALLS: how far the calls were read */

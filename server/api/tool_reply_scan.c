@@ -133,3 +133,19 @@ bool tool_reply_next_call(const char *text, size_t len, tool_reply_scan *s, tool
     s->at = end;
     return true;
 }
+
+bool tool_reply_answer(const char *text, size_t len, text_buf *out, bool *whole) {
+    static const char key[] = "\"response\"";
+    *whole = false;
+    size_t i = skip_ws(text, len, 0);
+    if (i >= len || text[i] != '{') return false;
+    i = skip_ws(text, len, i + 1);
+    if (len - i < sizeof key - 1 || memcmp(text + i, key, sizeof key - 1) != 0) return false;
+    i = skip_ws(text, len, i + sizeof key - 1);
+    if (i >= len || text[i] != ':') return false;
+    i = skip_ws(text, len, i + 1);
+    if (i >= len) return false;
+    size_t end = value_end(text, len, i);
+    *whole = end != 0;
+    return add_compact(out, text, i, end ? end : len);
+}

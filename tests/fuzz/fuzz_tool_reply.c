@@ -4,7 +4,8 @@
  * the rest is the reply. Invariants: the calls read from the whole text equal, in order and byte
  * for byte, those read as the text grew piece by piece; a whole JSON reply's calls have arguments
  * that are JSON; an answer read as it grew is whole UTF-8 when the reply is; every reply turns
- * into a message (stop and length, whole and streamed) that prints. */
+ * into a message (stop and length, whole and streamed, string and JSON answers) that prints;
+ * a JSON answer read whole from valid JSON is JSON. */
 #include <stdbool.h>
 #include <stdint.h>
 #include <stdio.h>
@@ -73,6 +74,14 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
         tool_call_text_free(&whole[i]);
     }
     tool_call_text_free(&c);
+    text_buf value = {0};
+    bool value_whole;
+    if (tool_reply_answer(text, len, &value, &value_whole) && valid_json && value_whole) {
+        cJSON *v = cJSON_ParseWithLength(value.p, value.len);
+        FUZZ_CHECK(v != NULL);
+        cJSON_Delete(v);
+    }
+    text_buf_free(&value);
 
     /* the answer as it grew: whole UTF-8 pieces when the reply is UTF-8 */
     bool utf8 = json_utf8_valid_prefix((const unsigned char *)text, len) == len;
@@ -90,10 +99,10 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
     /* every reply becomes a message that prints */
     static const char *const finishes[] = {"stop", "length"};
     for (int f = 0; f < 2; f++)
-        for (int stream = 0; stream < 2; stream++) {
+        for (int mode = 0; mode < 4; mode++) { /* streamed or not, string or JSON answers */
             cJSON *m = cJSON_CreateObject();
             const char *finish;
-            tools_reply(text, len, finishes[f], stream, 7, m, &finish);
+            tools_reply(text, len, finishes[f], mode & 1, mode & 2, 7, m, &finish);
             FUZZ_CHECK(finish != NULL);
             char *printed = cJSON_PrintUnformatted(m);
             FUZZ_CHECK(printed != NULL);

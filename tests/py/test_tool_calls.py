@@ -139,6 +139,40 @@ def test_tool_schemas_keep_their_references(client, model_id, params):
     jsonschema.validate(args, params or {"type": "object", "maxProperties": 0})
 
 
+CITY = {"type": "object", "additionalProperties": False, "required": ["city", "country"],
+        "properties": {"city": {"type": "string", "maxLength": 20}, "country": {"type": "string", "maxLength": 20}}}
+CAPITAL = [{"role": "user", "content": "What is the capital of France?"}]
+
+
+def test_tools_with_response_format(server, client, model_id):
+    # OpenAI's tools with response_format: a call, or an answer held to the schema, whose JSON is
+    # the content, whole and streamed; the model reads the schema with the tools.
+    body = dict(model=model_id, messages=CAPITAL, tools=TOOLS, max_tokens=60, temperature=0,
+                response_format={"type": "json_schema", "json_schema": {"name": "place", "schema": CITY}})
+    ch = client.chat.completions.create(**body).choices[0]
+    assert ch.finish_reason == "stop" and not ch.message.tool_calls, ch  # it answers here
+    jsonschema.validate(json.loads(ch.message.content), CITY)
+    parts = [c.choices[0].delta.content for c in client.chat.completions.create(stream=True, **body)
+             if c.choices and c.choices[0].delta.content]
+    assert "".join(parts) == ch.message.content, parts
+    prompt = detokenized_prompt(server, {"model": model_id, "messages": CAPITAL, "tools": TOOLS,
+                                         "response_format": body["response_format"]})
+    assert "JSON valid for this schema" in prompt and '"maxLength":20' in prompt, prompt
+    # required: calls only, whatever the format; none: the format alone
+    ch = client.chat.completions.create(**(body | {"tool_choice": "required", "parallel_tool_calls": False})).choices[0]
+    check_calls(ch.message.tool_calls)
+    ch = client.chat.completions.create(**(body | {"tool_choice": "none"})).choices[0]
+    jsonschema.validate(json.loads(ch.message.content), CITY)
+    # the Responses API: text.format with tools
+    r = client.responses.create(model=model_id, input=CAPITAL[0]["content"], max_output_tokens=60, temperature=0,
+                                tools=[{"type": "function", "name": "add", "parameters": ADD}],
+                                text={"format": {"type": "json_schema", "name": "place", "schema": CITY}})
+    if r.output[0].type == "function_call":
+        jsonschema.validate(json.loads(r.output[0].arguments), ADD)
+    else:
+        jsonschema.validate(json.loads(r.output_text), CITY)
+
+
 def test_responses_auto_answer_is_its_text(client, model_id):
     # An answer ({"response": "..."}) is the message's text on the Responses API as on chat, not
     # the JSON it came in, whole and streamed.
@@ -271,7 +305,8 @@ def test_the_model_reads_tools_calls_and_results(server, model_id):
     ({"tools": TOOLS, "tool_choice": {"type": "function", "function": {"name": "add\u0000x"}}}, "tool_choice", None),
     ({"tool_choice": "required"}, "tool_choice", "no tools"),
     ({"tools": TOOLS, "parallel_tool_calls": "yes"}, "parallel_tool_calls", "boolean"),
-    ({"tools": TOOLS, "response_format": {"type": "json_object"}}, "tools", "give one"),
+    ({"tools": TOOLS, "guided_regex": "a+"}, "guided_regex", "JSON Schema or json_object"),
+    ({"tools": TOOLS, "extra": 1, "structured_outputs": {"choice": ["a"]}}, "structured_outputs", "JSON Schema or json_object"),
     ({"messages": ASK + [{"role": "tool", "tool_call_id": "1"}]}, "messages", "content"),
     ({"messages": [{"role": "user", "content": "x", "tool_calls": []}]}, "messages", "assistant"),
     ({"messages": ASK + [{"role": "assistant", "tool_calls": [{"id": "1", "type": "function",
