@@ -173,6 +173,42 @@ def test_tools_with_response_format(server, client, model_id):
         jsonschema.validate(json.loads(r.output_text), CITY)
 
 
+def test_openai_parse_helpers(client, model_id):
+    # The openai package's own helpers: pydantic models as strict function tools (pydantic writes
+    # "$defs" and "$ref") and as response_format, read back by parse() and by the stream helper.
+    import openai
+    from typing import List, Literal, Optional
+
+    from pydantic import BaseModel
+
+    class Person(BaseModel):
+        name: str
+        age: Optional[int]
+
+    class Booking(BaseModel):
+        guest: Person
+        nights: int
+        room: Literal["single", "double"]
+        extras: List[str]
+
+    class Place(BaseModel):
+        city: str
+        country: str
+
+    ask = [{"role": "user", "content": "Book a double room for Ann, 30, two nights."}]
+    body = dict(model=model_id, messages=ask, tools=[openai.pydantic_function_tool(Booking)], tool_choice="required",
+                parallel_tool_calls=False, max_tokens=150, temperature=0)
+    m = client.chat.completions.parse(**body).choices[0].message
+    assert isinstance(m.tool_calls[0].function.parsed_arguments, Booking), m
+    with client.chat.completions.stream(**body) as s:
+        done = [e.parsed_arguments for e in s if e.type == "tool_calls.function.arguments.done"]
+    assert done == [m.tool_calls[0].function.parsed_arguments]
+    r = client.chat.completions.parse(model=model_id, messages=CAPITAL, tools=[openai.pydantic_function_tool(Booking)],
+                                      response_format=Place, max_tokens=150, temperature=0).choices[0]
+    assert isinstance(r.message.parsed, Place) if not r.message.tool_calls else \
+        isinstance(r.message.tool_calls[0].function.parsed_arguments, Booking), r
+
+
 def test_responses_auto_answer_is_its_text(client, model_id):
     # An answer ({"response": "..."}) is the message's text on the Responses API as on chat, not
     # the JSON it came in, whole and streamed.
