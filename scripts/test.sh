@@ -149,7 +149,8 @@ if [[ -d tests/py ]] && find tests/py -name 'test_*.py' -o -name '*_test.py' | g
         "$tc::test_bad_tools" "$tc::test_the_model_reads_tools_calls_and_results" "$tc::test_stream_gives_the_same_call" "$tc::test_auto_answer_streams_as_it_comes" \
         "$tc::test_responses_function_tools" "$tc::test_a_cut_reply_keeps_its_whole_calls" \
         "$tc::test_responses_auto_answer_is_its_text" "$tc::test_responses_cut_reply_streams_its_calls" \
-        "$tc::test_tool_schemas_keep_their_references" "$tc::test_tools_with_response_format"
+        "$tc::test_tool_schemas_keep_their_references" "$tc::test_tools_with_response_format" \
+        "$tc::test_streamed_logprobs_add_up_to_the_whole" "$tc::test_openai_parse_helpers"
 fi
 
 finish

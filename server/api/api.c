@@ -263,7 +263,9 @@ static void on_gen_event(api_server *a, call *k, int i, sched_event *ev) {
             }
             const char *finish = ev->finish_reason;
             if (k->tools) send_chunk(k, tools_stream_chunk(k, i, &finish));
-            send_chunk(k, stream_chunk(k, i, chat ? NULL : "", 0, finish, NULL, false));
+            cJSON *last = stream_chunk(k, i, chat ? NULL : "", 0, finish, NULL, false);
+            if (k->tools) tools_stream_logprobs(k, i, last); /* what no chunk of text or calls took */
+            send_chunk(k, last);
         }
         if (++k->n_done < k->n_choices) break;
         if (k->failed) call_free(a, k); /* the error went out already */

@@ -31,6 +31,7 @@ typedef struct choice {
     kv_usage kv;
     text_buf text;   /* non-streamed: the whole completion */
     cJSON *lp;       /* non-streamed logprobs being collected (chat: content array; completions: object) */
+    int lp_sent;     /* chat stream with tools: entries of lp already sent (tools_stream_logprobs) */
     size_t text_off; /* completions logprobs text_offset */
     tools_stream tstream; /* chat stream with tools: how far the reply was read (an answer streams as it comes) */
 } choice;
@@ -101,6 +102,9 @@ cJSON *whole_response(call *k);
  * answer's last characters, or a cut reply's raw text (NULL: nothing left), and in *finish the
  * finish reason its last chunk gives ("tool_calls" for calls). */
 cJSON *tools_stream_text(call *k, int index);
+/* A chat stream with tools sends its tokens' logprobs with the chunks it sends, not per token: the
+ * entries collected since the last chunk go into chunk's logprobs.content (chunk may be NULL). */
+void tools_stream_logprobs(call *k, int index, cJSON *chunk);
 /* Tool call ids' seed (tools_reply): from the request's id, its start and the choice, distinct
  * across the server's life; chat and Responses alike. */
 uint64_t tool_call_seed(const call *k, int index);

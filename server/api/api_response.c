@@ -262,6 +262,17 @@ static cJSON *tools_stream_new_calls(call *k, int index) {
     return NULL;
 }
 
+void tools_stream_logprobs(call *k, int index, cJSON *chunk) {
+    choice *ci = &k->choices[index];
+    int n = ci->lp ? cJSON_GetArraySize(ci->lp) : 0;
+    if (!chunk || n <= ci->lp_sent) return;
+    cJSON *ch = cJSON_GetArrayItem(cJSON_GetObjectItemCaseSensitive(chunk, "choices"), 0);
+    cJSON *lp = cJSON_CreateObject(), *content = cJSON_AddArrayToObject(lp, "content");
+    for (int j = ci->lp_sent; j < n; j++) cJSON_AddItemToArray(content, cJSON_Duplicate(cJSON_GetArrayItem(ci->lp, j), true));
+    cJSON_ReplaceItemInObjectCaseSensitive(ch, "logprobs", lp);
+    ci->lp_sent = n;
+}
+
 cJSON *tools_stream_text(call *k, int index) {
     choice *ci = &k->choices[index];
     text_buf part = {0};
@@ -270,6 +281,7 @@ cJSON *tools_stream_text(call *k, int index) {
     cJSON *o = ok && part.len ? stream_chunk(k, index, part.p, part.len, NULL, NULL, false) : NULL;
     text_buf_free(&part);
     if (ok && ci->tstream.kind == TS_CALLS) o = tools_stream_new_calls(k, index); /* each call once whole */
+    tools_stream_logprobs(k, index, o);
     return o;
 }
 
@@ -283,6 +295,7 @@ cJSON *tools_stream_chunk(call *k, int index, const char **finish) {
     }
     cJSON_Delete(o);
     o = stream_chunk(k, index, NULL, 0, NULL, NULL, false); /* no whole call: the raw text */
+    tools_stream_logprobs(k, index, o);
     tools_reply(ci->text.p ? ci->text.p : "", ci->text.len, *finish, true, k->tools_json_answer, tool_call_seed(k, index),
                 chunk_delta(o), finish);
     return o;

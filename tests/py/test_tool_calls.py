@@ -173,6 +173,22 @@ def test_tools_with_response_format(server, client, model_id):
         jsonschema.validate(json.loads(r.output_text), CITY)
 
 
+@pytest.mark.parametrize("choice", ["auto", "required"])
+def test_streamed_logprobs_add_up_to_the_whole(client, model_id, choice):
+    # A tool reply streams as answer characters or whole calls, not tokens: each chunk carries the
+    # logprobs of the tokens since the last one, and together they are the whole reply's.
+    body = dict(model=model_id, messages=ASK, tools=TOOLS, tool_choice=choice, parallel_tool_calls=False,
+                max_tokens=40, temperature=0, logprobs=True, top_logprobs=2)
+    whole = client.chat.completions.create(**body).choices[0].logprobs.content
+    streamed = [t for c in client.chat.completions.create(stream=True, **body)
+                if c.choices and c.choices[0].logprobs for t in c.choices[0].logprobs.content]
+    # (the second request reuses the first's prompt from the prefix cache, which computes the
+    # first token's logits in another split of the prompt: equal to float rounding)
+    assert [t.token for t in streamed] == [t.token for t in whole] and len(whole) > 5, (streamed, whole)
+    for a, b in zip(streamed, whole):
+        assert a.logprob == pytest.approx(b.logprob, abs=2e-2) and len(a.top_logprobs) == len(b.top_logprobs) == 2
+
+
 def test_openai_parse_helpers(client, model_id):
     # The openai package's own helpers: pydantic models as strict function tools (pydantic writes
     # "$defs" and "$ref") and as response_format, read back by parse() and by the stream helper.
