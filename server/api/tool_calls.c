@@ -8,6 +8,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "api/json_strict.h"
 #include "api/json_text.h"
 #include "api/schema_grammar.h"
 #include "api/tool_reply_scan.h"
@@ -270,9 +271,15 @@ bool tools_render_calls(const cJSON *tool_calls, int index, text_buf *out, api_e
         }
         cJSON *one = cJSON_CreateObject();
         cJSON_AddItemToObject(one, "name", cJSON_Duplicate(name, true));
-        /* the arguments as the JSON the model wrote, when they are JSON; else the string */
-        cJSON *parsed = args ? cJSON_ParseWithLength(args->valuestring, json_str_len(args)) : cJSON_CreateObject();
-        cJSON_AddItemToObject(one, "arguments", parsed ? parsed : cJSON_Duplicate(args, true));
+        /* the arguments as the JSON the model wrote, compacted (numbers keep their digits), when they
+         * are JSON; else the string */
+        size_t len = args ? json_str_len(args) : 0, bad_at;
+        const char *why;
+        text_buf compact = {0};
+        bool json = args && !memchr(args->valuestring, 0, len) && json_strict_check(args->valuestring, len, 64, &bad_at, &why) &&
+                    tool_json_compact(args->valuestring, len, &compact);
+        cJSON_AddItemToObject(one, "arguments", !args ? cJSON_CreateObject() : json ? cJSON_CreateRaw(compact.p) : cJSON_Duplicate(args, true));
+        text_buf_free(&compact);
         cJSON_AddItemToArray(calls, one);
         j++;
     }

@@ -78,7 +78,8 @@ static bool find_array(const char *t, size_t n, tool_reply_scan *s) {
     if (memcmp(t + i, key, have) != 0) return s->not_calls = true, false;
     if (have < sizeof key - 1) return false;
     i = skip_ws(t, n, i + have);
-    if (i < n && t[i] != ':') return s->not_calls = true, false;
+    if (i >= n) return false;
+    if (t[i] != ':') return s->not_calls = true, false;
     i = skip_ws(t, n, i + 1);
     if (i >= n) return false;
     if (t[i] != '[') return s->not_calls = true, false;
@@ -149,3 +150,5 @@ bool tool_reply_answer(const char *text, size_t len, text_buf *out, bool *whole)
     *whole = end != 0;
     return add_compact(out, text, i, end ? end : len);
 }
+
+bool tool_json_compact(const char *t, size_t n, text_buf *out) { return add_compact(out, t, 0, n); }

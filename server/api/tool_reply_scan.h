@@ -35,6 +35,10 @@ typedef struct tool_reply_scan {
 bool tool_reply_next_call(const char *text, size_t len, tool_reply_scan *s, tool_call_text *call);
 void tool_call_text_free(tool_call_text *call);
 
+/* JSON text t[0..n) without the white space between its tokens (strings copied as written),
+ * appended to out; false only out of memory. */
+bool tool_json_compact(const char *t, size_t n, text_buf *out);
+
 /* An answer reply's value ({"response": VALUE}) so far, compacted as a call's arguments are, appended
  * to out: true when text[0..len) is an answer whose value has begun; *whole: the value has ended. */
 bool tool_reply_answer(const char *text, size_t len, text_buf *out, bool *whole);

@@ -332,6 +332,11 @@ def test_the_model_reads_tools_calls_and_results(server, model_id):
     assert '"name":"get_weather","description":"The weather in a city"' in text, text
     assert '{"tool_calls":[{"name":"get_weather","arguments":{"city":"Paris","unit":"celsius"}}]}' in text, text
     assert '{"tool_response":{"tool_call_id":"call_1","content":"18 degrees and sunny"}}' in text, text
+    # past arguments as written, white space aside: numbers keep their digits (not 1e+15, 0.1)
+    big = [{"role": "assistant", "content": None, "tool_calls": [
+        {"id": "c", "type": "function", "function": {"name": "add", "arguments": '{"a": 1000000000000000, "b": 0.10}'}}]}]
+    text = detokenized_prompt(server, {"messages": ASK + big, "tools": TOOLS})
+    assert '"arguments":{"a":1000000000000000,"b":0.10}' in text, text
     # a system message keeps its words first; tool_choice none offers no tools
     with_system = detokenized_prompt(server, {"messages": [{"role": "system", "content": "Be brief."}] + ASK, "tools": TOOLS})
     assert "Be brief.\n\n# Tools" in with_system, with_system
@@ -358,7 +363,7 @@ def test_the_model_reads_tools_calls_and_results(server, model_id):
     ({"tool_choice": "required"}, "tool_choice", "no tools"),
     ({"tools": TOOLS, "parallel_tool_calls": "yes"}, "parallel_tool_calls", "boolean"),
     ({"tools": TOOLS, "guided_regex": "a+"}, "guided_regex", "JSON Schema or json_object"),
-    ({"tools": TOOLS, "extra": 1, "structured_outputs": {"choice": ["a"]}}, "structured_outputs", "JSON Schema or json_object"),
+    ({"tools": TOOLS, "structured_outputs": {"choice": ["a"]}}, "structured_outputs", "JSON Schema or json_object"),
     ({"messages": ASK + [{"role": "tool", "tool_call_id": "1"}]}, "messages", "content"),
     ({"messages": [{"role": "user", "content": "x", "tool_calls": []}]}, "messages", "assistant"),
     ({"messages": ASK + [{"role": "assistant", "tool_calls": [{"id": "1", "type": "function",
