@@ -76,22 +76,17 @@ static void resolve_tools(call *k) {
     tools_reply(ci->text.p ? ci->text.p : "", ci->text.len, finish, false, k->tools_json_answer, tool_call_seed(k, 0), msg,
                 &finish);
     const cJSON *calls = cJSON_GetObjectItemCaseSensitive(msg, "tool_calls"), *c;
-    const cJSON *content = cJSON_GetObjectItemCaseSensitive(msg, "content");
+    text_buf answer = {0};
     if (cJSON_IsArray(calls)) {
         k->tool_items = cJSON_CreateArray();
         int j = 0;
         cJSON_ArrayForEach(c, calls) cJSON_AddItemToArray(k->tool_items, function_call_item(k, j++, c));
-    } else if (cJSON_IsRaw(content)) { /* the answer, or the raw text of a reply cut short, as json_string_n's
-                                          * escaped text (so that a NUL in it survives) */
-        api_error err;
-        cJSON *decoded = openai_parse_body(content->valuestring, strlen(content->valuestring), &err);
-        text_buf answer = {0};
-        if (cJSON_IsString(decoded) && text_buf_add(&answer, decoded->valuestring, json_str_len(decoded))) {
-            text_buf_free(&ci->text);
-            ci->text = answer;
-        }
-        cJSON_Delete(decoded);
+    } else if (tools_answer_text(ci->text.p ? ci->text.p : "", ci->text.len, k->tools_json_answer, &answer)) {
+        text_buf_free(&ci->text); /* the answer, or the raw text of a reply cut short */
+        ci->text = answer;
+        answer = (text_buf){0};
     }
+    text_buf_free(&answer);
     cJSON_Delete(msg);
 }
 

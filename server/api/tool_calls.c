@@ -317,15 +317,11 @@ static bool add_utf8(text_buf *out, uint32_t cp) {
 
 static bool is_space(char c, bool or_colon) { return c == ' ' || c == '\t' || c == '\n' || c == '\r' || (or_colon && c == ':'); }
 
+/* The four hex digits at p as a number (json_text.h's), or -1 when one is not a hex digit. */
 static int hex4(const char *p) {
-    int v = 0;
-    for (int i = 0; i < 4; i++) {
-        char c = p[i];
-        int d = c >= '0' && c <= '9' ? c - '0' : c >= 'a' && c <= 'f' ? c - 'a' + 10 : c >= 'A' && c <= 'F' ? c - 'A' + 10 : -1;
-        if (d < 0) return -1;
-        v = v * 16 + d;
-    }
-    return v;
+    for (int i = 0; i < 4; i++)
+        if (json_hex_digit(p[i]) < 0) return -1;
+    return (int)json_hex4(p);
 }
 
 bool tools_stream_answer(const char *text, size_t len, tools_stream *st, text_buf *out) {
@@ -447,29 +443,21 @@ void tools_reply(const char *text, size_t len, const char *finish, bool stream, 
         return; /* a cut reply: the calls it finished */
     }
     cJSON_DeleteItemFromObjectCaseSensitive(message, "content");
-    text_buf value = {0};
+    text_buf answer = {0};
+    if (tools_answer_text(text, len, json_answer, &answer)) json_add_string_n(message, "content", answer.p, answer.len);
+    text_buf_free(&answer);
+}
+
+bool tools_answer_text(const char *text, size_t len, bool json_answer, text_buf *out) {
     bool whole_value;
-    if (json_answer && tool_reply_answer(text, len, &value, &whole_value)) { /* the value's JSON, cut or not */
-        json_add_string_n(message, "content", value.p ? value.p : "", value.len);
-        text_buf_free(&value);
-        return;
-    }
-    text_buf_free(&value);
-    api_error err;
-    cJSON *reply = whole ? openai_parse_body(text, len, &err) : NULL;
-    const cJSON *answer = reply ? openai_field(reply, "response") : NULL;
-    if (cJSON_IsString(answer)) {
-        json_add_string_n(message, "content", answer->valuestring, json_str_len(answer));
-    } else { /* cut short: an answer's characters so far (as its stream gave them), else the raw text */
-        tools_stream st = {0};
-        text_buf part = {0};
-        if (tools_stream_answer(text, len, &st, &part) && st.kind == TS_ANSWER)
-            json_add_string_n(message, "content", part.p ? part.p : "", part.len);
-        else
-            json_add_string_n(message, "content", text, len);
-        text_buf_free(&part);
-    }
-    cJSON_Delete(reply);
+    if (json_answer && tool_reply_answer(text, len, out, &whole_value)) return text_buf_add(out, "", 0);
+    out->len = 0; /* (a failed read may have left part of a value) */
+    /* the string's characters, whole or cut, as the stream decodes them (tests/test_tool_stream.c
+     * checks that decoder against cJSON's) */
+    tools_stream st = {0};
+    if (tools_stream_answer(text, len, &st, out) && st.kind == TS_ANSWER) return text_buf_add(out, "", 0);
+    out->len = 0;
+    return text_buf_add(out, text, len); /* neither: the raw text */
 }
 
 int tools_stream_calls(const char *text, size_t len, tools_stream *st, uint64_t id_seed, cJSON *delta) {

@@ -49,6 +49,10 @@ bool tools_render_result(const cJSON *msg, const char *content, size_t len, int 
 void tools_reply(const char *text, size_t len, const char *finish, bool stream, bool json_answer, uint64_t id_seed,
                  cJSON *message, const char **finish_out);
 
+/* The text a reply that is not calls stands for, into out: a JSON answer's value (json_answer), or
+ * a string answer's characters (so far, when cut), or else the raw text. false only out of memory. */
+bool tools_answer_text(const char *text, size_t len, bool json_answer, text_buf *out);
+
 /* A streamed reply read as it grows, so that an answer ({"response": "..."}) streams as content
  * and each call goes out as soon as it is whole. */
 typedef struct tools_stream {
