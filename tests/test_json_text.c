@@ -89,7 +89,18 @@ static void test_stop_after_nul(void) {
     text_buf_free(&out);
 }
 
+/* text_offset's unit: characters as a client's string has them, whatever bytes a token holds. */
+static void test_utf8_chars(void) {
+    CHECK(json_utf8_chars("", 0) == 0);
+    CHECK(json_utf8_chars("ab\0c", 4) == 4);
+    CHECK(json_utf8_chars("caf\xC3\xA9", 5) == 4);           /* "café" */
+    CHECK(json_utf8_chars("\xF0\x9F\x98\x80!", 5) == 2);     /* an emoji and "!" */
+    CHECK(json_utf8_chars("\xA9\x82", 2) == 0);              /* a character's tail bytes: it started before */
+    CHECK(json_utf8_chars("\xE2", 1) == 1);                  /* a character's first byte: it starts here */
+}
+
 int main(void) {
+    test_utf8_chars();
     test_measure();
     test_write();
     test_stop_after_nul();

@@ -73,7 +73,9 @@ static void call_free(api_server *a, call *k) {
     if (k->conn) http_conn_set_request_data(k->conn, NULL, NULL);
     for (int i = 0; i < k->n_choices; i++) {
         text_buf_free(&k->choices[i].text);
+        text_buf_free(&k->choices[i].echo);
         cJSON_Delete(k->choices[i].lp);
+        cJSON_Delete(k->choices[i].prompt_lp);
     }
     free(k->choices);
     cJSON_Delete(k->echo);
@@ -149,44 +151,20 @@ static void on_ready(api_server *a) {
     a->model.chat_template = ms->chat_template;
     a->model.sampling = &a->cfg.sampling;
     a->ready = true;
-    char kv[512], groups[128] = "", swa[128] = "";
-    /* The default's wide keys were named "@auto" before the engine chose their layers. */
-    char *auto_at = strstr(a->cfg.kv_desc, "@auto");
-    if (auto_at) {
-        char tail[128];
-        snprintf(tail, sizeof tail, "%s", auto_at + 5);
-        snprintf(auto_at, sizeof a->cfg.kv_desc - (size_t)(auto_at - a->cfg.kv_desc), "@%s%s",
-                 ms->kv_wide_layers[0] ? ms->kv_wide_layers : "none", tail);
-    }
-    const char *fmt = a->cfg.kv_desc;
-    double mib = (double)ms->kv_pool_bytes / 1048576.0;
-    if (ms->kv_layer_groups > 1)
-        snprintf(groups, sizeof groups, " of one of %d layer groups; %d groups slide over %d tokens",
-                 ms->kv_layer_groups, ms->kv_swa_groups, ms->kv_swa_window);
-    const double ctx_mib = (double)ms->kv_context_bytes / 1048576.0;
-    if (ms->kv_swa_pool_blocks)
-        snprintf(swa, sizeof swa, " + %llu blocks of the sliding layers in int%d", (unsigned long long)ms->kv_swa_pool_blocks,
-                 ms->kv_swa_bits);
-    snprintf(kv, sizeof kv, "KV %s (%.4g bits/element, %.2f MiB per full context; %.1f MiB pool = %llu blocks "
-             "of 16 tokens%s%s)", fmt, ms->kv_bits_per_element, ctx_mib, mib,
-             (unsigned long long)ms->kv_pool_blocks, groups, swa);
-    const api_sampling *sp = &a->cfg.sampling;
-    char pc[64];
-    if (!ms->prefix_cache) snprintf(pc, sizeof pc, "off");
-    else if (!ms->prefix_cache_park) snprintf(pc, sizeof pc, "on (blocks)");
-    else snprintf(pc, sizeof pc, "on (parking, %d window snapshots)", ms->kv_snapshots);
-    fprintf(stderr, "wushkv: ready: model '%s' (%s, %s) on %s, context %d, chat format %s%s, %d sequences, steps of at most %d tokens, %s, "
-            "prefix cache %s, sampling defaults temp %g top_k %d top_p %g min_p %g repeat_penalty %g (last %d), "
-            "http://%s:%d\n",
-            a->model_id, ms->name, ms->arch, ms->device, ms->max_ctx, chat_format_name(a->model.chat),
-            ms->chat_template ? "" : " (no template in the model: its architecture's default)", a->cfg.engine.max_seqs,
-            ms->step_tokens, kv, pc, (double)sp->temperature, sp->top_k, (double)sp->top_p, (double)sp->min_p, (double)sp->repeat_penalty,
-            sp->repeat_last_n, a->cfg.host, http_server_port(a->http));
+    log_ready(a, ms);
 }
 
 static void send_chunk(call *k, cJSON *o) {
     if (k->conn && o) sse_send_json(k->conn, o);
     cJSON_Delete(o);
+}
+
+/* A streamed chat choice opens with its role, then (vLLM's echo) the words it continues. */
+static void open_chat_choice(call *k, int i) {
+    choice *ci = &k->choices[i];
+    ci->role_sent = true;
+    send_chunk(k, stream_chunk(k, i, "", 0, NULL, NULL, true));
+    if (ci->echo.len) send_chunk(k, stream_chunk(k, i, ci->echo.p, ci->echo.len, NULL, NULL, false));
 }
 
 /* Every choice ended: the usage chunk and [DONE], or the whole JSON response. */
@@ -233,10 +211,7 @@ static void on_gen_event(api_server *a, call *k, int i, sched_event *ev) {
             /* A chat choice's opening delta (its role) goes out with its first token, as OpenAI's
              * and vLLM's do, not at acceptance: a client's time to first token is the prefill's,
              * not the queue's (docs/benchmarks.md: vLLM's TTFT is the first chunk's time). */
-            if (chat && !ci->role_sent) {
-                ci->role_sent = true;
-                send_chunk(k, stream_chunk(k, i, "", 0, NULL, NULL, true));
-            }
+            if (chat && !ci->role_sent) open_chat_choice(k, i);
             if (ev->text_len == 0 && ev->n_logprobs == 0) break; /* held back (a possible stop string) */
             send_chunk(k, stream_chunk(k, i, ev->text ? ev->text : "", ev->text_len, NULL, ev, false));
         } else {
@@ -244,9 +219,12 @@ static void on_gen_event(api_server *a, call *k, int i, sched_event *ev) {
             if (ev->n_logprobs) collect_logprobs(k, i, ev);
             if (k->stream && k->tools && responses) responses_stream_tools(k);
             cJSON *d = k->stream && k->tools && chat ? tools_stream_text(k, i) : NULL; /* an answer streams */
-            if (d && !ci->role_sent) ci->role_sent = true, send_chunk(k, stream_chunk(k, i, "", 0, NULL, NULL, true));
+            if (d && !ci->role_sent) open_chat_choice(k, i);
             send_chunk(k, d);
         }
+        break;
+    case EV_PROMPT:
+        if (k->conn && !k->failed) send_chunk(k, prompt_echo_event(k, i, ev));
         break;
     case EV_DONE:
         ci->done = true;
@@ -257,10 +235,7 @@ static void on_gen_event(api_server *a, call *k, int i, sched_event *ev) {
         if (k->stream && k->started && !k->failed && responses) {
             responses_stream_done(k);
         } else if (k->stream && k->started && !k->failed) {
-            if (chat && !ci->role_sent) { /* no token at all (cancelled): the opening delta still comes first */
-                ci->role_sent = true;
-                send_chunk(k, stream_chunk(k, i, "", 0, NULL, NULL, true));
-            }
+            if (chat && !ci->role_sent) open_chat_choice(k, i); /* no token at all (cancelled): it still opens */
             const char *finish = ev->finish_reason;
             if (k->tools) send_chunk(k, tools_stream_chunk(k, i, &finish));
             cJSON *last = stream_chunk(k, i, chat ? NULL : "", 0, finish, NULL, false);
@@ -402,19 +377,15 @@ static void handle_generation(api_server *a, http_conn *c, http_request *r, call
     k->logprobs_wanted = req.chat_logprobs || (!req.chat && req.gens[0].logprobs >= 0);
     k->tools = req.tools;
     k->tools_json_answer = req.tools_json_answer;
-    if (a->cfg.log_prompts && req.gens[0].prompt_text) {
-        /* One line per request: newlines and quotes escaped, long prompts cut. */
-        size_t j = 0;
-        k->prompt_log[j++] = '"';
-        const char *p = req.gens[0].prompt_text, *end = p + req.gens[0].prompt_len;
-        for (const char *s = p; s < end && j + 8 < sizeof k->prompt_log; s++) {
-            if (*s == '\n') k->prompt_log[j++] = '\\', k->prompt_log[j++] = 'n';
-            else if (*s == 0) memcpy(k->prompt_log + j, "\\u0000", 6), j += 6;
-            else if (*s == '"' || *s == '\\') k->prompt_log[j++] = '\\', k->prompt_log[j++] = *s;
-            else k->prompt_log[j++] = *s;
-        }
-        k->prompt_log[j++] = '"';
-        k->prompt_log[j] = 0;
+    if (a->cfg.log_prompts && req.gens[0].prompt_text) log_prompt_set(k, req.gens[0].prompt_text, req.gens[0].prompt_len);
+    k->prompt_echo = req.echo;
+    k->echo_logprobs = req.echo && !req.chat ? req.gens[0].logprobs : -1;
+    k->prompt_logprobs = req.prompt_logprobs;
+    for (int c = 0; c < req.n_gens && req.echo; c++) { /* a text prompt's own text; a token prompt's comes with EV_PROMPT */
+        const char *t = req.chat ? req.chat_echo : req.gens[c].prompt_text;
+        size_t len = req.chat ? req.chat_echo_len : req.gens[c].prompt_len;
+        if (t) text_buf_add(&k->choices[c].echo, t, len);
+        if (t && req.chat && !k->stream) text_buf_add(&k->choices[c].text, t, len); /* the reply's text follows */
     }
     int i = 0;
     for (sched_job *j = head; j; j = j->next, i++) {
@@ -425,6 +396,7 @@ static void handle_generation(api_server *a, http_conn *c, http_request *r, call
         j->gen = req.gens[i]; /* moved */
     }
     free(req.gens);
+    free(req.chat_echo);
     sched_submit(a->sched, head);
 }
 
@@ -608,6 +580,7 @@ static const route k_routes[] = {
     {"/tokenize", "POST", R_TOKENIZE, true, true},
     {"/detokenize", "POST", R_DETOKENIZE, true, true},
     {"/reset_prefix_cache", "POST", R_RESET_PREFIX_CACHE, true, true},
+    {"/tokenizer_info", "GET", R_TOKENIZER_INFO, true, true},
 };
 enum { N_ROUTES = sizeof k_routes / sizeof k_routes[0] };
 
@@ -727,6 +700,7 @@ static void on_request(http_conn *c, http_request *r, void *data) {
     case R_TOKENIZE: handle_tokenize(a, c, r, false); break;
     case R_DETOKENIZE: handle_tokenize(a, c, r, true); break;
     case R_RESET_PREFIX_CACHE: handle_reset_prefix_cache(a, c); break;
+    case R_TOKENIZER_INFO: reply_json(a, c, 200, tokenizer_info_object(a), NULL); break;
     }
 }
 

@@ -34,6 +34,8 @@ typedef struct choice {
     int lp_sent;     /* chat stream with tools: entries of lp already sent (tools_stream_logprobs) */
     size_t text_off; /* completions logprobs text_offset */
     tools_stream tstream; /* chat stream with tools: how far the reply was read (an answer streams as it comes) */
+    text_buf echo;   /* echo: the text before the reply's (a completion's text prompt; chat: the last reply's words) */
+    cJSON *prompt_lp; /* non-streamed: vLLM's prompt_logprobs list, from the EV_PROMPT */
 } choice;
 
 /* One request waiting on the engine. A generation with k choices owns engine ids id..id+k-1. */
@@ -45,6 +47,9 @@ typedef struct call {
     bool stream, include_usage, logprobs_wanted, started, failed;
     bool tools; /* chat: the reply is tool calling's JSON (tool_calls.h): held, then sent as tool_calls or content */
     bool tools_json_answer; /* with tools: an answer is a JSON value (the request's structured output), not a string */
+    bool prompt_echo;   /* the prompt's text before each choice's (openai_request.echo) */
+    int echo_logprobs;  /* completions' echo with logprobs: alternatives per prompt entry; -1: none */
+    int prompt_logprobs; /* vLLM's prompt_logprobs: alternatives per entry; -1: not asked */
     int n_choices, n_per_prompt, n_accepted, n_done;
     choice *choices; /* n_choices; NULL for tokenize calls */
     char resp_id[40];
@@ -113,6 +118,29 @@ cJSON *tools_stream_chunk(call *k, int index, const char **finish);
  * allowed when status is not 200). */
 void log_request(call *k, const sched_event *ev, int status);
 
+/* GET /tokenizer_info (vLLM's): the special tokens' text, whether prompts get the BOS, the context,
+ * the vocabulary's size and the chat template, for clients that tokenize through the server
+ * (lm-evaluation-harness's remote tokenizer). */
+cJSON *tokenizer_info_object(api_server *a);
+/* The line saying the server is ready: model, device, KV format and pool, prefix cache, sampling. */
+void log_ready(api_server *a, const model_summary *ms);
+/* Valid UTF-8 for JSON from raw token bytes (a byte-fallback token alone is not): a new string
+ * (NUL after its *len bytes), NULL when out of memory. */
+char *token_bytes_utf8(const char *bytes, size_t n, size_t *len);
+/* The one log line's prompt: the first len bytes of p, quoted and escaped, cut to fit. */
+void log_prompt_set(call *k, const char *p, size_t len);
+/* Completions' logprobs in their legacy shape: an object of empty arrays, and entries appended:
+ * *text_off is where the next token's text starts, in characters (code points) of the text. */
+cJSON *completion_logprobs_new(void);
+void completion_logprobs_add(cJSON *obj, const token_logprob *entries, int n, size_t *text_off);
+
+/* ---- the prompt sent back (prompt_echo.c) ---- */
+/* The EV_PROMPT of choice i: streamed, the chunk to send (the prompt's text and entries; NULL:
+ * nothing to send); else kept for whole_response. */
+cJSON *prompt_echo_event(call *k, int i, const sched_event *ev);
+/* whole_response's prompt_logprobs: each completion choice's, or the chat response's (choice 0's). */
+void prompt_echo_whole(call *k, cJSON *response);
+
 /* ---- the Responses API (responses_response.c): one choice, text only ---- */
 cJSON *responses_object(call *k); /* the finished response object */
 /* Stream events, sent to k->conn: response.created + in_progress (at acceptance); a text piece
@@ -139,7 +167,8 @@ typedef enum {
     R_RESPONSE_STORED, /* GET /v1/responses/{id}: nothing is stored, a 404 that says so */
     R_TOKENIZE,
     R_DETOKENIZE,
-    R_RESET_PREFIX_CACHE
+    R_RESET_PREFIX_CACHE,
+    R_TOKENIZER_INFO
 } route_id;
 
 typedef struct route {

@@ -1,6 +1,6 @@
 /* The JSON of generation responses, from a call's state and the engine's events: OpenAI's
- * completion and chat objects, their stream chunks, logprobs and usage, error objects, and the
- * one log line per request. api.c decides when to send them and owns the calls. */
+ * completion and chat objects, their stream chunks, logprobs and usage, error objects; and the
+ * log lines (ready, one per request). api.c decides when to send them and owns the calls. */
 #include "api/api_int.h"
 
 #include <inttypes.h>
@@ -35,8 +35,7 @@ cJSON *error_object(int status, const char *type, const char *message, const cha
     return root;
 }
 
-/* Valid UTF-8 for JSON from raw token bytes (a byte-fallback token alone is not). */
-static char *sanitize(const char *bytes, size_t n, size_t *len) {
+char *token_bytes_utf8(const char *bytes, size_t n, size_t *len) {
     text_stream ts;
     text_stream_init(&ts, NULL, NULL, 0);
     text_buf out = {0};
@@ -104,7 +103,7 @@ void chat_logprobs_add(cJSON *content, const sched_event *ev) {
         const token_logprob *lp = &ev->logprobs[i];
         cJSON *e = cJSON_CreateObject();
         size_t tn;
-        char *t = sanitize(lp->piece, (size_t)lp->piece_len, &tn);
+        char *t = token_bytes_utf8(lp->piece, (size_t)lp->piece_len, &tn);
         json_add_string_n(e, "token", t, tn);
         free(t);
         cJSON_AddNumberToObject(e, "logprob", lp->logprob);
@@ -113,7 +112,7 @@ void chat_logprobs_add(cJSON *content, const sched_event *ev) {
         for (int j = 0; j < lp->n_top; j++) {
             cJSON *a = cJSON_CreateObject();
             size_t ttn;
-            char *tt = sanitize(lp->top_piece[j], (size_t)lp->top_piece_len[j], &ttn);
+            char *tt = token_bytes_utf8(lp->top_piece[j], (size_t)lp->top_piece_len[j], &ttn);
             json_add_string_n(a, "token", tt, ttn);
             free(tt);
             cJSON_AddNumberToObject(a, "logprob", lp->top_logprob[j]);
@@ -125,21 +124,22 @@ void chat_logprobs_add(cJSON *content, const sched_event *ev) {
 }
 
 /* Completions logprobs (the legacy shape): parallel arrays tokens / token_logprobs /
- * top_logprobs (token -> logprob maps) / text_offset. */
-static void completion_logprobs_add(cJSON *obj, const sched_event *ev, size_t *text_off) {
+ * top_logprobs (token -> logprob maps) / text_offset; an unscored entry (a prompt's first token)
+ * has null in the middle two, as OpenAI's echo gives it. */
+void completion_logprobs_add(cJSON *obj, const token_logprob *entries, int n, size_t *text_off) {
     cJSON *tokens = cJSON_GetObjectItem(obj, "tokens"), *lps = cJSON_GetObjectItem(obj, "token_logprobs");
     cJSON *tops = cJSON_GetObjectItem(obj, "top_logprobs"), *offs = cJSON_GetObjectItem(obj, "text_offset");
-    for (int i = 0; i < ev->n_logprobs; i++) {
-        const token_logprob *lp = &ev->logprobs[i];
+    for (int i = 0; i < n; i++) {
+        const token_logprob *lp = &entries[i];
         size_t tn;
-        char *t = sanitize(lp->piece, (size_t)lp->piece_len, &tn);
+        char *t = token_bytes_utf8(lp->piece, (size_t)lp->piece_len, &tn);
         cJSON_AddItemToArray(tokens, json_string_n(t, tn));
         free(t);
-        cJSON_AddItemToArray(lps, cJSON_CreateNumber(lp->logprob));
-        cJSON *m = cJSON_CreateObject();
-        for (int j = 0; j < lp->n_top; j++) {
+        cJSON_AddItemToArray(lps, lp->unscored ? cJSON_CreateNull() : cJSON_CreateNumber(lp->logprob));
+        cJSON *m = lp->unscored ? cJSON_CreateNull() : cJSON_CreateObject();
+        for (int j = 0; j < lp->n_top && !lp->unscored; j++) {
             size_t ttn;
-            char *tt = sanitize(lp->top_piece[j], (size_t)lp->top_piece_len[j], &ttn);
+            char *tt = token_bytes_utf8(lp->top_piece[j], (size_t)lp->top_piece_len[j], &ttn);
             /* A map key is a C string in cJSON: a piece with a NUL byte is keyed by its text before
              * the NUL (the arrays beside it, tokens and bytes, carry every byte). */
             if (tt && !cJSON_GetObjectItemCaseSensitive(m, tt)) cJSON_AddNumberToObject(m, tt, lp->top_logprob[j]);
@@ -147,11 +147,11 @@ static void completion_logprobs_add(cJSON *obj, const sched_event *ev, size_t *t
         }
         cJSON_AddItemToArray(tops, m);
         cJSON_AddItemToArray(offs, cJSON_CreateNumber((double)*text_off));
-        *text_off += (size_t)lp->piece_len;
+        if (!lp->textless) *text_off += json_utf8_chars(lp->piece, (size_t)lp->piece_len);
     }
 }
 
-static cJSON *completion_logprobs_new(void) {
+cJSON *completion_logprobs_new(void) {
     cJSON *o = cJSON_CreateObject();
     cJSON_AddArrayToObject(o, "tokens");
     cJSON_AddArrayToObject(o, "token_logprobs");
@@ -165,7 +165,7 @@ void collect_logprobs(call *k, int index, const sched_event *ev) {
     choice *ci = &k->choices[index];
     if (!ci->lp) ci->lp = chat ? cJSON_CreateArray() : completion_logprobs_new();
     if (chat) chat_logprobs_add(ci->lp, ev);
-    else completion_logprobs_add(ci->lp, ev, &ci->text_off);
+    else completion_logprobs_add(ci->lp, ev->logprobs, ev->n_logprobs, &ci->text_off);
 }
 
 cJSON *stream_chunk(call *k, int index, const char *text, size_t text_len, const char *finish,
@@ -188,7 +188,7 @@ cJSON *stream_chunk(call *k, int index, const char *text, size_t text_len, const
             chat_logprobs_add(cJSON_AddArrayToObject(l, "content"), lp_ev);
         } else {
             cJSON *l = completion_logprobs_new();
-            completion_logprobs_add(l, lp_ev, &k->choices[index].text_off);
+            completion_logprobs_add(l, lp_ev->logprobs, lp_ev->n_logprobs, &k->choices[index].text_off);
             cJSON_AddItemToObject(ch, "logprobs", l);
         }
     } else {
@@ -244,7 +244,22 @@ cJSON *whole_response(call *k) {
         cJSON_AddItemToArray(choices, ch);
     }
     cJSON_AddItemToObject(o, "usage", usage_object(k));
+    prompt_echo_whole(k, o);
     return o;
+}
+
+void log_prompt_set(call *k, const char *p, size_t len) {
+    /* One line per request: newlines and quotes escaped, long prompts cut. */
+    size_t j = 0;
+    k->prompt_log[j++] = '"';
+    for (const char *s = p, *end = p + len; s < end && j + 8 < sizeof k->prompt_log; s++) {
+        if (*s == '\n') k->prompt_log[j++] = '\\', k->prompt_log[j++] = 'n';
+        else if (*s == 0) memcpy(k->prompt_log + j, "\\u0000", 6), j += 6;
+        else if (*s == '"' || *s == '\\') k->prompt_log[j++] = '\\', k->prompt_log[j++] = *s;
+        else k->prompt_log[j++] = *s;
+    }
+    k->prompt_log[j++] = '"';
+    k->prompt_log[j] = 0;
 }
 
 static cJSON *chunk_delta(cJSON *chunk) {
@@ -323,4 +338,56 @@ void log_request(call *k, const sched_event *ev, int status) {
         fprintf(stderr, "wushkv: %s %s status=%d error=\"%s\" time=%.3fs\n", k->resp_id, kind, status,
                 ev ? ev->message : "", dt);
     }
+}
+
+void log_ready(api_server *a, const model_summary *ms) {
+    char kv[512], groups[128] = "", swa[128] = "";
+    /* The default's wide keys were named "@auto" before the engine chose their layers. */
+    char *auto_at = strstr(a->cfg.kv_desc, "@auto");
+    if (auto_at) {
+        char tail[128];
+        snprintf(tail, sizeof tail, "%s", auto_at + 5);
+        snprintf(auto_at, sizeof a->cfg.kv_desc - (size_t)(auto_at - a->cfg.kv_desc), "@%s%s",
+                 ms->kv_wide_layers[0] ? ms->kv_wide_layers : "none", tail);
+    }
+    const char *fmt = a->cfg.kv_desc;
+    double mib = (double)ms->kv_pool_bytes / 1048576.0;
+    if (ms->kv_layer_groups > 1)
+        snprintf(groups, sizeof groups, " of one of %d layer groups; %d groups slide over %d tokens",
+                 ms->kv_layer_groups, ms->kv_swa_groups, ms->kv_swa_window);
+    const double ctx_mib = (double)ms->kv_context_bytes / 1048576.0;
+    if (ms->kv_swa_pool_blocks)
+        snprintf(swa, sizeof swa, " + %llu blocks of the sliding layers in int%d", (unsigned long long)ms->kv_swa_pool_blocks,
+                 ms->kv_swa_bits);
+    snprintf(kv, sizeof kv, "KV %s (%.4g bits/element, %.2f MiB per full context; %.1f MiB pool = %llu blocks "
+             "of 16 tokens%s%s)", fmt, ms->kv_bits_per_element, ctx_mib, mib,
+             (unsigned long long)ms->kv_pool_blocks, groups, swa);
+    const api_sampling *sp = &a->cfg.sampling;
+    char pc[64];
+    if (!ms->prefix_cache) snprintf(pc, sizeof pc, "off");
+    else if (!ms->prefix_cache_park) snprintf(pc, sizeof pc, "on (blocks)");
+    else snprintf(pc, sizeof pc, "on (parking, %d window snapshots)", ms->kv_snapshots);
+    fprintf(stderr, "wushkv: ready: model '%s' (%s, %s) on %s, context %d, chat format %s%s, %d sequences, steps of at most %d tokens, %s, "
+            "prefix cache %s, sampling defaults temp %g top_k %d top_p %g min_p %g repeat_penalty %g (last %d), "
+            "http://%s:%d\n",
+            a->model_id, ms->name, ms->arch, ms->device, ms->max_ctx, chat_format_name(a->model.chat),
+            ms->chat_template ? "" : " (no template in the model: its architecture's default)", a->cfg.engine.max_seqs,
+            ms->step_tokens, kv, pc, (double)sp->temperature, sp->top_k, (double)sp->top_p, (double)sp->min_p, (double)sp->repeat_penalty,
+            sp->repeat_last_n, a->cfg.host, http_server_port(a->http));
+}
+
+cJSON *tokenizer_info_object(api_server *a) {
+    const model_summary *ms = sched_model(a->sched);
+    cJSON *o = cJSON_CreateObject();
+    const char *names[] = {"bos_token", "eos_token"}, *texts[] = {ms->bos_token, ms->eos_token};
+    for (int i = 0; i < 2; i++)
+        if (texts[i][0]) cJSON_AddStringToObject(o, names[i], texts[i]);
+        else cJSON_AddNullToObject(o, names[i]);
+    cJSON_AddNullToObject(o, "pad_token"); /* (GGUF names none the server uses) */
+    cJSON_AddBoolToObject(o, "add_bos_token", ms->add_bos);
+    cJSON_AddNumberToObject(o, "model_max_length", ms->max_ctx);
+    cJSON_AddNumberToObject(o, "vocab_size", ms->n_vocab);
+    if (ms->chat_template) cJSON_AddStringToObject(o, "chat_template", ms->chat_template);
+    else cJSON_AddNullToObject(o, "chat_template");
+    return o;
 }

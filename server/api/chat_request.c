@@ -181,3 +181,20 @@ bool chat_parse_messages(const cJSON *root, const api_model *md, const char *too
     free(dated_default);
     return ok;
 }
+
+bool chat_last_reply_text(const cJSON *root, char **out, size_t *len) {
+    *out = NULL;
+    *len = 0;
+    const cJSON *msgs = openai_field(root, "messages");
+    const cJSON *last = cJSON_IsArray(msgs) ? cJSON_GetArrayItem(msgs, cJSON_GetArraySize(msgs) - 1) : NULL;
+    if (!last || !json_str_is(cJSON_GetObjectItemCaseSensitive(last, "role"), "assistant")) return true;
+    text_buf t = {0};
+    api_error unused;
+    if (!message_text(openai_field(last, "content"), 0, &t, &unused) || !text_buf_add(&t, "", 0)) {
+        text_buf_free(&t);
+        return false; /* (the content was checked: only memory can fail) */
+    }
+    *out = t.p;
+    *len = t.len;
+    return true;
+}

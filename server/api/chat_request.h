@@ -14,4 +14,9 @@
  * with err naming the field. */
 bool chat_parse_messages(const cJSON *root, const api_model *md, const char *tools_text, gen_params *g, api_error *err);
 
+/* vLLM's chat echo: the words of root's last message when it is the assistant's (a reply the
+ * model continues), as the prompt has them, into a new string (*out NULL and *len 0 otherwise).
+ * Messages already checked by chat_parse_messages. false: out of memory. */
+bool chat_last_reply_text(const cJSON *root, char **out, size_t *len);
+
 #endif

@@ -174,3 +174,9 @@ void json_utf8_scrub(char *s) {
     }
     s[out] = 0;
 }
+
+size_t json_utf8_chars(const char *p, size_t n) {
+    size_t c = 0;
+    for (size_t i = 0; i < n; i++) c += ((unsigned char)p[i] & 0xC0) != 0x80;
+    return c;
+}

@@ -29,6 +29,9 @@ size_t json_utf8_valid_prefix(const unsigned char *s, size_t n);
 /* Drops, in place, the bytes of the NUL-terminated s that are not part of valid UTF-8 (a message
  * quoting a request's text cut at a byte count may cut a character in two; JSON text is UTF-8). */
 void json_utf8_scrub(char *s);
+/* Characters (code points) the n bytes at p start: every byte but UTF-8's continuation bytes
+ * (where a client's text_offset points, as Python indexes a string). */
+size_t json_utf8_chars(const char *p, size_t n);
 /* Whether v is a string of exactly the bytes of s (a "\u0000" inside it makes it another). */
 bool json_str_is(const cJSON *v, const char *s);
 /* A JSON string item holding exactly the n bytes at p (NULL p with n 0: ""); NULL when out of

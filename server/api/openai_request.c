@@ -279,10 +279,26 @@ static bool refuse_unsupported(const cJSON *root, bool chat, api_error *e) {
         if (openai_field(root, "web_search_options"))
             return openai_fail(e, 400, "web_search_options", "unsupported_value", "web search is not supported");
     }
-    /* echo: completions' (OpenAI) and chat's (vLLM's extension) alike. */
-    bool echo = false;
-    if (!openai_get_bool(root, "echo", &echo, e)) return false;
-    if (echo) return openai_fail(e, 400, "echo", "unsupported_value", "echo is not supported");
+    return true;
+}
+
+/* echo (completions: OpenAI's; chat: vLLM's) and vLLM's prompt_logprobs, before max_tokens, which
+ * may be 0 with echo on completions (the prompt scored alone). The scheduler scores the prompt
+ * with the alternatives either asks for. */
+static bool parse_echo(const cJSON *root, bool chat, openai_request *out, gen_params *g, api_error *e) {
+    int top = -1;
+    out->prompt_logprobs = -1;
+    if (!openai_get_bool(root, "echo", &out->echo, e) ||
+        !get_int(root, "prompt_logprobs", 0, SCHED_MAX_TOP_LOGPROBS, &out->prompt_logprobs, NULL, e) ||
+        (!chat && !get_int(root, "logprobs", 0, SCHED_MAX_TOP_LOGPROBS, &top, NULL, e)))
+        return false;
+    if (chat && out->echo && openai_asks_for_any(openai_field(root, "tools")))
+        return openai_fail(e, 400, "echo", "invalid_value", "echo cannot go with tools: a tool call's reply is JSON");
+    g->echo_prompt = (out->echo && !chat) || out->prompt_logprobs >= 0;
+    if (!out->echo || chat) top = -1; /* completions' logprobs score the prompt only when it is echoed */
+    if (out->prompt_logprobs > top) top = out->prompt_logprobs;
+    g->prompt_logprobs = top >= 0;
+    g->prompt_top = top >= 0 ? top : 0;
     return true;
 }
 
@@ -449,9 +465,13 @@ bool openai_parse_generation(const char *body, size_t body_len, bool chat, const
         ok = false;
         goto out;
     }
+    if (!parse_echo(root, chat, out, g, err)) {
+        ok = false;
+        goto out;
+    }
     bool given = false;
     int max_tokens = 0;
-    ok = get_int(root, "max_tokens", 1, 1L << 30, &max_tokens, &given, err) &&
+    ok = get_int(root, "max_tokens", out->echo && !chat ? 0 : 1, 1L << 30, &max_tokens, &given, err) &&
          (!chat || get_int(root, "max_completion_tokens", 1, 1L << 30, &max_tokens, &given, err));
     if (ok && given) {
         if (max_tokens >= m->max_ctx) {
@@ -547,6 +567,8 @@ bool openai_parse_generation(const char *body, size_t body_len, bool chat, const
     out->tools = ok && tools.mode != TOOLS_OFF;
     out->tools_json_answer = out->tools && tools.json_answer;
     ok = ok && (chat ? chat_parse_messages(root, m, tools.system_text, g, err) : parse_prompts(root, prompts, &n_prompts, err));
+    if (ok && chat && out->echo && !chat_last_reply_text(root, &out->chat_echo, &out->chat_echo_len))
+        ok = openai_fail(err, 500, NULL, NULL, "out of memory");
     tools_ask_free(&tools);
     if (ok && chat) {
         /* The rendered conversation is the one prompt. */
@@ -577,6 +599,8 @@ out:
 }
 
 void openai_request_free(openai_request *r) {
+    free(r->chat_echo);
+    r->chat_echo = NULL;
     for (int i = 0; i < r->n_gens; i++) gen_params_free(&r->gens[i]);
     free(r->gens);
     r->gens = NULL;

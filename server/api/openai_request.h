@@ -49,6 +49,14 @@ typedef struct openai_request {
     bool chat_logprobs; /* chat: logprobs requested (top_logprobs in gens[i].logprobs) */
     bool tools;         /* chat: the reply is tool calling's JSON, turned into tool_calls (tool_calls.h) */
     bool tools_json_answer; /* with tools: an answer is a JSON value held to the structured-output schema */
+    /* The prompt sent back (prompt_echo.c): completions' echo (the prompt's text before each
+     * choice's, its tokens' logprobs first in the legacy arrays); chat's echo (vLLM: the last
+     * message's words before the reply's, when it is the assistant's: chat_echo); vLLM's
+     * prompt_logprobs (-1: not asked; else the alternatives each entry lists). */
+    bool echo;
+    int prompt_logprobs;
+    char *chat_echo;
+    size_t chat_echo_len;
     int n;              /* choices per prompt */
     int n_prompts;      /* completions: a batch of prompts; chat: 1 */
     gen_params *gens;   /* n_prompts * n generations; choice index = prompt * n + j */

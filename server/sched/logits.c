@@ -69,6 +69,13 @@ float logits_logprobs(const float *logits, int n_vocab, int32_t chosen, int n_to
     return logits[chosen] - lse;
 }
 
+int logits_rank(const float *logits, int n_vocab, int32_t token) {
+    const float v = logits[token];
+    int above = 0;
+    for (int i = 0; i < n_vocab; i++) above += logits[i] > v;
+    return 1 + above;
+}
+
 /* (logit, id) before another in the sampler's order. */
 static bool ranks_before(const float *l, int32_t a, int32_t b) { return l[a] > l[b] || (l[a] == l[b] && a < b); }
 

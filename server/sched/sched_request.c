@@ -25,8 +25,8 @@ int token_piece(const wk_engine *e, int32_t tok, bool render_special, char **buf
 
 int sched_piece(scheduler *s, int32_t tok) { return token_piece(s->e, tok, false, &s->piece, &s->piece_cap); }
 
-char *sched_dup_piece(scheduler *s, int32_t tok, int *len) {
-    int n = sched_piece(s, tok);
+char *sched_dup_piece(scheduler *s, int32_t tok, bool render_special, int *len) {
+    int n = token_piece(s->e, tok, render_special, &s->piece, &s->piece_cap);
     if (n < 0) n = 0;
     char *p = malloc((size_t)n + 1);
     if (p) {
@@ -46,6 +46,7 @@ void req_free(req *r) {
     free(r->prompt);
     free(r->replay);
     free(r->gen);
+    token_logprobs_free(r->scored, r->scored ? r->n_prompt : 0);
     free(r);
 }
 
@@ -190,7 +191,8 @@ static req *admit_generate(scheduler *s, sched_job *j) {
     /* A default max_tokens (completions' 16) the client never asked for ends where the context
      * does, rather than refusing a prompt that fits. */
     if (!r->g.max_tokens_given && room > 0 && r->g.max_tokens > room) r->g.max_tokens = room;
-    if (room <= 0 || (r->g.max_tokens > 0 && r->g.max_tokens > room)) {
+    /* max_tokens 0 (echo's scoring of a text) computes the prompt alone, which may fill the context. */
+    if (room < (r->g.max_tokens == 0 ? 0 : 1) || (r->g.max_tokens > 0 && r->g.max_tokens > room)) {
         sched_post_error(s, r->id, 400, r->g.max_tokens > 0 && room > 0 ? "max_tokens" : "prompt", "context_length_exceeded",
                    "This model's maximum context length is %d tokens. However, you requested %d tokens (%d in the "
                    "prompt, %d for the completion). Please reduce the prompt or max_tokens.",
@@ -216,7 +218,7 @@ static req *admit_generate(scheduler *s, sched_job *j) {
         }
     }
     r->n_fill = r->n_prompt;
-    r->max_tokens = r->g.max_tokens > 0 ? r->g.max_tokens : room;
+    r->max_tokens = r->g.max_tokens >= 0 ? r->g.max_tokens : room;
     for (int i = 0; i < r->g.n_bias; i++)
         if (r->g.bias_tokens[i] < 0 || r->g.bias_tokens[i] >= info->n_vocab) {
             sched_post_error(s, r->id, 400, "logit_bias", NULL, "logit_bias token id %d is outside the vocabulary (0..%d)",

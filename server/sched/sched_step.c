@@ -139,8 +139,8 @@ static void take_token(scheduler *s, req *r, float *row) {
         lp->token = tok;
         lp->n_top = r->g.logprobs;
         lp->logprob = logits_logprobs(lp_row, s->info->n_vocab, tok, lp->n_top, lp->top_token, lp->top_logprob);
-        lp->piece = sched_dup_piece(s, tok, &lp->piece_len);
-        for (int i = 0; i < lp->n_top; i++) lp->top_piece[i] = sched_dup_piece(s, lp->top_token[i], &lp->top_piece_len[i]);
+        lp->piece = sched_dup_piece(s, tok, false, &lp->piece_len);
+        for (int i = 0; i < lp->n_top; i++) lp->top_piece[i] = sched_dup_piece(s, lp->top_token[i], false, &lp->top_piece_len[i]);
     }
     int n = sched_piece(s, tok);
     text_buf delta = {0};
@@ -177,7 +177,7 @@ static uint64_t kv_to_come(const scheduler *s, const req *r, int pool) {
  * cached_tokens. A negative return: no sequence (no slot). */
 static int open_seq(scheduler *s, req *r) {
     const int32_t *src = r->replay ? r->replay : r->prompt;
-    const int hit = wk_seq_create_prefix(s->e, src, s->info->prefix_cache ? r->n_fill - 1 : 0, &r->seq);
+    const int hit = wk_seq_create_prefix(s->e, src, prompt_reuse_limit(r, s->info->prefix_cache ? r->n_fill - 1 : 0), &r->seq);
     if (hit < 0) return hit;
     r->n_prefilled = hit;
     /* A chat's system prompt is where another conversation's prompt is most likely to meet this
@@ -313,12 +313,15 @@ static int build_batch(scheduler *s, int *tokens) {
     bool fcfs = false;
     for (req *r = s->running; r; r = r->next) {
         r->chunk = 0;
+        r->chunk_rows = false;
         if (r->state == R_DECODE) left--;
         else if (r->state == R_PREFILL && r->prefill_waits >= PREFILL_PATIENCE) fcfs = true;
     }
+    int spare = prompt_spare_rows(s); /* logits rows beyond one per item, for scored prompts */
     for (req *r; left > 0 && (r = next_prefill(s, fcfs));) {
         r->chunk = chunk_for(r, left);
         if (r->chunk == 0) break; /* (cannot happen: a prefilling request has tokens left) */
+        if ((r->chunk_rows = prompt_needs_rows(r))) r->chunk = prompt_chunk_bound(r->chunk, &left, &spare);
         left -= r->chunk;
     }
     /* The items in admission order. */
@@ -330,7 +333,8 @@ static int build_batch(scheduler *s, int *tokens) {
             ++*tokens;
         } else if (r->state == R_PREFILL && r->chunk > 0) {
             const int32_t *src = r->replay ? r->replay : r->prompt;
-            s->items[n] = (wk_batch_item){.seq = r->seq, .tokens = src + r->n_prefilled, .n_tokens = r->chunk};
+            s->items[n] = (wk_batch_item){.seq = r->seq, .tokens = src + r->n_prefilled, .n_tokens = r->chunk,
+                                          .all_logits = r->chunk_rows};
             s->item_req[n++] = r;
             *tokens += r->chunk;
         }
@@ -387,13 +391,19 @@ void sched_step(scheduler *s) {
         return;
     }
     int prefilled = 0;
+    const size_t nv = (size_t)s->info->n_vocab;
+    size_t next_row = 0; /* an item's logits: its last row, or every row of a scored chunk */
     for (int i = 0; i < n; i++) {
         req *r = s->item_req[i];
+        const int rows = s->items[i].all_logits ? s->items[i].n_tokens : 1;
+        float *first_row = s->logits + next_row * nv, *row = first_row + (size_t)(rows - 1) * nv;
+        next_row += (size_t)rows;
         int len = wk_seq_len(r->seq);
         uint64_t bytes = wk_seq_kv_peak_bytes(r->seq); /* since its last (re)admission */
         if (len > r->peak_len) r->peak_len = len;
         if (bytes > r->peak_bytes) r->peak_bytes = bytes;
         if (r->state == R_PREFILL) {
+            if (s->items[i].all_logits && !prompt_score_rows(s, r, first_row, r->n_prefilled, rows)) continue; /* r failed */
             r->n_prefilled += r->chunk;
             int counted = r->n_prefilled < r->n_prompt ? r->n_prefilled : r->n_prompt;
             if (counted > r->n_prompt_counted) {
@@ -403,8 +413,12 @@ void sched_step(scheduler *s) {
             if (r->n_prefilled < r->n_fill) continue; /* this row's logits are not needed */
             free(r->replay); /* prefilled: decode goes on from r->gen */
             r->replay = NULL;
+            if (r->g.echo_prompt && !r->prompt_sent && !prompt_post(s, r)) continue; /* r failed */
+            if (r->max_tokens == 0) { /* the prompt alone (echo with max_tokens 0: scoring a text) */
+                req_finish(s, r, "length");
+                continue;
+            }
         }
-        float *row = s->logits + (size_t)i * (size_t)s->info->n_vocab;
         if (r->g.n_bias) logits_bias(row, s->info->n_vocab, r->g.bias_tokens, r->g.bias_values, r->g.n_bias);
         logits_penalize(row, r->prompt, r->n_prompt, r->gen, r->n_gen, r->g.presence_penalty, r->g.frequency_penalty,
                         r->g.repetition_penalty, r->g.repeat_last_n, s->scratch);

@@ -33,12 +33,16 @@ void sched_event_free(sched_event *ev) {
     if (!ev) return;
     free(ev->text);
     free(ev->tokens);
-    for (int i = 0; i < ev->n_logprobs; i++) {
-        free(ev->logprobs[i].piece);
-        for (int j = 0; j < ev->logprobs[i].n_top; j++) free(ev->logprobs[i].top_piece[j]);
-    }
-    free(ev->logprobs);
+    token_logprobs_free(ev->logprobs, ev->n_logprobs);
     free(ev);
+}
+
+void token_logprobs_free(token_logprob *a, int n) {
+    for (int i = 0; i < n; i++) {
+        free(a[i].piece);
+        for (int j = 0; j < a[i].n_top; j++) free(a[i].top_piece[j]);
+    }
+    free(a);
 }
 
 const model_summary *sched_model(const scheduler *s) { return &s->model; }
@@ -215,11 +219,19 @@ static void *engine_main(void *arg) {
                               ? wk_kv_peak_bytes(s->info, (uint64_t)s->info->max_ctx, (uint64_t)s->cfg.max_batch_tokens)
                               : (uint64_t)s->info->max_ctx * s->info->kv_bytes_per_token;
     m->step_tokens = s->cfg.max_batch_tokens;
+    for (int t = 0; t < 2; t++) { /* a control token's text, cut to what fits (they are short) */
+        char *dst = t ? m->eos_token : m->bos_token;
+        const int32_t id = t ? s->info->eos : s->info->bos, cap = (int32_t)sizeof m->bos_token - 1;
+        const int n = id >= 0 ? wk_token_to_piece(s->e, id, true, dst, cap) : 0;
+        dst[n > 0 && n <= cap ? n : 0] = 0;
+    }
+    m->add_bos = s->info->add_bos;
     const char *tmpl = wk_engine_chat_template(s->e);
     m->chat_template = tmpl ? strdup(tmpl) : NULL;
 
     size_t nv = (size_t)s->info->n_vocab;
     s->logits = malloc((size_t)s->cfg.max_seqs * nv * sizeof *s->logits);
+    s->logit_rows = s->cfg.max_seqs;
     s->scratch = calloc(nv, sizeof *s->scratch);
     s->piece_cap = 256;
     s->piece = malloc((size_t)s->piece_cap);

@@ -45,6 +45,12 @@ typedef struct gen_params {
     size_t stop_len[SCHED_MAX_STOP];
     int n_stop;
     int logprobs; /* -1: none; else the number of alternatives per token (0..SCHED_MAX_TOP_LOGPROBS) */
+    /* The prompt sent back once it is prefilled (an EV_PROMPT: its tokens, for OpenAI's echo), and
+     * with prompt_logprobs each prompt token's log-probability under the tokens before it, with
+     * prompt_top alternatives (0..SCHED_MAX_TOP_LOGPROBS): scoring a text, as vLLM's prompt
+     * logprobs. Such a prompt is computed whole: the prefix cache gives it nothing it must score. */
+    bool echo_prompt, prompt_logprobs;
+    int prompt_top;
     wk_grammar *grammar; /* one reference: what the output must be a sentence of (structured output); NULL: none */
 } gen_params;
 
@@ -75,12 +81,16 @@ typedef enum {
     EV_TOKENS,      /* JOB_TOKENIZE's answer */
     EV_DETOKENIZED, /* JOB_DETOKENIZE's answer (text) */
     EV_RESET,       /* JOB_RESET_PREFIX_CACHE done: status 200 */
+    EV_PROMPT,      /* gen_params.echo_prompt: the prompt's tokens (logprobs, one entry each), once prefilled */
 } event_kind;
 
 /* One token's log-probability with its best alternatives (for logprobs). */
 typedef struct token_logprob {
     int32_t token;
     float logprob;
+    int rank;      /* EV_PROMPT: 1 + the tokens more likely than this one (vLLM's rank) */
+    bool unscored; /* EV_PROMPT: no logprob (the first token, or none asked for) */
+    bool textless; /* EV_PROMPT: the BOS the server put before a text prompt: not in the prompt's text */
     char *piece; /* the token's bytes (owned; alone they may not be valid UTF-8: a byte token) */
     int piece_len;
     int n_top;
@@ -111,6 +121,8 @@ typedef struct sched_event {
 } sched_event;
 
 void sched_event_free(sched_event *ev);
+/* Frees n entries' pieces and the array (a may be NULL). */
+void token_logprobs_free(token_logprob *a, int n);
 
 /* What the loop thread needs to know about the model, copied once the engine is ready. */
 typedef struct model_summary {
@@ -131,6 +143,8 @@ typedef struct model_summary {
     uint64_t kv_context_bytes;   /* held by one sequence of max_ctx tokens (wk_kv_peak_bytes; f16: its slot) */
     int step_tokens;             /* the most tokens a step carries (wk_model_info.max_batch_tokens) */
     char *chat_template; /* owned copy, or NULL */
+    char bos_token[64], eos_token[64]; /* the BOS and end-of-sequence tokens' text ("" without one) */
+    bool add_bos;                      /* text prompts start with the BOS */
 } model_summary;
 
 /* Runs on the engine thread before the engine opens (serve: find or make the WUSH sidecar). It may

@@ -38,6 +38,13 @@ typedef struct req {
     int n_cached;           /* prompt tokens its first admission took from the prefix cache */
     bool looked_up;         /* the prefix cache was queried for it (its first admission) */
     int32_t last;           /* the token the next decode step feeds */
+    /* Prompt logprobs (g.prompt_logprobs): entry i (1..n_prompt-1) scores prompt[i], from the
+     * logits of position i-1; scored_rows: the leading positions whose logits were read. The
+     * entries go out in the EV_PROMPT (prompt_sent) once the prompt is prefilled. */
+    token_logprob *scored;
+    int scored_rows;
+    bool prompt_sent;
+    bool chunk_rows; /* this step's chunk returns every row's logits (a prompt being scored) */
     text_stream ts;
     int peak_len;           /* most tokens the sequence held (its KV cache) */
     uint64_t peak_bytes;    /* most KV bytes it held (wk_seq_kv_bytes: whole blocks when paged) */
@@ -75,7 +82,8 @@ struct scheduler {
     kv_budget kv; /* the KV accounting admission uses, from info */
     req *waiting, *waiting_tail, *running;
     int n_waiting, n_running;
-    float *logits; /* max_seqs rows of n_vocab */
+    float *logits;  /* logit_rows rows of n_vocab: one per item, and more for scored prompts (sched_step.c) */
+    int logit_rows;
     int *scratch;  /* n_vocab zeros for logits_penalize */
     wk_grammar_vocab *grammar_vocab; /* the vocabulary decoded for grammars: made by the first request with one */
     float *unmasked;                 /* n_vocab: a row before its grammar mask, for its logprobs */
@@ -107,14 +115,33 @@ void sched_front_join(scheduler *s);
 int token_piece(const wk_engine *e, int32_t tok, bool render_special, char **buf, int *cap);
 /* One token's bytes into s->piece; returns the length or a negative wk_status. */
 int sched_piece(scheduler *s, int32_t tok);
-/* One token's bytes as a new string (empty when it has none); *len gets the length. */
-char *sched_dup_piece(scheduler *s, int32_t tok, int *len);
+/* One token's bytes as a new string (empty when it has none; control tokens' only with
+ * render_special); *len gets the length. */
+char *sched_dup_piece(scheduler *s, int32_t tok, bool render_special, int *len);
 void req_unlink(req **head, req *r);
 /* Takes r out of the waiting or running list. */
 void req_remove(scheduler *s, req *r);
 void req_free(req *r);
 void req_finish(scheduler *s, req *r, const char *reason);
 void req_fail(scheduler *s, req *r, const char *what, int rc, const char *err);
+
+/* prompt_score.c: the prompt sent back (EV_PROMPT) and scored (prompt logprobs). */
+/* Whether r's next prefill chunk must return the logits of each of its rows. */
+bool prompt_needs_rows(const req *r);
+/* The most of r's prompt the prefix cache may give it: what r scored already, or `most`. */
+int prompt_reuse_limit(const req *r, int most);
+/* Rows beyond one per batch item that s->logits holds for scored chunks this step (growing it
+ * when a request scores its prompt; 0 when it cannot grow: such chunks then go a token a step). */
+int prompt_spare_rows(scheduler *s);
+/* A scored prompt's chunk cut to the rows left (*spare, beyond its first) and to the step's
+ * token budget (*left) at what a scored token costs; both are charged for the chunk returned
+ * except its plain cost, which the caller takes from *left as for any chunk. At least 1. */
+int prompt_chunk_bound(int chunk, int *left, int *spare);
+/* Reads n rows of logits, those of r's positions first..first+n-1, into its prompt's entries.
+ * false: r failed (out of memory) and is freed. */
+bool prompt_score_rows(scheduler *s, req *r, const float *rows, int first, int n);
+/* The EV_PROMPT of a prefilled prompt (once). false: r failed and is freed. */
+bool prompt_post(scheduler *s, req *r);
 
 /* sched_step.c */
 /* Admits what fits, runs one forward step, hands out its tokens. */

@@ -72,7 +72,14 @@ static inline void fz_openai(fz_endpoint ep, chat_format fmt, const char *body, 
             FZ_CHECK(r.n >= 1 && r.n_prompts >= 1);
             FZ_CHECK(r.n_gens == r.n * r.n_prompts && r.n_gens <= OPENAI_MAX_CHOICES && r.gens != NULL);
             if (chat) FZ_CHECK(r.n_prompts == 1);
-            for (int i = 0; i < r.n_gens; i++) fz_check_gen(&r.gens[i], chat);
+            for (int i = 0; i < r.n_gens; i++) {
+                const gen_params *g = &r.gens[i];
+                fz_check_gen(g, chat);
+                /* a prompt scored has its alternatives in range and comes back; max_tokens 0 only echoed */
+                FZ_CHECK(g->prompt_top >= 0 && g->prompt_top <= SCHED_MAX_TOP_LOGPROBS);
+                FZ_CHECK((!g->prompt_logprobs || g->echo_prompt) && (g->max_tokens != 0 || g->echo_prompt));
+                FZ_CHECK(!r.chat_echo || (r.echo && chat));
+            }
             openai_request_free(&r);
         } else {
             fz_check_error(&err);

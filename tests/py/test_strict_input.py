@@ -244,7 +244,8 @@ def test_a_nul_makes_another_model_name(server, model_id):
                               "continue_final_message": True, "add_generation_prompt": True}, "continue_final_message"),
     ("/v1/chat/completions", {"messages": [{"role": "user", "content": "x"}], "add_generation_prompt": 1},
      "add_generation_prompt"),
-    ("/v1/chat/completions", {"messages": [{"role": "user", "content": "x"}], "echo": True}, "echo"),
+    ("/v1/chat/completions", {"messages": [{"role": "user", "content": "x"}], "echo": 1}, "echo"),
+    ("/v1/completions", {"prompt": "x", "echo": True, "max_tokens": -1}, "max_tokens"),
     ("/v1/chat/completions", {"messages": [{"role": "user", "content": "x"}], "chat_template_kwargs": [1]},
      "chat_template_kwargs"),
 ])
