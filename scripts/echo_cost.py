@@ -4,11 +4,11 @@
 # prefix cache emptied before each (POST /reset_prefix_cache), alternating, in one invocation.
 # Prints each pair's seconds and ratio, and the scored text's mean negative log-likelihood per
 # token (its first token, which nothing predicts, left out). Then the two paths against each
-# other: 24 greedy tokens after the text's first 200 characters, their logprobs as decoded (a
-# token a step) and as the same tokens scored in a prompt, and the largest difference.
+# other: 24 greedy tokens after the text's first --head-chars characters, their logprobs as decoded
+# (a token a step) and as the same tokens scored in a prompt, and the largest difference.
 #
 #   wushkv serve --port 8080 &
-#   python3 scripts/echo_cost.py http://127.0.0.1:8080 FILE [--chars 2400] [--rounds 2]
+#   python3 scripts/echo_cost.py http://127.0.0.1:8080 FILE [--chars 2400] [--rounds 2] [--head-chars 200]
 import argparse
 import time
 
@@ -21,6 +21,7 @@ def main():
     ap.add_argument("file", help="a UTF-8 text; its first --chars characters are sent")
     ap.add_argument("--chars", type=int, default=2400)
     ap.add_argument("--rounds", type=int, default=2)
+    ap.add_argument("--head-chars", type=int, default=200)
     args = ap.parse_args()
     with open(args.file, encoding="utf-8") as f:
         text = f.read()[: args.chars]
@@ -42,7 +43,7 @@ def main():
               f"({scored_s / plain_s:.2f}x); mean NLL {-sum(lps) / len(lps):.4f} over {len(lps)} tokens")
 
 
-    head = text[:200]
+    head = text[: args.head_chars]
     gen = requests.post(args.url + "/v1/completions", json={"prompt": head, "max_tokens": 24, "temperature": 0,
                                                             "logprobs": 1}, timeout=600).json()["choices"][0]
     n = len(requests.post(args.url + "/tokenize", json={"prompt": head}, timeout=60).json()["tokens"])

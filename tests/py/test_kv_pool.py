@@ -74,6 +74,35 @@ def test_preemption_keeps_outputs(kv_server):
     assert metric(kv_server, "kv_cache_used_blocks") == 0
 
 
+def test_preemption_keeps_prompt_scores(kv_server):
+    # Scored prompts (echo with logprobs: every prompt row's logits) under the same pressure: the
+    # preempted sequence's prompt was scored before it gave its blocks up, or is scored again from
+    # what the prefix cache may give it; either way each request's entries equal its own alone.
+    def scored(p):
+        r = requests.post(kv_server.url + "/v1/completions",
+                          json={"prompt": p, "max_tokens": MAX_TOKENS, "temperature": 0, "echo": True, "logprobs": 2},
+                          timeout=300)
+        assert r.status_code == 200, r.text
+        return r.json()["choices"][0]
+
+    alone = [scored(p) for p in PROMPTS]
+    wait_idle(kv_server, held="kv_cache_used_bytes")
+    preempted = metric(kv_server, "num_preemptions_total")
+    with cf.ThreadPoolExecutor(len(PROMPTS)) as ex:
+        together = list(ex.map(scored, PROMPTS))
+    assert metric(kv_server, "num_preemptions_total") > preempted, kv_server.log()
+    for p, a, t in zip(PROMPTS, alone, together):
+        assert t["text"] == a["text"] and t["text"].startswith(p)
+        la, lt = a["logprobs"], t["logprobs"]
+        assert lt["tokens"] == la["tokens"] and lt["text_offset"] == la["text_offset"]
+        assert lt["token_logprobs"][0] is None and None not in lt["token_logprobs"][1:]
+        # The prompt's entries (its prefill, in either run); the reply's are the decode path's alone
+        # and the prefill's after a recompute, whose int4 codes may round otherwise (docs/api.md).
+        n = len(requests.post(kv_server.url + "/tokenize", json={"prompt": p}, timeout=60).json()["tokens"])
+        assert max(abs(x - y) for x, y in zip(la["token_logprobs"][1:n], lt["token_logprobs"][1:n])) < 2e-2
+    wait_idle(kv_server, held="kv_cache_used_bytes")
+
+
 def test_prompt_longer_than_pool_400(kv_server):
     # 10 blocks hold 160 tokens; the context (256) would take this prompt, the pool never can.
     prompt = "one two three four five six seven eight nine ten " * 20
