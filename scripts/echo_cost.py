@@ -9,7 +9,14 @@
 #
 #   wushkv serve --port 8080 &
 #   python3 scripts/echo_cost.py http://127.0.0.1:8080 FILE [--chars 2400] [--rounds 2] [--head-chars 200]
+#       [--stall-choices N]
+#
+# --stall-choices N: then the text scored with 20 alternatives in both shapes (echo's logprobs and
+# prompt_logprobs) for N choices, while a stream decodes 900 tokens beside it: the request's size
+# and time, and the stream's largest and median gap between chunks (what one request's entries,
+# built into one response on the loop thread, cost the others).
 import argparse
+import threading
 import time
 
 import requests
@@ -22,6 +29,7 @@ def main():
     ap.add_argument("--chars", type=int, default=2400)
     ap.add_argument("--rounds", type=int, default=2)
     ap.add_argument("--head-chars", type=int, default=200)
+    ap.add_argument("--stall-choices", type=int, default=0)
     args = ap.parse_args()
     with open(args.file, encoding="utf-8") as f:
         text = f.read()[: args.chars]
@@ -54,6 +62,35 @@ def main():
     print(f"decoded vs scored: {len(gen['logprobs']['tokens'])} tokens after a {n}-token prompt, "
           f"{'the same tokens' if same else 'DIFFERENT tokens (the reply tokenizes otherwise)'}, "
           f"largest logprob difference {diff:.2e}")
+
+    if args.stall_choices:
+        stall(args.url, text, args.stall_choices)
+
+
+def stall(url, text, n):
+    gaps = []
+
+    def stream():
+        r = requests.post(url + "/v1/completions", json={"prompt": "Once upon a time", "max_tokens": 900, "temperature": 0,
+                                                        "stream": True}, stream=True, timeout=3600)
+        last = time.monotonic()
+        for line in r.iter_lines():
+            if line:
+                now = time.monotonic()
+                gaps.append(now - last)
+                last = now
+
+    th = threading.Thread(target=stream)
+    th.start()
+    time.sleep(2)
+    t = time.monotonic()
+    r = requests.post(url + "/v1/completions", json={"prompt": text, "max_tokens": 0, "echo": True, "logprobs": 20,
+                                                    "prompt_logprobs": 20, "n": n}, timeout=3600)
+    took = time.monotonic() - t
+    th.join()
+    gaps.sort()
+    print(f"scored x {n} with 20 alternatives: status {r.status_code}, {len(r.content)} bytes in {took:.1f} s; "
+          f"the stream beside it: largest gap {gaps[-1]:.2f} s, median {gaps[len(gaps) // 2]:.3f} s over {len(gaps)} chunks")
 
 
 if __name__ == "__main__":

@@ -156,7 +156,7 @@ static bool start_grammar(scheduler *s, req *r) {
 /* A generation job -> its request, checked against the model, the context and the pool; NULL
  * (an error event posted) when refused. Not queued yet: a request's choices are queued together
  * or not at all (sched_handle_jobs). */
-static req *admit_generate(scheduler *s, sched_job *j) {
+static req *admit_generate(scheduler *s, sched_job *j, int n_choices) {
     if (j->refused) return NULL; /* its error is out already */
     const wk_model_info *info = s->info;
     req *r = calloc(1, sizeof *r);
@@ -216,6 +216,18 @@ static req *admit_generate(scheduler *s, sched_job *j) {
             req_free(r);
             return NULL;
         }
+    }
+    /* A scored prompt's entries reach the client at once (one event, one JSON object built on the
+     * loop thread): their count is bounded so that one request cannot hold the others up. */
+    if (r->g.prompt_logprobs &&
+        (uint64_t)r->n_prompt * (uint64_t)(r->g.prompt_top + 1) * (uint64_t)n_choices > SCHED_MAX_PROMPT_SCORES) {
+        sched_post_error(s, r->id, 400, NULL, "invalid_value",
+                         "scoring %d prompt tokens (echo with logprobs, or prompt_logprobs) with %d alternatives each "
+                         "for %d choices exceeds %d entries a request (prompt tokens x (alternatives + 1) x choices): "
+                         "ask for fewer alternatives or choices, or score a shorter text",
+                         r->n_prompt, r->g.prompt_top, n_choices, SCHED_MAX_PROMPT_SCORES);
+        req_free(r);
+        return NULL;
     }
     r->n_fill = r->n_prompt;
     r->max_tokens = r->g.max_tokens >= 0 ? r->g.max_tokens : room;
@@ -308,7 +320,7 @@ void sched_handle_jobs(scheduler *s, sched_job *jobs) {
         if (!rs) sched_post_error(s, j->id, 500, NULL, NULL, "out of memory");
         int i = 0;
         for (sched_job *k = j; k != end && failed < 0; k = k->next, i++)
-            if (!(rs[i] = admit_generate(s, k))) failed = i;
+            if (!(rs[i] = admit_generate(s, k, n))) failed = i;
         i = 0;
         for (sched_job *k = j; k != end; k = k->next, i++) {
             if (failed < 0) {

@@ -16,6 +16,9 @@
 
 #define SCHED_MAX_STOP 8     /* stop strings per request (OpenAI allows 4) */
 #define SCHED_MAX_TOP_LOGPROBS 20
+/* A request's scored prompt entries, counting each alternative: prompt tokens x (alternatives + 1)
+ * x choices (docs/reliability.md, the limits table). */
+#define SCHED_MAX_PROMPT_SCORES (1 << 19)
 
 /* What one generation asks for, already validated (openai_request.c) except for what needs the
  * tokenizer: the prompt's length against the context. */

@@ -5,11 +5,13 @@
 # logprobs for the same tokens, and the prompt's text.
 import json
 import math
+import socket
+import time
 
 import pytest
 import requests
 
-from conftest import LONG_PROMPTS
+from conftest import LONG_PROMPTS, Server, metric, wait_idle
 
 # Greedy from this prompt, the model writes plain English words, so the tokens of prompt + reply
 # are the prompt's tokens followed by the reply's (checked below, not assumed).
@@ -213,6 +215,28 @@ def test_openai_client_scores_a_continuation(client, model_id, server):
     assert scores[cont] > scores[" London"], scores
 
 
+def test_client_gone_mid_scoring(server):
+    # A client that leaves while its long prompt is being scored (a few of its chunks in, its entries
+    # held by the engine thread): the request ends as an abort, its entries and blocks go (the ASan
+    # daemon pass checks the memory), and the server answers the next request.
+    aborted = 'finished_reason="abort"'
+    before = metric(server, "request_success_total", aborted)
+    body = json.dumps({"prompt": " ".join(LONG_PROMPTS) * 2, "max_tokens": 0, "echo": True, "logprobs": 5}).encode()
+    s = socket.create_connection(("127.0.0.1", server.port), timeout=30)
+    s.sendall(b"POST /v1/completions HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n"
+              b"Content-Length: " + str(len(body)).encode() + b"\r\n\r\n" + body)
+    deadline = time.time() + 60
+    while metric(server, "num_requests_running") == 0 and time.time() < deadline:
+        time.sleep(0.05)
+    time.sleep(0.5)  # a chunk or two scored (the whole prompt takes some seconds)
+    s.close()
+    wait_idle(server, timeout=60)
+    assert metric(server, "request_success_total", aborted) == before + 1
+    assert metric(server, "kv_cache_used_bytes") == 0
+    r = complete(server, prompt=PROMPT, max_tokens=0, echo=True, logprobs=1)
+    assert r["choices"][0]["text"] == PROMPT
+
+
 def test_tokenizer_info_serves_a_remote_tokenizer(server):
     # What lm-evaluation-harness's remote tokenizer reads (vLLM's GET /tokenizer_info): the special
     # tokens' text, which /tokenize turns back into their ids without adding a BOS.
@@ -227,3 +251,22 @@ def test_tokenizer_info_serves_a_remote_tokenizer(server):
     assert len(bos) == 1 and bos == tokens_of(server, PROMPT)[:1]
     assert len(eos) == 1 and eos != bos
     assert pieces(server, bos + eos) == [info["bos_token"], info["eos_token"]]
+
+
+def test_scored_entries_are_bounded():
+    # prompt tokens x (alternatives + 1) x choices <= 2^19 (SCHED_MAX_PROMPT_SCORES): past it, a 400
+    # before any step, and the server goes on; at it, the request runs (max_tokens 0: no reply).
+    s = Server("--kv", "f16", "--ctx", "2048", "--max-batch", "16")
+    try:
+        text = " ".join(LONG_PROMPTS) * 12
+        n = len(tokens_of(s, text))
+        assert 1600 < n < 2000
+        over = 2 ** 19 // (21 * n) + 1  # choices that take it past the bound with 20 alternatives
+        r = post(s, "/v1/completions", {"prompt": text, "max_tokens": 0, "echo": True, "logprobs": 20, "n": over})
+        assert r.status_code == 400 and "exceeds 524288 entries" in r.json()["error"]["message"], r.text
+        r = post(s, "/v1/completions", {"prompt": text, "max_tokens": 0, "echo": True, "prompt_logprobs": 20, "n": over})
+        assert r.status_code == 400, r.text
+        r = post(s, "/v1/completions", {"prompt": text[:200], "max_tokens": 0, "echo": True, "logprobs": 20, "n": over})
+        assert r.status_code == 200 and len(r.json()["choices"]) == over, r.text
+    finally:
+        assert s.stop() == 0, s.log()
