@@ -17,9 +17,9 @@ enum { PROMPT_ROWS = 64 };
 
 /* What a scored prompt token costs a step, in plain prompt tokens: its logits row (the output
  * head, 262144 x 640 multiply-adds for Gemma 3 270M, more than the layers' own products) and its
- * log-softmax on the host. Measured: a 590-token WikiText prompt took 2.9x as long scored as plain
- * (docs/api.md, "Echo and prompt logprobs"). A step's scored chunk is cut to match, so the decode
- * steps of other requests wait no longer behind it than behind a plain chunk. */
+ * log-softmax on the host. Measured: a 590-token WikiText prompt took 2.6-2.9x as long scored as
+ * plain (docs/api.md, "Echo and prompt logprobs"). A step's scored chunk is cut to match, so a
+ * step carrying one costs the requests decoding beside it about what a plain chunk's step does. */
 enum { SCORED_TOKEN_COST = 3 };
 
 /* Positions 0..n_prompt-2 have logits that score a prompt token. */
