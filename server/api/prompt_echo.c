@@ -101,7 +101,7 @@ cJSON *prompt_echo_event(call *k, int i, const sched_event *ev) {
         chunk = stream_chunk(k, i, chat ? NULL : text.p ? text.p : "", text.len, NULL, NULL, false);
         cJSON *ch = cJSON_GetArrayItem(cJSON_GetObjectItemCaseSensitive(chunk, "choices"), 0);
         if (lp) cJSON_ReplaceItemInObjectCaseSensitive(ch, "logprobs", lp);
-        /* vLLM streams a completion's prompt_logprobs in its choice; a chat's, on the chunk. */
+        /* A completion's prompt_logprobs in its choice (vLLM's stream); a chat's on the chunk, as on its response. */
         if (plp) cJSON_AddItemToObject(chat ? chunk : ch, "prompt_logprobs", plp);
     } else {
         cJSON_Delete(lp);
