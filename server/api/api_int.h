@@ -129,10 +129,13 @@ void log_ready(api_server *a, const model_summary *ms);
 char *token_bytes_utf8(const char *bytes, size_t n, size_t *len);
 /* The one log line's prompt: the first len bytes of p, quoted and escaped, cut to fit. */
 void log_prompt_set(call *k, const char *p, size_t len);
-/* Completions' logprobs in their legacy shape: an object of empty arrays, and entries appended:
- * *text_off is where the next token's text starts, in characters (code points) of the text. */
+/* A token's bytes as a JSON string item of valid UTF-8 (token_bytes_utf8's), NULL out of memory. */
+cJSON *token_json_string(const char *piece, int len);
+/* Completions' logprobs in their legacy shape: an object of empty arrays, and entries appended,
+ * each with at most max_top alternatives: *text_off is where the next token's text starts, in
+ * characters (code points) of the text. */
 cJSON *completion_logprobs_new(void);
-void completion_logprobs_add(cJSON *obj, const token_logprob *entries, int n, size_t *text_off);
+void completion_logprobs_add(cJSON *obj, const token_logprob *entries, int n, int max_top, size_t *text_off);
 
 /* ---- the prompt sent back (prompt_echo.c) ---- */
 /* The EV_PROMPT of choice i: streamed, the chunk to send (the prompt's text and entries; NULL:

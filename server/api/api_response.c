@@ -52,6 +52,14 @@ char *token_bytes_utf8(const char *bytes, size_t n, size_t *len) {
     return out.p;
 }
 
+cJSON *token_json_string(const char *piece, int len) {
+    size_t n;
+    char *t = token_bytes_utf8(piece, (size_t)len, &n);
+    cJSON *s = json_string_n(t, n);
+    free(t);
+    return s;
+}
+
 static cJSON *bytes_array(const char *p, int n) {
     cJSON *a = cJSON_CreateArray();
     for (int i = 0; i < n; i++) cJSON_AddItemToArray(a, cJSON_CreateNumber((unsigned char)p[i]));
@@ -102,19 +110,13 @@ void chat_logprobs_add(cJSON *content, const sched_event *ev) {
     for (int i = 0; i < ev->n_logprobs; i++) {
         const token_logprob *lp = &ev->logprobs[i];
         cJSON *e = cJSON_CreateObject();
-        size_t tn;
-        char *t = token_bytes_utf8(lp->piece, (size_t)lp->piece_len, &tn);
-        json_add_string_n(e, "token", t, tn);
-        free(t);
+        cJSON_AddItemToObject(e, "token", token_json_string(lp->piece, lp->piece_len));
         cJSON_AddNumberToObject(e, "logprob", lp->logprob);
         cJSON_AddItemToObject(e, "bytes", bytes_array(lp->piece, lp->piece_len));
         cJSON *top = cJSON_AddArrayToObject(e, "top_logprobs");
         for (int j = 0; j < lp->n_top; j++) {
             cJSON *a = cJSON_CreateObject();
-            size_t ttn;
-            char *tt = token_bytes_utf8(lp->top_piece[j], (size_t)lp->top_piece_len[j], &ttn);
-            json_add_string_n(a, "token", tt, ttn);
-            free(tt);
+            cJSON_AddItemToObject(a, "token", token_json_string(lp->top_piece[j], lp->top_piece_len[j]));
             cJSON_AddNumberToObject(a, "logprob", lp->top_logprob[j]);
             cJSON_AddItemToObject(a, "bytes", bytes_array(lp->top_piece[j], lp->top_piece_len[j]));
             cJSON_AddItemToArray(top, a);
@@ -126,18 +128,15 @@ void chat_logprobs_add(cJSON *content, const sched_event *ev) {
 /* Completions logprobs (the legacy shape): parallel arrays tokens / token_logprobs /
  * top_logprobs (token -> logprob maps) / text_offset; an unscored entry (a prompt's first token)
  * has null in the middle two, as OpenAI's echo gives it. */
-void completion_logprobs_add(cJSON *obj, const token_logprob *entries, int n, size_t *text_off) {
+void completion_logprobs_add(cJSON *obj, const token_logprob *entries, int n, int max_top, size_t *text_off) {
     cJSON *tokens = cJSON_GetObjectItem(obj, "tokens"), *lps = cJSON_GetObjectItem(obj, "token_logprobs");
     cJSON *tops = cJSON_GetObjectItem(obj, "top_logprobs"), *offs = cJSON_GetObjectItem(obj, "text_offset");
     for (int i = 0; i < n; i++) {
         const token_logprob *lp = &entries[i];
-        size_t tn;
-        char *t = token_bytes_utf8(lp->piece, (size_t)lp->piece_len, &tn);
-        cJSON_AddItemToArray(tokens, json_string_n(t, tn));
-        free(t);
+        cJSON_AddItemToArray(tokens, token_json_string(lp->piece, lp->piece_len));
         cJSON_AddItemToArray(lps, lp->unscored ? cJSON_CreateNull() : cJSON_CreateNumber(lp->logprob));
         cJSON *m = lp->unscored ? cJSON_CreateNull() : cJSON_CreateObject();
-        for (int j = 0; j < lp->n_top && !lp->unscored; j++) {
+        for (int j = 0; j < lp->n_top && j < max_top && !lp->unscored; j++) {
             size_t ttn;
             char *tt = token_bytes_utf8(lp->top_piece[j], (size_t)lp->top_piece_len[j], &ttn);
             /* A map key is a C string in cJSON: a piece with a NUL byte is keyed by its text before
@@ -165,7 +164,7 @@ void collect_logprobs(call *k, int index, const sched_event *ev) {
     choice *ci = &k->choices[index];
     if (!ci->lp) ci->lp = chat ? cJSON_CreateArray() : completion_logprobs_new();
     if (chat) chat_logprobs_add(ci->lp, ev);
-    else completion_logprobs_add(ci->lp, ev->logprobs, ev->n_logprobs, &ci->text_off);
+    else completion_logprobs_add(ci->lp, ev->logprobs, ev->n_logprobs, SCHED_MAX_TOP_LOGPROBS, &ci->text_off);
 }
 
 cJSON *stream_chunk(call *k, int index, const char *text, size_t text_len, const char *finish,
@@ -188,7 +187,8 @@ cJSON *stream_chunk(call *k, int index, const char *text, size_t text_len, const
             chat_logprobs_add(cJSON_AddArrayToObject(l, "content"), lp_ev);
         } else {
             cJSON *l = completion_logprobs_new();
-            completion_logprobs_add(l, lp_ev->logprobs, lp_ev->n_logprobs, &k->choices[index].text_off);
+            completion_logprobs_add(l, lp_ev->logprobs, lp_ev->n_logprobs, SCHED_MAX_TOP_LOGPROBS,
+                                    &k->choices[index].text_off);
             cJSON_AddItemToObject(ch, "logprobs", l);
         }
     } else {

@@ -283,22 +283,15 @@ static bool refuse_unsupported(const cJSON *root, bool chat, api_error *e) {
 }
 
 /* echo (completions: OpenAI's; chat: vLLM's) and vLLM's prompt_logprobs, before max_tokens, which
- * may be 0 with echo on completions (the prompt scored alone). The scheduler scores the prompt
- * with the alternatives either asks for. */
+ * may be 0 with echo on completions (the prompt scored alone). */
 static bool parse_echo(const cJSON *root, bool chat, openai_request *out, gen_params *g, api_error *e) {
-    int top = -1;
     out->prompt_logprobs = -1;
     if (!openai_get_bool(root, "echo", &out->echo, e) ||
-        !get_int(root, "prompt_logprobs", 0, SCHED_MAX_TOP_LOGPROBS, &out->prompt_logprobs, NULL, e) ||
-        (!chat && !get_int(root, "logprobs", 0, SCHED_MAX_TOP_LOGPROBS, &top, NULL, e)))
+        !get_int(root, "prompt_logprobs", 0, SCHED_MAX_TOP_LOGPROBS, &out->prompt_logprobs, NULL, e))
         return false;
     if (chat && out->echo && openai_asks_for_any(openai_field(root, "tools")))
         return openai_fail(e, 400, "echo", "invalid_value", "echo cannot go with tools: a tool call's reply is JSON");
     g->echo_prompt = (out->echo && !chat) || out->prompt_logprobs >= 0;
-    if (!out->echo || chat) top = -1; /* completions' logprobs score the prompt only when it is echoed */
-    if (out->prompt_logprobs > top) top = out->prompt_logprobs;
-    g->prompt_logprobs = top >= 0;
-    g->prompt_top = top >= 0 ? top : 0;
     return true;
 }
 
@@ -545,6 +538,12 @@ bool openai_parse_generation(const char *body, size_t body_len, bool chat, const
         ok = get_int(root, "logprobs", 0, SCHED_MAX_TOP_LOGPROBS, &lp, NULL, err);
         g->logprobs = lp;
     }
+    /* The prompt is scored with the alternatives prompt_logprobs or, when the prompt is echoed on
+     * completions, logprobs ask for (the most of the two). */
+    int scored_top = out->echo && !chat ? g->logprobs : -1;
+    if (out->prompt_logprobs > scored_top) scored_top = out->prompt_logprobs;
+    g->prompt_logprobs = scored_top >= 0;
+    g->prompt_top = scored_top >= 0 ? scored_top : 0;
     const cJSON *user = openai_field(root, "user");
     if (ok && user && !cJSON_IsString(user))
         ok = openai_fail(err, 400, "user", "invalid_type", "user must be a string, not %s", openai_type_name(user));

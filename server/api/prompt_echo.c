@@ -10,15 +10,6 @@
 
 #include "api/json_text.h"
 
-/* A token's text as a client reads it: valid UTF-8, in a JSON string. */
-static cJSON *token_string(const char *piece, int len) {
-    size_t n;
-    char *t = token_bytes_utf8(piece, (size_t)len, &n);
-    cJSON *s = json_string_n(t, n);
-    free(t);
-    return s;
-}
-
 /* vLLM's prompt_logprobs: null for the first token, then for each one {"<id>": {logprob, rank,
  * decoded_token}}, the prompt's token first, then the `top` most likely (once each). */
 static cJSON *prompt_logprobs_list(const sched_event *ev, int top) {
@@ -41,8 +32,8 @@ static cJSON *prompt_logprobs_list(const sched_event *ev, int top) {
             cJSON_AddNumberToObject(o, "logprob", v > -9999.0f ? v : -9999.0f);
             cJSON_AddNumberToObject(o, "rank", j < 0 ? lp->rank : j + 1);
             cJSON_AddItemToObject(o, "decoded_token",
-                                  j < 0 ? token_string(lp->piece, lp->piece_len)
-                                        : token_string(lp->top_piece[j], lp->top_piece_len[j]));
+                                  j < 0 ? token_json_string(lp->piece, lp->piece_len)
+                                        : token_json_string(lp->top_piece[j], lp->top_piece_len[j]));
         }
         cJSON_AddItemToArray(list, entry);
     }
@@ -66,20 +57,6 @@ static void prompt_text(const choice *ci, const sched_event *ev, text_buf *out) 
     text_buf_free(&bytes);
 }
 
-/* Completions' legacy arrays for the prompt's entries, each with at most `top` alternatives. */
-static cJSON *echo_logprobs(const sched_event *ev, int top) {
-    token_logprob *cut = malloc((size_t)ev->n_logprobs * sizeof *cut);
-    if (!cut) return NULL;
-    memcpy(cut, ev->logprobs, (size_t)ev->n_logprobs * sizeof *cut); /* shallow: the pieces stay the event's */
-    for (int i = 0; i < ev->n_logprobs; i++)
-        if (cut[i].n_top > top) cut[i].n_top = top;
-    cJSON *o = completion_logprobs_new();
-    size_t off = 0;
-    completion_logprobs_add(o, cut, ev->n_logprobs, &off);
-    free(cut);
-    return o;
-}
-
 cJSON *prompt_echo_event(call *k, int i, const sched_event *ev) {
     choice *ci = &k->choices[i];
     const bool chat = k->kind != CALL_COMPLETION;
@@ -88,7 +65,11 @@ cJSON *prompt_echo_event(call *k, int i, const sched_event *ev) {
     cJSON *lp = NULL;
     if (!chat && k->prompt_echo) {
         prompt_text(ci, ev, &text);
-        if (k->echo_logprobs >= 0) lp = echo_logprobs(ev, k->echo_logprobs);
+        if (k->echo_logprobs >= 0) { /* the legacy arrays, the prompt's entries first */
+            size_t off = 0;
+            lp = completion_logprobs_new();
+            completion_logprobs_add(lp, ev->logprobs, ev->n_logprobs, k->echo_logprobs, &off);
+        }
         /* The completion's own tokens' offsets follow the prompt's text. */
         ci->text_off = json_utf8_chars(text.p ? text.p : "", text.len);
     }

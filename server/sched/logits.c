@@ -43,10 +43,15 @@ void logits_bias(float *logits, int n_vocab, const int32_t *tokens, const float 
 }
 
 float logits_logprobs(const float *logits, int n_vocab, int32_t chosen, int n_top, int32_t *top_tokens,
-                      float *top_logprobs) {
+                      float *top_logprobs, int *rank) {
     float mx = -INFINITY;
-    for (int i = 0; i < n_vocab; i++)
+    const float c = logits[chosen];
+    int above = 0;
+    for (int i = 0; i < n_vocab; i++) {
         if (logits[i] > mx) mx = logits[i];
+        above += logits[i] > c;
+    }
+    if (rank) *rank = 1 + above;
     double sum = 0.0;
     for (int i = 0; i < n_vocab; i++) sum += exp((double)(logits[i] - mx));
     float lse = mx + (float)log(sum);
@@ -67,13 +72,6 @@ float logits_logprobs(const float *logits, int n_vocab, int32_t chosen, int n_to
     }
     for (int i = 0; i < have; i++) top_logprobs[i] -= lse;
     return logits[chosen] - lse;
-}
-
-int logits_rank(const float *logits, int n_vocab, int32_t token) {
-    const float v = logits[token];
-    int above = 0;
-    for (int i = 0; i < n_vocab; i++) above += logits[i] > v;
-    return 1 + above;
 }
 
 /* (logit, id) before another in the sampler's order. */

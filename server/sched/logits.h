@@ -18,10 +18,9 @@ void logits_bias(float *logits, int n_vocab, const int32_t *tokens, const float 
  * first (the sampler's order); returns how many. */
 int logits_best(const float *logits, int n_vocab, int m, int32_t *ids);
 
-/* log softmax of `chosen`, and the n_top most likely tokens with theirs (best first). */
+/* log softmax of `chosen`, and the n_top most likely tokens with theirs (best first); *rank (when
+ * rank is not NULL) gets 1 + the tokens with a higher logit than chosen's (vLLM's rank). */
 float logits_logprobs(const float *logits, int n_vocab, int32_t chosen, int n_top, int32_t *top_tokens,
-                      float *top_logprobs);
-/* 1 + the tokens with a higher logit than `token` (vLLM's rank of a prompt token). */
-int logits_rank(const float *logits, int n_vocab, int32_t token);
+                      float *top_logprobs, int *rank);
 
 #endif

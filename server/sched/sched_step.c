@@ -138,7 +138,7 @@ static void take_token(scheduler *s, req *r, float *row) {
         ev->n_logprobs = 1;
         lp->token = tok;
         lp->n_top = r->g.logprobs;
-        lp->logprob = logits_logprobs(lp_row, s->info->n_vocab, tok, lp->n_top, lp->top_token, lp->top_logprob);
+        lp->logprob = logits_logprobs(lp_row, s->info->n_vocab, tok, lp->n_top, lp->top_token, lp->top_logprob, NULL);
         lp->piece = sched_dup_piece(s, tok, false, &lp->piece_len);
         for (int i = 0; i < lp->n_top; i++) lp->top_piece[i] = sched_dup_piece(s, lp->top_token[i], false, &lp->top_piece_len[i]);
     }
