@@ -4,6 +4,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "base/row_math.h"
 #include "wushkv/wushkv.h"
 
 typedef struct cand {
@@ -16,6 +17,8 @@ struct wk_sampler {
     int n_vocab;
     uint64_t rng[4]; /* xoshiro256** state */
     cand *c;         /* (n_vocab) candidate scratch, reused every call */
+    float *terms;    /* (n_vocab) exp terms of the whole row, when no top-k cut comes first */
+    int32_t *idx;    /* (n_vocab) indices of the logits above a cut */
 };
 
 /* ---- RNG: splitmix64 expands the 64-bit seed into xoshiro256**'s 256-bit state ---------- */
@@ -98,8 +101,10 @@ wk_sampler *wk_sampler_create(const wk_sampler_params *p, int n_vocab) {
     s->p = *p;
     s->n_vocab = n_vocab;
     s->c = malloc((size_t)n_vocab * sizeof *s->c);
-    if (!s->c) {
-        free(s);
+    s->terms = malloc((size_t)n_vocab * sizeof *s->terms);
+    s->idx = malloc((size_t)n_vocab * sizeof *s->idx);
+    if (!s->c || !s->terms || !s->idx) {
+        wk_sampler_destroy(s);
         return NULL;
     }
     uint64_t x = p->seed;
@@ -110,14 +115,49 @@ wk_sampler *wk_sampler_create(const wk_sampler_params *p, int n_vocab) {
 void wk_sampler_destroy(wk_sampler *s) {
     if (!s) return;
     free(s->c);
+    free(s->terms);
+    free(s->idx);
     free(s);
 }
 
+/* The highest logit's id, the lowest id on a tie; NaN logits are passed over. */
 static int32_t argmax(const float *logits, int n) {
-    int32_t best = 0;
-    for (int i = 1; i < n; i++)
-        if (logits[i] > logits[best]) best = i; /* strict: the lowest id wins a tie */
-    return best;
+    int at;
+    wk_row_max(logits, n, &at);
+    return at;
+}
+
+/* One draw from the softmax of the whole row at temperature 1/inv_t, no cut. terms[i] = exp((l_i -
+ * lmax) * inv_t) from one vector pass; the draw's running sum then goes a block at a time and
+ * opens only the block it lands in. */
+static int32_t draw_whole_row(wk_sampler *s, const float *logits, float lmax, float inv_t) {
+    enum { SPAN = 256 };
+    const int n = s->n_vocab;
+    const double sum = wk_row_exp_sum(logits, n, lmax, inv_t, s->terms);
+    const double u = rng_uniform(s->rng) * sum;
+    double cum = 0.0;
+    int32_t last = -1; /* the last token with a nonzero term, for u in the sum's rounding gap */
+    for (int b = 0; b < n; b += SPAN) {
+        const int end = b + SPAN < n ? b + SPAN : n;
+        float part = 0.0f;
+        for (int i = b; i < end; i++) part += s->terms[i];
+        if (cum + part <= u) {
+            cum += part;
+            if (part > 0.0f)
+                for (int i = end - 1; i >= b; i--)
+                    if (s->terms[i] > 0.0f) {
+                        last = i;
+                        break;
+                    }
+            continue;
+        }
+        for (int i = b; i < end; i++) {
+            cum += s->terms[i];
+            if (s->terms[i] > 0.0f) last = i;
+            if (u < cum) return i;
+        }
+    }
+    return last >= 0 ? last : argmax(logits, n);
 }
 
 /* Cuts a best-first candidate list to the top-p prefix: the shortest prefix whose probability
@@ -130,6 +170,42 @@ static int cut_top_p(const cand *c, int n, float lmax, double z, float top_p) {
         if (cum >= target) return i + 1;
     }
     return n; /* rounding left the sum a hair short: keep them all */
+}
+
+/* Above this many candidates a top-p cut is found by threshold, not by sorting them (a flat row,
+ * whose mass is spread over thousands of tokens, would otherwise sort most of the vocabulary:
+ * 26 ms for 262144 where the threshold takes about 1.5). */
+enum { TOP_P_SORT_MAX = 4096 };
+
+/* Top-p's kept set without sorting, into s->c in id order; returns its size. The sorted cut keeps
+ * every token above the crossing token's logit v and, of the tokens at v, the lower ids until the
+ * mass reaches target. v is the largest logit whose tokens and those above hold target, found by
+ * bisection on the threshold (mass(l >= x) only grows as x falls) down to adjacent floats; the
+ * masses come from s->terms (exp(l - lmax), filled by the caller). floor: min-p's cut, applied
+ * after. */
+static int top_p_by_threshold(wk_sampler *s, const float *logits, float lmax, double target, float floor) {
+    const int n = s->n_vocab;
+    /* mass(l >= lo) >= target always (below lmax - 87 every term is 0); mass(l >= hi) < target. */
+    float lo = lmax - 128.0f, hi = nextafterf(lmax, INFINITY);
+    if (wk_row_sum_at_least(s->terms, logits, n, lmax) >= target) lo = lmax;
+    while (nextafterf(lo, INFINITY) < hi) {
+        float mid = lo + (hi - lo) * 0.5f;
+        if (!(mid > lo && mid < hi)) mid = nextafterf(lo, INFINITY);
+        if (wk_row_sum_at_least(s->terms, logits, n, mid) >= target) lo = mid;
+        else hi = mid;
+    }
+    const float v = lo, above = nextafterf(v, INFINITY);
+    int nc = wk_row_indices_at_least(logits, n, above > floor ? above : floor, s->idx);
+    for (int i = 0; i < nc; i++) s->c[i] = (cand){logits[s->idx[i]], s->idx[i]};
+    if (v >= floor) {
+        double cum = wk_row_sum_at_least(s->terms, logits, n, above);
+        for (int i = 0; i < n && cum < target; i++)
+            if (logits[i] == v) {
+                s->c[nc++] = (cand){v, i};
+                cum += s->terms[i];
+            }
+    }
+    return nc;
 }
 
 int32_t wk_sampler_sample(wk_sampler *s, const float *logits) {
@@ -158,38 +234,37 @@ int32_t wk_sampler_sample(wk_sampler *s, const float *logits) {
         /* No top-k: top-p and min-p both keep a best-first prefix, so only the tokens that can be
          * in the shorter of the two prefixes need sorting. Min-p's prefix is l >= lmax + log(min_p);
          * top-p's lies inside {l >= t} for any t whose mass reaches top_p, found by widening t. */
-        lmax = logits[argmax(logits, n)];
+        lmax = wk_row_max(logits, n, NULL);
         float t = -INFINITY;
         if (use_min_p) t = lmax + logf(p->min_p);
+        double z = 0.0;
         if (use_top_p) {
-            double z = 0.0;
-            for (int i = 0; i < n; i++) z += expf(logits[i] - lmax);
+            z = wk_row_exp_sum(logits, n, lmax, 1.0f, s->terms);
             for (float width = 8.0f;; width *= 2.0f) {
                 float tp = lmax - width;
                 if (tp <= t || isinf(width)) break; /* min-p's cut is already the tighter one */
-                double mass = 0.0;
-                for (int i = 0; i < n; i++)
-                    if (logits[i] >= tp) mass += expf(logits[i] - lmax);
-                if (mass >= (double)p->top_p * z) {
+                if (wk_row_sum_at_least(s->terms, logits, n, tp) >= (double)p->top_p * z) {
                     t = tp;
                     break;
                 }
             }
-            nc = 0;
-            for (int i = 0; i < n; i++)
-                if (logits[i] >= t) c[nc++] = (cand){logits[i], i};
-            qsort(c, (size_t)nc, sizeof *c, cand_cmp_desc);
-            nc = cut_top_p(c, nc, lmax, z, p->top_p);
+        }
+        /* t = -inf keeps every logit but NaN ones, as the filters below would. */
+        nc = wk_row_indices_at_least(logits, n, t, s->idx);
+        if (use_top_p && nc > TOP_P_SORT_MAX) {
+            nc = top_p_by_threshold(s, logits, lmax, (double)p->top_p * z, use_min_p ? t : -INFINITY);
         } else {
-            nc = 0;
-            for (int i = 0; i < n; i++)
-                if (logits[i] >= t) c[nc++] = (cand){logits[i], i};
+            for (int i = 0; i < nc; i++) c[i] = (cand){logits[s->idx[i]], s->idx[i]};
+            if (use_top_p) {
+                qsort(c, (size_t)nc, sizeof *c, cand_cmp_desc);
+                nc = cut_top_p(c, nc, lmax, z, p->top_p);
+            }
         }
     } else {
         /* Plain temperature sampling over the whole vocabulary: no order needed. */
-        nc = n;
-        for (int i = 0; i < n; i++) c[i] = (cand){logits[i], i};
-        lmax = logits[argmax(logits, n)];
+        lmax = wk_row_max(logits, n, NULL);
+        if (isinf(lmax)) return argmax(logits, n); /* every logit NaN or -inf (or one +inf) */
+        return draw_whole_row(s, logits, lmax, 1.0f / p->temperature);
     }
 
     if (use_min_p) {

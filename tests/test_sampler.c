@@ -139,6 +139,75 @@ static void test_top_p_cuts_tail(void) {
     CHECK_EQ_INT(counts[1], 1000);
 }
 
+/* The plain temperature path over a row longer than a draw's 256-token blocks: frequencies against
+ * the softmax at temperature 1 and 0.5 for tokens in the first block, on both sides of a block
+ * edge and in the last, partial block; -inf (masked) and NaN tokens are never drawn; a row with
+ * nothing drawable gives token 0, as greedy does. */
+static void test_whole_row_blocks(void) {
+    enum { N = 1003, DRAWS = 20000 };
+    static float logits[N];
+    static int counts[N];
+    const int32_t ids[5] = {0, 255, 256, 700, 1002};
+    const float vals[5] = {1.0f, 2.0f, 0.5f, 1.5f, 2.5f};
+    for (int i = 0; i < N; i++) logits[i] = i % 2 ? -INFINITY : NAN;
+    for (int k = 0; k < 5; k++) logits[ids[k]] = vals[k];
+    for (int t = 0; t < 2; t++) {
+        float temp = t ? 0.5f : 1.0f;
+        double e[5], z = 0.0;
+        for (int k = 0; k < 5; k++) z += e[k] = exp(vals[k] / temp);
+        wk_sampler_params p = params(temp, 0, 1.0f, 0.0f, 11 + (uint64_t)t);
+        histogram(&p, logits, N, DRAWS, counts);
+        int drawn = 0;
+        for (int k = 0; k < 5; k++) {
+            drawn += counts[ids[k]];
+            printf("whole row, temperature %.1f, token %d: freq %.4f softmax %.4f\n", temp, ids[k],
+                   (double)counts[ids[k]] / DRAWS, e[k] / z);
+            CHECK_NEAR((double)counts[ids[k]] / DRAWS, e[k] / z, 0.02);
+        }
+        CHECK_EQ_INT(drawn, DRAWS);
+    }
+    for (int i = 0; i < N; i++) logits[i] = -INFINITY;
+    wk_sampler_params p = params(1.0f, 0, 1.0f, 0.0f, 5);
+    histogram(&p, logits, N, 10, counts);
+    CHECK_EQ_INT(counts[0], 10);
+}
+
+/* Top-p on flat rows, where more than 4096 tokens share the mass and the cut is found by threshold
+ * instead of a sort: the draws stay inside the sorted prefix the reference computes in double, and
+ * reach its end. Two rows: distinct logits falling slowly, and two tied levels with the cut inside
+ * a tie (kept: the lower ids). */
+static void test_top_p_flat(void) {
+    enum { N = 20000, DRAWS = 3000 };
+    static float logits[N];
+    static int counts[N];
+    for (int row = 0; row < 2; row++) {
+        int last_kept; /* the reference: the highest id the sorted cut keeps */
+        if (row == 0) {
+            double z = 0.0, cum = 0.0;
+            for (int i = 0; i < N; i++) z += exp((double)(logits[i] = -1e-4f * (float)i));
+            for (last_kept = 0; last_kept < N; last_kept++)
+                if ((cum += exp((double)logits[last_kept])) >= 0.5 * z) break;
+        } else {
+            for (int i = 0; i < N; i++) logits[i] = i % 2 ? -1.0f : 0.0f;
+            double z = N / 2 * (1.0 + exp(-1.0)), cum = 0.0;
+            for (last_kept = 0; last_kept < N; last_kept += 2)
+                if ((cum += 1.0) >= 0.5 * z) break;
+        }
+        wk_sampler_params p = params(0.7f, 0, 0.5f, 0.0f, 21 + (uint64_t)row);
+        histogram(&p, logits, N, DRAWS, counts);
+        int highest = -1, outside = 0;
+        for (int i = 0; i < N; i++) {
+            if (!counts[i]) continue;
+            highest = i;
+            outside += i > last_kept + 1 || (row == 1 && i % 2);
+        }
+        printf("flat row %d: cut keeps ids <= %d, highest drawn %d, drawn outside %d\n", row, last_kept, highest,
+               outside);
+        CHECK_EQ_INT(outside, 0);
+        CHECK(highest >= last_kept - last_kept / 50);
+    }
+}
+
 static void test_large_vocab(void) {
     /* Gemma's 262144-token vocabulary with a peaked head and a long flat tail: every path must
      * return an in-range token and respect its cut. */
@@ -188,6 +257,8 @@ int main(void) {
     test_same_seed_same_sequence();
     test_distribution();
     test_top_p_cuts_tail();
+    test_whole_row_blocks();
+    test_top_p_flat();
     test_large_vocab();
     TEST_MAIN_END();
 }

@@ -1,9 +1,12 @@
-/* Logits edits before sampling and log-probabilities after: plain loops over one row of
- * n_vocab floats (262k for Gemma 3), cheap next to the forward step that produced it. */
+/* Logits edits before sampling and log-probabilities after: loops over one row of n_vocab floats
+ * (262k for Gemma 3); the log-sum-exp is the engine's vector pass (wk_logsumexp), the rest plain
+ * loops. */
 #include "sched/logits.h"
 
 #include <math.h>
 #include <stdbool.h>
+
+#include "wushkv/wushkv.h"
 
 void logits_penalize(float *logits, const int32_t *prompt, int n_prompt, const int32_t *gen, int n_gen,
                      float presence, float frequency, float repetition, int last_n, int *scratch) {
@@ -44,17 +47,13 @@ void logits_bias(float *logits, int n_vocab, const int32_t *tokens, const float 
 
 float logits_logprobs(const float *logits, int n_vocab, int32_t chosen, int n_top, int32_t *top_tokens,
                       float *top_logprobs, int *rank) {
-    float mx = -INFINITY;
-    const float c = logits[chosen];
-    int above = 0;
-    for (int i = 0; i < n_vocab; i++) {
-        if (logits[i] > mx) mx = logits[i];
-        above += logits[i] > c;
+    if (rank) {
+        const float c = logits[chosen];
+        int above = 0;
+        for (int i = 0; i < n_vocab; i++) above += logits[i] > c;
+        *rank = 1 + above;
     }
-    if (rank) *rank = 1 + above;
-    double sum = 0.0;
-    for (int i = 0; i < n_vocab; i++) sum += exp((double)(logits[i] - mx));
-    float lse = mx + (float)log(sum);
+    const float lse = wk_logsumexp(logits, n_vocab);
     /* Top n by insertion into a short sorted list: n <= 20, so this is one pass. Ties keep the
      * lower id first, as the sampler orders them. */
     int have = 0;
