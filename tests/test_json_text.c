@@ -89,6 +89,29 @@ static void test_stop_after_nul(void) {
     text_buf_free(&out);
 }
 
+/* vLLM's min_tokens and include_stop_str_in_output: unarmed, a whole stop string is text while its
+ * possible start is still held back, so a stop string that ends once armed is found whole; the hit
+ * names the stop string, and with include_stop it is shown. */
+static void test_stop_armed_and_included(void) {
+    char stop0[] = "END", stop1[] = "xy";
+    char *const stops[] = {stop0, stop1};
+    const size_t lens[] = {3, 2};
+    text_stream ts;
+    text_stream_init(&ts, stops, lens, 2);
+    ts.include_stop = true;
+    text_buf out = {0};
+    bool oom = false;
+    ts.armed = false;
+    CHECK(!text_stream_feed(&ts, "a xy b E", 8, &out, &oom)); /* "xy" not matched; "E" held */
+    CHECK(out.len == 7 && memcmp(out.p, "a xy b ", 7) == 0);
+    ts.armed = true;
+    CHECK(text_stream_feed(&ts, "ND tail", 7, &out, &oom)); /* "END" straddles the arming */
+    CHECK(ts.stop_hit == 0);
+    CHECK(out.len == 10 && memcmp(out.p, "a xy b END", 10) == 0 && !oom);
+    text_stream_free(&ts);
+    text_buf_free(&out);
+}
+
 /* text_offset's unit: characters as a client's string has them, whatever bytes a token holds. */
 static void test_utf8_chars(void) {
     CHECK(json_utf8_chars("", 0) == 0);
@@ -104,5 +127,6 @@ int main(void) {
     test_measure();
     test_write();
     test_stop_after_nul();
+    test_stop_armed_and_included();
     TEST_MAIN_END();
 }

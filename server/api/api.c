@@ -74,6 +74,7 @@ static void call_free(api_server *a, call *k) {
     for (int i = 0; i < k->n_choices; i++) {
         text_buf_free(&k->choices[i].text);
         text_buf_free(&k->choices[i].echo);
+        text_buf_free(&k->choices[i].stop_str);
         cJSON_Delete(k->choices[i].lp);
         cJSON_Delete(k->choices[i].prompt_lp);
     }
@@ -112,6 +113,7 @@ static call *call_new(api_server *a, http_conn *c, call_kind kind, int n_choices
         return NULL;
     }
     k->n_choices = n_choices;
+    for (int i = 0; i < n_choices; i++) k->choices[i].stop_token = -1;
     k->id = a->next_id + 1;
     a->next_id += (uint64_t)(n_choices > 0 ? n_choices : 1);
     k->kind = kind;
@@ -229,6 +231,8 @@ static void on_gen_event(api_server *a, call *k, int i, sched_event *ev) {
     case EV_DONE:
         ci->done = true;
         ci->finish_reason = ev->finish_reason;
+        ci->stop_token = ev->stop_token;
+        if (ev->stop_str && !text_buf_add(&ci->stop_str, ev->stop_str, ev->stop_str_len)) ci->stop_str.len = 0;
         ci->completion_tokens = ev->completion_tokens;
         ci->cached_tokens = ev->cached_tokens;
         ci->kv = ev->kv;

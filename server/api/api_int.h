@@ -36,6 +36,8 @@ typedef struct choice {
     tools_stream tstream; /* chat stream with tools: how far the reply was read (an answer streams as it comes) */
     text_buf echo;   /* echo: the text before the reply's (a completion's text prompt; chat: the last reply's words) */
     cJSON *prompt_lp; /* non-streamed: vLLM's prompt_logprobs list, from the EV_PROMPT */
+    text_buf stop_str;  /* vLLM's stop_reason: the stop string that ended it (empty: none) ... */
+    int32_t stop_token; /* ... or the stop_token_ids token (-1: none) */
 } choice;
 
 /* One request waiting on the engine. A generation with k choices owns engine ids id..id+k-1. */

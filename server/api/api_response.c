@@ -167,6 +167,15 @@ void collect_logprobs(call *k, int index, const sched_event *ev) {
     else completion_logprobs_add(ci->lp, ev->logprobs, ev->n_logprobs, SCHED_MAX_TOP_LOGPROBS, &ci->text_off);
 }
 
+/* vLLM's stop_reason beside a finish_reason: the stop string or stop token id that ended a "stop",
+ * else null (an end-of-generation token, the length, a tool call). */
+static void stop_reason_add(cJSON *ch, const choice *ci, const char *finish) {
+    const bool stop = finish && strcmp(finish, "stop") == 0;
+    if (stop && ci->stop_str.len) json_add_string_n(ch, "stop_reason", ci->stop_str.p, ci->stop_str.len);
+    else if (stop && ci->stop_token >= 0) cJSON_AddNumberToObject(ch, "stop_reason", ci->stop_token);
+    else cJSON_AddNullToObject(ch, "stop_reason");
+}
+
 cJSON *stream_chunk(call *k, int index, const char *text, size_t text_len, const char *finish,
                     const sched_event *lp_ev, bool role) {
     bool chat = k->kind == CALL_CHAT;
@@ -194,8 +203,12 @@ cJSON *stream_chunk(call *k, int index, const char *text, size_t text_len, const
     } else {
         cJSON_AddNullToObject(ch, "logprobs");
     }
-    if (finish) cJSON_AddStringToObject(ch, "finish_reason", finish);
-    else cJSON_AddNullToObject(ch, "finish_reason");
+    if (finish) {
+        cJSON_AddStringToObject(ch, "finish_reason", finish);
+        stop_reason_add(ch, &k->choices[index], finish);
+    } else {
+        cJSON_AddNullToObject(ch, "finish_reason");
+    }
     cJSON_AddItemToArray(choices, ch);
     if (k->include_usage) cJSON_AddNullToObject(o, "usage"); /* as OpenAI: null until the usage chunk */
     return o;
@@ -241,6 +254,7 @@ cJSON *whole_response(call *k) {
             cJSON_AddNullToObject(ch, "logprobs");
         }
         cJSON_AddStringToObject(ch, "finish_reason", finish);
+        stop_reason_add(ch, ci, finish);
         cJSON_AddItemToArray(choices, ch);
     }
     cJSON_AddItemToObject(o, "usage", usage_object(k));

@@ -227,6 +227,32 @@ static bool parse_stop(const cJSON *root, gen_params *g, api_error *e) {
     return ok;
 }
 
+/* vLLM's (and llama.cpp's ignore_eos) controls of where a generation ends: ignore_eos,
+ * min_tokens, stop_token_ids, include_stop_str_in_output. After max_tokens. */
+static bool parse_stop_controls(const cJSON *root, gen_params *g, api_error *e) {
+    if (!openai_get_bool(root, "ignore_eos", &g->ignore_eos, e) ||
+        !openai_get_bool(root, "include_stop_str_in_output", &g->include_stop, e) ||
+        !get_int(root, "min_tokens", 0, 1L << 30, &g->min_tokens, NULL, e))
+        return false;
+    if (g->max_tokens >= 0 && g->min_tokens > g->max_tokens)
+        return openai_fail(e, 400, "min_tokens", "invalid_value", "min_tokens (%d) must be at most max_tokens (%d)",
+                           g->min_tokens, g->max_tokens);
+    const cJSON *ids = openai_field(root, "stop_token_ids"), *v;
+    if (!ids) return true;
+    if (!cJSON_IsArray(ids))
+        return openai_fail(e, 400, "stop_token_ids", "invalid_type", "stop_token_ids must be an array of token ids, not %s",
+                           openai_type_name(ids));
+    if (cJSON_GetArraySize(ids) > SCHED_MAX_STOP_IDS)
+        return openai_fail(e, 400, "stop_token_ids", "invalid_value", "at most %d stop_token_ids are supported",
+                           SCHED_MAX_STOP_IDS);
+    cJSON_ArrayForEach(v, ids) {
+        if (!is_integer(v) || v->valuedouble < 0 || v->valuedouble > INT32_MAX)
+            return openai_fail(e, 400, "stop_token_ids", "invalid_type", "stop_token_ids must hold token ids (integers >= 0)");
+        g->stop_ids[g->n_stop_ids++] = (int32_t)v->valuedouble;
+    }
+    return true;
+}
+
 static bool parse_logit_bias(const cJSON *root, gen_params *g, api_error *e) {
     const cJSON *b = openai_field(root, "logit_bias");
     if (!b) return true;
@@ -553,7 +579,7 @@ bool openai_parse_generation(const char *body, size_t body_len, bool chat, const
     tools_ask tools = {0};
     cJSON *answer = NULL;
     const char *answer_other = NULL;
-    ok = ok && parse_stop(root, g, err) && parse_logit_bias(root, g, err) && structured_output_parse(root, &g->grammar, err) &&
+    ok = ok && parse_stop(root, g, err) && parse_stop_controls(root, g, err) && parse_logit_bias(root, g, err) && structured_output_parse(root, &g->grammar, err) &&
          (!chat || (structured_output_answer_schema(root, &answer, &answer_other, err) && tools_parse(root, answer, &tools, err)));
     cJSON_Delete(answer);
     if (ok && tools.mode != TOOLS_OFF && answer_other)

@@ -45,6 +45,11 @@ void logits_bias(float *logits, int n_vocab, const int32_t *tokens, const float 
         if (tokens[i] >= 0 && tokens[i] < n_vocab) logits[tokens[i]] += values[i];
 }
 
+void logits_mask(float *logits, int n_vocab, const int32_t *tokens, int n) {
+    for (int i = 0; i < n; i++)
+        if (tokens[i] >= 0 && tokens[i] < n_vocab) logits[tokens[i]] = -INFINITY;
+}
+
 float logits_logprobs(const float *logits, int n_vocab, int32_t chosen, int n_top, int32_t *top_tokens,
                       float *top_logprobs, int *rank) {
     if (rank) {

@@ -13,6 +13,8 @@
 void logits_penalize(float *logits, const int32_t *prompt, int n_prompt, const int32_t *gen, int n_gen,
                      float presence, float frequency, float repetition, int last_n, int *scratch);
 void logits_bias(float *logits, int n_vocab, const int32_t *tokens, const float *values, int n);
+/* Sets the logits of the n tokens (those in the vocabulary) to -inf: never drawn. */
+void logits_mask(float *logits, int n_vocab, const int32_t *tokens, int n);
 
 /* The (at most) m tokens with the highest finite logits into ids, best first, equal logits lower id
  * first (the sampler's order); returns how many. */

@@ -71,7 +71,7 @@ void req_remove(scheduler *s, req *r) {
 }
 
 /* Ends a request: last text, usage, metrics; parks or frees its sequence at once. */
-void req_finish(scheduler *s, req *r, const char *reason) {
+static void finish(scheduler *s, req *r, const char *reason, int stop_index, int32_t stop_token) {
     bool oom = false;
     if (strcmp(reason, "abort") != 0) {
         text_buf tail = {0};
@@ -93,6 +93,11 @@ void req_finish(scheduler *s, req *r, const char *reason) {
     sched_event *ev = sched_ev_new(EV_DONE, r->id);
     if (ev) {
         ev->finish_reason = reason;
+        ev->stop_token = stop_token;
+        if (stop_index >= 0 && (ev->stop_str = malloc(r->g.stop_len[stop_index])) != NULL) {
+            memcpy(ev->stop_str, r->g.stop[stop_index], r->g.stop_len[stop_index]);
+            ev->stop_str_len = r->g.stop_len[stop_index];
+        }
         ev->prompt_tokens = r->n_prompt;
         ev->completion_tokens = r->n_gen;
         ev->cached_tokens = r->n_cached;
@@ -123,6 +128,12 @@ void req_finish(scheduler *s, req *r, const char *reason) {
     }
     req_remove(s, r);
     req_free(r);
+}
+
+void req_finish(scheduler *s, req *r, const char *reason) { finish(s, r, reason, -1, -1); }
+
+void req_finish_stop(scheduler *s, req *r, int stop_index, int32_t stop_token) {
+    finish(s, r, "stop", stop_index, stop_token);
 }
 
 void req_fail(scheduler *s, req *r, const char *what, int rc, const char *err) {
@@ -238,6 +249,13 @@ static req *admit_generate(scheduler *s, sched_job *j, int n_choices) {
             req_free(r);
             return NULL;
         }
+    for (int i = 0; i < r->g.n_stop_ids; i++)
+        if (r->g.stop_ids[i] >= info->n_vocab) {
+            sched_post_error(s, r->id, 400, "stop_token_ids", NULL, "stop_token_ids id %d is outside the vocabulary (0..%d)",
+                             (int)r->g.stop_ids[i], info->n_vocab - 1);
+            req_free(r);
+            return NULL;
+        }
     r->sampler = wk_sampler_create(&r->g.sampling, info->n_vocab);
     if (!r->sampler) {
         sched_post_error(s, r->id, 500, NULL, NULL, "out of memory");
@@ -249,6 +267,7 @@ static req *admit_generate(scheduler *s, sched_job *j, int n_choices) {
         return NULL;
     }
     text_stream_init(&r->ts, r->g.stop, r->g.stop_len, r->g.n_stop);
+    r->ts.include_stop = r->g.include_stop;
     return r;
 }
 

@@ -113,6 +113,12 @@ static void take_token(scheduler *s, req *r, float *row) {
         req_finish(s, r, "stop");
         return;
     }
+    bool stop_id = false; /* vLLM's stop_token_ids: left out of the text unless include_stop */
+    for (int i = 0; i < r->g.n_stop_ids && !stop_id; i++) stop_id = tok == r->g.stop_ids[i];
+    if (stop_id && !r->g.include_stop) {
+        req_finish_stop(s, r, -1, tok);
+        return;
+    }
     /* One gap per output token after the first, so the count is completion_tokens - 1. */
     if (r->n_gen > 0) metrics_inter_token(s->m, now - prev);
     if (r->n_gen == r->cap_gen) {
@@ -145,12 +151,14 @@ static void take_token(scheduler *s, req *r, float *row) {
     int n = sched_piece(s, tok);
     text_buf delta = {0};
     bool oom = false, stopped = false;
+    r->ts.armed = r->n_gen >= r->g.min_tokens; /* vLLM: stop strings count from the min_tokens-th token */
     if (n > 0) stopped = text_stream_feed(&r->ts, s->piece, (size_t)n, &delta, &oom);
     ev->text = delta.p;
     ev->text_len = delta.len;
     sched_ev_post(s, ev);
     if (oom) req_fail(s, r, "out of memory", WK_ERR_NOMEM, NULL);
-    else if (stopped) req_finish(s, r, "stop");
+    else if (stopped) req_finish_stop(s, r, r->ts.stop_hit, -1);
+    else if (stop_id) req_finish_stop(s, r, -1, tok);
     else if (r->matcher && wk_matcher_finished(r->matcher)) req_finish(s, r, "stop"); /* nothing may follow */
     else if (r->n_gen >= r->max_tokens || wk_seq_len(r->seq) >= s->info->max_ctx) req_finish(s, r, "length");
     else {
@@ -420,6 +428,8 @@ void sched_step(scheduler *s) {
             }
         }
         if (r->g.n_bias) logits_bias(row, s->info->n_vocab, r->g.bias_tokens, r->g.bias_values, r->g.n_bias);
+        if (r->g.ignore_eos || r->n_gen < r->g.min_tokens) logits_mask(row, s->info->n_vocab, s->eog, s->n_eog);
+        if (r->n_gen < r->g.min_tokens) logits_mask(row, s->info->n_vocab, r->g.stop_ids, r->g.n_stop_ids);
         logits_penalize(row, r->prompt, r->n_prompt, r->gen, r->n_gen, r->g.presence_penalty, r->g.frequency_penalty,
                         r->g.repetition_penalty, r->g.repeat_last_n, s->scratch);
         take_token(s, r, row); /* may finish (and free) r */

@@ -32,6 +32,7 @@ void gen_params_free(gen_params *g) {
 void sched_event_free(sched_event *ev) {
     if (!ev) return;
     free(ev->text);
+    free(ev->stop_str);
     free(ev->tokens);
     token_logprobs_free(ev->logprobs, ev->n_logprobs);
     free(ev);
@@ -229,6 +230,9 @@ static void *engine_main(void *arg) {
     const char *tmpl = wk_engine_chat_template(s->e);
     m->chat_template = tmpl ? strdup(tmpl) : NULL;
 
+    /* The end-of-generation tokens, for the requests that mask them (ignore_eos, min_tokens). */
+    for (int32_t t = 0; t < s->info->n_vocab && s->n_eog < (int)(sizeof s->eog / sizeof *s->eog); t++)
+        if (wk_token_is_eog(s->e, t)) s->eog[s->n_eog++] = t;
     size_t nv = (size_t)s->info->n_vocab;
     s->logits = malloc((size_t)s->cfg.max_seqs * nv * sizeof *s->logits);
     s->logit_rows = s->cfg.max_seqs;

@@ -15,6 +15,7 @@
 #include "wushkv/wushkv.h"
 
 #define SCHED_MAX_STOP 8     /* stop strings per request (OpenAI allows 4) */
+#define SCHED_MAX_STOP_IDS 64 /* vLLM's stop_token_ids per request */
 #define SCHED_MAX_TOP_LOGPROBS 20
 /* A request's scored prompt entries, counting each alternative: prompt tokens x (alternatives + 1)
  * x choices (docs/reliability.md, the limits table). */
@@ -47,6 +48,14 @@ typedef struct gen_params {
     char *stop[SCHED_MAX_STOP]; /* may hold NUL bytes: stop_len counts */
     size_t stop_len[SCHED_MAX_STOP];
     int n_stop;
+    /* vLLM's stop_token_ids: generating one of these ends the request ("stop"), the token's text
+     * left out (kept with include_stop); checked against the vocabulary on the front thread. */
+    int32_t stop_ids[SCHED_MAX_STOP_IDS];
+    int n_stop_ids;
+    bool include_stop; /* vLLM's include_stop_str_in_output: the stop string or stop token's text stays */
+    bool ignore_eos;   /* end-of-generation tokens are never drawn (masked, as llama.cpp does) */
+    int min_tokens;    /* vLLM's: until this many tokens, end-of-generation and stop_ids are masked and
+                        * stop strings not matched */
     int logprobs; /* -1: none; else the number of alternatives per token (0..SCHED_MAX_TOP_LOGPROBS) */
     /* The prompt sent back once it is prefilled (an EV_PROMPT: its tokens, for OpenAI's echo), and
      * with prompt_logprobs each prompt token's log-probability under the tokens before it, with
@@ -116,6 +125,12 @@ typedef struct sched_event {
     char message[512];       /* EV_ERROR, EV_FATAL */
     const char *param, *code; /* EV_ERROR: static strings or NULL */
     const char *finish_reason; /* EV_DONE: "stop", "length", "abort" */
+    /* EV_DONE, vLLM's stop_reason: the stop string that ended a "stop" (owned, stop_str_len bytes,
+     * else NULL), or the stop_ids token that did (else -1); neither for an end-of-generation token,
+     * a grammar's end or any other finish. */
+    char *stop_str;
+    size_t stop_str_len;
+    int32_t stop_token;
     int prompt_tokens, completion_tokens;
     int cached_tokens;       /* EV_DONE: prompt tokens taken from the prefix cache at admission */
     kv_usage kv;             /* EV_DONE: peak held by the sequence */

@@ -85,6 +85,8 @@ struct scheduler {
     float *logits;  /* logit_rows rows of n_vocab: one per item, and more for scored prompts (sched_step.c) */
     int logit_rows;
     int *scratch;  /* n_vocab zeros for logits_penalize */
+    int32_t eog[16]; /* the vocabulary's end-of-generation tokens (ignore_eos, min_tokens mask them) */
+    int n_eog;
     wk_grammar_vocab *grammar_vocab; /* the vocabulary decoded for grammars: made by the first request with one */
     float *unmasked;                 /* n_vocab: a row before its grammar mask, for its logprobs */
     char *piece;
@@ -123,6 +125,8 @@ void req_unlink(req **head, req *r);
 void req_remove(scheduler *s, req *r);
 void req_free(req *r);
 void req_finish(scheduler *s, req *r, const char *reason);
+/* req_finish for a "stop" that a stop string (index, else -1) or a stop_ids token (else -1) caused. */
+void req_finish_stop(scheduler *s, req *r, int stop_index, int32_t stop_token);
 void req_fail(scheduler *s, req *r, const char *what, int rc, const char *err);
 
 /* prompt_score.c: the prompt sent back (EV_PROMPT) and scored (prompt logprobs). */

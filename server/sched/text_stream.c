@@ -13,6 +13,8 @@ void text_stream_init(text_stream *t, char *const *stop, const size_t *stop_len,
     t->stop = stop;
     t->stop_len = stop_len;
     t->n_stop = n_stop;
+    t->stop_hit = -1;
+    t->armed = true;
 }
 
 void text_stream_free(text_stream *t) { text_buf_free(&t->held); }
@@ -92,12 +94,16 @@ bool text_stream_feed(text_stream *t, const char *bytes, size_t n, text_buf *out
     /* The earliest stop string wins; the text before it is the last shown. Text and stop strings
      * may hold NUL bytes (a generated 0x00, JSON's \u0000): compared by length, never as C strings. */
     const char *first = NULL;
-    for (int i = 0; i < t->n_stop; i++) {
+    for (int i = 0; i < t->n_stop && t->armed; i++) {
         const char *hit = memmem(t->held.p, t->held.len, t->stop[i], t->stop_len[i]);
-        if (hit && (!first || hit < first)) first = hit;
+        if (hit && (!first || hit < first)) {
+            first = hit;
+            t->stop_hit = i;
+        }
     }
     if (first) {
-        if (!release(t, (size_t)(first - t->held.p), out)) *oom = true;
+        size_t shown = (size_t)(first - t->held.p) + (t->include_stop ? t->stop_len[t->stop_hit] : 0);
+        if (!release(t, shown, out)) *oom = true;
         t->held.len = 0;
         t->stopped = true;
         return true;

@@ -47,6 +47,10 @@ static inline void fz_check_gen(const gen_params *g, bool chat) {
     for (int i = 0; i < g->n_stop; i++) FZ_CHECK(g->stop[i] != NULL);
     FZ_CHECK(g->n_bias >= 0 && (g->n_bias == 0 || (g->bias_tokens && g->bias_values)));
     FZ_CHECK(g->logprobs >= -1 && g->logprobs <= SCHED_MAX_TOP_LOGPROBS);
+    /* where a generation ends: min_tokens within max_tokens, stop token ids in range */
+    FZ_CHECK(g->min_tokens >= 0 && (g->max_tokens < 0 || g->min_tokens <= g->max_tokens));
+    FZ_CHECK(g->n_stop_ids >= 0 && g->n_stop_ids <= SCHED_MAX_STOP_IDS);
+    for (int i = 0; i < g->n_stop_ids; i++) FZ_CHECK(g->stop_ids[i] >= 0);
     /* an accepted constraint comes compiled (the choices share it): its whole-text check runs */
     if (g->grammar) (void)wk_grammar_accepts(g->grammar, "{}", 2);
 }

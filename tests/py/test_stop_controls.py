@@ -1,0 +1,161 @@
+# Where a generation ends, vLLM's controls (and llama.cpp's ignore_eos): ignore_eos, min_tokens,
+# stop_token_ids, include_stop_str_in_output, and the stop_reason each choice reports
+# (server/sched/sched_step.c, server/sched/text_stream.c, server/api/openai_request.c). The
+# references: the same prompt's greedy reply without them, its tokens from /tokenize, and the
+# end-of-generation tokens made certain with logit_bias.
+import json
+
+import pytest
+import requests
+
+PROMPT = "The capital of France is"
+
+
+def post(server, path, body):
+    return requests.post(server.url + path, json=body, timeout=300)
+
+
+def complete(server, **body):
+    r = post(server, "/v1/completions", {"prompt": PROMPT, "temperature": 0, **body})
+    assert r.status_code == 200, r.text
+    return r.json()["choices"][0], r.json()["usage"]
+
+
+def stream_choice(server, **body):
+    r = requests.post(server.url + "/v1/completions", json={"prompt": PROMPT, "temperature": 0, "stream": True, **body},
+                      stream=True, timeout=300)
+    assert r.status_code == 200, r.text
+    chunks = [json.loads(line[6:]) for line in r.iter_lines() if line.startswith(b"data: ") and line != b"data: [DONE]"]
+    return "".join(c["choices"][0]["text"] for c in chunks if c["choices"]), chunks[-1]["choices"][0]
+
+
+def token_id(server, text):
+    ids = post(server, "/tokenize", {"prompt": text, "add_special": False}).json()["tokens"]
+    assert len(ids) == 1, (text, ids)
+    return ids[0]
+
+
+@pytest.fixture(scope="module")
+def greedy(server):
+    """The greedy reply of 12 tokens: its text, token ids and each token's text, checked to be
+    the reply's own tokens (their texts add up to it)."""
+    choice, usage = complete(server, max_tokens=12)
+    assert usage["completion_tokens"] == 12 and choice["finish_reason"] == "length"
+    ids = post(server, "/tokenize", {"prompt": choice["text"], "add_special": False}).json()["tokens"]
+    texts = [post(server, "/detokenize", {"tokens": [t]}).json()["prompt"] for t in ids]
+    assert "".join(texts) == choice["text"] and len(ids) == 12, (ids, texts)
+    return choice["text"], ids, texts
+
+
+@pytest.fixture(scope="module")
+def eog(server):
+    """The end-of-generation tokens of Gemma 3: <eos> and <end_of_turn>."""
+    return [token_id(server, "<eos>"), token_id(server, "<end_of_turn>")]
+
+
+def certain(ids):
+    return {str(t): 100 for t in ids}
+
+
+def test_ignore_eos(server, eog):
+    choice, usage = complete(server, max_tokens=6, logit_bias=certain(eog))
+    assert choice["finish_reason"] == "stop" and usage["completion_tokens"] == 0 and choice["stop_reason"] is None
+    choice, usage = complete(server, max_tokens=6, logit_bias=certain(eog), ignore_eos=True, logprobs=0)
+    assert choice["finish_reason"] == "length" and usage["completion_tokens"] == 6
+    assert not set(choice["logprobs"]["tokens"]) & {"<eos>", "<end_of_turn>"}
+    # Chat ends on <end_of_turn>; with ignore_eos it cannot.
+    r = post(server, "/v1/chat/completions", {"messages": [{"role": "user", "content": "Hi"}], "max_tokens": 5,
+                                              "temperature": 0, "logit_bias": certain(eog), "ignore_eos": True})
+    assert r.status_code == 200, r.text
+    assert r.json()["choices"][0]["finish_reason"] == "length" and r.json()["usage"]["completion_tokens"] == 5
+
+
+def test_min_tokens(server, eog):
+    for n in (1, 5):
+        choice, usage = complete(server, max_tokens=12, logit_bias=certain(eog), min_tokens=n)
+        assert usage["completion_tokens"] == n and choice["finish_reason"] == "stop", (n, choice)
+    choice, usage = complete(server, max_tokens=12, logit_bias=certain(eog), min_tokens=0)
+    assert usage["completion_tokens"] == 0
+
+
+def first_fresh(ids, start):
+    """The first index from start whose token did not occur before it."""
+    return next(k for k in range(start, len(ids)) if ids[k] not in ids[:k])
+
+
+def test_stop_token_ids(server, greedy):
+    text, ids, texts = greedy
+    k = first_fresh(ids, 2)
+    choice, usage = complete(server, max_tokens=12, stop_token_ids=[ids[k]])
+    assert choice["text"] == "".join(texts[:k]) and usage["completion_tokens"] == k
+    assert choice["finish_reason"] == "stop" and choice["stop_reason"] == ids[k]
+    choice, usage = complete(server, max_tokens=12, stop_token_ids=[ids[k], 5], include_stop_str_in_output=True)
+    assert choice["text"] == "".join(texts[: k + 1]) and usage["completion_tokens"] == k + 1
+    assert choice["stop_reason"] == ids[k]
+    # Before min_tokens the stop token cannot be drawn: the reply goes past it.
+    choice, usage = complete(server, max_tokens=12, stop_token_ids=[ids[k]], min_tokens=k + 2)
+    assert usage["completion_tokens"] >= k + 2 and choice["text"][: len(text[:5])] == text[:5]
+    streamed, last = stream_choice(server, max_tokens=12, stop_token_ids=[ids[k]])
+    assert streamed == "".join(texts[:k]) and last["finish_reason"] == "stop" and last["stop_reason"] == ids[k]
+
+
+def test_stop_string_reason_and_include(server, greedy):
+    text, ids, texts = greedy
+    k = first_fresh(ids, 2)
+    word = texts[k].strip()
+    assert word and text.find(word) == len("".join(texts[:k])) + texts[k].find(word)
+    cut = text.find(word)
+    choice, _ = complete(server, max_tokens=12, stop=[word])
+    assert choice["text"] == text[:cut] and choice["finish_reason"] == "stop" and choice["stop_reason"] == word
+    choice, _ = complete(server, max_tokens=12, stop=["no such text", word], include_stop_str_in_output=True)
+    assert choice["text"] == text[: cut + len(word)] and choice["stop_reason"] == word
+    streamed, last = stream_choice(server, max_tokens=12, stop=[word], include_stop_str_in_output=True)
+    assert streamed == text[: cut + len(word)] and last["stop_reason"] == word
+    # No stop: the reason is null, as for the length.
+    choice, _ = complete(server, max_tokens=3)
+    assert choice["stop_reason"] is None
+
+
+def test_min_tokens_defers_stop_strings(server, greedy):
+    """A stop string counts once it ends in the min_tokens-th token's text or later (vLLM's check
+    starts at that token): an earlier occurrence goes out as text."""
+    text, ids, texts = greedy
+    ends = [len("".join(texts[: i + 1])) for i in range(len(texts))]
+    # A stop string the reply holds at least twice: its first whole word that comes back.
+    words = text.split()
+    stop = next(" " + w for w in words if text.count(" " + w) >= 2)
+    first_end = text.find(stop) + len(stop)
+    m = next(i for i in range(len(ends)) if ends[i] >= first_end) + 2  # past the first occurrence's token
+    later = text.find(stop, ends[m - 2])
+    assert later >= 0
+    choice, usage = complete(server, max_tokens=12, stop=[stop], min_tokens=m)
+    assert choice["text"] == text[:later] and choice["stop_reason"] == stop, (stop, m, choice)
+    choice, _ = complete(server, max_tokens=12, stop=[stop])
+    assert choice["text"] == text[: text.find(stop)]
+
+
+@pytest.mark.parametrize("body,param", [
+    ({"ignore_eos": 1}, "ignore_eos"),
+    ({"include_stop_str_in_output": "yes"}, "include_stop_str_in_output"),
+    ({"min_tokens": -1}, "min_tokens"),
+    ({"min_tokens": 1.5}, "min_tokens"),
+    ({"min_tokens": 9, "max_tokens": 8}, "min_tokens"),
+    ({"stop_token_ids": 5}, "stop_token_ids"),
+    ({"stop_token_ids": [1, -2]}, "stop_token_ids"),
+    ({"stop_token_ids": [1.5]}, "stop_token_ids"),
+    ({"stop_token_ids": ["1"]}, "stop_token_ids"),
+    ({"stop_token_ids": list(range(65))}, "stop_token_ids"),
+    ({"stop_token_ids": [262144]}, "stop_token_ids"),
+])
+def test_refused(server, body, param):
+    r = post(server, "/v1/completions", {"prompt": PROMPT, "max_tokens": 4, **body})
+    assert r.status_code == 400, r.text
+    assert r.json()["error"]["param"] == param
+    r = post(server, "/v1/chat/completions", {"messages": [{"role": "user", "content": "x"}], "max_tokens": 4, **body})
+    assert r.status_code == 400 and r.json()["error"]["param"] == param, r.text
+
+
+def test_null_means_not_given(server):
+    choice, usage = complete(server, max_tokens=3, ignore_eos=None, min_tokens=None, stop_token_ids=None,
+                             include_stop_str_in_output=None)
+    assert usage["completion_tokens"] == 3
