@@ -134,16 +134,17 @@ if [[ -d tests/py ]] && find tests/py -name 'test_*.py' -o -name '*_test.py' | g
     echo "== pytest tests/py" >&2
     run_pytest build/pytest-junit.xml tests/py
     # The adversarial suite (and the newest request paths: the Responses API, structured output's
-    # refusals, limits, masks and bounded costs, tool calling, scored prompts) again against the ASan + UBSan daemon: any sanitizer report aborts
+    # refusals, limits, masks and bounded costs, tool calling, scored prompts, the end-of-generation
+    # controls) again against the ASan + UBSan daemon: any sanitizer report aborts
     # the server, which fails the test in flight or the clean-exit check at the end (the options are
     # docs/reliability.md's "Running the daemon under the sanitizers").
     so=tests/py/test_structured_output.py tc=tests/py/test_tool_calls.py
-    echo "== pytest tests/py/test_bad_input.py tests/py/test_strict_input.py tests/py/test_responses.py tests/py/test_echo.py, part of $so and $tc (daemon under ASan + UBSan)" >&2
+    echo "== pytest tests/py/test_bad_input.py tests/py/test_strict_input.py tests/py/test_responses.py tests/py/test_echo.py tests/py/test_stop_controls.py, part of $so and $tc (daemon under ASan + UBSan)" >&2
     WUSHKV_BIN=build-asan/wushkv \
         ASAN_OPTIONS=detect_leaks=1:halt_on_error=1:abort_on_error=1:quarantine_size_mb=16 \
         UBSAN_OPTIONS=halt_on_error=1:abort_on_error=1:print_stacktrace=1 \
         run_pytest build-asan/pytest-junit.xml tests/py/test_bad_input.py tests/py/test_strict_input.py \
-        tests/py/test_responses.py tests/py/test_echo.py --deselect tests/py/test_echo.py::test_scored_entries_are_bounded \
+        tests/py/test_responses.py tests/py/test_echo.py tests/py/test_stop_controls.py --deselect tests/py/test_echo.py::test_scored_entries_are_bounded \
         "$so::test_bad_constraints" "$so::test_huge_constraints_are_refused_quickly" \
         "$so::test_finished_grammar_stops_and_length_cuts" "$so::test_logprobs_under_a_grammar" \
         "$so::test_vllm_and_llama_cpp_fields" "$so::test_null_and_text_ask_for_nothing" "$so::test_costly_grammars_are_bounded" \
