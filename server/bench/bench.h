@@ -56,6 +56,12 @@ typedef struct bench_load_opts {
     double scrape_interval_s;  /* how often /metrics is read during the run; 0: only before/after */
     const char *json_file;     /* --json FILE; NULL: --json prints to stdout (json) or not at all */
     bool stream, chat, json, verbose;
+    /* Sampling, as vllm bench serve's flags: temperature always sent (default 0); top_p, top_k,
+     * min_p only when given (NAN, INT32_MIN, NAN: not); ignore_eos (vLLM's and llama-server's
+     * field) sent when set, so that every request generates max_tokens. */
+    float temperature, top_p, min_p;
+    int top_k;
+    bool ignore_eos;
 } bench_load_opts;
 
 /* The llama.cpp KV cache type --peer compares with when --peer-kv is not given: f16 for f16, q4_0

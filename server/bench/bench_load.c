@@ -4,7 +4,7 @@
  * request is due at a time drawn beforehand (bench_arrivals), and a pool of threads (at most
  * --max-concurrency) sends each one when it is due. Each request is a fresh connection
  * (http_client.c) carrying a /v1/completions (or, --chat, /v1/chat/completions) call at
- * temperature 0 with a prompt of repeated common words. Streamed answers are read event by event:
+ * temperature 0 (or --temperature and the other sampling flags) with a prompt of repeated common words. Streamed answers are read event by event:
  * every event with a non-empty choices array is a chunk (vLLM's rule), giving time to first token,
  * inter-token latency and the request's end; token counts come from the server's `usage`. A
  * monitor thread draws the progress bar (on a terminal) and samples the server's /metrics for the
@@ -14,6 +14,7 @@
 #include <pthread.h>
 #include <stdarg.h>
 #include <stdatomic.h>
+#include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -202,7 +203,11 @@ static char *request_body(const bench_load_opts *o, const char *model, const cha
         cJSON_AddStringToObject(b, "prompt", prompt);
     }
     cJSON_AddNumberToObject(b, "max_tokens", o->max_tokens);
-    cJSON_AddNumberToObject(b, "temperature", 0);
+    cJSON_AddNumberToObject(b, "temperature", o->temperature);
+    if (!isnan(o->top_p)) cJSON_AddNumberToObject(b, "top_p", o->top_p);
+    if (o->top_k != INT32_MIN) cJSON_AddNumberToObject(b, "top_k", o->top_k);
+    if (!isnan(o->min_p)) cJSON_AddNumberToObject(b, "min_p", o->min_p);
+    if (o->ignore_eos) cJSON_AddTrueToObject(b, "ignore_eos");
     if (o->stream) {
         cJSON_AddTrueToObject(b, "stream");
         cJSON_AddTrueToObject(cJSON_AddObjectToObject(b, "stream_options"), "include_usage");

@@ -4,6 +4,7 @@
  * lists and the load's settings. A figure a server does not give is "n/a" / null. */
 #include <errno.h>
 #include <math.h>
+#include <stdint.h>
 #include <stdio.h>
 #include <string.h>
 
@@ -68,8 +69,12 @@ void bench_report_text(const bench_load_opts *o, const load_summary *a, const lo
     else if (isinf(o->request_rate)) printf("request rate inf");
     else printf("request rate %g/s (burstiness %g, seed %llu)", o->request_rate, o->burstiness, o->seed);
     if (o->open_loop && o->max_concurrency) printf(", max concurrency %d", o->max_concurrency);
-    printf(", %d requests, ~%d prompt tokens, max_tokens %d, temperature 0\n", o->requests, o->prompt_tokens,
-           o->max_tokens);
+    printf(", %d requests, ~%d prompt tokens, max_tokens %d, temperature %g", o->requests, o->prompt_tokens, o->max_tokens,
+           o->temperature);
+    if (!isnan(o->top_p)) printf(", top_p %g", o->top_p);
+    if (o->top_k != INT32_MIN) printf(", top_k %d", o->top_k);
+    if (!isnan(o->min_p)) printf(", min_p %g", o->min_p);
+    printf("%s\n", o->ignore_eos ? ", ignore_eos" : "");
     if (o->slo_ttft_ms > 0 || o->slo_tpot_ms > 0 || o->slo_e2el_ms > 0) {
         printf("goodput SLOs:");
         if (o->slo_ttft_ms > 0) printf(" ttft <= %g ms", o->slo_ttft_ms);
@@ -226,6 +231,12 @@ int bench_report_json(const bench_load_opts *o, const load_summary *a, const loa
     cJSON_AddNumberToObject(obj, "requests", o->requests);
     cJSON_AddNumberToObject(obj, "prompt_tokens_target", o->prompt_tokens);
     cJSON_AddNumberToObject(obj, "max_tokens", o->max_tokens);
+    cJSON *sp = cJSON_AddObjectToObject(obj, "sampling"); /* what every request sent */
+    cJSON_AddNumberToObject(sp, "temperature", o->temperature);
+    if (!isnan(o->top_p)) cJSON_AddNumberToObject(sp, "top_p", o->top_p);
+    if (o->top_k != INT32_MIN) cJSON_AddNumberToObject(sp, "top_k", o->top_k);
+    if (!isnan(o->min_p)) cJSON_AddNumberToObject(sp, "min_p", o->min_p);
+    cJSON_AddBoolToObject(sp, "ignore_eos", o->ignore_eos);
     cJSON *pc = cJSON_AddArrayToObject(obj, "percentiles");
     for (int i = 0; i < o->n_percentiles; i++) cJSON_AddItemToArray(pc, cJSON_CreateNumber(o->percentiles[i]));
     cJSON *g = cJSON_AddObjectToObject(obj, "goodput_slo_ms");

@@ -49,7 +49,7 @@ static void bench_usage(FILE *f) {
             "  --validation         enable the Khronos validation layer (slow; for debugging)\n"
             "\n"
             "Load mode (the figures and definitions of vllm bench serve, plus the server's KV memory):\n"
-            "OpenAI requests (temperature 0, a prompt of repeated words of about --prompt-tokens\n"
+            "OpenAI requests (temperature 0 unless --temperature, a prompt of repeated words of about --prompt-tokens\n"
             "tokens), each on a new connection, either closed-loop (--clients threads, each sending its\n"
             "next request when the last one ends) or open-loop (--request-rate: arrivals drawn from a\n"
             "Poisson or gamma process). Prints completed/failed requests, input/output tokens,\n"
@@ -74,6 +74,10 @@ static void bench_usage(FILE *f) {
             "  --metric-percentiles LIST  percentiles to print, comma-separated (default 99)\n"
             "  --scrape-interval S  read the server's /metrics every S seconds during the run for the\n"
             "                       KV pool's peak (default 0.25; 0: only before and after)\n"
+            "  --temperature T      sampling temperature of every request, 0..2 (default 0)\n"
+            "  --top-p P, --top-k K, --min-p P  sent only when given (the server's defaults otherwise)\n"
+            "  --ignore-eos         send ignore_eos: every request generates --max-tokens tokens\n"
+            "                       (vLLM and llama-server honour it), so both servers' outputs match\n"
             "  --api-key KEY        send Authorization: Bearer KEY (to both servers)\n"
             "  --timeout S          give up on a request after S seconds without data (default 600)\n"
             "  --peer-url URL       then run the same load against a second server; print ratios\n"
@@ -230,6 +234,8 @@ static int parse_bench(int argc, char **argv, bench_opts *o) {
     o->load.percentiles[0] = 99.0;
     o->load.n_percentiles = 1;
     o->load.scrape_interval_s = 0.25;
+    o->load.top_p = o->load.min_p = NAN;
+    o->load.top_k = INT32_MIN;
 
     bool clients_given = false, json_file_flag = false;
     char open_flag[64] = ""; /* an open-loop-only flag given */
@@ -342,6 +348,22 @@ static int parse_bench(int argc, char **argv, bench_opts *o) {
         } else if (cli_is(&c, NULL, "--chat")) {
             ok = cli_switch(&c);
             o->load.chat = true;
+            kind = LOAD;
+        } else if (cli_is(&c, NULL, "--temperature")) {
+            ok = cli_float(&c, 0.0, 2.0, &o->load.temperature);
+            kind = LOAD;
+        } else if (cli_is(&c, NULL, "--top-p")) {
+            ok = cli_float(&c, 1e-6, 1.0, &o->load.top_p);
+            kind = LOAD;
+        } else if (cli_is(&c, NULL, "--top-k")) {
+            ok = cli_int(&c, -1, INT32_MAX, &o->load.top_k);
+            kind = LOAD;
+        } else if (cli_is(&c, NULL, "--min-p")) {
+            ok = cli_float(&c, 0.0, 1.0, &o->load.min_p);
+            kind = LOAD;
+        } else if (cli_is(&c, NULL, "--ignore-eos")) {
+            ok = cli_switch(&c);
+            o->load.ignore_eos = true;
             kind = LOAD;
         } else if (cli_is(&c, NULL, "--api-key")) {
             ok = cli_str(&c, &o->load.api_key);

@@ -47,7 +47,7 @@ SUMMARY_KEYS = {
     "kv_cache_bytes", "errors",
 } | {f"{s}_{m}_ms" for s in ("mean", "median", "std", "p99") for m in ("ttft", "tpot", "itl", "e2el")}
 SETTINGS_KEYS = {"endpoint", "stream", "mode", "clients", "request_rate", "burstiness", "max_concurrency", "seed",
-                 "requests", "prompt_tokens_target", "max_tokens", "percentiles", "goodput_slo_ms"}
+                 "requests", "prompt_tokens_target", "max_tokens", "sampling", "percentiles", "goodput_slo_ms"}
 
 
 def check_vllm_definitions(j, stream=True):
@@ -129,6 +129,28 @@ def test_bench_load_counts_match_server(server, mode, tmp_path):
     # The f16 cache holds the same bytes per token in whole 16-token blocks: never less than f16.
     assert 0 < j["kv_pool_peak_fp16_equivalent_bytes"] <= j["kv_pool_peak_bytes"]
     assert j["num_preemptions"] == 0
+    wait_idle(server)
+
+
+def test_bench_load_sampling_and_ignore_eos(server, tmp_path):
+    """--temperature, --top-p, --top-k, --min-p go into every request and the report; with
+    --ignore-eos every request generates exactly --max-tokens tokens (the server masks the
+    end-of-generation tokens), which the server's own counter confirms."""
+    wait_idle(server)
+    before = metric(server, "generation_tokens_total")
+    out_file = tmp_path / "bench.json"
+    rc, out, err = run_bench("--url", server.url, "--clients", "2", "--requests", "4", "--max-tokens", "6",
+                             "--prompt-tokens", "16", "--temperature", "1.3", "--top-p", "0.9", "--top-k", "-1",
+                             "--min-p", "0", "--ignore-eos", "--json", str(out_file))
+    assert rc == 0, err
+    assert "max_tokens 6, temperature 1.3, top_p 0.9, top_k -1, min_p 0, ignore_eos" in out
+    j = json.loads(out_file.read_text())
+    assert j["sampling"] == {"temperature": pytest.approx(1.3), "top_p": pytest.approx(0.9), "top_k": -1, "min_p": 0,
+                             "ignore_eos": True}
+    assert j["completed"] == 4 and j["total_output_tokens"] == 4 * 6
+    assert metric(server, "generation_tokens_total") - before == 4 * 6
+    rc, out, err = run_bench("--url", server.url, "--requests", "1", "--temperature", "2.5")
+    assert rc != 0 and "--temperature" in err
     wait_idle(server)
 
 
@@ -233,8 +255,10 @@ class FakeOpenAI(BaseHTTPRequestHandler):
         else:
             self.send_json(404, {"error": {"message": "not found"}})
 
+    bodies = []  # every request's JSON body, in arrival order
+
     def do_POST(self):
-        self.rfile.read(int(self.headers["Content-Length"]))
+        FakeOpenAI.bodies.append(json.loads(self.rfile.read(int(self.headers["Content-Length"]))))
         self.send_response(200)
         self.send_header("Content-Type", "text/event-stream")
         self.send_header("Connection", "close")
@@ -284,6 +308,22 @@ def test_bench_load_server_without_kv_metrics(fake_server):
             if line.startswith("| ")}
     assert rows["KV pool peak bytes"] == "n/a" and rows["KV bytes per request, p99"] == "n/a"
     assert rows["Successful requests"] == "1"
+
+
+def test_bench_load_sends_the_sampling_flags(fake_server):
+    """What each request carries: temperature 0 and nothing else by default; the flags as given."""
+    FakeOpenAI.bodies.clear()
+    rc, out, err = run_bench("--url", fake_server, "--clients", "1", "--requests", "1", timeout=60)
+    assert rc == 0, err
+    body = FakeOpenAI.bodies[-1]
+    assert body["temperature"] == 0 and not {"top_p", "top_k", "min_p", "ignore_eos"} & set(body), body
+    rc, out, err = run_bench("--url", fake_server, "--clients", "1", "--requests", "2", "--temperature", "0.7",
+                             "--top-p", "0.95", "--top-k", "40", "--min-p", "0.05", "--ignore-eos", timeout=60)
+    assert rc == 0, err
+    assert len(FakeOpenAI.bodies) == 3
+    for body in FakeOpenAI.bodies[1:]:
+        assert body["temperature"] == pytest.approx(0.7) and body["top_p"] == pytest.approx(0.95)
+        assert body["top_k"] == 40 and body["min_p"] == pytest.approx(0.05) and body["ignore_eos"] is True
 
 
 def test_bench_load_nothing_listening():
