@@ -172,9 +172,9 @@ static int cut_top_p(const cand *c, int n, float lmax, double z, float top_p) {
     return n; /* rounding left the sum a hair short: keep them all */
 }
 
-/* Above this many candidates a top-p cut is found by threshold, not by sorting them (a flat row,
- * whose mass is spread over thousands of tokens, would otherwise sort most of the vocabulary:
- * 26 ms for 262144 where the threshold takes about 1.5). */
+/* Above this many candidates a top-p cut is found by threshold, not by sorting them: a flat row,
+ * whose mass is spread over thousands of tokens, would otherwise sort most of the vocabulary (a
+ * draw took 27.5 ms that way against 3.2 by threshold, build/tests/bench_row_math). */
 enum { TOP_P_SORT_MAX = 4096 };
 
 /* Top-p's kept set without sorting, into s->c in id order; returns its size. The sorted cut keeps
@@ -235,6 +235,7 @@ int32_t wk_sampler_sample(wk_sampler *s, const float *logits) {
          * in the shorter of the two prefixes need sorting. Min-p's prefix is l >= lmax + log(min_p);
          * top-p's lies inside {l >= t} for any t whose mass reaches top_p, found by widening t. */
         lmax = wk_row_max(logits, n, NULL);
+        if (isinf(lmax)) return argmax(logits, n); /* every logit NaN or -inf (or one +inf) */
         float t = -INFINITY;
         if (use_min_p) t = lmax + logf(p->min_p);
         double z = 0.0;

@@ -167,9 +167,12 @@ static void test_whole_row_blocks(void) {
         CHECK_EQ_INT(drawn, DRAWS);
     }
     for (int i = 0; i < N; i++) logits[i] = -INFINITY;
-    wk_sampler_params p = params(1.0f, 0, 1.0f, 0.0f, 5);
-    histogram(&p, logits, N, 10, counts);
-    CHECK_EQ_INT(counts[0], 10);
+    const wk_sampler_params none[3] = {params(1.0f, 0, 1.0f, 0.0f, 5), params(1.0f, 0, 0.9f, 0.0f, 5),
+                                       params(1.0f, 0, 1.0f, 0.1f, 5)}; /* plain, top-p, min-p */
+    for (int k = 0; k < 3; k++) {
+        histogram(&none[k], logits, N, 10, counts);
+        CHECK_EQ_INT(counts[0], 10);
+    }
 }
 
 /* Top-p on flat rows, where more than 4096 tokens share the mass and the cut is found by threshold
