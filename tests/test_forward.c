@@ -1,5 +1,5 @@
 /* The Vulkan forward pass against the plain-C reference (tests/ref_forward.c): every layer's
- * residual stream and the logits on tiny random models of both architectures (mixed quant types,
+ * residual stream and the logits on tiny random models of each architecture (mixed quant types,
  * GQA, sliding window), through prefill, single-token decode and mixed multi-sequence batches;
  * then the final logits of the real default model on a short prompt. The validation layer must
  * stay silent throughout. */
@@ -759,6 +759,7 @@ int main(int argc, char **argv) {
     printf("kernel set: %s (WUSHKV_KERNELS)\n", test_engine_env_kernels() == WK_KERNELS_GPU ? "gpu" : "as the device's type");
     tiny_case("gemma3", 7, 16);
     tiny_case("llama", 11, 0);
+    tiny_case("qwen3", 17, 0);
     if (kernel_cases_only) {
         paged_case("gemma3", 10, 4, WK_KVQ_QUEST, 32, 12);
         paged_case("gemma3", 9, 2, WK_KVQ_QUEST, 64, 0); /* kv_store_quant's shared parameter words (store=lanes) */
@@ -778,6 +779,7 @@ int main(int argc, char **argv) {
     paged_case("gemma3", 12, 16, WK_KVQ_QUEST, 0, 0);
     paged_case("gemma3", 13, 16, WK_KVQ_QUEST, 0, 12);
     paged_case("llama", 14, 16, WK_KVQ_QUEST, 0, 0);
+    paged_case("qwen3", 15, 2, WK_KVQ_QUEST, 32, 0); /* its q/k norms and NEOX RoPE in the WUSH-free 2-bit path */
     mixed_case(31);
     clip_case(33);
     wide_keys_case(35);

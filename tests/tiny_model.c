@@ -1,4 +1,4 @@
-/* Writes small random-weight GGUF models (gemma3 / llama) whose tensors cover every weight type
+/* Writes small random-weight GGUF models (gemma3 / llama / qwen3) whose tensors cover every weight type
  * the engine reads, with an SPM vocabulary, so forward passes can be tested without real weights.
  * Weights are drawn as f32 and quantized by the simple (round-to-nearest, not error-minimizing)
  * quantizers below: the values are whatever the blocks decode to, but their magnitudes are
@@ -405,8 +405,8 @@ static bool copy_vocab(wk_gw *w, const tiny_model_opts *o, uint64_t *n_vocab) {
 }
 
 static wk_gw *build(const tiny_model_opts *o) {
-    const bool gemma = strcmp(o->arch, "gemma3") == 0;
-    if (!gemma && strcmp(o->arch, "llama") != 0) return NULL;
+    const bool gemma = strcmp(o->arch, "gemma3") == 0, qwen3 = strcmp(o->arch, "qwen3") == 0;
+    if (!gemma && !qwen3 && strcmp(o->arch, "llama") != 0) return NULL;
     const int n_layer = o->n_layer > 0 ? o->n_layer : gemma ? 6 : 3;
     const int swa = !gemma ? 0 : o->sliding_window == 0 ? 16 : o->sliding_window;
     const int E = TINY_N_EMBD, F = TINY_N_FF, D = TINY_HEAD_DIM, Hq = TINY_N_HEAD, Hk = TINY_N_HEAD_KV;
@@ -421,7 +421,7 @@ static wk_gw *build(const tiny_model_opts *o) {
     const char *a = o->arch;
 #define KEY(suffix) (snprintf(key, sizeof key, "%s.%s", a, suffix), key)
     wk_gw_kv_str(w, "general.architecture", a);
-    wk_gw_kv_str(w, "general.name", gemma ? "tiny-gemma3" : "tiny-llama");
+    wk_gw_kv_str(w, "general.name", gemma ? "tiny-gemma3" : qwen3 ? "tiny-qwen3" : "tiny-llama");
     wk_gw_kv_u32(w, KEY("context_length"), TINY_N_CTX);
     wk_gw_kv_u32(w, KEY("embedding_length"), (uint32_t)E);
     wk_gw_kv_u32(w, KEY("block_count"), (uint32_t)n_layer);
@@ -433,7 +433,7 @@ static wk_gw *build(const tiny_model_opts *o) {
     wk_gw_kv_f32(w, KEY("attention.layer_norm_rms_epsilon"), gemma ? 1e-6f : 1e-5f);
     wk_gw_kv_f32(w, KEY("rope.freq_base"), gemma ? 1e6f : 10000.0f);
     if (gemma && swa > 0) wk_gw_kv_u32(w, KEY("attention.sliding_window"), (uint32_t)swa);
-    if (!gemma) wk_gw_kv_u32(w, KEY("rope.dimension_count"), (uint32_t)D);
+    if (!gemma && !qwen3) wk_gw_kv_u32(w, KEY("rope.dimension_count"), (uint32_t)D); /* qwen3: head_dim, unwritten */
 #undef KEY
     uint64_t n_vocab = TINY_N_VOCAB;
     if (o->vocab_from) {
@@ -455,12 +455,14 @@ static wk_gw *build(const tiny_model_opts *o) {
     if (o->chat_template) wk_gw_kv_str(w, "tokenizer.chat_template", o->chat_template);
 
     /* Embeddings: Gemma multiplies them by sqrt(n_embd) = 16, so std 1/16 gives an O(1) residual
-     * stream and, through the tied output head, O(1) logits. Llama uses them as they are. */
-    const float ea = gemma ? sqrtf(3.0f / (float)E) : sqrtf(3.0f);
+     * stream and, through the tied output head, O(1) logits. Llama uses them as they are. Qwen 3
+     * ties its head too but scales nothing: std 1/16 keeps its logits O(1), and the first norm
+     * lifts the small residual stream. */
+    const float ea = gemma || qwen3 ? sqrtf(3.0f / (float)E) : sqrtf(3.0f);
     const wk_ggml_type embd_type = !o->mixed_quants ? WK_GGML_F32 : gemma ? WK_GGML_Q8_0 : WK_GGML_F16;
     ok = add_random(w, &rng, "token_embd.weight", embd_type, (uint64_t)E, n_vocab, -ea, ea);
     ok = ok && add_norm(w, &rng, "output_norm.weight", E);
-    if (!gemma) /* untied output head on llama, Q6_K as llama-quantize makes it */
+    if (!gemma && !qwen3) /* untied output head on llama, Q6_K as llama-quantize makes it; Qwen 3's small models tie it */
         ok = ok && add_matrix(w, &rng, "output.weight", o->mixed_quants ? WK_GGML_Q6_K : WK_GGML_F32, E, (int)n_vocab);
 
     for (int il = 0; il < n_layer && ok; il++) {
@@ -476,7 +478,7 @@ static wk_gw *build(const tiny_model_opts *o) {
             ok = add_matrix(w, &rng, name, t, in[r], out[r]);
         }
         const char *norms[] = {"ffn_norm", "attn_q_norm", "attn_k_norm", "post_attention_norm", "post_ffw_norm"};
-        for (int i = 0; i < (gemma ? 5 : 1) && ok; i++) {
+        for (int i = 0; i < (gemma ? 5 : qwen3 ? 3 : 1) && ok; i++) { /* qwen3: no post norms */
             snprintf(name, sizeof name, "blk.%d.%s.weight", il, norms[i]);
             ok = add_norm(w, &rng, name, i == 1 || i == 2 ? D : E);
         }

@@ -1,5 +1,5 @@
-/* Writes small random-weight GGUF models (gemma3 or llama) with the test-side writer, so forward
- * passes can be tested without the real model. */
+/* Writes small random-weight GGUF models (gemma3, llama or qwen3) with the test-side writer, so
+ * forward passes can be tested without the real model. */
 #ifndef WK_TEST_TINY_MODEL_H
 #define WK_TEST_TINY_MODEL_H
 
@@ -20,9 +20,9 @@
 #define TINY_N_CTX 2048
 
 typedef struct tiny_model_opts {
-    const char *arch;   /* "llama" or "gemma3" */
+    const char *arch;   /* "llama", "gemma3" or "qwen3" (llama's blocks with q/k norms, NEOX RoPE, a tied head) */
     uint64_t seed;      /* same seed, same file */
-    int n_layer;        /* 0: 6 for gemma3 (layer 5 global), 3 for llama */
+    int n_layer;        /* 0: 6 for gemma3 (layer 5 global), 3 for llama and qwen3 */
     bool mixed_quants;  /* false: every matrix F32; true: the matrices cycle through F32, F16, BF16
                          * and every block type (Q4_0 Q4_1 Q5_0 Q5_1 Q8_0 Q4_K Q5_K Q6_K) */
     int sliding_window; /* gemma3: 0 -> 16; < 0 -> no sliding window key (every layer global) */

@@ -1,7 +1,7 @@
 /* Writes one tiny random-weight GGUF model (tiny_model.h) to a path, for tests that drive the
  * wushkv binary itself (test_cli.sh, test_bench.sh) and for checks against llama.cpp on another
  * model's vocabulary and chat template (scripts/chat_peer_formats.sh).
- * Usage: write_tiny_model OUT.gguf [gemma3|llama] [SEED] [--vocab-from GGUF] [--chat-template FILE] */
+ * Usage: write_tiny_model OUT.gguf [gemma3|llama|qwen3] [SEED] [--vocab-from GGUF] [--chat-template FILE] */
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -9,7 +9,7 @@
 #include "tiny_model.h"
 
 static int usage(void) {
-    fprintf(stderr, "usage: write_tiny_model OUT.gguf [gemma3|llama] [SEED] [--vocab-from GGUF] "
+    fprintf(stderr, "usage: write_tiny_model OUT.gguf [gemma3|llama|qwen3] [SEED] [--vocab-from GGUF] "
                     "[--chat-template FILE]\n");
     return 2;
 }
@@ -46,7 +46,7 @@ int main(int argc, char **argv) {
         } else if (positional == 0) {
             out = argv[i], positional++;
         } else if (positional == 1) {
-            if (strcmp(argv[i], "gemma3") != 0 && strcmp(argv[i], "llama") != 0) return usage();
+            if (strcmp(argv[i], "gemma3") && strcmp(argv[i], "llama") && strcmp(argv[i], "qwen3")) return usage();
             o.arch = argv[i], positional++;
         } else if (positional == 2) {
             o.seed = strtoull(argv[i], NULL, 10), positional++;

@@ -101,6 +101,7 @@ int wk_model_desc_load(const wk_gguf *g, wk_model_desc *m, char *err, size_t err
         return wk_fail(err, errlen, WK_ERR_FORMAT, "metadata general.architecture is missing");
     if (strcmp(hp->arch_name, "gemma3") == 0) hp->arch = WK_ARCH_GEMMA3;
     else if (strcmp(hp->arch_name, "llama") == 0) hp->arch = WK_ARCH_LLAMA;
+    else if (strcmp(hp->arch_name, "qwen3") == 0) hp->arch = WK_ARCH_QWEN3;
     else return wk_fail(err, errlen, WK_ERR_UNSUPPORTED, "unsupported architecture %s", hp->arch_name);
 
     int rc = read_hparams(g, hp, err, errlen);
@@ -122,10 +123,14 @@ int wk_model_desc_load(const wk_gguf *g, wk_model_desc *m, char *err, size_t err
         hp->post_norms = true;
         hp->ffn_act = WK_FFN_GEGLU;
     } else {
-        hp->rope_type = WK_ROPE_NORMAL;
+        /* Llama, and Qwen 3 as llama.cpp's qwen3 graph: the same blocks with an RMS norm of each
+         * query and key head before RoPE, and RoPE on the halves of a head (NEOX), not its pairs. */
+        const bool qwen3 = hp->arch == WK_ARCH_QWEN3;
+        hp->rope_type = qwen3 ? WK_ROPE_NEOX : WK_ROPE_NORMAL;
         hp->sliding_window = 0;
         hp->attn_scale = 1.0f / sqrtf((float)hp->head_dim);
         hp->embd_scale = 1.0f;
+        hp->qk_norm = qwen3;
         hp->ffn_act = WK_FFN_SWIGLU;
     }
 
@@ -142,7 +147,6 @@ int wk_model_desc_load(const wk_gguf *g, wk_model_desc *m, char *err, size_t err
     if ((rc = bind(g, &m->output, "output.weight", E, V, false, err, errlen))) return rc;
     if (!m->output) m->output = m->tok_embd; /* tied */
 
-    const bool gemma = hp->arch == WK_ARCH_GEMMA3;
     for (int il = 0; il < hp->n_layer; il++) {
         wk_layer_weights *L = &m->layers[il];
         char name[96];
@@ -160,10 +164,10 @@ int wk_model_desc_load(const wk_gguf *g, wk_model_desc *m, char *err, size_t err
         BIND(ffn_gate, "ffn_gate", E, F, true);
         BIND(ffn_up, "ffn_up", E, F, true);
         BIND(ffn_down, "ffn_down", F, E, true);
-        BIND(q_norm, "attn_q_norm", D, 1, gemma);
-        BIND(k_norm, "attn_k_norm", D, 1, gemma);
-        BIND(post_attn_norm, "post_attention_norm", E, 1, gemma);
-        BIND(post_ffn_norm, "post_ffw_norm", E, 1, gemma);
+        BIND(q_norm, "attn_q_norm", D, 1, hp->qk_norm);
+        BIND(k_norm, "attn_k_norm", D, 1, hp->qk_norm);
+        BIND(post_attn_norm, "post_attention_norm", E, 1, hp->post_norms);
+        BIND(post_ffn_norm, "post_ffw_norm", E, 1, hp->post_norms);
 #undef BIND
         snprintf(name, sizeof name, "blk.%d.attn_q.bias", il);
         if (wk_gguf_find_tensor(g, name))

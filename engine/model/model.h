@@ -8,7 +8,7 @@
 
 #define WK_MAX_LAYERS 256
 
-typedef enum { WK_ARCH_LLAMA = 1, WK_ARCH_GEMMA3 = 2 } wk_arch;
+typedef enum { WK_ARCH_LLAMA = 1, WK_ARCH_GEMMA3 = 2, WK_ARCH_QWEN3 = 3 } wk_arch;
 typedef enum { WK_ROPE_NORMAL = 0, WK_ROPE_NEOX = 2 } wk_rope_type; /* ggml's numbering */
 typedef enum { WK_FFN_SWIGLU = 0, WK_FFN_GEGLU = 1 } wk_ffn_act;
 

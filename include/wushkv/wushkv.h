@@ -168,7 +168,7 @@ typedef struct wk_engine_params {
 } wk_engine_params;
 
 typedef struct wk_model_info {
-    const char *arch;          /* "gemma3", "llama" */
+    const char *arch;          /* "gemma3", "llama", "qwen3" */
     const char *name;          /* general.name or file name */
     const char *device_name;   /* Vulkan physical device */
     int n_vocab, n_embd, n_layer, n_head, n_head_kv, head_dim;
