@@ -131,8 +131,8 @@ int main(int argc, char **argv) {
     for (int r = 0; r < rounds; r++) {
         double t0 = seconds();
         for (int i = 0; i < REPS; i++) {
-            int rank;
-            sink += logits_logprobs(x, N, (i * 31) % N, 0, top_tok, top_lp, &rank) + rank;
+            int rank, top = 0;
+            sink += logits_logprobs(x, N, (i * 31) % N, &top, top_tok, top_lp, &rank) + rank;
         }
         double t1 = seconds();
         for (int i = 0; i < REPS; i++) {

@@ -134,8 +134,9 @@ static void test_logprobs(void) {
     float lp[TOP];
     const int32_t chosen[] = {2000, 7, 12345, N - 1};
     for (size_t c = 0; c < sizeof chosen / sizeof *chosen; c++) {
-        int rank = 0, above = 0;
-        float got = logits_logprobs(x, N, chosen[c], TOP, tok, lp, &rank);
+        int rank = 0, above = 0, top = TOP;
+        float got = logits_logprobs(x, N, chosen[c], &top, tok, lp, &rank);
+        CHECK_EQ_INT(top, TOP);
         for (int i = 0; i < N; i++) above += x[i] > x[chosen[c]];
         CHECK_NEAR(got, (double)x[chosen[c]] - lse, 2e-6);
         CHECK_EQ_INT(rank, 1 + above);
@@ -147,6 +148,18 @@ static void test_logprobs(void) {
             if (k) CHECK(lp[k] <= lp[k - 1]);
         }
     }
+    /* A masked row (allowed_token_ids): only finite logits are alternatives, however many are asked. */
+    for (int i = 0; i < N; i++) x[i] = -INFINITY;
+    x[5] = 1.0f, x[9] = 2.0f, x[N - 1] = 2.0f;
+    int rank = 0, top = TOP;
+    float got = logits_logprobs(x, N, 9, &top, tok, lp, &rank);
+    CHECK_EQ_INT(top, 3);
+    CHECK_EQ_INT(tok[0], 9);
+    CHECK_EQ_INT(tok[1], N - 1);
+    CHECK_EQ_INT(tok[2], 5);
+    CHECK_EQ_INT(rank, 1);
+    CHECK_NEAR(got, 2.0 - log(2 * exp(2.0) + exp(1.0)), 1e-6);
+    CHECK_NEAR(lp[2], 1.0 - log(2 * exp(2.0) + exp(1.0)), 1e-6);
     free(x);
 }
 

@@ -227,8 +227,9 @@ static bool parse_stop(const cJSON *root, gen_params *g, api_error *e) {
     return ok;
 }
 
-/* vLLM's (and llama.cpp's ignore_eos) controls of where a generation ends: ignore_eos,
- * min_tokens, stop_token_ids, include_stop_str_in_output. After max_tokens. */
+/* vLLM's (and llama.cpp's ignore_eos) controls of where a generation ends and what it may say:
+ * ignore_eos, min_tokens, stop_token_ids, include_stop_str_in_output, skip_special_tokens,
+ * allowed_token_ids. After max_tokens. */
 static bool parse_stop_controls(const cJSON *root, gen_params *g, api_error *e) {
     if (!openai_get_bool(root, "ignore_eos", &g->ignore_eos, e) ||
         !openai_get_bool(root, "include_stop_str_in_output", &g->include_stop, e) ||
@@ -237,7 +238,26 @@ static bool parse_stop_controls(const cJSON *root, gen_params *g, api_error *e) 
     if (g->max_tokens >= 0 && g->min_tokens > g->max_tokens)
         return openai_fail(e, 400, "min_tokens", "invalid_value", "min_tokens (%d) must be at most max_tokens (%d)",
                            g->min_tokens, g->max_tokens);
-    const cJSON *ids = openai_field(root, "stop_token_ids"), *v;
+    bool skip_special = true;
+    if (!openai_get_bool(root, "skip_special_tokens", &skip_special, e)) return false;
+    g->render_special = !skip_special;
+    const cJSON *allowed = openai_field(root, "allowed_token_ids"), *v;
+    if (allowed) {
+        int n = cJSON_IsArray(allowed) ? cJSON_GetArraySize(allowed) : 0;
+        if (!cJSON_IsArray(allowed) || n == 0)
+            return openai_fail(e, 400, "allowed_token_ids", cJSON_IsArray(allowed) ? "invalid_value" : "invalid_type",
+                               "allowed_token_ids must be a non-empty array of token ids");
+        if (n > SCHED_MAX_ALLOWED_IDS)
+            return openai_fail(e, 400, "allowed_token_ids", "invalid_value", "at most %d allowed_token_ids are supported",
+                               SCHED_MAX_ALLOWED_IDS);
+        if (!(g->allowed_ids = malloc((size_t)n * sizeof *g->allowed_ids))) return openai_fail(e, 500, NULL, NULL, "out of memory");
+        cJSON_ArrayForEach(v, allowed) {
+            if (!is_integer(v) || v->valuedouble < 0 || v->valuedouble > INT32_MAX)
+                return openai_fail(e, 400, "allowed_token_ids", "invalid_type", "allowed_token_ids must hold token ids (integers >= 0)");
+            g->allowed_ids[g->n_allowed_ids++] = (int32_t)v->valuedouble;
+        }
+    }
+    const cJSON *ids = openai_field(root, "stop_token_ids");
     if (!ids) return true;
     if (!cJSON_IsArray(ids))
         return openai_fail(e, 400, "stop_token_ids", "invalid_type", "stop_token_ids must be an array of token ids, not %s",
@@ -330,6 +350,7 @@ static bool copy_params(gen_params *d, const gen_params *base, const prompt_in *
     d->prompt_tokens = NULL;
     d->bias_tokens = NULL;
     d->bias_values = NULL;
+    d->allowed_ids = NULL;
     d->n_stop = 0;
     bool ok = true;
     if (p->text) {
@@ -356,6 +377,10 @@ static bool copy_params(gen_params *d, const gen_params *base, const prompt_in *
             memcpy(d->bias_tokens, base->bias_tokens, (size_t)base->n_bias * sizeof *d->bias_tokens);
             memcpy(d->bias_values, base->bias_values, (size_t)base->n_bias * sizeof *d->bias_values);
         }
+    }
+    if (base->n_allowed_ids) {
+        ok &= (d->allowed_ids = malloc((size_t)base->n_allowed_ids * sizeof *d->allowed_ids)) != NULL;
+        if (d->allowed_ids) memcpy(d->allowed_ids, base->allowed_ids, (size_t)base->n_allowed_ids * sizeof *d->allowed_ids);
     }
     d->grammar = wk_grammar_retain(base->grammar); /* compiled once, shared by every choice */
     for (int i = 0; i < base->n_stop; i++) {

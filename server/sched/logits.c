@@ -50,7 +50,15 @@ void logits_mask(float *logits, int n_vocab, const int32_t *tokens, int n) {
         if (tokens[i] >= 0 && tokens[i] < n_vocab) logits[tokens[i]] = -INFINITY;
 }
 
-float logits_logprobs(const float *logits, int n_vocab, int32_t chosen, int n_top, int32_t *top_tokens,
+void logits_keep_only(float *logits, int n_vocab, const int32_t *sorted, int n) {
+    int k = 0;
+    for (int i = 0; i < n_vocab; i++) {
+        if (k < n && sorted[k] == i) k++;
+        else logits[i] = -INFINITY;
+    }
+}
+
+float logits_logprobs(const float *logits, int n_vocab, int32_t chosen, int *n_top, int32_t *top_tokens,
                       float *top_logprobs, int *rank) {
     if (rank) {
         const float c = logits[chosen];
@@ -60,12 +68,13 @@ float logits_logprobs(const float *logits, int n_vocab, int32_t chosen, int n_to
     }
     const float lse = wk_logsumexp(logits, n_vocab);
     /* Top n by insertion into a short sorted list: n <= 20, so this is one pass. Ties keep the
-     * lower id first, as the sampler orders them. */
-    int have = 0;
-    for (int i = 0; i < n_vocab && n_top > 0; i++) {
+     * lower id first, as the sampler orders them. A masked token (-inf: allowed_token_ids, the
+     * end-of-generation masks) is no alternative: it has no log-probability JSON can hold. */
+    int have = 0, want = *n_top;
+    for (int i = 0; i < n_vocab && want > 0; i++) {
         float v = logits[i];
-        if (have == n_top && v <= top_logprobs[have - 1]) continue;
-        int j = have < n_top ? have++ : have - 1;
+        if (!(v > -INFINITY) || (have == want && v <= top_logprobs[have - 1])) continue;
+        int j = have < want ? have++ : have - 1;
         while (j > 0 && top_logprobs[j - 1] < v) {
             top_logprobs[j] = top_logprobs[j - 1];
             top_tokens[j] = top_tokens[j - 1];
@@ -75,6 +84,7 @@ float logits_logprobs(const float *logits, int n_vocab, int32_t chosen, int n_to
         top_tokens[j] = i;
     }
     for (int i = 0; i < have; i++) top_logprobs[i] -= lse;
+    *n_top = have;
     return logits[chosen] - lse;
 }
 

@@ -15,14 +15,17 @@ void logits_penalize(float *logits, const int32_t *prompt, int n_prompt, const i
 void logits_bias(float *logits, int n_vocab, const int32_t *tokens, const float *values, int n);
 /* Sets the logits of the n tokens (those in the vocabulary) to -inf: never drawn. */
 void logits_mask(float *logits, int n_vocab, const int32_t *tokens, int n);
+/* Sets every logit to -inf but those of the n tokens, given sorted ascending without repeats. */
+void logits_keep_only(float *logits, int n_vocab, const int32_t *sorted, int n);
 
 /* The (at most) m tokens with the highest finite logits into ids, best first, equal logits lower id
  * first (the sampler's order); returns how many. */
 int logits_best(const float *logits, int n_vocab, int m, int32_t *ids);
 
-/* log softmax of `chosen`, and the n_top most likely tokens with theirs (best first); *rank (when
+/* log softmax of `chosen`, and the *n_top most likely tokens with theirs (best first): *n_top is
+ * then how many have a finite logit (fewer than asked only where a mask left fewer); *rank (when
  * rank is not NULL) gets 1 + the tokens with a higher logit than chosen's (vLLM's rank). */
-float logits_logprobs(const float *logits, int n_vocab, int32_t chosen, int n_top, int32_t *top_tokens,
+float logits_logprobs(const float *logits, int n_vocab, int32_t chosen, int *n_top, int32_t *top_tokens,
                       float *top_logprobs, int *rank);
 
 #endif

@@ -72,7 +72,7 @@ bool prompt_score_rows(scheduler *s, req *r, const float *rows, int first, int n
         const float *row = rows + (size_t)t * (size_t)nv;
         for (int j = 0; j < lp->n_top; j++) free(lp->top_piece[j]); /* scored before a preemption */
         lp->n_top = r->g.prompt_top;
-        lp->logprob = logits_logprobs(row, nv, lp->token, lp->n_top, lp->top_token, lp->top_logprob, &lp->rank);
+        lp->logprob = logits_logprobs(row, nv, lp->token, &lp->n_top, lp->top_token, lp->top_logprob, &lp->rank);
         lp->unscored = false;
         for (int j = 0; j < lp->n_top; j++)
             lp->top_piece[j] = sched_dup_piece(s, lp->top_token[j], true, &lp->top_piece_len[j]);

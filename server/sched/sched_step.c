@@ -144,11 +144,11 @@ static void take_token(scheduler *s, req *r, float *row) {
         ev->n_logprobs = 1;
         lp->token = tok;
         lp->n_top = r->g.logprobs;
-        lp->logprob = logits_logprobs(lp_row, s->info->n_vocab, tok, lp->n_top, lp->top_token, lp->top_logprob, NULL);
+        lp->logprob = logits_logprobs(lp_row, s->info->n_vocab, tok, &lp->n_top, lp->top_token, lp->top_logprob, NULL);
         lp->piece = sched_dup_piece(s, tok, false, &lp->piece_len);
         for (int i = 0; i < lp->n_top; i++) lp->top_piece[i] = sched_dup_piece(s, lp->top_token[i], false, &lp->top_piece_len[i]);
     }
-    int n = sched_piece(s, tok);
+    int n = r->g.render_special ? token_piece(s->e, tok, true, &s->piece, &s->piece_cap) : sched_piece(s, tok);
     text_buf delta = {0};
     bool oom = false, stopped = false;
     r->ts.armed = r->n_gen >= r->g.min_tokens; /* vLLM: stop strings count from the min_tokens-th token */
@@ -430,6 +430,7 @@ void sched_step(scheduler *s) {
         if (r->g.n_bias) logits_bias(row, s->info->n_vocab, r->g.bias_tokens, r->g.bias_values, r->g.n_bias);
         if (r->g.ignore_eos || r->n_gen < r->g.min_tokens) logits_mask(row, s->info->n_vocab, s->eog, s->n_eog);
         if (r->n_gen < r->g.min_tokens) logits_mask(row, s->info->n_vocab, r->g.stop_ids, r->g.n_stop_ids);
+        if (r->g.n_allowed_ids) logits_keep_only(row, s->info->n_vocab, r->g.allowed_ids, r->g.n_allowed_ids);
         logits_penalize(row, r->prompt, r->n_prompt, r->gen, r->n_gen, r->g.presence_penalty, r->g.frequency_penalty,
                         r->g.repetition_penalty, r->g.repeat_last_n, s->scratch);
         take_token(s, r, row); /* may finish (and free) r */

@@ -24,6 +24,7 @@ void gen_params_free(gen_params *g) {
     free(g->prompt_tokens);
     free(g->bias_tokens);
     free(g->bias_values);
+    free(g->allowed_ids);
     wk_grammar_free(g->grammar);
     for (int i = 0; i < g->n_stop; i++) free(g->stop[i]);
     memset(g, 0, sizeof *g);

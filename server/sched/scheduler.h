@@ -16,6 +16,7 @@
 
 #define SCHED_MAX_STOP 8     /* stop strings per request (OpenAI allows 4) */
 #define SCHED_MAX_STOP_IDS 64 /* vLLM's stop_token_ids per request */
+#define SCHED_MAX_ALLOWED_IDS (1 << 18) /* vLLM's allowed_token_ids per request */
 #define SCHED_MAX_TOP_LOGPROBS 20
 /* A request's scored prompt entries, counting each alternative: prompt tokens x (alternatives + 1)
  * x choices (docs/reliability.md, the limits table). */
@@ -56,6 +57,11 @@ typedef struct gen_params {
     bool ignore_eos;   /* end-of-generation tokens are never drawn (masked, as llama.cpp does) */
     int min_tokens;    /* vLLM's: until this many tokens, end-of-generation and stop_ids are masked and
                         * stop strings not matched */
+    /* vLLM's allowed_token_ids: only these tokens are ever drawn (owned; sorted ascending without
+     * repeats on the engine thread, checked against the vocabulary there); NULL: any. */
+    int32_t *allowed_ids;
+    int n_allowed_ids;
+    bool render_special; /* vLLM's skip_special_tokens false: control tokens' text is in the output */
     int logprobs; /* -1: none; else the number of alternatives per token (0..SCHED_MAX_TOP_LOGPROBS) */
     /* The prompt sent back once it is prefilled (an EV_PROMPT: its tokens, for OpenAI's echo), and
      * with prompt_logprobs each prompt token's log-probability under the tokens before it, with

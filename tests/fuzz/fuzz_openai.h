@@ -51,6 +51,8 @@ static inline void fz_check_gen(const gen_params *g, bool chat) {
     FZ_CHECK(g->min_tokens >= 0 && (g->max_tokens < 0 || g->min_tokens <= g->max_tokens));
     FZ_CHECK(g->n_stop_ids >= 0 && g->n_stop_ids <= SCHED_MAX_STOP_IDS);
     for (int i = 0; i < g->n_stop_ids; i++) FZ_CHECK(g->stop_ids[i] >= 0);
+    FZ_CHECK(g->n_allowed_ids >= 0 && g->n_allowed_ids <= SCHED_MAX_ALLOWED_IDS && (!g->n_allowed_ids || g->allowed_ids));
+    for (int i = 0; i < g->n_allowed_ids; i++) FZ_CHECK(g->allowed_ids[i] >= 0);
     /* an accepted constraint comes compiled (the choices share it): its whole-text check runs */
     if (g->grammar) (void)wk_grammar_accepts(g->grammar, "{}", 2);
 }

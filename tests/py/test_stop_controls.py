@@ -1,5 +1,6 @@
-# Where a generation ends, vLLM's controls (and llama.cpp's ignore_eos): ignore_eos, min_tokens,
-# stop_token_ids, include_stop_str_in_output, and the stop_reason each choice reports
+# Where a generation ends and what it may say, vLLM's controls (and llama.cpp's ignore_eos):
+# ignore_eos, min_tokens, stop_token_ids, include_stop_str_in_output, allowed_token_ids,
+# skip_special_tokens, and the stop_reason each choice reports
 # (server/sched/sched_step.c, server/sched/text_stream.c, server/api/openai_request.c). The
 # references: the same prompt's greedy reply without them, its tokens from /tokenize, and the
 # end-of-generation tokens made certain with logit_bias.
@@ -134,6 +135,37 @@ def test_min_tokens_defers_stop_strings(server, greedy):
     assert choice["text"] == text[: text.find(stop)]
 
 
+def test_allowed_token_ids(server, greedy):
+    text, ids, texts = greedy
+    allowed = [ids[0], ids[2], ids[0]]  # a repeat is harmless
+    for temperature in (0, 1.5):
+        choice, usage = complete(server, max_tokens=6, allowed_token_ids=allowed, temperature=temperature, seed=4,
+                                 logprobs=5)
+        lp = choice["logprobs"]
+        assert usage["completion_tokens"] == 6 and set(lp["tokens"]) <= {texts[0], texts[2]}, lp
+        # Only the two allowed tokens are alternatives: a masked token has no log-probability.
+        for top in lp["top_logprobs"]:
+            assert set(top) <= {texts[0], texts[2]} and all(isinstance(v, float) for v in top.values()), top
+    # Chat's entries through the openai package's types (a null logprob would not parse).
+    openai = pytest.importorskip("openai")
+    client = openai.OpenAI(base_url=server.url + "/v1", api_key="x")
+    r = client.chat.completions.create(model=client.models.list().data[0].id, max_tokens=3, temperature=0,
+                                       messages=[{"role": "user", "content": "Hi"}], logprobs=True, top_logprobs=5,
+                                       extra_body={"allowed_token_ids": [ids[0], ids[2]]})
+    entries = r.choices[0].logprobs.content
+    assert len(entries) == 3 and all(e.token in (texts[0], texts[2]) and len(e.top_logprobs) == 2 for e in entries)
+
+
+def test_skip_special_tokens(server, eog):
+    bos = token_id(server, "<bos>")
+    for skip, want in ((True, ""), (False, "<bos>" * 3)):
+        choice, usage = complete(server, max_tokens=3, allowed_token_ids=[bos] + eog, ignore_eos=True,
+                                 skip_special_tokens=skip)
+        assert usage["completion_tokens"] == 3 and choice["text"] == want, (skip, choice)
+    r = post(server, "/v1/completions", {"prompt": PROMPT, "allowed_token_ids": eog, "ignore_eos": True})
+    assert r.status_code == 400 and r.json()["error"]["param"] == "allowed_token_ids", r.text
+
+
 @pytest.mark.parametrize("body,param", [
     ({"ignore_eos": 1}, "ignore_eos"),
     ({"include_stop_str_in_output": "yes"}, "include_stop_str_in_output"),
@@ -146,6 +178,11 @@ def test_min_tokens_defers_stop_strings(server, greedy):
     ({"stop_token_ids": ["1"]}, "stop_token_ids"),
     ({"stop_token_ids": list(range(65))}, "stop_token_ids"),
     ({"stop_token_ids": [262144]}, "stop_token_ids"),
+    ({"allowed_token_ids": []}, "allowed_token_ids"),
+    ({"allowed_token_ids": 5}, "allowed_token_ids"),
+    ({"allowed_token_ids": [3, "4"]}, "allowed_token_ids"),
+    ({"allowed_token_ids": [262144, 3]}, "allowed_token_ids"),
+    ({"skip_special_tokens": 0}, "skip_special_tokens"),
 ])
 def test_refused(server, body, param):
     r = post(server, "/v1/completions", {"prompt": PROMPT, "max_tokens": 4, **body})
@@ -157,5 +194,5 @@ def test_refused(server, body, param):
 
 def test_null_means_not_given(server):
     choice, usage = complete(server, max_tokens=3, ignore_eos=None, min_tokens=None, stop_token_ids=None,
-                             include_stop_str_in_output=None)
+                             include_stop_str_in_output=None, allowed_token_ids=None, skip_special_tokens=None)
     assert usage["completion_tokens"] == 3
