@@ -164,14 +164,47 @@ static bool start_grammar(scheduler *s, req *r) {
     return true;
 }
 
-/* A generation job -> its request, checked against the model, the context and the pool; NULL
- * (an error event posted) when refused. Not queued yet: a request's choices are queued together
- * or not at all (sched_handle_jobs). */
 static int cmp_token(const void *a, const void *b) {
     int32_t x = *(const int32_t *)a, y = *(const int32_t *)b;
     return (x > y) - (x < y);
 }
 
+/* vLLM's allowed_token_ids, sorted without repeats (the step's mask keeps them in one sweep) and
+ * checked: in the vocabulary, and something left to draw beside the masks. false: refused (an
+ * error event posted). */
+static bool allowed_ids_check(scheduler *s, req *r) {
+    const wk_model_info *info = s->info;
+    qsort(r->g.allowed_ids, (size_t)r->g.n_allowed_ids, sizeof *r->g.allowed_ids, cmp_token);
+    int k = 0;
+    for (int i = 0; i < r->g.n_allowed_ids; i++)
+        if (k == 0 || r->g.allowed_ids[i] != r->g.allowed_ids[k - 1]) r->g.allowed_ids[k++] = r->g.allowed_ids[i];
+    r->g.n_allowed_ids = k;
+    if (r->g.allowed_ids[k - 1] >= info->n_vocab) {
+        sched_post_error(s, r->id, 400, "allowed_token_ids", NULL,
+                         "allowed_token_ids id %d is outside the vocabulary (0..%d)", (int)r->g.allowed_ids[k - 1],
+                         info->n_vocab - 1);
+        return false;
+    }
+    /* With ignore_eos (always) or min_tokens (at first) the end-of-generation tokens are masked,
+     * and with min_tokens the stop ids: an allowed set of nothing else would leave no token. */
+    bool drawable = !r->g.ignore_eos && r->g.min_tokens == 0;
+    for (int i = 0; i < k && !drawable; i++) {
+        bool stop = false;
+        for (int j = 0; j < r->g.n_stop_ids && r->g.min_tokens > 0; j++) stop |= r->g.stop_ids[j] == r->g.allowed_ids[i];
+        drawable = !stop && !wk_token_is_eog(s->e, r->g.allowed_ids[i]);
+    }
+    if (!drawable) {
+        sched_post_error(s, r->id, 400, "allowed_token_ids", NULL,
+                         "allowed_token_ids holds only end-of-generation or stop tokens, which ignore_eos or "
+                         "min_tokens keep from being drawn: no token is left");
+        return false;
+    }
+    return true;
+}
+
+/* A generation job -> its request, checked against the model, the context and the pool; NULL
+ * (an error event posted) when refused. Not queued yet: a request's choices are queued together
+ * or not at all (sched_handle_jobs). */
 static req *admit_generate(scheduler *s, sched_job *j, int n_choices) {
     if (j->refused) return NULL; /* its error is out already */
     const wk_model_info *info = s->info;
@@ -254,34 +287,9 @@ static req *admit_generate(scheduler *s, sched_job *j, int n_choices) {
             req_free(r);
             return NULL;
         }
-    if (r->g.n_allowed_ids) { /* sorted without repeats: the step's mask keeps them in one sweep */
-        qsort(r->g.allowed_ids, (size_t)r->g.n_allowed_ids, sizeof *r->g.allowed_ids, cmp_token);
-        int k = 0;
-        for (int i = 0; i < r->g.n_allowed_ids; i++)
-            if (k == 0 || r->g.allowed_ids[i] != r->g.allowed_ids[k - 1]) r->g.allowed_ids[k++] = r->g.allowed_ids[i];
-        r->g.n_allowed_ids = k;
-        if (r->g.allowed_ids[k - 1] >= info->n_vocab) {
-            sched_post_error(s, r->id, 400, "allowed_token_ids", NULL,
-                             "allowed_token_ids id %d is outside the vocabulary (0..%d)", (int)r->g.allowed_ids[k - 1],
-                             info->n_vocab - 1);
-            req_free(r);
-            return NULL;
-        }
-        /* With ignore_eos (always) or min_tokens (at first) the end-of-generation tokens are masked,
-         * and with min_tokens the stop ids: an allowed set of nothing else would leave no token. */
-        bool drawable = !r->g.ignore_eos && r->g.min_tokens == 0;
-        for (int i = 0; i < k && !drawable; i++) {
-            bool stop = false;
-            for (int j = 0; j < r->g.n_stop_ids && r->g.min_tokens > 0; j++) stop |= r->g.stop_ids[j] == r->g.allowed_ids[i];
-            drawable = !stop && !wk_token_is_eog(s->e, r->g.allowed_ids[i]);
-        }
-        if (!drawable) {
-            sched_post_error(s, r->id, 400, "allowed_token_ids", NULL,
-                             "allowed_token_ids holds only end-of-generation or stop tokens, which ignore_eos or "
-                             "min_tokens keep from being drawn: no token is left");
-            req_free(r);
-            return NULL;
-        }
+    if (r->g.n_allowed_ids && !allowed_ids_check(s, r)) {
+        req_free(r);
+        return NULL;
     }
     for (int i = 0; i < r->g.n_stop_ids; i++)
         if (r->g.stop_ids[i] >= info->n_vocab) {
