@@ -162,11 +162,16 @@ static void send_chunk(call *k, cJSON *o) {
 }
 
 /* A streamed chat choice opens with its role, then (vLLM's echo) the words it continues. */
-static void open_chat_choice(call *k, int i) {
+/* After a chat choice's role went out: its echo (vLLM's chat echo), if any. */
+static void chat_choice_opened(call *k, int i) {
     choice *ci = &k->choices[i];
     ci->role_sent = true;
-    send_chunk(k, stream_chunk(k, i, "", 0, NULL, NULL, true));
     if (ci->echo.len) send_chunk(k, stream_chunk(k, i, ci->echo.p, ci->echo.len, NULL, NULL, false));
+}
+
+static void open_chat_choice(call *k, int i) {
+    send_chunk(k, stream_chunk(k, i, "", 0, NULL, NULL, true));
+    chat_choice_opened(k, i);
 }
 
 /* Every choice ended: the usage chunk and [DONE], or the whole JSON response. */
@@ -225,9 +230,14 @@ static void on_gen_event(api_server *a, call *k, int i, sched_event *ev) {
             send_chunk(k, d);
         }
         break;
-    case EV_PROMPT:
-        if (k->conn && !k->failed) send_chunk(k, prompt_echo_event(k, i, ev));
+    case EV_PROMPT: {
+        if (!k->conn || k->failed) break;
+        const bool opens = chat && k->stream && !ci->role_sent; /* prompt_logprobs ride the role's chunk */
+        cJSON *chunk = prompt_echo_event(k, i, ev, opens);
+        send_chunk(k, chunk);
+        if (opens && chunk) chat_choice_opened(k, i);
         break;
+    }
     case EV_DONE:
         ci->done = true;
         ci->finish_reason = ev->finish_reason;

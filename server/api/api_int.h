@@ -141,8 +141,9 @@ void completion_logprobs_add(cJSON *obj, const token_logprob *entries, int n, in
 
 /* ---- the prompt sent back (prompt_echo.c) ---- */
 /* The EV_PROMPT of choice i: streamed, the chunk to send (the prompt's text and entries; NULL:
- * nothing to send); else kept for whole_response. */
-cJSON *prompt_echo_event(call *k, int i, const sched_event *ev);
+ * nothing to send), with the assistant's role in its delta when `role` (a chat choice's first
+ * chunk: its prompt_logprobs open the choice); else kept for whole_response. */
+cJSON *prompt_echo_event(call *k, int i, const sched_event *ev, bool role);
 /* whole_response's prompt_logprobs: each completion choice's, or the chat response's (choice 0's). */
 void prompt_echo_whole(call *k, cJSON *response);
 

@@ -57,7 +57,7 @@ static void prompt_text(const choice *ci, const sched_event *ev, text_buf *out) 
     text_buf_free(&bytes);
 }
 
-cJSON *prompt_echo_event(call *k, int i, const sched_event *ev) {
+cJSON *prompt_echo_event(call *k, int i, const sched_event *ev, bool role) {
     choice *ci = &k->choices[i];
     const bool chat = k->kind != CALL_COMPLETION;
     cJSON *plp = k->prompt_logprobs >= 0 ? prompt_logprobs_list(ev, k->prompt_logprobs) : NULL;
@@ -79,7 +79,8 @@ cJSON *prompt_echo_event(call *k, int i, const sched_event *ev) {
         if (lp) cJSON_Delete(ci->lp), ci->lp = lp;
         if (plp) cJSON_Delete(ci->prompt_lp), ci->prompt_lp = plp;
     } else if (k->started && (text.len || lp || plp)) {
-        chunk = stream_chunk(k, i, chat ? NULL : text.p ? text.p : "", text.len, NULL, NULL, false);
+        chunk = role ? stream_chunk(k, i, "", 0, NULL, NULL, true)
+                     : stream_chunk(k, i, chat ? NULL : text.p ? text.p : "", text.len, NULL, NULL, false);
         cJSON *ch = cJSON_GetArrayItem(cJSON_GetObjectItemCaseSensitive(chunk, "choices"), 0);
         if (lp) cJSON_ReplaceItemInObjectCaseSensitive(ch, "logprobs", lp);
         /* A completion's prompt_logprobs in its choice (vLLM's stream); a chat's on the chunk, as on its response. */

@@ -196,6 +196,16 @@ def test_chat_echo_continues_the_last_reply(server):
     r = post(server, "/v1/chat/completions", {"messages": msgs[:1], "echo": True,
                                               "tools": [{"type": "function", "function": {"name": "f"}}]})
     assert r.status_code == 400 and r.json()["error"]["param"] == "echo"
+    # Streamed with prompt_logprobs: they ride the first chunk, the role's (vLLM's), then the echo,
+    # then the reply; the entries are the whole response's.
+    whole = post(server, "/v1/chat/completions", {**body, "echo": True, "prompt_logprobs": 1}).json()
+    chunks = stream(server, "/v1/chat/completions", {**body, "echo": True, "prompt_logprobs": 1})
+    assert chunks[0]["choices"][0]["delta"].get("role") == "assistant"
+    assert chunks[0]["prompt_logprobs"] == whole["prompt_logprobs"] and len(whole["prompt_logprobs"]) > 5
+    assert not any("prompt_logprobs" in c for c in chunks[1:])
+    deltas = [c["choices"][0]["delta"] for c in chunks if c["choices"]]
+    assert sum(1 for d in deltas if "role" in d) == 1 and deltas[1] == {"content": "Hi, I am"}
+    assert "".join(d.get("content") or "" for d in deltas) == whole["choices"][0]["message"]["content"]
 
 
 def test_openai_client_scores_a_continuation(client, model_id, server):
