@@ -301,6 +301,15 @@ static bool parse_logit_bias(const cJSON *root, gen_params *g, api_error *e) {
 
 /* Features with no implementation yet are refused plainly rather than silently ignored. */
 static bool refuse_unsupported(const cJSON *root, bool chat, api_error *e) {
+    /* vLLM's that would change the output here: banned words, a prompt cut from the left, beam
+     * search. Their "off" values (null, [], false) pass. */
+    const cJSON *bad = openai_field(root, "bad_words"), *cut = openai_field(root, "truncate_prompt_tokens");
+    if (openai_asks_for_any(bad))
+        return openai_fail(e, 400, "bad_words", "unsupported_value", "bad_words is not supported: use logit_bias on their tokens");
+    if (cut) return openai_fail(e, 400, "truncate_prompt_tokens", "unsupported_value",
+                                "truncate_prompt_tokens is not supported: send the part of the prompt to keep");
+    if (cJSON_IsTrue(openai_field(root, "use_beam_search")))
+        return openai_fail(e, 400, "use_beam_search", "unsupported_value", "beam search is not supported");
     if (!chat) {
         int best_of = 1;
         if (!get_int(root, "best_of", 1, 128, &best_of, NULL, e)) return false;

@@ -192,6 +192,23 @@ def test_refused(server, body, param):
     assert r.status_code == 400 and r.json()["error"]["param"] == param, r.text
 
 
+@pytest.mark.parametrize("field,on,off", [
+    ("bad_words", ["Paris"], []),
+    ("truncate_prompt_tokens", 4, None),
+    ("use_beam_search", True, False),
+])
+def test_vllm_fields_not_supported_are_refused(server, field, on, off):
+    """vLLM's fields that would change the output and are not implemented: a 400 naming them, never
+    silently ignored; their "off" values pass."""
+    r = post(server, "/v1/completions", {"prompt": PROMPT, "max_tokens": 2, field: on})
+    assert r.status_code == 400 and r.json()["error"]["param"] == field, r.text
+    assert r.json()["error"]["code"] == "unsupported_value"
+    r = post(server, "/v1/chat/completions", {"messages": [{"role": "user", "content": "x"}], "max_tokens": 2, field: on})
+    assert r.status_code == 400 and r.json()["error"]["param"] == field, r.text
+    r = post(server, "/v1/completions", {"prompt": PROMPT, "max_tokens": 2, field: off})
+    assert r.status_code == 200, r.text
+
+
 def test_null_means_not_given(server):
     choice, usage = complete(server, max_tokens=3, ignore_eos=None, min_tokens=None, stop_token_ids=None,
                              include_stop_str_in_output=None, allowed_token_ids=None, skip_special_tokens=None)
