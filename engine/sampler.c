@@ -136,28 +136,22 @@ static int32_t draw_whole_row(wk_sampler *s, const float *logits, float lmax, fl
     const double sum = wk_row_exp_sum(logits, n, lmax, inv_t, s->terms);
     const double u = rng_uniform(s->rng) * sum;
     double cum = 0.0;
-    int32_t last = -1; /* the last token with a nonzero term, for u in the sum's rounding gap */
+    int last_block = -1; /* the last block with mass, for u in the sum's rounding gap */
     for (int b = 0; b < n; b += SPAN) {
         const int end = b + SPAN < n ? b + SPAN : n;
         float part = 0.0f;
         for (int i = b; i < end; i++) part += s->terms[i];
+        if (part > 0.0f) last_block = b;
         if (cum + part <= u) {
             cum += part;
-            if (part > 0.0f)
-                for (int i = end - 1; i >= b; i--)
-                    if (s->terms[i] > 0.0f) {
-                        last = i;
-                        break;
-                    }
             continue;
         }
-        for (int i = b; i < end; i++) {
-            cum += s->terms[i];
-            if (s->terms[i] > 0.0f) last = i;
-            if (u < cum) return i;
-        }
+        for (int i = b; i < end; i++)
+            if (u < (cum += s->terms[i])) return i;
     }
-    return last >= 0 ? last : argmax(logits, n);
+    for (int i = n - 1; last_block >= 0 && i >= last_block; i--)
+        if (s->terms[i] > 0.0f) return i;
+    return argmax(logits, n);
 }
 
 /* Cuts a best-first candidate list to the top-p prefix: the shortest prefix whose probability

@@ -241,23 +241,18 @@ static bool parse_stop_controls(const cJSON *root, gen_params *g, api_error *e) 
     bool skip_special = true;
     if (!openai_get_bool(root, "skip_special_tokens", &skip_special, e)) return false;
     g->render_special = !skip_special;
-    const cJSON *allowed = openai_field(root, "allowed_token_ids"), *v;
+    /* Both lists through the prompt's own reader of token ids (range-checked on the engine thread). */
+    const cJSON *allowed = openai_field(root, "allowed_token_ids"), *ids = openai_field(root, "stop_token_ids");
     if (allowed) {
         int n = cJSON_IsArray(allowed) ? cJSON_GetArraySize(allowed) : 0;
-        if (!cJSON_IsArray(allowed) || n == 0)
+        if (n == 0)
             return openai_fail(e, 400, "allowed_token_ids", cJSON_IsArray(allowed) ? "invalid_value" : "invalid_type",
                                "allowed_token_ids must be a non-empty array of token ids");
         if (n > SCHED_MAX_ALLOWED_IDS)
             return openai_fail(e, 400, "allowed_token_ids", "invalid_value", "at most %d allowed_token_ids are supported",
                                SCHED_MAX_ALLOWED_IDS);
-        if (!(g->allowed_ids = malloc((size_t)n * sizeof *g->allowed_ids))) return openai_fail(e, 500, NULL, NULL, "out of memory");
-        cJSON_ArrayForEach(v, allowed) {
-            if (!is_integer(v) || v->valuedouble < 0 || v->valuedouble > INT32_MAX)
-                return openai_fail(e, 400, "allowed_token_ids", "invalid_type", "allowed_token_ids must hold token ids (integers >= 0)");
-            g->allowed_ids[g->n_allowed_ids++] = (int32_t)v->valuedouble;
-        }
+        if (!token_array(allowed, "allowed_token_ids", &g->allowed_ids, &g->n_allowed_ids, e)) return false;
     }
-    const cJSON *ids = openai_field(root, "stop_token_ids");
     if (!ids) return true;
     if (!cJSON_IsArray(ids))
         return openai_fail(e, 400, "stop_token_ids", "invalid_type", "stop_token_ids must be an array of token ids, not %s",
@@ -265,11 +260,10 @@ static bool parse_stop_controls(const cJSON *root, gen_params *g, api_error *e) 
     if (cJSON_GetArraySize(ids) > SCHED_MAX_STOP_IDS)
         return openai_fail(e, 400, "stop_token_ids", "invalid_value", "at most %d stop_token_ids are supported",
                            SCHED_MAX_STOP_IDS);
-    cJSON_ArrayForEach(v, ids) {
-        if (!is_integer(v) || v->valuedouble < 0 || v->valuedouble > INT32_MAX)
-            return openai_fail(e, 400, "stop_token_ids", "invalid_type", "stop_token_ids must hold token ids (integers >= 0)");
-        g->stop_ids[g->n_stop_ids++] = (int32_t)v->valuedouble;
-    }
+    int32_t *stop_ids = NULL;
+    if (!token_array(ids, "stop_token_ids", &stop_ids, &g->n_stop_ids, e)) return false;
+    memcpy(g->stop_ids, stop_ids, (size_t)g->n_stop_ids * sizeof *stop_ids);
+    free(stop_ids);
     return true;
 }
 

@@ -4,8 +4,8 @@
  * request is due at a time drawn beforehand (bench_arrivals), and a pool of threads (at most
  * --max-concurrency) sends each one when it is due. Each request is a fresh connection
  * (http_client.c) carrying a /v1/completions (or, --chat, /v1/chat/completions) call at
- * temperature 0 (or --temperature and the other sampling flags) with a prompt of repeated common words. Streamed answers are read event by event:
- * every event with a non-empty choices array is a chunk (vLLM's rule), giving time to first token,
+ * temperature 0 (or the sampling flags) with a prompt of repeated common words. Streamed answers
+ * are read event by event: every event with a non-empty choices array is a chunk (vLLM's rule), giving time to first token,
  * inter-token latency and the request's end; token counts come from the server's `usage`. A
  * monitor thread draws the progress bar (on a terminal) and samples the server's /metrics for the
  * KV pool's peak (bench_scrape.c). With --peer-url the same load then runs against a second
@@ -189,6 +189,14 @@ static bool on_body(void *ud, int status, const char *data, size_t len) {
     return true;
 }
 
+void bench_sampling_add(cJSON *obj, const bench_load_opts *o) {
+    cJSON_AddNumberToObject(obj, "temperature", o->temperature);
+    if (!isnan(o->top_p)) cJSON_AddNumberToObject(obj, "top_p", o->top_p);
+    if (o->top_k != INT32_MIN) cJSON_AddNumberToObject(obj, "top_k", o->top_k);
+    if (!isnan(o->min_p)) cJSON_AddNumberToObject(obj, "min_p", o->min_p);
+    if (o->ignore_eos) cJSON_AddTrueToObject(obj, "ignore_eos");
+}
+
 static char *request_body(const bench_load_opts *o, const char *model, const char *prompt) {
     cJSON *b = cJSON_CreateObject();
     if (!b) return NULL;
@@ -203,11 +211,7 @@ static char *request_body(const bench_load_opts *o, const char *model, const cha
         cJSON_AddStringToObject(b, "prompt", prompt);
     }
     cJSON_AddNumberToObject(b, "max_tokens", o->max_tokens);
-    cJSON_AddNumberToObject(b, "temperature", o->temperature);
-    if (!isnan(o->top_p)) cJSON_AddNumberToObject(b, "top_p", o->top_p);
-    if (o->top_k != INT32_MIN) cJSON_AddNumberToObject(b, "top_k", o->top_k);
-    if (!isnan(o->min_p)) cJSON_AddNumberToObject(b, "min_p", o->min_p);
-    if (o->ignore_eos) cJSON_AddTrueToObject(b, "ignore_eos");
+    bench_sampling_add(b, o);
     if (o->stream) {
         cJSON_AddTrueToObject(b, "stream");
         cJSON_AddTrueToObject(cJSON_AddObjectToObject(b, "stream_options"), "include_usage");

@@ -6,6 +6,8 @@
 #include <stdbool.h>
 #include <stdio.h>
 
+#include <cjson/cJSON.h>
+
 #include "bench/bench.h"
 #include "bench/http_client.h"
 
@@ -48,6 +50,10 @@ typedef struct load_summary {
     bench_kv_stats kv;
     req_result *res;                /* o->requests of them, for the per-request lists of --json */
 } load_summary;
+
+/* The sampling fields every request sends (bench_load_opts' flags), also the JSON report's
+ * "sampling" object: temperature; top_p, top_k, min_p and ignore_eos only when given. */
+void bench_sampling_add(cJSON *obj, const bench_load_opts *o);
 
 /* bench_report.c: the table (stdout) and the JSON object (stdout, or --json FILE). b: the peer. */
 void bench_report_text(const bench_load_opts *o, const load_summary *a, const load_summary *b);

@@ -231,12 +231,7 @@ int bench_report_json(const bench_load_opts *o, const load_summary *a, const loa
     cJSON_AddNumberToObject(obj, "requests", o->requests);
     cJSON_AddNumberToObject(obj, "prompt_tokens_target", o->prompt_tokens);
     cJSON_AddNumberToObject(obj, "max_tokens", o->max_tokens);
-    cJSON *sp = cJSON_AddObjectToObject(obj, "sampling"); /* what every request sent */
-    cJSON_AddNumberToObject(sp, "temperature", o->temperature);
-    if (!isnan(o->top_p)) cJSON_AddNumberToObject(sp, "top_p", o->top_p);
-    if (o->top_k != INT32_MIN) cJSON_AddNumberToObject(sp, "top_k", o->top_k);
-    if (!isnan(o->min_p)) cJSON_AddNumberToObject(sp, "min_p", o->min_p);
-    cJSON_AddBoolToObject(sp, "ignore_eos", o->ignore_eos);
+    bench_sampling_add(cJSON_AddObjectToObject(obj, "sampling"), o); /* what every request sent */
     cJSON *pc = cJSON_AddArrayToObject(obj, "percentiles");
     for (int i = 0; i < o->n_percentiles; i++) cJSON_AddItemToArray(pc, cJSON_CreateNumber(o->percentiles[i]));
     cJSON *g = cJSON_AddObjectToObject(obj, "goodput_slo_ms");
