@@ -9,6 +9,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 
 #include "wushkv/wushkv.h"
 
@@ -55,6 +56,30 @@ static uint64_t wk_fwd_max_tables(const wk_fwd *f) {
            (uint64_t)l->n_groups;
 }
 
+/* The output head as the host reads it (head_host): the matrix's codes and pairs through their host
+ * mapping, from its first row on, and the threads that will multiply it. */
+static int head_host_init(wk_fwd *f, char *err, size_t errlen) {
+    const wk_dev_matrix *m = wk_weights_output(f->w);
+    if (!m->codes.map || (m->fmt != WK_WFMT_F16 && !m->scales.map))
+        return snprintf(err, errlen, "the output head on the host needs its weights in host-mapped memory, and device "
+                        "%s did not map them", f->vk->props.deviceName), WK_ERR_UNSUPPORTED;
+    const size_t first = (size_t)m->row0 * m->cols;
+    f->head = (wk_host_matrix){.rows = m->rows, .cols = m->cols};
+    switch (m->fmt) {
+    case WK_WFMT_F16: f->head.fmt = WK_HOST_F16, f->head.codes = (const uint16_t *)m->codes.map + first; break;
+    case WK_WFMT_Q8H:
+        f->head.fmt = WK_HOST_Q8H, f->head.codes = (const int8_t *)m->codes.map + first;
+        f->head.pairs = (const uint32_t *)m->scales.map + first / 16;
+        break;
+    default:
+        f->head.fmt = WK_HOST_Q8A, f->head.codes = (const int8_t *)m->codes.map + first;
+        f->head.pairs = (const float *)m->scales.map + first / 16 * 2;
+    }
+    f->head_isa = wk_host_isa_best();
+    f->head_pool = wk_host_pool_create(0, err, errlen);
+    return f->head_pool ? 0 : WK_ERR_NOMEM;
+}
+
 int wk_fwd_init(wk_fwd *f, wk_vk *vk, wk_pipelines *pipes, const wk_hparams *hp, const wk_weights *w,
                 wk_kv_cache *kv, int max_tokens, int max_ctx, bool debug_layers, char *err, size_t errlen) {
     memset(f, 0, sizeof *f);
@@ -72,6 +97,9 @@ int wk_fwd_init(wk_fwd *f, wk_vk *vk, wk_pipelines *pipes, const wk_hparams *hp,
     if (cap > 64) cap = 64;
     if (cap < 1) return snprintf(err, errlen, "vocabulary of %d is too large for one logits row", hp->n_vocab), WK_ERR_UNSUPPORTED;
     f->logit_rows = (int)cap < max_tokens ? (int)cap : max_tokens;
+    /* On the host the head takes every row of a step at once: its weights stream from memory once. */
+    f->head_host = pipes->head_host;
+    if (f->head_host) f->logit_rows = max_tokens;
 
     const uint64_t T = (uint64_t)max_tokens, E = (uint64_t)hp->n_embd, F = (uint64_t)hp->n_ff;
     const uint64_t QD = (uint64_t)hp->n_head * hp->head_dim, KD = (uint64_t)hp->n_head_kv * hp->head_dim;
@@ -111,8 +139,11 @@ int wk_fwd_init(wk_fwd *f, wk_vk *vk, wk_pipelines *pipes, const wk_hparams *hp,
     if (!rc) rc = make(f, &a->up, T * F * 4, WK_MEM_DEVICE, NONE, err, errlen);
     if (!rc) rc = make(f, &a->act, T * F * 4, WK_MEM_DEVICE, V4, err, errlen);
     if (!rc) rc = make(f, &a->ffn, T * E * 4, WK_MEM_DEVICE, NONE, err, errlen);
-    if (!rc) rc = make(f, &a->head_in, (uint64_t)f->logit_rows * E * 4, WK_MEM_DEVICE, V4, err, errlen);
-    if (!rc) rc = make(f, &a->logits, (uint64_t)f->logit_rows * row_bytes, WK_MEM_HOST, NONE, err, errlen);
+    if (!rc)
+        rc = make(f, &a->head_in, (uint64_t)f->logit_rows * E * 4, f->head_host ? WK_MEM_HOST : WK_MEM_DEVICE, V4, err,
+                  errlen);
+    if (!rc && !f->head_host) rc = make(f, &a->logits, (uint64_t)f->logit_rows * row_bytes, WK_MEM_HOST, NONE, err, errlen);
+    if (!rc && f->head_host) rc = head_host_init(f, err, errlen);
     if (!rc && debug_layers) rc = make(f, &a->debug, (uint64_t)hp->n_layer * T * E * 4, WK_MEM_HOST, NONE, err, errlen);
     if (!rc) rc = build_rope_table(f, err, errlen);
     if (rc) wk_fwd_free(f);
@@ -125,6 +156,7 @@ void wk_fwd_free(wk_fwd *f) {
                      &f->a.o, &f->a.gate, &f->a.up, &f->a.act, &f->a.ffn, &f->a.head_in, &f->a.logits,
                      &f->a.rope, &f->a.debug, &f->a.cap_q, &f->a.cap_k, &f->a.cap_v, &f->xform_buf, &f->xform_in};
     for (size_t i = 0; i < sizeof all / sizeof *all; i++) wk_vk_buffer_destroy(f->vk, all[i]);
+    wk_host_pool_destroy(f->head_pool);
     memset(f, 0, sizeof *f);
 }
 
@@ -642,14 +674,20 @@ static int record_layers(rec *r, uint32_t T) {
     return 0;
 }
 
-/* Gathers rows of xn into head_in and records logits = head_in Wout. */
+/* Gathers rows of xn into head_in and records logits = head_in Wout (on the device; with
+ * head_host only the gather, the host multiplying after the submit: read_logits). */
 static int record_head(rec *r, const int *rows, int n) {
     wk_fwd *f = r->f;
     const VkDeviceSize rb = (VkDeviceSize)f->hp->n_embd * 4;
     VkBufferCopy regions[64];
-    for (int i = 0; i < n; i++) regions[i] = (VkBufferCopy){.srcOffset = rows[i] * rb, .dstOffset = i * rb, .size = rb};
-    vkCmdCopyBuffer(f->vk->cmd, f->a.xn.buf, f->a.head_in.buf, (uint32_t)n, regions);
+    for (int done = 0; done < n; done += 64) {
+        const int k = n - done < 64 ? n - done : 64;
+        for (int i = 0; i < k; i++)
+            regions[i] = (VkBufferCopy){.srcOffset = rows[done + i] * rb, .dstOffset = (VkDeviceSize)(done + i) * rb, .size = rb};
+        vkCmdCopyBuffer(f->vk->cmd, f->a.xn.buf, f->a.head_in.buf, (uint32_t)k, regions);
+    }
     wk_vk_barrier(f->vk);
+    if (f->head_host) return 0;
     wk_prof_label(f->pipes, WK_PROF_HEAD);
     int rc = op_matmul(r, wk_weights_output(f->w), &f->a.head_in, &f->a.logits, (uint32_t)n);
     wk_prof_label(f->pipes, 0);
@@ -658,9 +696,22 @@ static int record_head(rec *r, const int *rows, int n) {
     return 0;
 }
 
+/* The submitted step's n logits rows into out: copied from the device's product, or with head_host
+ * multiplied here from head_in (timed into the profile's output_head_host). */
 static void read_logits(wk_fwd *f, float *out, int n) {
     const size_t V = (size_t)f->hp->n_vocab;
-    memcpy(out, f->a.logits.map, (size_t)n * V * sizeof(float));
+    if (f->head_host) {
+        struct timespec t0, t1;
+        if (f->pipes->profile) clock_gettime(CLOCK_MONOTONIC, &t0);
+        wk_host_matmul(f->head_pool, f->head_isa, &f->head, f->a.head_in.map, n, out, V);
+        if (f->pipes->profile) {
+            clock_gettime(CLOCK_MONOTONIC, &t1);
+            f->pipes->prof_ms[WK_PROF_HEAD_HOST] += (double)(t1.tv_sec - t0.tv_sec) * 1e3 + (double)(t1.tv_nsec - t0.tv_nsec) * 1e-6;
+            f->pipes->prof_calls[WK_PROF_HEAD_HOST]++;
+        }
+    } else {
+        memcpy(out, f->a.logits.map, (size_t)n * V * sizeof(float));
+    }
     if (f->hp->final_softcap > 0) {
         const float c = f->hp->final_softcap;
         for (size_t i = 0; i < (size_t)n * V; i++) out[i] = tanhf(out[i] / c) * c;

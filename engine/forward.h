@@ -7,6 +7,7 @@
 #include "kv/attention_record.h"
 #include "kv/kv_cache.h"
 #include "kv/kv_transform.h"
+#include "host/host_matmul.h"
 #include "vulkan/shader_params.h"
 #include "vulkan/vk_pipelines.h"
 #include "weights.h"
@@ -29,8 +30,9 @@ typedef struct wk_acts {
     wk_buf gate, up;      /* [T][n_ff] */
     wk_buf act;           /* [T][n_ff] gated activation; RGBA32F view */
     wk_buf ffn;           /* [T][n_embd] FFN output */
-    wk_buf head_in;       /* [logit_rows][n_embd] rows that want logits; RGBA32F view */
-    wk_buf logits;        /* [logit_rows][n_vocab], host-visible */
+    wk_buf head_in;       /* [logit_rows][n_embd] rows that want logits; RGBA32F view (host-visible with
+                           * head_host) */
+    wk_buf logits;        /* [logit_rows][n_vocab], host-visible; absent with head_host */
     wk_buf rope;          /* [2 bases][max_ctx][n_rot/2] (cos, sin); RG32F view */
     wk_buf debug;         /* [n_layer][T][n_embd] residual after each layer, host-visible (tests) */
     wk_buf cap_q;         /* [n_layer][T][n_head*head_dim] post-RoPE queries, host-visible (calibration) */
@@ -45,7 +47,13 @@ typedef struct wk_fwd {
     wk_kv_cache *kv;
     wk_acts a;
     int max_tokens;       /* tokens per step */
-    int logit_rows;       /* logits rows computed per submit */
+    int logit_rows;       /* logits rows computed per submit (every step row with head_host) */
+    /* The output head on the host CPU (wk_pipelines.head_host): the head matrix read in place through
+     * its host mapping, the threads that multiply it, and the instruction set they use. */
+    bool head_host;
+    wk_host_matrix head;
+    wk_host_pool *head_pool;
+    wk_host_isa head_isa;
     int max_ctx;
     bool debug_layers;
     bool capture;         /* copy post-RoPE q and the stored k, v of every layer (wk_fwd_enable_capture) */

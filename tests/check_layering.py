@@ -13,7 +13,7 @@ ROOT = pathlib.Path(sys.argv[1] if len(sys.argv) > 1 else pathlib.Path(__file__)
 
 # Lower floors first. A room may include its own files and any room before it in the list.
 FLOORS = {
-    "engine": ["base", "model", "tokenizer", "vulkan", "wush", "kv", "grammar", ".", "research"],
+    "engine": ["base", "model", "tokenizer", "vulkan", "wush", "kv", "grammar", "host", ".", "research"],
     "server": ["http", "metrics", "sched", "api", "cli", "bench", "."],
 }
 INCLUDE = re.compile(r'^\s*#\s*include\s+"([^"]+)"', re.M)

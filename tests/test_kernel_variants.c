@@ -16,14 +16,14 @@
 static char err[WK_ERRMSG_LEN];
 
 static const char *describe(const wk_pipelines *p) {
-    static char buf[128];
+    static char buf[192];
     wk_pipelines_describe_variants(p, buf, sizeof buf);
     return buf;
 }
 
 /* spec is refused with `code` and a message containing `needle`. */
 static void refused(wk_vk *vk, wk_pipelines *p, const char *spec, int code, const char *needle) {
-    char before[128];
+    char before[192];
     snprintf(before, sizeof before, "%s", describe(p));
     err[0] = '\0';
     const int rc = wk_pipelines_apply_variants(vk, p, spec, err, sizeof err);
@@ -47,18 +47,24 @@ int main(void) {
     if (strstr(vk.props.deviceName, "llvmpipe")) CHECK(vk.pin_subgroup);
     const bool shuffle = p.matmul_shuffle; /* the device's default module (wk_pipelines_create) */
     const char *sh = shuffle ? "on" : "off";
-    char want[160];
+    /* The cpu set's head: the host's where the device is the CPU and maps its weights (lavapipe). */
+    const bool host_head = vk.props.deviceType == VK_PHYSICAL_DEVICE_TYPE_CPU && wk_vk_weights_mappable(&vk);
+    if (strstr(vk.props.deviceName, "llvmpipe")) CHECK(host_head);
+    const char *hd = host_head ? "host" : "device";
+    char want[192];
 
     /* The "cpu" set: every lavapipe variant; nothing forced changes it. */
     CHECK_EQ_INT(wk_pipelines_choose_kernels(&vk, &p, WK_KERNELS_CPU, err, sizeof err), 0);
-    snprintf(want, sizeof want, "matmul=register,matmul_shuffle=%s,matvec=1,attention=subgroup,splits=cpu,transform_rope=on,store=invocation", sh);
+    snprintf(want, sizeof want,
+             "matmul=register,matmul_shuffle=%s,matvec=1,attention=subgroup,splits=cpu,transform_rope=on,store=invocation,"
+             "head=%s", sh, hd);
     CHECK(strcmp(describe(&p), want) == 0);
     CHECK_EQ_INT(wk_pipelines_apply_variants(&vk, &p, NULL, err, sizeof err), 0);
     CHECK_EQ_INT(wk_pipelines_apply_variants(&vk, &p, "", err, sizeof err), 0);
     CHECK(strcmp(describe(&p), want) == 0);
 
     /* Each override alone sets its own variant and no other. */
-    static const struct {
+    const struct {
         const char *spec, *field;
     } one[] = {{"matmul=tiled", "matmul=tiled"},
                {"attention=lanes", "attention=lanes"},
@@ -66,17 +72,18 @@ int main(void) {
                {"matvec=4", "matvec=4"},
                {"transform_rope=off", "transform_rope=off"},
                {"store=lanes", "store=lanes"},
+               {host_head ? "head=device" : "head=host", host_head ? "head=device" : "head=host"},
                {"matmul_shuffle=off", "matmul_shuffle=off"}};
     for (size_t i = 0; i < sizeof one / sizeof one[0]; i++) {
         CHECK_EQ_INT(wk_pipelines_choose_kernels(&vk, &p, WK_KERNELS_CPU, err, sizeof err), 0);
         CHECK_EQ_INT(wk_pipelines_set_matmul_shuffle(&vk, &p, shuffle, err, sizeof err), 0);
         CHECK_EQ_INT(wk_pipelines_apply_variants(&vk, &p, one[i].spec, err, sizeof err), 0);
         /* The description is the cpu set's with this one field replaced. */
-        char expect[160] = "";
-        const char *cpu_fields[7] = {"matmul=register", shuffle ? "matmul_shuffle=on" : "matmul_shuffle=off",
+        char expect[192] = "";
+        const char *cpu_fields[8] = {"matmul=register", shuffle ? "matmul_shuffle=on" : "matmul_shuffle=off",
                                      "matvec=1", "attention=subgroup", "splits=cpu", "transform_rope=on",
-                                     "store=invocation"};
-        for (int f = 0; f < 7; f++) {
+                                     "store=invocation", host_head ? "head=host" : "head=device"};
+        for (int f = 0; f < 8; f++) {
             const size_t name_len = strcspn(cpu_fields[f], "=");
             const bool same = strncmp(cpu_fields[f], one[i].field, name_len) == 0 && one[i].field[name_len] == '=';
             if (f) strcat(expect, ",");
@@ -85,18 +92,21 @@ int main(void) {
         if (strcmp(describe(&p), expect) != 0) fprintf(stderr, "%s: '%s', expected '%s'\n", one[i].spec, describe(&p), expect);
         CHECK(strcmp(describe(&p), expect) == 0);
     }
-    CHECK_EQ_INT(p.matvec_subgroups, 1); /* the last case reset it */
+    CHECK_EQ_INT(p.matvec_subgroups, 1); /* the later cases reset it */
     CHECK(p.matmul_shuffle == false);     /* ... and left this one off: a set does not choose it */
     CHECK_EQ_INT(wk_pipelines_set_matmul_shuffle(&vk, &p, shuffle, err, sizeof err), 0);
 
     /* The "gpu" set on this device (lavapipe allows its workgroups), then each of its variants back. */
     CHECK_EQ_INT(wk_pipelines_choose_kernels(&vk, &p, WK_KERNELS_GPU, err, sizeof err), 0);
-    snprintf(want, sizeof want, "matmul=tiled,matmul_shuffle=%s,matvec=4,attention=lanes,splits=gpu,transform_rope=on,store=lanes", sh);
+    snprintf(want, sizeof want,
+             "matmul=tiled,matmul_shuffle=%s,matvec=4,attention=lanes,splits=gpu,transform_rope=on,store=lanes,head=device", sh);
     CHECK(strcmp(describe(&p), want) == 0);
-    CHECK(p.gpu_kernels && p.matmul_tiled && p.attn_lanes && p.attn_gpu_splits && p.store_lanes);
+    CHECK(p.gpu_kernels && p.matmul_tiled && p.attn_lanes && p.attn_gpu_splits && p.store_lanes && !p.head_host);
     CHECK_EQ_INT(wk_pipelines_apply_variants(&vk, &p, "matmul=register,matvec=1,attention=subgroup,splits=cpu,store=invocation",
                                              err, sizeof err), 0);
-    snprintf(want, sizeof want, "matmul=register,matmul_shuffle=%s,matvec=1,attention=subgroup,splits=cpu,transform_rope=on,store=invocation", sh);
+    snprintf(want, sizeof want,
+             "matmul=register,matmul_shuffle=%s,matvec=1,attention=subgroup,splits=cpu,transform_rope=on,store=invocation,"
+             "head=device", sh);
     CHECK(strcmp(describe(&p), want) == 0);
     CHECK(p.gpu_kernels); /* the set's name stays; the engine reads the fields */
     /* A description is a spec: applying it reproduces it. */
@@ -116,6 +126,7 @@ int main(void) {
                {"matmul_shuffle=yes", "expected off or on"},
                {"transform_rope=fused", "transform_rope=fused: expected off or on"},
                {"store=subgroup", "store=subgroup: expected invocation or lanes"},
+               {"head=cpu", "head=cpu: expected device or host"},
                {"matvec=0", "matvec=0: expected a count"},
                {"matvec=65", "matvec=65"},
                {"matvec=-4", "matvec=-4"},
@@ -140,6 +151,17 @@ int main(void) {
     vk.subgroup_ops &= ~(VkSubgroupFeatureFlags)VK_SUBGROUP_FEATURE_SHUFFLE_BIT;
     refused(&vk, &p, "store=lanes", WK_ERR_UNSUPPORTED, "store=lanes: device");
     vk.subgroup_ops = real_ops;
+    /* ... and one whose weights the host cannot map, head=host; its cpu set keeps the head on it. */
+    const VkPhysicalDeviceMemoryProperties real_mem = vk.mem_props;
+    for (uint32_t i = 0; i < vk.mem_props.memoryTypeCount; i++)
+        vk.mem_props.memoryTypes[i].propertyFlags &= ~(VkMemoryPropertyFlags)VK_MEMORY_PROPERTY_HOST_COHERENT_BIT;
+    CHECK(!wk_vk_weights_mappable(&vk));
+    CHECK_EQ_INT(wk_pipelines_choose_kernels(&vk, &p, WK_KERNELS_CPU, err, sizeof err), 0);
+    CHECK(!p.head_host);
+    refused(&vk, &p, "head=host", WK_ERR_UNSUPPORTED, "head=host: device");
+    vk.mem_props = real_mem;
+    CHECK_EQ_INT(wk_pipelines_choose_kernels(&vk, &p, WK_KERNELS_CPU, err, sizeof err), 0);
+    CHECK(p.head_host == host_head);
 
     printf("kernel variants: %s (cpu set), overrides and refusals checked\n", describe(&p));
     CHECK_EQ_INT(test_vk_close(&vk, &p), 0);

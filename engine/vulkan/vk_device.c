@@ -327,6 +327,16 @@ VkDeviceSize wk_vk_max_buffer_bytes(const wk_vk *vk) {
     return heap;
 }
 
+bool wk_vk_weights_mappable(const wk_vk *vk) {
+    /* The type wk_vk_buffer_create takes for WK_MEM_DEVICE (a buffer's type bits allow every type on
+     * the drivers that matter here; a buffer that still lands elsewhere is unmapped, and its user
+     * checks wk_buf.map). */
+    int type = find_memory_type(vk, ~0u, VK_MEMORY_PROPERTY_DEVICE_LOCAL_BIT, 0);
+    if (type < 0) type = find_memory_type(vk, ~0u, 0, 0);
+    const VkMemoryPropertyFlags need = VK_MEMORY_PROPERTY_HOST_VISIBLE_BIT | VK_MEMORY_PROPERTY_HOST_COHERENT_BIT;
+    return type >= 0 && (vk->mem_props.memoryTypes[type].propertyFlags & need) == need;
+}
+
 int wk_vk_buffer_create(wk_vk *vk, wk_buf *b, VkDeviceSize size, wk_mem_kind kind, VkFormat texel_format, char *err,
                         size_t errlen) {
     memset(b, 0, sizeof *b);

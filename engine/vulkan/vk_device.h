@@ -59,6 +59,9 @@ void wk_vk_destroy(wk_vk *vk);
 /* The largest buffer the device can hold in one allocation: the smaller of maxMemoryAllocationSize
  * and its largest device-local memory heap (0: unknown). */
 VkDeviceSize wk_vk_max_buffer_bytes(const wk_vk *vk);
+/* Whether device buffers (WK_MEM_DEVICE: the weights) land in memory the host maps and sees
+ * coherently, so the host can read the weights in place (lavapipe: one memory type with every flag). */
+bool wk_vk_weights_mappable(const wk_vk *vk);
 /* size bytes; texel_format != VK_FORMAT_UNDEFINED adds a uniform texel view over the whole buffer.
  * A size over wk_vk_max_buffer_bytes is refused (WK_ERR_NOMEM) before the driver is asked. */
 int wk_vk_buffer_create(wk_vk *vk, wk_buf *b, VkDeviceSize size, wk_mem_kind kind, VkFormat texel_format,

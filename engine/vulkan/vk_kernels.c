@@ -55,6 +55,8 @@ int wk_pipelines_choose_kernels(wk_vk *vk, wk_pipelines *p, int kernels, char *e
     p->transform_rope = true; /* one dispatch fewer a layer on any device */
     /* On lavapipe an invocation a head is as fast in decode and faster in prefill (docs/engine.md). */
     p->store_lanes = p->gpu_kernels && store_lanes_fit(vk);
+    /* The head on the host only where the host is the device: on a GPU the device is faster. */
+    p->head_host = !p->gpu_kernels && vk->props.deviceType == VK_PHYSICAL_DEVICE_TYPE_CPU && wk_vk_weights_mappable(vk);
     /* Four subgroups a matvec workgroup on a GPU, where the device allows it; one otherwise. */
     return wk_pipelines_set_matvec_subgroups(vk, p, p->gpu_kernels && wk_pipelines_matvec_fits(vk, 4) ? 4 : 1, err,
                                              errlen);
@@ -74,7 +76,8 @@ static int apply_one(wk_vk *vk, wk_pipelines *p, const char *name, const char *v
                   {"attention", "subgroup", "lanes"},
                   {"splits", "cpu", "gpu"},
                   {"transform_rope", "off", "on"},
-                  {"store", "invocation", "lanes"}};
+                  {"store", "invocation", "lanes"},
+                  {"head", "device", "host"}};
     if (strcmp(name, "matvec") == 0) {
         char *end;
         long n = strtol(value, &end, 10);
@@ -109,6 +112,14 @@ static int apply_one(wk_vk *vk, wk_pipelines *p, const char *name, const char *v
             return 0;
         case 3: p->attn_gpu_splits = on; return 0;
         case 4: p->transform_rope = on; return 0;
+        case 6:
+            if (on && !wk_vk_weights_mappable(vk)) {
+                snprintf(err, errlen, "kernel variant head=host: device %s keeps the weights in memory the host cannot "
+                         "map coherently", vk->props.deviceName);
+                return WK_ERR_UNSUPPORTED;
+            }
+            p->head_host = on;
+            return 0;
         default:
             if (on && !store_lanes_fit(vk)) {
                 snprintf(err, errlen, "kernel variant store=lanes: device %s lacks subgroup shuffles or broadcasts in "
@@ -120,7 +131,7 @@ static int apply_one(wk_vk *vk, wk_pipelines *p, const char *name, const char *v
         }
     }
     snprintf(err, errlen, "kernel variant '%s': expected matmul, matmul_shuffle, matvec, attention, splits, "
-             "transform_rope or store", name);
+             "transform_rope, store or head", name);
     return WK_ERR_INVALID;
 }
 
@@ -137,7 +148,7 @@ int wk_pipelines_apply_variants(wk_vk *vk, wk_pipelines *p, const char *spec, ch
         char *eq = strchr(item, '=');
         if (!eq) {
             snprintf(err, errlen, "kernel variant '%s': expected name=value (matmul, matmul_shuffle, matvec, attention, "
-                     "splits, transform_rope, store)", item);
+                     "splits, transform_rope, store, head)", item);
             return WK_ERR_INVALID;
         }
         *eq = '\0';
@@ -148,8 +159,8 @@ int wk_pipelines_apply_variants(wk_vk *vk, wk_pipelines *p, const char *spec, ch
 }
 
 void wk_pipelines_describe_variants(const wk_pipelines *p, char *buf, size_t cap) {
-    snprintf(buf, cap, "matmul=%s,matmul_shuffle=%s,matvec=%u,attention=%s,splits=%s,transform_rope=%s,store=%s",
+    snprintf(buf, cap, "matmul=%s,matmul_shuffle=%s,matvec=%u,attention=%s,splits=%s,transform_rope=%s,store=%s,head=%s",
              p->matmul_tiled ? "tiled" : "register", p->matmul_shuffle ? "on" : "off", p->matvec_subgroups,
              p->attn_lanes ? "lanes" : "subgroup", p->attn_gpu_splits ? "gpu" : "cpu", p->transform_rope ? "on" : "off",
-             p->store_lanes ? "lanes" : "invocation");
+             p->store_lanes ? "lanes" : "invocation", p->head_host ? "host" : "device");
 }

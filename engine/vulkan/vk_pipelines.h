@@ -90,7 +90,7 @@ static inline wk_attn_pipes wk_attn_pipes_of(wk_attn_set set) {
 /* Profile buckets: one per pipeline, then the start mark, then buckets that time a role rather than
  * a pipeline (wk_prof_label): the output head runs matvec/matmul like the layers' matrices, but its
  * share of a step is what bounds decode (issue 15). */
-enum { WK_PROF_START = WK_PIPE_COUNT, WK_PROF_HEAD, WK_PROF_SLOTS };
+enum { WK_PROF_START = WK_PIPE_COUNT, WK_PROF_HEAD, WK_PROF_HEAD_HOST, WK_PROF_SLOTS };
 
 #define WK_MAX_BINDINGS 10
 
@@ -142,6 +142,11 @@ typedef struct wk_pipelines {
      * ones whose lanes share the activations' fetches through subgroup shuffles, where the device
      * allows it; false the ones without shuffles. */
     bool matmul_shuffle;
+    /* The output head computed by the host CPU (engine/host/host_matmul.h) from the weights' host
+     * mapping, not by a matvec/matmul dispatch: the "cpu" set's on a CPU device (lavapipe), where the
+     * host's vector code reads the head's bytes ~4x faster than a shader; needs the weights' memory
+     * host-visible and coherent (wk_vk_weights_mappable). */
+    bool head_host;
     /* Optional GPU-time profile per pipeline (wk_pipelines_enable_profile): a timestamp after each
      * dispatch. */
     bool profile;
@@ -194,6 +199,7 @@ int wk_pipelines_choose_kernels(wk_vk *vk, wk_pipelines *p, int kernels, char *e
  * or "name=value[,name=value...]" with names and values
  *   matmul=register|tiled        prefill matmuls: matmul.comp's register tiles or matmul_tiled.comp
  *   matmul_shuffle=on|off        matmul.comp's and kv_transform.comp's modules (wk_pipelines_set_matmul_shuffle)
+ *   head=device|host             the output head by a dispatch, or by the host CPU (head_host)
  *   matvec=N                     subgroups a matvec workgroup (wk_pipelines_set_matvec_subgroups)
  *   attention=subgroup|lanes     attention_paged: a key per subgroup, or the key-per-lane variant
  *   splits=cpu|gpu               the attention's key-split targets

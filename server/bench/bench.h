@@ -28,6 +28,9 @@ typedef struct bench_engine_opts {
      * tests, run for run alternating with ours, and the report prints ours / its tok/s. */
     bool vs;
     kv_flags vs_kv;
+    /* --vs-kernels SPEC: the second engine's shader variants, spelt as WUSHKV_KERNELS (which it then
+     * ignores); its KV format is ours unless --vs-kv names another. NULL: as ours. */
+    const char *vs_kernels;
     const char *peer;      /* path of llama-bench, or NULL */
     const char *peer_kv;   /* --peer-kv: llama.cpp's cache type (f16, q8_0, q4_0); NULL: the nearest
                             * to --kv (bench_peer_kv) */

@@ -187,19 +187,21 @@ static int make_rows(const bench_engine_opts *o, bench_row **rows, int *n_rows) 
 /* One engine of the invocation, ours (the --kv flags) or the --vs-kv one: its sequence, and the
  * rows it fills. */
 typedef struct bench_side {
-    char label[16]; /* "" for ours; " [f16]" for the other, after the test's name in stderr lines */
+    char label[96]; /* "" for ours; " [f16]" (--vs-kv) or " [cpu,head=device]" (--vs-kernels) for the other,
+                     * after the test's name in stderr lines */
     wk_engine *e;
     engine_run r;
     bench_row *rows;
 } bench_side;
 
-/* Opens an engine with the KV flags `flags` for the tests of o and describes its cache into *kvi;
- * NULL (message printed). */
-static wk_engine *open_side(const bench_engine_opts *o, const char *model, const kv_flags *flags, int ctx,
-                            bench_kv_info *kvi) {
+/* Opens an engine with the KV flags `flags` (and the kernel spec `kernels`, NULL: the environment's)
+ * for the tests of o and describes its cache and kernels into *kvi; NULL (message printed). */
+static wk_engine *open_side(const bench_engine_opts *o, const char *model, const kv_flags *flags, const char *kernels,
+                            int ctx, bench_kv_info *kvi) {
     wk_engine_params ep;
     wk_engine_params_default(&ep);
     cli_common_apply(&o->common, &ep);
+    if (kernels) cli_kernels_parse(kernels, &ep); /* checked when parsed */
     ep.model_path = model;
     kv_flags kv = *flags;
     kv_flags_fit_model(&kv, model);
@@ -215,6 +217,7 @@ static wk_engine *open_side(const bench_engine_opts *o, const char *model, const
     kv_flags_describe(&kv, info, kvi->desc, sizeof kvi->desc); /* with the wide keys' layers */
     kvi->bits_per_element = info->kv_bits_per_element;
     kvi->bytes_per_token = (unsigned long long)info->kv_bytes_per_token;
+    snprintf(kvi->kernels, sizeof kvi->kernels, "%s: %s", info->kernels, info->kernel_variants ? info->kernel_variants : "");
     if (o->common.verbose) fprintf(stderr, "wushkv bench: opened an engine with KV %s\n", kvi->desc);
     return e;
 }
@@ -323,14 +326,17 @@ static int measure_engine(const bench_engine_opts *o, const char *model, engine_
     }
     sides[0].rows = res->rows;
     sides[1].rows = res->vs_rows;
-    if (o->vs) snprintf(sides[1].label, sizeof sides[1].label, " [%s]", kv_flags_format_name(&o->vs_kv));
+    if (o->vs)
+        snprintf(sides[1].label, sizeof sides[1].label, " [%s]",
+                 o->vs_kernels ? o->vs_kernels : kv_flags_format_name(&o->vs_kv));
     const kv_flags *flags[2] = {&o->kv, &o->vs_kv};
+    const char *kernels[2] = {NULL, o->vs_kernels};
     bench_kv_info *kvi[2] = {&res->kv, &res->vs_kv};
     for (int h = 0; h < halves; h++) {
         const int i0 = h == 0 ? 0 : (o->reps + 1) / 2, i1 = halves == 2 && h == 0 ? (o->reps + 1) / 2 : o->reps;
         for (int n = 0; n < n_sides; n++) { /* ours first, then (second half) the other first */
             const int s = h == 0 ? n : n_sides - 1 - n;
-            if (!(sides[s].e = open_side(o, model, flags[s], ctx, kvi[s]))) goto out;
+            if (!(sides[s].e = open_side(o, model, flags[s], kernels[s], ctx, kvi[s]))) goto out;
         }
         if (h == 0) {
             const wk_model_info *info = wk_engine_info(sides[0].e);
@@ -340,8 +346,9 @@ static int measure_engine(const bench_engine_opts *o, const char *model, engine_
                     res->model_name, res->device, res->kv.desc, o->n_prompt, o->n_gen, o->n_depths,
                     o->n_depths == 1 ? "" : "s", o->reps, o->reps == 1 ? "" : "s");
             if (o->vs)
-                fprintf(stderr, "wushkv bench: vs KV %s, run for run beside it; from run %d on, both opened again, "
-                                "the other first\n", res->vs_kv.desc, halves == 2 ? i1 + 1 : o->reps + 1);
+                fprintf(stderr, "wushkv bench: vs KV %s, kernels %s, run for run beside it; from run %d on, both opened "
+                                "again, the other first\n", res->vs_kv.desc, res->vs_kv.kernels,
+                        halves == 2 ? i1 + 1 : o->reps + 1);
             depth = malloc(((size_t)max_depth + 1) * sizeof *depth);
             prompt = malloc(((size_t)o->n_prompt + 1) * sizeof *prompt);
             gen = malloc(((size_t)o->n_gen + 1) * sizeof *gen);

@@ -48,6 +48,7 @@ static void add_kv_info(cJSON *obj, const bench_kv_info *kv) {
     cJSON_AddStringToObject(obj, "kv", kv->desc);
     cJSON_AddNumberToObject(obj, "bits_per_element", kv->bits_per_element);
     cJSON_AddNumberToObject(obj, "kv_bytes_per_token", (double)kv->bytes_per_token);
+    cJSON_AddStringToObject(obj, "kernels_chosen", kv->kernels);
 }
 
 int bench_engine_print_json(const bench_engine_opts *o, const char *model, const engine_result *res,
@@ -182,9 +183,9 @@ void bench_engine_print_text(const bench_engine_opts *o, const char *model, cons
         printf("host:   %d threads: memory read %.1f GB/s, f32 FMA %.1f GFLOP/s (%s; C, this run)\n", res->host.threads,
                res->host.read_gbps, res->host.fma_gflops, res->host.fma_isa);
     if (res->vs_rows)
-        printf("vs:     %s, %.2f bits/element, %llu bytes/token; its runs alternate with ours (ours first in odd "
-               "runs, second in even); ratio: ours / its tok/s, mean +/- stddev over the run pairs\n",
-               res->vs_kv.desc, res->vs_kv.bits_per_element, res->vs_kv.bytes_per_token);
+        printf("vs:     %s, %.2f bits/element, %llu bytes/token; kernels %s; its runs alternate with ours (ours "
+               "first in odd runs, second in even); ratio: ours / its tok/s, mean +/- stddev over the run pairs\n",
+               res->vs_kv.desc, res->vs_kv.bits_per_element, res->vs_kv.bytes_per_token, res->vs_kv.kernels);
     if (o->peer)
         printf("peer:   %s, KV cache %s (%s)\n", o->peer, peer->kv ? peer->kv : bench_peer_kv(o),
                bench_peer_kv_note(o));

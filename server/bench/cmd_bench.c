@@ -41,6 +41,9 @@ static void bench_usage(FILE *f) {
             "  --vs-kv FMT          also open an engine with KV format FMT (as --kv FMT alone: f16, int2,\n"
             "                       int3, int4) and run each test on both, run for run alternating, and\n"
             "                       print ours / its tok/s per test (mean +/- stddev over the run pairs)\n"
+            "  --vs-kernels SPEC    the same with the other engine's kernels SPEC (as WUSHKV_KERNELS:\n"
+            "                       cpu|gpu|auto[,name=value...], e.g. cpu,head=device), KV as ours\n"
+            "                       unless --vs-kv names another\n"
             "  --peer PATH          also run llama-bench at PATH (-m MODEL -p P -n N -d LIST -r R -o json\n"
             "                       -t <online CPUs> -ctk T -ctv T) after ours, and print wushkv/peer ratios\n"
             "  --peer-kv T          the peer's KV cache type: f16, q8_0 or q4_0 (default: f16 for --kv f16\n"
@@ -217,6 +220,7 @@ bad:
 /* Parses argv into o. Returns -1 to go on, else the exit status (0 after --help). */
 static int parse_bench(int argc, char **argv, bench_opts *o) {
     memset(o, 0, sizeof *o);
+    bool vs_kv_given = false;
     cli_common_init(&o->eng.common, CLI_MODEL | CLI_DEVICE | CLI_JSON | CLI_VALIDATION | CLI_VERBOSE);
     kv_flags_init(&o->eng.kv);
     o->eng.n_prompt = 512;
@@ -283,6 +287,16 @@ static int parse_bench(int argc, char **argv, bench_opts *o) {
         } else if (cli_is(&c, NULL, "--vs-kv")) {
             kv_flags_init(&o->eng.vs_kv);
             ok = kv_flags_parse_format(&c, &o->eng.vs_kv);
+            o->eng.vs = vs_kv_given = true;
+        } else if (cli_is(&c, NULL, "--vs-kernels")) {
+            wk_engine_params probe;
+            wk_engine_params_default(&probe);
+            ok = cli_str(&c, &o->eng.vs_kernels);
+            if (ok && cli_kernels_parse(o->eng.vs_kernels, &probe) != WK_OK) {
+                cli_error(&c, "--vs-kernels '%s': expected cpu, gpu or auto, then any name=value variants",
+                          o->eng.vs_kernels);
+                ok = false;
+            }
             o->eng.vs = true;
         } else if (cli_is(&c, NULL, "--peer")) {
             ok = cli_str(&c, &o->eng.peer);
@@ -421,7 +435,8 @@ static int parse_bench(int argc, char **argv, bench_opts *o) {
         return CLI_EXIT_USAGE;
     }
     if (!kv_flags_finish(&c, &o->eng.kv)) return CLI_EXIT_USAGE;
-    if (o->eng.vs && !kv_flags_finish(&c, &o->eng.vs_kv)) return CLI_EXIT_USAGE;
+    if (vs_kv_given && !kv_flags_finish(&c, &o->eng.vs_kv)) return CLI_EXIT_USAGE;
+    if (o->eng.vs && !vs_kv_given) o->eng.vs_kv = o->eng.kv; /* --vs-kernels alone: our KV format */
     if (o->eng.n_prompt == 0 && o->eng.n_gen == 0) {
         cli_error(&c, "-p and -n are both 0: nothing to measure");
         return CLI_EXIT_USAGE;

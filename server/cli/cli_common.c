@@ -70,6 +70,19 @@ void cli_common_apply(const cli_common *f, wk_engine_params *p) {
     p->verbose = f->verbose;
 }
 
+int cli_kernels_parse(const char *spec, wk_engine_params *p) {
+    /* The set, then name=value variants; a leading name=value keeps auto. */
+    const size_t set_len = strcspn(spec, ",");
+    const bool no_set = memchr(spec, '=', set_len) != NULL;
+    if (no_set) p->kernels = WK_KERNELS_AUTO;
+    else if (set_len == 3 && strncmp(spec, "cpu", 3) == 0) p->kernels = WK_KERNELS_CPU;
+    else if (set_len == 3 && strncmp(spec, "gpu", 3) == 0) p->kernels = WK_KERNELS_GPU;
+    else if (set_len == 4 && strncmp(spec, "auto", 4) == 0) p->kernels = WK_KERNELS_AUTO;
+    else return WK_ERR_INVALID;
+    p->kernel_variants = no_set ? spec : spec[set_len] ? spec + set_len + 1 : NULL;
+    return WK_OK;
+}
+
 int cli_engine_env(wk_engine_params *p, char *err, size_t errlen) {
     const char *device = getenv("WUSHKV_DEVICE");
     if (p->device_index < 0 && device && *device) {
@@ -87,19 +100,13 @@ int cli_engine_env(wk_engine_params *p, char *err, size_t errlen) {
     const char *profile = getenv("WUSHKV_PROFILE");
     if (profile && strcmp(profile, "1") == 0) p->profile = true;
     /* WUSHKV_KERNELS=SET[,name=value...]: the set, then single variants forced on top of it (the
-     * engine checks those: wk_engine_params.kernel_variants); a leading name=value keeps auto. */
+     * engine checks those: wk_engine_params.kernel_variants). Not where the caller chose its own
+     * (wushkv bench --vs-kernels). */
     const char *kernels = getenv("WUSHKV_KERNELS");
-    if (kernels && *kernels) {
-        const size_t set_len = strcspn(kernels, ",");
-        const bool no_set = memchr(kernels, '=', set_len) != NULL;
-        if (no_set) p->kernels = WK_KERNELS_AUTO;
-        else if (set_len == 3 && strncmp(kernels, "cpu", 3) == 0) p->kernels = WK_KERNELS_CPU;
-        else if (set_len == 3 && strncmp(kernels, "gpu", 3) == 0) p->kernels = WK_KERNELS_GPU;
-        else if (set_len == 4 && strncmp(kernels, "auto", 4) == 0) p->kernels = WK_KERNELS_AUTO;
-        else
-            return snprintf(err, errlen, "WUSHKV_KERNELS='%s': expected cpu, gpu or auto, then any name=value "
-                            "variants (docs/engine.md \"Kernel sets\")", kernels), WK_ERR_INVALID;
-        p->kernel_variants = no_set ? kernels : kernels[set_len] ? kernels + set_len + 1 : NULL;
+    if (kernels && *kernels && p->kernels == WK_KERNELS_AUTO && !p->kernel_variants) {
+        int st = cli_kernels_parse(kernels, p);
+        if (st) return snprintf(err, errlen, "WUSHKV_KERNELS='%s': expected cpu, gpu or auto, then any name=value "
+                                "variants (docs/engine.md \"Kernel sets\")", kernels), st;
     }
     return WK_OK;
 }

@@ -47,6 +47,11 @@ void cli_common_apply(const cli_common *f, wk_engine_params *p);
  * WK_ERR_INVALID with a message in err for a WUSHKV_DEVICE that is not a number >= 0 (p may then
  * hold the other two). */
 int cli_engine_env(wk_engine_params *p, char *err, size_t errlen);
+/* A kernel spec as WUSHKV_KERNELS spells it ("cpu|gpu|auto[,name=value...]" or "name=value[,...]")
+ * into p->kernels and p->kernel_variants (a pointer into spec; the engine checks the variants):
+ * WK_OK, or WK_ERR_INVALID for an unknown set (p unchanged). WUSHKV_KERNELS applies (in
+ * cli_engine_env) only where p->kernels is auto and p->kernel_variants NULL. */
+int cli_kernels_parse(const char *spec, wk_engine_params *p);
 
 /* model, or when it is NULL the default (cli_default_model_path) written to buf. NULL after
  * printing "wushkv CMD: reason". */

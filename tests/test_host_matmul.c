@@ -1,0 +1,170 @@
+/* The host's weight products (engine/host/host_matmul.c) against a double-precision loop over the
+ * same weights, for every instruction set this CPU runs (plain C, AVX2, AVX-512), every device
+ * weight format (q8a16 with f32 and with half pairs, f16), token counts around the kernels' tiles
+ * of eight and four, row counts around a job's 256 rows, and 1 to 3 threads; and the thread pool
+ * handing out every job exactly once, list after list. */
+#include <stdatomic.h>
+#include <stdint.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "host/host_matmul.h"
+#include "host/host_pool.h"
+#include "model/quant.h"
+#include "test_rng.h"
+#include "test_util.h"
+
+typedef struct test_matrix {
+    wk_host_matrix m;
+    int8_t *c8;
+    uint16_t *c16;
+    float *pf;     /* q8a pairs */
+    uint32_t *ph;  /* q8h pairs */
+} test_matrix;
+
+static void make_matrix(test_matrix *t, wk_host_wfmt fmt, uint32_t rows, uint32_t cols) {
+    memset(t, 0, sizeof *t);
+    const size_t n = (size_t)rows * cols, groups = n / 16;
+    t->m = (wk_host_matrix){.fmt = fmt, .rows = rows, .cols = cols};
+    if (fmt == WK_HOST_F16) {
+        t->c16 = malloc(n * sizeof *t->c16);
+        for (size_t i = 0; i < n; i++) t->c16[i] = wk_f32_to_f16((float)(rng_gauss() * 0.05));
+        t->m.codes = t->c16;
+        return;
+    }
+    t->c8 = malloc(n);
+    for (size_t i = 0; i < n; i++) t->c8[i] = (int8_t)(rng_u64() >> 56);
+    t->m.codes = t->c8;
+    if (fmt == WK_HOST_Q8A) {
+        t->pf = malloc(groups * 2 * sizeof *t->pf);
+        for (size_t g = 0; g < groups; g++) {
+            t->pf[2 * g] = (float)(rng_gauss() * 1e-3);
+            t->pf[2 * g + 1] = (float)(rng_gauss() * 1e-2);
+        }
+        t->m.pairs = t->pf;
+    } else {
+        t->ph = malloc(groups * sizeof *t->ph);
+        for (size_t g = 0; g < groups; g++)
+            t->ph[g] = wk_f32_to_f16((float)(rng_gauss() * 1e-3)) |
+                       (uint32_t)wk_f32_to_f16((float)(rng_gauss() * 1e-2)) << 16;
+        t->m.pairs = t->ph;
+    }
+}
+
+static void free_matrix(test_matrix *t) {
+    free(t->c8);
+    free(t->c16);
+    free(t->pf);
+    free(t->ph);
+}
+
+/* The weight as the shaders form it: code * scale + offset in f32, or the half. */
+static double weight(const test_matrix *t, size_t r, size_t c) {
+    const size_t i = r * t->m.cols + c, g = i / 16;
+    switch (t->m.fmt) {
+    case WK_HOST_F16: return wk_f16_to_f32(t->c16[i]);
+    case WK_HOST_Q8A: return (double)(float)((float)t->c8[i] * t->pf[2 * g] + t->pf[2 * g + 1]);
+    default:
+        return (double)(float)((float)t->c8[i] * wk_f16_to_f32((uint16_t)(t->ph[g] & 0xffff)) +
+                               wk_f16_to_f32((uint16_t)(t->ph[g] >> 16)));
+    }
+}
+
+static int compare(const test_matrix *t, const float *x, int n, const float *y, size_t ldy, const char *what) {
+    int bad = 0;
+    for (int k = 0; k < n; k++)
+        for (uint32_t r = 0; r < t->m.rows; r++) {
+            double ref = 0, mag = 0;
+            for (uint32_t c = 0; c < t->m.cols; c++) {
+                const double p = weight(t, r, c) * x[(size_t)k * t->m.cols + c];
+                ref += p;
+                mag += p < 0 ? -p : p;
+            }
+            /* f32 sums of cols products in another order, and an fma or not in each weight. */
+            const double tol = 2e-6 * mag + 1e-9;
+            const double got = y[(size_t)k * ldy + r];
+            if (!(got - ref <= tol && ref - got <= tol) && bad++ < 3)
+                fprintf(stderr, "%s: token %d row %u: %.9g vs %.9g (tol %.3g)\n", what, k, r, got, ref, tol);
+        }
+    /* The gaps between rows of y (ldy > rows) are left as they were. */
+    for (int k = 0; k < n; k++)
+        for (size_t r = t->m.rows; r < ldy; r++)
+            if (y[(size_t)k * ldy + r] != -7.0f && bad++ < 3) fprintf(stderr, "%s: wrote past row %u\n", what, t->m.rows);
+    return bad;
+}
+
+static void test_products(void) {
+    static const char *fmt_names[] = {"q8a", "q8h", "f16"};
+    static const uint32_t shapes[][2] = {{1, 16}, {3, 48}, {256, 80}, {257, 32}, {700, 640}};
+    static const int counts[] = {1, 2, 3, 4, 5, 7, 8, 9, 13}; /* tiles of 8 and 4, then single tokens */
+    wk_host_pool *pools[3] = {NULL, NULL, NULL};
+    char err[256] = "";
+    for (int i = 0; i < 3; i++) {
+        pools[i] = wk_host_pool_create(i + 1, err, sizeof err);
+        CHECK(pools[i] != NULL);
+        if (pools[i]) CHECK_EQ_INT(wk_host_pool_threads(pools[i]), i + 1);
+    }
+    const wk_host_isa best = wk_host_isa_best();
+    printf("host products: best instruction set %s\n", wk_host_isa_name(best));
+    for (int isa = WK_HOST_ISA_C; isa <= (int)best; isa++)
+        for (int f = 0; f < 3; f++)
+            for (size_t s = 0; s < sizeof shapes / sizeof shapes[0]; s++) {
+                test_matrix t;
+                make_matrix(&t, (wk_host_wfmt)f, shapes[s][0], shapes[s][1]);
+                for (size_t ci = 0; ci < sizeof counts / sizeof counts[0]; ci++) {
+                    const int n = counts[ci];
+                    const size_t ldy = t.m.rows + 5;
+                    float *x = malloc((size_t)n * t.m.cols * sizeof *x);
+                    float *y = malloc((size_t)n * ldy * sizeof *y);
+                    for (size_t i = 0; i < (size_t)n * t.m.cols; i++) x[i] = (float)rng_gauss();
+                    /* No pool, then 1..3 threads (a thread count per case, cycling, keeps it quick). */
+                    wk_host_pool *pool = ci % 4 == 0 ? NULL : pools[ci % 4 - 1];
+                    for (size_t i = 0; i < (size_t)n * ldy; i++) y[i] = -7.0f;
+                    wk_host_matmul(pool, (wk_host_isa)isa, &t.m, x, n, y, ldy);
+                    char what[96];
+                    snprintf(what, sizeof what, "%s %s %ux%u n=%d threads=%d", wk_host_isa_name((wk_host_isa)isa),
+                             fmt_names[f], t.m.rows, t.m.cols, n, pool ? wk_host_pool_threads(pool) : 0);
+                    CHECK_EQ_INT(compare(&t, x, n, y, ldy, what), 0);
+                    free(x);
+                    free(y);
+                }
+                free_matrix(&t);
+            }
+    for (int i = 0; i < 3; i++) wk_host_pool_destroy(pools[i]);
+}
+
+typedef struct tally {
+    atomic_int hits[1000];
+} tally;
+
+static void count_job(void *ctx, int j) { atomic_fetch_add(&((tally *)ctx)->hits[j], 1); }
+
+static void test_pool(void) {
+    char err[256] = "";
+    wk_host_pool *p = wk_host_pool_create(3, err, sizeof err);
+    CHECK(p != NULL);
+    if (!p) return;
+    static tally t;
+    static const int sizes[] = {0, 1, 2, 3, 17, 1000};
+    for (int round = 0; round < 60; round++) {
+        const int n = sizes[round % 6];
+        for (int j = 0; j < 1000; j++) atomic_init(&t.hits[j], 0);
+        wk_host_pool_run(p, n, count_job, &t);
+        int wrong = 0;
+        for (int j = 0; j < 1000; j++) wrong += atomic_load(&t.hits[j]) != (j < n);
+        CHECK_EQ_INT(wrong, 0);
+    }
+    wk_host_pool_destroy(p);
+    p = wk_host_pool_create(0, err, sizeof err); /* as many as this process's CPUs */
+    CHECK(p != NULL);
+    if (p) CHECK_EQ_INT(wk_host_pool_threads(p), wk_host_cpus());
+    wk_host_pool_destroy(p);
+    wk_host_pool_destroy(NULL);
+}
+
+int main(void) {
+    rng_seed(20261207);
+    test_pool();
+    test_products();
+    TEST_MAIN_END();
+}
