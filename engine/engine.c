@@ -138,6 +138,9 @@ int wk_engine_open(const wk_engine_params *p, wk_engine **out, char *err, size_t
     if (!rc) rc = wk_pipelines_create(&e->vk, &e->pipes, err, errlen);
     if (!rc) rc = wk_pipelines_choose_kernels(&e->vk, &e->pipes, p->kernels, err, errlen);
     if (!rc) rc = wk_pipelines_apply_variants(&e->vk, &e->pipes, p->kernel_variants, err, errlen);
+    if (!rc && (p->host_threads < 0 || p->host_threads > 256))
+        rc = WK_ERR_INVALID, snprintf(err, errlen, "%d host threads (0..256 allowed)", p->host_threads);
+    e->pipes.head_threads = p->host_threads;
     if (!rc && p->profile) wk_pipelines_enable_profile(&e->vk, &e->pipes);
     if (!rc && p->kv_transform == WK_KV_TRANSFORM_WUSH && !p->wush_path) {
         snprintf(err, errlen, "the WUSH transform needs a sidecar file (wushkv calibrate -o FILE, then --wush FILE)");

@@ -76,7 +76,7 @@ static int head_host_init(wk_fwd *f, char *err, size_t errlen) {
         f->head.pairs = (const float *)m->scales.map + first / 16 * 2;
     }
     f->head_isa = wk_host_isa_best();
-    f->head_pool = wk_host_pool_create(0, err, errlen);
+    f->head_pool = wk_host_pool_create(f->pipes->head_threads, err, errlen);
     return f->head_pool ? 0 : WK_ERR_NOMEM;
 }
 

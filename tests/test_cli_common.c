@@ -125,6 +125,28 @@ static void test_env(void) {
     setenv("WUSHKV_DEVICE", "-1", 1);
     CHECK_EQ_INT(cli_engine_env(&p, err, sizeof err), WK_ERR_INVALID);
     unsetenv("WUSHKV_DEVICE"), unsetenv("WUSHKV_VALIDATION"), unsetenv("WUSHKV_PROFILE");
+
+    /* LP_NUM_THREADS sizes the host head's threads as it sizes lavapipe's; what lavapipe would not
+     * take leaves every CPU (0), and a count the caller gave stays. */
+    static const struct {
+        const char *value;
+        int threads;
+    } lp[] = {{"3", 3}, {"1", 1}, {"256", 256}, {"0", 0}, {"257", 0}, {"-2", 0}, {"two", 0}, {"4x", 0}, {"", 0}};
+    for (size_t i = 0; i < sizeof lp / sizeof lp[0]; i++) {
+        setenv("LP_NUM_THREADS", lp[i].value, 1);
+        wk_engine_params_default(&p);
+        CHECK_EQ_INT(cli_engine_env(&p, err, sizeof err), WK_OK);
+        CHECK_EQ_INT(p.host_threads, lp[i].threads);
+    }
+    setenv("LP_NUM_THREADS", "3", 1);
+    wk_engine_params_default(&p);
+    p.host_threads = 5;
+    CHECK_EQ_INT(cli_engine_env(&p, err, sizeof err), WK_OK);
+    CHECK_EQ_INT(p.host_threads, 5);
+    unsetenv("LP_NUM_THREADS");
+    wk_engine_params_default(&p);
+    CHECK_EQ_INT(cli_engine_env(&p, err, sizeof err), WK_OK);
+    CHECK_EQ_INT(p.host_threads, 0);
 }
 
 int main(void) {

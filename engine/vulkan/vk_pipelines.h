@@ -147,6 +147,7 @@ typedef struct wk_pipelines {
      * host's vector code reads the head's bytes ~4x faster than a shader; needs the weights' memory
      * host-visible and coherent (wk_vk_weights_mappable). */
     bool head_host;
+    int head_threads; /* the host head's threads (wk_engine_params.host_threads; 0: every CPU allowed) */
     /* Optional GPU-time profile per pipeline (wk_pipelines_enable_profile): a timestamp after each
      * dispatch. */
     bool profile;

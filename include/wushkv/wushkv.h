@@ -89,9 +89,13 @@ typedef struct wk_engine_params {
      * tiled, matmul_shuffle=on|off, matvec=N (subgroups a workgroup), attention=subgroup|lanes,
      * splits=cpu|gpu, transform_rope=on|off (a decode step's q/k norm and RoPE inside the KV
      * transform), store=invocation|lanes (an invocation, or a subgroup, a stored key or value
-     * head); the CLI takes them from WUSHKV_KERNELS after the set (gpu,attention=subgroup).
+     * head), head=device|host (the output head by a shader, or by the host CPU: the cpu set's on a
+     * CPU device); the CLI takes them from WUSHKV_KERNELS after the set (gpu,attention=subgroup).
      * An unknown one, or one the device cannot run, fails the open. */
     const char *kernel_variants;
+    /* Host threads for the host's output head (head=host): 0, as many as the CPUs the process may
+     * run on; the CLI sets it from LP_NUM_THREADS, lavapipe's own thread count, when that is set. */
+    int host_threads;
     /* GPU time per pipeline: a timestamp after every dispatch (where the device has compute
      * timestamps), the sums printed on stderr by wk_engine_close. The engine reads no environment:
      * the CLI sets this from WUSHKV_PROFILE=1, as it sets device_index from WUSHKV_DEVICE and

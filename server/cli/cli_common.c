@@ -97,6 +97,14 @@ int cli_engine_env(wk_engine_params *p, char *err, size_t errlen) {
     const char *validation = getenv("WUSHKV_VALIDATION");
     if (validation && strcmp(validation, "1") == 0) p->validation = true;
     if (validation && strcmp(validation, "sync") == 0) p->validation = p->validation_sync = true; /* + hazards */
+    /* The host's output head takes as many threads as lavapipe's own when LP_NUM_THREADS says how
+     * many (a value lavapipe ignores leaves the default: every CPU allowed). */
+    const char *lp = getenv("LP_NUM_THREADS");
+    if (lp && p->host_threads == 0) {
+        char *end;
+        long n = strtol(lp, &end, 10);
+        if (*lp && !*end && n >= 1 && n <= 256) p->host_threads = (int)n;
+    }
     const char *profile = getenv("WUSHKV_PROFILE");
     if (profile && strcmp(profile, "1") == 0) p->profile = true;
     /* WUSHKV_KERNELS=SET[,name=value...]: the set, then single variants forced on top of it (the

@@ -43,9 +43,10 @@ bool cli_common_parse(cli *c, cli_common *f);
 void cli_common_apply(const cli_common *f, wk_engine_params *p);
 /* The engine settings the environment gives every model-running command (the engine library
  * reads no environment): WUSHKV_DEVICE (a device index, used when p->device_index < 0, i.e. no
- * --device), WUSHKV_VALIDATION=1 (validation on) and WUSHKV_PROFILE=1 (profile on). WK_OK, or
- * WK_ERR_INVALID with a message in err for a WUSHKV_DEVICE that is not a number >= 0 (p may then
- * hold the other two). */
+ * --device), WUSHKV_VALIDATION=1 (validation on), WUSHKV_PROFILE=1 (profile on), WUSHKV_KERNELS
+ * (cli_kernels_parse) and LP_NUM_THREADS (host_threads, when p's is 0 and it is 1..256). WK_OK, or
+ * WK_ERR_INVALID with a message in err for a WUSHKV_DEVICE that is not a number >= 0 or an unknown
+ * WUSHKV_KERNELS set (p may then hold the others). */
 int cli_engine_env(wk_engine_params *p, char *err, size_t errlen);
 /* A kernel spec as WUSHKV_KERNELS spells it ("cpu|gpu|auto[,name=value...]" or "name=value[,...]")
  * into p->kernels and p->kernel_variants (a pointer into spec; the engine checks the variants):
