@@ -149,10 +149,54 @@ static void test_env(void) {
     CHECK_EQ_INT(p.host_threads, 0);
 }
 
+/* A kernel spec (WUSHKV_KERNELS, bench --vs-kernels): the set, then the variants the engine checks;
+ * once a caller parsed its own, the environment's does not replace it. */
+static void test_kernels(void) {
+    static const struct {
+        const char *spec;
+        int rc, kernels;
+        const char *variants;
+    } cases[] = {{"cpu", WK_OK, WK_KERNELS_CPU, ""},
+                 {"gpu,head=device", WK_OK, WK_KERNELS_GPU, "head=device"},
+                 {"auto", WK_OK, WK_KERNELS_AUTO, ""},
+                 {"head=host,matvec=2", WK_OK, WK_KERNELS_AUTO, "head=host,matvec=2"},
+                 {"cpu,", WK_OK, WK_KERNELS_CPU, ""},
+                 {"fast", WK_ERR_INVALID, 0, NULL},
+                 {"cpus,head=host", WK_ERR_INVALID, 0, NULL},
+                 {"", WK_ERR_INVALID, 0, NULL}};
+    for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+        wk_engine_params p;
+        wk_engine_params_default(&p);
+        CHECK_EQ_INT(cli_kernels_parse(cases[i].spec, &p), cases[i].rc);
+        if (cases[i].rc != WK_OK) {
+            CHECK(p.kernels == WK_KERNELS_AUTO && p.kernel_variants == NULL); /* unchanged */
+            continue;
+        }
+        CHECK_EQ_INT(p.kernels, cases[i].kernels);
+        CHECK(p.kernel_variants && strcmp(p.kernel_variants, cases[i].variants) == 0);
+    }
+    char err[WK_ERRMSG_LEN] = "";
+    wk_engine_params p;
+    setenv("WUSHKV_KERNELS", "gpu,matvec=4", 1);
+    wk_engine_params_default(&p);
+    CHECK_EQ_INT(cli_engine_env(&p, err, sizeof err), WK_OK);
+    CHECK(p.kernels == WK_KERNELS_GPU && strcmp(p.kernel_variants, "matvec=4") == 0);
+    wk_engine_params_default(&p);
+    CHECK_EQ_INT(cli_kernels_parse("auto", &p), WK_OK);
+    CHECK_EQ_INT(cli_engine_env(&p, err, sizeof err), WK_OK);
+    CHECK(p.kernels == WK_KERNELS_AUTO && strcmp(p.kernel_variants, "") == 0);
+    setenv("WUSHKV_KERNELS", "fast", 1);
+    wk_engine_params_default(&p);
+    CHECK_EQ_INT(cli_engine_env(&p, err, sizeof err), WK_ERR_INVALID);
+    CHECK(strstr(err, "WUSHKV_KERNELS='fast': expected cpu, gpu or auto") != NULL);
+    unsetenv("WUSHKV_KERNELS");
+}
+
 int main(void) {
     test_values();
     test_takes();
     test_apply();
     test_env();
+    test_kernels();
     TEST_MAIN_END();
 }

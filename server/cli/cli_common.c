@@ -79,7 +79,8 @@ int cli_kernels_parse(const char *spec, wk_engine_params *p) {
     else if (set_len == 3 && strncmp(spec, "gpu", 3) == 0) p->kernels = WK_KERNELS_GPU;
     else if (set_len == 4 && strncmp(spec, "auto", 4) == 0) p->kernels = WK_KERNELS_AUTO;
     else return WK_ERR_INVALID;
-    p->kernel_variants = no_set ? spec : spec[set_len] ? spec + set_len + 1 : NULL;
+    /* Never NULL once parsed ("" for none), so the environment's spec cannot replace this one. */
+    p->kernel_variants = no_set ? spec : spec + set_len + (spec[set_len] ? 1 : 0);
     return WK_OK;
 }
 

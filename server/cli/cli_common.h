@@ -49,7 +49,7 @@ void cli_common_apply(const cli_common *f, wk_engine_params *p);
  * WUSHKV_KERNELS set (p may then hold the others). */
 int cli_engine_env(wk_engine_params *p, char *err, size_t errlen);
 /* A kernel spec as WUSHKV_KERNELS spells it ("cpu|gpu|auto[,name=value...]" or "name=value[,...]")
- * into p->kernels and p->kernel_variants (a pointer into spec; the engine checks the variants):
+ * into p->kernels and p->kernel_variants (a pointer into spec, "" for none; the engine checks them):
  * WK_OK, or WK_ERR_INVALID for an unknown set (p unchanged). WUSHKV_KERNELS applies (in
  * cli_engine_env) only where p->kernels is auto and p->kernel_variants NULL. */
 int cli_kernels_parse(const char *spec, wk_engine_params *p);
