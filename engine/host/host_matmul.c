@@ -272,8 +272,7 @@ static void run_job(void *ctx, int j) {
 
 void wk_host_matmul(wk_host_pool *pool, wk_host_isa isa, const wk_host_matrix *m, const float *x, int n, float *y,
                     size_t ldy) {
-    const wk_host_isa best = wk_host_isa_best();
-    job jb = {m, x, n, y, ldy, isa > best ? best : isa};
+    job jb = {m, x, n, y, ldy, isa};
     const int n_jobs = (int)((m->rows + ROWS_PER_JOB - 1) / ROWS_PER_JOB);
     if (n <= 0 || n_jobs <= 0) return;
     if (pool) wk_host_pool_run(pool, n_jobs, run_job, &jb);

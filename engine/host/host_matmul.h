@@ -31,7 +31,8 @@ wk_host_isa wk_host_isa_best(void); /* the best this CPU runs */
 const char *wk_host_isa_name(wk_host_isa isa);
 
 /* y[t * ldy + r] = sum_c W[r][c] * x[t * cols + c] for t < n, r < rows: on the pool's threads
- * (pool NULL: the caller alone), with the given code (one above wk_host_isa_best is taken as it). */
+ * (pool NULL: the caller alone), with the given code, at most wk_host_isa_best() (asked once, at
+ * open: CPUID is slow in some virtual machines, and the answer does not change). */
 void wk_host_matmul(wk_host_pool *pool, wk_host_isa isa, const wk_host_matrix *m, const float *x, int n, float *y,
                     size_t ldy);
 
