@@ -9,7 +9,6 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <time.h>
 
 #include "wushkv/wushkv.h"
 
@@ -56,30 +55,6 @@ static uint64_t wk_fwd_max_tables(const wk_fwd *f) {
            (uint64_t)l->n_groups;
 }
 
-/* The output head as the host reads it (head_host): the matrix's codes and pairs through their host
- * mapping, from its first row on, and the threads that will multiply it. */
-static int head_host_init(wk_fwd *f, char *err, size_t errlen) {
-    const wk_dev_matrix *m = wk_weights_output(f->w);
-    if (!m->codes.map || (m->fmt != WK_WFMT_F16 && !m->scales.map))
-        return snprintf(err, errlen, "the output head on the host needs its weights in host-mapped memory, and device "
-                        "%s did not map them", f->vk->props.deviceName), WK_ERR_UNSUPPORTED;
-    const size_t first = (size_t)m->row0 * m->cols;
-    f->head = (wk_host_matrix){.rows = m->rows, .cols = m->cols};
-    switch (m->fmt) {
-    case WK_WFMT_F16: f->head.fmt = WK_HOST_F16, f->head.codes = (const uint16_t *)m->codes.map + first; break;
-    case WK_WFMT_Q8H:
-        f->head.fmt = WK_HOST_Q8H, f->head.codes = (const int8_t *)m->codes.map + first;
-        f->head.pairs = (const uint32_t *)m->scales.map + first / 16;
-        break;
-    default:
-        f->head.fmt = WK_HOST_Q8A, f->head.codes = (const int8_t *)m->codes.map + first;
-        f->head.pairs = (const float *)m->scales.map + first / 16 * 2;
-    }
-    f->head_isa = wk_host_isa_best();
-    f->head_pool = wk_host_pool_create(f->pipes->head_threads, err, errlen);
-    return f->head_pool ? 0 : WK_ERR_NOMEM;
-}
-
 int wk_fwd_init(wk_fwd *f, wk_vk *vk, wk_pipelines *pipes, const wk_hparams *hp, const wk_weights *w,
                 wk_kv_cache *kv, int max_tokens, int max_ctx, bool debug_layers, char *err, size_t errlen) {
     memset(f, 0, sizeof *f);
@@ -99,6 +74,7 @@ int wk_fwd_init(wk_fwd *f, wk_vk *vk, wk_pipelines *pipes, const wk_hparams *hp,
     f->logit_rows = (int)cap < max_tokens ? (int)cap : max_tokens;
     /* On the host the head takes every row of a step at once: its weights stream from memory once. */
     f->head_host = pipes->head_host;
+    f->linear_host = pipes->linear_host;
     if (f->head_host) f->logit_rows = max_tokens;
 
     const uint64_t T = (uint64_t)max_tokens, E = (uint64_t)hp->n_embd, F = (uint64_t)hp->n_ff;
@@ -143,7 +119,7 @@ int wk_fwd_init(wk_fwd *f, wk_vk *vk, wk_pipelines *pipes, const wk_hparams *hp,
         rc = make(f, &a->head_in, (uint64_t)f->logit_rows * E * 4, f->head_host ? WK_MEM_HOST : WK_MEM_DEVICE, V4, err,
                   errlen);
     if (!rc && !f->head_host) rc = make(f, &a->logits, (uint64_t)f->logit_rows * row_bytes, WK_MEM_HOST, NONE, err, errlen);
-    if (!rc && f->head_host) rc = head_host_init(f, err, errlen);
+    if (!rc) rc = wk_fwd_host_init(f, err, errlen);
     if (!rc && debug_layers) rc = make(f, &a->debug, (uint64_t)hp->n_layer * T * E * 4, WK_MEM_HOST, NONE, err, errlen);
     if (!rc) rc = build_rope_table(f, err, errlen);
     if (rc) wk_fwd_free(f);
@@ -156,7 +132,7 @@ void wk_fwd_free(wk_fwd *f) {
                      &f->a.o, &f->a.gate, &f->a.up, &f->a.act, &f->a.ffn, &f->a.head_in, &f->a.logits,
                      &f->a.rope, &f->a.debug, &f->a.cap_q, &f->a.cap_k, &f->a.cap_v, &f->xform_buf, &f->xform_in};
     for (size_t i = 0; i < sizeof all / sizeof *all; i++) wk_vk_buffer_destroy(f->vk, all[i]);
-    wk_host_pool_destroy(f->head_pool);
+    wk_fwd_host_free(f);
     memset(f, 0, sizeof *f);
 }
 
@@ -176,6 +152,8 @@ int wk_fwd_set_transform(wk_fwd *f, const wk_kv_xform *x, char *err, size_t errl
     if (!rc)
         rc = make(f, &f->xform_in, f->xform_k_offset + T * f->hp->n_head_kv * D * 4, WK_MEM_DEVICE,
                   VK_FORMAT_R32G32B32A32_SFLOAT, err, errlen);
+    if (!rc && f->linear_host && !f->xform_in.map)
+        rc = WK_ERR_UNSUPPORTED, snprintf(err, errlen, "the layers' products on the host need the transform's input mapped");
     if (!rc) f->xform = x;
     return rc;
 }
@@ -284,7 +262,7 @@ static wk_arg xform_in_k(const wk_fwd *f, uint32_t T) {
 /* Whether the decode-shaped step (T tokens) of layer L runs q/k norm and RoPE inside the key
  * transform (kv_transform_decode_rope): a transform, a q/k/v matvec (which writes q and k straight
  * into the transform's input), the variant on, and RoPE in whole texels (n_rot a multiple of 8). */
-static bool rope_in_transform(const wk_fwd *f, const wk_dev_layer *L, uint32_t T) {
+bool wk_fwd_rope_in_transform(const wk_fwd *f, const wk_dev_layer *L, uint32_t T) {
     return f->xform && T <= 4 && L->qkv.rows && f->pipes->transform_rope && f->hp->n_rot % 8 == 0 &&
            f->hp->n_rot <= f->hp->head_dim;
 }
@@ -615,6 +593,21 @@ static bool windows_early(const wk_fwd *f, const wk_row_info *rows, int T, int c
     return true;
 }
 
+/* With linear_host: submits what is recorded, runs the host's part after layer `after`'s attention
+ * (wk_fwd_host_layers) and opens the next command buffer (also after a failed submit, so the step
+ * always ends one open buffer). */
+static int host_part(rec *r, int after, uint32_t T) {
+    wk_fwd *f = r->f;
+    int rc = wk_vk_submit_wait(f->vk, r->err, r->errlen);
+    if (!rc) {
+        wk_prof_collect(f->vk, f->pipes);
+        wk_fwd_host_layers(f, after, (int)T);
+    }
+    const int rc2 = wk_vk_begin(f->vk, r->err, r->errlen);
+    if (!rc2) wk_prof_begin(f->vk, f->pipes);
+    return rc ? rc : rc2;
+}
+
 static int record_layers(rec *r, uint32_t T) {
     wk_fwd *f = r->f;
     wk_vk *vk = f->vk;
@@ -628,8 +621,9 @@ static int record_layers(rec *r, uint32_t T) {
     wk_vk_barrier(vk);
     for (int il = 0; il < hp->n_layer; il++) {
         const wk_dev_layer *L = &w->layers[il];
-        const bool rope = rope_in_transform(f, L, T);          /* q/k norm and RoPE inside the transform */
-        TRY(op_qkv(r, L, T, rope));                             /* q, k, v = xn W */
+        const bool rope = wk_fwd_rope_in_transform(f, L, T);          /* q/k norm and RoPE inside the transform */
+        if (f->linear_host && il == 0) TRY(host_part(r, -1, T)); /* q, k, v = xn W on the host */
+        else if (!f->linear_host) TRY(op_qkv(r, L, T, rope));   /* q, k, v = xn W */
         wk_vk_barrier(vk);
         if (!rope) {                                            /* (else the transform applies them) */
             TRY(op_qk_norm_rope(r, il, T));                     /* q,k: norm, RoPE; k,v -> cache */
@@ -653,6 +647,10 @@ static int record_layers(rec *r, uint32_t T) {
             TRY(op_kv_store_window(r, il, T));                  /* k, v (f16) -> window rows */
         }
         wk_vk_barrier(vk);
+        if (f->linear_host) {                                   /* the rest, and the next q, k, v: host */
+            TRY(host_part(r, il, T));
+            continue;
+        }
         TRY(op_matmul(r, &L->wo, &a->attn, &a->o, T));          /* o = attn Wo */
         wk_vk_barrier(vk);
         TRY(op_add_norm(r, &a->o, &L->post_attn_norm, &L->ffn_norm, T)); /* h += o; xn = norm(h) */
@@ -701,14 +699,7 @@ static int record_head(rec *r, const int *rows, int n) {
 static void read_logits(wk_fwd *f, float *out, int n) {
     const size_t V = (size_t)f->hp->n_vocab;
     if (f->head_host) {
-        struct timespec t0, t1;
-        if (f->pipes->profile) clock_gettime(CLOCK_MONOTONIC, &t0);
-        wk_host_matmul(f->head_pool, f->head_isa, &f->head, f->a.head_in.map, n, out, V);
-        if (f->pipes->profile) {
-            clock_gettime(CLOCK_MONOTONIC, &t1);
-            f->pipes->prof_ms[WK_PROF_HEAD_HOST] += (double)(t1.tv_sec - t0.tv_sec) * 1e3 + (double)(t1.tv_nsec - t0.tv_nsec) * 1e-6;
-            f->pipes->prof_calls[WK_PROF_HEAD_HOST]++;
-        }
+        wk_fwd_host_head(f, out, n);
     } else {
         memcpy(out, f->a.logits.map, (size_t)n * V * sizeof(float));
     }

@@ -1,5 +1,7 @@
 /* The forward pass: records one step (a batch of tokens from any sequences) as one command
- * buffer of shader dispatches, submits it once, and reads back the requested logits rows. */
+ * buffer of shader dispatches, submits it once, and reads back the requested logits rows. With
+ * the layers' products on the host (linear_host), a step is a submit a layer, the host's work
+ * between them (forward_host.c). */
 #ifndef WK_FORWARD_H
 #define WK_FORWARD_H
 
@@ -48,12 +50,15 @@ typedef struct wk_fwd {
     wk_acts a;
     int max_tokens;       /* tokens per step */
     int logit_rows;       /* logits rows computed per submit (every step row with head_host) */
-    /* The output head on the host CPU (wk_pipelines.head_host): the head matrix read in place through
-     * its host mapping, the threads that multiply it, and the instruction set they use. */
-    bool head_host;
+    /* The host CPU's share (forward_host.c): the output head (wk_pipelines.head_host; the head
+     * matrix read in place through its host mapping) and the layers' weight products with the row
+     * work between them (linear_host), on host_pool's threads with instructions host_isa;
+     * host_scratch holds a joined q/k/v or gate/up product before it is split. */
+    bool head_host, linear_host;
     wk_host_matrix head;
-    wk_host_pool *head_pool;
-    wk_host_isa head_isa;
+    wk_host_pool *host_pool;
+    wk_host_isa host_isa;
+    float *host_scratch;
     int max_ctx;
     bool debug_layers;
     bool capture;         /* copy post-RoPE q and the stored k, v of every layer (wk_fwd_enable_capture) */
@@ -90,6 +95,20 @@ int wk_fwd_enable_capture(wk_fwd *f, char *err, size_t errlen);
  * Logits of the rows in logit_rows[0..n_logits)
  * go to out (n_logits x n_vocab). With debug_layers, layer_out (n_layer x T x n_embd) receives
  * the residual stream after each layer. */
+/* Whether layer L's q/k norm and RoPE run inside the key transform in a step of T tokens (then
+ * its q and k products go to the transform's input, xform_in). */
+bool wk_fwd_rope_in_transform(const wk_fwd *f, const wk_dev_layer *L, uint32_t T);
+
+/* forward_host.c. Init: the head's view, the scratch and the threads (when either host part is
+ * on); refused when the device did not map what the host must read. */
+int wk_fwd_host_init(wk_fwd *f, char *err, size_t errlen);
+void wk_fwd_host_free(wk_fwd *f);
+/* out (n rows of n_vocab) = head_in's first n rows times the output head. */
+void wk_fwd_host_head(wk_fwd *f, float *out, int n);
+/* The host's work between two layers' attentions (linear_host): layer `after`'s W_o, norms and FFN
+ * (after >= 0; -1 at the first layer), then the next layer's q/k/v products (when there is one). */
+void wk_fwd_host_layers(wk_fwd *f, int after, int T);
+
 int wk_fwd_step(wk_fwd *f, const int32_t *tokens, const wk_row_info *rows, int T, const uint32_t *tables,
                 int n_tables, const uint32_t *win_words, const int *logit_rows,
                 int n_logits, float *out, float *layer_out, char *err, size_t errlen);

@@ -1,13 +1,18 @@
 /* The host's weight products (engine/host/host_matmul.c) against a double-precision loop over the
  * same weights, for every instruction set this CPU runs (plain C, AVX2, AVX-512), every device
  * weight format (q8a16 with f32 and with half pairs, f16), token counts around the kernels' tiles
- * of eight and four, row counts around a job's 256 rows, and 1 to 3 threads; and the thread pool
- * handing out every job exactly once, list after list. */
+ * of eight and four and the blocks of 32 tokens, row counts around a job's rows, and 1 to 3
+ * threads, and each token alone giving its products bit for bit; the thread pool handing out every job exactly once, list after list; and the row work
+ * between a layer's products (engine/host/host_layer.c: the residual with its norms, the GLU
+ * activations) against double loops of the shaders' formulas. */
 #include <stdatomic.h>
 #include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
 
+#include <math.h>
+
+#include "host/host_layer.h"
 #include "host/host_matmul.h"
 #include "host/host_pool.h"
 #include "model/quant.h"
@@ -95,8 +100,9 @@ static int compare(const test_matrix *t, const float *x, int n, const float *y, 
 
 static void test_products(void) {
     static const char *fmt_names[] = {"q8a", "q8h", "f16"};
-    static const uint32_t shapes[][2] = {{1, 16}, {3, 48}, {256, 80}, {257, 32}, {700, 640}};
-    static const int counts[] = {1, 2, 3, 4, 5, 7, 8, 9, 13}; /* tiles of 8 and 4, then single tokens */
+    static const uint32_t shapes[][2] = {{1, 16}, {3, 48}, {256, 80}, {257, 32}, {700, 640}, {1100, 32}};
+    /* tiles of 8 and 4, then single tokens; blocks of 32 tokens (37: a block and 5; 70: two and 6) */
+    static const int counts[] = {1, 2, 3, 4, 5, 7, 8, 9, 13, 37, 70};
     wk_host_pool *pools[3] = {NULL, NULL, NULL};
     char err[256] = "";
     for (int i = 0; i < 3; i++) {
@@ -125,6 +131,18 @@ static void test_products(void) {
                     snprintf(what, sizeof what, "%s %s %ux%u n=%d threads=%d", wk_host_isa_name((wk_host_isa)isa),
                              fmt_names[f], t.m.rows, t.m.cols, n, pool ? wk_host_pool_threads(pool) : 0);
                     CHECK_EQ_INT(compare(&t, x, n, y, ldy, what), 0);
+                    /* Each token alone gives its row of the step bit for bit: a token's products do not
+                     * depend on its tile nor on the step's size (a prefix-cache hit gives the cold
+                     * logits exactly, tests/test_prefix_cache.c). */
+                    float *alone = malloc(t.m.rows * sizeof *alone);
+                    int differ = 0;
+                    for (int k = 0; k < n; k++) {
+                        wk_host_matmul(pool, (wk_host_isa)isa, &t.m, x + (size_t)k * t.m.cols, 1, alone, t.m.rows);
+                        differ += memcmp(alone, y + (size_t)k * ldy, t.m.rows * sizeof *alone) != 0;
+                    }
+                    if (differ) fprintf(stderr, "%s: %d tokens differ alone\n", what, differ);
+                    CHECK_EQ_INT(differ, 0);
+                    free(alone);
                     free(x);
                     free(y);
                 }
@@ -162,9 +180,63 @@ static void test_pool(void) {
     wk_host_pool_destroy(NULL);
 }
 
+/* wk_host_add_norm (with and without the post-norm) and wk_host_glu (GELU and SiLU, with and
+ * without threads) against double loops. */
+static void test_row_work(void) {
+    enum { N = 48, ROWS = 5, FF = 40 };
+    const float eps = 1e-6f;
+    float a[ROWS * N], h[ROWS * N], h0[ROWS * N], y[ROWS * N], wp[N], wn[N];
+    for (int i = 0; i < ROWS * N; i++) a[i] = (float)rng_gauss(), h0[i] = (float)rng_gauss();
+    for (int i = 0; i < N; i++) wp[i] = (float)rng_gauss(), wn[i] = (float)rng_gauss();
+    for (int post = 0; post < 2; post++) {
+        memcpy(h, h0, sizeof h);
+        wk_host_add_norm(a, h, post ? wp : NULL, wn, y, N, ROWS, eps);
+        int bad = 0;
+        for (int t = 0; t < ROWS; t++) {
+            double ssa = 0, ss = 0, hh[N];
+            for (int i = 0; i < N; i++) ssa += (double)a[t * N + i] * a[t * N + i];
+            for (int i = 0; i < N; i++) {
+                const double add = post ? a[t * N + i] / sqrt(ssa / N + eps) * wp[i] : a[t * N + i];
+                hh[i] = h0[t * N + i] + add;
+                ss += hh[i] * hh[i];
+            }
+            for (int i = 0; i < N; i++) {
+                const double want_y = hh[i] / sqrt(ss / N + eps) * wn[i];
+                bad += fabs(h[t * N + i] - hh[i]) > 1e-5 * (1 + fabs(hh[i]));
+                bad += fabs(y[t * N + i] - want_y) > 1e-5 * (1 + fabs(want_y));
+            }
+        }
+        if (bad) fprintf(stderr, "add_norm post=%d: %d values off\n", post, bad);
+        CHECK_EQ_INT(bad, 0);
+    }
+    char err[256] = "";
+    wk_host_pool *pool = wk_host_pool_create(2, err, sizeof err);
+    CHECK(pool != NULL);
+    const size_t ld = 2 * FF + 3; /* gate and up in one row, as a joined gate/up product leaves them */
+    float gu[ROWS * (2 * FF + 3)], act[ROWS * FF];
+    for (size_t i = 0; i < sizeof gu / sizeof *gu; i++) gu[i] = 4.0f * (float)rng_gauss();
+    gu[0] = 60.0f, gu[1] = -60.0f; /* where a naive tanh ratio overflows */
+    for (int gelu = 0; gelu < 2; gelu++)
+        for (int threads = 0; threads < 2; threads++) {
+            wk_host_glu(threads ? pool : NULL, gu, gu + FF, ld, act, FF, ROWS, gelu);
+            int bad = 0;
+            for (int t = 0; t < ROWS; t++)
+                for (int i = 0; i < FF; i++) {
+                    const double g = gu[t * ld + i], u = gu[t * ld + FF + i];
+                    const double f = gelu ? 0.5 * g * (1 + tanh(0.7978845608028654 * (g + 0.044715 * g * g * g)))
+                                          : g / (1 + exp(-g));
+                    bad += !(fabs(act[t * FF + i] - f * u) <= 1e-5 * (1 + fabs(f * u)));
+                }
+            if (bad) fprintf(stderr, "glu gelu=%d threads=%d: %d values off\n", gelu, threads, bad);
+            CHECK_EQ_INT(bad, 0);
+        }
+    wk_host_pool_destroy(pool);
+}
+
 int main(void) {
     rng_seed(20261207);
     test_pool();
+    test_row_work();
     test_products();
     TEST_MAIN_END();
 }

@@ -57,7 +57,7 @@ int main(void) {
     CHECK_EQ_INT(wk_pipelines_choose_kernels(&vk, &p, WK_KERNELS_CPU, err, sizeof err), 0);
     snprintf(want, sizeof want,
              "matmul=register,matmul_shuffle=%s,matvec=1,attention=subgroup,splits=cpu,transform_rope=on,store=invocation,"
-             "head=%s", sh, hd);
+             "head=%s,linear=%s", sh, hd, hd);
     CHECK(strcmp(describe(&p), want) == 0);
     CHECK_EQ_INT(wk_pipelines_apply_variants(&vk, &p, NULL, err, sizeof err), 0);
     CHECK_EQ_INT(wk_pipelines_apply_variants(&vk, &p, "", err, sizeof err), 0);
@@ -73,17 +73,19 @@ int main(void) {
                {"transform_rope=off", "transform_rope=off"},
                {"store=lanes", "store=lanes"},
                {host_head ? "head=device" : "head=host", host_head ? "head=device" : "head=host"},
+               {host_head ? "linear=device" : "linear=host", host_head ? "linear=device" : "linear=host"},
                {"matmul_shuffle=off", "matmul_shuffle=off"}};
     for (size_t i = 0; i < sizeof one / sizeof one[0]; i++) {
         CHECK_EQ_INT(wk_pipelines_choose_kernels(&vk, &p, WK_KERNELS_CPU, err, sizeof err), 0);
         CHECK_EQ_INT(wk_pipelines_set_matmul_shuffle(&vk, &p, shuffle, err, sizeof err), 0);
         CHECK_EQ_INT(wk_pipelines_apply_variants(&vk, &p, one[i].spec, err, sizeof err), 0);
         /* The description is the cpu set's with this one field replaced. */
-        char expect[192] = "";
-        const char *cpu_fields[8] = {"matmul=register", shuffle ? "matmul_shuffle=on" : "matmul_shuffle=off",
+        char expect[224] = "";
+        const char *cpu_fields[9] = {"matmul=register", shuffle ? "matmul_shuffle=on" : "matmul_shuffle=off",
                                      "matvec=1", "attention=subgroup", "splits=cpu", "transform_rope=on",
-                                     "store=invocation", host_head ? "head=host" : "head=device"};
-        for (int f = 0; f < 8; f++) {
+                                     "store=invocation", host_head ? "head=host" : "head=device",
+                                     host_head ? "linear=host" : "linear=device"};
+        for (int f = 0; f < 9; f++) {
             const size_t name_len = strcspn(cpu_fields[f], "=");
             const bool same = strncmp(cpu_fields[f], one[i].field, name_len) == 0 && one[i].field[name_len] == '=';
             if (f) strcat(expect, ",");
@@ -99,14 +101,16 @@ int main(void) {
     /* The "gpu" set on this device (lavapipe allows its workgroups), then each of its variants back. */
     CHECK_EQ_INT(wk_pipelines_choose_kernels(&vk, &p, WK_KERNELS_GPU, err, sizeof err), 0);
     snprintf(want, sizeof want,
-             "matmul=tiled,matmul_shuffle=%s,matvec=4,attention=lanes,splits=gpu,transform_rope=on,store=lanes,head=device", sh);
+             "matmul=tiled,matmul_shuffle=%s,matvec=4,attention=lanes,splits=gpu,transform_rope=on,store=lanes,head=device,"
+             "linear=device", sh);
     CHECK(strcmp(describe(&p), want) == 0);
-    CHECK(p.gpu_kernels && p.matmul_tiled && p.attn_lanes && p.attn_gpu_splits && p.store_lanes && !p.head_host);
+    CHECK(p.gpu_kernels && p.matmul_tiled && p.attn_lanes && p.attn_gpu_splits && p.store_lanes && !p.head_host &&
+          !p.linear_host);
     CHECK_EQ_INT(wk_pipelines_apply_variants(&vk, &p, "matmul=register,matvec=1,attention=subgroup,splits=cpu,store=invocation",
                                              err, sizeof err), 0);
     snprintf(want, sizeof want,
              "matmul=register,matmul_shuffle=%s,matvec=1,attention=subgroup,splits=cpu,transform_rope=on,store=invocation,"
-             "head=device", sh);
+             "head=device,linear=device", sh);
     CHECK(strcmp(describe(&p), want) == 0);
     CHECK(p.gpu_kernels); /* the set's name stays; the engine reads the fields */
     /* A description is a spec: applying it reproduces it. */
@@ -127,6 +131,7 @@ int main(void) {
                {"transform_rope=fused", "transform_rope=fused: expected off or on"},
                {"store=subgroup", "store=subgroup: expected invocation or lanes"},
                {"head=cpu", "head=cpu: expected device or host"},
+               {"linear=gpu", "linear=gpu: expected device or host"},
                {"matvec=0", "matvec=0: expected a count"},
                {"matvec=65", "matvec=65"},
                {"matvec=-4", "matvec=-4"},
@@ -157,11 +162,12 @@ int main(void) {
         vk.mem_props.memoryTypes[i].propertyFlags &= ~(VkMemoryPropertyFlags)VK_MEMORY_PROPERTY_HOST_COHERENT_BIT;
     CHECK(!wk_vk_weights_mappable(&vk));
     CHECK_EQ_INT(wk_pipelines_choose_kernels(&vk, &p, WK_KERNELS_CPU, err, sizeof err), 0);
-    CHECK(!p.head_host);
+    CHECK(!p.head_host && !p.linear_host);
     refused(&vk, &p, "head=host", WK_ERR_UNSUPPORTED, "head=host: device");
+    refused(&vk, &p, "linear=host", WK_ERR_UNSUPPORTED, "linear=host: device");
     vk.mem_props = real_mem;
     CHECK_EQ_INT(wk_pipelines_choose_kernels(&vk, &p, WK_KERNELS_CPU, err, sizeof err), 0);
-    CHECK(p.head_host == host_head);
+    CHECK(p.head_host == host_head && p.linear_host == host_head);
 
     printf("kernel variants: %s (cpu set), overrides and refusals checked\n", describe(&p));
     CHECK_EQ_INT(test_vk_close(&vk, &p), 0);

@@ -3,7 +3,7 @@
  * which takes the C). Each forms a group of 16 weights as the shaders do (code * scale + offset;
  * a half) and multiplies it with several rows of activations at once (8 with AVX-512, else 4), so
  * a row's codes are decoded once per tile of tokens and fetched from memory once per call; the
- * rows are handed out to the pool's threads in jobs of ROWS_PER_JOB. */
+ * rows are handed out to the pool's threads in jobs of at most MAX_ROWS_PER_JOB. */
 #include "host/host_matmul.h"
 
 #include <stdbool.h>
@@ -17,9 +17,14 @@
 #define WK_HOST_X86 1
 #endif
 
-/* Rows a job: 256 rows of 640 weights are ~200 KB of codes and pairs, big enough that handing a
- * job out costs nothing, small enough that 1024 jobs balance the threads of a 262144-row head. */
-#define ROWS_PER_JOB 256
+/* Rows a job, at most: 256 rows of 640 weights are ~200 KB of codes and pairs, big enough that
+ * handing a job out costs nothing, small enough that 1024 jobs balance the threads of a
+ * 262144-row head. A smaller matrix (a layer's W_o: 640 rows) is cut into at least 4 jobs a thread,
+ * of a multiple of 16 rows, so no thread waits long on the last. */
+#define MAX_ROWS_PER_JOB 256
+
+/* Tokens a block: 32 rows of 2048 activations are 256 KB, within a core's L2. */
+#define TOKENS_PER_BLOCK 32
 
 typedef struct job {
     const wk_host_matrix *m;
@@ -28,6 +33,7 @@ typedef struct job {
     float *y;
     size_t ldy;
     wk_host_isa isa;
+    uint32_t rows_per_job;
 } job;
 
 static inline size_t group_at(const wk_host_matrix *m, uint32_t r, uint32_t g) {
@@ -118,14 +124,34 @@ INLINE_AVX2 float hsum_avx2(__m256 v) {
     return _mm_cvtss_f32(s);
 }
 
+/* Rows r .. r+NR-1 of one token x into y: two 8-lane sums a row, added at the end. */
+#define SINGLE_AVX2(NR)                                                                                              \
+    do {                                                                                                             \
+        __m256 a[NR][2];                                                                                             \
+        for (int i = 0; i < NR; i++) a[i][0] = a[i][1] = _mm256_setzero_ps();                                        \
+        for (uint32_t g = 0; g < G; g++) {                                                                           \
+            const __m256 xl = _mm256_loadu_ps(x + 16 * g), xh = _mm256_loadu_ps(x + 16 * g + 8);                     \
+            for (int i = 0; i < NR; i++) {                                                                           \
+                __m256 lo, hi;                                                                                       \
+                group_avx2(m, fmt, group_at(m, r + i, g), &lo, &hi);                                                 \
+                a[i][0] = _mm256_fmadd_ps(lo, xl, a[i][0]);                                                          \
+                a[i][1] = _mm256_fmadd_ps(hi, xh, a[i][1]);                                                          \
+            }                                                                                                        \
+        }                                                                                                            \
+        for (int i = 0; i < NR; i++) y[r + i] = hsum_avx2(_mm256_add_ps(a[i][0], a[i][1]));                          \
+    } while (0)
+
+/* Row r of token tile t0 .. t0+3 as two 8-lane sums a token (a group's halves), over the groups in
+ * order; every path below sums a (row, token) in this order, so a token's products do not depend on
+ * the tile it lands in, nor on how many tokens share its step. */
 INLINE_AVX2 void rows_avx2_fmt(const job *jb, wk_host_wfmt fmt, uint32_t r0, uint32_t r1) {
     const wk_host_matrix *m = jb->m;
     const uint32_t G = m->cols / 16;
     const size_t cols = m->cols;
+    const int tiled = jb->n / 4 * 4;
     for (uint32_t r = r0; r < r1; r++) {
         const size_t k0 = group_at(m, r, 0);
-        int t0 = 0;
-        for (; t0 + 4 <= jb->n; t0 += 4) {
+        for (int t0 = 0; t0 < tiled; t0 += 4) {
             const float *x = jb->x + (size_t)t0 * cols;
             __m256 a[4][2];
             for (int t = 0; t < 4; t++) a[t][0] = a[t][1] = _mm256_setzero_ps();
@@ -139,28 +165,14 @@ INLINE_AVX2 void rows_avx2_fmt(const job *jb, wk_host_wfmt fmt, uint32_t r0, uin
             }
             for (int t = 0; t < 4; t++) jb->y[(size_t)(t0 + t) * jb->ldy + r] = hsum_avx2(_mm256_add_ps(a[t][0], a[t][1]));
         }
-        /* One token at a time: two groups in flight, four sums, so no sum waits on the last. */
-        for (; t0 < jb->n; t0++) {
-            const float *x = jb->x + (size_t)t0 * cols;
-            __m256 a0 = _mm256_setzero_ps(), a1 = a0, a2 = a0, a3 = a0;
-            uint32_t g = 0;
-            for (; g + 2 <= G; g += 2) {
-                __m256 lo, hi, lo2, hi2;
-                group_avx2(m, fmt, k0 + g, &lo, &hi);
-                group_avx2(m, fmt, k0 + g + 1, &lo2, &hi2);
-                a0 = _mm256_fmadd_ps(lo, _mm256_loadu_ps(x + 16 * g), a0);
-                a1 = _mm256_fmadd_ps(hi, _mm256_loadu_ps(x + 16 * g + 8), a1);
-                a2 = _mm256_fmadd_ps(lo2, _mm256_loadu_ps(x + 16 * g + 16), a2);
-                a3 = _mm256_fmadd_ps(hi2, _mm256_loadu_ps(x + 16 * g + 24), a3);
-            }
-            if (g < G) {
-                __m256 lo, hi;
-                group_avx2(m, fmt, k0 + g, &lo, &hi);
-                a0 = _mm256_fmadd_ps(lo, _mm256_loadu_ps(x + 16 * g), a0);
-                a1 = _mm256_fmadd_ps(hi, _mm256_loadu_ps(x + 16 * g + 8), a1);
-            }
-            jb->y[(size_t)t0 * jb->ldy + r] = hsum_avx2(_mm256_add_ps(_mm256_add_ps(a0, a1), _mm256_add_ps(a2, a3)));
-        }
+    }
+    /* The tokens after the tiles one at a time, four rows at once: eight independent sums in flight. */
+    for (int t = tiled; t < jb->n; t++) {
+        const float *x = jb->x + (size_t)t * cols;
+        float *y = jb->y + (size_t)t * jb->ldy;
+        uint32_t r = r0;
+        for (; r + 4 <= r1; r += 4) SINGLE_AVX2(4);
+        for (; r < r1; r++) SINGLE_AVX2(1);
     }
 }
 
@@ -209,29 +221,37 @@ INLINE_AVX512 __m512 group_avx512(const wk_host_matrix *m, wk_host_wfmt fmt, siz
         for (int t = 0; t < NT; t++) jb->y[(size_t)(t0 + t) * jb->ldy + r] = _mm512_reduce_add_ps(a[t]);             \
     } while (0)
 
+/* Rows r .. r+NR-1 of one token x into y: a sum a row. */
+#define SINGLE_AVX512(NR)                                                                                            \
+    do {                                                                                                             \
+        __m512 a[NR];                                                                                                \
+        for (int i = 0; i < NR; i++) a[i] = _mm512_setzero_ps();                                                     \
+        for (uint32_t g = 0; g < G; g++) {                                                                           \
+            const __m512 xg = _mm512_loadu_ps(x + 16 * g);                                                           \
+            for (int i = 0; i < NR; i++) a[i] = _mm512_fmadd_ps(group_avx512(m, fmt, group_at(m, r + i, g)), xg, a[i]); \
+        }                                                                                                            \
+        for (int i = 0; i < NR; i++) y[r + i] = _mm512_reduce_add_ps(a[i]);                                          \
+    } while (0)
+
+/* As the AVX2 kernel: one sum a (row, token) over the groups in order, in every path. */
 INLINE_AVX512 void rows_avx512_fmt(const job *jb, wk_host_wfmt fmt, uint32_t r0, uint32_t r1) {
     const wk_host_matrix *m = jb->m;
     const uint32_t G = m->cols / 16;
     const size_t cols = m->cols;
+    const int tiled8 = jb->n / 8 * 8, tiled = jb->n / 4 * 4;
     for (uint32_t r = r0; r < r1; r++) {
         const size_t k0 = group_at(m, r, 0);
         int t0 = 0;
-        for (; t0 + 8 <= jb->n; t0 += 8) TILE_AVX512(8);
-        for (; t0 + 4 <= jb->n; t0 += 4) TILE_AVX512(4);
-        /* One token at a time: four groups in flight, each into its own sum. */
-        for (; t0 < jb->n; t0++) {
-            const float *x = jb->x + (size_t)t0 * cols;
-            __m512 a0 = _mm512_setzero_ps(), a1 = a0, a2 = a0, a3 = a0;
-            uint32_t g = 0;
-            for (; g + 4 <= G; g += 4) {
-                a0 = _mm512_fmadd_ps(group_avx512(m, fmt, k0 + g), _mm512_loadu_ps(x + 16 * g), a0);
-                a1 = _mm512_fmadd_ps(group_avx512(m, fmt, k0 + g + 1), _mm512_loadu_ps(x + 16 * g + 16), a1);
-                a2 = _mm512_fmadd_ps(group_avx512(m, fmt, k0 + g + 2), _mm512_loadu_ps(x + 16 * g + 32), a2);
-                a3 = _mm512_fmadd_ps(group_avx512(m, fmt, k0 + g + 3), _mm512_loadu_ps(x + 16 * g + 48), a3);
-            }
-            for (; g < G; g++) a0 = _mm512_fmadd_ps(group_avx512(m, fmt, k0 + g), _mm512_loadu_ps(x + 16 * g), a0);
-            jb->y[(size_t)t0 * jb->ldy + r] = _mm512_reduce_add_ps(_mm512_add_ps(_mm512_add_ps(a0, a1), _mm512_add_ps(a2, a3)));
-        }
+        for (; t0 < tiled8; t0 += 8) TILE_AVX512(8);
+        for (; t0 < tiled; t0 += 4) TILE_AVX512(4);
+    }
+    /* The tokens after the tiles one at a time, four rows at once: four independent sums in flight. */
+    for (int t = tiled; t < jb->n; t++) {
+        const float *x = jb->x + (size_t)t * cols;
+        float *y = jb->y + (size_t)t * jb->ldy;
+        uint32_t r = r0;
+        for (; r + 4 <= r1; r += 4) SINGLE_AVX512(4);
+        for (; r < r1; r++) SINGLE_AVX512(1);
     }
 }
 
@@ -258,22 +278,34 @@ const char *wk_host_isa_name(wk_host_isa isa) {
 }
 
 static void run_job(void *ctx, int j) {
-    const job *jb = ctx;
-    const uint32_t r0 = (uint32_t)j * ROWS_PER_JOB;
-    const uint32_t r1 = r0 + ROWS_PER_JOB < jb->m->rows ? r0 + ROWS_PER_JOB : jb->m->rows;
-    switch (jb->isa) {
+    const job *all = ctx;
+    const uint32_t r0 = (uint32_t)j * all->rows_per_job;
+    const uint32_t r1 = r0 + all->rows_per_job < all->m->rows ? r0 + all->rows_per_job : all->m->rows;
+    /* Tokens in blocks, so a block's activations stay in the core's cache while every row of the
+     * job passes over them: a 512-token step's input to W_down is 4 MB (2048 columns), and read
+     * whole for each row it made a prefill's host products twice as slow. */
+    for (int t0 = 0; t0 < all->n; t0 += TOKENS_PER_BLOCK) {
+        job jb = *all;
+        jb.x = all->x + (size_t)t0 * all->m->cols;
+        jb.y = all->y + (size_t)t0 * all->ldy;
+        jb.n = all->n - t0 < TOKENS_PER_BLOCK ? all->n - t0 : TOKENS_PER_BLOCK;
+        switch (jb.isa) {
 #ifdef WK_HOST_X86
-    case WK_HOST_ISA_AVX512: rows_avx512(jb, r0, r1); break;
-    case WK_HOST_ISA_AVX2: rows_avx2(jb, r0, r1); break;
+        case WK_HOST_ISA_AVX512: rows_avx512(&jb, r0, r1); break;
+        case WK_HOST_ISA_AVX2: rows_avx2(&jb, r0, r1); break;
 #endif
-    default: rows_c(jb, r0, r1); break;
+        default: rows_c(&jb, r0, r1); break;
+        }
     }
 }
 
 void wk_host_matmul(wk_host_pool *pool, wk_host_isa isa, const wk_host_matrix *m, const float *x, int n, float *y,
                     size_t ldy) {
-    job jb = {m, x, n, y, ldy, isa};
-    const int n_jobs = (int)((m->rows + ROWS_PER_JOB - 1) / ROWS_PER_JOB);
+    const uint32_t threads = pool ? (uint32_t)wk_host_pool_threads(pool) : 1;
+    uint32_t per = (m->rows + 4 * threads - 1) / (4 * threads);
+    per = per < 16 ? 16 : per > MAX_ROWS_PER_JOB ? MAX_ROWS_PER_JOB : (per + 15) / 16 * 16;
+    job jb = {m, x, n, y, ldy, isa, per};
+    const int n_jobs = (int)((m->rows + per - 1) / per);
     if (n <= 0 || n_jobs <= 0) return;
     if (pool) wk_host_pool_run(pool, n_jobs, run_job, &jb);
     else

@@ -57,6 +57,7 @@ int wk_pipelines_choose_kernels(wk_vk *vk, wk_pipelines *p, int kernels, char *e
     p->store_lanes = p->gpu_kernels && store_lanes_fit(vk);
     /* The head on the host only where the host is the device: on a GPU the device is faster. */
     p->head_host = !p->gpu_kernels && vk->props.deviceType == VK_PHYSICAL_DEVICE_TYPE_CPU && wk_vk_weights_mappable(vk);
+    p->linear_host = p->head_host; /* the same reason for the layers' weight products */
     /* Four subgroups a matvec workgroup on a GPU, where the device allows it; one otherwise. */
     return wk_pipelines_set_matvec_subgroups(vk, p, p->gpu_kernels && wk_pipelines_matvec_fits(vk, 4) ? 4 : 1, err,
                                              errlen);
@@ -77,7 +78,8 @@ static int apply_one(wk_vk *vk, wk_pipelines *p, const char *name, const char *v
                   {"splits", "cpu", "gpu"},
                   {"transform_rope", "off", "on"},
                   {"store", "invocation", "lanes"},
-                  {"head", "device", "host"}};
+                  {"head", "device", "host"},
+                  {"linear", "device", "host"}};
     if (strcmp(name, "matvec") == 0) {
         char *end;
         long n = strtol(value, &end, 10);
@@ -113,12 +115,13 @@ static int apply_one(wk_vk *vk, wk_pipelines *p, const char *name, const char *v
         case 3: p->attn_gpu_splits = on; return 0;
         case 4: p->transform_rope = on; return 0;
         case 6:
+        case 7:
             if (on && !wk_vk_weights_mappable(vk)) {
-                snprintf(err, errlen, "kernel variant head=host: device %s keeps the weights in memory the host cannot "
-                         "map coherently", vk->props.deviceName);
+                snprintf(err, errlen, "kernel variant %s=host: device %s keeps the weights in memory the host cannot "
+                         "map coherently", name, vk->props.deviceName);
                 return WK_ERR_UNSUPPORTED;
             }
-            p->head_host = on;
+            *(i == 6 ? &p->head_host : &p->linear_host) = on;
             return 0;
         default:
             if (on && !store_lanes_fit(vk)) {
@@ -131,7 +134,7 @@ static int apply_one(wk_vk *vk, wk_pipelines *p, const char *name, const char *v
         }
     }
     snprintf(err, errlen, "kernel variant '%s': expected matmul, matmul_shuffle, matvec, attention, splits, "
-             "transform_rope, store or head", name);
+             "transform_rope, store, head or linear", name);
     return WK_ERR_INVALID;
 }
 
@@ -148,7 +151,7 @@ int wk_pipelines_apply_variants(wk_vk *vk, wk_pipelines *p, const char *spec, ch
         char *eq = strchr(item, '=');
         if (!eq) {
             snprintf(err, errlen, "kernel variant '%s': expected name=value (matmul, matmul_shuffle, matvec, attention, "
-                     "splits, transform_rope, store, head)", item);
+                     "splits, transform_rope, store, head, linear)", item);
             return WK_ERR_INVALID;
         }
         *eq = '\0';
@@ -159,8 +162,9 @@ int wk_pipelines_apply_variants(wk_vk *vk, wk_pipelines *p, const char *spec, ch
 }
 
 void wk_pipelines_describe_variants(const wk_pipelines *p, char *buf, size_t cap) {
-    snprintf(buf, cap, "matmul=%s,matmul_shuffle=%s,matvec=%u,attention=%s,splits=%s,transform_rope=%s,store=%s,head=%s",
+    snprintf(buf, cap, "matmul=%s,matmul_shuffle=%s,matvec=%u,attention=%s,splits=%s,transform_rope=%s,store=%s,head=%s,linear=%s",
              p->matmul_tiled ? "tiled" : "register", p->matmul_shuffle ? "on" : "off", p->matvec_subgroups,
              p->attn_lanes ? "lanes" : "subgroup", p->attn_gpu_splits ? "gpu" : "cpu", p->transform_rope ? "on" : "off",
-             p->store_lanes ? "lanes" : "invocation", p->head_host ? "host" : "device");
+             p->store_lanes ? "lanes" : "invocation", p->head_host ? "host" : "device",
+             p->linear_host ? "host" : "device");
 }

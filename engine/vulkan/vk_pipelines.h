@@ -90,7 +90,7 @@ static inline wk_attn_pipes wk_attn_pipes_of(wk_attn_set set) {
 /* Profile buckets: one per pipeline, then the start mark, then buckets that time a role rather than
  * a pipeline (wk_prof_label): the output head runs matvec/matmul like the layers' matrices, but its
  * share of a step is what bounds decode (issue 15). */
-enum { WK_PROF_START = WK_PIPE_COUNT, WK_PROF_HEAD, WK_PROF_HEAD_HOST, WK_PROF_SLOTS };
+enum { WK_PROF_START = WK_PIPE_COUNT, WK_PROF_HEAD, WK_PROF_HEAD_HOST, WK_PROF_LAYERS_HOST, WK_PROF_SLOTS };
 
 #define WK_MAX_BINDINGS 10
 
@@ -147,7 +147,12 @@ typedef struct wk_pipelines {
      * host's vector code reads the head's bytes ~4x faster than a shader; needs the weights' memory
      * host-visible and coherent (wk_vk_weights_mappable). */
     bool head_host;
-    int head_threads; /* the host head's threads (wk_engine_params.host_threads; 0: every CPU allowed) */
+    /* The layers' weight products (q/k/v, W_o, gate/up, down) and the norms and activation between
+     * them on the host CPU too (engine/forward_host.c), the device keeping the embedding, the key
+     * transform, the cache stores and the attention: on lavapipe a decode step's matvecs read their
+     * weights ~4x slower than the host; the same condition as head_host. */
+    bool linear_host;
+    int head_threads; /* the host parts' threads (wk_engine_params.host_threads; 0: every CPU allowed) */
     /* Optional GPU-time profile per pipeline (wk_pipelines_enable_profile): a timestamp after each
      * dispatch. */
     bool profile;
@@ -201,6 +206,7 @@ int wk_pipelines_choose_kernels(wk_vk *vk, wk_pipelines *p, int kernels, char *e
  *   matmul=register|tiled        prefill matmuls: matmul.comp's register tiles or matmul_tiled.comp
  *   matmul_shuffle=on|off        matmul.comp's and kv_transform.comp's modules (wk_pipelines_set_matmul_shuffle)
  *   head=device|host             the output head by a dispatch, or by the host CPU (head_host)
+ *   linear=device|host           the layers' weight products by dispatches, or by the host CPU (linear_host)
  *   matvec=N                     subgroups a matvec workgroup (wk_pipelines_set_matvec_subgroups)
  *   attention=subgroup|lanes     attention_paged: a key per subgroup, or the key-per-lane variant
  *   splits=cpu|gpu               the attention's key-split targets
