@@ -1,7 +1,7 @@
 /* The host's weight products (engine/host/host_matmul.c) against a double-precision loop over the
  * same weights, for every instruction set this CPU runs (plain C, AVX2, AVX-512), every device
  * weight format (q8a16 with f32 and with half pairs, f16), token counts around the kernels' tiles
- * of eight and four and the blocks of 32 tokens, row counts around a job's rows, and 1 to 3
+ * of eight and four and the blocks of 8 tokens, row counts around a job's rows, and 1 to 3
  * threads, and each token alone giving its products bit for bit; the thread pool handing out every job exactly once, list after list; and the row work
  * between a layer's products (engine/host/host_layer.c: the residual with its norms, the GLU
  * activations) against double loops of the shaders' formulas. */
@@ -101,8 +101,9 @@ static int compare(const test_matrix *t, const float *x, int n, const float *y, 
 static void test_products(void) {
     static const char *fmt_names[] = {"q8a", "q8h", "f16"};
     static const uint32_t shapes[][2] = {{1, 16}, {3, 48}, {256, 80}, {257, 32}, {700, 640}, {1100, 32}};
-    /* tiles of 8 and 4, then single tokens; blocks of 32 tokens (37: a block and 5; 70: two and 6) */
-    static const int counts[] = {1, 2, 3, 4, 5, 7, 8, 9, 13, 37, 70};
+    /* tiles of 8 and 4, then single tokens; blocks of 8 tokens (13: a block, a tile of 4 and one;
+     * 37: four blocks, a tile of 4 and one) */
+    static const int counts[] = {1, 2, 3, 4, 5, 7, 8, 9, 13, 37};
     wk_host_pool *pools[3] = {NULL, NULL, NULL};
     char err[256] = "";
     for (int i = 0; i < 3; i++) {

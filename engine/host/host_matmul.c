@@ -23,8 +23,11 @@
  * of a multiple of 16 rows, so no thread waits long on the last. */
 #define MAX_ROWS_PER_JOB 256
 
-/* Tokens a block: 32 rows of 2048 activations are 256 KB, within a core's L2. */
-#define TOKENS_PER_BLOCK 32
+/* Tokens a block: one AVX-512 tile (two AVX2 tiles). A job's rows then pass over 8 tokens'
+ * activations (20-64 KB, in a core's L1 or L2) before the next 8; with blocks of 32 a 4096 x 640
+ * product of 64 or 512 tokens ran at 54-72 GFLOP/s, with 8 at 81-84 (build/tests/bench_host_matmul,
+ * 2026-12-07 05:00 UTC). */
+#define TOKENS_PER_BLOCK 8
 
 typedef struct job {
     const wk_host_matrix *m;
@@ -283,7 +286,8 @@ static void run_job(void *ctx, int j) {
     const uint32_t r1 = r0 + all->rows_per_job < all->m->rows ? r0 + all->rows_per_job : all->m->rows;
     /* Tokens in blocks, so a block's activations stay in the core's cache while every row of the
      * job passes over them: a 512-token step's input to W_down is 4 MB (2048 columns), and read
-     * whole for each row it made a prefill's host products twice as slow. */
+     * whole for each row it made a prefill's host products twice as slow. A token's sums are the
+     * same in any block. */
     for (int t0 = 0; t0 < all->n; t0 += TOKENS_PER_BLOCK) {
         job jb = *all;
         jb.x = all->x + (size_t)t0 * all->m->cols;
