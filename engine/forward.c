@@ -1,5 +1,6 @@
 /* The forward pass, one step = one command buffer = one submit (plus one per extra chunk of
- * logits rows). Per layer it reads like the math:
+ * logits rows; with the layers' products on the host, linear_host, one a layer, forward_host.c
+ * doing its part between them). Per layer it reads like the math:
  *   norm -> q,k,v -> q/k norm + RoPE + KV store -> attention -> Wo -> residual(+post-norm) + norm
  *   -> gate,up -> GLU -> down -> residual(+post-norm) + next norm
  * and ends with the output head over the rows that want logits. */
@@ -621,9 +622,9 @@ static int record_layers(rec *r, uint32_t T) {
     wk_vk_barrier(vk);
     for (int il = 0; il < hp->n_layer; il++) {
         const wk_dev_layer *L = &w->layers[il];
-        const bool rope = wk_fwd_rope_in_transform(f, L, T);          /* q/k norm and RoPE inside the transform */
-        if (f->linear_host && il == 0) TRY(host_part(r, -1, T)); /* q, k, v = xn W on the host */
-        else if (!f->linear_host) TRY(op_qkv(r, L, T, rope));   /* q, k, v = xn W */
+        const bool rope = wk_fwd_rope_in_transform(f, L, T);   /* q/k norm and RoPE inside the transform */
+        if (!f->linear_host) TRY(op_qkv(r, L, T, rope));        /* q, k, v = xn W */
+        else if (il == 0) TRY(host_part(r, -1, T));             /* (on the host: after each layer's attention) */
         wk_vk_barrier(vk);
         if (!rope) {                                            /* (else the transform applies them) */
             TRY(op_qk_norm_rope(r, il, T));                     /* q,k: norm, RoPE; k,v -> cache */

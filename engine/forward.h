@@ -88,13 +88,6 @@ int wk_fwd_warm_reduce(wk_fwd *f, char *err, size_t errlen);
 /* Allocates the calibration capture buffers (sized for max_tokens) and turns capture on. */
 int wk_fwd_enable_capture(wk_fwd *f, char *err, size_t errlen);
 
-/* win_words (paged cache with f16 windows; else NULL): per token, its sequence's window slot as a
- * pool word offset (wk_kv_pool_window_offset / 4).
- * T tokens with their positions and cache rows (rows[t].kv_base: the offset of the token's
- * sequence's block table in tables[0..n_tables)).
- * Logits of the rows in logit_rows[0..n_logits)
- * go to out (n_logits x n_vocab). With debug_layers, layer_out (n_layer x T x n_embd) receives
- * the residual stream after each layer. */
 /* Whether layer L's q/k norm and RoPE run inside the key transform in a step of T tokens (then
  * its q and k products go to the transform's input, xform_in). */
 bool wk_fwd_rope_in_transform(const wk_fwd *f, const wk_dev_layer *L, uint32_t T);
@@ -109,6 +102,13 @@ void wk_fwd_host_head(wk_fwd *f, float *out, int n);
  * (after >= 0; -1 at the first layer), then the next layer's q/k/v products (when there is one). */
 void wk_fwd_host_layers(wk_fwd *f, int after, int T);
 
+/* win_words (paged cache with f16 windows; else NULL): per token, its sequence's window slot as a
+ * pool word offset (wk_kv_pool_window_offset / 4).
+ * T tokens with their positions and cache rows (rows[t].kv_base: the offset of the token's
+ * sequence's block table in tables[0..n_tables)).
+ * Logits of the rows in logit_rows[0..n_logits)
+ * go to out (n_logits x n_vocab). With debug_layers, layer_out (n_layer x T x n_embd) receives
+ * the residual stream after each layer. */
 int wk_fwd_step(wk_fwd *f, const int32_t *tokens, const wk_row_info *rows, int T, const uint32_t *tables,
                 int n_tables, const uint32_t *win_words, const int *logit_rows,
                 int n_logits, float *out, float *layer_out, char *err, size_t errlen);
