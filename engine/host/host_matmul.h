@@ -1,10 +1,11 @@
 /* Products of a weight matrix in the device's formats (engine/weights.h: q8a16 codes with f32 or
  * half pairs; f16) with rows of activations, computed by the host CPU, for a Vulkan device that
- * is the host CPU itself (lavapipe). There the output head (262144 x 640 for Gemma 3) is half of
- * a decode step: a shader reads its bytes at a third of what C reads (docs/lavapipe.md "What bounds
- * a decode step"), while the host's own vector units (AVX-512 or AVX2 chosen at run time, plain C
- * elsewhere) run at the memory's speed. Each weight is formed as the shaders form it (code * scale
- * + offset, in f32), so only the order of the sums differs from the device's. */
+ * is the host CPU itself (lavapipe): the output head (262144 x 640 for Gemma 3) and every layer's
+ * matrices, nearly all of a decode step there. A shader reads their bytes at a quarter of what C
+ * reads (docs/lavapipe.md "What bounds a decode step"), while the host's own vector units (AVX-512
+ * or AVX2 chosen at run time, plain C elsewhere) run at the memory's speed. Each weight is formed
+ * as the shaders form it (code * scale + offset, in f32), so only the order of the sums differs
+ * from the device's, and each (row, token) is summed in one order whatever step it is in. */
 #ifndef WK_HOST_MATMUL_H
 #define WK_HOST_MATMUL_H
 

@@ -1,5 +1,5 @@
 /* A few host threads that run one job list at a time with the calling thread: the host's own work
- * for a step (the output head on a CPU Vulkan device, host_matmul.h) spread over the cores that
+ * for a step (the weight products on a CPU Vulkan device, host_matmul.h) spread over the cores that
  * lavapipe leaves idle while its queue is empty. */
 #ifndef WK_HOST_POOL_H
 #define WK_HOST_POOL_H
