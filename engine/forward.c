@@ -76,6 +76,7 @@ int wk_fwd_init(wk_fwd *f, wk_vk *vk, wk_pipelines *pipes, const wk_hparams *hp,
     /* On the host the head takes every row of a step at once: its weights stream from memory once. */
     f->head_host = pipes->head_host;
     f->linear_host = pipes->linear_host;
+    f->kv_host = pipes->kv_host && pipes->linear_host && kv;
     if (f->head_host) f->logit_rows = max_tokens;
 
     const uint64_t T = (uint64_t)max_tokens, E = (uint64_t)hp->n_embd, F = (uint64_t)hp->n_ff;
@@ -123,6 +124,7 @@ int wk_fwd_init(wk_fwd *f, wk_vk *vk, wk_pipelines *pipes, const wk_hparams *hp,
     if (!rc) rc = wk_fwd_host_init(f, err, errlen);
     if (!rc && debug_layers) rc = make(f, &a->debug, (uint64_t)hp->n_layer * T * E * 4, WK_MEM_HOST, NONE, err, errlen);
     if (!rc) rc = build_rope_table(f, err, errlen);
+    if (!rc) rc = wk_fwd_host_kv_init(f, err, errlen);
     if (rc) wk_fwd_free(f);
     return rc;
 }
@@ -264,7 +266,7 @@ static wk_arg xform_in_k(const wk_fwd *f, uint32_t T) {
  * transform (kv_transform_decode_rope): a transform, a q/k/v matvec (which writes q and k straight
  * into the transform's input), the variant on, and RoPE in whole texels (n_rot a multiple of 8). */
 bool wk_fwd_rope_in_transform(const wk_fwd *f, const wk_dev_layer *L, uint32_t T) {
-    return f->xform && T <= 4 && L->qkv.rows && f->pipes->transform_rope && f->hp->n_rot % 8 == 0 &&
+    return f->xform && !f->kv_host && T <= 4 && L->qkv.rows && f->pipes->transform_rope && f->hp->n_rot % 8 == 0 &&
            f->hp->n_rot <= f->hp->head_dim;
 }
 
@@ -407,13 +409,11 @@ static bool window_with_codes(const wk_fwd *f, int il) {
     return f->window_early[f->kv->win_class_of[il]] && f->kv->fmt.bits != 16 && win->sink + win->recent > 0;
 }
 
-/* Quantizes this step's keys (post-RoPE, in a.k) and values into their blocks. */
-static int op_kv_store_quant(rec *r, int il, uint32_t T) {
-    wk_fwd *f = r->f;
+void wk_fwd_store_quant_pc(const wk_fwd *f, int il, uint32_t T, wk_pc_kv_store_quant *pc) {
     wk_pc_attention_paged g;
     paged_geometry(f, il, &g);
     const bool own = wk_kv_cache_group_swa(f->kv, f->kv->group_of[il]);
-    wk_pc_kv_store_quant pc = {.head_dim = g.head_dim, .n_head_kv = g.n_head_kv, .n_tokens = T,
+    *pc = (wk_pc_kv_store_quant){.head_dim = g.head_dim, .n_head_kv = g.n_head_kv, .n_tokens = T,
                                .k_off = g.k_off, .kind = g.kind, .bits = g.bits, .group = g.group,
                                .rank_k = own ? f->kv->swa_rank_k : f->kv->rank_k,
                                .rank_v = own ? f->kv->swa_rank_v : f->kv->rank_v, .block_tokens = g.block_tokens,
@@ -427,17 +427,24 @@ static int op_kv_store_quant(rec *r, int il, uint32_t T) {
                                              : own             ? f->kv->swa_quest_c2
                                                                : f->kv->quest_c2};
     const int c = f->kv->win_class_of[il];
-    pc.win_store = window_with_codes(f, il);
-    pc.win_layer = (uint32_t)f->kv->win_layer_of[il];
-    pc.dest_base = (uint32_t)c * T;
+    pc->win_store = window_with_codes(f, il);
+    pc->win_layer = (uint32_t)f->kv->win_layer_of[il];
+    pc->dest_base = (uint32_t)c * T;
     const wk_kv_win *win = &f->kv->layout.win[c];
-    pc.copy_f16 = win->sink + win->recent > 0;
+    pc->copy_f16 = win->sink + win->recent > 0;
+}
+
+/* Quantizes this step's keys (post-RoPE, in a.k) and values into their blocks. */
+static int op_kv_store_quant(rec *r, int il, uint32_t T) {
+    wk_fwd *f = r->f;
+    wk_pc_kv_store_quant pc;
+    wk_fwd_store_quant_pc(f, il, T, &pc);
     wk_arg args[8] = {S(&f->a.k),           S(&f->a.v),         S(&f->a.rows),   S(&f->a.tables),
                       TV(&f->kv->pool_buf), S(&f->a.win_dest), S(&f->a.k16), S(&f->a.v16)};
     uint32_t gx, gy;
     /* Each token's key and value heads: an invocation each, or a subgroup each (store_lanes). */
     const bool lanes = f->pipes->store_lanes;
-    const uint32_t heads = T * g.n_head_kv * 2, sg = f->vk->subgroup_size;
+    const uint32_t heads = T * pc.n_head_kv * 2, sg = f->vk->subgroup_size;
     grid_1d(lanes ? heads : (heads + sg - 1) / sg, &gx, &gy);
     const wk_pipe_id pipe = lanes ? WK_PIPE_KV_STORE_QUANT_LANES : WK_PIPE_KV_STORE_QUANT;
     return wk_dispatch(f->vk, f->pipes, pipe, args, &pc, sizeof pc, gx, gy, 1, r->err, r->errlen);
@@ -509,20 +516,25 @@ static int op_kv_transform(rec *r, int il, uint32_t T, bool rope) {
                        1, r->err, r->errlen);
 }
 
+void wk_fwd_store_f16_pc(const wk_fwd *f, int il, uint32_t T, wk_pc_kv_store_f16 *pc) {
+    wk_pc_attention_paged g;
+    paged_geometry(f, il, &g);
+    *pc = (wk_pc_kv_store_f16){.head_dim = g.head_dim, .n_head_kv = g.n_head_kv, .n_tokens = T,
+                               .slab_layer = (uint32_t)f->kv->slot_of[il], .block_tokens = g.block_tokens,
+                               .slab_words = g.slab_words, .block_words = g.block_words,
+                               .table_stride = g.table_stride, .table_col = g.table_col};
+}
+
 /* The f16 cache: this step's keys and values, rounded to f16, into their blocks. */
 static int op_kv_store_f16(rec *r, int il, uint32_t T) {
     wk_fwd *f = r->f;
-    wk_pc_attention_paged g;
-    paged_geometry(f, il, &g);
-    wk_pc_kv_store_f16 pc = {.head_dim = g.head_dim, .n_head_kv = g.n_head_kv, .n_tokens = T,
-                             .slab_layer = (uint32_t)f->kv->slot_of[il], .block_tokens = g.block_tokens, .slab_words = g.slab_words,
-                             .block_words = g.block_words, .table_stride = g.table_stride, .table_col = g.table_col};
+    wk_pc_kv_store_f16 pc;
+    wk_fwd_store_f16_pc(f, il, T, &pc);
     wk_arg args[5] = {S(&f->a.k), S(&f->a.v), S(&f->a.rows), S(&f->a.tables), TV(&f->kv->pool_buf)};
     uint32_t gx, gy;
-    grid_1d((T * g.n_head_kv * g.head_dim + 63) / 64, &gx, &gy); /* one word (two halves) of K or V each */
+    grid_1d((T * pc.n_head_kv * pc.head_dim + 63) / 64, &gx, &gy); /* one word (two halves) of K or V each */
     return wk_dispatch(f->vk, f->pipes, WK_PIPE_KV_STORE_F16, args, &pc, sizeof pc, gx, gy, 1, r->err, r->errlen);
 }
-
 
 /* attention_reduce only runs for split steps (decode over many keys), which a warm-up of a few
  * tokens never makes: one dispatch over scratch partials compiles it (lavapipe compiles on first
@@ -626,11 +638,11 @@ static int record_layers(rec *r, uint32_t T) {
         if (!f->linear_host) TRY(op_qkv(r, L, T, rope));        /* q, k, v = xn W */
         else if (il == 0) TRY(host_part(r, -1, T));             /* (on the host: after each layer's attention) */
         wk_vk_barrier(vk);
-        if (!rope) {                                            /* (else the transform applies them) */
+        if (!rope && !f->kv_host) {                             /* (else the transform applies them) */
             TRY(op_qk_norm_rope(r, il, T));                     /* q,k: norm, RoPE; k,v -> cache */
             wk_vk_barrier(vk);
         }
-        if (f->xform) {
+        if (f->xform && !f->kv_host) {
             TRY(op_kv_transform(r, il, T, rope));               /* k = T k, q = T^-T q */
             wk_vk_barrier(vk);
         }
@@ -638,7 +650,8 @@ static int record_layers(rec *r, uint32_t T) {
             record_capture(f, il, T);
             wk_vk_barrier(vk);
         }
-        if (f->kv->fmt.bits == 16) TRY(op_kv_store_f16(r, il, T)); /* k, v -> f16 rows in blocks */
+        if (f->kv_host) {                                       /* (the host did all of these) */
+        } else if (f->kv->fmt.bits == 16) TRY(op_kv_store_f16(r, il, T)); /* k, v -> f16 rows in blocks */
         else TRY(op_kv_store_quant(r, il, T));                  /* k, v -> packed codes in blocks */
         wk_vk_barrier(vk);
         TRY(op_attention_paged(r, il, T));                      /* attn = softmax(q K^T) V over the blocks */

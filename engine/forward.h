@@ -55,6 +55,7 @@ typedef struct wk_fwd {
      * work between them (linear_host), on host_pool's threads with instructions host_isa;
      * host_scratch holds a joined q/k/v or gate/up product before it is split. */
     bool head_host, linear_host;
+    bool kv_host; /* with linear_host: q/k norm, RoPE, the transform and the stores too (forward_host_kv.c) */
     wk_host_matrix head;
     wk_host_pool *host_pool;
     wk_host_isa host_isa;
@@ -101,6 +102,19 @@ void wk_fwd_host_head(wk_fwd *f, float *out, int n);
 /* The host's work between two layers' attentions (linear_host): layer `after`'s W_o, norms and FFN
  * (after >= 0; -1 at the first layer), then the next layer's q/k/v products (when there is one). */
 void wk_fwd_host_layers(wk_fwd *f, int after, int T);
+
+/* The push constants of layer il's store of T tokens, quantizing or f16 (kv_store_quant.comp's,
+ * kv_store_f16.comp's; forward_host_kv.c's store reads the same geometry). */
+void wk_fwd_store_quant_pc(const wk_fwd *f, int il, uint32_t T, wk_pc_kv_store_quant *pc);
+void wk_fwd_store_f16_pc(const wk_fwd *f, int il, uint32_t T, wk_pc_kv_store_f16 *pc);
+
+/* forward_host_kv.c (kv_host). Init: checks that the host maps what it reads and writes (the
+ * pool, the rope table, the norms, the step's tables and window rows); off: nothing. */
+int wk_fwd_host_kv_init(wk_fwd *f, char *err, size_t errlen);
+/* Layer il's queries and keys in a.q, a.k (as the products left them): per-head norm, RoPE and the
+ * query scale in place, then the key transform; then its keys and values of the step's T tokens
+ * into the cache (codes and parameters, or f16 rows; window rows; the f16 copies in a.k16, a.v16). */
+void wk_fwd_host_kv(wk_fwd *f, int il, int T);
 
 /* win_words (paged cache with f16 windows; else NULL): per token, its sequence's window slot as a
  * pool word offset (wk_kv_pool_window_offset / 4).

@@ -171,4 +171,9 @@ void wk_fwd_host_layers(wk_fwd *f, int after, int T) {
     if (after >= 0) host_after_attention(f, after, T);
     if (after + 1 < f->hp->n_layer) host_qkv(f, after + 1, T);
     profile_since(f, WK_PROF_LAYERS_HOST, t0);
+    if (f->kv_host && after + 1 < f->hp->n_layer) {
+        const double t1 = f->pipes->profile ? now_ms() : 0;
+        wk_fwd_host_kv(f, after + 1, T);
+        profile_since(f, WK_PROF_KV_HOST, t1);
+    }
 }

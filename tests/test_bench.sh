@@ -89,7 +89,7 @@ rc=$?
 check "WUSHKV_KERNELS=gpu variants" "$out" 'j["kernel_variants"].startswith("matmul=tiled,") and "attention=lanes,splits=gpu" in j["kernel_variants"]'
 # Single variants on top of a set (or of auto), read back in the same syntax; a bad one refused.
 out=$(WUSHKV_KERNELS=cpu,attention=lanes,splits=gpu "$exe" bench -m "$model" -p 8 -n 2 -r 1 --kv f16 --json 2>"$tmp/err")
-check "WUSHKV_KERNELS=cpu,attention=lanes" "$out" 'j["kernels"] == "cpu" and j["kernel_variants"].startswith("matmul=register,") and j["kernel_variants"].endswith(",matvec=1,attention=lanes,splits=gpu,transform_rope=on,store=invocation,head=" + ("host" if j["device_type"] == "CPU" else "device") + ",linear=" + ("host" if j["device_type"] == "CPU" else "device")) and j["decode_tokens_per_s"] > 0'
+check "WUSHKV_KERNELS=cpu,attention=lanes" "$out" 'j["kernels"] == "cpu" and j["kernel_variants"].startswith("matmul=register,") and j["kernel_variants"].endswith(",matvec=1,attention=lanes,splits=gpu,transform_rope=on,store=invocation,head=" + ("host" if j["device_type"] == "CPU" else "device") + ",linear=" + ("host" if j["device_type"] == "CPU" else "device") + ",kv_write=" + ("host" if j["device_type"] == "CPU" else "device")) and j["decode_tokens_per_s"] > 0'
 out=$(WUSHKV_KERNELS=matvec=2 "$exe" bench -m "$model" -p 8 -n 2 -r 1 --kv f16 --json 2>"$tmp/err")
 check "WUSHKV_KERNELS=matvec=2 (auto set)" "$out" '",matvec=2," in j["kernel_variants"] and j["decode_tokens_per_s"] > 0'
 WUSHKV_KERNELS=gpu,attention=fast "$exe" bench -m "$model" -p 8 -n 2 -r 1 --json >/dev/null 2>"$tmp/err"
@@ -222,7 +222,7 @@ rc=$?
 # --vs-kernels: the same KV format with another kernel spec beside ours; the environment's
 # WUSHKV_KERNELS reaches ours only.
 out=$(WUSHKV_KERNELS=cpu,matvec=2 "$exe" bench -m "$model" -p 8 -n 2 -r 2 --kv f16 --vs-kernels gpu,head=device --json 2>"$tmp/err")
-check "--vs-kernels" "$out" 'j["vs"]["kv"] == j["kv"] == "f16" and j["vs"]["kernels_chosen"].startswith("gpu: matmul=tiled,") and j["vs"]["kernels_chosen"].endswith(",head=device,linear=device") and j["kernels_chosen"].startswith("cpu: matmul=register,matmul_shuffle=on,matvec=2,") and all(t["vs_tokens_per_s"] > 0 for t in j["tests"])'
+check "--vs-kernels" "$out" 'j["vs"]["kv"] == j["kv"] == "f16" and j["vs"]["kernels_chosen"].startswith("gpu: matmul=tiled,") and j["vs"]["kernels_chosen"].endswith(",head=device,linear=device,kv_write=device") and j["kernels_chosen"].startswith("cpu: matmul=register,matmul_shuffle=on,matvec=2,") and all(t["vs_tokens_per_s"] > 0 for t in j["tests"])'
 out=$("$exe" bench -m "$model" -p 8 -n 2 -r 2 --vs-kv f16 --vs-kernels matvec=2 --json 2>"$tmp/err")
 check "--vs-kernels with --vs-kv" "$out" 'j["vs"]["kv"] == "f16" and j["kv"].startswith("int2") and ",matvec=2," in j["vs"]["kernels_chosen"] and ",matvec=1," in j["kernels_chosen"]'
 "$exe" bench -m "$model" -p 8 -n 2 -r 1 --vs-kernels fast >/dev/null 2>"$tmp/err"

@@ -4,7 +4,8 @@
  * of eight and four and the blocks of 8 tokens, row counts around a job's rows, and 1 to 3
  * threads, and each token alone giving its products bit for bit; the thread pool handing out every job exactly once, list after list; and the row work
  * between a layer's products (engine/host/host_layer.c: the residual with its norms, the GLU
- * activations) against double loops of the shaders' formulas. */
+ * activations, a head's q/k norm with RoPE and the key transform's block-diagonal product) against
+ * double loops of the shaders' formulas. */
 #include <stdatomic.h>
 #include <stdint.h>
 #include <stdlib.h>
@@ -238,10 +239,63 @@ static void test_row_work(void) {
     wk_host_pool_destroy(pool);
 }
 
+/* wk_host_norm_rope (NEOX and adjacent pairs, with and without the norm, a partial rotation) and
+ * wk_host_block_transform (blocks of 4, 32 and a whole head, a block with a tail past eight, every
+ * instruction set) against double loops. */
+static void test_head_work(void) {
+    enum { D = 40 };
+    const float eps = 1e-6f;
+    float x0[D], x[D], w[D], rope[D];
+    for (int i = 0; i < D; i++) x0[i] = 3.0f * (float)rng_gauss(), w[i] = (float)rng_gauss();
+    for (int i = 0; i < D / 2; i++) {
+        const double th = 0.37 * (i + 1);
+        rope[2 * i] = (float)cos(th), rope[2 * i + 1] = (float)sin(th);
+    }
+    for (int c = 0; c < 8; c++) {
+        const bool neox = c & 1, norm = c & 2;
+        const int n_rot = c & 4 ? 24 : D;
+        const float scale = 0.125f;
+        memcpy(x, x0, sizeof x);
+        wk_host_norm_rope(x, D, norm ? w : NULL, eps, rope, n_rot, neox, scale);
+        double ss = 0, n[D], want[D];
+        for (int i = 0; i < D; i++) ss += (double)x0[i] * x0[i];
+        for (int i = 0; i < D; i++) n[i] = norm ? x0[i] / sqrt(ss / D + eps) * w[i] : x0[i];
+        for (int i = 0; i < D; i++) want[i] = n[i] * scale;
+        for (int i = 0; i < n_rot / 2; i++) {
+            const int a = neox ? i : 2 * i, b = neox ? i + n_rot / 2 : 2 * i + 1;
+            want[a] = (n[a] * rope[2 * i] - n[b] * rope[2 * i + 1]) * scale;
+            want[b] = (n[a] * rope[2 * i + 1] + n[b] * rope[2 * i]) * scale;
+        }
+        int bad = 0;
+        for (int i = 0; i < D; i++) bad += !(fabs(x[i] - want[i]) <= 1e-5 * (1 + fabs(want[i])));
+        if (bad) fprintf(stderr, "norm_rope neox=%d norm=%d n_rot=%d: %d values off\n", neox, norm, n_rot, bad);
+        CHECK_EQ_INT(bad, 0);
+    }
+    const int blocks[] = {4, 20, D};
+    const wk_host_isa best = wk_host_isa_best();
+    float M[D * D];
+    for (size_t b = 0; b < sizeof blocks / sizeof *blocks; b++)
+        for (int isa = WK_HOST_ISA_C; isa <= (int)best; isa++) {
+            const int B = blocks[b];
+            for (int i = 0; i < D * B; i++) M[i] = (float)rng_gauss();
+            memcpy(x, x0, sizeof x);
+            wk_host_block_transform((wk_host_isa)isa, M, D, B, x);
+            int bad = 0;
+            for (int i = 0; i < D; i++) {
+                double want = 0;
+                for (int j = 0; j < B; j++) want += (double)M[i * B + j] * x0[(i / B) * B + j];
+                bad += !(fabs(x[i] - want) <= 1e-5 * (1 + fabs(want)));
+            }
+            if (bad) fprintf(stderr, "block_transform %s B=%d: %d values off\n", wk_host_isa_name((wk_host_isa)isa), B, bad);
+            CHECK_EQ_INT(bad, 0);
+        }
+}
+
 int main(void) {
     rng_seed(20261207);
     test_pool();
     test_row_work();
+    test_head_work();
     test_products();
     TEST_MAIN_END();
 }

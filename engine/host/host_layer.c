@@ -4,6 +4,12 @@
 #include "host/host_layer.h"
 
 #include <math.h>
+#include <string.h>
+
+#if defined(__x86_64__) || defined(__i386__)
+#include <immintrin.h>
+#define WK_HOST_LAYER_X86 1
+#endif
 
 static float inv_rms(const float *x, int n, float eps) {
     float ss = 0;
@@ -58,4 +64,71 @@ void wk_host_glu(wk_host_pool *pool, const float *gate, const float *up, size_t 
         return;
     }
     for (int t = 0; t < rows; t++) glu_row(&j, t);
+}
+
+void wk_host_norm_rope(float *x, int D, const float *w, float eps, const float *rope, int n_rot, bool neox, float scale) {
+    const int half = n_rot / 2;
+    const float inv = w ? inv_rms(x, D, eps) : 1.0f;
+    for (int i = 0; i < half; i++) { /* both of a pair read before either is written */
+        const int da = neox ? i : 2 * i, db = neox ? i + half : 2 * i + 1;
+        float xa = x[da] * inv, xb = x[db] * inv;
+        if (w) xa *= w[da], xb *= w[db];
+        const float c = rope[2 * i], s = rope[2 * i + 1];
+        x[da] = (xa * c - xb * s) * scale;
+        x[db] = (xa * s + xb * c) * scale;
+    }
+    for (int d = n_rot; d < D; d++) {
+        float v = x[d] * inv;
+        if (w) v *= w[d];
+        x[d] = v * scale;
+    }
+}
+
+/* Rows [i0, i0 + 4) of M x into y (they lie in one block: B is a multiple of 4). */
+static void transform_rows_c(const float *M, int B, const float *xb, int i0, float *y) {
+    for (int i = i0; i < i0 + 4; i++) {
+        const float *m = M + (size_t)i * B;
+        float acc[8] = {0}; /* eight partial sums: one vector register where the compiler makes one */
+        for (int j = 0; j < B; j++) acc[j & 7] += m[j] * xb[j];
+        y[i] = ((acc[0] + acc[1]) + (acc[2] + acc[3])) + ((acc[4] + acc[5]) + (acc[6] + acc[7]));
+    }
+}
+
+#ifdef WK_HOST_LAYER_X86
+/* The same with AVX2 and FMA: four rows share each load of x; B's tail past a multiple of 8 in C. */
+__attribute__((target("avx2,fma"))) static void transform_rows_avx2(const float *M, int B, const float *xb, int i0,
+                                                                   float *y) {
+    const float *m0 = M + (size_t)i0 * B;
+    __m256 a0 = _mm256_setzero_ps(), a1 = a0, a2 = a0, a3 = a0;
+    int j = 0;
+    for (; j + 8 <= B; j += 8) {
+        const __m256 x = _mm256_loadu_ps(xb + j);
+        a0 = _mm256_fmadd_ps(_mm256_loadu_ps(m0 + j), x, a0);
+        a1 = _mm256_fmadd_ps(_mm256_loadu_ps(m0 + B + j), x, a1);
+        a2 = _mm256_fmadd_ps(_mm256_loadu_ps(m0 + 2 * (size_t)B + j), x, a2);
+        a3 = _mm256_fmadd_ps(_mm256_loadu_ps(m0 + 3 * (size_t)B + j), x, a3);
+    }
+    float acc[4][8];
+    _mm256_storeu_ps(acc[0], a0), _mm256_storeu_ps(acc[1], a1), _mm256_storeu_ps(acc[2], a2), _mm256_storeu_ps(acc[3], a3);
+    for (int r = 0; r < 4; r++) {
+        for (int jj = j; jj < B; jj++) acc[r][jj & 7] += m0[(size_t)r * B + jj] * xb[jj];
+        y[i0 + r] = ((acc[r][0] + acc[r][1]) + (acc[r][2] + acc[r][3])) + ((acc[r][4] + acc[r][5]) + (acc[r][6] + acc[r][7]));
+    }
+}
+#endif
+
+void wk_host_block_transform(wk_host_isa isa, const float *M, int D, int B, float *x) {
+    float y[WK_HOST_MAX_HEAD];
+    for (int i = 0; i < D; i += 4) {
+        const float *xb = x + (size_t)(i / B) * B;
+#ifdef WK_HOST_LAYER_X86
+        if (isa >= WK_HOST_ISA_AVX2) {
+            transform_rows_avx2(M, B, xb, i, y);
+            continue;
+        }
+#endif
+        (void)isa;
+        transform_rows_c(M, B, xb, i, y);
+    }
+    memcpy(x, y, (size_t)D * sizeof *x);
 }

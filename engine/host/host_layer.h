@@ -2,13 +2,15 @@
  * pass's linear=host, engine/forward_host.c): RMS norms, the residual update fused with the next
  * norm, and the gated FFN's activation, each as its shader computes it (add_norm.comp,
  * rmsnorm.comp, glu.comp with common.glsl's glu_act) so the two paths differ only in the order of
- * their sums. */
+ * their sums; and with kv_write=host (engine/forward_host_kv.c) a head's q/k norm with RoPE
+ * (qk_norm_rope.comp) and the key transform's block-diagonal product (kv_transform.comp). */
 #ifndef WK_HOST_LAYER_H
 #define WK_HOST_LAYER_H
 
 #include <stdbool.h>
 #include <stddef.h>
 
+#include "host/host_matmul.h" /* wk_host_isa */
 #include "host/host_pool.h"
 
 /* h[t] += w_post ? rmsnorm(a[t]) * w_post : a[t]; y[t] = rmsnorm(h[t]) * w_next, for rows t < rows of
@@ -21,5 +23,15 @@ void wk_host_add_norm(const float *a, float *h, const float *w_post, const float
  * pool's threads when pool is not NULL. */
 void wk_host_glu(wk_host_pool *pool, const float *gate, const float *up, size_t ld, float *act, int n_ff, int rows,
                  bool gelu);
+
+/* One head x of D floats, in place: RMSNorm with weights w (NULL: none), RoPE over its first n_rot
+ * dimensions (rope: n_rot / 2 (cos, sin) pairs; neox: pairs (i, i + n_rot/2), else (2i, 2i + 1)),
+ * everything times scale. */
+void wk_host_norm_rope(float *x, int D, const float *w, float eps, const float *rope, int n_rot, bool neox, float scale);
+
+/* x = M x for one head of D <= WK_HOST_MAX_HEAD floats: M block-diagonal, D rows of B floats (row i
+ * multiplies block i / B of x; B a multiple of 4), with the given code (at most wk_host_isa_best()). */
+enum { WK_HOST_MAX_HEAD = 1024 };
+void wk_host_block_transform(wk_host_isa isa, const float *M, int D, int B, float *x);
 
 #endif

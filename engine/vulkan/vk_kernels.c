@@ -58,6 +58,9 @@ int wk_pipelines_choose_kernels(wk_vk *vk, wk_pipelines *p, int kernels, char *e
     /* The head on the host only where the host is the device: on a GPU the device is faster. */
     p->head_host = !p->gpu_kernels && vk->props.deviceType == VK_PHYSICAL_DEVICE_TYPE_CPU && wk_vk_weights_mappable(vk);
     p->linear_host = p->head_host; /* the same reason for the layers' weight products */
+    /* And for the work between the q/k/v products and the attention (q/k norm, RoPE, the key
+     * transform, the cache stores): on lavapipe each is a dispatch of ~0.1 ms whatever its size. */
+    p->kv_host = p->linear_host;
     /* Four subgroups a matvec workgroup on a GPU, where the device allows it; one otherwise. */
     return wk_pipelines_set_matvec_subgroups(vk, p, p->gpu_kernels && wk_pipelines_matvec_fits(vk, 4) ? 4 : 1, err,
                                              errlen);
@@ -79,7 +82,8 @@ static int apply_one(wk_vk *vk, wk_pipelines *p, const char *name, const char *v
                   {"transform_rope", "off", "on"},
                   {"store", "invocation", "lanes"},
                   {"head", "device", "host"},
-                  {"linear", "device", "host"}};
+                  {"linear", "device", "host"},
+                  {"kv_write", "device", "host"}};
     if (strcmp(name, "matvec") == 0) {
         char *end;
         long n = strtol(value, &end, 10);
@@ -122,6 +126,15 @@ static int apply_one(wk_vk *vk, wk_pipelines *p, const char *name, const char *v
                 return WK_ERR_UNSUPPORTED;
             }
             *(i == 6 ? &p->head_host : &p->linear_host) = on;
+            if (i == 7 && !on) p->kv_host = false; /* its host part follows the q/k/v products' */
+            return 0;
+        case 8:
+            if (on && !p->linear_host) {
+                snprintf(err, errlen, "kernel variant kv_write=host: the host writes the cache after its q/k/v "
+                         "products, so it needs linear=host");
+                return WK_ERR_UNSUPPORTED;
+            }
+            p->kv_host = on;
             return 0;
         default:
             if (on && !store_lanes_fit(vk)) {
@@ -134,7 +147,7 @@ static int apply_one(wk_vk *vk, wk_pipelines *p, const char *name, const char *v
         }
     }
     snprintf(err, errlen, "kernel variant '%s': expected matmul, matmul_shuffle, matvec, attention, splits, "
-             "transform_rope, store, head or linear", name);
+             "transform_rope, store, head, linear or kv_write", name);
     return WK_ERR_INVALID;
 }
 
@@ -151,7 +164,7 @@ int wk_pipelines_apply_variants(wk_vk *vk, wk_pipelines *p, const char *spec, ch
         char *eq = strchr(item, '=');
         if (!eq) {
             snprintf(err, errlen, "kernel variant '%s': expected name=value (matmul, matmul_shuffle, matvec, attention, "
-                     "splits, transform_rope, store, head, linear)", item);
+                     "splits, transform_rope, store, head, linear, kv_write)", item);
             return WK_ERR_INVALID;
         }
         *eq = '\0';
@@ -162,9 +175,11 @@ int wk_pipelines_apply_variants(wk_vk *vk, wk_pipelines *p, const char *spec, ch
 }
 
 void wk_pipelines_describe_variants(const wk_pipelines *p, char *buf, size_t cap) {
-    snprintf(buf, cap, "matmul=%s,matmul_shuffle=%s,matvec=%u,attention=%s,splits=%s,transform_rope=%s,store=%s,head=%s,linear=%s",
+    snprintf(buf, cap,
+             "matmul=%s,matmul_shuffle=%s,matvec=%u,attention=%s,splits=%s,transform_rope=%s,store=%s,head=%s,linear=%s,"
+             "kv_write=%s",
              p->matmul_tiled ? "tiled" : "register", p->matmul_shuffle ? "on" : "off", p->matvec_subgroups,
              p->attn_lanes ? "lanes" : "subgroup", p->attn_gpu_splits ? "gpu" : "cpu", p->transform_rope ? "on" : "off",
              p->store_lanes ? "lanes" : "invocation", p->head_host ? "host" : "device",
-             p->linear_host ? "host" : "device");
+             p->linear_host ? "host" : "device", p->kv_host ? "host" : "device");
 }

@@ -90,7 +90,7 @@ static inline wk_attn_pipes wk_attn_pipes_of(wk_attn_set set) {
 /* Profile buckets: one per pipeline, then the start mark, then buckets that time a role rather than
  * a pipeline (wk_prof_label): the output head runs matvec/matmul like the layers' matrices, but its
  * share of a step is what bounds decode (issue 15). */
-enum { WK_PROF_START = WK_PIPE_COUNT, WK_PROF_HEAD, WK_PROF_HEAD_HOST, WK_PROF_LAYERS_HOST, WK_PROF_SLOTS };
+enum { WK_PROF_START = WK_PIPE_COUNT, WK_PROF_HEAD, WK_PROF_HEAD_HOST, WK_PROF_LAYERS_HOST, WK_PROF_KV_HOST, WK_PROF_SLOTS };
 
 #define WK_MAX_BINDINGS 10
 
@@ -152,6 +152,11 @@ typedef struct wk_pipelines {
      * transform, the cache stores and the attention: on lavapipe a decode step's matvecs read their
      * weights ~4x slower than the host; the same condition as head_host. */
     bool linear_host;
+    /* With linear_host: the host also prepares the queries and writes the cache after each q/k/v
+     * product (q/k norm, RoPE, the key transform, the quantizing or f16 store, the window rows:
+     * engine/forward_host_kv.c), leaving the device the embedding and the attention; on lavapipe
+     * these are four dispatches a layer at ~0.1 ms each whatever their size. */
+    bool kv_host;
     int head_threads; /* the host parts' threads (wk_engine_params.host_threads; 0: every CPU allowed) */
     /* Optional GPU-time profile per pipeline (wk_pipelines_enable_profile): a timestamp after each
      * dispatch. */
@@ -206,7 +211,10 @@ int wk_pipelines_choose_kernels(wk_vk *vk, wk_pipelines *p, int kernels, char *e
  *   matmul=register|tiled        prefill matmuls: matmul.comp's register tiles or matmul_tiled.comp
  *   matmul_shuffle=on|off        matmul.comp's and kv_transform.comp's modules (wk_pipelines_set_matmul_shuffle)
  *   head=device|host             the output head by a dispatch, or by the host CPU (head_host)
- *   linear=device|host           the layers' weight products by dispatches, or by the host CPU (linear_host)
+ *   linear=device|host           the layers' weight products by dispatches, or by the host CPU (linear_host;
+ *                                device also sets kv_write=device)
+ *   kv_write=device|host         q/k norm, RoPE, key transform and cache stores by dispatches, or by the
+ *                                host CPU (kv_host; host needs linear=host)
  *   matvec=N                     subgroups a matvec workgroup (wk_pipelines_set_matvec_subgroups)
  *   attention=subgroup|lanes     attention_paged: a key per subgroup, or the key-per-lane variant
  *   splits=cpu|gpu               the attention's key-split targets

@@ -1,0 +1,132 @@
+/* The host's share between a layer's q/k/v products and its attention when the device is the CPU
+ * (kv_host, with linear_host): the queries' and keys' per-head norm, RoPE and query scale, the key
+ * transform (k' = T k, q' = T^-T q), and the cache writes: the keys' and values' codes and group
+ * parameters (kv_quant.c's encoder, the bit-exact twin of kv_store_quant.comp's) or f16 rows into
+ * their blocks, the f16 window rows and the step's f16 copies the attention reads. On lavapipe each
+ * of these is a dispatch of ~0.1 ms whatever its size (docs/lavapipe.md); here a decode token's
+ * share is a few microseconds a layer. The formulas and the pool layout are the shaders'
+ * (qk_norm_rope.comp, kv_transform.comp, kv_store_quant.comp, kv_store_f16.comp); the geometry
+ * comes from the same push-constant fillers (wk_fwd_store_quant_pc, wk_fwd_store_f16_pc). */
+#include <stdio.h>
+#include <string.h>
+
+#include "forward.h"
+#include "host/host_layer.h"
+#include "kv/kv_quant.h"
+#include "model/quant.h"
+#include "wushkv/wushkv.h"
+
+int wk_fwd_host_kv_init(wk_fwd *f, char *err, size_t errlen) {
+    if (!f->kv_host) return 0;
+    const wk_acts *a = &f->a;
+    bool ok = f->kv->pool_buf.map && a->rope.map && a->rows.map && a->tables.map && a->win_dest.map && a->k16.map &&
+              a->v16.map && a->q.map && a->k.map && a->v.map && f->hp->head_dim <= WK_HOST_MAX_HEAD;
+    for (int il = 0; ok && f->hp->qk_norm && il < f->hp->n_layer; il++)
+        ok = f->w->layers[il].q_norm.map && f->w->layers[il].k_norm.map;
+    if (!ok)
+        return snprintf(err, errlen, "the cache writes on the host need the pool, the rope table, the norms and the "
+                         "step's buffers in host-mapped memory (and head_dim <= %d), and device %s did not map them "
+                         "all", WK_HOST_MAX_HEAD, f->vk->props.deviceName), WK_ERR_UNSUPPORTED;
+    return 0;
+}
+
+static uint32_t f16_pair(const float *x) { return (uint32_t)wk_f32_to_f16(x[0]) | (uint32_t)wk_f32_to_f16(x[1]) << 16; }
+
+typedef struct {
+    wk_fwd *f;
+    int il, T;
+    bool quant;
+    wk_pc_kv_store_quant q; /* the store's geometry (quant) */
+    wk_pc_kv_store_f16 h;   /* (f16) */
+} kv_job;
+
+/* Token t's key (kv 0) or value (kv 1) head kh, x, into its block: codes and parameters. */
+static void store_quant(const kv_job *j, uint32_t *pool, uint32_t blk, uint32_t tt, int kv, int kh, const float *x) {
+    const wk_pc_kv_store_quant *pc = &j->q;
+    const int bits = kv ? pc->bits : pc->k_bits, G = pc->group, D = (int)pc->head_dim;
+    const uint32_t code_words = kv ? pc->code_words : pc->k_code_words;
+    const uint32_t params_words = kv ? pc->params_words : pc->k_params_words;
+    const uint32_t slab = blk * pc->block_words + (kv ? pc->v_off + kh * pc->slab_words : pc->k_off + kh * pc->k_slab_words);
+    const wk_kvq_kind kind = (wk_kvq_kind)pc->kind;
+    /* The shaders take the percentile's rank; rank / G is exact and gives it back. */
+    const float rho = (float)(kv ? pc->rank_v : pc->rank_k) / (float)G;
+    const float c2 = kv ? pc->quest_c2 : pc->k_quest_c2;
+    const int P = wk_kvq_params_per_group(kind), groups = D / G;
+    const size_t cb = wk_kvq_code_bytes(bits, G);
+    uint8_t *codes = (uint8_t *)(pool + slab + tt * code_words);
+    uint16_t *params = (uint16_t *)(pool + slab + params_words) + (size_t)tt * groups * P;
+    uint8_t buf[WK_KVQ_MAX_GROUP / 2 + 4];
+    for (int g = 0; g < groups; g++) {
+        wk_kvq_encode_c2(kind, bits, G, rho, c2, x + (size_t)g * G, buf);
+        memcpy(codes + g * cb, buf, cb);
+        /* Parameters a u16 each: a neighbouring token may share the word (an odd count a token). */
+        for (int p = 0; p < P; p++) memcpy(params + (size_t)g * P + p, buf + cb + 2 * p, 2);
+    }
+}
+
+/* Key (kv 0) or value (kv 1) head kh of token t, x, into the cache: f16 into its block, or codes and
+ * parameters with its f16 window row and copy. */
+static void store_head(const kv_job *j, int t, int kv, int kh, const float *x) {
+    wk_fwd *f = j->f;
+    const int HK = f->hp->n_head_kv;
+    const wk_row_info *row = &((const wk_row_info *)f->a.rows.map)[t];
+    uint32_t *pool = f->kv->pool_buf.map;
+    const uint32_t *tables = f->a.tables.map;
+    const uint32_t bt = j->quant ? j->q.block_tokens : j->h.block_tokens;
+    const uint32_t stride = j->quant ? j->q.table_stride : j->h.table_stride, col = j->quant ? j->q.table_col : j->h.table_col;
+    const uint32_t blk = tables[row->kv_base + (row->pos / bt) * stride + col], tt = row->pos % bt;
+    const uint32_t half_d = (uint32_t)f->hp->head_dim / 2;
+    if (!j->quant) {
+        const wk_pc_kv_store_f16 *pc = &j->h;
+        uint32_t *dst = pool + blk * pc->block_words + ((pc->slab_layer * 2 + kv) * HK + kh) * pc->slab_words + tt * half_d;
+        for (uint32_t w = 0; w < half_d; w++) dst[w] = f16_pair(x + 2 * w);
+        return;
+    }
+    store_quant(j, pool, blk, tt, kv, kh, x);
+    const uint32_t wrow = j->q.win_store ? ((const uint32_t *)f->a.win_dest.map)[j->q.dest_base + t] : UINT32_MAX;
+    uint32_t *win = wrow == UINT32_MAX ? NULL : pool + wrow + (j->q.win_layer * 2 + kv) * HK * half_d + kh * half_d;
+    uint32_t *copy = !j->q.copy_f16 ? NULL : (uint32_t *)(kv ? f->a.v16.map : f->a.k16.map) + ((size_t)t * HK + kh) * half_d;
+    for (uint32_t w = 0; (win || copy) && w < half_d; w++) {
+        const uint32_t pair = f16_pair(x + 2 * w);
+        if (win) win[w] = pair;
+        if (copy) copy[w] = pair;
+    }
+}
+
+/* Unit u of token t (job t * units + u; units n_head + 2 n_head_kv, so a decode token's work spreads
+ * over the threads too): a query head (norm, RoPE, scale, transform), a key head (the same, then
+ * its store) or a value head (its store). */
+static void unit_job(void *ctx, int job) {
+    const kv_job *j = ctx;
+    wk_fwd *f = j->f;
+    const wk_hparams *hp = f->hp;
+    const int D = hp->head_dim, H = hp->n_head, HK = hp->n_head_kv, units = H + 2 * HK;
+    const int t = job / units, u = job % units;
+    if (u >= H + HK) {
+        const int kh = u - H - HK;
+        store_head(j, t, 1, kh, (const float *)f->a.v.map + ((size_t)t * HK + kh) * D);
+        return;
+    }
+    const bool is_q = u < H;
+    const int kh = is_q ? u / (H / HK) : u - H;
+    float *x = is_q ? (float *)f->a.q.map + ((size_t)t * H + u) * D : (float *)f->a.k.map + ((size_t)t * HK + kh) * D;
+    const wk_dev_layer *L = &f->w->layers[j->il];
+    const wk_row_info *row = &((const wk_row_info *)f->a.rows.map)[t];
+    const size_t rope_row = (hp->is_swa[j->il] ? (size_t)f->max_ctx : 0) + row->pos;
+    const float *rope = (const float *)f->a.rope.map + rope_row * (size_t)hp->n_rot;
+    const wk_buf *w = is_q ? &L->q_norm : &L->k_norm;
+    wk_host_norm_rope(x, D, hp->qk_norm ? w->map : NULL, hp->eps, rope, hp->n_rot, hp->rope_type == WK_ROPE_NEOX,
+                      is_q ? hp->attn_scale : 1.0f);
+    if (f->xform) {
+        const size_t per = (size_t)D * f->xform->block; /* T_K, then T_K^-T for the queries */
+        wk_host_block_transform(f->host_isa, f->xform->kq + (((size_t)j->il * HK + kh) * 2 + is_q) * per, D, f->xform->block, x);
+    }
+    if (!is_q) store_head(j, t, 0, kh, x);
+}
+
+void wk_fwd_host_kv(wk_fwd *f, int il, int T) {
+    kv_job j = {.f = f, .il = il, .T = T, .quant = f->kv->fmt.bits != 16};
+    if (j.quant) wk_fwd_store_quant_pc(f, il, (uint32_t)T, &j.q);
+    else wk_fwd_store_f16_pc(f, il, (uint32_t)T, &j.h);
+    wk_host_pool_run(f->host_pool, T * (f->hp->n_head + 2 * f->hp->n_head_kv), unit_job, &j);
+}
