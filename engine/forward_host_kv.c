@@ -3,8 +3,9 @@
  * transform (k' = T k, q' = T^-T q), and the cache writes: the keys' and values' codes and group
  * parameters (kv_quant.c's encoder, the bit-exact twin of kv_store_quant.comp's) or f16 rows into
  * their blocks, the f16 window rows and the step's f16 copies the attention reads. On lavapipe each
- * of these is a dispatch of ~0.1 ms whatever its size (docs/lavapipe.md); here a decode token's
- * share is a few microseconds a layer. The formulas and the pool layout are the shaders'
+ * of these is a dispatch of ~0.1 ms whatever its size (docs/lavapipe.md): a decode token's writes
+ * took 5.3 ms as dispatches and take 0.7 here, most of it the transform's f32 matrices coming from
+ * memory (docs/benchmarks-host.md). The formulas and the pool layout are the shaders'
  * (qk_norm_rope.comp, kv_transform.comp, kv_store_quant.comp, kv_store_f16.comp); the geometry
  * comes from the same push-constant fillers (wk_fwd_store_quant_pc, wk_fwd_store_f16_pc). */
 #include <stdio.h>
@@ -34,7 +35,7 @@ static uint32_t f16_pair(const float *x) { return (uint32_t)wk_f32_to_f16(x[0]) 
 
 typedef struct {
     wk_fwd *f;
-    int il, T;
+    int il;
     bool quant;
     wk_pc_kv_store_quant q; /* the store's geometry (quant) */
     wk_pc_kv_store_f16 h;   /* (f16) */
@@ -125,7 +126,7 @@ static void unit_job(void *ctx, int job) {
 }
 
 void wk_fwd_host_kv(wk_fwd *f, int il, int T) {
-    kv_job j = {.f = f, .il = il, .T = T, .quant = f->kv->fmt.bits != 16};
+    kv_job j = {.f = f, .il = il, .quant = f->kv->fmt.bits != 16};
     if (j.quant) wk_fwd_store_quant_pc(f, il, (uint32_t)T, &j.q);
     else wk_fwd_store_f16_pc(f, il, (uint32_t)T, &j.h);
     wk_host_pool_run(f->host_pool, T * (f->hp->n_head + 2 * f->hp->n_head_kv), unit_job, &j);
