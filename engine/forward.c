@@ -1,6 +1,7 @@
 /* The forward pass, one step = one command buffer = one submit (plus one per extra chunk of
  * logits rows; with the layers' products on the host, linear_host, one a layer, forward_host.c
- * doing its part between them). Per layer it reads like the math:
+ * doing its part between them, and with kv_host forward_host_kv.c the q/k norm, RoPE, transform and
+ * KV store too). Per layer it reads like the math:
  *   norm -> q,k,v -> q/k norm + RoPE + KV store -> attention -> Wo -> residual(+post-norm) + norm
  *   -> gate,up -> GLU -> down -> residual(+post-norm) + next norm
  * and ends with the output head over the rows that want logits. */

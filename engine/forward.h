@@ -1,7 +1,7 @@
 /* The forward pass: records one step (a batch of tokens from any sequences) as one command
  * buffer of shader dispatches, submits it once, and reads back the requested logits rows. With
  * the layers' products on the host (linear_host), a step is a submit a layer, the host's work
- * between them (forward_host.c). */
+ * between them (forward_host.c; with kv_host also the cache writes, forward_host_kv.c). */
 #ifndef WK_FORWARD_H
 #define WK_FORWARD_H
 
