@@ -651,9 +651,10 @@ static int record_layers(rec *r, uint32_t T) {
             record_capture(f, il, T);
             wk_vk_barrier(vk);
         }
-        if (f->kv_host) {                                       /* (the host did all of these) */
-        } else if (f->kv->fmt.bits == 16) TRY(op_kv_store_f16(r, il, T)); /* k, v -> f16 rows in blocks */
-        else TRY(op_kv_store_quant(r, il, T));                  /* k, v -> packed codes in blocks */
+        if (!f->kv_host) {                                      /* (else the host wrote them) */
+            if (f->kv->fmt.bits == 16) TRY(op_kv_store_f16(r, il, T)); /* k, v -> f16 rows in blocks */
+            else TRY(op_kv_store_quant(r, il, T));              /* k, v -> packed codes in blocks */
+        }
         wk_vk_barrier(vk);
         TRY(op_attention_paged(r, il, T));                      /* attn = softmax(q K^T) V over the blocks */
         const wk_kv_win *win = &f->kv->layout.win[f->kv->win_class_of[il]];

@@ -6,6 +6,8 @@
 #include <math.h>
 #include <string.h>
 
+#include "wush/wush_transform.h"
+
 #if defined(__x86_64__) || defined(__i386__)
 #include <immintrin.h>
 #define WK_HOST_LAYER_X86 1
@@ -84,18 +86,9 @@ void wk_host_norm_rope(float *x, int D, const float *w, float eps, const float *
     }
 }
 
-/* Rows [i0, i0 + 4) of M x into y (they lie in one block: B is a multiple of 4). */
-static void transform_rows_c(const float *M, int B, const float *xb, int i0, float *y) {
-    for (int i = i0; i < i0 + 4; i++) {
-        const float *m = M + (size_t)i * B;
-        float acc[8] = {0}; /* eight partial sums: one vector register where the compiler makes one */
-        for (int j = 0; j < B; j++) acc[j & 7] += m[j] * xb[j];
-        y[i] = ((acc[0] + acc[1]) + (acc[2] + acc[3])) + ((acc[4] + acc[5]) + (acc[6] + acc[7]));
-    }
-}
-
 #ifdef WK_HOST_LAYER_X86
-/* The same with AVX2 and FMA: four rows share each load of x; B's tail past a multiple of 8 in C. */
+/* Rows [i0, i0 + 4) of M x into y (one block: B is a multiple of 4), with AVX2 and FMA: four rows
+ * share each load of x, eight partial sums a row; B's tail past a multiple of 8 in C. */
 __attribute__((target("avx2,fma"))) static void transform_rows_avx2(const float *M, int B, const float *xb, int i0,
                                                                    float *y) {
     const float *m0 = M + (size_t)i0 * B;
@@ -119,16 +112,14 @@ __attribute__((target("avx2,fma"))) static void transform_rows_avx2(const float 
 
 void wk_host_block_transform(wk_host_isa isa, const float *M, int D, int B, float *x) {
     float y[WK_HOST_MAX_HEAD];
-    for (int i = 0; i < D; i += 4) {
-        const float *xb = x + (size_t)(i / B) * B;
 #ifdef WK_HOST_LAYER_X86
-        if (isa >= WK_HOST_ISA_AVX2) {
-            transform_rows_avx2(M, B, xb, i, y);
-            continue;
-        }
-#endif
-        (void)isa;
-        transform_rows_c(M, B, xb, i, y);
+    if (isa >= WK_HOST_ISA_AVX2) {
+        for (int i = 0; i < D; i += 4) transform_rows_avx2(M, B, x + (size_t)(i / B) * B, i, y);
+        memcpy(x, y, (size_t)D * sizeof *x);
+        return;
     }
+#endif
+    (void)isa;
+    wk_xform_apply_f32(D, B, M, x, y); /* the calibration's own product (wush/wush_transform.c) */
     memcpy(x, y, (size_t)D * sizeof *x);
 }
