@@ -37,7 +37,7 @@ struct wk_engine {
     wk_fwd fwd;
     wk_model_info info;
     char name[256];
-    char kernel_variants[160]; /* wk_model_info.kernel_variants */
+    char kernel_variants[256]; /* wk_model_info.kernel_variants */
     char *chat_template; /* tokenizer.chat_template (NUL-terminated copy), or NULL */
     bool *slot_used;     /* [max_seqs] */
     int max_seqs;

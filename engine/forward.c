@@ -1,7 +1,7 @@
 /* The forward pass, one step = one command buffer = one submit (plus one per extra chunk of
  * logits rows; with the layers' products on the host, linear_host, one a layer, forward_host.c
  * doing its part between them, and with kv_host forward_host_kv.c the q/k norm, RoPE, transform and
- * KV store too). Per layer it reads like the math:
+ * KV store too; with attn_host a step runs all its layers there, forward_host_attn.c). Per layer it reads like the math:
  *   norm -> q,k,v -> q/k norm + RoPE + KV store -> attention -> Wo -> residual(+post-norm) + norm
  *   -> gate,up -> GLU -> down -> residual(+post-norm) + next norm
  * and ends with the output head over the rows that want logits. */
@@ -78,6 +78,7 @@ int wk_fwd_init(wk_fwd *f, wk_vk *vk, wk_pipelines *pipes, const wk_hparams *hp,
     f->head_host = pipes->head_host;
     f->linear_host = pipes->linear_host;
     f->kv_host = pipes->kv_host && pipes->linear_host && kv;
+    f->attn_host = f->kv_host && pipes->attn_host;
     if (f->head_host) f->logit_rows = max_tokens;
 
     const uint64_t T = (uint64_t)max_tokens, E = (uint64_t)hp->n_embd, F = (uint64_t)hp->n_ff;
@@ -126,6 +127,7 @@ int wk_fwd_init(wk_fwd *f, wk_vk *vk, wk_pipelines *pipes, const wk_hparams *hp,
     if (!rc && debug_layers) rc = make(f, &a->debug, (uint64_t)hp->n_layer * T * E * 4, WK_MEM_HOST, NONE, err, errlen);
     if (!rc) rc = build_rope_table(f, err, errlen);
     if (!rc) rc = wk_fwd_host_kv_init(f, err, errlen);
+    if (!rc) rc = wk_fwd_host_attn_init(f, err, errlen);
     if (rc) wk_fwd_free(f);
     return rc;
 }
@@ -137,6 +139,7 @@ void wk_fwd_free(wk_fwd *f) {
                      &f->a.rope, &f->a.debug, &f->a.cap_q, &f->a.cap_k, &f->a.cap_v, &f->xform_buf, &f->xform_in};
     for (size_t i = 0; i < sizeof all / sizeof *all; i++) wk_vk_buffer_destroy(f->vk, all[i]);
     wk_fwd_host_free(f);
+    wk_fwd_host_attn_free(f);
     memset(f, 0, sizeof *f);
 }
 
@@ -451,15 +454,17 @@ static int op_kv_store_quant(rec *r, int il, uint32_t T) {
     return wk_dispatch(f->vk, f->pipes, pipe, args, &pc, sizeof pc, gx, gy, 1, r->err, r->errlen);
 }
 
+void wk_fwd_attention_pc(const wk_fwd *f, int il, wk_pc_attention_paged *pc) {
+    paged_geometry(f, il, pc);
+    const wk_kv_win *w = &f->kv->layout.win[f->kv->win_class_of[il]];
+    pc->sink = (uint32_t)w->sink, pc->recent = (uint32_t)w->recent;
+    pc->f16_row_words = (uint32_t)(w->row_bytes / 4), pc->win_off = (uint32_t)(w->offset / 4);
+}
+
 static int op_attention_paged(rec *r, int il, uint32_t T) {
     wk_fwd *f = r->f;
     wk_pc_attention_paged pc;
-    paged_geometry(f, il, &pc);
-    const wk_kv_win *w = &f->kv->layout.win[f->kv->win_class_of[il]];
-    pc.sink = (uint32_t)w->sink;
-    pc.recent = (uint32_t)w->recent;
-    pc.f16_row_words = (uint32_t)(w->row_bytes / 4);
-    pc.win_off = (uint32_t)(w->offset / 4);
+    wk_fwd_attention_pc(f, il, &pc);
     /* f16 reads its slabs through the RG32UI view, four halves a fetch. */
     const wk_arg pool = pc.bits == 16 ? wk_arg_view(f->kv->pool_view2) : TV(&f->kv->pool_buf);
     wk_arg args[9] = {TV(&f->a.q), S(&f->a.rows), S(&f->a.tables), pool, S(&f->a.attn), S(&f->a.tiles),
@@ -636,6 +641,11 @@ static int record_layers(rec *r, uint32_t T) {
     for (int il = 0; il < hp->n_layer; il++) {
         const wk_dev_layer *L = &w->layers[il];
         const bool rope = wk_fwd_rope_in_transform(f, L, T);   /* q/k norm and RoPE inside the transform */
+        if (f->attn_step) {                                     /* all of the layer on the host */
+            if (il == 0) TRY(host_part(r, -1, T));              /* (the embedding and first norm) */
+            wk_fwd_host_attention(f, il, (int)T), wk_fwd_host_layers(f, il, (int)T);
+            continue;
+        }
         if (!f->linear_host) TRY(op_qkv(r, L, T, rope));        /* q, k, v = xn W */
         else if (il == 0) TRY(host_part(r, -1, T));             /* (on the host: after each layer's attention) */
         wk_vk_barrier(vk);
@@ -757,6 +767,8 @@ int wk_fwd_step(wk_fwd *f, const int32_t *tokens, const wk_row_info *rows, int T
     }
     f->step_rows = rows;
     for (int c = 0; c < 2; c++) f->window_early[c] = windows_early(f, rows, T, c);
+    f->step_win_words = win_words;
+    f->attn_step = wk_fwd_host_attn_step(f, T);
     rec r = {f, err, errlen};
     TRY(wk_vk_begin(f->vk, err, errlen));
     wk_prof_begin(f->vk, f->pipes);

@@ -1,7 +1,8 @@
 /* The forward pass: records one step (a batch of tokens from any sequences) as one command
  * buffer of shader dispatches, submits it once, and reads back the requested logits rows. With
  * the layers' products on the host (linear_host), a step is a submit a layer, the host's work
- * between them (forward_host.c; with kv_host also the cache writes, forward_host_kv.c). */
+ * between them (forward_host.c; with kv_host also the cache writes, forward_host_kv.c), and a
+ * decode step with attn_host one submit, its attention on the host too (forward_host_attn.c). */
 #ifndef WK_FORWARD_H
 #define WK_FORWARD_H
 
@@ -56,6 +57,15 @@ typedef struct wk_fwd {
      * host_scratch holds a joined q/k/v or gate/up product before it is split. */
     bool head_host, linear_host;
     bool kv_host; /* with linear_host: q/k norm, RoPE, the transform and the stores too (forward_host_kv.c) */
+    /* With kv_host: the attention too (forward_host_attn.c; attn_step: this step's is), each
+     * (group of a chunk's rows, KV head, key split) a job, partials in attn_part (attn_host_rows
+     * (row, KV head, split) triples), attn_rows the rows' keys, attn_groups (first row, rows) pairs. */
+    bool attn_host, attn_step;
+    float *attn_part;
+    struct wk_host_attn_row *attn_rows;
+    uint32_t *attn_groups;
+    size_t attn_host_rows;
+    const uint32_t *step_win_words; /* the step's window slots (wk_fwd_step's win_words) */
     wk_host_matrix head;
     wk_host_pool *host_pool;
     wk_host_isa host_isa;
@@ -102,6 +112,10 @@ void wk_fwd_host_head(wk_fwd *f, float *out, int n);
 /* The host's work between two layers' attentions (linear_host): layer `after`'s W_o, norms and FFN
  * (after >= 0; -1 at the first layer), then the next layer's q/k/v products (when there is one). */
 void wk_fwd_host_layers(wk_fwd *f, int after, int T);
+/* The host parts' profile (wall time): now in ms when profiling (else 0), and the time since t0
+ * added to a slot of the profile (WK_PROF_*_HOST) as one call. */
+double wk_fwd_prof_now(const wk_fwd *f);
+void wk_fwd_prof_since(wk_fwd *f, int slot, double t0);
 
 /* The push constants of layer il's store of T tokens, quantizing or f16 (kv_store_quant.comp's,
  * kv_store_f16.comp's; forward_host_kv.c's store reads the same geometry). */
@@ -115,6 +129,19 @@ int wk_fwd_host_kv_init(wk_fwd *f, char *err, size_t errlen);
  * query scale in place, then the key transform; then its keys and values of the step's T tokens
  * into the cache (codes and parameters, or f16 rows; window rows; the f16 copies in a.k16, a.v16). */
 void wk_fwd_host_kv(wk_fwd *f, int il, int T);
+
+/* The push constants of layer il's paged attention, windows included (attention_paged.comp's;
+ * forward_host_attn.c reads the same geometry). */
+void wk_fwd_attention_pc(const wk_fwd *f, int il, wk_pc_attention_paged *pc);
+
+/* forward_host_attn.c (attn_host). Init: the partials, the rows; refused when a layer's geometry is
+ * one the host does not read (host/host_attention.h). Step: whether this step's attention runs on
+ * the host (wk_fwd_step sets attn_step: not while capturing for calibration). Run: layer il's
+ * attention of the step's T rows into a.attn, then the window rows not written with the codes. */
+int wk_fwd_host_attn_init(wk_fwd *f, char *err, size_t errlen);
+void wk_fwd_host_attn_free(wk_fwd *f);
+bool wk_fwd_host_attn_step(const wk_fwd *f, int T);
+void wk_fwd_host_attention(wk_fwd *f, int il, int T);
 
 /* win_words (paged cache with f16 windows; else NULL): per token, its sequence's window slot as a
  * pool word offset (wk_kv_pool_window_offset / 4).

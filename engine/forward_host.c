@@ -89,23 +89,23 @@ void wk_fwd_host_free(wk_fwd *f) {
     f->host_scratch = NULL;
 }
 
-static double now_ms(void) {
+double wk_fwd_prof_now(const wk_fwd *f) {
+    if (!f->pipes->profile) return 0;
     struct timespec t;
     clock_gettime(CLOCK_MONOTONIC, &t);
     return (double)t.tv_sec * 1e3 + (double)t.tv_nsec * 1e-6;
 }
 
-/* Adds the time since t0 to the profile's slot (one call), when profiling. */
-static void profile_since(wk_fwd *f, int slot, double t0) {
+void wk_fwd_prof_since(wk_fwd *f, int slot, double t0) {
     if (!f->pipes->profile) return;
-    f->pipes->prof_ms[slot] += now_ms() - t0;
+    f->pipes->prof_ms[slot] += wk_fwd_prof_now(f) - t0;
     f->pipes->prof_calls[slot]++;
 }
 
 void wk_fwd_host_head(wk_fwd *f, float *out, int n) {
-    const double t0 = f->pipes->profile ? now_ms() : 0;
+    const double t0 = wk_fwd_prof_now(f);
     wk_host_matmul(f->host_pool, f->host_isa, &f->head, f->a.head_in.map, n, out, (size_t)f->hp->n_vocab);
-    profile_since(f, WK_PROF_HEAD_HOST, t0);
+    wk_fwd_prof_since(f, WK_PROF_HEAD_HOST, t0);
 }
 
 static void product(wk_fwd *f, const wk_dev_matrix *W, const void *x, int T, float *y, size_t ldy) {
@@ -167,13 +167,13 @@ static void host_after_attention(wk_fwd *f, int il, int T) {
 }
 
 void wk_fwd_host_layers(wk_fwd *f, int after, int T) {
-    const double t0 = f->pipes->profile ? now_ms() : 0;
+    const double t0 = wk_fwd_prof_now(f);
     if (after >= 0) host_after_attention(f, after, T);
     if (after + 1 < f->hp->n_layer) host_qkv(f, after + 1, T);
-    profile_since(f, WK_PROF_LAYERS_HOST, t0);
+    wk_fwd_prof_since(f, WK_PROF_LAYERS_HOST, t0);
     if (f->kv_host && after + 1 < f->hp->n_layer) {
-        const double t1 = f->pipes->profile ? now_ms() : 0;
+        const double t1 = wk_fwd_prof_now(f);
         wk_fwd_host_kv(f, after + 1, T);
-        profile_since(f, WK_PROF_KV_HOST, t1);
+        wk_fwd_prof_since(f, WK_PROF_KV_HOST, t1);
     }
 }

@@ -89,7 +89,7 @@ rc=$?
 check "WUSHKV_KERNELS=gpu variants" "$out" 'j["kernel_variants"].startswith("matmul=tiled,") and "attention=lanes,splits=gpu" in j["kernel_variants"]'
 # Single variants on top of a set (or of auto), read back in the same syntax; a bad one refused.
 out=$(WUSHKV_KERNELS=cpu,attention=lanes,splits=gpu "$exe" bench -m "$model" -p 8 -n 2 -r 1 --kv f16 --json 2>"$tmp/err")
-check "WUSHKV_KERNELS=cpu,attention=lanes" "$out" 'j["kernels"] == "cpu" and j["kernel_variants"].startswith("matmul=register,") and j["kernel_variants"].endswith(",matvec=1,attention=lanes,splits=gpu,transform_rope=on,store=invocation,head=" + ("host" if j["device_type"] == "CPU" else "device") + ",linear=" + ("host" if j["device_type"] == "CPU" else "device") + ",kv_write=" + ("host" if j["device_type"] == "CPU" else "device")) and j["decode_tokens_per_s"] > 0'
+check "WUSHKV_KERNELS=cpu,attention=lanes" "$out" 'j["kernels"] == "cpu" and j["kernel_variants"].startswith("matmul=register,") and j["kernel_variants"].endswith(",matvec=1,attention=lanes,splits=gpu,transform_rope=on,store=invocation,head=" + ("host" if j["device_type"] == "CPU" else "device") + ",linear=" + ("host" if j["device_type"] == "CPU" else "device") + ",kv_write=" + ("host" if j["device_type"] == "CPU" else "device") + ",paged_attention=" + ("host" if j["device_type"] == "CPU" else "device")) and j["decode_tokens_per_s"] > 0'
 out=$(WUSHKV_KERNELS=matvec=2 "$exe" bench -m "$model" -p 8 -n 2 -r 1 --kv f16 --json 2>"$tmp/err")
 check "WUSHKV_KERNELS=matvec=2 (auto set)" "$out" '",matvec=2," in j["kernel_variants"] and j["decode_tokens_per_s"] > 0'
 WUSHKV_KERNELS=gpu,attention=fast "$exe" bench -m "$model" -p 8 -n 2 -r 1 --json >/dev/null 2>"$tmp/err"
@@ -113,10 +113,11 @@ ppout=$(WUSHKV_PROFILE=1 "$exe" bench -m "$model" -p 8 -n 0 -r 1 -d 16 --kv f16 
 if python3 -c 'import json,sys; sys.exit(0 if json.loads(sys.argv[1].strip().splitlines()[-1])["profile"] else 1)' "$out" 2>/dev/null; then
     check "profile bandwidth" "$out" 'j["tests"][0]["attention_ms_per_token"] > 0 and j["tests"][0]["attention_bytes_per_s"] > 0'
     check "profile prefill attention" "$ppout" 'j["tests"][0]["attention_ms_per_token"] > 0 and "attention_bytes_per_s" not in j["tests"][0]'
-    grep -q 'attention_decode' "$tmp/err" && ok || bad "profile printed" "$(cat "$tmp/err")"
+    # The attention: the decode pipelines', or the host's on a CPU device (paged_attention=host).
+    grep -qE 'attention_(decode|host) ' "$tmp/err" && ok || bad "profile printed" "$(cat "$tmp/err")"
     # Each row's own profile: per token, its pipelines largest first, the decode attention among them.
     grep -qE '^tg2 @ d16 where GPU time goes, per token: [0-9.]+ ms in all' "$tmp/err" &&
-        grep -qE '^  attention_decode +[0-9.]+ ms +[0-9.]+% +[0-9.]+ dispatches' "$tmp/err" && ok ||
+        grep -qE '^  attention_(decode|host) +[0-9.]+ ms +[0-9.]+% +[0-9.]+ dispatches' "$tmp/err" && ok ||
         bad "row profile printed" "$(cat "$tmp/err")"
     # On a CPU device the host's own limits come with it (C microbenchmarks in the same run).
     check "host limits on a CPU" "$out" '(j["device_type"] != "CPU" and "host" not in j) or (j["host"]["threads"] >= 1 and j["host"]["memory_read_bytes_per_s"] > 1e8 and j["host"]["f32_fma_flops_per_s"] > 1e8)'
@@ -222,7 +223,7 @@ rc=$?
 # --vs-kernels: the same KV format with another kernel spec beside ours; the environment's
 # WUSHKV_KERNELS reaches ours only.
 out=$(WUSHKV_KERNELS=cpu,matvec=2 "$exe" bench -m "$model" -p 8 -n 2 -r 2 --kv f16 --vs-kernels gpu,head=device --json 2>"$tmp/err")
-check "--vs-kernels" "$out" 'j["vs"]["kv"] == j["kv"] == "f16" and j["vs"]["kernels_chosen"].startswith("gpu: matmul=tiled,") and j["vs"]["kernels_chosen"].endswith(",head=device,linear=device,kv_write=device") and j["kernels_chosen"].startswith("cpu: matmul=register,matmul_shuffle=on,matvec=2,") and all(t["vs_tokens_per_s"] > 0 for t in j["tests"])'
+check "--vs-kernels" "$out" 'j["vs"]["kv"] == j["kv"] == "f16" and j["vs"]["kernels_chosen"].startswith("gpu: matmul=tiled,") and j["vs"]["kernels_chosen"].endswith(",head=device,linear=device,kv_write=device,paged_attention=device") and j["kernels_chosen"].startswith("cpu: matmul=register,matmul_shuffle=on,matvec=2,") and all(t["vs_tokens_per_s"] > 0 for t in j["tests"])'
 out=$("$exe" bench -m "$model" -p 8 -n 2 -r 2 --vs-kv f16 --vs-kernels matvec=2 --json 2>"$tmp/err")
 check "--vs-kernels with --vs-kv" "$out" 'j["vs"]["kv"] == "f16" and j["kv"].startswith("int2") and ",matvec=2," in j["vs"]["kernels_chosen"] and ",matvec=1," in j["kernels_chosen"]'
 "$exe" bench -m "$model" -p 8 -n 2 -r 1 --vs-kernels fast >/dev/null 2>"$tmp/err"

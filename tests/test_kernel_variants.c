@@ -16,14 +16,14 @@
 static char err[WK_ERRMSG_LEN];
 
 static const char *describe(const wk_pipelines *p) {
-    static char buf[192];
+    static char buf[256];
     wk_pipelines_describe_variants(p, buf, sizeof buf);
     return buf;
 }
 
 /* spec is refused with `code` and a message containing `needle`. */
 static void refused(wk_vk *vk, wk_pipelines *p, const char *spec, int code, const char *needle) {
-    char before[192];
+    char before[256];
     snprintf(before, sizeof before, "%s", describe(p));
     err[0] = '\0';
     const int rc = wk_pipelines_apply_variants(vk, p, spec, err, sizeof err);
@@ -51,50 +51,56 @@ int main(void) {
     const bool host_head = vk.props.deviceType == VK_PHYSICAL_DEVICE_TYPE_CPU && wk_vk_weights_mappable(&vk);
     if (strstr(vk.props.deviceName, "llvmpipe")) CHECK(host_head);
     const char *hd = host_head ? "host" : "device";
-    char want[192];
+    char want[256];
 
     /* The "cpu" set: every lavapipe variant; nothing forced changes it. */
     CHECK_EQ_INT(wk_pipelines_choose_kernels(&vk, &p, WK_KERNELS_CPU, err, sizeof err), 0);
     snprintf(want, sizeof want,
              "matmul=register,matmul_shuffle=%s,matvec=1,attention=subgroup,splits=cpu,transform_rope=on,store=invocation,"
-             "head=%s,linear=%s,kv_write=%s", sh, hd, hd, hd);
+             "head=%s,linear=%s,kv_write=%s,paged_attention=%s", sh, hd, hd, hd, hd);
     CHECK(strcmp(describe(&p), want) == 0);
     CHECK_EQ_INT(wk_pipelines_apply_variants(&vk, &p, NULL, err, sizeof err), 0);
     CHECK_EQ_INT(wk_pipelines_apply_variants(&vk, &p, "", err, sizeof err), 0);
     CHECK(strcmp(describe(&p), want) == 0);
 
     /* Each override alone sets its own variant and no other. */
-    /* (linear=device takes kv_write=device with it: the host's cache writes follow its products.) */
+    /* (linear=device takes kv_write=device with it: the host's cache writes follow its products; and
+     * kv_write=device takes paged_attention=device: the host's attention follows its writes.) */
+    const char *attn_dev = host_head ? "paged_attention=device" : NULL;
     const struct {
-        const char *spec, *field, *field2;
-    } one[] = {{"matmul=tiled", "matmul=tiled", NULL},
-               {"attention=lanes", "attention=lanes", NULL},
-               {"splits=gpu", "splits=gpu", NULL},
-               {"matvec=4", "matvec=4", NULL},
-               {"transform_rope=off", "transform_rope=off", NULL},
-               {"store=lanes", "store=lanes", NULL},
-               {host_head ? "head=device" : "head=host", host_head ? "head=device" : "head=host", NULL},
+        const char *spec, *field, *field2, *field3;
+    } one[] = {{"matmul=tiled", "matmul=tiled", NULL, NULL},
+               {"attention=lanes", "attention=lanes", NULL, NULL},
+               {"splits=gpu", "splits=gpu", NULL, NULL},
+               {"matvec=4", "matvec=4", NULL, NULL},
+               {"transform_rope=off", "transform_rope=off", NULL, NULL},
+               {"store=lanes", "store=lanes", NULL, NULL},
+               {host_head ? "head=device" : "head=host", host_head ? "head=device" : "head=host", NULL, NULL},
                {host_head ? "linear=device" : "linear=host", host_head ? "linear=device" : "linear=host",
-                host_head ? "kv_write=device" : NULL},
-               {"kv_write=device", "kv_write=device", NULL},
-               {"matmul_shuffle=off", "matmul_shuffle=off", NULL}};
+                host_head ? "kv_write=device" : NULL, attn_dev},
+               {"kv_write=device", "kv_write=device", attn_dev, NULL},
+               {"paged_attention=device", "paged_attention=device", NULL, NULL},
+               {"matmul_shuffle=off", "matmul_shuffle=off", NULL, NULL}};
     for (size_t i = 0; i < sizeof one / sizeof one[0]; i++) {
         CHECK_EQ_INT(wk_pipelines_choose_kernels(&vk, &p, WK_KERNELS_CPU, err, sizeof err), 0);
         CHECK_EQ_INT(wk_pipelines_set_matmul_shuffle(&vk, &p, shuffle, err, sizeof err), 0);
         CHECK_EQ_INT(wk_pipelines_apply_variants(&vk, &p, one[i].spec, err, sizeof err), 0);
         /* The description is the cpu set's with this one field replaced. */
-        char expect[224] = "";
-        const char *cpu_fields[10] = {"matmul=register", shuffle ? "matmul_shuffle=on" : "matmul_shuffle=off",
+        char expect[256] = "";
+        const char *cpu_fields[11] = {"matmul=register", shuffle ? "matmul_shuffle=on" : "matmul_shuffle=off",
                                      "matvec=1", "attention=subgroup", "splits=cpu", "transform_rope=on",
                                      "store=invocation", host_head ? "head=host" : "head=device",
                                      host_head ? "linear=host" : "linear=device",
-                                     host_head ? "kv_write=host" : "kv_write=device"};
-        for (int f = 0; f < 10; f++) {
+                                     host_head ? "kv_write=host" : "kv_write=device",
+                                     host_head ? "paged_attention=host" : "paged_attention=device"};
+        for (int f = 0; f < 11; f++) {
             const size_t name_len = strcspn(cpu_fields[f], "=");
             const char *set = cpu_fields[f];
             if (strncmp(cpu_fields[f], one[i].field, name_len) == 0 && one[i].field[name_len] == '=') set = one[i].field;
             if (one[i].field2 && strncmp(cpu_fields[f], one[i].field2, name_len) == 0 && one[i].field2[name_len] == '=')
                 set = one[i].field2;
+            if (one[i].field3 && strncmp(cpu_fields[f], one[i].field3, name_len) == 0 && one[i].field3[name_len] == '=')
+                set = one[i].field3;
             if (f) strcat(expect, ",");
             strcat(expect, set);
         }
@@ -109,15 +115,15 @@ int main(void) {
     CHECK_EQ_INT(wk_pipelines_choose_kernels(&vk, &p, WK_KERNELS_GPU, err, sizeof err), 0);
     snprintf(want, sizeof want,
              "matmul=tiled,matmul_shuffle=%s,matvec=4,attention=lanes,splits=gpu,transform_rope=on,store=lanes,head=device,"
-             "linear=device,kv_write=device", sh);
+             "linear=device,kv_write=device,paged_attention=device", sh);
     CHECK(strcmp(describe(&p), want) == 0);
     CHECK(p.gpu_kernels && p.matmul_tiled && p.attn_lanes && p.attn_gpu_splits && p.store_lanes && !p.head_host &&
-          !p.linear_host && !p.kv_host);
+          !p.linear_host && !p.kv_host && !p.attn_host);
     CHECK_EQ_INT(wk_pipelines_apply_variants(&vk, &p, "matmul=register,matvec=1,attention=subgroup,splits=cpu,store=invocation",
                                              err, sizeof err), 0);
     snprintf(want, sizeof want,
              "matmul=register,matmul_shuffle=%s,matvec=1,attention=subgroup,splits=cpu,transform_rope=on,store=invocation,"
-             "head=device,linear=device,kv_write=device", sh);
+             "head=device,linear=device,kv_write=device,paged_attention=device", sh);
     CHECK(strcmp(describe(&p), want) == 0);
     CHECK(p.gpu_kernels); /* the set's name stays; the engine reads the fields */
     /* A description is a spec: applying it reproduces it. */
@@ -140,6 +146,7 @@ int main(void) {
                {"head=cpu", "head=cpu: expected device or host"},
                {"linear=gpu", "linear=gpu: expected device or host"},
                {"kv_write=on", "kv_write=on: expected device or host"},
+               {"paged_attention=on", "paged_attention=on: expected device or host"},
                {"matvec=0", "matvec=0: expected a count"},
                {"matvec=65", "matvec=65"},
                {"matvec=-4", "matvec=-4"},
@@ -170,13 +177,14 @@ int main(void) {
         vk.mem_props.memoryTypes[i].propertyFlags &= ~(VkMemoryPropertyFlags)VK_MEMORY_PROPERTY_HOST_COHERENT_BIT;
     CHECK(!wk_vk_weights_mappable(&vk));
     CHECK_EQ_INT(wk_pipelines_choose_kernels(&vk, &p, WK_KERNELS_CPU, err, sizeof err), 0);
-    CHECK(!p.head_host && !p.linear_host && !p.kv_host);
+    CHECK(!p.head_host && !p.linear_host && !p.kv_host && !p.attn_host);
     refused(&vk, &p, "head=host", WK_ERR_UNSUPPORTED, "head=host: device");
+    refused(&vk, &p, "paged_attention=host", WK_ERR_UNSUPPORTED, "paged_attention=host: the host's attention follows");
     refused(&vk, &p, "kv_write=host", WK_ERR_UNSUPPORTED, "kv_write=host: the host writes the cache after its q/k/v");
     refused(&vk, &p, "linear=host", WK_ERR_UNSUPPORTED, "linear=host: device");
     vk.mem_props = real_mem;
     CHECK_EQ_INT(wk_pipelines_choose_kernels(&vk, &p, WK_KERNELS_CPU, err, sizeof err), 0);
-    CHECK(p.head_host == host_head && p.linear_host == host_head && p.kv_host == host_head);
+    CHECK(p.head_host == host_head && p.linear_host == host_head && p.kv_host == host_head && p.attn_host == host_head);
     /* The cache writes need the host's products: refused after linear=device, and turned off by it. */
     if (host_head) {
         CHECK_EQ_INT(wk_pipelines_apply_variants(&vk, &p, "linear=device,kv_write=host", err, sizeof err),
@@ -186,7 +194,19 @@ int main(void) {
         CHECK_EQ_INT(wk_pipelines_apply_variants(&vk, &p, "kv_write=host,linear=device", err, sizeof err), 0);
         CHECK(!p.linear_host && !p.kv_host);
         CHECK_EQ_INT(wk_pipelines_apply_variants(&vk, &p, "linear=host,kv_write=host", err, sizeof err), 0);
-        CHECK(p.linear_host && p.kv_host);
+        CHECK(p.linear_host && p.kv_host && !p.attn_host);
+        /* The host's attention needs its cache writes: refused after kv_write=device, turned
+         * off by it and by linear=device. */
+        CHECK_EQ_INT(wk_pipelines_apply_variants(&vk, &p, "kv_write=device,paged_attention=host", err, sizeof err),
+                     WK_ERR_UNSUPPORTED);
+        CHECK(strstr(err, "needs kv_write=host") != NULL);
+        CHECK_EQ_INT(wk_pipelines_apply_variants(&vk, &p, "kv_write=host,paged_attention=host", err, sizeof err), 0);
+        CHECK(p.kv_host && p.attn_host);
+        CHECK_EQ_INT(wk_pipelines_apply_variants(&vk, &p, "kv_write=device", err, sizeof err), 0);
+        CHECK(!p.kv_host && !p.attn_host);
+        CHECK_EQ_INT(wk_pipelines_apply_variants(&vk, &p, "kv_write=host,paged_attention=host,linear=device", err,
+                                                 sizeof err), 0);
+        CHECK(!p.linear_host && !p.kv_host && !p.attn_host);
     }
 
     printf("kernel variants: %s (cpu set), overrides and refusals checked\n", describe(&p));

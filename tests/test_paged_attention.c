@@ -26,6 +26,7 @@
 
 #include "kv/attention_plan.h"
 #include "kv/attention_record.h"
+#include "host/host_attention.h"
 #include "kv/kv_quant.h"
 #include "model/quant.h"
 #include "vulkan/shader_params.h"
@@ -82,7 +83,46 @@ static int chained_multi; /* ... of several bulk splits, combined by the window 
  * rows read in f16 and its earlier ones from the blocks goes through both of the pipeline's loops */
 static int decode_shared_keys;
 
+static int host_cases;
+static double host_worst;
+
+/* host/host_attention.c over the case's pool, as forward_host_attn.c calls it: sequence 0's decode
+ * row alone, sequence 1's chunk (the rows from 1) in groups of up to WK_HOST_ATTN_MAX_ROWS, each
+ * group's keys in two splits merged. */
+static void host_attention(const cfg *c, const wk_pc_attention_paged *pc, const uint8_t *pool, const uint32_t *tables,
+                           const uint16_t *k16, const uint16_t *v16, const wk_row_info *rows, const int *row_seq,
+                           const uint32_t *win_words, int T, const float *Qv, float *out) {
+    const wk_host_attn_layer L = {.pool = (const uint32_t *)pool, .tables = tables, .k16 = k16, .v16 = v16, .pc = pc};
+    const int D = c->D, hq = c->Hq / c->Hk;
+    const wk_host_isa best = wk_host_isa_best(), isa = (wk_host_isa)(host_cases % 3 < (int)best ? host_cases % 3 : (int)best);
+    const size_t pf = (size_t)hq * (D + 2);
+    float *part = malloc(sizeof(float) * 2 * WK_HOST_ATTN_MAX_ROWS * pf);
+    static wk_host_attn_row hrows[MAXROWS];
+    for (int t = 0; t < T; t++) {
+        const uint32_t pos = rows[t].pos, first = c->window && pos + 1 > (uint32_t)c->window ? pos + 1 - (uint32_t)c->window : 0;
+        const int r0 = row_seq[t] == 0 ? 0 : 1;
+        hrows[t] = (wk_host_attn_row){.pos = pos, .first = first, .table_off = rows[t].kv_base, .win_word = win_words[t],
+                                      .chunk_pos0 = rows[r0].pos, .chunk_row0 = (uint32_t)r0};
+    }
+    for (int g0 = 0; g0 < T;) {
+        const int end = g0 == 0 ? 1 : T, n = end - g0 < WK_HOST_ATTN_MAX_ROWS ? end - g0 : WK_HOST_ATTN_MAX_ROWS;
+        const uint32_t lo = hrows[g0].first, hi = hrows[g0 + n - 1].pos + 1, mid = lo + (hi - lo) / 2;
+        for (int kh = 0; kh < c->Hk; kh++) {
+            const float *q = Qv + ((size_t)g0 * c->Hq + (size_t)kh * hq) * D;
+            wk_host_attn_part(isa, &L, hrows + g0, n, (uint32_t)kh, q, (size_t)c->Hq * D, hq, lo, mid, part);
+            wk_host_attn_part(isa, &L, hrows + g0, n, (uint32_t)kh, q, (size_t)c->Hq * D, hq, mid, hi, part + n * pf);
+            for (int i = 0; i < n; i++)
+                for (int h = 0; h < hq; h++)
+                    wk_host_attn_merge(2, part + i * pf + (size_t)h * (D + 2), n * pf, D,
+                                       out + ((size_t)(g0 + i) * c->Hq + kh * hq + h) * D);
+        }
+        g0 += n;
+    }
+    free(part);
+}
+
 static double run_case(wk_vk *vk, wk_pipelines *p, const cfg *c, uint32_t force_split) {
+    const bool host_check = force_split <= 1;
     char err[WK_ERRMSG_LEN] = "";
     const bool specialised_set = (c->kbits && c->spec) || (!c->kbits && (c->other_bits || c->spec));
     if (lanes_prefill_generic_only && specialised_set && !(c->decode && c->Hq / c->Hk <= WK_ATTN_DECODE_ROWS)) {
@@ -276,9 +316,14 @@ static double run_case(wk_vk *vk, wk_pipelines *p, const cfg *c, uint32_t force_
         CHECK_EQ_INT(rc, 0);
         CHECK_EQ_INT(rc2, 0);
         if (rc || rc2) fprintf(stderr, "%s\n", err);
+        /* The host's attention (paged_attention=host) over the same pool, every row, its keys in
+         * two splits merged (one when the row has a single key), once a case, its code going round
+         * plain C, AVX2 and AVX-512 as far as this CPU has them. */
+        float *hout = host_check ? malloc(sizeof(float) * T * Hq * D) : NULL;
+        if (hout) host_attention(c, &pc, pool, tables, bka.map, bva.map, rows, row_seq, win_words, T, Qv, hout);
         /* Reference: softmax in double over the C-decoded keys and values. */
         const float *out = bout.map;
-        double num = 0, den = 0;
+        double num = 0, den = 0, hnum = 0;
         for (int r = 0; r < T; r++)
             for (int h = 0; h < Hq; h++) {
                 int s = row_seq[r], kh = h / (Hq / Hk), pos = (int)rows[r].pos;
@@ -302,10 +347,23 @@ static double run_case(wk_vk *vk, wk_pipelines *p, const cfg *c, uint32_t force_
                     for (int j = first; j <= pos; j++) o += sc[j] / sum * KV_AT(V, Vd, j, i);
                     double e = fabs(o - out[((size_t)r * Hq + h) * D + i]);
                     if (e > num || isnan(e)) num = isnan(e) ? INFINITY : e;
+                    const double he = hout ? fabs(o - hout[((size_t)r * Hq + h) * D + i]) : 0;
+                    if (he > hnum || isnan(he)) hnum = isnan(he) ? INFINITY : he;
                     if (fabs(o) > den) den = fabs(o);
                 }
             }
         worst = num / den;
+        if (hout) {
+            const double he = hnum / den;
+            host_cases++;
+            if (he > host_worst || isnan(he)) host_worst = isnan(he) ? INFINITY : he;
+            if (!(he < 1e-5))
+                fprintf(stderr, "host attention: D=%d Hq=%d Hk=%d window=%d kind=%d bits=%d kbits=%d G=%d S=%d R=%d "
+                        "decode=%d: %.3g\n", c->D, Hq, Hk, c->window, c->kind, c->bits, c->kbits, c->G, c->S, c->R,
+                        c->decode, he);
+            CHECK(he < 1e-5);
+            free(hout);
+        }
     }
 #undef KV_AT
     wk_buf *all[] = {&bq, &brows, &btab, &bpool, &bout, &btiles, &bpart, &bka, &bva};
@@ -331,7 +389,7 @@ int main(void) {
                                                vk.props.limits.maxComputeSharedMemorySize);
     CHECK_EQ_INT(bulk_lanes, p.attn_lanes);
     lanes_prefill_generic_only = bulk_lanes;
-    char variants[128];
+    char variants[256];
     wk_pipelines_describe_variants(&p, variants, sizeof variants);
     printf("kernel set: %s (%s)\n", p.gpu_kernels ? "gpu" : "cpu", variants);
     const wk_kvq_kind kinds[3] = {WK_KVQ_QUEST, WK_KVQ_PERCENTILE, WK_KVQ_ABSMAX};
@@ -550,6 +608,8 @@ int main(void) {
            "%d prefill cases chained their window pass to the bulk's (%d to several bulk splits); %d walked keys of shared windows in the "
            "decode pipelines), worst max-abs error relative to output scale %.3g\n",
            cases - skipped, skipped, chained_cases, chained_multi, decode_shared_keys, worst);
+    printf("host attention (paged_attention=host's keys, every row of %d cases): worst %.3g\n", host_cases, host_worst);
+    CHECK(host_cases > 0);
     CHECK(chained_cases > 0);
     CHECK(chained_multi > 0);
     CHECK_EQ_INT(test_vk_close(&vk, &p), 0);

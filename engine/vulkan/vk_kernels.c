@@ -61,6 +61,10 @@ int wk_pipelines_choose_kernels(wk_vk *vk, wk_pipelines *p, int kernels, char *e
     /* And for the work between the q/k/v products and the attention (q/k norm, RoPE, the key
      * transform, the cache stores): on lavapipe each is a dispatch of ~0.1 ms whatever its size. */
     p->kv_host = p->linear_host;
+    /* And the paged attention, which then leaves the device only the embedding: lavapipe's
+     * attention costs the instructions a key takes, more for codes than for halves, where the host
+     * decodes eight codes in a few vector instructions (docs/benchmarks-host.md). */
+    p->attn_host = p->kv_host;
     /* Four subgroups a matvec workgroup on a GPU, where the device allows it; one otherwise. */
     return wk_pipelines_set_matvec_subgroups(vk, p, p->gpu_kernels && wk_pipelines_matvec_fits(vk, 4) ? 4 : 1, err,
                                              errlen);
@@ -83,7 +87,8 @@ static int apply_one(wk_vk *vk, wk_pipelines *p, const char *name, const char *v
                   {"store", "invocation", "lanes"},
                   {"head", "device", "host"},
                   {"linear", "device", "host"},
-                  {"kv_write", "device", "host"}};
+                  {"kv_write", "device", "host"},
+                  {"paged_attention", "device", "host"}};
     if (strcmp(name, "matvec") == 0) {
         char *end;
         long n = strtol(value, &end, 10);
@@ -126,7 +131,7 @@ static int apply_one(wk_vk *vk, wk_pipelines *p, const char *name, const char *v
                 return WK_ERR_UNSUPPORTED;
             }
             *(i == 6 ? &p->head_host : &p->linear_host) = on;
-            if (i == 7 && !on) p->kv_host = false; /* its host part follows the q/k/v products' */
+            if (i == 7 && !on) p->kv_host = p->attn_host = false; /* its host part follows the q/k/v products' */
             return 0;
         case 8:
             if (on && !p->linear_host) {
@@ -135,6 +140,15 @@ static int apply_one(wk_vk *vk, wk_pipelines *p, const char *name, const char *v
                 return WK_ERR_UNSUPPORTED;
             }
             p->kv_host = on;
+            if (!on) p->attn_host = false; /* it reads what the host wrote, in the order it wrote it */
+            return 0;
+        case 9:
+            if (on && !p->kv_host) {
+                snprintf(err, errlen, "kernel variant paged_attention=host: the host's attention follows its cache "
+                         "writes, so it needs kv_write=host");
+                return WK_ERR_UNSUPPORTED;
+            }
+            p->attn_host = on;
             return 0;
         default:
             if (on && !store_lanes_fit(vk)) {
@@ -147,7 +161,7 @@ static int apply_one(wk_vk *vk, wk_pipelines *p, const char *name, const char *v
         }
     }
     snprintf(err, errlen, "kernel variant '%s': expected matmul, matmul_shuffle, matvec, attention, splits, "
-             "transform_rope, store, head, linear or kv_write", name);
+             "transform_rope, store, head, linear, kv_write or paged_attention", name);
     return WK_ERR_INVALID;
 }
 
@@ -164,7 +178,7 @@ int wk_pipelines_apply_variants(wk_vk *vk, wk_pipelines *p, const char *spec, ch
         char *eq = strchr(item, '=');
         if (!eq) {
             snprintf(err, errlen, "kernel variant '%s': expected name=value (matmul, matmul_shuffle, matvec, attention, "
-                     "splits, transform_rope, store, head, linear, kv_write)", item);
+                     "splits, transform_rope, store, head, linear, kv_write, paged_attention)", item);
             return WK_ERR_INVALID;
         }
         *eq = '\0';
@@ -177,9 +191,10 @@ int wk_pipelines_apply_variants(wk_vk *vk, wk_pipelines *p, const char *spec, ch
 void wk_pipelines_describe_variants(const wk_pipelines *p, char *buf, size_t cap) {
     snprintf(buf, cap,
              "matmul=%s,matmul_shuffle=%s,matvec=%u,attention=%s,splits=%s,transform_rope=%s,store=%s,head=%s,linear=%s,"
-             "kv_write=%s",
+             "kv_write=%s,paged_attention=%s",
              p->matmul_tiled ? "tiled" : "register", p->matmul_shuffle ? "on" : "off", p->matvec_subgroups,
              p->attn_lanes ? "lanes" : "subgroup", p->attn_gpu_splits ? "gpu" : "cpu", p->transform_rope ? "on" : "off",
              p->store_lanes ? "lanes" : "invocation", p->head_host ? "host" : "device",
-             p->linear_host ? "host" : "device", p->kv_host ? "host" : "device");
+             p->linear_host ? "host" : "device", p->kv_host ? "host" : "device",
+             p->attn_host ? "host" : "device");
 }

@@ -532,13 +532,15 @@ const char *wk_prof_name(int slot) {
            : slot == WK_PROF_HEAD_HOST ? "output_head_host"
            : slot == WK_PROF_LAYERS_HOST ? "layers_host"
            : slot == WK_PROF_KV_HOST ? "kv_write_host"
+           : slot == WK_PROF_ATTN_HOST ? "attention_host"
                                   : NULL;
 }
 
 void wk_prof_print(const wk_pipelines *p) {
     if (!p->profile) return;
     fprintf(stderr, "wushkv profile (GPU time per pipeline; output_head: the head's matvec/matmul; output_head_host, "
-            "layers_host, kv_write_host: the host CPU's head, layer products and cache writes, wall time):\n");
+            "layers_host, kv_write_host, attention_host: the host CPU's head, layer products, cache writes and "
+            "attention, wall time):\n");
     for (int id = 0; id < WK_PROF_SLOTS; id++)
         if (p->prof_calls[id])
             fprintf(stderr, "  %-16s %9.1f ms  %7llu dispatches  %8.3f ms each\n", wk_prof_name(id), p->prof_ms[id],

@@ -90,7 +90,7 @@ static inline wk_attn_pipes wk_attn_pipes_of(wk_attn_set set) {
 /* Profile buckets: one per pipeline, then the start mark, then buckets that time a role rather than
  * a pipeline (wk_prof_label): the output head runs matvec/matmul like the layers' matrices, but its
  * share of a step is what bounds decode (issue 15). */
-enum { WK_PROF_START = WK_PIPE_COUNT, WK_PROF_HEAD, WK_PROF_HEAD_HOST, WK_PROF_LAYERS_HOST, WK_PROF_KV_HOST, WK_PROF_SLOTS };
+enum { WK_PROF_START = WK_PIPE_COUNT, WK_PROF_HEAD, WK_PROF_HEAD_HOST, WK_PROF_LAYERS_HOST, WK_PROF_KV_HOST, WK_PROF_ATTN_HOST, WK_PROF_SLOTS };
 
 #define WK_MAX_BINDINGS 10
 
@@ -157,6 +157,10 @@ typedef struct wk_pipelines {
      * engine/forward_host_kv.c), leaving the device the embedding and the attention; on lavapipe
      * these are four dispatches a layer at ~0.1 ms each whatever their size. */
     bool kv_host;
+    /* With kv_host: the paged attention on the host too (engine/forward_host_attn.c), so a step
+     * leaves the device only the embedding: on lavapipe the attention's cost follows the
+     * instructions a key takes, and decoding codes took more than reading halves. */
+    bool attn_host;
     int head_threads; /* the host parts' threads (wk_engine_params.host_threads; 0: every CPU allowed) */
     /* Optional GPU-time profile per pipeline (wk_pipelines_enable_profile): a timestamp after each
      * dispatch. */
@@ -214,7 +218,10 @@ int wk_pipelines_choose_kernels(wk_vk *vk, wk_pipelines *p, int kernels, char *e
  *   linear=device|host           the layers' weight products by dispatches, or by the host CPU (linear_host;
  *                                device also sets kv_write=device)
  *   kv_write=device|host         q/k norm, RoPE, key transform and cache stores by dispatches, or by the
- *                                host CPU (kv_host; host needs linear=host)
+ *                                host CPU (kv_host; host needs linear=host; device also sets
+ *                                paged_attention=device)
+ *   paged_attention=device|host  the attention over the paged cache by dispatches, or by the host CPU
+ *                                (attn_host; host needs kv_write=host)
  *   matvec=N                     subgroups a matvec workgroup (wk_pipelines_set_matvec_subgroups)
  *   attention=subgroup|lanes     attention_paged: a key per subgroup, or the key-per-lane variant
  *   splits=cpu|gpu               the attention's key-split targets

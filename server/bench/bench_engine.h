@@ -33,7 +33,7 @@ typedef struct bench_row {
 /* What one engine's KV cache is, for the report. */
 typedef struct bench_kv_info {
     char desc[128];           /* kv_flags_describe */
-    char kernels[200];        /* the engine's kernel set and variants, "cpu: matmul=...,head=host" */
+    char kernels[288];        /* the engine's kernel set and variants, "cpu: matmul=...,head=host" */
     double bits_per_element;
     unsigned long long bytes_per_token;
 } bench_kv_info;
@@ -43,7 +43,7 @@ typedef struct engine_result {
     char device_type[32], driver[256], driver_info[256];
     unsigned subgroup, shared_memory, vendor_id, device_id;
     const char *kernels; /* the shader variants: "cpu" or "gpu" */
-    char kernel_variants[160]; /* each of them (wk_model_info.kernel_variants; copied: the engine closes first) */
+    char kernel_variants[256]; /* each of them (wk_model_info.kernel_variants; copied: the engine closes first) */
     bench_kv_info kv;
     int ctx;
     bool profiled;
