@@ -12,6 +12,7 @@
 #include <string.h>
 
 #include "forward.h"
+#include "host/host_attention.h" /* WK_HOST_ATTN_MAX_GQA */
 #include "host/host_layer.h"
 #include "kv/kv_quant.h"
 #include "model/quant.h"
@@ -21,13 +22,15 @@ int wk_fwd_host_kv_init(wk_fwd *f, char *err, size_t errlen) {
     if (!f->kv_host) return 0;
     const wk_acts *a = &f->a;
     bool ok = f->kv->pool_buf.map && a->rope.map && a->rows.map && a->tables.map && a->win_dest.map && a->k16.map &&
-              a->v16.map && a->q.map && a->k.map && a->v.map && f->hp->head_dim <= WK_HOST_MAX_HEAD;
+              a->v16.map && a->q.map && a->k.map && a->v.map && f->hp->head_dim <= WK_HOST_MAX_HEAD &&
+              f->hp->n_head / f->hp->n_head_kv <= WK_HOST_ATTN_MAX_GQA;
     for (int il = 0; ok && f->hp->qk_norm && il < f->hp->n_layer; il++)
         ok = f->w->layers[il].q_norm.map && f->w->layers[il].k_norm.map;
     if (!ok)
         return snprintf(err, errlen, "the cache writes on the host need the pool, the rope table, the norms and the "
-                         "step's buffers in host-mapped memory (and head_dim <= %d), and device %s did not map them "
-                         "all", WK_HOST_MAX_HEAD, f->vk->props.deviceName), WK_ERR_UNSUPPORTED;
+                        "step's buffers in host-mapped memory (and head_dim <= %d, at most %d query heads a KV "
+                        "head), and device %s did not map them all", WK_HOST_MAX_HEAD, WK_HOST_ATTN_MAX_GQA,
+                        f->vk->props.deviceName), WK_ERR_UNSUPPORTED;
     return 0;
 }
 
@@ -35,7 +38,7 @@ static uint32_t f16_pair(const float *x) { return (uint32_t)wk_f32_to_f16(x[0]) 
 
 typedef struct {
     wk_fwd *f;
-    int il;
+    int il, T, block; /* the step's tokens, and a job's */
     bool quant;
     wk_pc_kv_store_quant q; /* the store's geometry (quant) */
     wk_pc_kv_store_f16 h;   /* (f16) */
@@ -94,40 +97,56 @@ static void store_head(const kv_job *j, int t, int kv, int kh, const float *x) {
     }
 }
 
-/* Unit u of token t (job t * units + u; units n_head + 2 n_head_kv, so a decode token's work spreads
- * over the threads too): a query head (norm, RoPE, scale, transform), a key head (the same, then
- * its store) or a value head (its store). */
-static void unit_job(void *ctx, int job) {
-    const kv_job *j = ctx;
-    wk_fwd *f = j->f;
+/* q or k head x of token t, in place: norm, RoPE and (queries) the scale, as qk_norm_rope.comp. */
+static void norm_rope(const kv_job *j, int t, bool is_q, float *x) {
+    const wk_fwd *f = j->f;
     const wk_hparams *hp = f->hp;
-    const int D = hp->head_dim, H = hp->n_head, HK = hp->n_head_kv, units = H + 2 * HK;
-    const int t = job / units, u = job % units;
-    if (u >= H + HK) {
-        const int kh = u - H - HK;
-        store_head(j, t, 1, kh, (const float *)f->a.v.map + ((size_t)t * HK + kh) * D);
-        return;
-    }
-    const bool is_q = u < H;
-    const int kh = is_q ? u / (H / HK) : u - H;
-    float *x = is_q ? (float *)f->a.q.map + ((size_t)t * H + u) * D : (float *)f->a.k.map + ((size_t)t * HK + kh) * D;
     const wk_dev_layer *L = &f->w->layers[j->il];
     const wk_row_info *row = &((const wk_row_info *)f->a.rows.map)[t];
     const size_t rope_row = (hp->is_swa[j->il] ? (size_t)f->max_ctx : 0) + row->pos;
     const float *rope = (const float *)f->a.rope.map + rope_row * (size_t)hp->n_rot;
     const wk_buf *w = is_q ? &L->q_norm : &L->k_norm;
-    wk_host_norm_rope(x, D, hp->qk_norm ? w->map : NULL, hp->eps, rope, hp->n_rot, hp->rope_type == WK_ROPE_NEOX,
-                      is_q ? hp->attn_scale : 1.0f);
+    wk_host_norm_rope(x, hp->head_dim, hp->qk_norm ? w->map : NULL, hp->eps, rope, hp->n_rot,
+                      hp->rope_type == WK_ROPE_NEOX, is_q ? hp->attn_scale : 1.0f);
+}
+
+enum { TOKENS_A_JOB = 4 }; /* a prompt's tokens a job: the transform reads its matrix once for two */
+
+/* Job (token block b, unit u), units 3 n_head_kv: KV head kh's query heads (u < n_head_kv: norm,
+ * RoPE, scale, then T_K^-T for all of them together), its key head (the same with T_K, then the
+ * store) or its value head (the store), for the block's tokens. A decode token's three units
+ * spread over the threads; a prompt's blocks too. */
+static void unit_job(void *ctx, int job) {
+    const kv_job *j = ctx;
+    wk_fwd *f = j->f;
+    const wk_hparams *hp = f->hp;
+    const int D = hp->head_dim, H = hp->n_head, HK = hp->n_head_kv, hq = H / HK;
+    const int b = job / (3 * HK), u = job % (3 * HK), kh = u % HK, kind = u / HK; /* 0 q, 1 k, 2 v */
+    const int t0 = b * j->block, t1 = t0 + j->block < j->T ? t0 + j->block : j->T;
+    if (kind == 2) {
+        for (int t = t0; t < t1; t++) store_head(j, t, 1, kh, (const float *)f->a.v.map + ((size_t)t * HK + kh) * D);
+        return;
+    }
+    float *xs[TOKENS_A_JOB * WK_HOST_ATTN_MAX_GQA];
+    int n = 0;
+    for (int t = t0; t < t1; t++)
+        for (int h = 0; h < (kind ? 1 : hq); h++) {
+            float *x = kind ? (float *)f->a.k.map + ((size_t)t * HK + kh) * D
+                            : (float *)f->a.q.map + ((size_t)t * H + (size_t)kh * hq + h) * D;
+            norm_rope(j, t, !kind, x);
+            xs[n++] = x;
+        }
     if (f->xform) {
         const size_t per = (size_t)D * f->xform->block; /* T_K, then T_K^-T for the queries */
-        wk_host_block_transform(f->host_isa, f->xform->kq + (((size_t)j->il * HK + kh) * 2 + is_q) * per, D, f->xform->block, x);
+        wk_host_block_transform_n(f->host_isa, f->xform->kq + (((size_t)j->il * HK + kh) * 2 + !kind) * per, D,
+                                  f->xform->block, xs, n);
     }
-    if (!is_q) store_head(j, t, 0, kh, x);
+    for (int t = t0; kind && t < t1; t++) store_head(j, t, 0, kh, xs[t - t0]);
 }
 
 void wk_fwd_host_kv(wk_fwd *f, int il, int T) {
-    kv_job j = {.f = f, .il = il, .quant = f->kv->fmt.bits != 16};
+    kv_job j = {.f = f, .il = il, .quant = f->kv->fmt.bits != 16, .T = T, .block = T > 1 ? TOKENS_A_JOB : 1};
     if (j.quant) wk_fwd_store_quant_pc(f, il, (uint32_t)T, &j.q);
     else wk_fwd_store_f16_pc(f, il, (uint32_t)T, &j.h);
-    wk_host_pool_run(f->host_pool, T * (f->hp->n_head + 2 * f->hp->n_head_kv), unit_job, &j);
+    wk_host_pool_run(f->host_pool, (T + j.block - 1) / j.block * 3 * f->hp->n_head_kv, unit_job, &j);
 }

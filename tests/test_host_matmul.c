@@ -288,6 +288,26 @@ static void test_head_work(void) {
             }
             if (bad) fprintf(stderr, "block_transform %s B=%d: %d values off\n", wk_host_isa_name((wk_host_isa)isa), B, bad);
             CHECK_EQ_INT(bad, 0);
+            /* Several vectors sharing M (1 to 5: pairs and a last one alone): each bit for bit the
+             * one-vector result. */
+            float xs_data[5][D], *xs[5];
+            for (int n = 1; n <= 5; n++) {
+                for (int v = 0; v < n; v++) {
+                    for (int i = 0; i < D; i++) xs_data[v][i] = x0[(i + 7 * v) % D] * (float)(v + 1);
+                    xs[v] = xs_data[v];
+                }
+                wk_host_block_transform_n((wk_host_isa)isa, M, D, B, xs, n);
+                int differ = 0;
+                for (int v = 0; v < n; v++) {
+                    float one[D];
+                    for (int i = 0; i < D; i++) one[i] = x0[(i + 7 * v) % D] * (float)(v + 1);
+                    wk_host_block_transform((wk_host_isa)isa, M, D, B, one);
+                    differ += memcmp(one, xs_data[v], sizeof one) != 0;
+                }
+                if (differ) fprintf(stderr, "block_transform_n %s B=%d n=%d: %d vectors differ\n",
+                                    wk_host_isa_name((wk_host_isa)isa), B, n, differ);
+                CHECK_EQ_INT(differ, 0);
+            }
         }
 }
 

@@ -108,6 +108,34 @@ __attribute__((target("avx2,fma"))) static void transform_rows_avx2(const float 
         y[i0 + r] = ((acc[r][0] + acc[r][1]) + (acc[r][2] + acc[r][3])) + ((acc[r][4] + acc[r][5]) + (acc[r][6] + acc[r][7]));
     }
 }
+
+/* The same rows for two vectors at once, each load of M serving both: every (row, vector) takes
+ * exactly transform_rows_avx2's operations in its order, so each result is the one-vector one. */
+__attribute__((target("avx2,fma"))) static void transform_rows2_avx2(const float *M, int B, const float *xa,
+                                                                    const float *xb, int i0, float *ya, float *yb) {
+    const float *m0 = M + (size_t)i0 * B;
+    __m256 a[4], b[4];
+    for (int r = 0; r < 4; r++) a[r] = b[r] = _mm256_setzero_ps();
+    int j = 0;
+    for (; j + 8 <= B; j += 8) {
+        const __m256 x0 = _mm256_loadu_ps(xa + j), x1 = _mm256_loadu_ps(xb + j);
+        for (int r = 0; r < 4; r++) {
+            const __m256 m = _mm256_loadu_ps(m0 + (size_t)r * B + j);
+            a[r] = _mm256_fmadd_ps(m, x0, a[r]);
+            b[r] = _mm256_fmadd_ps(m, x1, b[r]);
+        }
+    }
+    for (int v = 0; v < 2; v++) {
+        const float *x = v ? xb : xa;
+        float acc[4][8];
+        for (int r = 0; r < 4; r++) _mm256_storeu_ps(acc[r], v ? b[r] : a[r]);
+        for (int r = 0; r < 4; r++) {
+            for (int jj = j; jj < B; jj++) acc[r][jj & 7] += m0[(size_t)r * B + jj] * x[jj];
+            (v ? yb : ya)[i0 + r] =
+                ((acc[r][0] + acc[r][1]) + (acc[r][2] + acc[r][3])) + ((acc[r][4] + acc[r][5]) + (acc[r][6] + acc[r][7]));
+        }
+    }
+}
 #endif
 
 void wk_host_block_transform(wk_host_isa isa, const float *M, int D, int B, float *x) {
@@ -122,4 +150,22 @@ void wk_host_block_transform(wk_host_isa isa, const float *M, int D, int B, floa
     (void)isa;
     wk_xform_apply_f32(D, B, M, x, y); /* the calibration's own product (wush/wush_transform.c) */
     memcpy(x, y, (size_t)D * sizeof *x);
+}
+
+void wk_host_block_transform_n(wk_host_isa isa, const float *M, int D, int B, float *const *xs, int n) {
+    int v = 0;
+#ifdef WK_HOST_LAYER_X86
+    if (isa >= WK_HOST_ISA_AVX2) {
+        float ya[WK_HOST_MAX_HEAD], yb[WK_HOST_MAX_HEAD];
+        for (; v + 2 <= n; v += 2) {
+            for (int i = 0; i < D; i += 4) {
+                const size_t blk = (size_t)(i / B) * B;
+                transform_rows2_avx2(M, B, xs[v] + blk, xs[v + 1] + blk, i, ya, yb);
+            }
+            memcpy(xs[v], ya, (size_t)D * sizeof *ya);
+            memcpy(xs[v + 1], yb, (size_t)D * sizeof *yb);
+        }
+    }
+#endif
+    for (; v < n; v++) wk_host_block_transform(isa, M, D, B, xs[v]);
 }

@@ -33,5 +33,9 @@ void wk_host_norm_rope(float *x, int D, const float *w, float eps, const float *
  * multiplies block i / B of x; B a multiple of 4), with the given code (at most wk_host_isa_best()). */
 enum { WK_HOST_MAX_HEAD = 1024 };
 void wk_host_block_transform(wk_host_isa isa, const float *M, int D, int B, float *x);
+/* The same for n vectors xs[0..n) sharing M, each bit for bit what wk_host_block_transform gives it
+ * alone (a vector's sums keep their order), with M read once for two vectors (a prompt's tokens, or
+ * the query heads of one KV head: they share T_K^-T). */
+void wk_host_block_transform_n(wk_host_isa isa, const float *M, int D, int B, float *const *xs, int n);
 
 #endif
