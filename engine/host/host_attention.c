@@ -177,6 +177,14 @@ WK_INLINE void load_tile(const wk_host_attn_layer *L, const wk_host_attn_row *ro
     }
 }
 
+/* Where row's key (or value) j, the tile's kk-th, is: in the tile's f16 or block form, or zeros
+ * when the row does not see it. */
+WK_INLINE const float *key_at(const wk_pc_attention_paged *pc, const wk_host_attn_row *row, uint32_t j,
+                              const float *blk, const float *f16, const float *zeros, uint32_t kk) {
+    if (j < row->first || j > row->pos) return zeros;
+    return (reads_f16(pc, j, row->pos) ? f16 : blk) + (size_t)kk * pc->head_dim;
+}
+
 /* wk_host_attn_part's body, built once a code (part_c, part_avx2, part_avx512): per tile of KT keys,
  * the keys decoded (once, in each form a row reads), each row's scores, one rescale a row and
  * head, the values decoded into the same buffers, each row's outputs. */
@@ -185,10 +193,12 @@ WK_INLINE void part_body(const wk_host_attn_layer *L, const wk_host_attn_row *ro
     const wk_pc_attention_paged *pc = L->pc;
     const uint32_t D = pc->head_dim;
     const size_t stride = (size_t)D + 2;
-    /* Zero-initialised (static), so a slot no row reads in a tile holds finite floats. */
-    static _Thread_local float tile_blk[KT * WK_HOST_ATTN_MAX_HEAD] __attribute__((aligned(32)));
-    static _Thread_local float tile_f16[KT * WK_HOST_ATTN_MAX_HEAD] __attribute__((aligned(32)));
-    static _Thread_local float sc[WK_HOST_ATTN_MAX_ROWS][WK_HOST_ATTN_MAX_GQA][KT];
+    /* On the stack, sized by the call (72 KiB for Gemma 3: two tiles of 32 x 256 floats): a thread's
+     * static storage would grow every thread of the process, small-stacked ones too. A key a row
+     * does not see reads `zeros` (its weight is 0, and 0 times a stale NaN would not be). */
+    static const float zeros[WK_HOST_ATTN_MAX_HEAD];
+    float tile_blk[KT * D] __attribute__((aligned(32))), tile_f16[KT * D] __attribute__((aligned(32)));
+    float sc_rows[n_rows * hq][KT];
     for (int i = 0; i < n_rows * hq; i++) {
         float *p = part + i * stride;
         p[0] = -INFINITY, p[1] = 0;
@@ -212,10 +222,11 @@ WK_INLINE void part_body(const wk_host_attn_layer *L, const wk_host_attn_row *ro
         for (int r = 0; r < n_rows; r++) {
             if (!(rows_in >> r & 1)) continue;
             const wk_host_attn_row *row = &rows[r];
+            float(*sc)[KT] = sc_rows + r * hq;
             for (uint32_t kk = 0; kk < nk; kk++)
-                kp[kk] = (reads_f16(pc, jt + kk, row->pos) ? tile_f16 : tile_blk) + (size_t)kk * D;
+                kp[kk] = key_at(pc, row, jt + kk, tile_blk, tile_f16, zeros, kk);
             for (int h0 = 0; h0 < hq; h0 += 4)
-                for (uint32_t k0 = 0; k0 < nk; k0 += 4) scores_4x4(q + r * q_stride, hq, h0, kp, nk, k0, D, sc[r]);
+                for (uint32_t k0 = 0; k0 < nk; k0 += 4) scores_4x4(q + r * q_stride, hq, h0, kp, nk, k0, D, sc);
             /* One rescale a head and tile: the new max, the old sum and output scaled to it; the
              * keys the row does not see weigh nothing. */
             for (int h = 0; h < hq; h++) {
@@ -223,8 +234,8 @@ WK_INLINE void part_body(const wk_host_attn_layer *L, const wk_host_attn_row *ro
                 float mx = p[0];
                 for (uint32_t kk = 0; kk < nk; kk++) {
                     const uint32_t j = jt + kk;
-                    if (j < row->first || j > row->pos) sc[r][h][kk] = -INFINITY;
-                    mx = sc[r][h][kk] > mx ? sc[r][h][kk] : mx;
+                    if (j < row->first || j > row->pos) sc[h][kk] = -INFINITY;
+                    mx = sc[h][kk] > mx ? sc[h][kk] : mx;
                 }
                 if (mx > p[0]) {
                     const float corr = expf(p[0] - mx);
@@ -233,8 +244,8 @@ WK_INLINE void part_body(const wk_host_attn_layer *L, const wk_host_attn_row *ro
                     p[0] = mx;
                 }
                 for (uint32_t kk = 0; kk < nk; kk++) {
-                    sc[r][h][kk] = expf(sc[r][h][kk] - mx);
-                    p[1] += sc[r][h][kk];
+                    sc[h][kk] = expf(sc[h][kk] - mx);
+                    p[1] += sc[h][kk];
                 }
             }
         }
@@ -242,9 +253,9 @@ WK_INLINE void part_body(const wk_host_attn_layer *L, const wk_host_attn_row *ro
         for (int r = 0; r < n_rows; r++) {
             if (!(rows_in >> r & 1)) continue;
             for (uint32_t kk = 0; kk < nk; kk++)
-                kp[kk] = (reads_f16(pc, jt + kk, rows[r].pos) ? tile_f16 : tile_blk) + (size_t)kk * D;
+                kp[kk] = key_at(pc, &rows[r], jt + kk, tile_blk, tile_f16, zeros, kk);
             for (int h0 = 0; h0 < hq; h0 += 4)
-                values_4(part + (size_t)r * hq * stride, stride, hq, h0, kp, nk, D, sc[r]);
+                values_4(part + (size_t)r * hq * stride, stride, hq, h0, kp, nk, D, sc_rows + r * hq);
         }
     }
 }
