@@ -1,6 +1,7 @@
-/* One query row's paged attention on the host (host_attention.h): keys a tile of KT at a time,
- * each decoded once into floats and dotted with every query head of its KV head (GQA), then one
- * online-softmax rescale per head and tile, then the values, as attention_paged.comp walks them.
+/* A group of a chunk's rows' paged attention on the host (host_attention.h): keys a tile of KT at
+ * a time, each decoded once into floats (in each form some row reads it: codes or f16 windows) and
+ * dotted with every row's query heads of its KV head (GQA), then one online-softmax rescale per
+ * row, head and tile, then the values, as attention_paged.comp walks them.
  * The codes decode eight at a time from one 32-bit load (8 codes of b bits are 8b bits, so a
  * chunk starts on a byte: 2, 3 and 4 bits alike), in GCC's vector extensions: one body, built
  * three times, plain, for AVX2 + FMA + F16C and for AVX-512 (wk_host_isa). */
@@ -28,7 +29,7 @@ enum { KT = 32 }; /* keys a softmax tile, as the shader's WK_ATTN_KT */
 typedef float v8f __attribute__((vector_size(32)));
 typedef int32_t v8i __attribute__((vector_size(32)));
 typedef uint32_t v8u __attribute__((vector_size(32)));
-
+_Static_assert(WK_HOST_ATTN_MAX_ROWS <= 32 && KT <= 32, "rows and keys of a tile are bits of a uint32_t");
 
 static int supported_bits(int bits) { return bits == 2 || bits == 3 || bits == 4 || bits == 16; }
 
@@ -193,9 +194,11 @@ WK_INLINE void part_body(const wk_host_attn_layer *L, const wk_host_attn_row *ro
     const wk_pc_attention_paged *pc = L->pc;
     const uint32_t D = pc->head_dim;
     const size_t stride = (size_t)D + 2;
-    /* On the stack, sized by the call (72 KiB for Gemma 3: two tiles of 32 x 256 floats): a thread's
-     * static storage would grow every thread of the process, small-stacked ones too. A key a row
-     * does not see reads `zeros` (its weight is 0, and 0 times a stale NaN would not be). */
+    /* On the stack, sized by the call (72 KiB for Gemma 3: two tiles of 32 x 256 floats; 384 KiB at
+     * most, head_dim 1024 and 64 query heads a KV head, within the default 2-8 MiB stacks of the
+     * engine's and the pool's threads): static thread storage would grow every thread of the
+     * process, small-stacked ones too (bench --url's clients could not start). A key a row does
+     * not see reads `zeros` (its weight is 0, and 0 times a stale NaN would not be). */
     static const float zeros[WK_HOST_ATTN_MAX_HEAD];
     float tile_blk[KT * D] __attribute__((aligned(32))), tile_f16[KT * D] __attribute__((aligned(32)));
     float sc_rows[n_rows * hq][KT];

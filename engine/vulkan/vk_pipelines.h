@@ -154,8 +154,8 @@ typedef struct wk_pipelines {
     bool linear_host;
     /* With linear_host: the host also prepares the queries and writes the cache after each q/k/v
      * product (q/k norm, RoPE, the key transform, the quantizing or f16 store, the window rows:
-     * engine/forward_host_kv.c), leaving the device the embedding and the attention; on lavapipe
-     * these are four dispatches a layer at ~0.1 ms each whatever their size. */
+     * engine/forward_host_kv.c), leaving the device the embedding and the attention (attn_host:
+     * that too); on lavapipe these are four dispatches a layer at ~0.1 ms each whatever their size. */
     bool kv_host;
     /* With kv_host: the paged attention on the host too (engine/forward_host_attn.c), so a step
      * leaves the device only the embedding: on lavapipe the attention's cost follows the
