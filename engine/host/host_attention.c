@@ -23,9 +23,13 @@ enum { KT = 32 }; /* keys a softmax tile, as the shader's WK_ATTN_KT */
 /* Eight-float vectors: static helpers, always inlined, so no vector crosses a call (meson.build
  * builds this room with -Wno-psabi: GCC notes the AVX calling convention of functions that would
  * pass one). */
-/* a * b + c as one fused multiply-add where the code has it (C11 mode turns contraction off): the
- * products here are sums of many terms, where fusing only rounds less. */
+/* a * b + c as one fused multiply-add where the code has it (GCC's C11 mode turns contraction
+ * off): the products here are sums of many terms, where fusing only rounds less. */
+#if defined(__clang__)
+#pragma clang fp contract(fast)
+#elif defined(__GNUC__)
 #pragma GCC optimize("fp-contract=fast")
+#endif
 typedef float v8f __attribute__((vector_size(32)));
 typedef int32_t v8i __attribute__((vector_size(32)));
 typedef uint32_t v8u __attribute__((vector_size(32)));
