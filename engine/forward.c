@@ -561,7 +561,7 @@ int wk_fwd_warm_reduce(wk_fwd *f, char *err, size_t errlen) {
 
 /* The end of the chunk that starts at row t: the rows after it of the same sequence at the next
  * positions. plan_window_rows and windows_early read a step's chunks alike. */
-static int chunk_end(const wk_row_info *rows, int T, int t) {
+int wk_fwd_chunk_end(const wk_row_info *rows, int T, int t) {
     int end = t + 1;
     while (end < T && rows[end].kv_base == rows[t].kv_base && rows[end].pos == rows[end - 1].pos + 1) end++;
     return end;
@@ -577,7 +577,7 @@ static void plan_window_rows(wk_fwd *f, const wk_row_info *rows, const uint32_t 
     const uint32_t row_words = (uint32_t)(w->row_bytes / 4), off = (uint32_t)(w->offset / 4);
     uint32_t *dest = (uint32_t *)f->a.win_dest.map + (size_t)c * T;
     for (int t = 0; t < T;) {
-        const int end = chunk_end(rows, T, t);
+        const int end = wk_fwd_chunk_end(rows, T, t);
         const uint32_t last = rows[end - 1].pos;
         for (int i = t; i < end; i++) {
             const uint32_t p = rows[i].pos;
@@ -601,7 +601,7 @@ static bool windows_early(const wk_fwd *f, const wk_row_info *rows, int T, int c
     const uint32_t S = (uint32_t)f->kv->layout.win[c].sink;
     int starts[64], n = 0;
     for (int t = 0; t < T;) {
-        const int end = chunk_end(rows, T, t);
+        const int end = wk_fwd_chunk_end(rows, T, t);
         if (n == 64) return false;
         for (int i = 0; i < n; i++)
             if (rows[starts[i]].kv_base == rows[t].kv_base) return false;

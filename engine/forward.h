@@ -133,6 +133,9 @@ void wk_fwd_host_kv(wk_fwd *f, int il, int T);
 /* The push constants of layer il's paged attention, windows included (attention_paged.comp's;
  * forward_host_attn.c reads the same geometry). */
 void wk_fwd_attention_pc(const wk_fwd *f, int il, wk_pc_attention_paged *pc);
+/* The end of the chunk that starts at row t of a step's T rows: the rows after it of the same
+ * sequence at the next positions (the window rows' plan, and the host's attention, read chunks so). */
+int wk_fwd_chunk_end(const wk_row_info *rows, int T, int t);
 
 /* forward_host_attn.c (attn_host). Init: the partials, the rows; refused when a layer's geometry is
  * one the host does not read (host/host_attention.h). Step: whether this step's attention runs on

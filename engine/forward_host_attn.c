@@ -93,9 +93,7 @@ static int plan_rows(wk_fwd *f, const wk_pc_attention_paged *pc, int T, uint32_t
     int groups = 0;
     *most = 1;
     for (int t = 0; t < T;) {
-        /* The chunk: the rows after t of the same sequence at the next positions (chunk_end). */
-        int end = t + 1;
-        while (end < T && rows[end].kv_base == rows[t].kv_base && rows[end].pos == rows[end - 1].pos + 1) end++;
+        const int end = wk_fwd_chunk_end(rows, T, t);
         for (int i = t; i < end; i++) {
             const uint32_t pos = rows[i].pos;
             f->attn_rows[i] = (wk_host_attn_row){
