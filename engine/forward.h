@@ -75,6 +75,7 @@ typedef struct wk_fwd {
     bool capture;         /* copy post-RoPE q and the stored k, v of every layer (wk_fwd_enable_capture) */
     const wk_kv_xform *xform; /* key/query transform after RoPE; NULL: none */
     wk_buf xform_buf;     /* every layer's [n_head_kv][2][D/B][B][B] matrices */
+    float *xform_cols;    /* with kv_host: the same, each block transposed (wk_host_block_columns) */
     /* With a transform: qk_norm_rope's output, kv_transform's input ([T][n_head*D] queries, then
      * from xform_k_offset [T][n_head_kv*D] keys; RGBA32F view), so the transform runs out of place. */
     wk_buf xform_in;
@@ -125,6 +126,8 @@ void wk_fwd_store_f16_pc(const wk_fwd *f, int il, uint32_t T, wk_pc_kv_store_f16
 /* forward_host_kv.c (kv_host). Init: checks that the host maps what it reads and writes (the
  * pool, the rope table, the norms, the step's tables and window rows); off: nothing. */
 int wk_fwd_host_kv_init(wk_fwd *f, char *err, size_t errlen);
+/* With kv_host, x's matrices by columns for the host's transform (x NULL or NONE: frees them). */
+int wk_fwd_host_kv_set_transform(wk_fwd *f, const wk_kv_xform *x, char *err, size_t errlen);
 /* Layer il's queries and keys in a.q, a.k (as the products left them): per-head norm, RoPE and the
  * query scale in place, then the key transform; then its keys and values of the step's T tokens
  * into the cache (codes and parameters, or f16 rows; window rows; the f16 copies in a.k16, a.v16). */

@@ -85,8 +85,10 @@ int wk_fwd_host_init(wk_fwd *f, char *err, size_t errlen) {
 void wk_fwd_host_free(wk_fwd *f) {
     wk_host_pool_destroy(f->host_pool);
     free(f->host_scratch);
+    free(f->xform_cols);
     f->host_pool = NULL;
     f->host_scratch = NULL;
+    f->xform_cols = NULL;
 }
 
 double wk_fwd_prof_now(const wk_fwd *f) {

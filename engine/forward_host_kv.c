@@ -9,11 +9,13 @@
  * (qk_norm_rope.comp, kv_transform.comp, kv_store_quant.comp, kv_store_f16.comp); the geometry
  * comes from the same push-constant fillers (wk_fwd_store_quant_pc, wk_fwd_store_f16_pc). */
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 
 #include "forward.h"
 #include "host/host_attention.h" /* WK_HOST_ATTN_MAX_GQA */
 #include "host/host_layer.h"
+#include "host/host_transform.h"
 #include "kv/kv_quant.h"
 #include "model/quant.h"
 #include "wushkv/wushkv.h"
@@ -34,7 +36,19 @@ int wk_fwd_host_kv_init(wk_fwd *f, char *err, size_t errlen) {
     return 0;
 }
 
-static uint32_t f16_pair(const float *x) { return (uint32_t)wk_f32_to_f16(x[0]) | (uint32_t)wk_f32_to_f16(x[1]) << 16; }
+int wk_fwd_host_kv_set_transform(wk_fwd *f, const wk_kv_xform *x, char *err, size_t errlen) {
+    free(f->xform_cols);
+    f->xform_cols = NULL;
+    if (!f->kv_host || !x || x->kind == WK_XFORM_NONE) return 0;
+    const size_t per = (size_t)x->head_dim * x->block, n = (size_t)x->n_layer * x->n_head_kv * 2;
+    if (x->head_dim % x->block)
+        return snprintf(err, errlen, "KV transform block %d does not divide head_dim %d", x->block, x->head_dim),
+               WK_ERR_UNSUPPORTED;
+    if (!(f->xform_cols = malloc(n * per * sizeof(float))))
+        return snprintf(err, errlen, "out of memory for the host's KV transform"), WK_ERR_NOMEM;
+    for (size_t m = 0; m < n; m++) wk_host_block_columns(x->kq + m * per, x->head_dim, x->block, f->xform_cols + m * per);
+    return 0;
+}
 
 typedef struct {
     wk_fwd *f;
@@ -80,21 +94,23 @@ static void store_head(const kv_job *j, int t, int kv, int kh, const float *x) {
     const uint32_t stride = j->quant ? j->q.table_stride : j->h.table_stride, col = j->quant ? j->q.table_col : j->h.table_col;
     const uint32_t blk = tables[row->kv_base + (row->pos / bt) * stride + col], tt = row->pos % bt;
     const uint32_t half_d = (uint32_t)f->hp->head_dim / 2;
+    /* The halves, in the words' order (a pair's first in the low half), once for all its copies. */
+    uint16_t halves[WK_HOST_MAX_HEAD];
+    const size_t row_bytes = (size_t)half_d * 4;
     if (!j->quant) {
         const wk_pc_kv_store_f16 *pc = &j->h;
-        uint32_t *dst = pool + blk * pc->block_words + ((pc->slab_layer * 2 + kv) * HK + kh) * pc->slab_words + tt * half_d;
-        for (uint32_t w = 0; w < half_d; w++) dst[w] = f16_pair(x + 2 * w);
+        wk_host_to_halves(f->host_isa, x, halves, 2 * (size_t)half_d);
+        memcpy(pool + blk * pc->block_words + ((pc->slab_layer * 2 + kv) * HK + kh) * pc->slab_words + tt * half_d,
+               halves, row_bytes);
         return;
     }
     store_quant(j, pool, blk, tt, kv, kh, x);
     const uint32_t wrow = j->q.win_store ? ((const uint32_t *)f->a.win_dest.map)[j->q.dest_base + t] : UINT32_MAX;
     uint32_t *win = wrow == UINT32_MAX ? NULL : pool + wrow + (j->q.win_layer * 2 + kv) * HK * half_d + kh * half_d;
     uint32_t *copy = !j->q.copy_f16 ? NULL : (uint32_t *)(kv ? f->a.v16.map : f->a.k16.map) + ((size_t)t * HK + kh) * half_d;
-    for (uint32_t w = 0; (win || copy) && w < half_d; w++) {
-        const uint32_t pair = f16_pair(x + 2 * w);
-        if (win) win[w] = pair;
-        if (copy) copy[w] = pair;
-    }
+    if (win || copy) wk_host_to_halves(f->host_isa, x, halves, 2 * (size_t)half_d);
+    if (win) memcpy(win, halves, row_bytes);
+    if (copy) memcpy(copy, halves, row_bytes);
 }
 
 /* q or k head x of token t, in place: norm, RoPE and (queries) the scale, as qk_norm_rope.comp. */
@@ -110,7 +126,7 @@ static void norm_rope(const kv_job *j, int t, bool is_q, float *x) {
                       hp->rope_type == WK_ROPE_NEOX, is_q ? hp->attn_scale : 1.0f);
 }
 
-enum { TOKENS_A_JOB = 4 }; /* a prompt's tokens a job: the transform reads its matrix once for two */
+enum { TOKENS_A_JOB = 8 }; /* a prompt's tokens a job: its 32 query heads share T_K^-T's loads */
 
 /* Job (token block b, unit u), units 3 n_head_kv: KV head kh's query heads (u < n_head_kv: norm,
  * RoPE, scale, then T_K^-T for all of them together), its key head (the same with T_K, then the
@@ -138,7 +154,7 @@ static void unit_job(void *ctx, int job) {
         }
     if (f->xform) {
         const size_t per = (size_t)D * f->xform->block; /* T_K, then T_K^-T for the queries */
-        wk_host_block_transform_n(f->host_isa, f->xform->kq + (((size_t)j->il * HK + kh) * 2 + !kind) * per, D,
+        wk_host_block_transform_n(f->host_isa, f->xform_cols + (((size_t)j->il * HK + kh) * 2 + !kind) * per, D,
                                   f->xform->block, xs, n);
     }
     for (int t = t0; kind && t < t1; t++) store_head(j, t, 0, kh, xs[t - t0]);

@@ -15,6 +15,7 @@
 #include <math.h>
 
 #include "host/host_layer.h"
+#include "host/host_transform.h"
 #include "host/host_matmul.h"
 #include "host/host_pool.h"
 #include "model/quant.h"
@@ -240,10 +241,9 @@ static void test_row_work(void) {
 }
 
 /* wk_host_norm_rope (NEOX and adjacent pairs, with and without the norm, a partial rotation) and
- * wk_host_block_transform (blocks of 4, 32 and a whole head, a block with a tail past eight, every
- * instruction set) against double loops. */
+ * wk_host_block_transform_n (every instruction set) against double loops. */
 static void test_head_work(void) {
-    enum { D = 40 };
+    enum { D = 40, DX = 48 };
     const float eps = 1e-6f;
     float x0[D], x[D], w[D], rope[D];
     for (int i = 0; i < D; i++) x0[i] = 3.0f * (float)rng_gauss(), w[i] = (float)rng_gauss();
@@ -271,38 +271,42 @@ static void test_head_work(void) {
         if (bad) fprintf(stderr, "norm_rope neox=%d norm=%d n_rot=%d: %d values off\n", neox, norm, n_rot, bad);
         CHECK_EQ_INT(bad, 0);
     }
-    const int blocks[] = {4, 20, D};
+    /* Blocks of 4 (one output at a time), 24 (a tile of 16, then 8 alone) and a whole head of 48
+     * (panels of 32 and 16); batches of 1 to 26 vectors (AVX-512 takes 12 a pass, AVX2 6, C 2). */
+    const int blocks[] = {4, 24, DX};
     const wk_host_isa best = wk_host_isa_best();
-    float M[D * D];
+    float M[DX * DX], cols[DX * DX], x1[DX];
+    for (int i = 0; i < DX; i++) x1[i] = 3.0f * (float)rng_gauss();
     for (size_t b = 0; b < sizeof blocks / sizeof *blocks; b++)
         for (int isa = WK_HOST_ISA_C; isa <= (int)best; isa++) {
             const int B = blocks[b];
-            for (int i = 0; i < D * B; i++) M[i] = (float)rng_gauss();
-            memcpy(x, x0, sizeof x);
-            wk_host_block_transform((wk_host_isa)isa, M, D, B, x);
+            for (int i = 0; i < DX * B; i++) M[i] = (float)rng_gauss();
+            wk_host_block_columns(M, DX, B, cols);
+            float xt[DX], *one = xt;
+            memcpy(xt, x1, sizeof xt);
+            wk_host_block_transform_n((wk_host_isa)isa, cols, DX, B, &one, 1);
             int bad = 0;
-            for (int i = 0; i < D; i++) {
+            for (int i = 0; i < DX; i++) {
                 double want = 0;
-                for (int j = 0; j < B; j++) want += (double)M[i * B + j] * x0[(i / B) * B + j];
-                bad += !(fabs(x[i] - want) <= 1e-5 * (1 + fabs(want)));
+                for (int j = 0; j < B; j++) want += (double)M[i * B + j] * x1[(i / B) * B + j];
+                bad += !(fabs(xt[i] - want) <= 1e-5 * (1 + fabs(want)));
             }
             if (bad) fprintf(stderr, "block_transform %s B=%d: %d values off\n", wk_host_isa_name((wk_host_isa)isa), B, bad);
             CHECK_EQ_INT(bad, 0);
-            /* Several vectors sharing M (1 to 5: pairs and a last one alone): each bit for bit the
-             * one-vector result. */
-            float xs_data[5][D], *xs[5];
-            for (int n = 1; n <= 5; n++) {
+            /* Each vector of a batch bit for bit what it gives alone. */
+            enum { NMAX = 26 };
+            float xs_data[NMAX][DX], *xs[NMAX];
+            for (int n = 1; n <= NMAX; n++) {
                 for (int v = 0; v < n; v++) {
-                    for (int i = 0; i < D; i++) xs_data[v][i] = x0[(i + 7 * v) % D] * (float)(v + 1);
+                    for (int i = 0; i < DX; i++) xs_data[v][i] = x1[(i + 7 * v) % DX] * (float)(v + 1);
                     xs[v] = xs_data[v];
                 }
-                wk_host_block_transform_n((wk_host_isa)isa, M, D, B, xs, n);
+                wk_host_block_transform_n((wk_host_isa)isa, cols, DX, B, xs, n);
                 int differ = 0;
                 for (int v = 0; v < n; v++) {
-                    float one[D];
-                    for (int i = 0; i < D; i++) one[i] = x0[(i + 7 * v) % D] * (float)(v + 1);
-                    wk_host_block_transform((wk_host_isa)isa, M, D, B, one);
-                    differ += memcmp(one, xs_data[v], sizeof one) != 0;
+                    for (int i = 0; i < DX; i++) xt[i] = x1[(i + 7 * v) % DX] * (float)(v + 1);
+                    wk_host_block_transform_n((wk_host_isa)isa, cols, DX, B, &one, 1);
+                    differ += memcmp(xt, xs_data[v], sizeof xt) != 0;
                 }
                 if (differ) fprintf(stderr, "block_transform_n %s B=%d n=%d: %d vectors differ\n",
                                     wk_host_isa_name((wk_host_isa)isa), B, n, differ);
@@ -311,11 +315,47 @@ static void test_head_work(void) {
         }
 }
 
+/* wk_host_to_halves (each instruction set) gives wk_f32_to_f16's bits (tests/test_quant.c checks
+ * those against IEEE's rounding) for every half's midpoint and its neighbours, then one float bit
+ * pattern in 4099 (nans, infinities, subnormals), in rows of 1001 (eight at a time, then a tail). */
+static void test_halves(void) {
+    const wk_host_isa best = wk_host_isa_best();
+    enum { ROW = 1001 };
+    static float xs[ROW];
+    uint16_t got[ROW];
+    int bad_n = 0, filled = 0;
+    uint32_t h = 0;
+    uint64_t pattern = 0;
+    for (;;) {
+        const bool more = h < 0x7C00 || pattern <= 0xFFFFFFFFull;
+        if (more && h < 0x7C00) {
+            const double vlo = wk_f16_to_f32((uint16_t)h), vhi = h + 1 == 0x7C00 ? 65536.0 : wk_f16_to_f32((uint16_t)(h + 1));
+            const float mid = (float)((vlo + vhi) / 2);
+            xs[filled++] = mid, xs[filled++] = nextafterf(mid, 0), xs[filled++] = -nextafterf(mid, INFINITY);
+            h++;
+        } else if (more) {
+            const uint32_t u = (uint32_t)pattern;
+            memcpy(&xs[filled++], &u, 4);
+            pattern += 4099;
+        }
+        if (filled > ROW - 3 || (!more && filled)) {
+            for (int isa = WK_HOST_ISA_C; isa <= (int)best; isa++) {
+                wk_host_to_halves((wk_host_isa)isa, xs, got, (size_t)filled);
+                for (int i = 0; i < filled; i++) bad_n += got[i] != wk_f32_to_f16(xs[i]);
+            }
+            filled = 0;
+        }
+        if (!more) break;
+    }
+    CHECK_EQ_INT(bad_n, 0);
+}
+
 int main(void) {
     rng_seed(20261207);
     test_pool();
     test_row_work();
     test_head_work();
+    test_halves();
     test_products();
     TEST_MAIN_END();
 }

@@ -117,6 +117,46 @@ static void test_against_model(void) {
     printf("rule re-statement: %d groups, %d mismatches\n", total, mismatches);
 }
 
+/* Elements exactly on a code's threshold k * step and one float either side of it, for the
+ * symmetric formats (QuEST, absmax) at every bit width and k across the codes' range and past it:
+ * a group's other elements set its step, the probes are moved onto the thresholds of the step
+ * they give until it stops changing, then the codes are the rule's (floor(x / step) in double). */
+static void test_thresholds(void) {
+    rng_seed(29);
+    enum { G = 64, PROBES = 9 };
+    int cases = 0, mismatches = 0;
+    for (int k = 0; k < 3; k++) {
+        if (KINDS[k] == WK_KVQ_PERCENTILE) continue;
+        for (int bits = 2; bits <= 4; bits++)
+            for (int t = -(1 << (bits - 1)) - 1; t <= (1 << (bits - 1)) + 1; t++)
+                for (int trial = 0; trial < 4; trial++) {
+                    float x[G];
+                    fill_group(G, 0, x);
+                    uint8_t c1[G], c2[G];
+                    uint16_t p1[2] = {0, 0}, p2[2] = {0, 0};
+                    float step = 0;
+                    for (int it = 0; it < 8; it++) {
+                        wk_kvq_quantize_group(KINDS[k], bits, G, WK_KVQ_RHO_K, x, c1, p1);
+                        if (wk_f16_to_f32(p1[0]) == step) break;
+                        step = wk_f16_to_f32(p1[0]);
+                        /* thresholds t-1, t, t+1 (exact products), each with its two neighbours */
+                        for (int p = 0; p < PROBES; p++) {
+                            const float at = (float)(t - 1 + p / 3) * step;
+                            x[p] = p % 3 == 0 ? at : nextafterf(at, p % 3 == 1 ? -INFINITY : INFINITY);
+                        }
+                    }
+                    wk_kvq_quantize_group(KINDS[k], bits, G, WK_KVQ_RHO_K, x, c1, p1);
+                    if (wk_f16_to_f32(p1[0]) != step) continue; /* never settled: not a threshold case */
+                    model_group(KINDS[k], bits, G, WK_KVQ_RHO_K, x, c2, p2);
+                    cases++;
+                    mismatches += memcmp(c1, c2, G) != 0 || p1[0] != p2[0];
+                }
+    }
+    printf("thresholds: %d groups with elements on and beside them, %d mismatches\n", cases, mismatches);
+    CHECK(cases >= 100);
+    CHECK_EQ_INT(mismatches, 0);
+}
+
 /* The QuEST step is the f16 nearest to the exact sqrt(v2), ties to even, even where sqrtf's f32
  * result would round to the other side of an f16 midpoint. A group of 16 equal values c has
  * S = 16*fl(c*c) exactly, so v2 = fl(C2 * fl(c*c)); choose c so that sqrt(v2) lands within a few
@@ -479,6 +519,7 @@ int main(void) {
     test_packing();
     test_hand_made();
     test_against_model();
+    test_thresholds();
     test_quest_step_rounding();
     test_round_trips();
     test_gaussian_mse();

@@ -6,7 +6,7 @@
 #include <math.h>
 #include <string.h>
 
-#include "wush/wush_transform.h"
+#include "model/quant.h"
 
 #if defined(__x86_64__) || defined(__i386__)
 #include <immintrin.h>
@@ -87,85 +87,19 @@ void wk_host_norm_rope(float *x, int D, const float *w, float eps, const float *
 }
 
 #ifdef WK_HOST_LAYER_X86
-/* Rows [i0, i0 + 4) of M x into y (one block: B is a multiple of 4), with AVX2 and FMA: four rows
- * share each load of x, eight partial sums a row; B's tail past a multiple of 8 in C. */
-__attribute__((target("avx2,fma"))) static void transform_rows_avx2(const float *M, int B, const float *xb, int i0,
-                                                                   float *y) {
-    const float *m0 = M + (size_t)i0 * B;
-    __m256 a0 = _mm256_setzero_ps(), a1 = a0, a2 = a0, a3 = a0;
-    int j = 0;
-    for (; j + 8 <= B; j += 8) {
-        const __m256 x = _mm256_loadu_ps(xb + j);
-        a0 = _mm256_fmadd_ps(_mm256_loadu_ps(m0 + j), x, a0);
-        a1 = _mm256_fmadd_ps(_mm256_loadu_ps(m0 + B + j), x, a1);
-        a2 = _mm256_fmadd_ps(_mm256_loadu_ps(m0 + 2 * (size_t)B + j), x, a2);
-        a3 = _mm256_fmadd_ps(_mm256_loadu_ps(m0 + 3 * (size_t)B + j), x, a3);
-    }
-    float acc[4][8];
-    _mm256_storeu_ps(acc[0], a0), _mm256_storeu_ps(acc[1], a1), _mm256_storeu_ps(acc[2], a2), _mm256_storeu_ps(acc[3], a3);
-    for (int r = 0; r < 4; r++) {
-        for (int jj = j; jj < B; jj++) acc[r][jj & 7] += m0[(size_t)r * B + jj] * xb[jj];
-        y[i0 + r] = ((acc[r][0] + acc[r][1]) + (acc[r][2] + acc[r][3])) + ((acc[r][4] + acc[r][5]) + (acc[r][6] + acc[r][7]));
-    }
-}
-
-/* The same rows for two vectors at once, each load of M serving both: every (row, vector) takes
- * exactly transform_rows_avx2's operations in its order, so each result is the one-vector one. */
-__attribute__((target("avx2,fma"))) static void transform_rows2_avx2(const float *M, int B, const float *xa,
-                                                                    const float *xb, int i0, float *ya, float *yb) {
-    const float *m0 = M + (size_t)i0 * B;
-    __m256 a[4], b[4];
-    for (int r = 0; r < 4; r++) a[r] = b[r] = _mm256_setzero_ps();
-    int j = 0;
-    for (; j + 8 <= B; j += 8) {
-        const __m256 x0 = _mm256_loadu_ps(xa + j), x1 = _mm256_loadu_ps(xb + j);
-        for (int r = 0; r < 4; r++) {
-            const __m256 m = _mm256_loadu_ps(m0 + (size_t)r * B + j);
-            a[r] = _mm256_fmadd_ps(m, x0, a[r]);
-            b[r] = _mm256_fmadd_ps(m, x1, b[r]);
-        }
-    }
-    for (int v = 0; v < 2; v++) {
-        const float *x = v ? xb : xa;
-        float acc[4][8];
-        for (int r = 0; r < 4; r++) _mm256_storeu_ps(acc[r], v ? b[r] : a[r]);
-        for (int r = 0; r < 4; r++) {
-            for (int jj = j; jj < B; jj++) acc[r][jj & 7] += m0[(size_t)r * B + jj] * x[jj];
-            (v ? yb : ya)[i0 + r] =
-                ((acc[r][0] + acc[r][1]) + (acc[r][2] + acc[r][3])) + ((acc[r][4] + acc[r][5]) + (acc[r][6] + acc[r][7]));
-        }
-    }
+__attribute__((target("avx,f16c"))) static size_t halves_f16c(const float *x, uint16_t *h, size_t n) {
+    size_t i = 0;
+    for (; i + 8 <= n; i += 8)
+        _mm_storeu_si128((__m128i *)(h + i), _mm256_cvtps_ph(_mm256_loadu_ps(x + i), _MM_FROUND_TO_NEAREST_INT));
+    return i;
 }
 #endif
 
-void wk_host_block_transform(wk_host_isa isa, const float *M, int D, int B, float *x) {
-    float y[WK_HOST_MAX_HEAD];
+void wk_host_to_halves(wk_host_isa isa, const float *x, uint16_t *h, size_t n) {
+    size_t i = 0;
 #ifdef WK_HOST_LAYER_X86
-    if (isa >= WK_HOST_ISA_AVX2) {
-        for (int i = 0; i < D; i += 4) transform_rows_avx2(M, B, x + (size_t)(i / B) * B, i, y);
-        memcpy(x, y, (size_t)D * sizeof *x);
-        return;
-    }
+    if (isa != WK_HOST_ISA_C) i = halves_f16c(x, h, n); /* wk_host_isa_best checks F16C for both */
 #endif
     (void)isa;
-    wk_xform_apply_f32(D, B, M, x, y); /* the calibration's own product (wush/wush_transform.c) */
-    memcpy(x, y, (size_t)D * sizeof *x);
-}
-
-void wk_host_block_transform_n(wk_host_isa isa, const float *M, int D, int B, float *const *xs, int n) {
-    int v = 0;
-#ifdef WK_HOST_LAYER_X86
-    if (isa >= WK_HOST_ISA_AVX2) {
-        float ya[WK_HOST_MAX_HEAD], yb[WK_HOST_MAX_HEAD];
-        for (; v + 2 <= n; v += 2) {
-            for (int i = 0; i < D; i += 4) {
-                const size_t blk = (size_t)(i / B) * B;
-                transform_rows2_avx2(M, B, xs[v] + blk, xs[v + 1] + blk, i, ya, yb);
-            }
-            memcpy(xs[v], ya, (size_t)D * sizeof *ya);
-            memcpy(xs[v + 1], yb, (size_t)D * sizeof *yb);
-        }
-    }
-#endif
-    for (; v < n; v++) wk_host_block_transform(isa, M, D, B, xs[v]);
+    for (; i < n; i++) h[i] = wk_f32_to_f16(x[i]);
 }

@@ -3,12 +3,13 @@
  * norm, and the gated FFN's activation, each as its shader computes it (add_norm.comp,
  * rmsnorm.comp, glu.comp with common.glsl's glu_act) so the two paths differ only in the order of
  * their sums; and with kv_write=host (engine/forward_host_kv.c) a head's q/k norm with RoPE
- * (qk_norm_rope.comp) and the key transform's block-diagonal product (kv_transform.comp). */
+ * (qk_norm_rope.comp; the key transform after it is host_transform.h's). */
 #ifndef WK_HOST_LAYER_H
 #define WK_HOST_LAYER_H
 
 #include <stdbool.h>
 #include <stddef.h>
+#include <stdint.h>
 
 #include "host/host_matmul.h" /* wk_host_isa */
 #include "host/host_pool.h"
@@ -29,13 +30,9 @@ void wk_host_glu(wk_host_pool *pool, const float *gate, const float *up, size_t 
  * everything times scale. */
 void wk_host_norm_rope(float *x, int D, const float *w, float eps, const float *rope, int n_rot, bool neox, float scale);
 
-/* x = M x for one head of D <= WK_HOST_MAX_HEAD floats: M block-diagonal, D rows of B floats (row i
- * multiplies block i / B of x; B a multiple of 4), with the given code (at most wk_host_isa_best()). */
-enum { WK_HOST_MAX_HEAD = 1024 };
-void wk_host_block_transform(wk_host_isa isa, const float *M, int D, int B, float *x);
-/* The same for n vectors xs[0..n) sharing M, each bit for bit what wk_host_block_transform gives it
- * alone (a vector's sums keep their order), with M read once for two vectors (a prompt's tokens, or
- * the query heads of one KV head: they share T_K^-T). */
-void wk_host_block_transform_n(wk_host_isa isa, const float *M, int D, int B, float *const *xs, int n);
+/* h[i] = wk_f32_to_f16(x[i]) for i < n (model/quant.h's rounding to nearest even, NaNs quieted
+ * alike), with F16C's conversion under the AVX2 and AVX-512 codes: a cache row's halves, many a
+ * step. */
+void wk_host_to_halves(wk_host_isa isa, const float *x, uint16_t *h, size_t n);
 
 #endif
