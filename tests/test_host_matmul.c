@@ -2,10 +2,12 @@
  * same weights, for every instruction set this CPU runs (plain C, AVX2, AVX-512), every device
  * weight format (q8a16 with f32 and with half pairs, f16), token counts around the kernels' tiles
  * of eight and four and the blocks of 8 tokens, row counts around a job's rows, and 1 to 3
- * threads, and each token alone giving its products bit for bit; the thread pool handing out every job exactly once, list after list; and the row work
- * between a layer's products (engine/host/host_layer.c: the residual with its norms, the GLU
- * activations, a head's q/k norm with RoPE and the key transform's block-diagonal product) against
- * double loops of the shaders' formulas. */
+ * threads, and each token alone giving its products bit for bit; the thread pool handing out
+ * every job exactly once, list after list; the row work between a layer's products
+ * (engine/host/host_layer.c: the residual with its norms, the GLU activations, a head's q/k norm
+ * with RoPE, a row's halves) and the key transform's block-diagonal product
+ * (engine/host/host_transform.c, each vector of a batch bit for bit alone) against double loops of
+ * the shaders' formulas. */
 #include <stdatomic.h>
 #include <stdint.h>
 #include <stdlib.h>

@@ -63,6 +63,20 @@ __attribute__((target("avx2,fma,f16c"))) static void halves_f16c(const uint16_t 
     for (uint32_t i = 0; i < n; i += 8) _mm256_storeu_ps(y + i, _mm256_cvtph_ps(_mm_loadu_si128((const void *)(h + i))));
 }
 #endif
+/* One half to a float: F16C's conversion where the code has it (the same value: a half is exact
+ * in f32), the C routine elsewhere; a group's parameters, 2-4 a key, 15-20 instructions each in C.
+ * Not always_inline: GCC inlines it into the F16C builds, and the plain build's call is dead. */
+#ifdef WK_HOST_ATTN_X86
+__attribute__((target("f16c"))) static inline float half1_f16c(uint16_t h) { return _cvtsh_ss(h); }
+#endif
+WK_INLINE float half1(int f16c, uint16_t h) {
+#ifdef WK_HOST_ATTN_X86
+    if (f16c) return half1_f16c(h);
+#endif
+    (void)f16c;
+    return wk_f16_to_f32(h);
+}
+
 WK_INLINE void halves(int f16c, const uint16_t *h, float *y, uint32_t n) {
 #ifdef WK_HOST_ATTN_X86
     if (f16c) {
@@ -78,7 +92,7 @@ WK_INLINE void halves(int f16c, const uint16_t *h, float *y, uint32_t n) {
  * f16 parameters from params_words), decoded into y (D floats): u * a + b, a and b the group's
  * (kv_quant.glsl's wk_kvq_affine). */
 WK_INLINE void decode_codes(const uint32_t *pool, uint32_t slab, uint32_t tt, int kind, int bits, uint32_t G,
-                                uint32_t D, uint32_t code_words, uint32_t params_words, float *y) {
+                                uint32_t D, uint32_t code_words, uint32_t params_words, int f16c, float *y) {
     const uint8_t *codes = (const uint8_t *)(pool + slab + tt * code_words);
     const uint32_t groups = D / G, P = (uint32_t)wk_kvq_params_per_group((wk_kvq_kind)kind);
     const uint16_t *params = (const uint16_t *)(pool + slab + params_words) + (size_t)tt * groups * P;
@@ -86,8 +100,8 @@ WK_INLINE void decode_codes(const uint32_t *pool, uint32_t slab, uint32_t tt, in
     const v8u sh = shift * (uint32_t)bits;
     const uint32_t mask = (1u << bits) - 1;
     for (uint32_t g = 0; g < groups; g++) {
-        const float a = wk_f16_to_f32(params[g * P]);
-        const float b = P == 2 ? wk_f16_to_f32(params[g * P + 1]) : (0.5f - (float)(1 << (bits - 1))) * a;
+        const float a = half1(f16c, params[g * P]);
+        const float b = P == 2 ? half1(f16c, params[g * P + 1]) : (0.5f - (float)(1 << (bits - 1))) * a;
         const v8f av = {a, a, a, a, a, a, a, a}, bv = {b, b, b, b, b, b, b, b};
         for (uint32_t c = g * G / 8; c < (g + 1) * G / 8; c++) {
             /* Eight codes of `bits` bits from byte c * bits: four bytes hold them (with 2 or 3 bits
@@ -131,7 +145,7 @@ WK_INLINE void load_kv(const wk_host_attn_layer *L, const wk_host_attn_row *row,
         return;
     }
     decode_codes(L->pool, slab, tt, pc->kind, kv ? pc->bits : pc->k_bits, (uint32_t)pc->group, D,
-                 kv ? pc->code_words : pc->k_code_words, kv ? pc->params_words : pc->k_params_words, y);
+                 kv ? pc->code_words : pc->k_code_words, kv ? pc->params_words : pc->k_params_words, f16c, y);
 }
 
 /* Scores of query heads h0.. (4, the rows past hq repeating its last) against keys k0.. of the

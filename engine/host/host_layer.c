@@ -1,6 +1,7 @@
-/* Norms, residual updates and the GLU activation on the host (host_layer.h). The norms are 640
- * floats a row for Gemma 3 270M, nothing beside a weight product; the activation's exponentials are
- * 2048 a token, so a long step spreads them over the pool. */
+/* Norms, residual updates and the GLU activation on the host (host_layer.h), and a head's q/k norm
+ * with RoPE and a cache row's halves for the cache writes. The norms are 640 floats a row for
+ * Gemma 3 270M, nothing beside a weight product; the activation's exponentials are 2048 a token, so
+ * a long step spreads them over the pool. */
 #include "host/host_layer.h"
 
 #include <math.h>

@@ -3,7 +3,7 @@
  * norm, and the gated FFN's activation, each as its shader computes it (add_norm.comp,
  * rmsnorm.comp, glu.comp with common.glsl's glu_act) so the two paths differ only in the order of
  * their sums; and with kv_write=host (engine/forward_host_kv.c) a head's q/k norm with RoPE
- * (qk_norm_rope.comp; the key transform after it is host_transform.h's). */
+ * (qk_norm_rope.comp; the key transform after it is host_transform.h's) and a row's halves. */
 #ifndef WK_HOST_LAYER_H
 #define WK_HOST_LAYER_H
 
