@@ -56,13 +56,13 @@ WK_INLINE v8f load8(const float *p) {
 }
 
 /* Vectors a pass: AVX-512's 32 registers hold 12 x 2 sums of 16 and a panel row's 2 loads (the
- * layout of an sgemm kernel: 14 loads for 24 fused multiply-adds, ~95% of the FMA peak measured
- * on this project's Xeon); AVX2's 16 hold 6 x 2 sums of 8 and 2 loads. */
+ * layout of an sgemm kernel: 14 loads for 24 fused multiply-adds, so the loads are not what
+ * bounds it); AVX2's 16 hold 6 x 2 sums of 8 and 2 loads. */
 enum { NV_WIDE = 12, NV_AVX2 = 6, NV_C = 2 };
 
-/* nv vectors' sums over one panel's outputs: the panel's rows (w floats apart) from column r0,
- * 32 or 16 of them with 16-float vectors (tw 2 or 1), 16 with 8-float ones; xt[j * NV_WIDE + v]
- * the vectors' inputs. nv and tw are constants at every call, so the sums stay in registers.
+/* nv vectors' sums over one panel's outputs, its rows w floats apart from p: all 32 or 16 of them
+ * with 16-float vectors (tw 2 or 1), 16 with 8-float ones (the caller steps p through a 32-wide
+ * panel); xt[j * NV_WIDE + v] the vectors' inputs. nv and tw are constants at every call, so the sums stay in registers.
  * Every output is one chain, j = 0 .. B-1, of acc = fma(M[i][j], x[j], acc) from 0 (in the plain
  * build a multiply and an add: it has no fused one; the outputs past the last panel take fmaf),
  * whatever the batch, so a vector's result is the same bits in any batch. */
