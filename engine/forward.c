@@ -147,8 +147,9 @@ int wk_fwd_set_transform(wk_fwd *f, const wk_kv_xform *x, char *err, size_t errl
     wk_vk_buffer_destroy(f->vk, &f->xform_buf);
     wk_vk_buffer_destroy(f->vk, &f->xform_in);
     f->xform = NULL;
-    int rc = wk_fwd_host_kv_set_transform(f, x, err, errlen); /* the host's copy by columns, or none */
+    int rc = wk_fwd_host_kv_set_transform(f, x, err, errlen); /* the host's copy by panels, or none */
     if (rc || !x || x->kind == WK_XFORM_NONE) return rc;
+    if (f->kv_host) return f->xform = x, 0; /* no device copy: with kv_host no shader reads one */
     const size_t bytes = wk_kv_xform_layer_bytes(x) * (size_t)x->n_layer;
     if (x->block % 4)
         return snprintf(err, errlen, "KV transform block %d: the shader takes multiples of 4", x->block),
@@ -157,9 +158,8 @@ int wk_fwd_set_transform(wk_fwd *f, const wk_kv_xform *x, char *err, size_t errl
     if (!rc) rc = wk_vk_upload(f->vk, &f->xform_buf, 0, x->kq, bytes, err, errlen);
     const uint64_t T = (uint64_t)f->max_tokens, D = (uint64_t)f->hp->head_dim;
     f->xform_k_offset = (T * f->hp->n_head * D * 4 + 255) / 256 * 256;
-    if (!rc)
-        rc = make(f, &f->xform_in, f->xform_k_offset + T * f->hp->n_head_kv * D * 4, WK_MEM_DEVICE,
-                  VK_FORMAT_R32G32B32A32_SFLOAT, err, errlen);
+    if (!rc) rc = make(f, &f->xform_in, f->xform_k_offset + T * f->hp->n_head_kv * D * 4, WK_MEM_DEVICE,
+                       VK_FORMAT_R32G32B32A32_SFLOAT, err, errlen);
     if (!rc && f->linear_host && !f->xform_in.map)
         rc = WK_ERR_UNSUPPORTED, snprintf(err, errlen, "the layers' products on the host need the transform's input mapped");
     if (!rc) f->xform = x;

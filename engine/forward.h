@@ -74,10 +74,10 @@ typedef struct wk_fwd {
     bool debug_layers;
     bool capture;         /* copy post-RoPE q and the stored k, v of every layer (wk_fwd_enable_capture) */
     const wk_kv_xform *xform; /* key/query transform after RoPE; NULL: none */
-    wk_buf xform_buf;     /* every layer's [n_head_kv][2][D/B][B][B] matrices */
-    float *xform_cols;    /* with kv_host: the same, each block transposed (wk_host_block_columns) */
-    /* With a transform: qk_norm_rope's output, kv_transform's input ([T][n_head*D] queries, then
-     * from xform_k_offset [T][n_head_kv*D] keys; RGBA32F view), so the transform runs out of place. */
+    wk_buf xform_buf;     /* every layer's [n_head_kv][2][D/B][B][B] matrices (not with kv_host) */
+    float *xform_cols;    /* with kv_host instead: the same, each block by panels (wk_host_block_columns) */
+    /* With a transform on the device: qk_norm_rope's output, kv_transform's input ([T][n_head*D]
+     * queries, then from xform_k_offset [T][n_head_kv*D] keys; RGBA32F view), out of place. */
     wk_buf xform_in;
     uint64_t xform_k_offset; /* bytes; a multiple of 256 (storage buffer offset alignment) */
     wk_attn_plan plan;    /* this step's attention tiles (paged cache) */
