@@ -9,6 +9,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "host/host_panels.h"
 #include "model/quant.h"
 #include "wushkv/wushkv.h"
 
@@ -148,11 +149,32 @@ static int upload_rows(wk_vk *vk, const host_matrix *h, wk_dev_matrix *m, uint32
     return rc;
 }
 
+/* h's codes and the pairs it uploads (f32 for q8a, halves for q8h) rearranged by panels
+ * (host/host_panels.h), in place of the row-major ones. */
+static int to_panels(host_matrix *h, char *err, size_t errlen) {
+    static const wk_host_wfmt host_fmt[] = {[WK_WFMT_Q8A] = WK_HOST_Q8A, [WK_WFMT_F16] = WK_HOST_F16,
+                                            [WK_WFMT_Q8H] = WK_HOST_Q8H};
+    void *pairs = h->fmt == WK_WFMT_Q8A ? (void *)h->so : h->fmt == WK_WFMT_Q8H ? (void *)h->half_so : NULL;
+    void *codes = malloc(code_bytes(h)), *panel_pairs = pairs ? malloc(so_bytes(h)) : NULL;
+    if (!codes || (pairs && !panel_pairs)) {
+        free(codes), free(panel_pairs);
+        return snprintf(err, errlen, "out of memory"), WK_ERR_NOMEM;
+    }
+    wk_host_pack_panels(host_fmt[h->fmt], h->rows, h->cols, h->codes, pairs, codes, panel_pairs);
+    free(h->codes);
+    h->codes = codes;
+    if (h->fmt == WK_WFMT_Q8A) free(h->so), h->so = panel_pairs;
+    if (h->fmt == WK_WFMT_Q8H) free(h->half_so), h->half_so = panel_pairs;
+    return 0;
+}
+
 /* Uploads n host matrices. n > 1, one width and one kind (f16, or q8a16 with either pair form): as
  * one matrix, `joined`, their rows one after another, each parts[i] a view of its rows; otherwise
- * each into its own parts[i] (joined, if given, keeps rows 0). */
+ * each into its own parts[i] (joined, if given, keeps rows 0). panels: stored by panels for the
+ * host's products (wk_weights_upload), each matrix whose rows fit them (a joined one if all its
+ * parts' rows do, so that each part starts at a panel). */
 static int upload_joined(wk_vk *vk, host_matrix *h, int n, wk_dev_matrix *joined, wk_dev_matrix *const *parts,
-                         uint64_t *bytes, char *err, size_t errlen) {
+                         bool panels, uint64_t *bytes, char *err, size_t errlen) {
     bool one = n > 1 && joined, some_q8a = false;
     uint32_t rows = 0;
     for (int i = 0; i < n; i++) {
@@ -160,9 +182,12 @@ static int upload_joined(wk_vk *vk, host_matrix *h, int n, wk_dev_matrix *joined
         some_q8a = some_q8a || h[i].fmt == WK_WFMT_Q8A;
         rows += h[i].rows;
     }
+    bool all_fit = true;
+    for (int i = 0; i < n; i++) all_fit = all_fit && wk_host_panels_fit(h[i].rows, h[i].cols);
     /* Parts in q8a and q8h join as q8a: every pair has its f32 form, and one dispatch for the
      * parts (decode's q/k/v, gate/up) is worth more than the smaller pairs. The q8h parts keep
-     * their halves as well (half_scales, weights.h) for the steps that take each part alone. */
+     * their halves as well (half_scales, weights.h) for the steps that take each part alone
+     * (a shader's: not by panels, where the host takes the joined matrix). */
     bool was_half[3] = {false}, some_half = false; /* (q, k, v: the most parts a join has) */
     if (n > 3) return snprintf(err, errlen, "internal: a join of %d matrices", n), WK_ERR_INVALID;
     for (int i = 0; one && some_q8a && i < n; i++) {
@@ -173,12 +198,19 @@ static int upload_joined(wk_vk *vk, host_matrix *h, int n, wk_dev_matrix *joined
     int rc = 0;
     if (!one) {
         for (int i = 0; !rc && i < n; i++) {
-            rc = create_matrix(vk, &h[i], h[i].rows, parts[i], bytes, err, errlen);
+            const bool by_panels = panels && wk_host_panels_fit(h[i].rows, h[i].cols);
+            if (by_panels) rc = to_panels(&h[i], err, errlen);
+            if (!rc) rc = create_matrix(vk, &h[i], h[i].rows, parts[i], bytes, err, errlen);
             if (!rc) rc = upload_rows(vk, &h[i], parts[i], 0, err, errlen);
+            parts[i]->host_panels = by_panels;
         }
         return rc;
     }
-    rc = create_matrix(vk, &h[0], rows, joined, bytes, err, errlen);
+    panels = panels && all_fit;
+    if (panels) some_half = false; /* (the host reads the joined matrix's f32 pairs) */
+    for (int i = 0; panels && !rc && i < n; i++) rc = to_panels(&h[i], err, errlen);
+    if (!rc) rc = create_matrix(vk, &h[0], rows, joined, bytes, err, errlen);
+    joined->host_panels = panels;
     const host_matrix all_half = {.fmt = WK_WFMT_Q8H, .rows = rows, .cols = h[0].cols};
     if (!rc && some_half) {
         rc = wk_vk_buffer_create(vk, &joined->half_scales, so_bytes(&all_half), WK_MEM_DEVICE, VK_FORMAT_R32_UINT, err,
@@ -191,7 +223,7 @@ static int upload_joined(wk_vk *vk, host_matrix *h, int n, wk_dev_matrix *joined
         parts[i]->rows = h[i].rows;
         parts[i]->row0 = row0;
         parts[i]->part = true;
-        if (!rc && was_half[i]) {
+        if (!rc && was_half[i] && !panels) {
             const host_matrix before = {.fmt = WK_WFMT_Q8H, .rows = row0, .cols = h[i].cols};
             const host_matrix mine = {.fmt = WK_WFMT_Q8H, .rows = h[i].rows, .cols = h[i].cols};
             rc = wk_vk_upload(vk, &joined->half_scales, so_bytes(&before), h[i].half_so, so_bytes(&mine), err, errlen);
@@ -261,7 +293,7 @@ static int upload_matrix(wk_vk *vk, const wk_gguf_tensor *t, wk_dev_matrix *m, u
                          size_t errlen) {
     host_matrix h;
     int rc = convert_tensor(t, &h, err, errlen);
-    if (!rc) rc = upload_joined(vk, &h, 1, NULL, &m, bytes, err, errlen);
+    if (!rc) rc = upload_joined(vk, &h, 1, NULL, &m, false, bytes, err, errlen);
     host_free(&h);
     return rc;
 }
@@ -269,7 +301,7 @@ static int upload_matrix(wk_vk *vk, const wk_gguf_tensor *t, wk_dev_matrix *m, u
 /* A layer's seven matrices: W_q, W_k, W_v joined, W_o, W_gate and W_up joined, W_down (with the
  * WUSH fold, W_v and W_o folded first). */
 static int upload_layer_matrices(wk_vk *vk, const wk_hparams *hp, const wk_layer_weights *L, const wk_kv_xform *xform,
-                                 int il, wk_dev_layer *D, uint64_t *bytes, char *err, size_t errlen) {
+                                 int il, bool panels, wk_dev_layer *D, uint64_t *bytes, char *err, size_t errlen) {
     const bool fold = xform && xform->kind != WK_XFORM_NONE;
     enum { Q, K, V, O, GATE, UP, DOWN, N_MATS };
     const wk_gguf_tensor *src[N_MATS] = {L->wq, L->wk, L->wv, L->wo, L->ffn_gate, L->ffn_up, L->ffn_down};
@@ -280,10 +312,10 @@ static int upload_layer_matrices(wk_vk *vk, const wk_hparams *hp, const wk_layer
     if (!rc && fold) rc = fold_v(hp, L, xform, il, &h[V], &h[O], err, errlen);
     wk_dev_matrix *qkv[] = {&D->wq, &D->wk, &D->wv}, *o[] = {&D->wo}, *gu[] = {&D->ffn_gate, &D->ffn_up},
                   *down[] = {&D->ffn_down};
-    if (!rc) rc = upload_joined(vk, &h[Q], 3, &D->qkv, qkv, bytes, err, errlen);
-    if (!rc) rc = upload_joined(vk, &h[O], 1, NULL, o, bytes, err, errlen);
-    if (!rc) rc = upload_joined(vk, &h[GATE], 2, &D->gate_up, gu, bytes, err, errlen);
-    if (!rc) rc = upload_joined(vk, &h[DOWN], 1, NULL, down, bytes, err, errlen);
+    if (!rc) rc = upload_joined(vk, &h[Q], 3, &D->qkv, qkv, panels, bytes, err, errlen);
+    if (!rc) rc = upload_joined(vk, &h[O], 1, NULL, o, panels, bytes, err, errlen);
+    if (!rc) rc = upload_joined(vk, &h[GATE], 2, &D->gate_up, gu, panels, bytes, err, errlen);
+    if (!rc) rc = upload_joined(vk, &h[DOWN], 1, NULL, down, panels, bytes, err, errlen);
     for (int i = 0; i < N_MATS; i++) host_free(&h[i]);
     if (rc && !strstr(err, "layer")) {
         char inner[WK_ERRMSG_LEN];
@@ -320,8 +352,8 @@ static void count_formats(wk_weights *w) {
     }
 }
 
-int wk_weights_upload(wk_vk *vk, const wk_model_desc *m, const wk_kv_xform *xform, wk_weights *w, char *err,
-                      size_t errlen) {
+int wk_weights_upload(wk_vk *vk, const wk_model_desc *m, const wk_kv_xform *xform, bool host_layers, wk_weights *w,
+                      char *err, size_t errlen) {
     memset(w, 0, sizeof *w);
     w->n_layer = m->hp.n_layer;
     w->layers = calloc((size_t)w->n_layer, sizeof *w->layers);
@@ -334,7 +366,7 @@ int wk_weights_upload(wk_vk *vk, const wk_model_desc *m, const wk_kv_xform *xfor
     for (int il = 0; !rc && il < w->n_layer; il++) {
         const wk_layer_weights *L = &m->layers[il];
         wk_dev_layer *D = &w->layers[il];
-        rc = upload_layer_matrices(vk, &m->hp, L, xform, il, D, &w->bytes, err, errlen);
+        rc = upload_layer_matrices(vk, &m->hp, L, xform, il, host_layers, D, &w->bytes, err, errlen);
         const struct { const wk_gguf_tensor *t; wk_buf *b; } vecs[] = {
             {L->attn_norm, &D->attn_norm}, {L->q_norm, &D->q_norm}, {L->k_norm, &D->k_norm},
             {L->post_attn_norm, &D->post_attn_norm}, {L->ffn_norm, &D->ffn_norm}, {L->post_ffn_norm, &D->post_ffn_norm}};

@@ -29,6 +29,9 @@ typedef struct wk_dev_matrix {
      * view; the other rows unused), and the parts q8h views of it, so a prefill step's q and k
      * products read 4 bytes a group where the joined decode product reads 8. Else empty. */
     wk_buf half_scales;
+    /* codes and scales by panels of 16 rows (host/host_panels.h), which only the host's products
+     * read (wk_weights_upload's host_layers); a part's row0 is then a panel's first row. */
+    bool host_panels;
 } wk_dev_matrix;
 
 typedef struct wk_dev_layer {
@@ -55,9 +58,11 @@ typedef struct wk_weights {
 
 /* xform (may be NULL or kind NONE): T_V is folded into each KV head's rows of W_v and T_V^-1 into
  * the matching columns of W_o (every query head of the group); those two matrices are then stored
- * as f16, the rest as usual. The GGUF file is never written. */
-int wk_weights_upload(wk_vk *vk, const wk_model_desc *m, const wk_kv_xform *xform, wk_weights *w, char *err,
-                      size_t errlen);
+ * as f16, the rest as usual. host_layers: the host computes the layers' products
+ * (wk_pipelines.linear_host), so their matrices are stored by panels for its kernels (host_panels
+ * on each that fits) and no shader may read them. The GGUF file is never written. */
+int wk_weights_upload(wk_vk *vk, const wk_model_desc *m, const wk_kv_xform *xform, bool host_layers, wk_weights *w,
+                      char *err, size_t errlen);
 void wk_weights_free(wk_vk *vk, wk_weights *w);
 
 static inline const wk_dev_matrix *wk_weights_output(const wk_weights *w) { return w->tied ? &w->tok_embd : &w->output; }

@@ -52,7 +52,7 @@ static bool stack_open(stack *s, wk_gguf *g, int slots, int max_ctx, int max_tok
     if (!rc) rc = wk_pipelines_apply_variants(&s->vk, &s->pipes, test_engine_env_variants(), err, sizeof err);
     const wk_hparams *hp = &s->desc.hp;
     if (!rc) rc = wk_pipelines_specialize_kv(&s->vk, &s->pipes, WK_ATTN_SET_MAIN, 0, 16, 0, 0, hp->head_dim, err, sizeof err);
-    if (!rc) rc = wk_weights_upload(&s->vk, &s->desc, NULL, &s->w, err, sizeof err);
+    if (!rc) rc = wk_weights_upload(&s->vk, &s->desc, NULL, s->pipes.linear_host, &s->w, err, sizeof err);
     const int nbt = (max_ctx + 15) / 16; /* blocks of 16 tokens of a full context */
     /* Every layer's K and V of 16 tokens in f16, for each block of tokens of every slot. */
     const uint64_t budget = (uint64_t)slots * nbt * 2 * hp->n_layer * hp->n_head_kv * 16 * hp->head_dim * 2;
@@ -260,7 +260,7 @@ static void paged_case(const char *arch, uint64_t seed, int bits, wk_kvq_kind ki
     if (!rc) rc = wk_pipelines_create(&s.vk, &s.pipes, err, sizeof err);
     if (!rc) rc = wk_pipelines_choose_kernels(&s.vk, &s.pipes, test_engine_env_kernels(), err, sizeof err);
     if (!rc) rc = wk_pipelines_apply_variants(&s.vk, &s.pipes, test_engine_env_variants(), err, sizeof err);
-    if (!rc) rc = wk_weights_upload(&s.vk, &s.desc, NULL, &s.w, err, sizeof err);
+    if (!rc) rc = wk_weights_upload(&s.vk, &s.desc, NULL, s.pipes.linear_host, &s.w, err, sizeof err);
     if (!rc)
         rc = wk_kv_cache_create_paged(&s.vk, &s.kv, &s.desc.hp, &fmt, NULL, 0, WK_KVQ_RHO_K, WK_KVQ_RHO_V, 0, 2, PCTX, 13, err,
                                       sizeof err);

@@ -1,7 +1,8 @@
 /* The host's weight products (engine/host/host_matmul.c) against a double-precision loop over the
  * same weights, for every instruction set this CPU runs (plain C, AVX2, AVX-512), every device
- * weight format (q8a16 with f32 and with half pairs, f16), token counts around the kernels' tiles
- * of eight and four and the blocks of 8 tokens, row counts around a job's rows, and 1 to 3
+ * weight format (q8a16 with f32 and with half pairs, f16), each layout (row-major as the device
+ * stores a matrix, and by panels, engine/host/host_panels.c), token counts around the kernels'
+ * tiles and blocks, row counts around a job's rows and a panel's, and 1 to 3
  * threads, and each token alone giving its products bit for bit; the thread pool handing out
  * every job exactly once, list after list; the row work between a layer's products
  * (engine/host/host_layer.c: the residual with its norms, the GLU activations, a head's q/k norm
@@ -19,6 +20,7 @@
 #include "host/host_layer.h"
 #include "host/host_transform.h"
 #include "host/host_matmul.h"
+#include "host/host_panels.h"
 #include "host/host_pool.h"
 #include "model/quant.h"
 #include "test_rng.h"
@@ -30,7 +32,16 @@ typedef struct test_matrix {
     uint16_t *c16;
     float *pf;     /* q8a pairs */
     uint32_t *ph;  /* q8h pairs */
+    double *wd;    /* every weight as the shaders form it (weight()), row-major: the reference's */
 } test_matrix;
+
+static double weight(const test_matrix *t, size_t r, size_t c);
+
+static void form_weights(test_matrix *t) {
+    t->wd = malloc((size_t)t->m.rows * t->m.cols * sizeof *t->wd);
+    for (size_t r = 0; r < t->m.rows; r++)
+        for (size_t c = 0; c < t->m.cols; c++) t->wd[r * t->m.cols + c] = weight(t, r, c);
+}
 
 static void make_matrix(test_matrix *t, wk_host_wfmt fmt, uint32_t rows, uint32_t cols) {
     memset(t, 0, sizeof *t);
@@ -40,6 +51,7 @@ static void make_matrix(test_matrix *t, wk_host_wfmt fmt, uint32_t rows, uint32_
         t->c16 = malloc(n * sizeof *t->c16);
         for (size_t i = 0; i < n; i++) t->c16[i] = wk_f32_to_f16((float)(rng_gauss() * 0.05));
         t->m.codes = t->c16;
+        form_weights(t);
         return;
     }
     t->c8 = malloc(n);
@@ -59,6 +71,7 @@ static void make_matrix(test_matrix *t, wk_host_wfmt fmt, uint32_t rows, uint32_
                        (uint32_t)wk_f32_to_f16((float)(rng_gauss() * 1e-2)) << 16;
         t->m.pairs = t->ph;
     }
+    form_weights(t);
 }
 
 static void free_matrix(test_matrix *t) {
@@ -66,6 +79,7 @@ static void free_matrix(test_matrix *t) {
     free(t->c16);
     free(t->pf);
     free(t->ph);
+    free(t->wd);
 }
 
 /* The weight as the shaders form it: code * scale + offset in f32, or the half. */
@@ -86,7 +100,7 @@ static int compare(const test_matrix *t, const float *x, int n, const float *y, 
         for (uint32_t r = 0; r < t->m.rows; r++) {
             double ref = 0, mag = 0;
             for (uint32_t c = 0; c < t->m.cols; c++) {
-                const double p = weight(t, r, c) * x[(size_t)k * t->m.cols + c];
+                const double p = t->wd[(size_t)r * t->m.cols + c] * x[(size_t)k * t->m.cols + c];
                 ref += p;
                 mag += p < 0 ? -p : p;
             }
@@ -103,12 +117,32 @@ static int compare(const test_matrix *t, const float *x, int n, const float *y, 
     return bad;
 }
 
+/* t's matrix rearranged by panels (host_panels.h) into p (its buffers p's own). */
+static void pack_matrix(const test_matrix *t, test_matrix *p) {
+    const size_t n = (size_t)t->m.rows * t->m.cols, groups = n / 16;
+    memset(p, 0, sizeof *p);
+    p->m = t->m;
+    p->m.layout = WK_HOST_PANELS;
+    if (t->m.fmt == WK_HOST_F16) p->c16 = malloc(n * sizeof *p->c16);
+    else p->c8 = malloc(n);
+    if (t->m.fmt == WK_HOST_Q8A) p->pf = malloc(groups * 2 * sizeof *p->pf);
+    if (t->m.fmt == WK_HOST_Q8H) p->ph = malloc(groups * sizeof *p->ph);
+    p->m.codes = t->m.fmt == WK_HOST_F16 ? (const void *)p->c16 : (const void *)p->c8;
+    p->m.pairs = t->m.fmt == WK_HOST_Q8A ? (const void *)p->pf : (const void *)p->ph;
+    wk_host_pack_panels(t->m.fmt, t->m.rows, t->m.cols, t->m.codes, t->m.pairs, (void *)p->m.codes,
+                        (void *)p->m.pairs);
+}
+
 static void test_products(void) {
     static const char *fmt_names[] = {"q8a", "q8h", "f16"};
-    static const uint32_t shapes[][2] = {{1, 16}, {3, 48}, {256, 80}, {257, 32}, {700, 640}, {1100, 32}};
-    /* tiles of 8 and 4, then single tokens; blocks of 8 tokens (13: a block, a tile of 4 and one;
-     * 37: four blocks, a tile of 4 and one) */
-    static const int counts[] = {1, 2, 3, 4, 5, 7, 8, 9, 13, 37};
+    /* Rows around a job's and, by panels (rows a multiple of 16), 1 to 3 panels (an odd one after
+     * the pairs) and long sums (2048 columns, a layer's W_down). */
+    static const uint32_t shapes[][2] = {{1, 16}, {3, 48}, {16, 32}, {48, 32}, {256, 80}, {257, 32}, {700, 640},
+                                         {1100, 32}, {528, 64}, {32, 2048}};
+    /* Row-major: tiles of 8 and 4, then single tokens; blocks of 8 tokens (13: a block, a tile of 4
+     * and one; 37: four blocks, a tile of 4 and one). By panels: passes of 12 tokens, the last of
+     * 4-11 tokens in one pass, 1-3 in passes of 4 panels (16: 12 + 4, 26: 24 + 2). */
+    static const int counts[] = {1, 2, 3, 4, 5, 7, 8, 9, 11, 12, 13, 16, 26, 37};
     wk_host_pool *pools[3] = {NULL, NULL, NULL};
     char err[256] = "";
     for (int i = 0; i < 3; i++) {
@@ -120,9 +154,13 @@ static void test_products(void) {
     printf("host products: best instruction set %s\n", wk_host_isa_name(best));
     for (int isa = WK_HOST_ISA_C; isa <= (int)best; isa++)
         for (int f = 0; f < 3; f++)
-            for (size_t s = 0; s < sizeof shapes / sizeof shapes[0]; s++) {
-                test_matrix t;
+            for (size_t s = 0; s < sizeof shapes / sizeof shapes[0]; s++)
+                for (int layout = WK_HOST_ROWS; layout <= WK_HOST_PANELS; layout++) {
+                if (layout == WK_HOST_PANELS && !wk_host_panels_fit(shapes[s][0], shapes[s][1])) continue;
+                test_matrix t, packed;
                 make_matrix(&t, (wk_host_wfmt)f, shapes[s][0], shapes[s][1]);
+                if (layout == WK_HOST_PANELS) pack_matrix(&t, &packed);
+                const wk_host_matrix *m = layout == WK_HOST_PANELS ? &packed.m : &t.m;
                 for (size_t ci = 0; ci < sizeof counts / sizeof counts[0]; ci++) {
                     const int n = counts[ci];
                     const size_t ldy = t.m.rows + 5;
@@ -132,10 +170,11 @@ static void test_products(void) {
                     /* No pool, then 1..3 threads (a thread count per case, cycling, keeps it quick). */
                     wk_host_pool *pool = ci % 4 == 0 ? NULL : pools[ci % 4 - 1];
                     for (size_t i = 0; i < (size_t)n * ldy; i++) y[i] = -7.0f;
-                    wk_host_matmul(pool, (wk_host_isa)isa, &t.m, x, n, y, ldy);
-                    char what[96];
-                    snprintf(what, sizeof what, "%s %s %ux%u n=%d threads=%d", wk_host_isa_name((wk_host_isa)isa),
-                             fmt_names[f], t.m.rows, t.m.cols, n, pool ? wk_host_pool_threads(pool) : 0);
+                    wk_host_matmul(pool, (wk_host_isa)isa, m, x, n, y, ldy);
+                    char what[128];
+                    snprintf(what, sizeof what, "%s %s %s %ux%u n=%d threads=%d", wk_host_isa_name((wk_host_isa)isa),
+                             layout == WK_HOST_PANELS ? "panels" : "rows", fmt_names[f], t.m.rows, t.m.cols, n,
+                             pool ? wk_host_pool_threads(pool) : 0);
                     CHECK_EQ_INT(compare(&t, x, n, y, ldy, what), 0);
                     /* Each token alone gives its row of the step bit for bit: a token's products do not
                      * depend on its tile nor on the step's size (a prefix-cache hit gives the cold
@@ -143,7 +182,7 @@ static void test_products(void) {
                     float *alone = malloc(t.m.rows * sizeof *alone);
                     int differ = 0;
                     for (int k = 0; k < n; k++) {
-                        wk_host_matmul(pool, (wk_host_isa)isa, &t.m, x + (size_t)k * t.m.cols, 1, alone, t.m.rows);
+                        wk_host_matmul(pool, (wk_host_isa)isa, m, x + (size_t)k * t.m.cols, 1, alone, t.m.rows);
                         differ += memcmp(alone, y + (size_t)k * ldy, t.m.rows * sizeof *alone) != 0;
                     }
                     if (differ) fprintf(stderr, "%s: %d tokens differ alone\n", what, differ);
@@ -153,7 +192,8 @@ static void test_products(void) {
                     free(y);
                 }
                 free_matrix(&t);
-            }
+                if (layout == WK_HOST_PANELS) free_matrix(&packed);
+                }
     for (int i = 0; i < 3; i++) wk_host_pool_destroy(pools[i]);
 }
 

@@ -4,11 +4,16 @@
  * K-quants f32 pairs; parts joined into one matrix (q, k, v; gate, up) that mix half and f32 pairs
  * stored with f32 pairs, the half parts' halves kept beside them for the steps that take a part
  * alone (the part a q8h view of them), a mix with f16 not joined. Also the counts wk_model_info
- * reports and the bytes the pairs take. The kernels' arithmetic on each format is test_matmul_gpu's; the forward pass on
+ * reports and the bytes the pairs take. Uploaded for the host's layer products, each layer matrix
+ * whose rows fit is stored by panels, byte for byte wk_host_pack_panels of its row-major upload,
+ * a join's parts views of it in its format. The kernels' arithmetic on each format is test_matmul_gpu's; the forward pass on
  * these models, test_forward's. */
 #include <stdio.h>
 #include <stdlib.h>
 
+#include <string.h>
+
+#include "host/host_panels.h"
 #include "model/gguf.h"
 #include "model/model.h"
 #include "test_util.h"
@@ -32,6 +37,71 @@ static uint64_t pair_bytes(const wk_dev_matrix *m) {
     return m->fmt == WK_WFMT_F16 ? 0 : (uint64_t)m->rows * m->cols / 16 * (m->fmt == WK_WFMT_Q8H ? 4 : 8);
 }
 
+/* pan (uploaded with host_layers) against rows (the same matrix uploaded for shaders): by panels
+ * where its rows fit them, its bytes wk_host_pack_panels of the row-major ones; else row-major. */
+static int check_panels(const wk_dev_matrix *rows, const wk_dev_matrix *pan) {
+    int bad = 0;
+    const bool fit = wk_host_panels_fit(rows->rows, rows->cols);
+    bad += pan->host_panels != fit || pan->fmt != rows->fmt || pan->rows != rows->rows || pan->half_scales.buf;
+    if (!rows->codes.map || !pan->codes.map) return bad; /* (a device that maps no weights: layout only) */
+    const size_t n = (size_t)rows->rows * rows->cols, code_bytes = n * (rows->fmt == WK_WFMT_F16 ? 2 : 1);
+    const size_t pair_bytes = rows->fmt == WK_WFMT_F16 ? 0 : n / 16 * (rows->fmt == WK_WFMT_Q8H ? 4 : 8);
+    uint8_t *codes = malloc(code_bytes), *pairs = malloc(pair_bytes + 1);
+    if (!codes || !pairs) return free(codes), free(pairs), bad + 1;
+    if (fit) {
+        static const wk_host_wfmt host_fmt[] = {[WK_WFMT_Q8A] = WK_HOST_Q8A, [WK_WFMT_F16] = WK_HOST_F16,
+                                                [WK_WFMT_Q8H] = WK_HOST_Q8H};
+        wk_host_pack_panels(host_fmt[rows->fmt], rows->rows, rows->cols, rows->codes.map,
+                            rows->fmt == WK_WFMT_F16 ? NULL : rows->scales.map, codes, pairs);
+    } else {
+        memcpy(codes, rows->codes.map, code_bytes);
+        if (pair_bytes) memcpy(pairs, rows->scales.map, pair_bytes);
+    }
+    bad += memcmp(codes, pan->codes.map, code_bytes) != 0;
+    if (pair_bytes) bad += memcmp(pairs, pan->scales.map, pair_bytes) != 0;
+    free(codes), free(pairs);
+    return bad;
+}
+
+/* The same model uploaded for the host's layer products (wk_weights_upload's host_layers): each
+ * stored layer matrix (a join, or a part alone) by panels, its parts views of the join in its
+ * format (no half pairs: only shaders read them), the output head and embedding row-major. */
+static void check_host_layers(wk_vk *vk, const wk_model_desc *desc, const wk_weights *rows, const char *arch) {
+    wk_weights w;
+    char err[WK_ERRMSG_LEN] = "";
+    const int rc = wk_weights_upload(vk, desc, NULL, true, &w, err, sizeof err);
+    CHECK_EQ_INT(rc, 0);
+    if (rc) {
+        fprintf(stderr, "%s host layers: %s\n", arch, err);
+        return;
+    }
+    int bad = 0, panels = 0;
+    CHECK(!w.tok_embd.host_panels && !w.output.host_panels);
+    for (int il = 0; il < w.n_layer; il++) {
+        const wk_dev_layer *R = &rows->layers[il], *D = &w.layers[il];
+        const wk_dev_matrix *r[] = {&R->qkv, &R->gate_up, &R->wq, &R->wk, &R->wv, &R->wo, &R->ffn_gate, &R->ffn_up, &R->ffn_down};
+        const wk_dev_matrix *d[] = {&D->qkv, &D->gate_up, &D->wq, &D->wk, &D->wv, &D->wo, &D->ffn_gate, &D->ffn_up, &D->ffn_down};
+        for (size_t i = 0; i < sizeof r / sizeof *r; i++) {
+            CHECK_EQ_INT(d[i]->rows, r[i]->rows);
+            if (!d[i]->rows) continue;
+            if (d[i]->part) { /* a view of its join, in the join's layout and format */
+                const wk_dev_matrix *join = i < 5 ? &D->qkv : &D->gate_up;
+                bad += d[i]->host_panels != join->host_panels || d[i]->fmt != join->fmt ||
+                       d[i]->codes.buf != join->codes.buf || (d[i]->row0 % 16 && join->host_panels);
+                continue;
+            }
+            const int b = check_panels(r[i], d[i]);
+            if (b) fprintf(stderr, "%s layer %d matrix %zu: not the packing of its row-major upload\n", arch, il, i);
+            bad += b;
+            panels += d[i]->host_panels;
+        }
+    }
+    CHECK_EQ_INT(bad, 0);
+    CHECK(panels > 0);
+    printf("%s: %d stored layer matrices by panels for the host\n", arch, panels);
+    wk_weights_free(vk, &w);
+}
+
 static void check_model(wk_vk *vk, const char *arch) {
     tiny_model_opts o = {.arch = arch, .seed = 9, .mixed_quants = true, .n_layer = 4};
     size_t size = 0;
@@ -42,7 +112,7 @@ static void check_model(wk_vk *vk, const char *arch) {
     wk_weights w;
     CHECK(g != NULL);
     int rc = g ? wk_model_desc_load(g, &desc, err, sizeof err) : WK_ERR_INVALID;
-    if (!rc) rc = wk_weights_upload(vk, &desc, NULL, &w, err, sizeof err);
+    if (!rc) rc = wk_weights_upload(vk, &desc, NULL, false, &w, err, sizeof err);
     CHECK_EQ_INT(rc, 0);
     if (rc) {
         fprintf(stderr, "%s: %s\n", arch, err);
@@ -97,6 +167,7 @@ static void check_model(wk_vk *vk, const char *arch) {
             if (!m[i]->part) CHECK_EQ_INT(m[i]->scales.bytes >= pair_bytes(m[i]), 1);
         }
     }
+    check_host_layers(vk, &desc, &w, arch);
     printf("%s: %llu of %llu matrix weights with half pairs\n", arch, (unsigned long long)want_half,
            (unsigned long long)want_all);
     CHECK(seen_half > 0); /* the model reaches the format alone and inside joins */

@@ -1,10 +1,13 @@
-/* The host's weight products (host_matmul.h): one kernel per instruction set (plain C, AVX2 + FMA
- * + F16C, AVX-512F), chosen at run time, so the build stays baseline x86-64 (or any other CPU,
- * which takes the C). Each forms a group of 16 weights as the shaders do (code * scale + offset;
- * a half) and multiplies it with several rows of activations at once (8 with AVX-512, else 4), so
- * a row's codes are decoded once per tile of tokens and fetched from memory once per call; the
- * rows are handed out to the pool's threads in jobs of at most MAX_ROWS_PER_JOB. */
+/* The host's weight products (host_matmul.h): the jobs on the pool's threads (rows in jobs of at
+ * most MAX_ROWS_PER_JOB) and the row-major kernels, one per instruction set (plain C, AVX2 + FMA +
+ * F16C, AVX-512F), chosen at run time, so the build stays baseline x86-64 (or any other CPU, which
+ * takes the C); a matrix stored by panels (the layers') takes host_panels.c's kernels instead.
+ * Each row-major kernel forms a group of 16 weights as the shaders do (code * scale + offset; a
+ * half) and multiplies it with several rows of activations at once (8 with AVX-512, else 4), so a
+ * row's codes are decoded once per tile of tokens and fetched from memory once per call: the
+ * output head's layout, whose 262144 rows a decode step reads once for one to a few tokens. */
 #include "host/host_matmul.h"
+#include "host/host_panels.h"
 
 #include <stdbool.h>
 #include <string.h>
@@ -284,6 +287,10 @@ static void run_job(void *ctx, int j) {
     const job *all = ctx;
     const uint32_t r0 = (uint32_t)j * all->rows_per_job;
     const uint32_t r1 = r0 + all->rows_per_job < all->m->rows ? r0 + all->rows_per_job : all->m->rows;
+    if (all->m->layout == WK_HOST_PANELS) { /* its own passes over the tokens (host_panels.c) */
+        wk_host_panels_product(all->m, all->isa, all->x, all->n, all->y, all->ldy, r0 / 16, r1 / 16);
+        return;
+    }
     /* Tokens in blocks, so a block's activations stay in the core's cache while every row of the
      * job passes over them: a 512-token step's input to W_down is 4 MB (2048 columns), and read
      * whole for each row it made a prefill's host products twice as slow. A token's sums are the
@@ -306,8 +313,10 @@ static void run_job(void *ctx, int j) {
 void wk_host_matmul(wk_host_pool *pool, wk_host_isa isa, const wk_host_matrix *m, const float *x, int n, float *y,
                     size_t ldy) {
     const uint32_t threads = pool ? (uint32_t)wk_host_pool_threads(pool) : 1;
+    /* Whole passes of the panel kernels: 4 panels (64 rows; 2 from 4 tokens on). */
+    const uint32_t unit = m->layout == WK_HOST_PANELS ? 64 : 16;
     uint32_t per = (m->rows + 4 * threads - 1) / (4 * threads);
-    per = per < 16 ? 16 : per > MAX_ROWS_PER_JOB ? MAX_ROWS_PER_JOB : (per + 15) / 16 * 16;
+    per = per < unit ? unit : per > MAX_ROWS_PER_JOB ? MAX_ROWS_PER_JOB : (per + unit - 1) / unit * unit;
     job jb = {m, x, n, y, ldy, isa, per};
     const int n_jobs = (int)((m->rows + per - 1) / per);
     if (n <= 0 || n_jobs <= 0) return;

@@ -16,6 +16,10 @@
 
 typedef enum { WK_HOST_Q8A = 0, WK_HOST_Q8H = 1, WK_HOST_F16 = 2 } wk_host_wfmt;
 
+/* How a matrix's weights lie: row-major, as the device stores them, or by panels of 16 rows
+ * (host_panels.h), as the layers' matrices are stored when only the host reads them. */
+typedef enum { WK_HOST_ROWS = 0, WK_HOST_PANELS = 1 } wk_host_layout;
+
 /* A matrix of rows x cols (cols a multiple of 16) as the device stores it, read in place through
  * the device memory's host mapping. */
 typedef struct wk_host_matrix {
@@ -24,6 +28,7 @@ typedef struct wk_host_matrix {
     const void *codes; /* row 0's first code: q8a, q8h int8 codes; f16 halves; row-major */
     const void *pairs; /* row 0's first pair, one per 16 weights: q8a (scale, offset) f32; q8h u32, the
                         * scale's half low, the offset's high; f16 unused */
+    wk_host_layout layout; /* WK_HOST_PANELS: codes and pairs as host_panels.h lays them out */
 } wk_host_matrix;
 
 /* The vector code in use: "avx512", "avx2" or "c". */
