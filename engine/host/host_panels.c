@@ -6,8 +6,8 @@
  * every 16 fused multiply-adds and ended each (row, token) in a horizontal sum, and ran a 4096 x
  * 640 product at 56-65 GFLOP/s on this project's 2-core Xeon, where this runs it at ~200
  * (tests/bench_host_matmul). Fewer tokens take more panels a pass (4 for 1-3), so a decode step
- * still has enough independent sums in flight. AVX2 (16 registers) takes one panel, as two halves,
- * and up to 4 tokens; plain C, one panel and 4 tokens. */
+ * still has enough independent sums in flight. AVX2 (16 registers) takes half a panel and up to 12
+ * tokens (1-3 tokens: a whole panel); plain C, one panel and 4 tokens. */
 #include "host/host_panels.h"
 
 #include <string.h>
@@ -231,12 +231,12 @@ INLINE_AVX2 __m256 column256(const wk_host_matrix *m, wk_host_wfmt fmt, size_t k
     return _mm256_fmadd_ps(_mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(q)), s, o);
 }
 
-/* Panel p for tokens 0 .. NT-1 (NT <= 4): 2 x NT sums of 8 rows. */
+/* Panel p for tokens 0 .. NT-1 (NT <= 3): 2 x NT sums of 8 rows. */
 INLINE_AVX2 void tile256(const wk_host_matrix *m, wk_host_wfmt fmt, uint32_t p, const float *x, float *y, size_t ldy,
                          const int NT) {
     const uint32_t G = m->cols / 16;
     const size_t cols = m->cols;
-    __m256 acc[2][4];
+    __m256 acc[2][3];
     for (int h = 0; h < 2; h++)
         for (int t = 0; t < NT; t++) acc[h][t] = _mm256_setzero_ps();
     for (uint32_t g = 0; g < G; g++) {
@@ -256,19 +256,59 @@ INLINE_AVX2 void tile256(const wk_host_matrix *m, wk_host_wfmt fmt, uint32_t p, 
         for (int h = 0; h < 2; h++) _mm256_storeu_ps(y + (size_t)t * ldy + 16 * (size_t)p + 8 * h, acc[h][t]);
 }
 
+/* Half h of panel p (8 rows) for tokens 0 .. NT-1 (NT <= 12): NT sums, so that a column's decode
+ * (a conversion and a fused multiply-add) serves up to 12 tokens where a whole panel's two halves
+ * serve 4 (16 registers: 12 sums, the half's scale and offset, its weights, a broadcast). */
+INLINE_AVX2 void half256(const wk_host_matrix *m, wk_host_wfmt fmt, uint32_t p, int h, const float *x, float *y,
+                         size_t ldy, const int NT) {
+    const uint32_t G = m->cols / 16;
+    const size_t cols = m->cols;
+    __m256 acc[12];
+    for (int t = 0; t < NT; t++) acc[t] = _mm256_setzero_ps();
+    for (uint32_t g = 0; g < G; g++) {
+        const size_t k = (size_t)p * G + g;
+        __m256 s, o;
+        pairs256(m, fmt, k, h, &s, &o);
+        for (int c = 0; c < 16; c++) {
+            const __m256 w = column256(m, fmt, k, c, h, s, o);
+            for (int t = 0; t < NT; t++)
+                acc[t] = _mm256_fmadd_ps(w, _mm256_set1_ps(x[(size_t)t * cols + 16 * g + (size_t)c]), acc[t]);
+        }
+    }
+    for (int t = 0; t < NT; t++) _mm256_storeu_ps(y + (size_t)t * ldy + 16 * (size_t)p + 8 * h, acc[t]);
+}
+
+/* Tokens in passes of 12 (the last of 4 to 11 as one pass), each panel a half at a time; 1-3
+ * tokens whole panels, so 2 to 6 sums are in flight. */
 INLINE_AVX2 void panels256_fmt(const wk_host_matrix *m, wk_host_wfmt fmt, const float *x, int n, float *y, size_t ldy,
                                uint32_t p0, uint32_t p1) {
-    for (int t0 = 0; t0 < n; t0 += 4) {
-        const int nt = n - t0 >= 4 ? 4 : n - t0;
+#define H256(NT) half256(m, fmt, p, h, xt, yt, ldy, NT)
+    for (int t0 = 0; t0 < n;) {
+        const int nt = n - t0 >= 12 ? 12 : n - t0;
         const float *xt = x + (size_t)t0 * m->cols;
         float *yt = y + (size_t)t0 * ldy;
-        for (uint32_t p = p0; p < p1; p++) switch (nt) {
-            case 1: tile256(m, fmt, p, xt, yt, ldy, 1); break;
-            case 2: tile256(m, fmt, p, xt, yt, ldy, 2); break;
-            case 3: tile256(m, fmt, p, xt, yt, ldy, 3); break;
-            default: tile256(m, fmt, p, xt, yt, ldy, 4); break;
+        for (uint32_t p = p0; p < p1; p++) {
+            if (nt < 4) {
+                if (nt == 1) tile256(m, fmt, p, xt, yt, ldy, 1);
+                else if (nt == 2) tile256(m, fmt, p, xt, yt, ldy, 2);
+                else tile256(m, fmt, p, xt, yt, ldy, 3);
+                continue;
             }
+            for (int h = 0; h < 2; h++) switch (nt) {
+                case 4: H256(4); break;
+                case 5: H256(5); break;
+                case 6: H256(6); break;
+                case 7: H256(7); break;
+                case 8: H256(8); break;
+                case 9: H256(9); break;
+                case 10: H256(10); break;
+                case 11: H256(11); break;
+                default: H256(12); break;
+                }
+        }
+        t0 += nt;
     }
+#undef H256
 }
 
 AVX2 static void panels_avx2(const wk_host_matrix *m, const float *x, int n, float *y, size_t ldy, uint32_t p0,
