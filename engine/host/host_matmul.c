@@ -22,8 +22,8 @@
 
 /* Rows a job, at most: 256 rows of 640 weights are ~200 KB of codes and pairs, big enough that
  * handing a job out costs nothing, small enough that 1024 jobs balance the threads of a
- * 262144-row head. A smaller matrix (a layer's W_o: 640 rows) is cut into at least 4 jobs a thread,
- * of a multiple of 16 rows, so no thread waits long on the last. */
+ * 262144-row head. A smaller matrix (a layer's W_o: 640 rows) is cut into at least 4 jobs a thread
+ * (wk_host_matmul), so no thread waits long on the last. */
 #define MAX_ROWS_PER_JOB 256
 
 /* Tokens a block: one AVX-512 tile (two AVX2 tiles). A job's rows then pass over 8 tokens'
@@ -313,10 +313,13 @@ static void run_job(void *ctx, int j) {
 void wk_host_matmul(wk_host_pool *pool, wk_host_isa isa, const wk_host_matrix *m, const float *x, int n, float *y,
                     size_t ldy) {
     const uint32_t threads = pool ? (uint32_t)wk_host_pool_threads(pool) : 1;
-    /* Whole passes of the panel kernels: 4 panels (64 rows; 2 from 4 tokens on). */
-    const uint32_t unit = m->layout == WK_HOST_PANELS ? 64 : 16;
-    uint32_t per = (m->rows + 4 * threads - 1) / (4 * threads);
-    per = per < unit ? unit : per > MAX_ROWS_PER_JOB ? MAX_ROWS_PER_JOB : (per + unit - 1) / unit * unit;
+    /* Jobs of whole units (16 rows; by panels a pass of the kernel: 4 panels for 1-3 tokens, else
+     * 2), at least four a thread: the units divided by 4 x threads, rounded down, so that a layer's
+     * 640 rows make 10 jobs of 64 on 2 threads, not 5 of 128 (3 jobs on one thread, 2 on the other). */
+    const uint32_t unit = m->layout != WK_HOST_PANELS ? 16 : n < 4 ? 64 : 32;
+    const uint32_t units = (m->rows + unit - 1) / unit, per_units = units / (4 * threads);
+    uint32_t per = (per_units ? per_units : 1) * unit;
+    if (per > MAX_ROWS_PER_JOB) per = MAX_ROWS_PER_JOB;
     job jb = {m, x, n, y, ldy, isa, per};
     const int n_jobs = (int)((m->rows + per - 1) / per);
     if (n <= 0 || n_jobs <= 0) return;

@@ -1,16 +1,19 @@
 /* The host's weight products by panels (host_panels.h): the packing at upload and one kernel per
  * instruction set. With AVX-512 a pass takes 2 panels (32 rows) and 12 tokens: each column step
- * forms the panels' two columns of weights (2 loads of 16 codes) and adds each times a broadcast
- * of each token's input into 24 sums, 24 fused multiply-adds for 14 loads and 6 conversions; the
+ * forms the panels' two columns of weights (2 loads of 16 codes) and adds each times a broadcast of
+ * each token's input into 24 sums, 24 fused multiply-adds for 14 loads and 6 conversions; the
  * row-major kernel (host_matmul.c) this replaces for the layers loaded a token's 16 inputs for
  * every 16 fused multiply-adds and ended each (row, token) in a horizontal sum, and ran a 4096 x
- * 640 product at 56-65 GFLOP/s on this project's 2-core Xeon, where this runs it at ~200
- * (tests/bench_host_matmul). Fewer tokens take more panels a pass (4 for 1-3), so a decode step
- * still has enough independent sums in flight. AVX2 (16 registers) takes half a panel and up to 12
- * tokens (1-3 tokens: a whole panel); plain C, one panel and 4 tokens. */
+ * 640 product at 56-82 GFLOP/s on this project's 2-core Xeon from 8 tokens on, where this runs it
+ * at 210-250 (tests/bench_host_matmul; docs/benchmarks-host.md). Fewer tokens take more panels a
+ * pass (4 for 1-3), so a decode step still has enough independent sums in flight. AVX2 (16
+ * registers) takes half a panel and up to 12 tokens (1-3 tokens: a whole panel); plain C, one panel
+ * and 4 tokens. */
 #include "host/host_panels.h"
 
 #include <string.h>
+
+#include "model/quant.h" /* wk_f16_to_f32 */
 
 #if defined(__x86_64__) || defined(__i386__)
 #include <immintrin.h>
@@ -41,7 +44,6 @@ void wk_host_pack_panels(wk_host_wfmt fmt, uint32_t rows, uint32_t cols, const v
 
 /* ---- plain C: one panel, 4 tokens a pass ------------------------------------------------------- */
 
-#include "model/quant.h" /* wk_f16_to_f32 */
 
 #define WK_INLINE static inline __attribute__((always_inline))
 
