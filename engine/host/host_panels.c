@@ -44,7 +44,6 @@ void wk_host_pack_panels(wk_host_wfmt fmt, uint32_t rows, uint32_t cols, const v
 
 /* ---- plain C: one panel, 4 tokens a pass ------------------------------------------------------- */
 
-
 #define WK_INLINE static inline __attribute__((always_inline))
 
 /* Panel p for tokens 0 .. NT-1, its format and NT constants (the loops over a column's 16 rows
