@@ -152,7 +152,7 @@ int wk_engine_open(const wk_engine_params *p, wk_engine **out, char *err, size_t
         rc = wk_kv_xform_load(&e->xform, (wk_xform_kind)p->kv_transform, p->wush_path, e->gguf, hp,
                               p->kv_group ? p->kv_group : 32, p->kv_transform_seed ? p->kv_transform_seed : WK_KV_TRANSFORM_SEED_DEFAULT,
                               err, errlen);
-    if (!rc) rc = wk_weights_upload(&e->vk, &e->desc, &e->xform, e->pipes.linear_host, &e->weights, err, errlen);
+    if (!rc) rc = wk_weights_upload(&e->vk, &e->desc, &e->xform, wk_fwd_weights_panels(&e->pipes), &e->weights, err, errlen);
     /* Every format is paged: f16 (kv_bits 0 or 16) is the same pool of blocks with f16 slabs. */
     const bool f16 = p->kv_bits == 0 || p->kv_bits == 16;
     if (!rc && f16 && p->kv_clip != 0.0f && p->kv_clip != 1.0f) {

@@ -90,6 +90,12 @@ typedef struct wk_fwd {
     bool window_early[2];
 } wk_fwd;
 
+/* The matrices to store by panels (wk_weights_upload) for a forward pass with these pipelines:
+ * those its host parts multiply (the layers' with linear_host, the head with head_host). */
+static inline wk_weights_panels wk_fwd_weights_panels(const wk_pipelines *pipes) {
+    return (wk_weights_panels){.layers = pipes->linear_host, .head = pipes->head_host};
+}
+
 int wk_fwd_init(wk_fwd *f, wk_vk *vk, wk_pipelines *pipes, const wk_hparams *hp, const wk_weights *w,
                 wk_kv_cache *kv, int max_tokens, int max_ctx, bool debug_layers, char *err, size_t errlen);
 void wk_fwd_free(wk_fwd *f);

@@ -4,7 +4,8 @@
  * (docs/lavapipe.md "What bounds a decode step"), and on such a device the weights, the
  * activations and the cache are all host memory the host maps coherently, so the only price is a
  * submit a layer: forward.c ends the command buffer before each host part and opens the next after
- * it. The matrices are read in place, in the device's formats (host/host_matmul.h). */
+ * it. The matrices are read in place, in the device's formats (host/host_matmul.h), stored by
+ * panels where they fit (host/host_panels.h; weights.c does it at upload for these two parts). */
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>

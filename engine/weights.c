@@ -288,12 +288,12 @@ static int fold_v(const wk_hparams *hp, const wk_layer_weights *L, const wk_kv_x
     return rc;
 }
 
-/* One tensor as its own matrix (the embedding, the output head). */
-static int upload_matrix(wk_vk *vk, const wk_gguf_tensor *t, wk_dev_matrix *m, uint64_t *bytes, char *err,
-                         size_t errlen) {
+/* One tensor as its own matrix (the embedding, the output head); by panels if asked and it fits. */
+static int upload_matrix(wk_vk *vk, const wk_gguf_tensor *t, bool panels, wk_dev_matrix *m, uint64_t *bytes,
+                         char *err, size_t errlen) {
     host_matrix h;
     int rc = convert_tensor(t, &h, err, errlen);
-    if (!rc) rc = upload_joined(vk, &h, 1, NULL, &m, false, bytes, err, errlen);
+    if (!rc) rc = upload_joined(vk, &h, 1, NULL, &m, panels, bytes, err, errlen);
     host_free(&h);
     return rc;
 }
@@ -352,21 +352,23 @@ static void count_formats(wk_weights *w) {
     }
 }
 
-int wk_weights_upload(wk_vk *vk, const wk_model_desc *m, const wk_kv_xform *xform, bool host_layers, wk_weights *w,
-                      char *err, size_t errlen) {
+int wk_weights_upload(wk_vk *vk, const wk_model_desc *m, const wk_kv_xform *xform, wk_weights_panels panels,
+                      wk_weights *w, char *err, size_t errlen) {
     memset(w, 0, sizeof *w);
     w->n_layer = m->hp.n_layer;
     w->layers = calloc((size_t)w->n_layer, sizeof *w->layers);
     if (!w->layers) return snprintf(err, errlen, "out of memory"), WK_ERR_NOMEM;
     int rc = wk_vk_buffer_create(vk, &w->dummy, 64, WK_MEM_DEVICE, VK_FORMAT_R32G32_SFLOAT, err, errlen);
-    if (!rc) rc = upload_matrix(vk, m->tok_embd, &w->tok_embd, &w->bytes, err, errlen);
+    /* The embedding by panels only when it is the head too (tied): the embedding shader reads
+     * either layout, and only the head's product gains from panels. */
     w->tied = m->output == m->tok_embd;
-    if (!rc && !w->tied) rc = upload_matrix(vk, m->output, &w->output, &w->bytes, err, errlen);
+    if (!rc) rc = upload_matrix(vk, m->tok_embd, panels.head && w->tied, &w->tok_embd, &w->bytes, err, errlen);
+    if (!rc && !w->tied) rc = upload_matrix(vk, m->output, panels.head, &w->output, &w->bytes, err, errlen);
     if (!rc) rc = upload_vector(vk, m->output_norm, &w->output_norm, &w->bytes, err, errlen);
     for (int il = 0; !rc && il < w->n_layer; il++) {
         const wk_layer_weights *L = &m->layers[il];
         wk_dev_layer *D = &w->layers[il];
-        rc = upload_layer_matrices(vk, &m->hp, L, xform, il, host_layers, D, &w->bytes, err, errlen);
+        rc = upload_layer_matrices(vk, &m->hp, L, xform, il, panels.layers, D, &w->bytes, err, errlen);
         const struct { const wk_gguf_tensor *t; wk_buf *b; } vecs[] = {
             {L->attn_norm, &D->attn_norm}, {L->q_norm, &D->q_norm}, {L->k_norm, &D->k_norm},
             {L->post_attn_norm, &D->post_attn_norm}, {L->ffn_norm, &D->ffn_norm}, {L->post_ffn_norm, &D->post_ffn_norm}};

@@ -29,8 +29,9 @@ typedef struct wk_dev_matrix {
      * view; the other rows unused), and the parts q8h views of it, so a prefill step's q and k
      * products read 4 bytes a group where the joined decode product reads 8. Else empty. */
     wk_buf half_scales;
-    /* codes and scales by panels of 16 rows (host/host_panels.h), which only the host's products
-     * read (wk_weights_upload's host_layers); a part's row0 is then a panel's first row. */
+    /* codes and scales by panels of 16 rows (host/host_panels.h), for the host's products
+     * (wk_weights_upload's panels): no shader but the embedding's reads such a matrix; a part's
+     * row0 is then a panel's first row. */
     bool host_panels;
 } wk_dev_matrix;
 
@@ -56,13 +57,20 @@ typedef struct wk_weights {
     uint64_t half_pair_weights, weights; /* matrix elements in q8h, and in all (the matrices as stored) */
 } wk_weights;
 
+/* Which matrices the host's kernels take, and so are stored by panels (host_panels on each that
+ * fits) where no shader but the embedding's may read them: layers, the layers' products
+ * (wk_pipelines.linear_host); head, the output head's (wk_pipelines.head_host; the embedding too
+ * when it is the head, which the embedding shader reads in either layout). */
+typedef struct wk_weights_panels {
+    bool layers, head;
+} wk_weights_panels;
+
 /* xform (may be NULL or kind NONE): T_V is folded into each KV head's rows of W_v and T_V^-1 into
  * the matching columns of W_o (every query head of the group); those two matrices are then stored
- * as f16, the rest as usual. host_layers: the host computes the layers' products
- * (wk_pipelines.linear_host), so their matrices are stored by panels for its kernels (host_panels
- * on each that fits) and no shader may read them. The GGUF file is never written. */
-int wk_weights_upload(wk_vk *vk, const wk_model_desc *m, const wk_kv_xform *xform, bool host_layers, wk_weights *w,
-                      char *err, size_t errlen);
+ * in q8a16 (rounded from the f32 products), the rest as usual. panels: which matrices lie by panels. The GGUF file is never
+ * written. */
+int wk_weights_upload(wk_vk *vk, const wk_model_desc *m, const wk_kv_xform *xform, wk_weights_panels panels,
+                      wk_weights *w, char *err, size_t errlen);
 void wk_weights_free(wk_vk *vk, wk_weights *w);
 
 static inline const wk_dev_matrix *wk_weights_output(const wk_weights *w) { return w->tied ? &w->tok_embd : &w->output; }

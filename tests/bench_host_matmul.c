@@ -4,9 +4,10 @@
  * may use, with the best instruction set this CPU runs and with each lower one, stored row-major
  * (as the output head is) and by panels (as the layers' matrices are, host_panels.h). Prints ms a
  * product, GFLOP/s (2 x rows x cols x tokens) and the weight bytes' rate. Usage:
- * build/tests/bench_host_matmul [MS_PER_CASE]. The weights here are 13-16 MB of one matrix, which
- * a large L3 may hold, so the one-token rate can exceed a decode step's, whose ~300 MB of weights
- * come from memory. */
+ * build/tests/bench_host_matmul [MS_PER_CASE [ROWS [MAX_TOKENS]]]. With the default 4096 rows the
+ * weights are 13-16 MB of one matrix, which a large L3 may hold, so the one-token rate can exceed a
+ * decode step's, whose ~300 MB of weights come from memory; ROWS 262144 is the output head's shape,
+ * 200-330 MB, read from memory as a decode step reads it (MAX_TOKENS 1-16 keeps that case short). */
 #include <stdio.h>
 #include <stdlib.h>
 #include <time.h>
@@ -24,17 +25,20 @@ static double now_s(void) {
 
 int main(int argc, char **argv) {
     const double budget = (argc > 1 ? atof(argv[1]) : 300.0) * 1e-3;
-    enum { R = 4096, C = 640, TMAX = 512 };
+    enum { C = 640, TMAX = 512 };
+    const int R = argc > 2 ? atoi(argv[2]) : 4096, max_tokens = argc > 3 ? atoi(argv[3]) : TMAX;
+    if (R < 16 || R % 16 || max_tokens < 1 || max_tokens > TMAX)
+        return fprintf(stderr, "usage: bench_host_matmul [MS_PER_CASE [ROWS (a multiple of 16) [MAX_TOKENS (1-%d)]]]\n", TMAX), 2;
     rng_seed(7);
     int8_t *codes = malloc((size_t)R * C);
     uint16_t *halves = malloc((size_t)R * C * 2);
     float *pf = malloc((size_t)R * C / 16 * 2 * sizeof *pf);
     uint32_t *ph = malloc((size_t)R * C / 16 * sizeof *ph);
-    float *x = malloc((size_t)TMAX * C * sizeof *x), *y = malloc((size_t)TMAX * R * sizeof *y);
+    float *x = malloc((size_t)max_tokens * C * sizeof *x), *y = malloc((size_t)max_tokens * R * sizeof *y);
     if (!codes || !halves || !pf || !ph || !x || !y) return 1;
     for (size_t i = 0; i < (size_t)R * C; i++) codes[i] = (int8_t)(rng_u64() & 0xff), halves[i] = 0x3c00;
     for (size_t g = 0; g < (size_t)R * C / 16; g++) pf[2 * g] = 0.01f, pf[2 * g + 1] = 0.0f, ph[g] = 0x00002000u;
-    for (size_t i = 0; i < (size_t)TMAX * C; i++) x[i] = (float)rng_gauss();
+    for (size_t i = 0; i < (size_t)max_tokens * C; i++) x[i] = (float)rng_gauss();
     char err[256] = "";
     wk_host_pool *pool = wk_host_pool_create(0, err, sizeof err);
     if (!pool) return fprintf(stderr, "%s\n", err), 1;
@@ -62,6 +66,7 @@ int main(int argc, char **argv) {
         for (int f = 0; f < 6; f++)
             for (size_t s = 0; s < sizeof steps / sizeof *steps; s++) {
                 const int n = steps[s];
+                if (n > max_tokens) continue;
                 wk_host_matmul(pool, (wk_host_isa)isa, &mats[f], x, n, y, R); /* warm */
                 int reps = 0;
                 const double t0 = now_s();

@@ -52,7 +52,7 @@ static bool stack_open(stack *s, wk_gguf *g, int slots, int max_ctx, int max_tok
     if (!rc) rc = wk_pipelines_apply_variants(&s->vk, &s->pipes, test_engine_env_variants(), err, sizeof err);
     const wk_hparams *hp = &s->desc.hp;
     if (!rc) rc = wk_pipelines_specialize_kv(&s->vk, &s->pipes, WK_ATTN_SET_MAIN, 0, 16, 0, 0, hp->head_dim, err, sizeof err);
-    if (!rc) rc = wk_weights_upload(&s->vk, &s->desc, NULL, s->pipes.linear_host, &s->w, err, sizeof err);
+    if (!rc) rc = wk_weights_upload(&s->vk, &s->desc, NULL, wk_fwd_weights_panels(&s->pipes), &s->w, err, sizeof err);
     const int nbt = (max_ctx + 15) / 16; /* blocks of 16 tokens of a full context */
     /* Every layer's K and V of 16 tokens in f16, for each block of tokens of every slot. */
     const uint64_t budget = (uint64_t)slots * nbt * 2 * hp->n_layer * hp->n_head_kv * 16 * hp->head_dim * 2;
@@ -101,9 +101,10 @@ static int step(stack *s, const int32_t *tok, int n, int slot, int pos0, float *
     return rc;
 }
 
-static void tiny_case(const char *arch, uint64_t seed, int window) {
+/* embd_type: the embedding's (and tied head's) type, WK_GGML_F32 for the model's default. */
+static void tiny_case(const char *arch, uint64_t seed, int window, wk_ggml_type embd_type) {
     enum { N = 40, CTX = 64 };
-    tiny_model_opts o = {.arch = arch, .seed = seed, .mixed_quants = true, .sliding_window = window};
+    tiny_model_opts o = {.arch = arch, .seed = seed, .mixed_quants = true, .sliding_window = window, .embd_type = embd_type};
     size_t size = 0;
     uint8_t *bytes = tiny_model_bytes(&o, &size);
     CHECK(bytes != NULL);
@@ -260,7 +261,7 @@ static void paged_case(const char *arch, uint64_t seed, int bits, wk_kvq_kind ki
     if (!rc) rc = wk_pipelines_create(&s.vk, &s.pipes, err, sizeof err);
     if (!rc) rc = wk_pipelines_choose_kernels(&s.vk, &s.pipes, test_engine_env_kernels(), err, sizeof err);
     if (!rc) rc = wk_pipelines_apply_variants(&s.vk, &s.pipes, test_engine_env_variants(), err, sizeof err);
-    if (!rc) rc = wk_weights_upload(&s.vk, &s.desc, NULL, s.pipes.linear_host, &s.w, err, sizeof err);
+    if (!rc) rc = wk_weights_upload(&s.vk, &s.desc, NULL, wk_fwd_weights_panels(&s.pipes), &s.w, err, sizeof err);
     if (!rc)
         rc = wk_kv_cache_create_paged(&s.vk, &s.kv, &s.desc.hp, &fmt, NULL, 0, WK_KVQ_RHO_K, WK_KVQ_RHO_V, 0, 2, PCTX, 13, err,
                                       sizeof err);
@@ -757,9 +758,13 @@ int main(int argc, char **argv) {
      * them once. */
     bool kernel_cases_only = argc > 1 && strcmp(argv[1], "--kernel-cases") == 0;
     printf("kernel set: %s (WUSHKV_KERNELS)\n", test_engine_env_kernels() == WK_KERNELS_GPU ? "gpu" : "as the device's type");
-    tiny_case("gemma3", 7, 16);
-    tiny_case("llama", 11, 0);
-    tiny_case("qwen3", 17, 0);
+    tiny_case("gemma3", 7, 16, WK_GGML_F32);
+    tiny_case("llama", 11, 0, WK_GGML_F32);
+    tiny_case("qwen3", 17, 0, WK_GGML_F32);
+    /* A tied head whose weights have offsets, half pairs (Q4_1) and f32 pairs (Q4_K): the
+     * embedding shader reads each from the head's layout (by panels where the host multiplies it). */
+    tiny_case("gemma3", 18, 16, WK_GGML_Q4_1);
+    tiny_case("gemma3", 19, 16, WK_GGML_Q4_K);
     if (kernel_cases_only) {
         paged_case("gemma3", 10, 4, WK_KVQ_QUEST, 32, 12);
         paged_case("gemma3", 9, 2, WK_KVQ_QUEST, 64, 0); /* kv_store_quant's shared parameter words (store=lanes) */

@@ -4,9 +4,9 @@
  * K-quants f32 pairs; parts joined into one matrix (q, k, v; gate, up) that mix half and f32 pairs
  * stored with f32 pairs, the half parts' halves kept beside them for the steps that take a part
  * alone (the part a q8h view of them), a mix with f16 not joined. Also the counts wk_model_info
- * reports and the bytes the pairs take. Uploaded for the host's layer products, each layer matrix
- * whose rows fit is stored by panels, byte for byte wk_host_pack_panels of its row-major upload,
- * a join's parts views of it in its format. The kernels' arithmetic on each format is test_matmul_gpu's; the forward pass on
+ * reports and the bytes the pairs take. Uploaded for the host's products, each layer matrix (and
+ * the output head) whose rows fit is stored by panels, byte for byte wk_host_pack_panels of its
+ * row-major upload, a join's parts views of it in its format. The kernels' arithmetic on each format is test_matmul_gpu's; the forward pass on
  * these models, test_forward's. */
 #include <stdio.h>
 #include <stdlib.h>
@@ -37,12 +37,16 @@ static uint64_t pair_bytes(const wk_dev_matrix *m) {
     return m->fmt == WK_WFMT_F16 ? 0 : (uint64_t)m->rows * m->cols / 16 * (m->fmt == WK_WFMT_Q8H ? 4 : 8);
 }
 
-/* pan (uploaded with host_layers) against rows (the same matrix uploaded for shaders): by panels
- * where its rows fit them, its bytes wk_host_pack_panels of the row-major ones; else row-major. */
-static int check_panels(const wk_dev_matrix *rows, const wk_dev_matrix *pan) {
+/* pan (uploaded asking for panels, or not: asked) against rows (the same matrix uploaded for
+ * shaders): by panels where asked and its rows fit them, its bytes wk_host_pack_panels of the
+ * row-major ones; else row-major, the same bytes. */
+static int check_panels(const wk_dev_matrix *rows, const wk_dev_matrix *pan, bool asked) {
     int bad = 0;
-    const bool fit = wk_host_panels_fit(rows->rows, rows->cols);
-    bad += pan->host_panels != fit || pan->fmt != rows->fmt || pan->rows != rows->rows || pan->half_scales.buf;
+    const bool fit = asked && wk_host_panels_fit(rows->rows, rows->cols);
+    /* (a packed join keeps no half pairs: only shaders read them) */
+    const bool halves = fit ? false : rows->half_scales.buf != VK_NULL_HANDLE;
+    bad += pan->host_panels != fit || pan->fmt != rows->fmt || pan->rows != rows->rows ||
+           (pan->half_scales.buf != VK_NULL_HANDLE) != halves;
     if (!rows->codes.map || !pan->codes.map) return bad; /* (a device that maps no weights: layout only) */
     const size_t n = (size_t)rows->rows * rows->cols, code_bytes = n * (rows->fmt == WK_WFMT_F16 ? 2 : 1);
     const size_t pair_bytes = rows->fmt == WK_WFMT_F16 ? 0 : n / 16 * (rows->fmt == WK_WFMT_Q8H ? 4 : 8);
@@ -63,20 +67,27 @@ static int check_panels(const wk_dev_matrix *rows, const wk_dev_matrix *pan) {
     return bad;
 }
 
-/* The same model uploaded for the host's layer products (wk_weights_upload's host_layers): each
- * stored layer matrix (a join, or a part alone) by panels, its parts views of the join in its
- * format (no half pairs: only shaders read them), the output head and embedding row-major. */
-static void check_host_layers(wk_vk *vk, const wk_model_desc *desc, const wk_weights *rows, const char *arch) {
+/* The same model uploaded for the host's products (wk_weights_upload's panels: the layers', the
+ * head's or both): with layers, each stored layer matrix (a join, or a part alone) by panels, its
+ * parts views of the join in its format (no half pairs: only shaders read them); with head, the
+ * output head by panels (the embedding too when it is the head; else row-major); whatever was not
+ * asked for row-major, the same bytes as for shaders. */
+static void check_host_panels(wk_vk *vk, const wk_model_desc *desc, const wk_weights *rows, wk_weights_panels asked,
+                              const char *arch) {
     wk_weights w;
     char err[WK_ERRMSG_LEN] = "";
-    const int rc = wk_weights_upload(vk, desc, NULL, true, &w, err, sizeof err);
+    const int rc = wk_weights_upload(vk, desc, NULL, asked, &w, err, sizeof err);
     CHECK_EQ_INT(rc, 0);
     if (rc) {
-        fprintf(stderr, "%s host layers: %s\n", arch, err);
+        fprintf(stderr, "%s host panels: %s\n", arch, err);
         return;
     }
-    int bad = 0, panels = 0;
-    CHECK(!w.tok_embd.host_panels && !w.output.host_panels);
+    int bad = 0, panels = 0, head_panels = 0;
+    CHECK_EQ_INT(w.tied, rows->tied);
+    bad += check_panels(&rows->tok_embd, &w.tok_embd, asked.head && w.tied);
+    head_panels += w.tok_embd.host_panels;
+    if (!w.tied) bad += check_panels(&rows->output, &w.output, asked.head), head_panels += w.output.host_panels;
+    if (bad) fprintf(stderr, "%s: the head or embedding not in the layout asked for\n", arch);
     for (int il = 0; il < w.n_layer; il++) {
         const wk_dev_layer *R = &rows->layers[il], *D = &w.layers[il];
         const wk_dev_matrix *r[] = {&R->qkv, &R->gate_up, &R->wq, &R->wk, &R->wv, &R->wo, &R->ffn_gate, &R->ffn_up, &R->ffn_down};
@@ -84,21 +95,23 @@ static void check_host_layers(wk_vk *vk, const wk_model_desc *desc, const wk_wei
         for (size_t i = 0; i < sizeof r / sizeof *r; i++) {
             CHECK_EQ_INT(d[i]->rows, r[i]->rows);
             if (!d[i]->rows) continue;
-            if (d[i]->part) { /* a view of its join, in the join's layout and format */
+            if (d[i]->part) { /* a view of its join, in the join's layout; by panels in its format, else
+                               * the format of the shaders' upload (a q8h part of a q8a join) */
                 const wk_dev_matrix *join = i < 5 ? &D->qkv : &D->gate_up;
-                bad += d[i]->host_panels != join->host_panels || d[i]->fmt != join->fmt ||
+                bad += d[i]->host_panels != join->host_panels || d[i]->fmt != (join->host_panels ? join->fmt : r[i]->fmt) ||
                        d[i]->codes.buf != join->codes.buf || (d[i]->row0 % 16 && join->host_panels);
                 continue;
             }
-            const int b = check_panels(r[i], d[i]);
+            const int b = check_panels(r[i], d[i], asked.layers);
             if (b) fprintf(stderr, "%s layer %d matrix %zu: not the packing of its row-major upload\n", arch, il, i);
             bad += b;
             panels += d[i]->host_panels;
         }
     }
     CHECK_EQ_INT(bad, 0);
-    CHECK(panels > 0);
-    printf("%s: %d stored layer matrices by panels for the host\n", arch, panels);
+    CHECK_EQ_INT(panels > 0, asked.layers);
+    CHECK_EQ_INT(head_panels, asked.head ? 1 : 0); /* (the tiny models' vocabularies fit panels) */
+    printf("%s: %d stored layer matrices and %d head by panels for the host\n", arch, panels, head_panels);
     wk_weights_free(vk, &w);
 }
 
@@ -112,7 +125,7 @@ static void check_model(wk_vk *vk, const char *arch) {
     wk_weights w;
     CHECK(g != NULL);
     int rc = g ? wk_model_desc_load(g, &desc, err, sizeof err) : WK_ERR_INVALID;
-    if (!rc) rc = wk_weights_upload(vk, &desc, NULL, false, &w, err, sizeof err);
+    if (!rc) rc = wk_weights_upload(vk, &desc, NULL, (wk_weights_panels){0}, &w, err, sizeof err);
     CHECK_EQ_INT(rc, 0);
     if (rc) {
         fprintf(stderr, "%s: %s\n", arch, err);
@@ -167,7 +180,9 @@ static void check_model(wk_vk *vk, const char *arch) {
             if (!m[i]->part) CHECK_EQ_INT(m[i]->scales.bytes >= pair_bytes(m[i]), 1);
         }
     }
-    check_host_layers(vk, &desc, &w, arch);
+    check_host_panels(vk, &desc, &w, (wk_weights_panels){.layers = true}, arch);
+    check_host_panels(vk, &desc, &w, (wk_weights_panels){.head = true}, arch);
+    check_host_panels(vk, &desc, &w, (wk_weights_panels){.layers = true, .head = true}, arch);
     printf("%s: %llu of %llu matrix weights with half pairs\n", arch, (unsigned long long)want_half,
            (unsigned long long)want_all);
     CHECK(seen_half > 0); /* the model reaches the format alone and inside joins */

@@ -459,7 +459,9 @@ static wk_gw *build(const tiny_model_opts *o) {
      * ties its head too but scales nothing: std 1/16 keeps its logits O(1), and the first norm
      * lifts the small residual stream. */
     const float ea = gemma || qwen3 ? sqrtf(3.0f / (float)E) : sqrtf(3.0f);
-    const wk_ggml_type embd_type = !o->mixed_quants ? WK_GGML_F32 : gemma ? WK_GGML_Q8_0 : WK_GGML_F16;
+    const wk_ggml_type embd_type = !o->mixed_quants ? WK_GGML_F32
+                                   : o->embd_type != WK_GGML_F32 ? o->embd_type
+                                   : gemma ? WK_GGML_Q8_0 : WK_GGML_F16;
     ok = add_random(w, &rng, "token_embd.weight", embd_type, (uint64_t)E, n_vocab, -ea, ea);
     ok = ok && add_norm(w, &rng, "output_norm.weight", E);
     if (!gemma && !qwen3) /* untied output head on llama, Q6_K as llama-quantize makes it; Qwen 3's small models tie it */

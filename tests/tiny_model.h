@@ -26,6 +26,9 @@ typedef struct tiny_model_opts {
     bool mixed_quants;  /* false: every matrix F32; true: the matrices cycle through F32, F16, BF16
                          * and every block type (Q4_0 Q4_1 Q5_0 Q5_1 Q8_0 Q4_K Q5_K Q6_K) */
     int sliding_window; /* gemma3: 0 -> 16; < 0 -> no sliding window key (every layer global) */
+    /* With mixed_quants, the embedding's type (the head's too where tied): WK_GGML_F32 (0) takes
+     * the default, Q8_0 on gemma3 as in the real model, F16 elsewhere. */
+    wk_ggml_type embd_type;
     /* Another GGUF (a model, or a vocabulary-only file as llama.cpp's models/ggml-vocab-*.gguf)
      * whose tokenizer.* metadata replaces the tiny vocabulary; the embeddings and output head take
      * its size. NULL: the tiny vocabulary below. */

@@ -1,11 +1,11 @@
 /* The host's weight products (host_matmul.h): the jobs on the pool's threads (rows in jobs of at
  * most MAX_ROWS_PER_JOB) and the row-major kernels, one per instruction set (plain C, AVX2 + FMA +
  * F16C, AVX-512F), chosen at run time, so the build stays baseline x86-64 (or any other CPU, which
- * takes the C); a matrix stored by panels (the layers') takes host_panels.c's kernels instead.
- * Each row-major kernel forms a group of 16 weights as the shaders do (code * scale + offset; a
- * half) and multiplies it with several rows of activations at once (8 with AVX-512, else 4), so a
- * row's codes are decoded once per tile of tokens and fetched from memory once per call: the
- * output head's layout, whose 262144 rows a decode step reads once for one to a few tokens. */
+ * takes the C); a matrix stored by panels (the layers', the output head's: whatever fits 16-row
+ * panels) takes host_panels.c's kernels instead. Each row-major kernel, for a matrix whose rows do
+ * not fit panels, forms a group of 16 weights as the shaders do (code * scale + offset; a half)
+ * and multiplies it with several rows of activations at once (8 with AVX-512, else 4), so a row's
+ * codes are decoded once per tile of tokens and fetched from memory once per call. */
 #include "host/host_matmul.h"
 #include "host/host_panels.h"
 

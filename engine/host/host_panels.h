@@ -3,9 +3,11 @@
  * brings a column of a panel (16 rows' weights, formed as the shaders form them) and each token's
  * input multiplies it as a broadcast. Every output is then a sum in one vector lane: no horizontal
  * sums, and a token's input is read as one float per 16 fused multiply-adds, where the row-major
- * kernels (host_matmul.c) read 16 floats for 16. Only matrices no shader reads take it (weights.c:
- * the layers' matrices when the host computes their products); the output head keeps the device's
- * row-major layout, which the row kernels read. */
+ * kernels (host_matmul.c) read 16 floats for 16. The matrices the host multiplies take it
+ * (weights.c): the layers' when it computes their products, and the output head when it computes
+ * the head's, 2.4-2.7x faster than by rows from memory (tests/bench_host_matmul 300 262144 2,
+ * docs/benchmarks-host.md); no shader but the embedding's (which reads a row of the tied head by
+ * either layout) reads a matrix stored so. */
 #ifndef WK_HOST_PANELS_H
 #define WK_HOST_PANELS_H
 

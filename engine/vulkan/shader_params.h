@@ -78,8 +78,8 @@ static inline uint32_t wk_xform_tiles(uint32_t T, int n_head, int n_head_kv, uin
     return (uint32_t)n_head_kv * ((T * G + tile - 1) / tile + (T + tile - 1) / tile);
 }
 
-/* embed: x[t] = W[tokens[t]] * scale */
-#define WK_PC_EMBED(X, s) X(s, uint32_t, n_embd) X(s, uint32_t, n_tokens) X(s, float, scale)
+/* embed: x[t] = W[tokens[t]] * scale; panels: W stored by panels (engine/host/host_panels.h) */
+#define WK_PC_EMBED(X, s) X(s, uint32_t, n_embd) X(s, uint32_t, n_tokens) X(s, float, scale) X(s, uint32_t, panels)
 typedef struct { WK_PC_EMBED(WK_PC_MEMBER, ) } wk_pc_embed;
 
 #define WK_PC_RMSNORM(X, s) X(s, uint32_t, n) X(s, uint32_t, n_rows) X(s, float, eps)
