@@ -19,16 +19,17 @@
  * device did not map it. */
 static wk_host_matrix host_view(const wk_dev_matrix *m) {
     const size_t first = (size_t)m->row0 * m->cols;
-    wk_host_matrix h = {.rows = m->rows, .cols = m->cols, .layout = m->host_panels ? WK_HOST_PANELS : WK_HOST_ROWS};
+    wk_host_matrix h = {.fmt = wk_wfmt_on_host(m->fmt), .rows = m->rows, .cols = m->cols,
+                        .layout = m->host_panels ? WK_HOST_PANELS : WK_HOST_ROWS};
     if (!m->codes.map || (m->fmt != WK_WFMT_F16 && !m->scales.map)) return h;
     switch (m->fmt) {
-    case WK_WFMT_F16: h.fmt = WK_HOST_F16, h.codes = (const uint16_t *)m->codes.map + first; break;
+    case WK_WFMT_F16: h.codes = (const uint16_t *)m->codes.map + first; break;
     case WK_WFMT_Q8H:
-        h.fmt = WK_HOST_Q8H, h.codes = (const int8_t *)m->codes.map + first;
+        h.codes = (const int8_t *)m->codes.map + first;
         h.pairs = (const uint32_t *)m->scales.map + first / 16;
         break;
     default:
-        h.fmt = WK_HOST_Q8A, h.codes = (const int8_t *)m->codes.map + first;
+        h.codes = (const int8_t *)m->codes.map + first;
         h.pairs = (const float *)m->scales.map + first / 16 * 2;
     }
     return h;

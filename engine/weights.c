@@ -152,15 +152,13 @@ static int upload_rows(wk_vk *vk, const host_matrix *h, wk_dev_matrix *m, uint32
 /* h's codes and the pairs it uploads (f32 for q8a, halves for q8h) rearranged by panels
  * (host/host_panels.h), in place of the row-major ones. */
 static int to_panels(host_matrix *h, char *err, size_t errlen) {
-    static const wk_host_wfmt host_fmt[] = {[WK_WFMT_Q8A] = WK_HOST_Q8A, [WK_WFMT_F16] = WK_HOST_F16,
-                                            [WK_WFMT_Q8H] = WK_HOST_Q8H};
     void *pairs = h->fmt == WK_WFMT_Q8A ? (void *)h->so : h->fmt == WK_WFMT_Q8H ? (void *)h->half_so : NULL;
     void *codes = malloc(code_bytes(h)), *panel_pairs = pairs ? malloc(so_bytes(h)) : NULL;
     if (!codes || (pairs && !panel_pairs)) {
         free(codes), free(panel_pairs);
         return snprintf(err, errlen, "out of memory"), WK_ERR_NOMEM;
     }
-    wk_host_pack_panels(host_fmt[h->fmt], h->rows, h->cols, h->codes, pairs, codes, panel_pairs);
+    wk_host_pack_panels(wk_wfmt_on_host(h->fmt), h->rows, h->cols, h->codes, pairs, codes, panel_pairs);
     free(h->codes);
     h->codes = codes;
     if (h->fmt == WK_WFMT_Q8A) free(h->so), h->so = panel_pairs;

@@ -4,6 +4,7 @@
 #ifndef WK_WEIGHTS_H
 #define WK_WEIGHTS_H
 
+#include "host/host_matmul.h"
 #include "kv/kv_transform.h"
 #include "model/model.h"
 #include "vulkan/vk_device.h"
@@ -15,6 +16,11 @@
  * Q4_0/Q4_1/Q5_0/Q5_1/Q8_0 tensor; a K-quant tensor or a WUSH-folded W_v / W_o only if all its
  * pairs happen to be halves; parts joined with a matrix of f32 pairs take f32 pairs. */
 typedef enum { WK_WFMT_Q8A = 0, WK_WFMT_F16 = 1, WK_WFMT_Q8H = 2 } wk_wfmt;
+
+/* The same format as the host's kernels name it (host/host_matmul.h, another order). */
+static inline wk_host_wfmt wk_wfmt_on_host(wk_wfmt f) {
+    return f == WK_WFMT_F16 ? WK_HOST_F16 : f == WK_WFMT_Q8H ? WK_HOST_Q8H : WK_HOST_Q8A;
+}
 
 typedef struct wk_dev_matrix {
     wk_wfmt fmt;

@@ -1,8 +1,9 @@
 /* The Vulkan forward pass against the plain-C reference (tests/ref_forward.c): every layer's
  * residual stream and the logits on tiny random models of each architecture (mixed quant types,
- * GQA, sliding window), through prefill, single-token decode and mixed multi-sequence batches;
- * then the final logits of the real default model on a short prompt. The validation layer must
- * stay silent throughout. */
+ * GQA, sliding window; tied heads of Q8_0, F16, Q4_1 and Q4_K, which the embedding reads by
+ * panels where the host multiplies the head), through prefill, single-token decode and mixed
+ * multi-sequence batches; then the final logits of the real default model on a short prompt. The
+ * validation layer must stay silent throughout. */
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>

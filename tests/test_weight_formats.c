@@ -53,9 +53,7 @@ static int check_panels(const wk_dev_matrix *rows, const wk_dev_matrix *pan, boo
     uint8_t *codes = malloc(code_bytes), *pairs = malloc(pair_bytes + 1);
     if (!codes || !pairs) return free(codes), free(pairs), bad + 1;
     if (fit) {
-        static const wk_host_wfmt host_fmt[] = {[WK_WFMT_Q8A] = WK_HOST_Q8A, [WK_WFMT_F16] = WK_HOST_F16,
-                                                [WK_WFMT_Q8H] = WK_HOST_Q8H};
-        wk_host_pack_panels(host_fmt[rows->fmt], rows->rows, rows->cols, rows->codes.map,
+        wk_host_pack_panels(wk_wfmt_on_host(rows->fmt), rows->rows, rows->cols, rows->codes.map,
                             rows->fmt == WK_WFMT_F16 ? NULL : rows->scales.map, codes, pairs);
     } else {
         memcpy(codes, rows->codes.map, code_bytes);

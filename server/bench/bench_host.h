@@ -8,7 +8,7 @@ typedef struct bench_host_limits {
     int threads;
     double read_gbps;    /* GB/s summing a 512 MiB buffer, all threads, best of 3 */
     double fma_gflops;   /* f32 GFLOP/s of independent FMA chains in registers, all threads */
-    const char *fma_isa; /* "avx2+fma" or "generic vectors" */
+    const char *fma_isa; /* "avx512f", "avx2+fma" or "generic vectors" */
 } bench_host_limits;
 
 /* Takes about a second; run it when nothing else of ours uses the CPU. */
