@@ -73,8 +73,8 @@ typedef struct wk_weights_panels {
 
 /* xform (may be NULL or kind NONE): T_V is folded into each KV head's rows of W_v and T_V^-1 into
  * the matching columns of W_o (every query head of the group); those two matrices are then stored
- * in q8a16 (rounded from the f32 products), the rest as usual. panels: which matrices lie by panels. The GGUF file is never
- * written. */
+ * in q8a16 (rounded from the f32 products), the rest as usual. panels: which matrices lie by
+ * panels. The GGUF file is never written. */
 int wk_weights_upload(wk_vk *vk, const wk_model_desc *m, const wk_kv_xform *xform, wk_weights_panels panels,
                       wk_weights *w, char *err, size_t errlen);
 void wk_weights_free(wk_vk *vk, wk_weights *w);
