@@ -6,9 +6,9 @@
  * every 16 fused multiply-adds and ended each (row, token) in a horizontal sum, and ran a 4096 x
  * 640 product at 56-82 GFLOP/s on this project's 2-core Xeon from 8 tokens on, where this runs it
  * at 210-250 (tests/bench_host_matmul; docs/benchmarks-host.md). Fewer tokens take more panels a
- * pass (4 for 1-3), so a decode step still has enough independent sums in flight. AVX2 (16
- * registers) takes half a panel and up to 12 tokens (1-3 tokens: a whole panel); plain C, one panel
- * and 4 tokens. */
+ * pass (4 for 1-3, 8 for one where a job has them), so a decode step still has enough independent
+ * sums in flight. AVX2 (16 registers) takes half a panel and up to 12 tokens (1-3 tokens: a whole
+ * panel); plain C, one panel and 4 tokens. */
 #include "host/host_panels.h"
 
 #include <string.h>
@@ -142,14 +142,14 @@ INLINE_AVX512 void tile512(const wk_host_matrix *m, wk_host_wfmt fmt, uint32_t p
                            const int NP, const int NT) {
     const uint32_t G = m->cols / 16;
     const size_t cols = m->cols;
-    __m512 acc[4][12];
+    __m512 acc[8][12];
     for (int i = 0; i < NP; i++)
         for (int t = 0; t < NT; t++) acc[i][t] = _mm512_setzero_ps();
     for (uint32_t g = 0; g < G; g++) {
-        __m512 s[4], o[4];
+        __m512 s[8], o[8];
         for (int i = 0; i < NP; i++) pairs512(m, fmt, (size_t)(p + i) * G + g, &s[i], &o[i]);
         for (int c = 0; c < 16; c++) {
-            __m512 w[4];
+            __m512 w[8];
             for (int i = 0; i < NP; i++) w[i] = column512(m, fmt, (size_t)(p + i) * G + g, c, s[i], o[i]);
             for (int t = 0; t < NT; t++) {
                 const __m512 xb = _mm512_set1_ps(x[(size_t)t * cols + 16 * g + (size_t)c]);
@@ -162,7 +162,11 @@ INLINE_AVX512 void tile512(const wk_host_matrix *m, wk_host_wfmt fmt, uint32_t p
 }
 
 /* Tokens in passes of 12 (the last of 4 to 11 as one pass); 1-3 tokens (a decode step, the end of
- * a prompt) 4 panels a pass. Whole passes of 2 panels first, one panel at the end of an odd count. */
+ * a prompt) 4 panels a pass, one token 8 where the job has them (the output head's jobs of 256
+ * rows): its pass is bound by the latency of each panel's chain, not by bytes, and 8 chains made
+ * the head's one-token product 14% faster than 4 (tests/bench_host_matmul 300 262144 1: q8h 9.6
+ * and 10.1 ms against 11.3 and 11.6). Whole passes of 2 panels first, one panel at the end of an
+ * odd count. */
 INLINE_AVX512 void panels512_fmt(const wk_host_matrix *m, wk_host_wfmt fmt, const float *x, int n, float *y, size_t ldy,
                                  uint32_t p0, uint32_t p1) {
 #define T512(NP, NT) tile512(m, fmt, p, xt, yt, ldy, NP, NT)
@@ -171,6 +175,8 @@ INLINE_AVX512 void panels512_fmt(const wk_host_matrix *m, wk_host_wfmt fmt, cons
         const float *xt = x + (size_t)t0 * m->cols;
         float *yt = y + (size_t)t0 * ldy;
         uint32_t p = p0;
+        if (nt == 1)
+            for (; p + 8 <= p1; p += 8) T512(8, 1);
         if (nt < 4)
             for (; p + 4 <= p1; p += 4) {
                 if (nt == 1) T512(4, 1);
