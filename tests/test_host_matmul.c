@@ -141,7 +141,8 @@ static void test_products(void) {
                                          {1100, 32}, {528, 64}, {32, 2048}};
     /* Row-major: tiles of 8 and 4, then single tokens; blocks of 8 tokens (13: a block, a tile of 4
      * and one; 37: four blocks, a tile of 4 and one). By panels: passes of 12 tokens, the last of
-     * 4-11 tokens in one pass, 1-3 in passes of 4 panels (16: 12 + 4, 26: 24 + 2). */
+     * 4-11 tokens in one pass, 1-3 in passes of 4 panels, one token in passes of 8 where the job
+     * has them (528 x 64 with no pool: jobs of 128 rows) (16: 12 + 4, 26: 24 + 2). */
     static const int counts[] = {1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 16, 26, 37};
     wk_host_pool *pools[3] = {NULL, NULL, NULL};
     char err[256] = "";
