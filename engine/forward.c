@@ -219,19 +219,11 @@ static wk_arg scales_arg(const wk_fwd *f, const wk_dev_matrix *W) {
     return W->fmt == WK_WFMT_F16 ? TV(&f->w->dummy) : TV(&W->scales);
 }
 
-/* A matrix stored by panels is the host's alone (weights.h): no matmul shader reads that layout. */
-static int shader_layout(rec *r, const wk_dev_matrix *W) {
-    if (!W->host_panels) return 0;
-    return snprintf(r->err, r->errlen, "internal: a matrix stored by panels for the host reached a matmul shader"),
-           WK_ERR_INVALID;
-}
-
 /* A matvec dispatch (1 to 4 tokens): W's rows from pc->row0, outputs split over ys by pc->n0 /
  * pc->n1, or, for the gate/up pipelines, act(gate) * up into ys[0] (matvec.comp). */
 static int op_matvec(rec *r, const wk_dev_matrix *W, const wk_buf *x, const wk_arg ys[3], const wk_pc_matmul *pc,
                      matvec_mode mode) {
     wk_fwd *f = r->f;
-    TRY(shader_layout(r, W));
     wk_arg args[6] = {TV(&W->codes), scales_arg(f, W), TV(x), ys[0], ys[1], ys[2]};
     uint32_t gx, gy;
     grid_1d(wk_matvec_groups(f->pipes, pc->N), &gx, &gy);
@@ -244,7 +236,6 @@ static int op_matvec(rec *r, const wk_dev_matrix *W, const wk_buf *x, const wk_a
  * joined matrix. */
 static int op_matmul_mode(rec *r, const wk_dev_matrix *W, const wk_buf *x, const wk_buf *y, uint32_t T, bool glu) {
     wk_fwd *f = r->f;
-    TRY(shader_layout(r, W));
     wk_pc_matmul pc = {.N = W->rows, .K = W->cols, .T = T, .row0 = W->row0, .n0 = W->rows,
                        .act = f->hp->ffn_act == WK_FFN_GEGLU};
     if (T <= 4 && !glu) {

@@ -56,7 +56,26 @@ static bool layers_mapped(const wk_fwd *f) {
     return true;
 }
 
+/* Whether any matrix a shader multiplies (the layers' without linear_host, the head without
+ * head_host) lies by panels, a layout only the host's kernels read (weights.h). */
+static bool shader_reads_panels(const wk_fwd *f) {
+    if (!f->head_host && wk_weights_output(f->w)->host_panels) return true;
+    for (int il = 0; !f->linear_host && il < f->w->n_layer; il++) {
+        const wk_dev_layer *L = &f->w->layers[il];
+        const wk_dev_matrix *m[] = {&L->qkv, &L->gate_up, &L->wq,       &L->wk,    &L->wv,
+                                    &L->wo,  &L->ffn_gate, &L->ffn_up, &L->ffn_down};
+        for (size_t i = 0; i < sizeof m / sizeof *m; i++)
+            if (m[i]->host_panels) return true;
+    }
+    return false;
+}
+
 int wk_fwd_host_init(wk_fwd *f, char *err, size_t errlen) {
+    /* Checked once here rather than at each dispatch: the weights were uploaded for other
+     * pipelines than these (wk_fwd_weights_panels). */
+    if (shader_reads_panels(f))
+        return snprintf(err, errlen, "internal: weights stored by panels for the host, but a shader would multiply "
+                        "them (upload them with wk_fwd_weights_panels of these pipelines)"), WK_ERR_INVALID;
     if (!f->head_host && !f->linear_host) return 0;
     if (f->head_host) {
         f->head = host_view(wk_weights_output(f->w));
