@@ -89,12 +89,11 @@ static double host_worst;
 /* host/host_attention.c over the case's pool, as forward_host_attn.c calls it: sequence 0's decode
  * row alone, sequence 1's chunk (the rows from 1) in groups of up to WK_HOST_ATTN_MAX_ROWS, each
  * group's keys in two splits merged. */
-static void host_attention(const cfg *c, const wk_pc_attention_paged *pc, const uint8_t *pool, const uint32_t *tables,
-                           const uint16_t *k16, const uint16_t *v16, const wk_row_info *rows, const int *row_seq,
-                           const uint32_t *win_words, int T, const float *Qv, float *out) {
+static void host_attention(wk_host_isa isa, const cfg *c, const wk_pc_attention_paged *pc, const uint8_t *pool,
+                           const uint32_t *tables, const uint16_t *k16, const uint16_t *v16, const wk_row_info *rows,
+                           const int *row_seq, const uint32_t *win_words, int T, const float *Qv, float *out) {
     const wk_host_attn_layer L = {.pool = (const uint32_t *)pool, .tables = tables, .k16 = k16, .v16 = v16, .pc = pc};
     const int D = c->D, hq = c->Hq / c->Hk;
-    const wk_host_isa best = wk_host_isa_best(), isa = (wk_host_isa)(host_cases % 3 < (int)best ? host_cases % 3 : (int)best);
     const size_t pf = (size_t)hq * (D + 2);
     float *part = malloc(sizeof(float) * 2 * WK_HOST_ATTN_MAX_ROWS * pf);
     static wk_host_attn_row hrows[MAXROWS];
@@ -317,13 +316,16 @@ static double run_case(wk_vk *vk, wk_pipelines *p, const cfg *c, uint32_t force_
         CHECK_EQ_INT(rc2, 0);
         if (rc || rc2) fprintf(stderr, "%s\n", err);
         /* The host's attention (paged_attention=host) over the same pool, every row, its keys in
-         * two splits merged (one when the row has a single key), once a case, its code going round
-         * plain C, AVX2 and AVX-512 as far as this CPU has them. */
-        float *hout = host_check ? malloc(sizeof(float) * T * Hq * D) : NULL;
-        if (hout) host_attention(c, &pc, pool, tables, bka.map, bva.map, rows, row_seq, win_words, T, Qv, hout);
+         * two splits merged (one when the row has a single key), with each code this CPU runs:
+         * plain C, AVX2 (8 lanes), AVX-512 (16 lanes where head and groups allow, else 8). */
+        const int n_isa = host_check ? (int)wk_host_isa_best() + 1 : 0;
+        float *hout = host_check ? malloc(sizeof(float) * n_isa * T * Hq * D) : NULL;
+        for (int i = 0; i < n_isa; i++)
+            host_attention((wk_host_isa)i, c, &pc, pool, tables, bka.map, bva.map, rows, row_seq, win_words, T, Qv,
+                           hout + (size_t)i * T * Hq * D);
         /* Reference: softmax in double over the C-decoded keys and values. */
         const float *out = bout.map;
-        double num = 0, den = 0, hnum = 0;
+        double num = 0, den = 0, hnum[3] = {0, 0, 0};
         for (int r = 0; r < T; r++)
             for (int h = 0; h < Hq; h++) {
                 int s = row_seq[r], kh = h / (Hq / Hk), pos = (int)rows[r].pos;
@@ -347,23 +349,25 @@ static double run_case(wk_vk *vk, wk_pipelines *p, const cfg *c, uint32_t force_
                     for (int j = first; j <= pos; j++) o += sc[j] / sum * KV_AT(V, Vd, j, i);
                     double e = fabs(o - out[((size_t)r * Hq + h) * D + i]);
                     if (e > num || isnan(e)) num = isnan(e) ? INFINITY : e;
-                    const double he = hout ? fabs(o - hout[((size_t)r * Hq + h) * D + i]) : 0;
-                    if (he > hnum || isnan(he)) hnum = isnan(he) ? INFINITY : he;
+                    for (int k = 0; k < n_isa; k++) {
+                        const double he = fabs(o - hout[(((size_t)k * T + r) * Hq + h) * D + i]);
+                        if (he > hnum[k] || isnan(he)) hnum[k] = isnan(he) ? INFINITY : he;
+                    }
                     if (fabs(o) > den) den = fabs(o);
                 }
             }
         worst = num / den;
-        if (hout) {
-            const double he = hnum / den;
+        for (int k = 0; k < n_isa; k++) {
+            const double he = hnum[k] / den;
             host_cases++;
             if (he > host_worst || isnan(he)) host_worst = isnan(he) ? INFINITY : he;
             if (!(he < 1e-5))
-                fprintf(stderr, "host attention: D=%d Hq=%d Hk=%d window=%d kind=%d bits=%d kbits=%d G=%d S=%d R=%d "
-                        "decode=%d: %.3g\n", c->D, Hq, Hk, c->window, c->kind, c->bits, c->kbits, c->G, c->S, c->R,
-                        c->decode, he);
+                fprintf(stderr, "host attention (%s): D=%d Hq=%d Hk=%d window=%d kind=%d bits=%d kbits=%d G=%d S=%d "
+                        "R=%d decode=%d: %.3g\n", wk_host_isa_name((wk_host_isa)k), c->D, Hq, Hk, c->window, c->kind,
+                        c->bits, c->kbits, c->G, c->S, c->R, c->decode, he);
             CHECK(he < 1e-5);
-            free(hout);
         }
+        free(hout);
     }
 #undef KV_AT
     wk_buf *all[] = {&bq, &brows, &btab, &bpool, &bout, &btiles, &bpart, &bka, &bva};
@@ -608,7 +612,8 @@ int main(void) {
            "%d prefill cases chained their window pass to the bulk's (%d to several bulk splits); %d walked keys of shared windows in the "
            "decode pipelines), worst max-abs error relative to output scale %.3g\n",
            cases - skipped, skipped, chained_cases, chained_multi, decode_shared_keys, worst);
-    printf("host attention (paged_attention=host's keys, every row of %d cases): worst %.3g\n", host_cases, host_worst);
+    printf("host attention (paged_attention=host's keys, every row of %d case-and-code pairs): worst %.3g\n", host_cases,
+           host_worst);
     CHECK(host_cases > 0);
     CHECK(chained_cases > 0);
     CHECK(chained_multi > 0);
