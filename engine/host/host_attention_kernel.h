@@ -40,24 +40,34 @@ WK_INLINE float KN(hsum)(VF v) {
  * f16 parameters from params_words), decoded into y (D floats): u * a + b, a and b the group's
  * (kv_quant.glsl's wk_kvq_affine). Eight codes of b bits are 8b bits, so every run of eight starts
  * on a byte and one 32-bit load holds it (with 2 or 3 bits the rest belongs to the next codes or
- * the parameters, inside the slab); a chunk of VN codes is VN / 8 such loads. */
+ * the parameters, inside the slab); a chunk of VN codes is VN / 8 such loads. With `lookup` (the
+ * vector codes, where a group's 2^b levels fit a register's lanes: all widths in 16 lanes, 2 and 3
+ * bits in 8) a group's levels are formed once, u * a + b for every u as the plain decode forms
+ * each, and a code picks its level by a lane permute of the shifted word, whose lane index is the
+ * word's low bits, the next codes' bits above the code's own met by levels that repeat (so the same
+ * floats, bit for bit, in 3 instructions for VN codes instead of 7: no mask, conversion or
+ * multiply-add a code). */
 WK_INLINE void KN(decode_codes)(const uint32_t *pool, uint32_t slab, uint32_t tt, uint32_t P, int bits, uint32_t G,
-                                uint32_t D, uint32_t code_words, uint32_t params_words, int f16c, float *y) {
+                                uint32_t D, uint32_t code_words, uint32_t params_words, int f16c, int lookup, float *y) {
     const uint8_t *codes = (const uint8_t *)(pool + slab + tt * code_words);
     const uint32_t groups = D / G;
     const uint16_t *params = (const uint16_t *)(pool + slab + params_words) + (size_t)tt * groups * P;
 #if VN == 16
     const VU lane = {0, 1, 2, 3, 4, 5, 6, 7, 0, 1, 2, 3, 4, 5, 6, 7};
+    const VI index = {0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15};
 #else
     const VU lane = {0, 1, 2, 3, 4, 5, 6, 7};
+    const VI index = {0, 1, 2, 3, 4, 5, 6, 7};
 #endif
     const VU sh = lane * (uint32_t)bits;
     const uint32_t mask = (1u << bits) - 1;
     const VF zero = {0};
+    lookup = lookup && (1 << bits) <= VN;
     for (uint32_t g = 0; g < groups; g++) {
         const float a = half1(f16c, params[g * P]);
         const float b = P == 2 ? half1(f16c, params[g * P + 1]) : (0.5f - (float)(1 << (bits - 1))) * a;
         const VF av = zero + a, bv = zero + b;
+        const VF levels = __builtin_convertvector(index & (int32_t)mask, VF) * av + bv;
         for (uint32_t c = 0; c < G / VN; c++, codes += VN / 8 * bits, y += VN) {
             uint32_t w0;
             memcpy(&w0, codes, 4);
@@ -68,6 +78,10 @@ WK_INLINE void KN(decode_codes)(const uint32_t *pool, uint32_t slab, uint32_t tt
 #else
             const VU wv = {w0, w0, w0, w0, w0, w0, w0, w0};
 #endif
+            if (lookup) {
+                KN(store)(y, __builtin_shuffle(levels, (VI)(wv >> sh)));
+                continue;
+            }
             const VI u = (VI)((wv >> sh) & mask);
             KN(store)(y, __builtin_convertvector(u, VF) * av + bv);
         }
@@ -98,8 +112,9 @@ WK_INLINE void KN(load_kv)(const wk_host_attn_layer *L, const wk_host_attn_row *
         halves(f16c, (const uint16_t *)(L->pool + slab) + (size_t)tt * D, y, D);
         return;
     }
+    /* The codes with F16C are AVX2's and AVX-512's, whose lane permutes the lookup uses. */
     KN(decode_codes)(L->pool, slab, tt, P, kv ? pc->bits : pc->k_bits, (uint32_t)pc->group, D,
-                     kv ? pc->code_words : pc->k_code_words, kv ? pc->params_words : pc->k_params_words, f16c, y);
+                     kv ? pc->code_words : pc->k_code_words, kv ? pc->params_words : pc->k_params_words, f16c, f16c, y);
 }
 
 /* Scores of query heads h0.. (4, the rows past hq repeating its last) against keys k0.. of the
