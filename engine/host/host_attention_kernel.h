@@ -133,8 +133,33 @@ WK_INLINE void KN(scores_4x4)(const float *q, int hq, int h0, const float *const
             acc[x][0] += qx * k_0, acc[x][1] += qx * k_1, acc[x][2] += qx * k_2, acc[x][3] += qx * k_3;
         }
     }
+#if VN == 16
+    /* The 16 sums in one butterfly, 45 instructions instead of ~10 each: a level adds lanes half
+     * a span apart and packs two vectors' halves into one, so lane 4x + y of the last holds pair
+     * (x, y)'s sum, every pair's lanes added in the same order (its score does not depend on where
+     * in a block it sits, so not on the tiles' bounds either). */
+    const VI lo_a = {0, 1, 2, 3, 4, 5, 6, 7, 16, 17, 18, 19, 20, 21, 22, 23};
+    const VI hi_a = {8, 9, 10, 11, 12, 13, 14, 15, 24, 25, 26, 27, 28, 29, 30, 31};
+    const VI lo_b = {0, 1, 2, 3, 8, 9, 10, 11, 16, 17, 18, 19, 24, 25, 26, 27};
+    const VI hi_b = {4, 5, 6, 7, 12, 13, 14, 15, 20, 21, 22, 23, 28, 29, 30, 31};
+    const VI lo_c = {0, 1, 4, 5, 8, 9, 12, 13, 16, 17, 20, 21, 24, 25, 28, 29};
+    const VI hi_c = {2, 3, 6, 7, 10, 11, 14, 15, 18, 19, 22, 23, 26, 27, 30, 31};
+    const VI lo_d = {0, 2, 4, 6, 8, 10, 12, 14, 16, 18, 20, 22, 24, 26, 28, 30};
+    const VI hi_d = {1, 3, 5, 7, 9, 11, 13, 15, 17, 19, 21, 23, 25, 27, 29, 31};
+    VF a[8], b[4], c[2];
+    for (int i = 0; i < 8; i++) {
+        const VF u = acc[(2 * i) / 4][(2 * i) % 4], v = acc[(2 * i + 1) / 4][(2 * i + 1) % 4];
+        a[i] = __builtin_shuffle(u, v, lo_a) + __builtin_shuffle(u, v, hi_a);
+    }
+    for (int i = 0; i < 4; i++) b[i] = __builtin_shuffle(a[2 * i], a[2 * i + 1], lo_b) + __builtin_shuffle(a[2 * i], a[2 * i + 1], hi_b);
+    for (int i = 0; i < 2; i++) c[i] = __builtin_shuffle(b[2 * i], b[2 * i + 1], lo_c) + __builtin_shuffle(b[2 * i], b[2 * i + 1], hi_c);
+    const VF sums = __builtin_shuffle(c[0], c[1], lo_d) + __builtin_shuffle(c[0], c[1], hi_d);
+    for (int x = 0; x < 4 && h0 + x < hq; x++)
+        for (uint32_t y = 0; y < 4 && k0 + y < nk; y++) sc[h0 + x][k0 + y] = sums[4 * x + y];
+#else
     for (int x = 0; x < 4 && h0 + x < hq; x++)
         for (uint32_t y = 0; y < 4 && k0 + y < nk; y++) sc[h0 + x][k0 + y] = KN(hsum)(acc[x][y]);
+#endif
 }
 
 /* The outputs of query heads h0.. (4, as above) += their probabilities times the tile's values
