@@ -30,7 +30,6 @@ enum { KT = 32 }; /* keys a softmax tile, as the shader's WK_ATTN_KT */
 #elif defined(__GNUC__)
 #pragma GCC optimize("fp-contract=fast")
 #endif
-typedef float v8f __attribute__((vector_size(32)));
 _Static_assert(WK_HOST_ATTN_MAX_ROWS <= 32 && KT <= 32, "rows and keys of a tile are bits of a uint32_t");
 
 static int supported_bits(int bits) { return bits == 2 || bits == 3 || bits == 4 || bits == 16; }

@@ -2,8 +2,8 @@
  * (in each form some row reads them), every row's scores against them, one online-softmax rescale
  * a row, head and tile, then the values the same way. host_attention.c includes this file once a
  * width with VN defined (8: plain C and AVX2; 16: AVX-512, where a chunk of 16 codes is two loads
- * and the 4 x 4 score block's 16 sums of 16 lanes fit its 32 registers), so the walk is written
- * once; every name it defines ends in _VN. Nothing else includes it. */
+ * and the 4 x 4 score block's 16 sums of 16 lanes fit its 32 registers, reduced in one butterfly),
+ * so the walk is written once; every name it defines ends in _VN. Nothing else includes it. */
 #ifndef VN
 #error "host_attention_kernel.h belongs to host_attention.c, which includes it with VN defined"
 #endif
@@ -26,15 +26,6 @@ WK_INLINE VF KN(load)(const float *p) {
 }
 WK_INLINE void KN(store)(float *p, VF v) { memcpy(p, &v, sizeof v); }
 
-/* The sum of the lanes, halves first (the 8-lane order is SUM8's). */
-WK_INLINE float KN(hsum)(VF v) {
-#if VN == 16
-    const v8f s = {v[0] + v[8], v[1] + v[9], v[2] + v[10], v[3] + v[11], v[4] + v[12], v[5] + v[13], v[6] + v[14], v[7] + v[15]};
-    return SUM8(s);
-#else
-    return SUM8(v);
-#endif
-}
 
 /* Token tt's codes of the slab at word `slab` (codes a token code_words apart, then its groups'
  * f16 parameters from params_words), decoded into y (D floats): u * a + b, a and b the group's
@@ -158,7 +149,7 @@ WK_INLINE void KN(scores_4x4)(const float *q, int hq, int h0, const float *const
         for (uint32_t y = 0; y < 4 && k0 + y < nk; y++) sc[h0 + x][k0 + y] = sums[4 * x + y];
 #else
     for (int x = 0; x < 4 && h0 + x < hq; x++)
-        for (uint32_t y = 0; y < 4 && k0 + y < nk; y++) sc[h0 + x][k0 + y] = KN(hsum)(acc[x][y]);
+        for (uint32_t y = 0; y < 4 && k0 + y < nk; y++) sc[h0 + x][k0 + y] = SUM8(acc[x][y]);
 #endif
 }
 
