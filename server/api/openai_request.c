@@ -295,13 +295,11 @@ static bool parse_logit_bias(const cJSON *root, gen_params *g, api_error *e) {
 
 /* Features with no implementation yet are refused plainly rather than silently ignored. */
 static bool refuse_unsupported(const cJSON *root, bool chat, api_error *e) {
-    /* vLLM's that would change the output here: banned words, a prompt cut from the left, beam
-     * search. Their "off" values (null, [], false) pass. */
-    const cJSON *bad = openai_field(root, "bad_words"), *cut = openai_field(root, "truncate_prompt_tokens");
+    /* vLLM's that would change the output here: banned words, beam search. Their "off" values
+     * (null, [], false) pass. */
+    const cJSON *bad = openai_field(root, "bad_words");
     if (openai_asks_for_any(bad))
         return openai_fail(e, 400, "bad_words", "unsupported_value", "bad_words is not supported: use logit_bias on their tokens");
-    if (cut) return openai_fail(e, 400, "truncate_prompt_tokens", "unsupported_value",
-                                "truncate_prompt_tokens is not supported: send the part of the prompt to keep");
     if (cJSON_IsTrue(openai_field(root, "use_beam_search")))
         return openai_fail(e, 400, "use_beam_search", "unsupported_value", "beam search is not supported");
     if (!chat) {
@@ -516,6 +514,19 @@ bool openai_parse_generation(const char *body, size_t body_len, bool chat, const
         ok = false;
         goto out;
     }
+    /* vLLM's truncate_prompt_tokens: only the prompt's last N tokens (after its template and BOS)
+     * run, -1 as many as the context holds; cut where the request is admitted (sched_request.c). */
+    int cut = 0;
+    if (!get_int(root, "truncate_prompt_tokens", -1, INT32_MAX, &cut, NULL, err)) {
+        ok = false;
+        goto out;
+    }
+    if (openai_field(root, "truncate_prompt_tokens") && cut == 0) {
+        ok = openai_fail(err, 400, "truncate_prompt_tokens", "invalid_value",
+                         "truncate_prompt_tokens must be -1 (as many as the context holds) or at least 1, got 0");
+        goto out;
+    }
+    g->truncate_prompt = cut == -1 ? m->max_ctx : cut;
     bool given = false;
     int max_tokens = 0;
     ok = get_int(root, "max_tokens", out->echo && !chat ? 0 : 1, 1L << 30, &max_tokens, &given, err) &&

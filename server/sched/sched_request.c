@@ -222,6 +222,12 @@ static req *admit_generate(scheduler *s, sched_job *j, int n_choices) {
     r->prompt = r->g.prompt_tokens;
     r->n_prompt = r->g.n_prompt_tokens;
     r->g.prompt_tokens = NULL;
+    if (r->g.truncate_prompt > 0 && r->n_prompt > r->g.truncate_prompt) { /* vLLM's: the last N tokens */
+        const int cut = r->n_prompt - r->g.truncate_prompt;
+        memmove(r->prompt, r->prompt + cut, (size_t)r->g.truncate_prompt * sizeof *r->prompt);
+        r->n_prompt = r->g.truncate_prompt;
+        r->g.system_tokens = 0; /* the system messages' tokens no longer lead the prompt */
+    }
     for (int i = 0; i < r->n_prompt; i++)
         if (r->prompt[i] < 0 || r->prompt[i] >= info->n_vocab) {
             sched_post_error(s, r->id, 400, "prompt", NULL, "token id %d at position %d is outside the vocabulary (0..%d)",

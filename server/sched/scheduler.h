@@ -37,6 +37,7 @@ typedef struct gen_params {
     int32_t *prompt_tokens;  /* owned */
     int n_prompt_tokens;
     int system_tokens;       /* chat: prompt tokens up to the system messages' end (from system_end); 0: none */
+    int truncate_prompt;     /* vLLM's truncate_prompt_tokens: only the prompt's last N tokens run; 0: all */
     bool add_special;        /* the model's BOS before prompt_text */
     int max_tokens;          /* -1: until the context is full */
     bool max_tokens_given;   /* the client asked for max_tokens (else a default, cut to what the context holds) */

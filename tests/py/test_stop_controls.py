@@ -194,7 +194,6 @@ def test_refused(server, body, param):
 
 @pytest.mark.parametrize("field,on,off", [
     ("bad_words", ["Paris"], []),
-    ("truncate_prompt_tokens", 4, None),
     ("use_beam_search", True, False),
 ])
 def test_vllm_fields_not_supported_are_refused(server, field, on, off):
@@ -207,6 +206,35 @@ def test_vllm_fields_not_supported_are_refused(server, field, on, off):
     assert r.status_code == 400 and r.json()["error"]["param"] == field, r.text
     r = post(server, "/v1/completions", {"prompt": PROMPT, "max_tokens": 2, field: off})
     assert r.status_code == 200, r.text
+
+
+def test_truncate_prompt_tokens(server):
+    """vLLM's truncate_prompt_tokens: only the prompt's last N tokens run (its BOS cut with the rest),
+    the same reply as those tokens sent as the prompt, usage counting them; a longer N or -1 (as many
+    as the context holds) leaves a short prompt whole; chat's rendered prompt is cut the same way;
+    0, -2, fractions, strings and booleans are refused naming the field."""
+    ids = post(server, "/tokenize", {"prompt": PROMPT}).json()["tokens"]
+    assert len(ids) > 4
+    cut, usage = complete(server, max_tokens=6, truncate_prompt_tokens=3)
+    assert usage["prompt_tokens"] == 3
+    ref = post(server, "/v1/completions", {"prompt": ids[-3:], "temperature": 0, "max_tokens": 6})
+    assert ref.status_code == 200, ref.text
+    assert cut["text"] == ref.json()["choices"][0]["text"]
+    r = post(server, "/v1/completions", {"prompt": PROMPT, "temperature": 0, "max_tokens": 6, "n": 2,
+                                         "truncate_prompt_tokens": 3})
+    assert r.status_code == 200 and r.json()["usage"]["prompt_tokens"] == 3, r.text
+    assert [c["text"] for c in r.json()["choices"]] == [cut["text"]] * 2
+    whole, u = complete(server, max_tokens=6)
+    assert u["prompt_tokens"] == len(ids)
+    for n in (-1, len(ids), len(ids) + 5):
+        same, u2 = complete(server, max_tokens=6, truncate_prompt_tokens=n)
+        assert same["text"] == whole["text"] and u2["prompt_tokens"] == len(ids), n
+    r = post(server, "/v1/chat/completions", {"messages": [{"role": "user", "content": "Hello there, how are you?"}],
+                                              "max_tokens": 2, "truncate_prompt_tokens": 2})
+    assert r.status_code == 200 and r.json()["usage"]["prompt_tokens"] == 2, r.text
+    for bad in (0, -2, 1.5, "3", True):
+        r = post(server, "/v1/completions", {"prompt": PROMPT, "max_tokens": 2, "truncate_prompt_tokens": bad})
+        assert r.status_code == 400 and r.json()["error"]["param"] == "truncate_prompt_tokens", (bad, r.text)
 
 
 def test_null_means_not_given(server):
