@@ -394,6 +394,7 @@ static void handle_generation(api_server *a, http_conn *c, http_request *r, call
     if (a->cfg.log_prompts && req.gens[0].prompt_text) log_prompt_set(k, req.gens[0].prompt_text, req.gens[0].prompt_len);
     k->prompt_echo = req.echo;
     k->echo_logprobs = req.echo && !req.chat ? req.gens[0].logprobs : -1;
+    k->tokens_as_ids = req.tokens_as_ids;
     k->prompt_logprobs = req.prompt_logprobs;
     for (int c = 0; c < req.n_gens && req.echo; c++) { /* a text prompt's own text; a token prompt's comes with EV_PROMPT */
         const char *t = req.chat ? req.chat_echo : req.gens[c].prompt_text;

@@ -51,6 +51,7 @@ typedef struct call {
     bool tools_json_answer; /* with tools: an answer is a JSON value (the request's structured output), not a string */
     bool prompt_echo;   /* the prompt's text before each choice's (openai_request.echo) */
     int echo_logprobs;  /* completions' echo with logprobs: alternatives per prompt entry; -1: none */
+    bool tokens_as_ids; /* logprobs name tokens "token_id:N" (openai_request.tokens_as_ids) */
     int prompt_logprobs; /* vLLM's prompt_logprobs: alternatives per entry; -1: not asked */
     int n_choices, n_per_prompt, n_accepted, n_done;
     choice *choices; /* n_choices; NULL for tokenize calls */
@@ -96,8 +97,9 @@ cJSON *stream_chunk(call *k, int index, const char *text, size_t text_len, const
                     const sched_event *lp_ev, bool role);
 /* The last chunk of a stream with include_usage: no choices, the usage over all of them. */
 cJSON *usage_chunk(const call *k);
-/* Chat logprobs entries for one event appended to content: [{token, logprob, bytes, top_logprobs}]. */
-void chat_logprobs_add(cJSON *content, const sched_event *ev);
+/* Chat logprobs entries for one event appended to content: [{token, logprob, bytes, top_logprobs}];
+ * as_ids: tokens named "token_id:N" (vLLM's return_tokens_as_token_ids). */
+void chat_logprobs_add(cJSON *content, const sched_event *ev, bool as_ids);
 /* The usage object of chat and completions (prompt_tokens, ..., kv_cache). */
 cJSON *usage_object(const call *k);
 /* Adds ev's logprobs to choice `index`'s collection for its non-streamed response. */
@@ -137,7 +139,7 @@ cJSON *token_json_string(const char *piece, int len);
  * each with at most max_top alternatives: *text_off is where the next token's text starts, in
  * characters (code points) of the text. */
 cJSON *completion_logprobs_new(void);
-void completion_logprobs_add(cJSON *obj, const token_logprob *entries, int n, int max_top, size_t *text_off);
+void completion_logprobs_add(cJSON *obj, const token_logprob *entries, int n, int max_top, bool as_ids, size_t *text_off);
 
 /* ---- the prompt sent back (prompt_echo.c) ---- */
 /* The EV_PROMPT of choice i: streamed, the chunk to send (the prompt's text and entries; NULL:

@@ -105,20 +105,27 @@ static cJSON *envelope(const call *k, const char *object) {
     return o;
 }
 
+/* A chat logprobs entry's token, logprob and bytes into e: the token's own text and bytes, or with
+ * as_ids vLLM's return_tokens_as_token_ids spelling "token_id:N" (and that text's bytes), which
+ * names a token whose bytes alone are not text. */
+static void chat_entry(cJSON *e, bool as_ids, int32_t tok, const char *piece, int len, float logprob) {
+    char id[24];
+    if (as_ids) len = snprintf(id, sizeof id, "token_id:%d", (int)tok), piece = id;
+    cJSON_AddItemToObject(e, "token", token_json_string(piece, len));
+    cJSON_AddNumberToObject(e, "logprob", logprob);
+    cJSON_AddItemToObject(e, "bytes", bytes_array(piece, len));
+}
+
 /* Chat logprobs entries for one event: [{token, logprob, bytes, top_logprobs: [...]}]. */
-void chat_logprobs_add(cJSON *content, const sched_event *ev) {
+void chat_logprobs_add(cJSON *content, const sched_event *ev, bool as_ids) {
     for (int i = 0; i < ev->n_logprobs; i++) {
         const token_logprob *lp = &ev->logprobs[i];
         cJSON *e = cJSON_CreateObject();
-        cJSON_AddItemToObject(e, "token", token_json_string(lp->piece, lp->piece_len));
-        cJSON_AddNumberToObject(e, "logprob", lp->logprob);
-        cJSON_AddItemToObject(e, "bytes", bytes_array(lp->piece, lp->piece_len));
+        chat_entry(e, as_ids, lp->token, lp->piece, lp->piece_len, lp->logprob);
         cJSON *top = cJSON_AddArrayToObject(e, "top_logprobs");
         for (int j = 0; j < lp->n_top; j++) {
             cJSON *a = cJSON_CreateObject();
-            cJSON_AddItemToObject(a, "token", token_json_string(lp->top_piece[j], lp->top_piece_len[j]));
-            cJSON_AddNumberToObject(a, "logprob", lp->top_logprob[j]);
-            cJSON_AddItemToObject(a, "bytes", bytes_array(lp->top_piece[j], lp->top_piece_len[j]));
+            chat_entry(a, as_ids, lp->top_token[j], lp->top_piece[j], lp->top_piece_len[j], lp->top_logprob[j]);
             cJSON_AddItemToArray(top, a);
         }
         cJSON_AddItemToArray(content, e);
@@ -128,15 +135,22 @@ void chat_logprobs_add(cJSON *content, const sched_event *ev) {
 /* Completions logprobs (the legacy shape): parallel arrays tokens / token_logprobs /
  * top_logprobs (token -> logprob maps) / text_offset; an unscored entry (a prompt's first token)
  * has null in the middle two, as OpenAI's echo gives it. */
-void completion_logprobs_add(cJSON *obj, const token_logprob *entries, int n, int max_top, size_t *text_off) {
+void completion_logprobs_add(cJSON *obj, const token_logprob *entries, int n, int max_top, bool as_ids, size_t *text_off) {
     cJSON *tokens = cJSON_GetObjectItem(obj, "tokens"), *lps = cJSON_GetObjectItem(obj, "token_logprobs");
     cJSON *tops = cJSON_GetObjectItem(obj, "top_logprobs"), *offs = cJSON_GetObjectItem(obj, "text_offset");
+    char id[24];
     for (int i = 0; i < n; i++) {
         const token_logprob *lp = &entries[i];
-        cJSON_AddItemToArray(tokens, token_json_string(lp->piece, lp->piece_len));
+        if (as_ids) cJSON_AddItemToArray(tokens, cJSON_CreateString((snprintf(id, sizeof id, "token_id:%d", (int)lp->token), id)));
+        else cJSON_AddItemToArray(tokens, token_json_string(lp->piece, lp->piece_len));
         cJSON_AddItemToArray(lps, lp->unscored ? cJSON_CreateNull() : cJSON_CreateNumber(lp->logprob));
         cJSON *m = lp->unscored ? cJSON_CreateNull() : cJSON_CreateObject();
         for (int j = 0; j < lp->n_top && j < max_top && !lp->unscored; j++) {
+            if (as_ids) { /* distinct ids, distinct keys */
+                snprintf(id, sizeof id, "token_id:%d", (int)lp->top_token[j]);
+                if (!cJSON_GetObjectItemCaseSensitive(m, id)) cJSON_AddNumberToObject(m, id, lp->top_logprob[j]);
+                continue;
+            }
             size_t ttn;
             char *tt = token_bytes_utf8(lp->top_piece[j], (size_t)lp->top_piece_len[j], &ttn);
             /* A map key is a C string in cJSON: a piece with a NUL byte is keyed by its text before
@@ -163,8 +177,8 @@ void collect_logprobs(call *k, int index, const sched_event *ev) {
     bool chat = k->kind != CALL_COMPLETION; /* chat's entries for responses too */
     choice *ci = &k->choices[index];
     if (!ci->lp) ci->lp = chat ? cJSON_CreateArray() : completion_logprobs_new();
-    if (chat) chat_logprobs_add(ci->lp, ev);
-    else completion_logprobs_add(ci->lp, ev->logprobs, ev->n_logprobs, SCHED_MAX_TOP_LOGPROBS, &ci->text_off);
+    if (chat) chat_logprobs_add(ci->lp, ev, k->tokens_as_ids);
+    else completion_logprobs_add(ci->lp, ev->logprobs, ev->n_logprobs, SCHED_MAX_TOP_LOGPROBS, k->tokens_as_ids, &ci->text_off);
 }
 
 /* vLLM's stop_reason beside a finish_reason: the stop string or stop token id that ended a "stop",
@@ -193,10 +207,10 @@ cJSON *stream_chunk(call *k, int index, const char *text, size_t text_len, const
     if (lp_ev && lp_ev->n_logprobs) {
         if (chat) {
             cJSON *l = cJSON_AddObjectToObject(ch, "logprobs");
-            chat_logprobs_add(cJSON_AddArrayToObject(l, "content"), lp_ev);
+            chat_logprobs_add(cJSON_AddArrayToObject(l, "content"), lp_ev, k->tokens_as_ids);
         } else {
             cJSON *l = completion_logprobs_new();
-            completion_logprobs_add(l, lp_ev->logprobs, lp_ev->n_logprobs, SCHED_MAX_TOP_LOGPROBS,
+            completion_logprobs_add(l, lp_ev->logprobs, lp_ev->n_logprobs, SCHED_MAX_TOP_LOGPROBS, k->tokens_as_ids,
                                     &k->choices[index].text_off);
             cJSON_AddItemToObject(ch, "logprobs", l);
         }

@@ -514,6 +514,10 @@ bool openai_parse_generation(const char *body, size_t body_len, bool chat, const
         ok = false;
         goto out;
     }
+    if (!openai_get_bool(root, "return_tokens_as_token_ids", &out->tokens_as_ids, err)) {
+        ok = false;
+        goto out;
+    }
     /* vLLM's truncate_prompt_tokens: only the prompt's last N tokens (after its template and BOS)
      * run, -1 as many as the context holds; cut where the request is admitted (sched_request.c). */
     int cut = 0;

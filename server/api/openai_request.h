@@ -47,6 +47,7 @@ typedef struct api_model {
 typedef struct openai_request {
     bool chat, stream, include_usage;
     bool chat_logprobs; /* chat: logprobs requested (top_logprobs in gens[i].logprobs) */
+    bool tokens_as_ids; /* vLLM's return_tokens_as_token_ids: logprobs name tokens "token_id:N" */
     bool tools;         /* chat: the reply is tool calling's JSON, turned into tool_calls (tool_calls.h) */
     bool tools_json_answer; /* with tools: an answer is a JSON value held to the structured-output schema */
     /* The prompt sent back (prompt_echo.c): completions' echo (the prompt's text before each

@@ -68,7 +68,7 @@ cJSON *prompt_echo_event(call *k, int i, const sched_event *ev, bool role) {
         if (k->echo_logprobs >= 0) { /* the legacy arrays, the prompt's entries first */
             size_t off = 0;
             lp = completion_logprobs_new();
-            completion_logprobs_add(lp, ev->logprobs, ev->n_logprobs, k->echo_logprobs, &off);
+            completion_logprobs_add(lp, ev->logprobs, ev->n_logprobs, k->echo_logprobs, k->tokens_as_ids, &off);
         }
         /* The completion's own tokens' offsets follow the prompt's text. */
         ci->text_off = json_utf8_chars(text.p ? text.p : "", text.len);

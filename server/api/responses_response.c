@@ -197,7 +197,7 @@ void responses_stream_text(call *k, const sched_event *ev) {
     json_add_string_n(e, "delta", ev->text ? ev->text : "", ev->text_len);
     cJSON *lp = cJSON_AddArrayToObject(e, "logprobs");
     if (ev->n_logprobs) {
-        chat_logprobs_add(lp, ev);
+        chat_logprobs_add(lp, ev, false);
         collect_logprobs(k, 0, ev); /* for the done events' text */
     }
     send_event(k, e);

@@ -241,3 +241,36 @@ def test_null_means_not_given(server):
     choice, usage = complete(server, max_tokens=3, ignore_eos=None, min_tokens=None, stop_token_ids=None,
                              include_stop_str_in_output=None, allowed_token_ids=None, skip_special_tokens=None)
     assert usage["completion_tokens"] == 3
+
+
+def test_return_tokens_as_token_ids(server):
+    """vLLM's return_tokens_as_token_ids: logprobs name every token "token_id:N" (chat's bytes are
+    that text's), N the id whose text the same greedy request without it shows; completions' top
+    alternatives keyed so too, echo's prompt entries as well; a non-boolean is refused."""
+    def detok(i):
+        return post(server, "/detokenize", {"tokens": [i]}).json()["prompt"]
+
+    plain, _ = complete(server, max_tokens=4, logprobs=2)
+    ids, _ = complete(server, max_tokens=4, logprobs=2, return_tokens_as_token_ids=True)
+    assert ids["text"] == plain["text"]
+    toks = ids["logprobs"]["tokens"]
+    assert len(toks) == 4 and all(t.startswith("token_id:") for t in toks)
+    assert [detok(int(t[9:])) for t in toks] == plain["logprobs"]["tokens"]
+    for top, plain_top in zip(ids["logprobs"]["top_logprobs"], plain["logprobs"]["top_logprobs"]):
+        assert sorted(detok(int(k[9:])) for k in top) == sorted(plain_top)
+    echo, _ = complete(server, max_tokens=1, logprobs=1, echo=True, return_tokens_as_token_ids=True)
+    n_prompt = len(post(server, "/tokenize", {"prompt": PROMPT}).json()["tokens"])
+    assert len(echo["logprobs"]["tokens"]) == n_prompt + 1
+    assert all(t.startswith("token_id:") for t in echo["logprobs"]["tokens"])
+    body = {"messages": [{"role": "user", "content": "Hi"}], "max_tokens": 3, "temperature": 0, "logprobs": True,
+            "top_logprobs": 2}
+    chat_plain = post(server, "/v1/chat/completions", body).json()["choices"][0]["logprobs"]["content"]
+    chat_ids = post(server, "/v1/chat/completions", {**body, "return_tokens_as_token_ids": True}).json()
+    content = chat_ids["choices"][0]["logprobs"]["content"]
+    assert len(content) == len(chat_plain)
+    for e, p in zip(content, chat_plain):
+        assert e["token"].startswith("token_id:") and e["bytes"] == list(e["token"].encode())
+        assert detok(int(e["token"][9:])) == p["token"] and e["logprob"] == p["logprob"]
+        assert all(a["token"].startswith("token_id:") for a in e["top_logprobs"])
+    r = post(server, "/v1/completions", {"prompt": PROMPT, "max_tokens": 1, "return_tokens_as_token_ids": "yes"})
+    assert r.status_code == 400 and r.json()["error"]["param"] == "return_tokens_as_token_ids", r.text
