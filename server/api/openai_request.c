@@ -227,6 +227,27 @@ static bool parse_stop(const cJSON *root, gen_params *g, api_error *e) {
     return ok;
 }
 
+/* vLLM's bad_words: an array of up to SCHED_MAX_BAD_WORDS strings of 1-256 bytes (empty ones
+ * ignored), tokenized on the front thread. */
+static bool parse_bad_words(const cJSON *root, gen_params *g, api_error *e) {
+    const cJSON *list = openai_field(root, "bad_words"), *w;
+    if (!list) return true;
+    if (!cJSON_IsArray(list))
+        return openai_fail(e, 400, "bad_words", "invalid_type", "bad_words must be an array of strings, not %s",
+                           openai_type_name(list));
+    if (cJSON_GetArraySize(list) > SCHED_MAX_BAD_WORDS)
+        return openai_fail(e, 400, "bad_words", "invalid_value", "at most %d bad_words are supported", SCHED_MAX_BAD_WORDS);
+    cJSON_ArrayForEach(w, list) {
+        if (!cJSON_IsString(w)) return openai_fail(e, 400, "bad_words", "invalid_type", "bad_words must hold strings only");
+        const size_t len = json_str_len(w);
+        if (!len) continue;
+        if (len > 256) return openai_fail(e, 400, "bad_words", "invalid_value", "bad_words are limited to 256 bytes each");
+        if (!(g->bad[g->n_bad] = memdup_text(w->valuestring, len))) return openai_fail(e, 500, NULL, NULL, "out of memory");
+        g->bad_len[g->n_bad++] = len;
+    }
+    return true;
+}
+
 /* vLLM's (and llama.cpp's ignore_eos) controls of where a generation ends and what it may say:
  * ignore_eos, min_tokens, stop_token_ids, include_stop_str_in_output, skip_special_tokens,
  * allowed_token_ids. After max_tokens. */
@@ -295,11 +316,7 @@ static bool parse_logit_bias(const cJSON *root, gen_params *g, api_error *e) {
 
 /* Features with no implementation yet are refused plainly rather than silently ignored. */
 static bool refuse_unsupported(const cJSON *root, bool chat, api_error *e) {
-    /* vLLM's that would change the output here: banned words, beam search. Their "off" values
-     * (null, [], false) pass. */
-    const cJSON *bad = openai_field(root, "bad_words");
-    if (openai_asks_for_any(bad))
-        return openai_fail(e, 400, "bad_words", "unsupported_value", "bad_words is not supported: use logit_bias on their tokens");
+    /* vLLM's that would change the output here: beam search. Its "off" value (false) passes. */
     if (cJSON_IsTrue(openai_field(root, "use_beam_search")))
         return openai_fail(e, 400, "use_beam_search", "unsupported_value", "beam search is not supported");
     if (!chat) {
@@ -353,6 +370,8 @@ static bool copy_params(gen_params *d, const gen_params *base, const prompt_in *
     d->bias_values = NULL;
     d->allowed_ids = NULL;
     d->n_stop = 0;
+    d->n_bad = 0;
+    d->bad_ids = NULL;
     bool ok = true;
     if (p->text) {
         ok &= (d->prompt_text = memdup_text(p->text, p->text_len)) != NULL;
@@ -391,6 +410,10 @@ static bool copy_params(gen_params *d, const gen_params *base, const prompt_in *
             break;
         }
         d->n_stop++;
+    }
+    for (int i = 0; ok && i < base->n_bad; i++) {
+        if (!(d->bad[i] = memdup_text(base->bad[i], base->bad_len[i]))) ok = false;
+        else d->n_bad++;
     }
     return ok;
 }
@@ -622,7 +645,7 @@ bool openai_parse_generation(const char *body, size_t body_len, bool chat, const
     tools_ask tools = {0};
     cJSON *answer = NULL;
     const char *answer_other = NULL;
-    ok = ok && parse_stop(root, g, err) && parse_stop_controls(root, g, err) && parse_logit_bias(root, g, err) &&
+    ok = ok && parse_stop(root, g, err) && parse_bad_words(root, g, err) && parse_stop_controls(root, g, err) && parse_logit_bias(root, g, err) &&
          structured_output_parse(root, &g->grammar, err) &&
          (!chat || (structured_output_answer_schema(root, &answer, &answer_other, err) && tools_parse(root, answer, &tools, err)));
     cJSON_Delete(answer);

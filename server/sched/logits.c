@@ -50,6 +50,18 @@ void logits_mask(float *logits, int n_vocab, const int32_t *tokens, int n) {
         if (tokens[i] >= 0 && tokens[i] < n_vocab) logits[tokens[i]] = -INFINITY;
 }
 
+void logits_ban_endings(float *logits, int n_vocab, const int32_t *ids, const int *end, int n_seqs, const int32_t *gen,
+                        int n_gen) {
+    for (int k = 0, at = 0; k < n_seqs; at = end[k++]) {
+        const int len = end[k] - at;
+        const int32_t last = ids[end[k] - 1];
+        if (len - 1 > n_gen || last < 0 || last >= n_vocab) continue;
+        bool match = true; /* the generated tokens end in the sequence's first len - 1 */
+        for (int i = 0; i < len - 1 && match; i++) match = gen[n_gen - (len - 1) + i] == ids[at + i];
+        if (match) logits[last] = -INFINITY;
+    }
+}
+
 void logits_keep_only(float *logits, int n_vocab, const int32_t *sorted, int n) {
     int k = 0;
     for (int i = 0; i < n_vocab; i++) {

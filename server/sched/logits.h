@@ -15,6 +15,11 @@ void logits_penalize(float *logits, const int32_t *prompt, int n_prompt, const i
 void logits_bias(float *logits, int n_vocab, const int32_t *tokens, const float *values, int n);
 /* Sets the logits of the n tokens (those in the vocabulary) to -inf: never drawn. */
 void logits_mask(float *logits, int n_vocab, const int32_t *tokens, int n);
+/* vLLM's bad_words: for each of n_seqs token sequences (sequence k is ids[end[k-1] .. end[k]), from 0
+ * for k = 0), its last token -inf when the generated tokens gen (n_gen) end in the ones before it
+ * (always, for a sequence of one token). */
+void logits_ban_endings(float *logits, int n_vocab, const int32_t *ids, const int *end, int n_seqs, const int32_t *gen,
+                        int n_gen);
 /* Sets every logit to -inf but those of the n tokens, given sorted ascending without repeats. */
 void logits_keep_only(float *logits, int n_vocab, const int32_t *sorted, int n);
 

@@ -59,6 +59,56 @@ static int system_tokens(scheduler *s, const gen_params *g, const int32_t *toks,
     return common;
 }
 
+/* vLLM's bad_words -> the token sequences a generation must not end in (gen_params.bad_ids): each
+ * word with its leading spaces stripped, as tokenized alone, and with one space before it where that
+ * gives as many tokens and another first token (the word inside a text); control-token text stays
+ * text. false with an error event when a word cannot be tokenized. */
+static bool tokenize_bad_words(scheduler *s, sched_job *j) {
+    gen_params *g = &j->gen;
+    for (int w = 0; w < g->n_bad; w++) {
+        size_t skip = 0;
+        while (skip < g->bad_len[w] && g->bad[w][skip] == ' ') skip++;
+        const size_t len = g->bad_len[w] - skip;
+        char *spaced = malloc(len + 2);
+        if (!spaced) goto nomem;
+        spaced[0] = ' ';
+        memcpy(spaced + 1, g->bad[w] + skip, len);
+        spaced[len + 1] = 0;
+        int first_len = 0;
+        int32_t first_tok = -1;
+        for (int with_space = 0; with_space < 2 && len > 0; with_space++) {
+            int32_t *toks = NULL;
+            const int n = wk_tokenize_alloc(s->e, spaced + !with_space, len + (size_t)with_space, false, false, &toks);
+            if (n < 0) {
+                free(spaced);
+                sched_post_error(s, j->id, n == WK_ERR_NOMEM ? 500 : 400, "bad_words", NULL,
+                                 "bad word %d cannot be tokenized: %s", w, wk_strerror(n));
+                return false;
+            }
+            const bool keep = n > 0 && (!with_space || (n == first_len && toks[0] != first_tok));
+            int32_t *grown = keep ? realloc(g->bad_ids, ((size_t)(g->n_bad_seqs ? g->bad_end[g->n_bad_seqs - 1] : 0) + (size_t)n) * sizeof *grown) : NULL;
+            if (keep && !grown) {
+                free(toks);
+                free(spaced);
+                goto nomem;
+            }
+            if (keep) {
+                const int at = g->n_bad_seqs ? g->bad_end[g->n_bad_seqs - 1] : 0;
+                g->bad_ids = grown;
+                memcpy(g->bad_ids + at, toks, (size_t)n * sizeof *toks);
+                g->bad_end[g->n_bad_seqs++] = at + n;
+            }
+            if (!with_space) first_len = n, first_tok = n > 0 ? toks[0] : -1;
+            free(toks);
+        }
+        free(spaced);
+    }
+    return true;
+nomem:
+    sched_post_error(s, j->id, 500, NULL, NULL, "out of memory");
+    return false;
+}
+
 /* A generation prompt given as text -> its tokens, or an error event. `prev` is the job before it
  * in the same batch: the choices of one request carry the same text, tokenized once. */
 static bool tokenize_prompt(scheduler *s, sched_job *j, const sched_job *prev) {
@@ -199,7 +249,8 @@ static void *front_main(void *arg) {
             }
             if (j->kind == JOB_GENERATE && refused && j->group == refused->group) {
                 /* (left untokenized: the engine never admits it) */
-            } else if (j->kind == JOB_GENERATE && j->gen.prompt_text && !tokenize_prompt(s, j, prev)) {
+            } else if (j->kind == JOB_GENERATE &&
+                       ((j->gen.prompt_text && !tokenize_prompt(s, j, prev)) || !tokenize_bad_words(s, j))) {
                 j->refused = true;
                 refused = j;
             } else if (j->kind == JOB_GENERATE) {

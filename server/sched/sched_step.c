@@ -430,6 +430,8 @@ void sched_step(scheduler *s) {
         if (r->g.n_bias) logits_bias(row, s->info->n_vocab, r->g.bias_tokens, r->g.bias_values, r->g.n_bias);
         if (r->g.ignore_eos || r->n_gen < r->g.min_tokens) logits_mask(row, s->info->n_vocab, s->eog, s->n_eog);
         if (r->n_gen < r->g.min_tokens) logits_mask(row, s->info->n_vocab, r->g.stop_ids, r->g.n_stop_ids);
+        if (r->g.n_bad_seqs)
+            logits_ban_endings(row, s->info->n_vocab, r->g.bad_ids, r->g.bad_end, r->g.n_bad_seqs, r->gen, r->n_gen);
         if (r->g.n_allowed_ids) logits_keep_only(row, s->info->n_vocab, r->g.allowed_ids, r->g.n_allowed_ids);
         logits_penalize(row, r->prompt, r->n_prompt, r->gen, r->n_gen, r->g.presence_penalty, r->g.frequency_penalty,
                         r->g.repetition_penalty, r->g.repeat_last_n, s->scratch);

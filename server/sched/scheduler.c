@@ -27,6 +27,8 @@ void gen_params_free(gen_params *g) {
     free(g->allowed_ids);
     wk_grammar_free(g->grammar);
     for (int i = 0; i < g->n_stop; i++) free(g->stop[i]);
+    for (int i = 0; i < g->n_bad; i++) free(g->bad[i]);
+    free(g->bad_ids);
     memset(g, 0, sizeof *g);
 }
 

@@ -16,6 +16,7 @@
 
 #define SCHED_MAX_STOP 8     /* stop strings per request (OpenAI allows 4) */
 #define SCHED_MAX_STOP_IDS 64 /* vLLM's stop_token_ids per request */
+#define SCHED_MAX_BAD_WORDS 64 /* vLLM's bad_words per request */
 #define SCHED_MAX_ALLOWED_IDS (1 << 18) /* vLLM's allowed_token_ids per request */
 #define SCHED_MAX_TOP_LOGPROBS 20
 /* A request's scored prompt entries, counting each alternative: prompt tokens x (alternatives + 1)
@@ -55,6 +56,15 @@ typedef struct gen_params {
     int32_t stop_ids[SCHED_MAX_STOP_IDS];
     int n_stop_ids;
     bool include_stop; /* vLLM's include_stop_str_in_output: the stop string or stop token's text stays */
+    /* vLLM's bad_words (owned; may hold NUL bytes: bad_len counts), and the token sequences the
+     * front thread makes of them (sched_front.c): sequence k is bad_ids[bad_end[k-1] .. bad_end[k])
+     * (from 0 for k = 0); its last token is never drawn after the others. */
+    char *bad[SCHED_MAX_BAD_WORDS];
+    size_t bad_len[SCHED_MAX_BAD_WORDS];
+    int n_bad;
+    int32_t *bad_ids;
+    int bad_end[2 * SCHED_MAX_BAD_WORDS];
+    int n_bad_seqs;
     bool ignore_eos;   /* end-of-generation tokens are never drawn (masked, as llama.cpp does) */
     int min_tokens;    /* vLLM's: until this many tokens, end-of-generation and stop_ids are masked and
                         * stop strings not matched */

@@ -193,7 +193,6 @@ def test_refused(server, body, param):
 
 
 @pytest.mark.parametrize("field,on,off", [
-    ("bad_words", ["Paris"], []),
     ("use_beam_search", True, False),
 ])
 def test_vllm_fields_not_supported_are_refused(server, field, on, off):
@@ -274,3 +273,35 @@ def test_return_tokens_as_token_ids(server):
         assert all(a["token"].startswith("token_id:") for a in e["top_logprobs"])
     r = post(server, "/v1/completions", {"prompt": PROMPT, "max_tokens": 1, "return_tokens_as_token_ids": "yes"})
     assert r.status_code == 400 and r.json()["error"]["param"] == "return_tokens_as_token_ids", r.text
+
+
+def test_bad_words(server):
+    """vLLM's bad_words: a word's token sequence is never generated (its last token masked after the
+    ones before it), alone or with a space before it; a multi-token word leaves its first tokens
+    free: the reply follows the greedy one up to the word's last token and turns there. Not a list of
+    strings, too many, too long: refused naming the field; [] and null pass."""
+    def ids_of(choice):
+        return [int(t[9:]) for t in choice["logprobs"]["tokens"]]
+
+    plain, _ = complete(server, max_tokens=10, logprobs=0, return_tokens_as_token_ids=True)
+    reply = ids_of(plain)
+    first = post(server, "/detokenize", {"tokens": reply[:1]}).json()["prompt"]
+    banned, _ = complete(server, max_tokens=10, logprobs=0, return_tokens_as_token_ids=True, bad_words=[first])
+    assert ids_of(banned)[0] != reply[0] and reply[0] not in ids_of(banned)
+    pair_at = None
+    for i in range(1, len(reply) - 1):
+        word = post(server, "/detokenize", {"tokens": reply[i:i + 2]}).json()["prompt"]
+        toks = post(server, "/tokenize", {"prompt": word, "add_special": False}).json()["tokens"]
+        if toks == reply[i:i + 2] and word.startswith(" ") and len(word.strip().split()) >= 1:
+            pair_at = i
+            break
+    assert pair_at is not None, reply
+    turned, _ = complete(server, max_tokens=10, logprobs=0, return_tokens_as_token_ids=True, bad_words=[word])
+    got = ids_of(turned)
+    assert got[:pair_at + 1] == reply[:pair_at + 1] and got[pair_at + 1] != reply[pair_at + 1], (got, reply)
+    for off in ([], None):
+        r = post(server, "/v1/completions", {"prompt": PROMPT, "max_tokens": 2, "bad_words": off})
+        assert r.status_code == 200, r.text
+    for bad in ("Paris", [1], ["x"] * 65, ["x" * 257]):
+        r = post(server, "/v1/completions", {"prompt": PROMPT, "max_tokens": 2, "bad_words": bad})
+        assert r.status_code == 400 and r.json()["error"]["param"] == "bad_words", r.text
