@@ -141,8 +141,8 @@ void completion_logprobs_add(cJSON *obj, const token_logprob *entries, int n, in
     char id[24];
     for (int i = 0; i < n; i++) {
         const token_logprob *lp = &entries[i];
-        if (as_ids) cJSON_AddItemToArray(tokens, cJSON_CreateString((snprintf(id, sizeof id, "token_id:%d", (int)lp->token), id)));
-        else cJSON_AddItemToArray(tokens, token_json_string(lp->piece, lp->piece_len));
+        if (as_ids) snprintf(id, sizeof id, "token_id:%d", (int)lp->token);
+        cJSON_AddItemToArray(tokens, as_ids ? cJSON_CreateString(id) : token_json_string(lp->piece, lp->piece_len));
         cJSON_AddItemToArray(lps, lp->unscored ? cJSON_CreateNull() : cJSON_CreateNumber(lp->logprob));
         cJSON *m = lp->unscored ? cJSON_CreateNull() : cJSON_CreateObject();
         for (int j = 0; j < lp->n_top && j < max_top && !lp->unscored; j++) {

@@ -645,8 +645,8 @@ bool openai_parse_generation(const char *body, size_t body_len, bool chat, const
     tools_ask tools = {0};
     cJSON *answer = NULL;
     const char *answer_other = NULL;
-    ok = ok && parse_stop(root, g, err) && parse_bad_words(root, g, err) && parse_stop_controls(root, g, err) && parse_logit_bias(root, g, err) &&
-         structured_output_parse(root, &g->grammar, err) &&
+    ok = ok && parse_stop(root, g, err) && parse_bad_words(root, g, err) && parse_stop_controls(root, g, err) &&
+         parse_logit_bias(root, g, err) && structured_output_parse(root, &g->grammar, err) &&
          (!chat || (structured_output_answer_schema(root, &answer, &answer_other, err) && tools_parse(root, answer, &tools, err)));
     cJSON_Delete(answer);
     if (ok && tools.mode != TOOLS_OFF && answer_other)

@@ -86,14 +86,14 @@ static bool tokenize_bad_words(scheduler *s, sched_job *j) {
                 return false;
             }
             const bool keep = n > 0 && (!with_space || (n == first_len && toks[0] != first_tok));
-            int32_t *grown = keep ? realloc(g->bad_ids, ((size_t)(g->n_bad_seqs ? g->bad_end[g->n_bad_seqs - 1] : 0) + (size_t)n) * sizeof *grown) : NULL;
+            const int at = g->n_bad_seqs ? g->bad_end[g->n_bad_seqs - 1] : 0; /* ids so far */
+            int32_t *grown = keep ? realloc(g->bad_ids, ((size_t)at + (size_t)n) * sizeof *grown) : NULL;
             if (keep && !grown) {
                 free(toks);
                 free(spaced);
                 goto nomem;
             }
             if (keep) {
-                const int at = g->n_bad_seqs ? g->bad_end[g->n_bad_seqs - 1] : 0;
                 g->bad_ids = grown;
                 memcpy(g->bad_ids + at, toks, (size_t)n * sizeof *toks);
                 g->bad_end[g->n_bad_seqs++] = at + n;
