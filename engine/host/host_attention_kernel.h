@@ -27,6 +27,19 @@ WK_INLINE VF KN(load)(const float *p) {
 WK_INLINE void KN(store)(float *p, VF v) { memcpy(p, &v, sizeof v); }
 
 
+/* Lane i of the result: levels' lane idx[i] modulo VN, one lane permute. GCC's __builtin_shuffle
+ * takes a variable index vector; clang has none (it builds only the fuzzing targets, where this
+ * loop's speed does not matter). */
+WK_INLINE VF KN(pick)(VF levels, VI idx) {
+#if defined(__clang__)
+    VF r;
+    for (int i = 0; i < VN; i++) r[i] = levels[idx[i] & (VN - 1)];
+    return r;
+#else
+    return __builtin_shuffle(levels, idx);
+#endif
+}
+
 /* Token tt's codes of the slab at word `slab` (codes a token code_words apart, then its groups'
  * f16 parameters from params_words), decoded into y (D floats): u * a + b, a and b the group's
  * (kv_quant.glsl's wk_kvq_affine). Eight codes of b bits are 8b bits, so every run of eight starts
@@ -70,7 +83,7 @@ WK_INLINE void KN(decode_codes)(const uint32_t *pool, uint32_t slab, uint32_t tt
             const VU wv = {w0, w0, w0, w0, w0, w0, w0, w0};
 #endif
             if (lookup) {
-                KN(store)(y, __builtin_shuffle(levels, (VI)(wv >> sh)));
+                KN(store)(y, KN(pick)(levels, (VI)(wv >> sh)));
                 continue;
             }
             const VI u = (VI)((wv >> sh) & mask);
@@ -129,22 +142,33 @@ WK_INLINE void KN(scores_4x4)(const float *q, int hq, int h0, const float *const
      * a span apart and packs two vectors' halves into one, so lane 4x + y of the last holds pair
      * (x, y)'s sum, every pair's lanes added in the same order (its score does not depend on where
      * in a block it sits, so not on the tiles' bounds either). */
-    const VI lo_a = {0, 1, 2, 3, 4, 5, 6, 7, 16, 17, 18, 19, 20, 21, 22, 23};
-    const VI hi_a = {8, 9, 10, 11, 12, 13, 14, 15, 24, 25, 26, 27, 28, 29, 30, 31};
-    const VI lo_b = {0, 1, 2, 3, 8, 9, 10, 11, 16, 17, 18, 19, 24, 25, 26, 27};
-    const VI hi_b = {4, 5, 6, 7, 12, 13, 14, 15, 20, 21, 22, 23, 28, 29, 30, 31};
-    const VI lo_c = {0, 1, 4, 5, 8, 9, 12, 13, 16, 17, 20, 21, 24, 25, 28, 29};
-    const VI hi_c = {2, 3, 6, 7, 10, 11, 14, 15, 18, 19, 22, 23, 26, 27, 30, 31};
-    const VI lo_d = {0, 2, 4, 6, 8, 10, 12, 14, 16, 18, 20, 22, 24, 26, 28, 30};
-    const VI hi_d = {1, 3, 5, 7, 9, 11, 13, 15, 17, 19, 21, 23, 25, 27, 29, 31};
+    /* __builtin_shufflevector's constant lanes (GCC 12 and clang alike). */
+#define LO_A 0, 1, 2, 3, 4, 5, 6, 7, 16, 17, 18, 19, 20, 21, 22, 23
+#define HI_A 8, 9, 10, 11, 12, 13, 14, 15, 24, 25, 26, 27, 28, 29, 30, 31
+#define LO_B 0, 1, 2, 3, 8, 9, 10, 11, 16, 17, 18, 19, 24, 25, 26, 27
+#define HI_B 4, 5, 6, 7, 12, 13, 14, 15, 20, 21, 22, 23, 28, 29, 30, 31
+#define LO_C 0, 1, 4, 5, 8, 9, 12, 13, 16, 17, 20, 21, 24, 25, 28, 29
+#define HI_C 2, 3, 6, 7, 10, 11, 14, 15, 18, 19, 22, 23, 26, 27, 30, 31
+#define LO_D 0, 2, 4, 6, 8, 10, 12, 14, 16, 18, 20, 22, 24, 26, 28, 30
+#define HI_D 1, 3, 5, 7, 9, 11, 13, 15, 17, 19, 21, 23, 25, 27, 29, 31
+#define HALVES(u, v, LO, HI) (__builtin_shufflevector(u, v, LO) + __builtin_shufflevector(u, v, HI))
     VF a[8], b[4], c[2];
     for (int i = 0; i < 8; i++) {
         const VF u = acc[(2 * i) / 4][(2 * i) % 4], v = acc[(2 * i + 1) / 4][(2 * i + 1) % 4];
-        a[i] = __builtin_shuffle(u, v, lo_a) + __builtin_shuffle(u, v, hi_a);
+        a[i] = HALVES(u, v, LO_A, HI_A);
     }
-    for (int i = 0; i < 4; i++) b[i] = __builtin_shuffle(a[2 * i], a[2 * i + 1], lo_b) + __builtin_shuffle(a[2 * i], a[2 * i + 1], hi_b);
-    for (int i = 0; i < 2; i++) c[i] = __builtin_shuffle(b[2 * i], b[2 * i + 1], lo_c) + __builtin_shuffle(b[2 * i], b[2 * i + 1], hi_c);
-    const VF sums = __builtin_shuffle(c[0], c[1], lo_d) + __builtin_shuffle(c[0], c[1], hi_d);
+    for (int i = 0; i < 4; i++) b[i] = HALVES(a[2 * i], a[2 * i + 1], LO_B, HI_B);
+    for (int i = 0; i < 2; i++) c[i] = HALVES(b[2 * i], b[2 * i + 1], LO_C, HI_C);
+    const VF sums = HALVES(c[0], c[1], LO_D, HI_D);
+#undef HALVES
+#undef LO_A
+#undef HI_A
+#undef LO_B
+#undef HI_B
+#undef LO_C
+#undef HI_C
+#undef LO_D
+#undef HI_D
     for (int x = 0; x < 4 && h0 + x < hq; x++)
         for (uint32_t y = 0; y < 4 && k0 + y < nk; y++) sc[h0 + x][k0 + y] = sums[4 * x + y];
 #else
