@@ -13,11 +13,16 @@
 #include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
-#if defined(__x86_64__) && defined(__GNUC__)
-#include <immintrin.h>
+
+/* a * b + c as one fused multiply-add where the code has it (the FMA peak below). */
+#if defined(__clang__)
+#pragma clang fp contract(fast)
+#elif defined(__GNUC__)
+#pragma GCC optimize("fp-contract=fast")
 #endif
 
 typedef float v8f __attribute__((vector_size(32)));
+typedef float v16f __attribute__((vector_size(64)));
 typedef uint64_t v4u __attribute__((vector_size(32)));
 
 /* ---- memory read bandwidth: each thread sums its slice of a buffer far larger than any cache ---- */
@@ -46,49 +51,29 @@ typedef struct fma_job {
     float sink;
 } fma_job;
 
-/* Without FMA hardware (or off x86-64): a multiply and an add, which is what such a core does. */
-#define FMA_BODY                                                                                  \
-    v8f acc[CHAINS];                                                                              \
-    for (int k = 0; k < CHAINS; k++) acc[k] = (v8f){0} + (float)k * 1e-3f;                        \
-    const v8f m = (v8f){0} + 0.999999f, add = (v8f){0} + 1e-7f;                                   \
+/* One body for every width: V a vector type of LANES floats. The file contracts a * b + c into
+ * one fused multiply-add where the code has it (the pragma above; ISO C mode, -std=c11, does not
+ * by itself), so the AVX2+FMA and AVX-512F builds below measure fused multiply-adds, and the
+ * generic one, without FMA hardware or off x86-64, a multiply and an add, which is what such a
+ * core does. */
+#define FMA_BODY(V, LANES)                                                                        \
+    V acc[CHAINS];                                                                                \
+    for (int k = 0; k < CHAINS; k++) acc[k] = (V){0} + (float)k * 1e-3f;                          \
+    const V m = (V){0} + 0.999999f, add = (V){0} + 1e-7f;                                         \
     for (int i = 0; i < FMA_ITERS; i++)                                                           \
         for (int k = 0; k < CHAINS; k++) acc[k] = acc[k] * m + add;                               \
-    v8f s = (v8f){0};                                                                             \
+    V s = (V){0};                                                                                 \
     for (int k = 0; k < CHAINS; k++) s += acc[k];                                                 \
-    j->sink = s[0] + s[7];                                                                        \
-    j->flops = 2.0 * 8 * CHAINS * (double)FMA_ITERS;
+    j->sink = s[0] + s[LANES - 1];                                                                \
+    j->flops = 2.0 * LANES * CHAINS * (double)FMA_ITERS;
 
 #if defined(__x86_64__) && defined(__GNUC__)
-/* With intrinsics: ISO C mode (-std=c11) does not contract a * b + c into an FMA. */
-__attribute__((target("avx2,fma"))) static void fma_avx2(fma_job *j) {
-    __m256 acc[CHAINS];
-    for (int k = 0; k < CHAINS; k++) acc[k] = _mm256_set1_ps((float)k * 1e-3f);
-    const __m256 m = _mm256_set1_ps(0.999999f), add = _mm256_set1_ps(1e-7f);
-    for (int i = 0; i < FMA_ITERS; i++)
-        for (int k = 0; k < CHAINS; k++) acc[k] = _mm256_fmadd_ps(acc[k], m, add);
-    __m256 s = _mm256_setzero_ps();
-    for (int k = 0; k < CHAINS; k++) s = _mm256_add_ps(s, acc[k]);
-    float out[8];
-    _mm256_storeu_ps(out, s);
-    j->sink = out[0] + out[7];
-    j->flops = 2.0 * 8 * CHAINS * (double)FMA_ITERS;
-}
-
-/* The same with AVX-512F, which the engine's host kernels use where the CPU has it
- * (engine/host/host_matmul.h): 16 lanes a chain, so its peak is the one they run against. */
-__attribute__((target("avx512f"))) static void fma_avx512(fma_job *j) {
-    __m512 acc[CHAINS];
-    for (int k = 0; k < CHAINS; k++) acc[k] = _mm512_set1_ps((float)k * 1e-3f);
-    const __m512 m = _mm512_set1_ps(0.999999f), add = _mm512_set1_ps(1e-7f);
-    for (int i = 0; i < FMA_ITERS; i++)
-        for (int k = 0; k < CHAINS; k++) acc[k] = _mm512_fmadd_ps(acc[k], m, add);
-    __m512 s = _mm512_setzero_ps();
-    for (int k = 0; k < CHAINS; k++) s = _mm512_add_ps(s, acc[k]);
-    j->sink = _mm512_reduce_add_ps(s);
-    j->flops = 2.0 * 16 * CHAINS * (double)FMA_ITERS;
-}
+__attribute__((target("avx2,fma"))) static void fma_avx2(fma_job *j) { FMA_BODY(v8f, 8) }
+/* AVX-512F, which the engine's host kernels use where the CPU has it (engine/host/host_matmul.h):
+ * 16 lanes a chain, so its peak is the one they run against. */
+__attribute__((target("avx512f"))) static void fma_avx512(fma_job *j) { FMA_BODY(v16f, 16) }
 #endif
-static void fma_generic(fma_job *j) { FMA_BODY }
+static void fma_generic(fma_job *j) { FMA_BODY(v8f, 8) }
 
 typedef enum { FMA_GENERIC, FMA_AVX2, FMA_AVX512 } fma_kind;
 
