@@ -2,9 +2,10 @@
  * (engine/host/host_attention.c) for one decode row over a pool of 8192 keys of each cache format
  * (2-bit, 3-bit and 4-bit QuEST codes in groups of 128, and f16), Gemma 3 270M's geometry (head_dim
  * 256, 4 query heads a KV head), with the best instruction set this CPU runs and with each lower
- * one. Prints ms a pass, ns a key and the pool bytes' rate. Usage: build/tests/bench_host_attention
- * [REPEATS]. The codes are random words and every group's step one f16 value: the work a key takes
- * does not depend on them. */
+ * one; with ROWS > 1, that many rows of a prompt's chunk at the last positions (up to 16, as a
+ * prefill job takes them). Prints ms a pass, ns a key (for all the rows) and the pool bytes' rate.
+ * Usage: build/tests/bench_host_attention [REPEATS [ROWS]]. The codes are random words and every
+ * group's step one f16 value: the work a key takes does not depend on them. */
 #include <stdio.h>
 #include <stdlib.h>
 #include <time.h>
@@ -22,10 +23,14 @@ static double now_ms(void) {
 }
 
 int main(int argc, char **argv) {
-    const int reps = argc > 1 ? atoi(argv[1]) : 20;
+    const int reps = argc > 1 ? atoi(argv[1]) : 20, n_rows = argc > 2 ? atoi(argv[2]) : 1;
+    if (reps < 1 || n_rows < 1 || n_rows > WK_HOST_ATTN_MAX_ROWS) {
+        fprintf(stderr, "usage: bench_host_attention [REPEATS >= 1 [ROWS 1..%d]]\n", WK_HOST_ATTN_MAX_ROWS);
+        return 2;
+    }
     rng_seed(7);
-    static float q[HQ * D], part[HQ * (D + 2)];
-    for (int i = 0; i < HQ * D; i++) q[i] = (float)rng_gauss() * 0.06f;
+    static float q[WK_HOST_ATTN_MAX_ROWS * HQ * D], part[WK_HOST_ATTN_MAX_ROWS * HQ * (D + 2)];
+    for (int i = 0; i < n_rows * HQ * D; i++) q[i] = (float)rng_gauss() * 0.06f;
     const int widths[4] = {2, 3, 4, 16};
     for (int w = 0; w < 4; w++) {
         const int bits = widths[w];
@@ -48,12 +53,14 @@ int main(int argc, char **argv) {
             .params_words = params_words, .code_words = code_words, .table_stride = 1, .v_off = (uint32_t)slab_words,
             .k_bits = bits, .k_slab_words = (uint32_t)slab_words, .k_params_words = params_words, .k_code_words = code_words};
         const wk_host_attn_layer L = {.pool = pool, .tables = tables, .pc = &pc};
-        const wk_host_attn_row row = {.pos = KEYS - 1, .chunk_pos0 = KEYS - 1};
+        wk_host_attn_row rows[WK_HOST_ATTN_MAX_ROWS];
+        for (int r = 0; r < n_rows; r++)
+            rows[r] = (wk_host_attn_row){.pos = (uint32_t)(KEYS - n_rows + r), .chunk_pos0 = (uint32_t)(KEYS - n_rows)};
         for (int isa = (int)wk_host_isa_best(); isa >= 0; isa--) {
-            wk_host_attn_part((wk_host_isa)isa, &L, &row, 1, 0, q, (size_t)HQ * D, HQ, 0, KEYS, part); /* warm */
+            wk_host_attn_part((wk_host_isa)isa, &L, rows, n_rows, 0, q, (size_t)HQ * D, HQ, 0, KEYS, part); /* warm */
             const double t0 = now_ms();
             for (int r = 0; r < reps; r++)
-                wk_host_attn_part((wk_host_isa)isa, &L, &row, 1, 0, q, (size_t)HQ * D, HQ, 0, KEYS, part);
+                wk_host_attn_part((wk_host_isa)isa, &L, rows, n_rows, 0, q, (size_t)HQ * D, HQ, 0, KEYS, part);
             const double ms = (now_ms() - t0) / reps;
             const double bytes = (double)KEYS * 2 * (bits == 16 ? D * 2.0 : (double)wk_kvq_group_bytes(WK_KVQ_QUEST, bits, G) * (D / G));
             printf("%-2d bits %-6s %7.3f ms for %d keys: %6.1f ns a key, %5.2f GB/s of cache\n", bits,

@@ -92,19 +92,47 @@ WK_INLINE const float *key_at(const wk_pc_attention_paged *pc, const wk_host_att
     return (reads_f16(pc, j, row->pos) ? f16 : blk) + (size_t)kk * pc->head_dim;
 }
 
-/* One rescale a head of a row for a tile of scores sc (nk keys from jt): the new max, the old sum
- * and output (part, a head stride floats apart) scaled to it, the scores turned into weights; the
- * keys the row does not see weigh nothing. */
-WK_INLINE void softmax_tile(float *part, size_t stride, int hq, const wk_host_attn_row *row, uint32_t jt, uint32_t nk,
-                            uint32_t D, float sc[][KT]) {
+/* Bits lo .. hi-1 of a tile's key mask (hi <= KT). */
+WK_INLINE uint32_t key_bits(uint32_t lo, uint32_t hi) {
+    if (hi <= lo) return 0;
+    return (hi >= 32 ? ~0u : (1u << hi) - 1) & ~((1u << lo) - 1);
+}
+
+/* The keys a row sees of the tile of nk keys from jt, first .. pos, as a mask. */
+WK_INLINE uint32_t row_sees(const wk_host_attn_row *row, uint32_t jt, uint32_t nk) {
+    if (row->pos < jt) return 0;
+    const uint32_t lo = row->first > jt ? row->first - jt : 0, last = row->pos - jt;
+    return key_bits(lo, last + 1 < nk ? last + 1 : nk);
+}
+
+/* Of the keys a row at pos sees (`seen`), those it reads in f16 (reads_f16, as a mask): the sinks,
+ * j < sink, and its recent keys, j + recent > pos. */
+WK_INLINE uint32_t row_f16_keys(const wk_pc_attention_paged *pc, uint32_t pos, uint32_t jt, uint32_t nk, uint32_t seen) {
+    if (pc->sink + pc->recent == 0) return 0;
+    const uint32_t sinks = pc->sink > jt ? key_bits(0, pc->sink - jt < nk ? pc->sink - jt : nk) : 0;
+    const uint32_t from = pos + 1 > pc->recent ? pos + 1 - pc->recent : 0; /* the first recent key */
+    const uint32_t recent = pc->recent == 0 ? 0 : key_bits(from > jt ? (from - jt < nk ? from - jt : nk) : 0, nk);
+    return (sinks | recent) & seen;
+}
+
+/* One rescale a head of a row for a tile of scores sc (nk keys from jt, `seen` those the row
+ * sees): the new max, the old sum and output (part, a head stride floats apart) scaled to it, the
+ * scores turned into weights; the keys the row does not see weigh nothing. */
+WK_INLINE void softmax_tile(float *part, size_t stride, int hq, uint32_t seen, uint32_t nk, uint32_t D,
+                            float sc[][KT]) {
+    float l[WK_HOST_ATTN_MAX_GQA];
     for (int h = 0; h < hq; h++) {
         float *p = part + (size_t)h * stride;
-        float mx = p[0];
+        /* The max in 8 running maxima, each a chain of compares 8 keys apart, where one chain of
+         * nk waited on every compare: the same value (a NaN score is skipped by every one). */
+        float m8[8];
+        for (int i = 0; i < 8; i++) m8[i] = p[0];
         for (uint32_t kk = 0; kk < nk; kk++) {
-            const uint32_t j = jt + kk;
-            if (j < row->first || j > row->pos) sc[h][kk] = -INFINITY;
-            mx = sc[h][kk] > mx ? sc[h][kk] : mx;
+            if (!(seen >> kk & 1)) sc[h][kk] = -INFINITY;
+            m8[kk % 8] = sc[h][kk] > m8[kk % 8] ? sc[h][kk] : m8[kk % 8];
         }
+        float mx = m8[0];
+        for (int i = 1; i < 8; i++) mx = m8[i] > mx ? m8[i] : mx;
         if (mx > p[0]) {
             const float corr = expf(p[0] - mx);
             p[1] *= corr;
@@ -112,14 +140,16 @@ WK_INLINE void softmax_tile(float *part, size_t stride, int hq, const wk_host_at
             p[0] = mx;
         }
         /* The weights in vectors (row_math's exponential, 0 for the keys not seen): 32 calls of
-         * libm's expf a head and tile were ~8% of a 2-bit key's time. Their sum stays one chain
-         * over the keys in order, in a register, whatever the tiles' bounds: a prefix cache's warm
-         * rows match cold ones bit for bit (test_prefix_cache), which a sum a tile would not. */
+         * libm's expf a head and tile were ~8% of a 2-bit key's time. */
         (void)wk_row_exp_sum(sc[h], (int)nk, mx, 1.0f, sc[h]);
-        float l = p[1];
-        for (uint32_t kk = 0; kk < nk; kk++) l += sc[h][kk];
-        p[1] = l;
+        l[h] = p[1];
     }
+    /* Each head's sum stays one chain over the keys in order, whatever the tiles' bounds: a prefix
+     * cache's warm rows match cold ones bit for bit (test_prefix_cache), which a sum a tile would
+     * not. The heads' chains side by side, so their adds overlap. */
+    for (uint32_t kk = 0; kk < nk; kk++)
+        for (int h = 0; h < hq; h++) l[h] += sc[h][kk];
+    for (int h = 0; h < hq; h++) part[(size_t)h * stride + 1] = l[h];
 }
 
 /* The key walk, once a vector width (host_attention_kernel.h): part_body_8 for every code,

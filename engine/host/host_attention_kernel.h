@@ -177,21 +177,46 @@ WK_INLINE void KN(scores_4x4)(const float *q, int hq, int h0, const float *const
 #endif
 }
 
-/* The outputs of query heads h0.. (4, as above) += their probabilities times the tile's values
- * (key kk's at vp[kk]), a chunk of VN dimensions at a time held in registers over all the keys. */
+/* Chunks of VN dimensions a pass over the tile's values: each output element's sum is a chain of
+ * multiply-adds over the keys, 4 cycles a link, so a pass of one chunk (4 chains, one a head) ran
+ * at half the rate of two fused multiply-adds a cycle; nc chunks give 4 nc chains, and a
+ * probability's broadcast serves nc of them. 16 lanes: 4 chunks, 16 sums in AVX-512's 32
+ * registers; 8 lanes: 2 (8 sums in AVX2's 16). */
+enum { KN(VALUE_CHUNKS) = VN == 16 ? 4 : 2 };
+
+/* Heads hx[0..3]'s outputs, dimensions i .. i + nc * VN, += their probabilities times the tile's
+ * values (key kk's at vp[kk]), in registers over all the keys: each element's sum in key order,
+ * as one chunk a pass sums it, so the same floats. */
+WK_INLINE void KN(values_chunks)(float *part, size_t stride, int n_out, const int *hx, const float *const *vp,
+                                 uint32_t nk, uint32_t i, float sc[][KT], const int nc) {
+    VF acc[4][KN(VALUE_CHUNKS)];
+    for (int x = 0; x < 4; x++)
+        for (int c = 0; c < nc; c++) acc[x][c] = KN(load)(part + hx[x] * stride + 2 + i + (uint32_t)c * VN);
+    for (uint32_t kk = 0; kk < nk; kk++) {
+        VF v[KN(VALUE_CHUNKS)];
+        for (int c = 0; c < nc; c++) v[c] = KN(load)(vp[kk] + i + (uint32_t)c * VN);
+        for (int x = 0; x < 4; x++) {
+            const float w = sc[hx[x]][kk]; /* broadcast once from memory for the nc chunks */
+            for (int c = 0; c < nc; c++) acc[x][c] += w * v[c];
+        }
+    }
+    for (int x = 0; x < n_out; x++)
+        for (int c = 0; c < nc; c++) KN(store)(part + hx[x] * stride + 2 + i + (uint32_t)c * VN, acc[x][c]);
+}
+
+/* The outputs of query heads h0.. (4, as above) += their probabilities times the tile's values,
+ * VALUE_CHUNKS chunks of VN dimensions a pass in the vector codes (`wide`), then one at a time (a
+ * head of 8 x odd dimensions; the plain build, whose 8-float vectors are two SSE registers each,
+ * spilled 8 sums to the stack and took 2.7x as long a key). */
 WK_INLINE void KN(values_4)(float *part, size_t stride, int hq, int h0, const float *const *vp, uint32_t nk,
-                            uint32_t D, float sc[][KT]) {
+                            uint32_t D, float sc[][KT], int wide) {
     int hx[4];
     for (int x = 0; x < 4; x++) hx[x] = h0 + x < hq ? h0 + x : hq - 1;
-    for (uint32_t i = 0; i < D; i += VN) {
-        VF acc[4];
-        for (int x = 0; x < 4; x++) acc[x] = KN(load)(part + hx[x] * stride + 2 + i);
-        for (uint32_t kk = 0; kk < nk; kk++) {
-            const VF v = KN(load)(vp[kk] + i);
-            for (int x = 0; x < 4; x++) acc[x] += sc[hx[x]][kk] * v;
-        }
-        for (int x = 0; x < 4 && h0 + x < hq; x++) KN(store)(part + hx[x] * stride + 2 + i, acc[x]);
-    }
+    const int n_out = hq - h0 < 4 ? hq - h0 : 4;
+    uint32_t i = 0;
+    for (; wide && i + KN(VALUE_CHUNKS) * VN <= D; i += KN(VALUE_CHUNKS) * VN)
+        KN(values_chunks)(part, stride, n_out, hx, vp, nk, i, sc, KN(VALUE_CHUNKS));
+    for (; i < D; i += VN) KN(values_chunks)(part, stride, n_out, hx, vp, nk, i, sc, 1);
 }
 
 /* The tile's keys (kv 0) or values (kv 1) into blk / f16 (KT rows of D floats each): each in the
@@ -233,15 +258,15 @@ WK_INLINE void KN(part_body)(const wk_host_attn_layer *L, const wk_host_attn_row
     for (uint32_t jt = j0; jt < j1; jt += KT) {
         const uint32_t nk = j1 - jt < KT ? j1 - jt : KT;
         /* Which keys some row sees from the blocks, which in f16; which rows see any. */
-        uint32_t need_blk = 0, need_f16 = 0, rows_in = 0;
-        for (int r = 0; r < n_rows; r++)
-            for (uint32_t kk = 0; kk < nk; kk++) {
-                const uint32_t j = jt + kk;
-                if (j < rows[r].first || j > rows[r].pos) continue;
-                rows_in |= 1u << r;
-                if (reads_f16(pc, j, rows[r].pos)) need_f16 |= 1u << kk;
-                else need_blk |= 1u << kk;
-            }
+        uint32_t need_blk = 0, need_f16 = 0, rows_in = 0, seen[WK_HOST_ATTN_MAX_ROWS];
+        for (int r = 0; r < n_rows; r++) {
+            seen[r] = row_sees(&rows[r], jt, nk);
+            if (!seen[r]) continue;
+            rows_in |= 1u << r;
+            const uint32_t f16 = row_f16_keys(pc, rows[r].pos, jt, nk, seen[r]);
+            need_f16 |= f16;
+            need_blk |= seen[r] & ~f16;
+        }
         if (!rows_in) continue;
         KN(load_tile)(L, rows, kh, 0, jt, nk, need_blk, need_f16, P, f16c, tile_blk, tile_f16);
         for (int r = 0; r < n_rows; r++) {
@@ -252,7 +277,7 @@ WK_INLINE void KN(part_body)(const wk_host_attn_layer *L, const wk_host_attn_row
                 kp[kk] = key_at(pc, row, jt + kk, tile_blk, tile_f16, zeros, kk);
             for (int h0 = 0; h0 < hq; h0 += 4)
                 for (uint32_t k0 = 0; k0 < nk; k0 += 4) KN(scores_4x4)(q + r * q_stride, hq, h0, kp, nk, k0, D, sc);
-            softmax_tile(part + (size_t)r * hq * stride, stride, hq, row, jt, nk, D, sc);
+            softmax_tile(part + (size_t)r * hq * stride, stride, hq, seen[r], nk, D, sc);
         }
         KN(load_tile)(L, rows, kh, 1, jt, nk, need_blk, need_f16, P, f16c, tile_blk, tile_f16);
         for (int r = 0; r < n_rows; r++) {
@@ -260,7 +285,7 @@ WK_INLINE void KN(part_body)(const wk_host_attn_layer *L, const wk_host_attn_row
             for (uint32_t kk = 0; kk < nk; kk++)
                 kp[kk] = key_at(pc, &rows[r], jt + kk, tile_blk, tile_f16, zeros, kk);
             for (int h0 = 0; h0 < hq; h0 += 4)
-                KN(values_4)(part + (size_t)r * hq * stride, stride, hq, h0, kp, nk, D, sc_rows + r * hq);
+                KN(values_4)(part + (size_t)r * hq * stride, stride, hq, h0, kp, nk, D, sc_rows + r * hq, f16c);
         }
     }
 }
