@@ -63,6 +63,36 @@ static void test_exp_range(void) {
     free(terms);
 }
 
+/* wk_row_exp_terms: each term the float wk_row_exp_sum writes (scale 1), bit for bit, in 4 lanes
+ * and (where the CPU runs them) in AVX-512's 16: every length 1..70 (each tail after whole
+ * vectors of both widths), in place and not, over the exp's range and past it (below -87, above
+ * 88, -inf, NaN), with a shift. */
+static void test_exp_terms(void) {
+    enum { N = 70 };
+    int widths = 1;
+#if defined(__x86_64__) || defined(__i386__)
+    __builtin_cpu_init();
+    widths = __builtin_cpu_supports("avx512f") ? 2 : 1;
+#endif
+    printf("exp terms: %s\n", widths == 2 ? "4 and 16 lanes" : "4 lanes (no AVX-512 here)");
+    float x[N], want[N], got[N];
+    int checked = 0, differ = 0;
+    for (int n = 1; n <= N; n++)
+        for (int w = 0; w < widths; w++)
+            for (int in_place = 0; in_place < 2; in_place++) {
+                for (int i = 0; i < n; i++) x[i] = (float)(rng_unit() * 200.0 - 120.0);
+                if (n > 3) x[n / 3] = -INFINITY, x[n / 2] = NAN, x[n - 1] = 95.0f;
+                const float shift = (float)(rng_unit() * 10.0 - 5.0);
+                wk_row_exp_sum(x, n, shift, 1.0f, want);
+                float *out = in_place ? x : got;
+                wk_row_exp_terms(x, n, shift, out, w);
+                for (int i = 0; i < n; i++, checked++)
+                    if (memcmp(&out[i], &want[i], sizeof want[i]) != 0) differ++;
+            }
+    printf("exp terms: %d terms, %d differ from wk_row_exp_sum's\n", checked, differ);
+    CHECK_EQ_INT(differ, 0);
+}
+
 /* Every length 1..40 (tails of each size after whole vectors) and two long ones. */
 static void test_lengths(void) {
     static const int longs[] = {1000, 262144, 262147};
@@ -166,6 +196,7 @@ static void test_logprobs(void) {
 int main(void) {
     rng_seed(20261206);
     test_exp_range();
+    test_exp_terms();
     test_lengths();
     test_logprobs();
     TEST_MAIN_END();

@@ -1,6 +1,7 @@
 /* Passes over one logits row in 4-wide vectors (GCC vector extensions: an SSE register on a
  * baseline x86-64 build, NEON on arm64; 32-byte vectors would change the ABI without AVX and
- * compile to memory shuffles). Why not libm: a scalar exp
+ * compile to memory shuffles); the exponential also in AVX-512's 16 lanes for the host attention's
+ * softmax weights (wk_row_exp_terms), in a function of that target. Why not libm: a scalar exp
  * over 262144 logits took 1.5 ms a row, and the sampler and the log-probabilities pay it for every
  * token; a polynomial exp in vectors does the same work in a fraction of it. */
 #include "base/row_math.h"
@@ -9,6 +10,16 @@
 #include <string.h>
 
 #include "wushkv/wushkv.h"
+
+/* No fused multiply-adds (C11's default in GCC; clang's would fuse): wk_row_exp_terms' 16 lanes
+ * must give the 4 lanes' floats, and a baseline x86-64 build has no fused instruction. */
+#if defined(__clang__)
+#pragma clang fp contract(off)
+#endif
+
+#if defined(__x86_64__) || defined(__i386__)
+#define WK_ROW_X86 1
+#endif
 
 typedef float v4f __attribute__((vector_size(16)));
 typedef int32_t v4i __attribute__((vector_size(16)));
@@ -43,24 +54,28 @@ static inline double lanes_sum(v4f v) {
 
 /* exp(t) per lane, 0 where t < -87 or NaN. Cephes' expf: t = k ln2 + r with |r| <= ln2 / 2 (k by
  * round-to-nearest through the 1.5 x 2^23 constant), exp(r) by a degree-5 polynomial, 2^k by
- * writing the exponent bits. */
-static inline v4f exp_lanes(v4f t) {
-    const v4i keep = t >= splat(-87.0f);
-    t = select_f(keep, t, splat(-87.0f));
-    t = select_f(t > splat(88.0f), splat(88.0f), t);
-    const v4f magic = splat(12582912.0f);
-    v4f k = (t * splat(1.44269504088896341f) + magic) - magic;
-    v4f r = t - k * splat(0.693359375f) - k * splat(-2.12194440e-4f);
-    v4f p = splat(1.9875691500e-4f);
-    p = p * r + splat(1.3981999507e-3f);
-    p = p * r + splat(8.3334519073e-3f);
-    p = p * r + splat(4.1665795894e-2f);
-    p = p * r + splat(1.6666665459e-1f);
-    p = p * r + splat(5.0000001201e-1f);
-    v4f y = p * r * r + r + splat(1.0f);
-    v4i bits = (__builtin_convertvector(k, v4i) + 127) << 23;
-    return (v4f)((v4i)(y * (v4f)bits) & keep);
-}
+ * writing the exponent bits. One body for a vector type VF (its lanes' integers VI, SPLAT one
+ * float to all lanes), so every width forms the same floats lane by lane. */
+#define DEFINE_EXP_LANES(NAME, ATTR, VF, VI, SPLAT)                                  \
+    ATTR VF NAME(VF t) {                                                             \
+        const VI keep = t >= SPLAT(-87.0f);                                          \
+        t = (VF)(((VI)t & keep) | ((VI)SPLAT(-87.0f) & ~keep));                      \
+        const VI high = t > SPLAT(88.0f);                                            \
+        t = (VF)(((VI)SPLAT(88.0f) & high) | ((VI)t & ~high));                       \
+        const VF magic = SPLAT(12582912.0f);                                         \
+        VF k = (t * SPLAT(1.44269504088896341f) + magic) - magic;                    \
+        VF r = t - k * SPLAT(0.693359375f) - k * SPLAT(-2.12194440e-4f);             \
+        VF p = SPLAT(1.9875691500e-4f);                                              \
+        p = p * r + SPLAT(1.3981999507e-3f);                                         \
+        p = p * r + SPLAT(8.3334519073e-3f);                                         \
+        p = p * r + SPLAT(4.1665795894e-2f);                                         \
+        p = p * r + SPLAT(1.6666665459e-1f);                                         \
+        p = p * r + SPLAT(5.0000001201e-1f);                                         \
+        VF y = p * r * r + r + SPLAT(1.0f);                                          \
+        VI bits = (__builtin_convertvector(k, VI) + 127) << 23;                      \
+        return (VF)((VI)(y * (VF)bits) & keep);                                      \
+    }
+DEFINE_EXP_LANES(exp_lanes, static inline, v4f, v4i, splat)
 
 float wk_row_max(const float *x, int n, int *at) {
     /* Two running maxima: a select chain is four dependent operations a vector. */
@@ -117,6 +132,49 @@ double wk_row_exp_sum(const float *x, int n, float shift, float scale, float *te
         }
     }
     return total;
+}
+
+#ifdef WK_ROW_X86
+/* The same in AVX-512's 16 lanes (static and always inlined into a function of that target, so
+ * no vector crosses a call). */
+typedef float v16f __attribute__((vector_size(64)));
+typedef int32_t v16i __attribute__((vector_size(64)));
+#define SPLAT16(v) ((v16f){v, v, v, v, v, v, v, v, v, v, v, v, v, v, v, v})
+DEFINE_EXP_LANES(exp_lanes16, static inline __attribute__((always_inline, target("avx512f"))), v16f, v16i, SPLAT16)
+
+__attribute__((target("avx512f"))) static void exp_terms16(const float *x, int n, float shift, float *terms) {
+    const v16f vs = SPLAT16(shift);
+    int i = 0;
+    for (; i + 16 <= n; i += 16) {
+        v16f v;
+        memcpy(&v, x + i, sizeof v);
+        v = exp_lanes16(v - vs);
+        memcpy(terms + i, &v, sizeof v);
+    }
+    if (i < n) {
+        float buf[16];
+        for (int k = 0; k < 16; k++) buf[k] = i + k < n ? x[i + k] : NAN;
+        v16f v;
+        memcpy(&v, buf, sizeof v);
+        v = exp_lanes16(v - vs);
+        for (int k = 0; i + k < n; k++) terms[i + k] = v[k];
+    }
+}
+#endif
+
+void wk_row_exp_terms(const float *x, int n, float shift, float *terms, int avx512) {
+#ifdef WK_ROW_X86
+    if (avx512) {
+        exp_terms16(x, n, shift, terms);
+        return;
+    }
+#endif
+    (void)avx512;
+    const v4f vs = splat(shift);
+    for (int i = 0; i < n; i += LANES) {
+        const v4f e = exp_lanes((i + LANES <= n ? load(x + i) : load_tail(x, i, n)) - vs);
+        for (int k = 0; k < LANES && i + k < n; k++) terms[i + k] = e[k];
+    }
 }
 
 double wk_row_sum_at_least(const float *terms, const float *x, int n, float t) {

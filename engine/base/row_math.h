@@ -19,6 +19,11 @@ float wk_row_max(const float *x, int n, int *at);
  * reduced argument, Cephes' expf; per-lane float sums of 128 terms added in double). */
 double wk_row_exp_sum(const float *x, int n, float shift, float scale, float *terms);
 
+/* terms[i] = exp(x[i] - shift) for i < n, each the float wk_row_exp_sum(x, n, shift, 1, terms)
+ * writes, without the sum (the host attention's softmax weights, whose sums it keeps in its own
+ * order). avx512: in AVX-512's 16 lanes, on a CPU the caller knows runs them (the same floats). */
+void wk_row_exp_terms(const float *x, int n, float shift, float *terms, int avx512);
+
 /* sum of terms[i] over the i whose x[i] >= t, in double (terms from wk_row_exp_sum). */
 double wk_row_sum_at_least(const float *terms, const float *x, int n, float t);
 

@@ -277,7 +277,7 @@ WK_INLINE void KN(part_body)(const wk_host_attn_layer *L, const wk_host_attn_row
                 kp[kk] = key_at(pc, row, jt + kk, tile_blk, tile_f16, zeros, kk);
             for (int h0 = 0; h0 < hq; h0 += 4)
                 for (uint32_t k0 = 0; k0 < nk; k0 += 4) KN(scores_4x4)(q + r * q_stride, hq, h0, kp, nk, k0, D, sc);
-            softmax_tile(part + (size_t)r * hq * stride, stride, hq, seen[r], nk, D, sc);
+            softmax_tile(part + (size_t)r * hq * stride, stride, hq, seen[r], nk, D, sc, VN == 16);
         }
         KN(load_tile)(L, rows, kh, 1, jt, nk, need_blk, need_f16, P, f16c, tile_blk, tile_f16);
         for (int r = 0; r < n_rows; r++) {
