@@ -115,9 +115,10 @@ WK_INLINE uint32_t row_f16_keys(const wk_pc_attention_paged *pc, uint32_t pos, u
     return (sinks | recent) & seen;
 }
 
-/* One rescale a head of a row for a tile of scores sc (nk keys from jt, `seen` those the row
- * sees): the new max, the old sum and output (part, a head stride floats apart) scaled to it, the
- * scores turned into weights; the keys the row does not see weigh nothing. */
+/* One rescale a head of a row for a tile of scores sc (nk keys, `seen` those the row sees, a bit
+ * a key): the new max, the old sum and output (part, a head stride floats apart) scaled to it, the
+ * scores turned into weights (avx512: the exponential in 16 lanes); the keys the row does not see
+ * weigh nothing. */
 WK_INLINE void softmax_tile(float *part, size_t stride, int hq, uint32_t seen, uint32_t nk, uint32_t D,
                             float sc[][KT], int avx512) {
     float l[WK_HOST_ATTN_MAX_GQA];
