@@ -360,6 +360,10 @@ static const struct { const char *schema, *expected; } refusals[] = {
     {"{\"type\":\"object\",\"patternProperties\":{\"^x\":{}}}", "/patternProperties: "},
     {"{\"$ref\":\"https://example.com/s.json\"}", "/$ref: "},
     {"{\"$ref\":\"#/$defs/missing\"}", "/$ref: "},
+    /* A $ref that is not a pointer at all, at the root and in a property (an empty one once read
+     * past its string's end, found by fuzz_openai_request under ASan). */
+    {"{\"$ref\":\"\"}", "/$ref: "},
+    {"{\"type\":\"object\",\"properties\":{\"p\":{\"$ref\":\"\"},\"q\":{\"$ref\":\"x\"}}}", "/properties/p/$ref: "},
     {"{\"items\":{\"$ref\":\"#/$defs/a\"},\"$defs\":{\"a\":{\"type\":\"string\",\"pattern\":\"(?=x)\"}}}", "/$defs/a/pattern: "},
     {"{\"allOf\":[{\"type\":\"string\"},{\"maxLength\":3}]}", "/allOf/0/type: \"type\" cannot be merged"},
     {"{\"type\":\"integer\",\"minimum\":1e19}", "/minimum: "},

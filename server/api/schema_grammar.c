@@ -257,11 +257,12 @@ static const cJSON *resolve_ref(converter *c, const char *ref) {
 /* Rule for a $ref: the target's own rule, made once, so recursive schemas become recursive rules. */
 static const char *visit_ref(converter *c, const char *ref, int depth) {
     const cJSON *target = resolve_ref(c, ref);
+    if (!target) return NULL; /* refused (c->err says why); ref may not even start with '#' */
     text_buf saved = pointer_replace(c, ref + 1);
     const char *name = NULL, *last = strrchr(ref, '/');
-    for (size_t i = 0; target && i < c->n_refs && !name; i++)
+    for (size_t i = 0; i < c->n_refs && !name; i++)
         if (c->refs[i].target == target) name = c->refs[i].name;
-    if (target && !name && (name = new_name(c, last && last[1] ? last + 1 : "root")) &&
+    if (!name && (name = new_name(c, last && last[1] ? last + 1 : "root")) &&
         grow(c, &c->refs, &c->cap_refs, c->n_refs, sizeof *c->refs)) {
         c->refs[c->n_refs++] = (struct ref_rule){target, name}; /* before the body, which may refer to it */
         visit(c, target, name, name, depth + 1);
