@@ -79,19 +79,6 @@ WK_INLINE void halves(int f16c, const uint16_t *h, float *y, uint32_t n) {
     halves_c(h, y, n);
 }
 
-/* Whether a row at pos reads key j in f16: a sink or one of its recent keys (f16 windows). */
-WK_INLINE int reads_f16(const wk_pc_attention_paged *pc, uint32_t j, uint32_t pos) {
-    return pc->sink + pc->recent > 0 && (j < pc->sink || j + pc->recent > pos);
-}
-
-/* Where row's key (or value) j, the tile's kk-th, is: in the tile's f16 or block form, or zeros
- * when the row does not see it. */
-WK_INLINE const float *key_at(const wk_pc_attention_paged *pc, const wk_host_attn_row *row, uint32_t j,
-                              const float *blk, const float *f16, const float *zeros, uint32_t kk) {
-    if (j < row->first || j > row->pos) return zeros;
-    return (reads_f16(pc, j, row->pos) ? f16 : blk) + (size_t)kk * pc->head_dim;
-}
-
 /* Bits lo .. hi-1 of a tile's key mask (hi <= KT). */
 WK_INLINE uint32_t key_bits(uint32_t lo, uint32_t hi) {
     if (hi <= lo) return 0;
@@ -105,14 +92,22 @@ WK_INLINE uint32_t row_sees(const wk_host_attn_row *row, uint32_t jt, uint32_t n
     return key_bits(lo, last + 1 < nk ? last + 1 : nk);
 }
 
-/* Of the keys a row at pos sees (`seen`), those it reads in f16 (reads_f16, as a mask): the sinks,
- * j < sink, and its recent keys, j + recent > pos. */
+/* Of the keys a row at pos sees (`seen`), those it reads in f16 (f16 windows), as a mask: the
+ * sinks, j < sink, and its recent keys, j + recent > pos. */
 WK_INLINE uint32_t row_f16_keys(const wk_pc_attention_paged *pc, uint32_t pos, uint32_t jt, uint32_t nk, uint32_t seen) {
     if (pc->sink + pc->recent == 0) return 0;
     const uint32_t sinks = pc->sink > jt ? key_bits(0, pc->sink - jt < nk ? pc->sink - jt : nk) : 0;
     const uint32_t from = pos + 1 > pc->recent ? pos + 1 - pc->recent : 0; /* the first recent key */
     const uint32_t recent = pc->recent == 0 ? 0 : key_bits(from > jt ? (from - jt < nk ? from - jt : nk) : 0, nk);
     return (sinks | recent) & seen;
+}
+
+/* Where a row's key (or value) kk of the tile is, from the row's masks: in the tile's f16 or block
+ * form, or zeros when the row does not see it. */
+WK_INLINE const float *key_at(uint32_t seen, uint32_t f16_keys, uint32_t kk, uint32_t D, const float *blk,
+                              const float *f16, const float *zeros) {
+    if (!(seen >> kk & 1)) return zeros;
+    return (f16_keys >> kk & 1 ? f16 : blk) + (size_t)kk * D;
 }
 
 /* One rescale a head of a row for a tile of scores sc (nk keys, `seen` those the row sees, a bit

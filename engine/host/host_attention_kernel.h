@@ -258,23 +258,21 @@ WK_INLINE void KN(part_body)(const wk_host_attn_layer *L, const wk_host_attn_row
     for (uint32_t jt = j0; jt < j1; jt += KT) {
         const uint32_t nk = j1 - jt < KT ? j1 - jt : KT;
         /* Which keys some row sees from the blocks, which in f16; which rows see any. */
-        uint32_t need_blk = 0, need_f16 = 0, rows_in = 0, seen[WK_HOST_ATTN_MAX_ROWS];
+        uint32_t need_blk = 0, need_f16 = 0, rows_in = 0, seen[WK_HOST_ATTN_MAX_ROWS], f16_keys[WK_HOST_ATTN_MAX_ROWS];
         for (int r = 0; r < n_rows; r++) {
             seen[r] = row_sees(&rows[r], jt, nk);
+            f16_keys[r] = seen[r] ? row_f16_keys(pc, rows[r].pos, jt, nk, seen[r]) : 0;
             if (!seen[r]) continue;
             rows_in |= 1u << r;
-            const uint32_t f16 = row_f16_keys(pc, rows[r].pos, jt, nk, seen[r]);
-            need_f16 |= f16;
-            need_blk |= seen[r] & ~f16;
+            need_f16 |= f16_keys[r];
+            need_blk |= seen[r] & ~f16_keys[r];
         }
         if (!rows_in) continue;
         KN(load_tile)(L, rows, kh, 0, jt, nk, need_blk, need_f16, P, f16c, tile_blk, tile_f16);
         for (int r = 0; r < n_rows; r++) {
             if (!(rows_in >> r & 1)) continue;
-            const wk_host_attn_row *row = &rows[r];
             float(*sc)[KT] = sc_rows + r * hq;
-            for (uint32_t kk = 0; kk < nk; kk++)
-                kp[kk] = key_at(pc, row, jt + kk, tile_blk, tile_f16, zeros, kk);
+            for (uint32_t kk = 0; kk < nk; kk++) kp[kk] = key_at(seen[r], f16_keys[r], kk, D, tile_blk, tile_f16, zeros);
             for (int h0 = 0; h0 < hq; h0 += 4)
                 for (uint32_t k0 = 0; k0 < nk; k0 += 4) KN(scores_4x4)(q + r * q_stride, hq, h0, kp, nk, k0, D, sc);
             softmax_tile(part + (size_t)r * hq * stride, stride, hq, seen[r], nk, D, sc, VN == 16);
@@ -282,8 +280,7 @@ WK_INLINE void KN(part_body)(const wk_host_attn_layer *L, const wk_host_attn_row
         KN(load_tile)(L, rows, kh, 1, jt, nk, need_blk, need_f16, P, f16c, tile_blk, tile_f16);
         for (int r = 0; r < n_rows; r++) {
             if (!(rows_in >> r & 1)) continue;
-            for (uint32_t kk = 0; kk < nk; kk++)
-                kp[kk] = key_at(pc, &rows[r], jt + kk, tile_blk, tile_f16, zeros, kk);
+            for (uint32_t kk = 0; kk < nk; kk++) kp[kk] = key_at(seen[r], f16_keys[r], kk, D, tile_blk, tile_f16, zeros);
             for (int h0 = 0; h0 < hq; h0 += 4)
                 KN(values_4)(part + (size_t)r * hq * stride, stride, hq, h0, kp, nk, D, sc_rows + r * hq, f16c);
         }
